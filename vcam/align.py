@@ -1,0 +1,158 @@
+"""Align stage: 5-point similarity transforms and the batched warp-crop (NumPy reference).
+
+Convention: a matrix ``crop_from_frame`` (2, 3) maps frame pixel centres to crop pixel centres,
+``[u, v] = M @ [x, y, 1]``; ``frame_from_crop`` is its inverse. Pixel centres are at integer
+coordinates, origin top-left (OpenCV's convention).
+
+:func:`warp_crops` is the CPU twin of the CUDA kernel ``kernels/warp.cu`` and has its signature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Five points: left eye, right eye, nose, left mouth corner, right mouth corner.
+_ARCFACE_112_V2 = np.array(
+    [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]],
+    dtype=np.float64,
+)
+_ARCFACE_112_V1 = np.array(
+    [[39.7300, 51.1380], [72.2700, 51.1380], [56.0000, 68.4930], [42.4630, 87.0100], [69.5370, 87.0100]],
+    dtype=np.float64,
+)
+_FFHQ_512 = np.array(
+    [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],
+     [0.39308822, 0.72541100], [0.61150205, 0.72490465]],
+    dtype=np.float64,
+)
+
+# Normalised to [0, 1] of the crop side, so one template serves every crop size.
+TEMPLATES: dict[str, np.ndarray] = {
+    "arcface_112_v2": _ARCFACE_112_V2 / 112.0,
+    "arcface_112_v1": _ARCFACE_112_V1 / 112.0,
+    # InsightFace norm_crop2(..., 128): the 112 points shifted by 8 px in x, on a 128 grid.
+    "arcface_128": (_ARCFACE_112_V2 + np.array([8.0, 0.0])) / 128.0,
+    "ffhq_512": _FFHQ_512,
+}
+
+
+def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Least-squares similarity (rotation, uniform scale, translation) mapping ``src`` to ``dst``.
+
+    ``src``, ``dst``: (N, 2). Returns the (2, 3) float64 matrix ``M`` minimising
+    ``sum |M @ [src, 1] - dst|^2`` (Umeyama 1991, no reflection).
+    """
+    src = np.asarray(src, dtype=np.float64)
+    dst = np.asarray(dst, dtype=np.float64)
+    n = src.shape[0]
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    s0, d0 = src - mu_s, dst - mu_d
+    cov = d0.T @ s0 / n
+    u, sig, vt = np.linalg.svd(cov)
+    sign = np.ones(2)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:
+        sign[-1] = -1.0
+    rot = u @ np.diag(sign) @ vt
+    var_s = (s0**2).sum() / n
+    scale = (sig * sign).sum() / var_s if var_s > 0 else 1.0
+    m = np.zeros((2, 3), dtype=np.float64)
+    m[:, :2] = scale * rot
+    m[:, 2] = mu_d - m[:, :2] @ mu_s
+    return m
+
+
+def estimate(landmarks: np.ndarray, template: str, size: int) -> np.ndarray:
+    """``crop_from_frame`` (2, 3) float64 aligning 5 ``landmarks`` (5, 2) to ``template`` at ``size``."""
+    try:
+        tpl = TEMPLATES[template]
+    except KeyError:
+        raise ValueError(f"unknown alignment template {template!r}; known: {', '.join(TEMPLATES)}") from None
+    return umeyama(landmarks, tpl * size)
+
+
+def invert(m: np.ndarray) -> np.ndarray:
+    """Inverse of a (2, 3) affine matrix (or a batch (F, 2, 3))."""
+    m = np.asarray(m, dtype=np.float64)
+    a = m[..., :2]
+    t = m[..., 2:]
+    ainv = np.linalg.inv(a)
+    return np.concatenate([ainv, -ainv @ t], axis=-1)
+
+
+def apply(m: np.ndarray, pts: np.ndarray) -> np.ndarray:
+    """Apply a (2, 3) affine to points (N, 2)."""
+    pts = np.asarray(pts, dtype=np.float64)
+    return pts @ m[:, :2].T + m[:, 2]
+
+
+def _bilinear_replicate(img: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Sample ``img`` (H, W, C) at float coords with replicate border; returns float32 (..., C)."""
+    h, w = img.shape[:2]
+    x = np.clip(x, 0.0, w - 1.0)
+    y = np.clip(y, 0.0, h - 1.0)
+    x0 = np.floor(x).astype(np.int32)
+    y0 = np.floor(y).astype(np.int32)
+    x1 = np.minimum(x0 + 1, w - 1)
+    y1 = np.minimum(y0 + 1, h - 1)
+    fx = (x - x0).astype(np.float32)[..., None]
+    fy = (y - y0).astype(np.float32)[..., None]
+    f = img.astype(np.float32, copy=False)
+    top = f[y0, x0] * (1 - fx) + f[y0, x1] * fx
+    bot = f[y1, x0] * (1 - fx) + f[y1, x1] * fx
+    return top * (1 - fy) + bot * fy
+
+
+def crop_grid(frame_from_crop: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Frame coordinates (size, size) x2 of every crop pixel centre under ``frame_from_crop``."""
+    v, u = np.mgrid[0:size, 0:size].astype(np.float64)
+    m = frame_from_crop
+    x = m[0, 0] * u + m[0, 1] * v + m[0, 2]
+    y = m[1, 0] * u + m[1, 1] * v + m[1, 2]
+    return x, y
+
+
+def warp_crops(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Batched warp-crop: bilinear, replicate border.
+
+    ``frame``: (H, W, 3) uint8 BGR. ``crop_from_frame``: (F, 2, 3) float. Returns ``out``
+    (F, size, size, 3) uint8 (allocated if None): crop pixel (u, v) of face f samples the frame at
+    ``inv(M_f) @ [u, v, 1]``, rounded half up.
+    """
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    if out is None:
+        out = np.empty((mats.shape[0], size, size, frame.shape[2]), dtype=np.uint8)
+    inv = invert(mats)
+    for f in range(mats.shape[0]):
+        x, y = crop_grid(inv[f], size)
+        out[f] = np.floor(_bilinear_replicate(frame, x, y) + 0.5).clip(0, 255).astype(np.uint8)
+    return out
+
+
+def warp_crops_normalized(
+    frame: np.ndarray,
+    crop_from_frame: np.ndarray,
+    size: int,
+    mean: tuple[float, float, float],
+    std: tuple[float, float, float],
+    rgb: bool = True,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Batched warp-crop straight into a model input tensor.
+
+    Returns ``out`` (F, 3, size, size) float32 (or float16 if ``out`` is float16):
+    ``(sample - mean[c]) / std[c]`` with channels in RGB order if ``rgb`` (frame is BGR), sampled in
+    0..255 units without rounding to uint8 first. ``mean``/``std`` are in 0..255 units.
+    """
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    if out is None:
+        out = np.empty((mats.shape[0], 3, size, size), dtype=np.float32)
+    inv = invert(mats)
+    mean_a = np.asarray(mean, dtype=np.float32)
+    std_a = np.asarray(std, dtype=np.float32)
+    for f in range(mats.shape[0]):
+        x, y = crop_grid(inv[f], size)
+        s = _bilinear_replicate(frame, x, y)  # (S, S, 3) BGR float32
+        if rgb:
+            s = s[..., ::-1]
+        out[f] = ((s - mean_a) / std_a).transpose(2, 0, 1).astype(out.dtype)
+    return out

@@ -1,0 +1,90 @@
+"""Blend stage: feathered paste-back of swapped crops (NumPy reference).
+
+:func:`paste_back` is the CPU twin of ``kernels/paste.cu`` with the same signature. It touches only
+the pixels inside each face's paste box (the bounding box of the crop's corners mapped into the
+frame, clipped to the frame), so its cost follows the face size, not the frame size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .align import _bilinear_replicate, apply, invert
+
+
+def box_mask(size: int, blur: float = 0.3) -> np.ndarray:
+    """FaceFusion-style feathered box mask (size, size) float32 in [0, 1].
+
+    A border of ``max(blur_amount // 2, 1)`` pixels is zeroed (``blur_amount = int(size * 0.5 *
+    blur)``), then a Gaussian blur of sigma ``blur_amount * 0.25`` softens the edge.
+    """
+    import cv2
+
+    blur_amount = int(size * 0.5 * blur)
+    border = max(blur_amount // 2, 1)
+    mask = np.ones((size, size), dtype=np.float32)
+    mask[:border, :] = 0
+    mask[-border:, :] = 0
+    mask[:, :border] = 0
+    mask[:, -border:] = 0
+    if blur_amount > 0:
+        mask = cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25)
+    return np.clip(mask, 0.0, 1.0).astype(np.float32)
+
+
+def paste_boxes(crop_from_frame: np.ndarray, size: int, height: int, width: int) -> np.ndarray:
+    """(F, 4) int32 paste boxes ``x0, y0, x1, y1`` (exclusive end), clipped to the frame.
+
+    The box holds every frame pixel whose centre maps inside the crop's pixel-centre square
+    ``[0, size-1]^2``; an empty box has ``x1 <= x0`` or ``y1 <= y0``.
+    """
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    inv = invert(mats)
+    corners = np.array([[0, 0], [size - 1, 0], [0, size - 1], [size - 1, size - 1]], dtype=np.float64)
+    boxes = np.zeros((mats.shape[0], 4), dtype=np.int32)
+    for f in range(mats.shape[0]):
+        pts = apply(inv[f], corners)
+        x0 = int(np.clip(np.floor(pts[:, 0].min()), 0, width))
+        y0 = int(np.clip(np.floor(pts[:, 1].min()), 0, height))
+        x1 = int(np.clip(np.ceil(pts[:, 0].max()) + 1, 0, width))
+        y1 = int(np.clip(np.ceil(pts[:, 1].max()) + 1, 0, height))
+        boxes[f] = (x0, y0, x1, y1)
+    return boxes
+
+
+def paste_back(
+    frame: np.ndarray,
+    crops: np.ndarray,
+    crop_from_frame: np.ndarray,
+    mask: np.ndarray,
+    count: int | None = None,
+) -> np.ndarray:
+    """Blend ``count`` swapped ``crops`` into ``frame`` in place and return it.
+
+    ``frame``: (H, W, 3) uint8 BGR, modified in place. ``crops``: (F, S, S, 3) uint8 BGR (the
+    swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1].
+    For each frame pixel p in the face's paste box: ``q = M_f @ p``; if q lies inside the crop
+    (``0 <= q <= S-1``), ``m = bilinear(mask, q)``, ``c = bilinear(crop, q)`` and
+    ``p = round(p * (1 - m) + c * m)``; pixels outside the crop stay as they were. Faces are blended
+    in order, so a later face wins where boxes overlap.
+    """
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    n = mats.shape[0] if count is None else int(count)
+    size = crops.shape[1]
+    h, w = frame.shape[:2]
+    boxes = paste_boxes(mats[:n], size, h, w)
+    mask3 = mask.astype(np.float32)[..., None]
+    for f in range(n):
+        x0, y0, x1, y1 = (int(v) for v in boxes[f])
+        if x1 <= x0 or y1 <= y0:
+            continue
+        ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
+        m = mats[f]
+        u = m[0, 0] * xs + m[0, 1] * ys + m[0, 2]
+        v = m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
+        inside = (u >= 0) & (u <= size - 1) & (v >= 0) & (v <= size - 1)
+        a = _bilinear_replicate(mask3, u, v) * inside[..., None]
+        c = _bilinear_replicate(crops[f], u, v)
+        roi = frame[y0:y1, x0:x1].astype(np.float32)
+        frame[y0:y1, x0:x1] = np.floor(roi * (1.0 - a) + c * a + 0.5).clip(0, 255).astype(np.uint8)
+    return frame

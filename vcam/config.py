@@ -1,0 +1,314 @@
+"""One typed, immutable config object built from config.toml plus CLI overrides.
+
+Precedence (later wins): built-in defaults < the config file < CLI flags. The file is, in order,
+``--config PATH``, ``$VCAM_CONFIG``, or ``config.toml`` in the user config dir (platformdirs) if it
+exists. Every setting is declared once, here, with its type, default, allowed range and doc; the
+shipped ``config.toml`` documents the same defaults and a test keeps the two in step.
+
+Errors name the file, table, key, what was expected and, for a likely typo, the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+import platformdirs
+
+APP = "vcam"
+
+
+class Duration(float):
+    """Seconds, parsed from ``"33ms"``, ``"0.5s"``, ``"2m"`` or a bare number of seconds."""
+
+    _RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(us|ms|s|m)?\s*$")
+    _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}
+
+    @classmethod
+    def parse(cls, value: Any) -> Duration:
+        if isinstance(value, bool):
+            raise ValueError("a duration like '33ms' or '0.5s'")
+        if isinstance(value, (int, float)):
+            return cls(float(value))
+        if isinstance(value, str):
+            m = cls._RE.match(value)
+            if m:
+                return cls(float(m.group(1)) * cls._UNITS[m.group(2)])
+        raise ValueError("a duration like '33ms' or '0.5s'")
+
+    def __str__(self) -> str:
+        return f"{self * 1000:g}ms" if self < 1 else f"{float(self):g}s"
+
+
+def _opt(default: Any, doc: str, *, min: float | None = None, max: float | None = None) -> Any:
+    meta = {"doc": doc, "min": min, "max": max}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    input: str = _opt("webcam", "Frame source: webcam[:N], a video or image PATH, 'demo' or 'pattern'.")
+    width: int = _opt(1280, "Requested camera width in pixels.", min=16, max=8192)
+    height: int = _opt(720, "Requested camera height in pixels.", min=16, max=8192)
+    fps: float = _opt(30.0, "Requested camera frame rate.", min=1, max=240)
+    fourcc: str = _opt("MJPG", "Camera pixel format to request (MJPG, YUYV).")
+    loop: bool = _opt(True, "Loop video files and the demo clip.")
+    realtime: bool = _opt(True, "Pace video files at their frame rate (false: as fast as possible).")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    device: Literal["auto", "cpu", "cuda"] = _opt("auto", "Where frames are processed.")
+    backend: Literal["auto", "tensorrt", "torch", "onnxruntime"] = _opt(
+        "auto", "Inference backend for neural models (auto: TensorRT, then PyTorch CUDA, then onnxruntime)."
+    )
+    fp16: bool = _opt(False, "Run neural models in FP16 (GPU only; warns and runs FP32 on the CPU).")
+    max_latency: Duration = _opt(Duration(0.1), "Drop a frame older than this when it would be published (0: off).", min=0)
+    max_faces: int = _opt(8, "Most faces swapped per frame.", min=1, max=64)
+
+
+@dataclass(frozen=True)
+class DetectConfig:
+    size: int = _opt(640, "Detector input size (long side) for full-frame scans.", min=64, max=2048)
+    score: float = _opt(0.6, "Minimum face score.", min=0.0, max=1.0)
+    nms_iou: float = _opt(0.4, "IoU above which overlapping detections are merged.", min=0.0, max=1.0)
+    min_face: int = _opt(20, "Smallest face (box side, pixels) that is kept.", min=1)
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    rescan_every: int = _opt(30, "Full-frame scan every N frames (also at start and when a track is lost).", min=1)
+    roi_scale: float = _opt(2.0, "ROI side as a multiple of the tracked box's longer side.", min=1.0, max=6.0)
+    roi_size: int = _opt(160, "Side the ROI crop is resized to for detection.", min=64, max=1024)
+    max_missed: int = _opt(2, "Frames a track survives without a detection.", min=0)
+    min_cutoff: float = _opt(1.0, "One-Euro filter minimum cutoff frequency (Hz): lower removes more jitter.", min=0.001)
+    beta: float = _opt(0.05, "One-Euro filter speed coefficient: higher reduces lag on fast motion.", min=0.0)
+
+
+@dataclass(frozen=True)
+class SwapConfig:
+    swapper: str = _opt("classic", "Swapper: 'classic' (no model needed) or a swapper model name.")
+    source: str = _opt("", "Active source face: a face-bank name or an image path ('' : demo face for --input demo).")
+    faces: Literal["all", "largest", "reference"] = _opt("all", "Which faces to swap.")
+    reference: str = _opt("", "Reference face (bank name or image path) for faces = 'reference'.")
+    reference_threshold: float = _opt(0.3, "Minimum similarity to the reference face.", min=-1.0, max=1.0)
+    blur: float = _opt(0.3, "Feather of the paste mask as a fraction of the crop half-size.", min=0.0, max=1.0)
+    color_match: bool = _opt(True, "Classic swap: match source colours to the target face.")
+    crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, or null.")
+    device_name: str = _opt("FastSwap Cam", "Virtual camera name (Linux: the v4l2loopback card label).")
+    pixel_format: Literal["auto", "I420", "NV12", "RGB"] = _opt("auto", "Virtual camera pixel format (auto: what the device takes).")
+    fps: float = _opt(0.0, "Output frame rate (0: the input's).", min=0, max=240)
+
+
+@dataclass(frozen=True)
+class FacesConfig:
+    dir: str = _opt("", "Face bank directory ('' : the user data dir).")
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    dir: str = _opt("", "Model directory ('' : the user data dir).")
+    allow_download: bool = _opt(False, "Download missing models without asking.")
+    sha256: dict = _opt({}, "Pinned SHA-256 per model file name, checked on every load.")
+
+
+@dataclass(frozen=True)
+class ObsConfig:
+    enabled: bool = _opt(False, "Connect to OBS over obs-websocket 5.")
+    host: str = _opt("127.0.0.1", "OBS websocket host.")
+    port: int = _opt(4455, "OBS websocket port.", min=1, max=65535)
+    password: str = _opt("", "OBS websocket password (prefer the environment variable below).")
+    password_env: str = _opt("VCAM_OBS_PASSWORD", "Environment variable read for the password.")
+    scene: str = _opt("FastSwap Faces", "Scene holding one image source per face.")
+    status_source: str = _opt("FastSwap Status", "Text source updated with face, fps and latency ('' : off).")
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    socket: str = _opt("", "Local control socket path ('' : in the user runtime dir).")
+
+
+@dataclass(frozen=True)
+class StatusConfig:
+    interval: Duration = _opt(Duration(1.0), "How often the live status line is refreshed.", min=0.05)
+
+
+@dataclass(frozen=True)
+class Config:
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    detect: DetectConfig = field(default_factory=DetectConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
+    swap: SwapConfig = field(default_factory=SwapConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    faces: FacesConfig = field(default_factory=FacesConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    obs: ObsConfig = field(default_factory=ObsConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    status: StatusConfig = field(default_factory=StatusConfig)
+    source_path: str = field(default="", metadata={"internal": True})
+
+    # Derived paths -------------------------------------------------------------------------
+    @property
+    def faces_dir(self) -> Path:
+        return Path(self.faces.dir).expanduser() if self.faces.dir else Path(platformdirs.user_data_dir(APP)) / "faces"
+
+    @property
+    def models_dir(self) -> Path:
+        return Path(self.models.dir).expanduser() if self.models.dir else Path(platformdirs.user_data_dir(APP)) / "models"
+
+    @property
+    def socket_path(self) -> Path:
+        if self.control.socket:
+            return Path(self.control.socket).expanduser()
+        base = os.environ.get("XDG_RUNTIME_DIR") or platformdirs.user_runtime_dir(APP)
+        return Path(base) / "vcam.sock"
+
+    def replace(self, **sections: Any) -> Config:
+        return dataclasses.replace(self, **sections)
+
+
+SECTIONS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(Config) if not f.metadata.get("internal")}
+
+
+def _section_types() -> dict[str, type]:
+    hints = get_type_hints(Config)
+    return {name: hints[name] for name in SECTIONS}
+
+
+def default_config_path() -> Path:
+    return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+
+
+def _nearest(key: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(options)}"
+
+
+def _coerce(value: Any, tp: Any, meta: dict, where: str) -> Any:
+    """Check ``value`` against the declared type ``tp`` and range; return the typed value."""
+    origin = get_origin(tp)
+    try:
+        if tp is Duration:
+            out: Any = Duration.parse(value)
+        elif origin is Literal:
+            choices = get_args(tp)
+            if value not in choices:
+                raise ValueError("one of " + ", ".join(repr(c) for c in choices))
+            out = value
+        elif tp is bool:
+            if not isinstance(value, bool):
+                raise ValueError("true or false")
+            out = value
+        elif tp is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError("an integer")
+            out = value
+        elif tp is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError("a number")
+            out = float(value)
+        elif tp is str:
+            if not isinstance(value, str):
+                raise ValueError("a string")
+            out = value
+        elif tp is dict:
+            if not isinstance(value, dict):
+                raise ValueError("a table")
+            out = dict(value)
+        else:  # pragma: no cover - a declaration error, not user input
+            raise TypeError(f"unsupported config type {tp!r}")
+    except ValueError as exc:
+        raise ConfigError(f"{where}: expected {exc}, got {value!r}", hint="fix the value or remove the key to use the default") from None
+    lo, hi = meta.get("min"), meta.get("max")
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        if (lo is not None and out < lo) or (hi is not None and out > hi):
+            rng = f">= {lo:g}" if hi is None else (f"<= {hi:g}" if lo is None else f"between {lo:g} and {hi:g}")
+            raise ConfigError(f"{where}: expected a value {rng}, got {value!r}", hint="fix the value or remove the key to use the default")
+    return out
+
+
+def build(data: dict[str, Any], *, origin: str = "<defaults>", base: Config | None = None) -> Config:
+    """Validate a nested ``{table: {key: value}}`` mapping and merge it over ``base``."""
+    base = base or Config()
+    types = _section_types()
+    sections: dict[str, Any] = {}
+    for table, values in data.items():
+        if table not in types:
+            raise ConfigError(f"{origin}: unknown table [{table}]{_nearest(table, list(types))}", hint="fix or remove the table")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{origin}: [{table}] must be a table of keys, got {values!r}")
+        cls = types[table]
+        hints = get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        changes = {}
+        for key, value in values.items():
+            if key not in fields:
+                raise ConfigError(
+                    f"{origin}: unknown key '{key}' in [{table}]{_nearest(key, list(fields))}",
+                    hint="fix or remove the key",
+                )
+            changes[key] = _coerce(value, hints[key], dict(fields[key].metadata), f"{origin}: [{table}] {key}")
+        sections[table] = dataclasses.replace(getattr(base, table), **changes)
+    return dataclasses.replace(base, **sections)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}", hint="check the path given to --config") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config path is a directory: {path}", hint="pass the config.toml file itself") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax; see the shipped config.toml") from None
+
+
+def load(path: str | os.PathLike | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Build the config: defaults, then the file (explicit, $VCAM_CONFIG or the user one), then overrides."""
+    chosen: Path | None = None
+    if path:
+        chosen = Path(path).expanduser()
+    elif os.environ.get("VCAM_CONFIG"):
+        chosen = Path(os.environ["VCAM_CONFIG"]).expanduser()
+    elif default_config_path().is_file():
+        chosen = default_config_path()
+    cfg = Config()
+    if chosen is not None:
+        cfg = build(read_toml(chosen), origin=str(chosen), base=cfg)
+        cfg = dataclasses.replace(cfg, source_path=str(chosen))
+    if overrides:
+        cfg = build({k: v for k, v in overrides.items() if v}, origin="command line", base=cfg)
+    return cfg
+
+
+def describe() -> list[tuple[str, str, Any, str]]:
+    """(table, key, default, doc) for every setting, in declaration order."""
+    out = []
+    types = _section_types()
+    for table, cls in types.items():
+        inst = cls()
+        for f in dataclasses.fields(cls):
+            out.append((table, f.name, getattr(inst, f.name), f.metadata.get("doc", "")))
+    return out
