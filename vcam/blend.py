@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .align import _bilinear_replicate, apply, invert
+from .align import apply, invert
 
 
 def box_mask(size: int, blur: float = 0.3) -> np.ndarray:
@@ -62,29 +62,37 @@ def paste_back(
     """Blend ``count`` swapped ``crops`` into ``frame`` in place and return it.
 
     ``frame``: (H, W, 3) uint8 BGR, modified in place. ``crops``: (F, S, S, 3) uint8 BGR (the
-    swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1].
-    For each frame pixel p in the face's paste box: ``q = M_f @ p``; if q lies inside the crop
-    (``0 <= q <= S-1``), ``m = bilinear(mask, q)``, ``c = bilinear(crop, q)`` and
-    ``p = round(p * (1 - m) + c * m)``; pixels outside the crop stay as they were. Faces are blended
-    in order, so a later face wins where boxes overlap.
+    swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1], zero on
+    its outermost pixels (see :func:`box_mask`). For each frame pixel p in the face's paste box:
+    ``q = M_f @ p``; if q lies inside the crop (``0 <= q <= S-1``), ``m = bilinear(mask, q)``,
+    ``c = bilinear(crop, q)`` and ``p = round(p * (1 - m) + c * m)``; pixels outside the crop stay as
+    they were. Faces are blended in order, so a later face wins where boxes overlap.
+
+    This CPU version samples with OpenCV's fixed-point warp (within 1 of the exact definition) and
+    only ever reads and writes the paste box.
     """
+    import cv2
+
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
     n = mats.shape[0] if count is None else int(count)
     size = crops.shape[1]
     h, w = frame.shape[:2]
     boxes = paste_boxes(mats[:n], size, h, w)
-    mask3 = mask.astype(np.float32)[..., None]
+    mask = np.ascontiguousarray(mask, dtype=np.float32)
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     for f in range(n):
         x0, y0, x1, y1 = (int(v) for v in boxes[f])
         if x1 <= x0 or y1 <= y0:
             continue
-        ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
-        m = mats[f]
-        u = m[0, 0] * xs + m[0, 1] * ys + m[0, 2]
-        v = m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
-        inside = (u >= 0) & (u <= size - 1) & (v >= 0) & (v <= size - 1)
-        a = _bilinear_replicate(mask3, u, v) * inside[..., None]
-        c = _bilinear_replicate(crops[f], u, v)
-        roi = frame[y0:y1, x0:x1].astype(np.float32)
-        frame[y0:y1, x0:x1] = np.floor(roi * (1.0 - a) + c * a + 0.5).clip(0, 255).astype(np.uint8)
+        # crop_from_roi: ROI pixel (x, y) is frame pixel (x + x0, y + y0).
+        m = mats[f].copy()
+        m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
+        bw, bh = x1 - x0, y1 - y0
+        a = cv2.warpAffine(mask, m, (bw, bh), flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        c = cv2.warpAffine(crops[f], m, (bw, bh), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        roi = frame[y0:y1, x0:x1]
+        a3 = a[..., None]
+        blended = roi.astype(np.float32) * (1.0 - a3) + c.astype(np.float32) * a3
+        np.floor(blended + 0.5, out=blended)
+        roi[...] = blended.clip(0, 255).astype(np.uint8)
     return frame

@@ -7,21 +7,226 @@ Sub-command groups live beside the code they drive and are registered in ``_regi
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
+import warnings
+from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import VcamError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="FastSwap Cam: live face swap as a virtual camera.")
 console = Console(stderr=True)
+out = Console()
 
 
 def _fail(err: VcamError) -> None:
-    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(err.exit_code)
+
+
+def load_config(config: Optional[Path], overrides: dict | None = None):
+    """Build the one Config from the file and CLI overrides; errors go through _fail."""
+    from . import config as config_mod
+
+    try:
+        return config_mod.load(config, overrides)
+    except VcamError as err:
+        _fail(err)
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="config.toml to use (default: $VCAM_CONFIG or the user config dir).")
+
+
+@app.command()
+def run(
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="webcam[:N] | PATH (video or image) | demo | pattern"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="vcam | file:PATH | window | null"),
+    face: Optional[str] = typer.Option(None, "--face", "-f", help="Source face: a face-bank NAME or a photo PATH."),
+    swapper: Optional[str] = typer.Option(None, "--swapper", "--model", help="classic (default) or a swapper model name."),
+    fp16: Optional[bool] = typer.Option(None, "--fp16/--fp32", help="FP16 inference (GPU only)."),
+    max_latency: Optional[str] = typer.Option(None, "--max-latency", help="Drop frames older than this at publish, e.g. 33ms (0: off)."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="auto | tensorrt | torch | onnxruntime"),
+    frames: Optional[int] = typer.Option(None, "--frames", min=1, help="Stop after this many input frames."),
+    duration: Optional[str] = typer.Option(None, "--duration", help="Stop after this long, e.g. 10s."),
+    no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
+    fast: bool = typer.Option(False, "--fast", help="Read video files as fast as possible (benchmarks)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
+    from .config import Duration
+    from .daemon import Daemon
+
+    overrides: dict[str, dict] = {"capture": {}, "pipeline": {}, "swap": {}, "output": {}}
+    if input is not None:
+        overrides["capture"]["input"] = input
+    if no_loop:
+        overrides["capture"]["loop"] = False
+    if fast:
+        overrides["capture"]["realtime"] = False
+    if output is not None:
+        overrides["output"]["target"] = output
+    if face is not None:
+        overrides["swap"]["source"] = face
+    if swapper is not None:
+        overrides["swap"]["swapper"] = swapper
+    if fp16 is not None:
+        overrides["pipeline"]["fp16"] = fp16
+    if max_latency is not None:
+        overrides["pipeline"]["max_latency"] = max_latency
+    if device is not None:
+        overrides["pipeline"]["device"] = device
+    if backend is not None:
+        overrides["pipeline"]["backend"] = backend
+    cfg = load_config(config, overrides)
+    try:
+        dur = float(Duration.parse(duration)) if duration else None
+    except ValueError:
+        _fail(VcamError(f"--duration: expected a duration like '10s', got {duration!r}"))
+
+    status_line = _StatusLine(enabled=not quiet)
+    daemon = Daemon(cfg, on_status=status_line.update)
+    _install_signals(daemon)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            with status_line:
+                summary = daemon.run(max_frames=frames, duration=dur)
+        except VcamError as err:
+            _fail(err)
+    console.print(
+        f"stopped: {summary.frames_out} frames published of {summary.frames_in} in {summary.seconds:.1f}s "
+        f"({summary.fps:.1f} fps) on {summary.device}; latency p50 {summary.percentile(50):.1f} ms, "
+        f"p99 {summary.percentile(99):.1f} ms; dropped {summary.dropped_capture} at capture, "
+        f"{summary.dropped_latency} over the latency budget",
+        highlight=False,
+    )
+    if cfg.pipeline.fp16 and summary.device == "cpu":
+        console.print("[yellow]note:[/] --fp16 needs a CUDA GPU; ran FP32 on the CPU", highlight=False)
+
+
+class _StatusLine:
+    """One live line: fps in/out, latency p50/p99, drops, faces, active face."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and console.is_terminal
+        self._live = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.live import Live
+
+            self._live = Live("starting...", console=console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def update(self, status, active: str | None, swap: bool) -> None:
+        text = format_status(status, active, swap)
+        if self._live is not None:
+            self._live.update(text)
+        elif not console.is_terminal:
+            logging.getLogger("vcam.status").info("%s", text)
+
+
+def format_status(status, active: str | None, swap: bool) -> str:
+    budget = " [bold red]OVER LATENCY BUDGET[/]" if status.over_budget else ""
+    face = active or "none (pass-through)"
+    return (
+        f"in {status.fps_in:5.1f} fps | out {status.fps_out:5.1f} fps | latency p50 {status.latency_p50_ms:5.1f} ms "
+        f"p99 {status.latency_p99_ms:5.1f} ms | dropped {status.dropped_capture}+{status.dropped_latency} | "
+        f"faces {status.faces} | face {escape(face)}{'' if swap else ' (swap off)'}{budget}"
+    )
+
+
+def _install_signals(daemon) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    hits = {"n": 0}
+
+    def handler(signum, frame):
+        hits["n"] += 1
+        if hits["n"] > 1:
+            console.print("forced exit")
+            raise SystemExit(130)
+        daemon.request_stop()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+@app.command()
+def check(config: Optional[Path] = ConfigOpt) -> None:
+    """Check dependencies, GPU, virtual camera, cameras, models and OBS; print the fix for each failure."""
+    from .check import run_checks
+
+    cfg = load_config(config)
+    failed = 0
+    for item in run_checks(cfg):
+        mark = {"ok": "[green]PASS[/]", "fail": "[red]FAIL[/]", "info": "[cyan]INFO[/]", "warn": "[yellow]WARN[/]"}[item.level]
+        fix = f" -> {item.fix}" if item.fix else ""
+        out.print(f"{mark} {escape(item.name)}: {escape(item.detail + fix)}", highlight=False, soft_wrap=True)
+        failed += item.level == "fail"
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def devices() -> None:
+    """List cameras and virtual cameras."""
+    from .devices import list_video_devices
+
+    devs = list_video_devices()
+    if not devs:
+        out.print("no video devices found")
+        return
+    for d in devs:
+        kind = "virtual camera" if d.is_loopback else "camera"
+        out.print(f"{d.path}\t{kind}\t{d.name}", highlight=False)
+
+
+@app.command("config")
+def show_config(config: Optional[Path] = ConfigOpt) -> None:
+    """Print the effective configuration (file + defaults) as TOML."""
+    import dataclasses
+
+    cfg = load_config(config)
+    if cfg.source_path:
+        out.print(f"# from {cfg.source_path}", highlight=False)
+    from .config import SECTIONS
+
+    for table in SECTIONS:
+        out.print(f"[{table}]", highlight=False, markup=False)
+        sec = getattr(cfg, table)
+        for f in dataclasses.fields(sec):
+            v = getattr(sec, f.name)
+            if table == "obs" and f.name == "password" and v:
+                v = "***"
+            out.print(f"{f.name} = {_toml_value(v)}", highlight=False, markup=False)
+        out.print("")
+
+
+def _toml_value(v) -> str:
+    from .config import Duration
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Duration):
+        return f'"{v}"'
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + "}"
+    return repr(v)
 
 
 def _register_groups() -> None:
@@ -35,8 +240,9 @@ _register_groups()
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("obsws_python").setLevel(logging.WARNING)
     try:
         app()
     except VcamError as err:  # raised outside a command's own handler
-        console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)

@@ -108,8 +108,13 @@ def to_bgr(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.
 def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None) -> np.ndarray:
     """Convert (H, W, 3) uint8 BGR to an output format: RGB (H, W, 3), I420 or NV12 (H*3/2, W).
 
-    4:2:0 formats need an even width and height (publish crops odd frames by one row/column).
+    Y = round(16 + 0.256788 R + 0.504129 G + 0.097906 B); U and V from the 2x2 block means of
+    R, G, B with the BT.601 limited-range coefficients. 4:2:0 formats need an even width and height
+    (publish crops odd frames by one row/column). The GPU kernel computes this in float; this CPU
+    version uses OpenCV's fixed-point arithmetic and agrees within 1.
     """
+    import cv2
+
     fmt = PixelFormat(fmt)
     h, w = frame.shape[:2]
     if fmt is PixelFormat.BGR:
@@ -120,7 +125,7 @@ def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None)
     if fmt is PixelFormat.RGB:
         if out is None:
             out = np.empty((h, w, 3), dtype=np.uint8)
-        out[...] = frame[..., ::-1]
+        cv2.cvtColor(frame, cv2.COLOR_BGR2RGB, dst=out)
         return out
     if fmt not in (PixelFormat.I420, PixelFormat.NV12):
         raise ValueError(f"unsupported output pixel format {fmt}")
@@ -128,26 +133,47 @@ def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None)
         raise ValueError(f"{fmt.value} needs an even width and height, got {w}x{h}")
     if out is None:
         out = np.empty((h * 3 // 2, w), dtype=np.uint8)
-    f = frame.astype(np.float32)
-    b, g, r = f[..., 0], f[..., 1], f[..., 2]
     flat = out.reshape(-1)
-    y = 16.0 + _Y_R * r + _Y_G * g + _Y_B * b
-    flat[: w * h] = np.clip(np.floor(y + 0.5), 0, 255).reshape(-1)
-    # 2x2 block means, then chroma.
-    rb = r.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))
-    gb = g.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))
-    bb = b.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))
-    u = np.clip(np.floor(128.0 + _U_R * rb + _U_G * gb + _U_B * bb + 0.5), 0, 255).astype(np.uint8)
-    v = np.clip(np.floor(128.0 + _V_R * rb + _V_G * gb + _V_B * bb + 0.5), 0, 255).astype(np.uint8)
+    y = cv2.transform(frame, _Y_MAT)  # (H, W) uint8, rounded and saturated
+    flat[: w * h] = y.reshape(-1)
+    small = cv2.resize(frame.astype(np.float32), (w // 2, h // 2), interpolation=cv2.INTER_AREA)
+    uv = cv2.transform(small, _UV_MAT)  # (H/2, W/2, 2) float32
+    uv = np.clip(np.floor(uv + 0.5), 0, 255).astype(np.uint8)
     n = (h // 2) * (w // 2)
     if fmt is PixelFormat.I420:
-        flat[w * h : w * h + n] = u.reshape(-1)
-        flat[w * h + n :] = v.reshape(-1)
+        flat[w * h : w * h + n] = uv[..., 0].reshape(-1)
+        flat[w * h + n :] = uv[..., 1].reshape(-1)
     else:
-        uv = flat[w * h :].reshape(h // 2, w // 2, 2)
-        uv[..., 0] = u
-        uv[..., 1] = v
+        flat[w * h :] = uv.reshape(-1)
     return out
+
+
+# BGR -> Y and BGR -> (U, V) as cv2.transform matrices (last column: offset).
+_Y_MAT = np.array([[_Y_B, _Y_G, _Y_R, 16.0]], dtype=np.float32)
+_UV_MAT = np.array([[_U_B, _U_G, _U_R, 128.0], [_V_B, _V_G, _V_R, 128.0]], dtype=np.float32)
+
+
+def _sample_axis(
+    start: float, step: float, size: int, n: int
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """Bilinear taps along one axis of :func:`detector_input`.
+
+    Returns ``(k0, k1, a, b, f)``: output indices ``k0:k1`` sample inside the frame (the rest are
+    padding), and for those, the two source indices ``a``, ``b`` and the weight ``f`` of ``b``.
+    """
+    c = start + (np.arange(size, dtype=np.float64) + 0.5) * step - 0.5
+    inside = np.flatnonzero((c >= -0.5) & (c <= n - 0.5))
+    if inside.size == 0:
+        empty = np.empty(0, dtype=np.intp)
+        return 0, 0, empty, empty, np.empty(0, dtype=np.float32)
+    k0, k1 = int(inside[0]), int(inside[-1]) + 1
+    ci = np.clip(c[k0:k1], 0, n - 1)
+    a = np.floor(ci).astype(np.intp)
+    b = np.minimum(a + 1, n - 1)
+    return k0, k1, a, b, (ci - a).astype(np.float32)
+
+
+_BGR_OFFSETS = np.arange(3)
 
 
 def detector_input(
@@ -166,29 +192,40 @@ def detector_input(
     A full-frame scan is one region ``(0, 0, max(H, W))`` (letterbox, padding right/bottom).
     Detections in input pixels map back with ``frame = x0 + (p + 0.5) * side / size - 0.5``.
     """
+    # Separable bilinear: blend the needed rows first (contiguous row gathers, on the frame's own
+    # width), then gather and blend columns on the smaller result. The frame is viewed as
+    # (H, W*3) so column gathers move whole BGR triples with one flat index each.
     rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
     if out is None:
         out = np.empty((rects.shape[0], 3, size, size), dtype=np.float32)
     h, w = frame.shape[:2]
-    mean_a = np.asarray(mean, dtype=np.float32)
-    f = frame.astype(np.float32)
-    j = np.arange(size, dtype=np.float64)
+    flat = np.ascontiguousarray(frame).reshape(h, w * 3)
+    mean_a = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
     for r, (x0, y0, side) in enumerate(rects):
-        s = side / size
-        xs = x0 + (j + 0.5) * s - 0.5
-        ys = y0 + (j + 0.5) * s - 0.5
-        xi = np.clip(xs, 0, w - 1)
-        yi = np.clip(ys, 0, h - 1)
-        xa = np.floor(xi).astype(np.int64)
-        ya = np.floor(yi).astype(np.int64)
-        xb = np.minimum(xa + 1, w - 1)
-        yb = np.minimum(ya + 1, h - 1)
-        fx = (xi - xa).astype(np.float32)[None, :, None]
-        fy = (yi - ya).astype(np.float32)[:, None, None]
-        top = f[ya][:, xa] * (1 - fx) + f[ya][:, xb] * fx
-        bot = f[yb][:, xa] * (1 - fx) + f[yb][:, xb] * fx
-        val = top * (1 - fy) + bot * fy - mean_a
-        valid = ((xs >= -0.5) & (xs <= w - 0.5))[None, :] & ((ys >= -0.5) & (ys <= h - 0.5))[:, None]
-        val *= valid[..., None]
-        out[r] = val.transpose(2, 0, 1)
+        step = side / size
+        j0, j1, xa, xb, fx = _sample_axis(x0, step, size, w)
+        i0, i1, ya, yb, fy = _sample_axis(y0, step, size, h)
+        dst = out[r]
+        if j0 == j1 or i0 == i1:
+            dst[...] = 0
+            continue
+        c0, c1 = int(xa[0]) * 3, (int(xb[-1]) + 1) * 3
+        top = flat[ya, c0:c1]
+        rows = np.subtract(flat[yb, c0:c1], top, dtype=np.float32)
+        rows *= fy[:, None]
+        rows += top
+        left = np.take(rows, (xa[:, None] * 3 + _BGR_OFFSETS).ravel() - c0, axis=1)
+        right = np.take(rows, (xb[:, None] * 3 + _BGR_OFFSETS).ravel() - c0, axis=1)
+        right -= left
+        right *= np.repeat(fx, 3)
+        right += left
+        if i0 > 0:
+            dst[:, :i0] = 0
+        if i1 < size:
+            dst[:, i1:] = 0
+        if j0 > 0:
+            dst[:, i0:i1, :j0] = 0
+        if j1 < size:
+            dst[:, i0:i1, j1:] = 0
+        np.subtract(right.reshape(i1 - i0, j1 - j0, 3).transpose(2, 0, 1), mean_a, out=dst[:, i0:i1, j0:j1])
     return out

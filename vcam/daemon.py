@@ -1,0 +1,378 @@
+"""The daemon: capture thread -> frame loop (pipeline) -> publish, with live status and control.
+
+Layers (uvicorn style): the CLI builds one :class:`~vcam.config.Config` and calls :func:`run` or
+creates a :class:`Daemon`; the daemon owns startup (open source, models, output), the main loop and
+shutdown (output closed, file finalised, threads joined). Control channels (OBS, local socket) only
+post changes to :class:`~vcam.state.RuntimeState` and never touch the loop.
+
+Latency: each frame carries its capture time; a frame older than ``pipeline.max_latency`` when it
+would be published is dropped and counted, and the status shows the budget being exceeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import Config
+from .errors import ConfigError, DeviceError, FaceError, VcamError
+from .state import RuntimeState, Status
+from .types import PixelFormat, SourceFace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    frames_in: int = 0
+    frames_out: int = 0
+    dropped_capture: int = 0
+    dropped_latency: int = 0
+    full_scans: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    device: str = "cpu"
+    error: str | None = None
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else 0.0
+
+    @property
+    def fps(self) -> float:
+        return self.frames_out / self.seconds if self.seconds > 0 else 0.0
+
+
+def resolve_device(cfg: Config) -> str:
+    """'cpu' or 'cuda' from cfg.pipeline.device; raises DeviceError if cuda is asked but unusable."""
+    want = cfg.pipeline.device
+    if want == "cpu":
+        return "cpu"
+    try:
+        from .gpu import available as gpu_available  # type: ignore[attr-defined]
+
+        ok, reason = gpu_available()
+    except ImportError as exc:
+        ok, reason = False, f"GPU support not importable: {exc}"
+    if ok:
+        return "cuda"
+    if want == "cuda":
+        raise DeviceError(f"--device cuda asked, but {reason}", hint="install a CuPy build for your CUDA (pip install 'fastswap-cam[cuda]') or use --device cpu")
+    return "cpu"
+
+
+def demo_source_face(swapper) -> SourceFace:
+    """The built-in source face for --input demo: the astronaut portrait, aligned once."""
+    from . import demo
+
+    return face_from_image(demo.portrait("astronaut"), "astronaut", swapper=swapper)
+
+
+def face_from_image(image: np.ndarray, name: str, *, swapper, detector=None) -> SourceFace:
+    """Detect the largest face in a BGR photo and build a prepared SourceFace (aligned at arcface_128/128)."""
+    from . import align
+    from .config import DetectConfig
+
+    if detector is None:
+        from .detect import RetinaFaceDetector
+
+        detector = RetinaFaceDetector(DetectConfig(score=0.5))
+    dets = detector.detect(image)
+    if not dets:
+        raise FaceError(f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal")
+    best = max(dets, key=lambda d: d.area)
+    m = align.estimate(best.landmarks, "arcface_128", 128)
+    crop = align.warp_crops(image, m[None], 128)[0]
+    lm = align.apply(m, best.landmarks).astype(np.float32)
+    face = SourceFace(name=name, image=crop, landmarks=lm)
+    return swapper.prepare(face)
+
+
+def load_face_arg(arg: str, *, swapper, cfg: Config, detector=None) -> SourceFace:
+    """--face NAME|PATH: a face-bank name or a photo path."""
+    p = Path(arg).expanduser()
+    if p.suffix and (p.exists() or "/" in arg or "\\" in arg):
+        import cv2
+
+        if not p.is_file():
+            raise FaceError(f"face photo not found: {p}", hint="check the path, or use a name from `vcam faces list`")
+        img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+        if img is None:
+            raise FaceError(f"cannot read face photo {p}", hint="use a JPEG or PNG image")
+        return face_from_image(img, p.stem, swapper=swapper, detector=detector)
+    try:
+        from .faces import FaceBank
+    except ImportError:
+        raise FaceError(f"unknown face '{arg}'", hint="pass a photo path") from None
+    bank = FaceBank(cfg.faces_dir)
+    return swapper.prepare(bank.load(arg))
+
+
+class Daemon:
+    """Owns the threads of one run. ``run()`` blocks; ``start()``/``stop()`` run it in the background."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        state: RuntimeState | None = None,
+        output=None,
+        source=None,
+        on_status=None,
+        control: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.state = state or RuntimeState()
+        self._output = output
+        self._source = source
+        self._on_status = on_status
+        self._control = control
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.summary = RunSummary()
+        self.frames_out = 0
+        self.ready = threading.Event()
+        self.device = "cpu"
+        self.swapper = None
+        self.detector = None
+        self._components: list = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, **run_kwargs) -> None:
+        def target():
+            try:
+                self.run(**run_kwargs)
+            except VcamError as exc:
+                self.summary.error = str(exc)
+                log.error("%s", exc)
+                self.ready.set()
+
+        self._thread = threading.Thread(target=target, name="vcam-frame-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # -- setup -------------------------------------------------------------------------------
+    def _build(self):
+        from . import capture, publish
+        from .detect import RetinaFaceDetector
+        from .swap import make_swapper
+        from .track import Tracker
+
+        cfg = self.cfg
+        self.device = resolve_device(cfg)
+        if cfg.pipeline.fp16 and self.device == "cpu":
+            warnings.warn("--fp16 needs a CUDA GPU; running FP32 on the CPU", RuntimeWarning, stacklevel=2)
+            log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+
+        source = self._source or capture.open_source(cfg.capture)
+        self._components.append(source)
+        detector = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
+        self.detector = detector
+        tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces)
+        swapper = make_swapper(cfg.swap.swapper, crop_size=cfg.swap.crop_size, color_match=cfg.swap.color_match)
+        self.swapper = swapper
+
+        # Source faces: --face / [swap] source, else the demo face for the demo input, else the bank.
+        if not self.state.names:
+            self._load_faces(swapper, detector)
+
+        fps = cfg.output.fps or source.fps or cfg.capture.fps
+        output = self._output
+        if output is None:
+            w, h = source.width, source.height
+            output = publish.open_output(cfg.output, w, h, fps)
+        self._components.append(output)
+        face_filter = None
+        if cfg.swap.faces == "reference":
+            face_filter = self._reference_filter(detector)
+        if self.device == "cuda":
+            from .gpu.pipeline import GpuPipeline  # type: ignore[import-not-found]
+
+            pipeline = GpuPipeline(cfg, tracker=tracker, swapper=swapper, out_fmt=output.fmt, face_filter=face_filter)
+        else:
+            from .pipeline import Pipeline
+
+            pipeline = Pipeline(cfg, tracker=tracker, swapper=swapper, out_fmt=output.fmt, face_filter=face_filter)
+        return source, output, pipeline, fps
+
+    def _load_faces(self, swapper, detector) -> None:
+        cfg = self.cfg
+        if cfg.swap.source:
+            self.state.add_face(load_face_arg(cfg.swap.source, swapper=swapper, cfg=cfg, detector=detector), activate=True)
+        elif cfg.capture.input == "demo":
+            self.state.add_face(demo_source_face(swapper), activate=True)
+        try:
+            from .faces import FaceBank
+
+            bank = FaceBank(cfg.faces_dir)
+            for entry in bank.list():
+                name = getattr(entry, "name", entry)
+                if name in self.state.names:
+                    continue
+                try:
+                    self.state.add_face(swapper.prepare(bank.load(name)))
+                except VcamError as exc:
+                    log.warning("face '%s' skipped: %s", name, exc)
+        except ImportError:
+            pass
+        except VcamError as exc:
+            log.warning("face bank not loaded: %s", exc)
+
+    def _reference_filter(self, detector):
+        try:
+            from .faces import reference_filter  # type: ignore[attr-defined]
+        except ImportError:
+            raise ConfigError("[swap] faces = 'reference' needs the face bank and a recogniser", hint="vcam models pull arcface_w600k_r50") from None
+        return reference_filter(self.cfg, detector)
+
+    def _start_control(self) -> None:
+        if not self._control:
+            return
+        try:
+            from .control.local import ControlServer  # type: ignore[import-not-found]
+        except ImportError:
+            ControlServer = None  # noqa: N806
+        if ControlServer is not None:
+            try:
+                srv = ControlServer(self.cfg.socket_path, self.state)
+                srv.start()
+                self._components.append(srv)
+            except VcamError as exc:
+                log.warning("local control disabled: %s", exc)
+        if self.cfg.obs.enabled:
+            try:
+                from .control.obs import ObsController  # type: ignore[import-not-found]
+
+                obs = ObsController(self.cfg.obs, self.state)
+                obs.start()
+                self._components.append(obs)
+            except ImportError as exc:
+                log.warning("OBS control unavailable: %s", exc)
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self, *, max_frames: int | None = None, duration: float | None = None) -> RunSummary:
+        from .capture import CaptureThread
+
+        cfg = self.cfg
+        summary = self.summary
+        summary.error = None
+        try:
+            source, output, pipeline, fps = self._build()
+            summary.device = self.device
+            self._start_control()
+            cap = CaptureThread(source)
+            cap.start()
+            self._components.insert(0, cap)
+            self.ready.set()
+            budget = float(cfg.pipeline.max_latency)
+            min_interval = 1.0 / cfg.output.fps if cfg.output.fps else 0.0
+            lat: deque[float] = deque(maxlen=300)
+            stage_sum: dict[str, float] = {}
+            t_start = time.perf_counter()
+            last_status = t_start
+            last_pub = 0.0
+            in_window = deque(maxlen=120)
+            out_window = deque(maxlen=120)
+            status = Status()
+            over_budget_recent = 0
+            while not self._stop.is_set():
+                if max_frames is not None and summary.frames_in >= max_frames:
+                    break
+                now = time.perf_counter()
+                if duration is not None and now - t_start >= duration:
+                    break
+                frame = cap.get(timeout=0.5)
+                if frame is None:
+                    if cap.finished:
+                        break
+                    continue
+                summary.frames_in += 1
+                in_window.append(frame.t_capture)
+                snap = self.state.snapshot()
+                data, stats = pipeline.process(frame, snap)
+                for k, v in stats.stages.items():
+                    stage_sum[k] = stage_sum.get(k, 0.0) + v
+                summary.full_scans += int(stats.full_scan)
+                if min_interval:
+                    wait = last_pub + min_interval - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                t_pub = time.perf_counter()
+                age = t_pub - frame.t_capture
+                if budget > 0 and age > budget:
+                    summary.dropped_latency += 1
+                    over_budget_recent = 30
+                else:
+                    output.send(data)
+                    last_pub = time.perf_counter()
+                    summary.frames_out += 1
+                    self.frames_out = summary.frames_out
+                    out_window.append(last_pub)
+                    lat.append((last_pub - frame.t_capture) * 1000.0)
+                    summary.latencies_ms.append(lat[-1])
+                    over_budget_recent = max(0, over_budget_recent - 1)
+                status.faces = stats.faces
+                status.guarded = stats.guarded
+                if t_pub - last_status >= float(cfg.status.interval):
+                    last_status = t_pub
+                    status.frames_in = summary.frames_in
+                    status.frames_out = summary.frames_out
+                    status.dropped_capture = cap.dropped
+                    status.dropped_latency = summary.dropped_latency
+                    status.full_scans = summary.full_scans
+                    status.fps_in = _rate(in_window)
+                    status.fps_out = _rate(out_window)
+                    if lat:
+                        arr = np.fromiter(lat, dtype=np.float64)
+                        status.latency_p50_ms = float(np.percentile(arr, 50))
+                        status.latency_p99_ms = float(np.percentile(arr, 99))
+                    status.over_budget = over_budget_recent > 0
+                    self.state.publish_status(status)
+                    if self._on_status is not None:
+                        self._on_status(status, self.state.active, self.state.swap_enabled)
+            summary.seconds = time.perf_counter() - t_start
+            summary.dropped_capture = cap.dropped
+            n = max(summary.frames_in, 1)
+            summary.stage_ms = {k: v * 1000.0 / n for k, v in stage_sum.items()}
+            return summary
+        finally:
+            self._shutdown()
+            self.ready.set()
+
+    def _shutdown(self) -> None:
+        # Order: capture thread first (stops reading), then the source, the output, control.
+        for comp in self._components:
+            for meth in ("stop", "close"):
+                fn = getattr(comp, meth, None)
+                if fn is not None:
+                    try:
+                        fn()
+                    except Exception:  # shutdown must finish whatever one part does
+                        log.exception("error while closing %s", type(comp).__name__)
+                    break
+        self._components.clear()
+
+
+def _rate(times: deque) -> float:
+    if len(times) < 2:
+        return 0.0
+    span = times[-1] - times[0]
+    return (len(times) - 1) / span if span > 0 else 0.0
