@@ -232,7 +232,15 @@ def _toml_value(v) -> str:
 def _register_groups() -> None:
     # Each group is a typer.Typer defined next to the code it drives.
     # --- sub-command groups (one line each) ---
-    pass
+    from .control.cli import ctl_app, obs_app
+
+    from .faces import faces_app
+    from .models.cli import app as models_app
+
+    app.add_typer(faces_app, name="faces", help="The face bank: list, add and remove source faces.")
+    app.add_typer(models_app, name="models", help="Model files: list, pull, verify, stand-ins.")
+    app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
+    app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, status.")
 
 
 _register_groups()

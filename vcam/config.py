@@ -110,6 +110,8 @@ class SwapConfig:
     blur: float = _opt(0.3, "Feather of the paste mask as a fraction of the crop half-size.", min=0.0, max=1.0)
     color_match: bool = _opt(True, "Classic swap: match source colours to the target face.")
     crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
+    enhancer: str = _opt("", "Face enhancer model run after the swap ('' : off; e.g. 'gfpgan_1.4').")
+    enhancer_amount: float = _opt(0.8, "How much of the enhanced face is blended in (0..1).", min=0.0, max=1.0)
 
 
 @dataclass(frozen=True)

@@ -68,15 +68,11 @@ def resolve_device(cfg: Config) -> str:
     return "cpu"
 
 
-def demo_source_face(swapper) -> SourceFace:
-    """The built-in source face for --input demo: the astronaut portrait, aligned once."""
-    from . import demo
+def face_from_image(image: np.ndarray, name: str, *, swapper, detector=None, recogniser=None) -> SourceFace:
+    """Detect the largest face in a BGR photo and build a prepared SourceFace (aligned at arcface_128/128).
 
-    return face_from_image(demo.portrait("astronaut"), "astronaut", swapper=swapper)
-
-
-def face_from_image(image: np.ndarray, name: str, *, swapper, detector=None) -> SourceFace:
-    """Detect the largest face in a BGR photo and build a prepared SourceFace (aligned at arcface_128/128)."""
+    With a ``recogniser`` the face's embedding is computed too (neural swappers need it).
+    """
     from . import align
     from .config import DetectConfig
 
@@ -91,11 +87,14 @@ def face_from_image(image: np.ndarray, name: str, *, swapper, detector=None) -> 
     m = align.estimate(best.landmarks, "arcface_128", 128)
     crop = align.warp_crops(image, m[None], 128)[0]
     lm = align.apply(m, best.landmarks).astype(np.float32)
-    face = SourceFace(name=name, image=crop, landmarks=lm)
+    embeddings = {}
+    if recogniser is not None:
+        embeddings[recogniser.name] = np.asarray(recogniser.embed(image, best.landmarks[None]), np.float32)[0]
+    face = SourceFace(name=name, image=crop, landmarks=lm, embeddings=embeddings)
     return swapper.prepare(face)
 
 
-def load_face_arg(arg: str, *, swapper, cfg: Config, detector=None) -> SourceFace:
+def load_face_arg(arg: str, *, swapper, cfg: Config, detector=None, recogniser=None) -> SourceFace:
     """--face NAME|PATH: a face-bank name or a photo path."""
     p = Path(arg).expanduser()
     if p.suffix and (p.exists() or "/" in arg or "\\" in arg):
@@ -106,13 +105,18 @@ def load_face_arg(arg: str, *, swapper, cfg: Config, detector=None) -> SourceFac
         img = cv2.imread(str(p), cv2.IMREAD_COLOR)
         if img is None:
             raise FaceError(f"cannot read face photo {p}", hint="use a JPEG or PNG image")
-        return face_from_image(img, p.stem, swapper=swapper, detector=detector)
-    try:
-        from .faces import FaceBank
-    except ImportError:
-        raise FaceError(f"unknown face '{arg}'", hint="pass a photo path") from None
+        return face_from_image(img, p.stem, swapper=swapper, detector=detector, recogniser=recogniser)
+    from .faces import FaceBank
+
     bank = FaceBank(cfg.faces_dir)
-    return swapper.prepare(bank.load(arg))
+    return bank.load(arg, recogniser=recogniser, swappers=[swapper])
+
+
+class _NoPrepare:
+    """Stands in for a swapper where only the embedding of a face is needed (the reference face)."""
+
+    def prepare(self, face: SourceFace) -> SourceFace:
+        return face
 
 
 class Daemon:
@@ -141,6 +145,7 @@ class Daemon:
         self.ready = threading.Event()
         self.device = "cpu"
         self.swapper = None
+        self.recogniser = None
         self.detector = None
         self._components: list = []
 
@@ -173,7 +178,7 @@ class Daemon:
     def _build(self):
         from . import capture, publish
         from .detect import RetinaFaceDetector
-        from .swap import make_swapper
+        from .swap import BUILT_IN, make_swapper
         from .track import Tracker
 
         cfg = self.cfg
@@ -187,61 +192,85 @@ class Daemon:
         detector = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
         self.detector = detector
         tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces)
-        swapper = make_swapper(cfg.swap.swapper, crop_size=cfg.swap.crop_size, color_match=cfg.swap.color_match)
+        recogniser = enhancer = None
+        if cfg.swap.swapper in BUILT_IN:
+            swapper = make_swapper(cfg.swap.swapper, crop_size=cfg.swap.crop_size, color_match=cfg.swap.color_match)
+        else:
+            from .models.download import ModelStore
+            from .recognize import create_recogniser
+            from .swap_neural import create_swapper
+
+            store = ModelStore.from_config(cfg)
+            swapper = create_swapper(cfg.swap.swapper, cfg, store=store, device=self.device)
+            recogniser = create_recogniser(cfg, store=store, device=self.device)
+        if cfg.swap.faces == "reference" and recogniser is None:
+            from .recognize import create_recogniser
+
+            recogniser = create_recogniser(cfg, device=self.device)
+        if cfg.swap.enhancer:
+            from .swap_neural import create_enhancer
+
+            enhancer = create_enhancer(cfg.swap.enhancer, cfg, amount=cfg.swap.enhancer_amount, device=self.device)
         self.swapper = swapper
+        self.recogniser = recogniser
 
         # Source faces: --face / [swap] source, else the demo face for the demo input, else the bank.
         if not self.state.names:
-            self._load_faces(swapper, detector)
+            self._load_faces(swapper, detector, recogniser)
 
         fps = cfg.output.fps or source.fps or cfg.capture.fps
         output = self._output
         if output is None:
             w, h = source.width, source.height
-            output = publish.open_output(cfg.output, w, h, fps)
+            # Live input: stamp file frames by wall clock (plays at real speed even with drops);
+            # as-fast-as-possible input: by frame count, so the file keeps the input's rate.
+            timing = "wall" if cfg.capture.realtime else "frames"
+            output = publish.open_output(cfg.output, w, h, fps, file_timing=timing)
         self._components.append(output)
         face_filter = None
         if cfg.swap.faces == "reference":
-            face_filter = self._reference_filter(detector)
+            face_filter = self._reference_filter(detector, recogniser)
+        kwargs = dict(tracker=tracker, swapper=swapper, out_fmt=output.fmt, face_filter=face_filter, enhancer=enhancer)
         if self.device == "cuda":
-            from .gpu.pipeline import GpuPipeline  # type: ignore[import-not-found]
+            from .gpu.pipeline import GpuPipeline
 
-            pipeline = GpuPipeline(cfg, tracker=tracker, swapper=swapper, out_fmt=output.fmt, face_filter=face_filter)
+            pipeline = GpuPipeline(cfg, **kwargs)
         else:
             from .pipeline import Pipeline
 
-            pipeline = Pipeline(cfg, tracker=tracker, swapper=swapper, out_fmt=output.fmt, face_filter=face_filter)
+            pipeline = Pipeline(cfg, **kwargs)
         return source, output, pipeline, fps
 
-    def _load_faces(self, swapper, detector) -> None:
+    def _load_faces(self, swapper, detector, recogniser) -> None:
+        """Active face: --face / [swap] source, else the demo face for the demo input; plus the bank."""
+        from .faces import FaceBank
+
         cfg = self.cfg
         if cfg.swap.source:
-            self.state.add_face(load_face_arg(cfg.swap.source, swapper=swapper, cfg=cfg, detector=detector), activate=True)
+            face = load_face_arg(cfg.swap.source, swapper=swapper, cfg=cfg, detector=detector, recogniser=recogniser)
+            self.state.add_face(face, activate=True)
         elif cfg.capture.input == "demo":
-            self.state.add_face(demo_source_face(swapper), activate=True)
-        try:
-            from .faces import FaceBank
+            from . import demo
 
-            bank = FaceBank(cfg.faces_dir)
-            for entry in bank.list():
-                name = getattr(entry, "name", entry)
-                if name in self.state.names:
-                    continue
-                try:
-                    self.state.add_face(swapper.prepare(bank.load(name)))
-                except VcamError as exc:
-                    log.warning("face '%s' skipped: %s", name, exc)
-        except ImportError:
-            pass
-        except VcamError as exc:
-            log.warning("face bank not loaded: %s", exc)
+            face = face_from_image(demo.portrait("astronaut"), "astronaut", swapper=swapper, detector=detector, recogniser=recogniser)
+            self.state.add_face(face, activate=True)
+        bank = FaceBank(cfg.faces_dir)
+        for name in bank.names():
+            if name in self.state.names:
+                continue
+            try:
+                self.state.add_face(bank.load(name, recogniser=recogniser, swappers=[swapper]))
+            except VcamError as exc:
+                log.warning("face '%s' skipped: %s", name, exc)
 
-    def _reference_filter(self, detector):
-        try:
-            from .faces import reference_filter  # type: ignore[attr-defined]
-        except ImportError:
-            raise ConfigError("[swap] faces = 'reference' needs the face bank and a recogniser", hint="vcam models pull arcface_w600k_r50") from None
-        return reference_filter(self.cfg, detector)
+    def _reference_filter(self, detector, recogniser):
+        from .recognize import reference_filter
+
+        cfg = self.cfg
+        if not cfg.swap.reference:
+            raise ConfigError("[swap] faces = 'reference' needs [swap] reference", hint="set it to a face-bank name or a photo path")
+        ref = load_face_arg(cfg.swap.reference, swapper=_NoPrepare(), cfg=cfg, detector=detector, recogniser=recogniser)
+        return reference_filter(recogniser, ref.embeddings[recogniser.name], cfg.swap.reference_threshold)
 
     def _start_control(self) -> None:
         if not self._control:
@@ -322,6 +351,8 @@ class Daemon:
                     over_budget_recent = 30
                 else:
                     output.send(data)
+                    if getattr(output, "user_closed", False):  # preview window closed by the user
+                        self._stop.set()
                     last_pub = time.perf_counter()
                     summary.frames_out += 1
                     self.frames_out = summary.frames_out

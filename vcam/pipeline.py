@@ -59,6 +59,7 @@ class Pipeline:
         swapper: Swapper,
         out_fmt: PixelFormat = PixelFormat.BGR,
         face_filter: FaceFilter | None = None,
+        enhancer=None,
     ) -> None:
         self.cfg = cfg
         self.tracker = tracker
@@ -72,6 +73,7 @@ class Pipeline:
         if face_filter is None:
             face_filter = select_largest if cfg.swap.faces == "largest" else select_all
         self.face_filter = face_filter
+        self.enhancer = enhancer
         self._buf: _Buffers | None = None
         self.last_tracks: list[Track] = []
 
@@ -116,6 +118,8 @@ class Pipeline:
                 swapped = self.swapper.swap(crops, face)
                 t4 = time.perf_counter()
                 blend.paste_back(img, swapped, self._mats[:n], self.mask, n)
+                if self.enhancer is not None:
+                    self.enhancer.enhance(img, np.stack([tr.landmarks for tr in chosen]))
                 t5 = time.perf_counter()
                 stages["align"] = t3 - t2
                 stages["swap"] = t4 - t3

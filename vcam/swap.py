@@ -140,16 +140,18 @@ class SolidSwapper:
         return out
 
 
-def make_swapper(name: str, *, crop_size: int = 128, color_match: bool = True, **neural_kwargs) -> Swapper:
-    """Swapper by name: 'classic', 'identity', 'solid', or a swapper model of the registry."""
+BUILT_IN = ("classic", "identity", "solid")
+
+
+def make_swapper(name: str, *, crop_size: int = 128, color_match: bool = True) -> Swapper:
+    """A built-in swapper by name: 'classic', 'identity' or 'solid'.
+
+    Neural swappers from the model registry are built by :func:`vcam.swap_neural.create_swapper`.
+    """
     if name == "classic":
         return ClassicSwapper(crop_size, color_match)
     if name == "identity":
         return IdentitySwapper(crop_size)
     if name == "solid":
         return SolidSwapper(crop_size)
-    try:
-        from . import swap_neural
-    except ImportError as exc:  # pragma: no cover - packaging error
-        raise ConfigError(f"unknown swapper '{name}'", hint="use 'classic' or a model from `vcam models list`") from exc
-    return swap_neural.make_model_swapper(name, **neural_kwargs)
+    raise ConfigError(f"unknown built-in swapper '{name}'", hint="use 'classic' or a model from `vcam models list`")

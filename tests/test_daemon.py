@@ -1,0 +1,164 @@
+"""The daemon end to end on the demo clip: clean start/stop, latency budget, CLI messages."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import av
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vcam.cli import app, format_status
+from vcam.config import Config, Duration
+from vcam.daemon import Daemon
+from vcam.publish import NullOutput
+from vcam.state import Status
+from vcam.types import PixelFormat
+
+
+def demo_cfg(**capture):
+    cfg = Config()
+    cap = dict(input="demo", width=640, height=360, realtime=False)
+    cap.update(capture)
+    return cfg.replace(
+        capture=replace(cfg.capture, **cap),
+        pipeline=replace(cfg.pipeline, device="cpu", max_latency=Duration(0)),
+        output=replace(cfg.output, target="null"),
+    )
+
+
+class Capturing(NullOutput):
+    def __init__(self, w, h, fmt=PixelFormat.I420):
+        super().__init__(w, h, 30.0, fmt=fmt)
+        self.frames_seen = []
+
+    def send(self, data):
+        super().send(data)
+        self.frames_seen.append(np.array(data, copy=True))
+
+
+def test_daemon_runs_demo_and_stops_cleanly():
+    out = Capturing(640, 360)
+    before = set(threading.enumerate())
+    d = Daemon(demo_cfg(), output=out, control=False)
+    s = d.run(max_frames=25)
+    assert s.frames_in == 25 and s.frames_out == 25
+    assert len(out.frames_seen) == 25 and out.frames_seen[0].shape == (540, 640)
+    assert out.closed
+    assert d.state.active == "astronaut"
+    time.sleep(0.2)
+    left = [t for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert not left, left
+    # The swap really happened: with swap off the same frames come out different.
+    off = Capturing(640, 360)
+    d2 = Daemon(demo_cfg(), output=off, control=False)
+    d2.state.set_swap("off")
+    d2.run(max_frames=3)
+    assert np.abs(off.frames_seen[0].astype(int) - out.frames_seen[0]).mean() > 0.1
+
+
+def test_latency_budget_drops_and_counts():
+    cfg = demo_cfg()
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, max_latency=Duration(1e-6)))
+    out = Capturing(640, 360)
+    s = Daemon(cfg, output=out, control=False).run(max_frames=10)
+    assert s.frames_in == 10
+    assert s.dropped_latency == 10 and s.frames_out == 0 and out.frames == 0
+
+
+def test_status_line_shows_budget_exceeded():
+    st = Status(fps_in=30, fps_out=12, latency_p50_ms=40, latency_p99_ms=80, over_budget=True, faces=1)
+    line = format_status(st, "astronaut", True)
+    assert "OVER LATENCY BUDGET" in line and "face astronaut" in line and "p99  80.0 ms" in line
+
+
+def test_background_start_stop_while_frames_flow():
+    cfg = demo_cfg(realtime=True)
+    out = Capturing(640, 360)
+    d = Daemon(cfg, output=out, control=False)
+    d.start()
+    assert d.ready.wait(30)
+    deadline = time.time() + 30
+    while out.frames < 5 and time.time() < deadline:
+        time.sleep(0.05)
+    d.stop()
+    assert out.frames >= 5 and out.closed
+    assert d._thread is not None and not d._thread.is_alive()
+
+
+runner = CliRunner()
+
+
+def test_cli_run_to_file_decodes(tmp_path):
+    target = tmp_path / "demo.mp4"
+    r = runner.invoke(app, ["run", "--input", "demo", "--output", f"file:{target}", "--frames", "12", "--fast",
+                            "--max-latency", "0", "--device", "cpu", "--quiet"])
+    assert r.exit_code == 0, r.output
+    with av.open(str(target)) as c:
+        frames = list(c.decode(video=0))
+    assert len(frames) == 12 and (frames[0].width, frames[0].height) == (1280, 720)
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["--input", "/nonexistent/clip.mp4"], 3, "not found"),
+    (["--input", "webcam:57"], 3, "camera 57 not found"),
+    (["--max-latency", "soon"], 2, "max_latency: expected a duration like '33ms'"),
+    (["--device", "gpu"], 2, "device: expected one of 'auto', 'cpu', 'cuda'"),
+    (["--output", "printer"], 4, "use one of"),
+    (["--face", "/nonexistent/me.jpg"], 7, "face photo not found"),
+])
+def test_cli_bad_input_one_clear_line(args, code, needle, tmp_path):
+    base = ["run", "--input", "demo", "--output", "null", "--frames", "3", "--quiet", "--device", "cpu"]
+    r = runner.invoke(app, base + args)  # a repeated option: the last one wins
+    assert r.exit_code == code, r.output
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.output
+    assert needle in r.output
+
+
+def test_cli_corrupt_video_and_bad_config(tmp_path):
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(os.urandom(4096))
+    r = runner.invoke(app, ["run", "--input", str(bad), "--output", "null", "--frames", "3", "--quiet"])
+    assert r.exit_code == 3 and "error:" in r.output
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[output]\ntargte = 'null'\n")
+    r = runner.invoke(app, ["run", "--config", str(cfg)])
+    assert r.exit_code == 2
+    assert "unknown key 'targte' in [output]; did you mean 'target'?" in r.output
+
+
+def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
+    r = runner.invoke(app, ["run", "--input", "demo", "--output", "null", "--frames", "3", "--fast", "--fp16",
+                            "--device", "cpu", "--quiet", "--max-latency", "0"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("--fp16 needs a CUDA GPU") == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_daemon_cleanly(tmp_path, sig):
+    target = tmp_path / "live.mp4"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "vcam", "run", "--input", "demo", "--output", f"file:{target}",
+                          "--device", "cpu", "--quiet", "--max-latency", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not list(tmp_path.glob("*.partial*")) and not target.exists():
+            time.sleep(0.2)
+        time.sleep(1.0)
+        p.send_signal(sig)
+        outp, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, outp
+    assert "stopped:" in outp
+    with av.open(str(target)) as c:  # finalised: it decodes
+        n = sum(1 for _ in c.decode(video=0))
+    assert n > 0

@@ -1,0 +1,479 @@
+"""OBS control against a real OBS Studio (obs-websocket 5) under Xvfb.
+
+One OBS instance is shared by the module; the kill/restart test starts its own. A small frame loop
+(``Frames``) reads the runtime state the way the daemon does, so "video keeps running" is checked by
+its frame counter; the daemon end-to-end test drives the real ``Daemon`` on the demo clip.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vcam
+
+from conftest import require
+from obs_harness import CapturingOutput, ObsInstance, colour_pixels, demo_daemon_config, free_port, missing_programs, solid_faces
+
+from vcam.config import ObsConfig
+from vcam.control.cli import obs_app
+from vcam.control.obs import (
+    FACE_PREFIX,
+    SWAP_SOURCE,
+    ObsController,
+    connect,
+    face_source_name,
+    obs_check,
+    setup_scene,
+    show_hotkey,
+)
+from vcam.state import RuntimeState, Status
+from vcam.types import SourceFace
+
+pytestmark = pytest.mark.obs
+
+SCENE = "FastSwap Faces"
+FACES = ("alice", "bob", "carol")
+COLOURS = {"alice": (0, 0, 255), "bob": (255, 0, 0), "carol": (0, 255, 0)}
+
+
+def _need_obs():
+    missing = missing_programs()
+    if missing:
+        require("obs", f"{', '.join(missing)} not installed (apt-get install obs-studio xvfb libgl1-mesa-dri)")
+
+
+@pytest.fixture(scope="module")
+def obs_server(tmp_path_factory):
+    _need_obs()
+    inst = ObsInstance(tmp_path_factory.mktemp("obs"))
+    inst.start()
+    yield inst
+    inst.close()
+
+
+@pytest.fixture(scope="module")
+def face_images(tmp_path_factory):
+    import cv2
+
+    d = tmp_path_factory.mktemp("faces")
+    out = {}
+    for name in FACES:
+        img = np.empty((64, 64, 3), np.uint8)
+        img[...] = COLOURS[name]
+        out[name] = d / f"{name}.png"
+        cv2.imwrite(str(out[name]), img)
+    return out
+
+
+def obs_cfg(inst: ObsInstance, **kw) -> ObsConfig:
+    base = dict(enabled=True, host="127.0.0.1", port=inst.port, password=inst.password, scene=SCENE, password_env="")
+    base.update(kw)
+    return ObsConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def scene(obs_server, face_images):
+    client = connect(obs_cfg(obs_server))
+    try:
+        report = setup_scene(client, face_images, scene=SCENE)
+    finally:
+        client.disconnect()
+    return report
+
+
+@pytest.fixture
+def client(obs_server):
+    c = connect(obs_cfg(obs_server))
+    yield c
+    c.disconnect()
+
+
+def make_state(active: str = "alice") -> RuntimeState:
+    faces = {}
+    for n in FACES:
+        img = np.empty((128, 128, 3), np.uint8)
+        img[...] = COLOURS[n]
+        faces[n] = SourceFace(name=n, image=img)
+    return RuntimeState(faces, active=active)
+
+
+class Frames:
+    """A stand-in frame loop: reads one snapshot per 'frame' like the daemon and counts frames."""
+
+    def __init__(self, state: RuntimeState) -> None:
+        self.state = state
+        self.count = 0
+        self.last_face: str | None = None
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, name="test-frames", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            snap = self.state.snapshot()
+            self.last_face = snap.face.name if snap.face else None
+            self.count += 1
+            if self.count % 10 == 0:
+                self.state.publish_status(Status(fps_out=25.0, latency_p50_ms=12.0, frames_out=self.count))
+            time.sleep(0.01)
+
+    def __enter__(self) -> Frames:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def advancing(self, seconds: float = 0.3) -> bool:
+        n = self.count
+        time.sleep(seconds)
+        return self.count > n
+
+
+def wait_for(pred, timeout: float = 5.0, step: float = 0.01) -> float | None:
+    """Seconds until ``pred()`` held, or None on timeout."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if pred():
+            return time.perf_counter() - t0
+        time.sleep(step)
+    return None
+
+
+def visible(client, scene: str = SCENE) -> dict[str, bool]:
+    return {i["sourceName"]: bool(i["sceneItemEnabled"]) for i in client.get_scene_item_list(scene).scene_items}
+
+
+def visible_faces(client) -> list[str]:
+    return sorted(n[len(FACE_PREFIX):] for n, on in visible(client).items() if n.startswith(FACE_PREFIX) and on)
+
+
+class EventRecorder:
+    """A second websocket client that records CustomEvents (to read the controller's replies)."""
+
+    def __init__(self, cfg: ObsConfig) -> None:
+        self.events: list[dict] = []
+
+        def on_custom_event(data):
+            self.events.append({k: getattr(data, k) for k in data.attrs()})
+
+        self.client = connect(cfg, events=True)
+        self.client.callback.register(on_custom_event)
+
+    def replies(self) -> list[dict]:
+        return [e["vcam_reply"] for e in self.events if "vcam_reply" in e]
+
+    def close(self) -> None:
+        self.client.disconnect()
+
+
+@pytest.fixture
+def controller(obs_server, scene):
+    state = make_state()
+    ctl = ObsController(obs_cfg(obs_server), state, retry_min=0.2, retry_max=1.0)
+    ctl.start()
+    assert ctl.connected.wait(10), ctl.last_error
+    yield ctl, state
+    ctl.stop()
+
+
+# --- setup -----------------------------------------------------------------------------------
+
+
+def test_setup_scene_creates_sources_and_is_idempotent(obs_server, scene, client, face_images):
+    assert scene.scene == SCENE
+    shown = visible(client)
+    for name in FACES:
+        assert face_source_name(name) in shown
+    assert SWAP_SOURCE in shown and "FastSwap Status" in shown
+    assert visible_faces(client) == ["alice"]  # only the first face is shown
+    settings = client.get_input_settings("Face: bob").input_settings
+    assert settings["file"] == str(face_images["bob"].resolve())
+    hotkeys = set(client.get_hot_key_list().hotkeys)
+    for hk, label in scene.hotkeys[: len(FACES)]:
+        assert hk in hotkeys
+        assert label.startswith("Show 'Face: ")
+    again = setup_scene(client, face_images, scene=SCENE)
+    assert not again.scene_created and again.created == [] and again.updated == []
+    assert sorted(again.kept) == sorted([face_source_name(n) for n in FACES] + [SWAP_SOURCE, "FastSwap Status"])
+    assert len(client.get_scene_item_list(SCENE).scene_items) == len(shown)
+    text = "\n".join(again.lines())
+    assert "Show 'Face: alice'" in text and "Settings -> Hotkeys" in text
+
+
+def test_setup_adds_a_camera_source_to_the_current_scene(client, scene):
+    current = client.get_current_program_scene().current_program_scene_name
+    report = setup_scene(client, {}, scene=SCENE, add_camera_source=True, camera_name="FastSwap Cam", camera_device="/dev/video42")
+    assert "FastSwap Cam" in report.created
+    assert "FastSwap Cam" in visible(client, current)
+    assert client.get_input_settings("FastSwap Cam").input_settings["device_id"] == "/dev/video42"
+    again = setup_scene(client, {}, scene=SCENE, add_camera_source=True, camera_name="FastSwap Cam", camera_device="/dev/video42")
+    assert "FastSwap Cam" in again.kept
+
+
+def test_obs_check(obs_server, scene):
+    ok, msg = obs_check(obs_cfg(obs_server))
+    assert ok, msg
+    assert f"scene '{SCENE}' with faces alice, bob, carol" in msg
+    ok, msg = obs_check(obs_cfg(obs_server, scene="No Such Scene"))
+    assert not ok and "scene 'No Such Scene' is missing; run `vcam obs setup`" in msg
+    ok, msg = obs_check(obs_cfg(obs_server, password="wrong"))
+    assert not ok and "rejected the websocket password" in msg
+    closed = free_port()
+    assert obs_check(obs_cfg(obs_server, enabled=False, port=closed)) == (True, "not configured")
+    ok, msg = obs_check(obs_cfg(obs_server, port=closed))
+    assert not ok and f"OBS is not reachable at 127.0.0.1:{closed}" in msg
+
+
+# --- switching -------------------------------------------------------------------------------
+
+
+def test_hotkeys_switch_faces_radio_style(controller, client):
+    ctl, state = controller
+    assert wait_for(lambda: visible_faces(client) == ["alice"], 3) is not None
+    with Frames(state) as frames:
+        for name in ("bob", "carol", "alice", "bob"):
+            client.trigger_hot_key_by_name(show_hotkey(face_source_name(name)))
+            took = wait_for(lambda: state.active == name, 0.5)
+            assert took is not None, f"hotkey for {name} not applied within 500 ms"
+            assert wait_for(lambda: frames.last_face == name, 1) is not None
+            assert wait_for(lambda: visible_faces(client) == [name], 2) is not None, visible(client)
+        assert frames.advancing()
+
+
+def test_swap_source_visibility_is_the_switch(controller, client):
+    ctl, state = controller
+    item = client.get_scene_item_id(SCENE, SWAP_SOURCE).scene_item_id
+    client.set_scene_item_enabled(SCENE, item, False)  # the eye icon
+    assert wait_for(lambda: state.swap_enabled is False, 2) is not None
+    client.trigger_hot_key_by_name(show_hotkey(SWAP_SOURCE))
+    assert wait_for(lambda: state.swap_enabled is True, 2) is not None
+
+
+def test_custom_events_switch_face_and_toggle_swap(controller, client, obs_server):
+    ctl, state = controller
+    rec = EventRecorder(obs_cfg(obs_server))
+    try:
+        with Frames(state) as frames:
+            client.broadcast_custom_event({"eventData": {"vcam": {"face": "carol"}}})
+            assert wait_for(lambda: state.active == "carol", 2) is not None
+            assert wait_for(lambda: visible_faces(client) == ["carol"], 2) is not None
+            client.broadcast_custom_event({"eventData": {"vcam": {"swap": "toggle"}}})
+            assert wait_for(lambda: state.swap_enabled is False, 2) is not None
+            assert wait_for(lambda: visible(client)[SWAP_SOURCE] is False, 2) is not None
+            client.broadcast_custom_event({"eventData": {"vcam": {"face": "next", "swap": "toggle"}}})
+            assert wait_for(lambda: state.active == "alice" and state.swap_enabled, 2) is not None
+            # An unknown face: reported back, nothing else changes, the controller keeps going.
+            client.broadcast_custom_event({"eventData": {"vcam": {"face": "nobody"}}})
+            assert wait_for(lambda: any(not r["ok"] for r in rec.replies()), 2) is not None
+            bad = [r for r in rec.replies() if not r["ok"]][0]
+            assert "unknown face 'nobody'" in bad["error"] and bad["face"] == "alice"
+            assert state.active == "alice"
+            assert frames.advancing()
+            assert ctl.connected.is_set()
+            client.broadcast_custom_event({"eventData": {"vcam": {"face": "prev"}}})
+            assert wait_for(lambda: state.active == "carol", 2) is not None
+            client.broadcast_custom_event({"eventData": {"other_tool": {"x": 1}}})  # not ours: ignored
+        oks = [r for r in rec.replies() if r["ok"]]
+        assert oks[0] == {"ok": True, "face": "carol", "swap": "on"}
+    finally:
+        rec.close()
+
+
+def test_unknown_face_source_is_hidden_again(controller, client):
+    """A 'Face: X' source for a face the daemon has not loaded: warning, the active face stays."""
+    ctl, state = controller
+    client.create_input(SCENE, "Face: stranger", "image_source", {}, False)
+    try:
+        client.trigger_hot_key_by_name(show_hotkey("Face: stranger"))
+        assert wait_for(lambda: visible_faces(client) == [state.active], 2) is not None
+        assert state.active == "alice"
+        assert ctl.connected.is_set()
+    finally:
+        client.remove_input("Face: stranger")
+
+
+def test_state_changes_from_elsewhere_show_in_obs(controller, client):
+    ctl, state = controller
+    state.set_face("bob")  # what `vcam ctl face bob` does
+    assert wait_for(lambda: visible_faces(client) == ["bob"], 2) is not None
+    state.set_swap("off")
+    assert wait_for(lambda: visible(client)[SWAP_SOURCE] is False, 2) is not None
+    state.set_swap("on")
+    assert wait_for(lambda: visible(client)[SWAP_SOURCE] is True, 2) is not None
+
+
+def test_status_text_source(controller, client):
+    ctl, state = controller
+    state.publish_status(Status(fps_out=29.5, latency_p50_ms=41.0))
+    state.set_face("carol")
+
+    def text():
+        return client.get_input_settings("FastSwap Status").input_settings.get("text", "")
+
+    assert wait_for(lambda: text() == "face: carol  swap: on  29.5 fps  41 ms", 3) is not None, text()
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+def test_wrong_password_one_clear_error_video_keeps_running(obs_server, scene, caplog):
+    caplog.set_level(logging.DEBUG)
+    state = make_state()
+    bad = "not-the-password-" + obs_server.password[:4]
+    ctl = ObsController(obs_cfg(obs_server, password=bad), state, auth_retry=0.2)
+    with Frames(state) as frames:
+        ctl.start()
+        time.sleep(1.0)  # several attempts
+        assert frames.advancing()
+        ctl.stop()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert f"OBS at 127.0.0.1:{obs_server.port} rejected the websocket password" in errors[0].getMessage()
+    assert "Tools -> WebSocket Server Settings" in errors[0].getMessage()
+    assert not ctl.connected.is_set() and ctl.connections == 0
+    assert bad not in caplog.text
+
+
+def test_password_never_logged(obs_server, scene, caplog, capsys, monkeypatch):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("VCAM_TEST_OBS_PW", obs_server.password)
+    cfg = obs_cfg(obs_server, password="", password_env="VCAM_TEST_OBS_PW")
+    state = make_state()
+    ctl = ObsController(cfg, state)
+    ctl.start()
+    assert ctl.connected.wait(10)
+    c = connect(cfg)
+    c.trigger_hot_key_by_name(show_hotkey("Face: bob"))
+    assert wait_for(lambda: state.active == "bob", 2) is not None
+    c.disconnect()
+    ctl.stop()
+    assert obs_check(cfg)[0]
+    assert logging.getLogger("obsws_python").getEffectiveLevel() >= logging.WARNING
+    out = capsys.readouterr()
+    assert any(r.name.startswith("vcam") for r in caplog.records)  # something was logged at all
+    for text in (caplog.text, out.out, out.err, *(str(r.args) for r in caplog.records)):
+        assert obs_server.password not in text
+
+
+def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
+    _need_obs()
+    caplog.set_level(logging.INFO)
+    hook_calls = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: hook_calls.append(args))
+    inst = ObsInstance(tmp_path)
+    inst.start()
+    try:
+        cfg = obs_cfg(inst)
+        c = connect(cfg)
+        setup_scene(c, face_images, scene=SCENE)
+        c.disconnect()
+        state = make_state()
+        ctl = ObsController(cfg, state, retry_min=0.2, retry_max=1.0)
+        with Frames(state) as frames:
+            ctl.start()
+            assert ctl.connected.wait(10)
+            inst.kill()
+            assert wait_for(lambda: not ctl.connected.is_set(), 5) is not None
+            assert frames.advancing(0.5)
+            n = frames.count
+            state.set_face("carol")  # control still works locally while OBS is gone
+            assert wait_for(lambda: frames.last_face == "carol", 1) is not None
+            inst.start()
+            assert wait_for(lambda: ctl.connected.is_set(), 15) is not None, ctl.last_error
+            assert ctl.connections == 2
+            c = connect(cfg)
+            try:
+                assert wait_for(lambda: visible_faces(c) == ["carol"], 3) is not None  # state mirrored after reconnect
+                c.trigger_hot_key_by_name(show_hotkey("Face: bob"))
+                assert wait_for(lambda: state.active == "bob", 2) is not None
+                assert wait_for(lambda: visible_faces(c) == ["bob"], 2) is not None
+            finally:
+                c.disconnect()
+            assert frames.count > n
+            ctl.stop()
+        assert hook_calls == []
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        msgs = [r.getMessage() for r in caplog.records if r.name.startswith("vcam")]
+        assert "lost the connection to OBS; reconnecting in the background" in msgs
+    finally:
+        inst.close()
+
+
+# --- end to end: the daemon on the demo clip, driven from OBS ----------------------------------
+
+
+def test_daemon_follows_obs_hotkeys_and_custom_events(obs_server, scene, client, tmp_path):
+    from vcam.daemon import Daemon
+
+    for it in client.get_scene_item_list(SCENE).scene_items:  # anything but "only bob visible"
+        if it["sourceName"].startswith(FACE_PREFIX):
+            client.set_scene_item_enabled(SCENE, it["sceneItemId"], it["sourceName"] != "Face: bob")
+    state = RuntimeState(solid_faces(("alice", "bob")), active="bob")
+    out = CapturingOutput()
+    daemon = Daemon(demo_daemon_config(tmp_path / "vcam.sock", obs=obs_cfg(obs_server)), state=state, output=out)
+    daemon.start()
+    try:
+        assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
+        # Connected once OBS mirrors the daemon's state (bob) onto the face sources.
+        assert wait_for(lambda: visible_faces(client) == ["bob"], 10) is not None, visible(client)
+        for name, other in (("alice", "bob"), ("bob", "alice")):
+            client.trigger_hot_key_by_name(show_hotkey(face_source_name(name)))
+            assert wait_for(lambda: state.active == name, 0.5) is not None, f"{name}: not active within 500 ms"
+            assert wait_for(lambda: visible_faces(client) == [name], 2) is not None
+            n = out.frames
+            assert wait_for(lambda: out.frames > n + 2 and colour_pixels(out.last, name) > 200, 10) is not None
+            assert colour_pixels(out.last, other) < 20
+        client.broadcast_custom_event({"eventData": {"vcam": {"swap": "off"}}})
+        n = out.frames
+        assert wait_for(lambda: out.frames > n + 2 and colour_pixels(out.last, "bob") < 20, 10) is not None
+        client.broadcast_custom_event({"eventData": {"vcam": {"face": "nobody", "swap": "on"}}})
+        n = out.frames
+        assert wait_for(lambda: out.frames > n + 5, 10) is not None  # still publishing
+        assert state.active == "bob"
+        assert daemon.summary.error is None
+    finally:
+        daemon.stop()
+    assert out.closed
+
+
+def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
+    from vcam.config import DetectConfig
+    from vcam.detect import RetinaFaceDetector
+    from vcam.faces import FaceBank
+    from typer.testing import CliRunner
+
+    faces_dir = tmp_path / "faces"
+    bank = FaceBank(faces_dir)
+    det = RetinaFaceDetector(DetectConfig(score=0.5))
+    for photo in ("astronaut.jpg", "grace_hopper.jpg"):
+        bank.add(Path(vcam.__file__).parent / "assets" / photo, detector=det)
+    names = bank.names()
+    monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text(
+        f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "CLI Faces"\n[faces]\ndir = "{faces_dir}"\n'
+    )
+    runner = CliRunner()
+    res = runner.invoke(obs_app, ["status", "--config", str(cfg_file)])
+    assert res.exit_code == 8 and "scene 'CLI Faces' is missing; run `vcam obs setup`" in res.output
+    res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
+    assert res.exit_code == 0, res.output
+    assert "scene 'CLI Faces' created" in res.output
+    for n in names:
+        assert f"Show 'Face: {n}'" in res.output
+    res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
+    assert res.exit_code == 0 and "scene 'CLI Faces' already there" in res.output
+    res = runner.invoke(obs_app, ["status", "--config", str(cfg_file)])
+    assert res.exit_code == 0, res.output
+    assert f"with faces {', '.join(names)}" in res.output.replace("\n", " ")
+    assert obs_server.password not in res.output
+    monkeypatch.setenv("VCAM_OBS_PASSWORD", "wrong")
+    res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
+    assert res.exit_code == 8 and "rejected the websocket password" in res.output

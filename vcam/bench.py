@@ -1,0 +1,315 @@
+"""``vcam bench``: the GPU hot path against the naive loop, on synthetic frames.
+
+For each frame size and face count: per-stage device times (CUDA events), end-to-end latency p50/p99
+from the raw frame in a pinned host buffer to the output bytes in a pinned host buffer, throughput
+with pipelining (submit frame N+1 before collecting frame N), and peak GPU memory; and in the same run
+the naive loop (per frame: upload, CPU warp with OpenCV, one model call per face, download, float
+blend of the full frame on the CPU). The swapper is the inswapper architecture with random weights
+(FP16, channels-last, CUDA graphs); the detector is the embedded RetinaFace on the GPU, run on one
+region per face every frame (as the tracker does between scans) with its real readback, while the
+faces themselves are fixed synthetic positions so every configuration swaps exactly N faces.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceError
+from .types import Frame, PixelFormat, Track
+
+SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
+# arcface_112_v2 five points at 112 px, used to place synthetic faces.
+_FACE5 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]])
+
+
+def synthetic_faces(n: int, width: int, height: int, side: float | None = None) -> list[np.ndarray]:
+    """``n`` non-overlapping faces (5-point landmarks) on a grid over the frame."""
+    cols = int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / cols))
+    side = side or min(width / cols, height / rows) * 0.5
+    out = []
+    for k in range(n):
+        r, c = divmod(k, cols)
+        cx, cy = (c + 0.5) * width / cols, (r + 0.5) * height / rows
+        out.append((_FACE5 / 112.0 - 0.5) * side + np.array([cx, cy]))
+    return out
+
+
+def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) -> np.ndarray:
+    """A textured (not constant) raw frame in ``fmt``."""
+    from .convert import from_bgr
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    bgr = np.stack([(x * 255 // max(width - 1, 1)), (y * 255 // max(height - 1, 1)), ((x + y) % 256)], -1).astype(np.int16)
+    bgr = np.clip(bgr + rng.integers(-20, 21, bgr.shape), 0, 255).astype(np.uint8)
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB):
+        return bgr if fmt is PixelFormat.BGR else bgr[..., ::-1].copy()
+    if fmt is PixelFormat.YUYV:
+        i420 = from_bgr(bgr, PixelFormat.I420)
+        yy = i420[:height]
+        u = i420[height : height + height // 4].reshape(height // 2, width // 2)
+        v = i420[height + height // 4 :].reshape(height // 2, width // 2)
+        out = np.empty((height, width // 2, 4), np.uint8)
+        out[..., 0], out[..., 2] = yy[:, 0::2], yy[:, 1::2]
+        out[..., 1], out[..., 3] = np.repeat(u, 2, 0), np.repeat(v, 2, 0)
+        return out.reshape(height, width, 2)
+    return from_bgr(bgr, fmt)
+
+
+def typer_option(default: Any, *names: str, help: str = "") -> Any:
+    try:
+        import typer
+    except ImportError:  # pragma: no cover - typer is a dependency
+        return default
+    return typer.Option(default, *names, help=help)
+
+
+class FixedTracker:
+    """Bench tracker: runs the detector on one region per face every frame (real work and readback)
+    and returns the same ``n`` tracks, so each configuration swaps exactly ``n`` faces."""
+
+    def __init__(self, detector: Any, faces: list[np.ndarray]) -> None:
+        self.detector = detector
+        self.last_full_scan = False
+        self.tracks = []
+        rects = []
+        for i, lm in enumerate(faces):
+            x1, y1 = lm.min(0) - 20
+            x2, y2 = lm.max(0) + 20
+            self.tracks.append(Track(id=i, box=np.array([x1, y1, x2, y2], np.float32), landmarks=lm.astype(np.float32), score=1.0))
+            side = 2.0 * max(x2 - x1, y2 - y1)
+            rects.append([(x1 + x2 - side) / 2, (y1 + y2 - side) / 2, side])
+        self.rects = np.array(rects, dtype=np.float64)
+
+    def update(self, frame: Any, seq: int, t: float | None = None) -> list[Track]:
+        self.last_detections = self.detector.detect_regions(frame, self.rects)
+        return self.tracks
+
+
+@dataclass
+class _Snap:
+    face: Any
+    swap_enabled: bool = True
+    version: int = 0
+
+
+def _pct(v: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(v) * 1e3, q)) if v else float("nan")
+
+
+def _swapper_module(seed: int = 0) -> tuple[Any, str]:
+    try:
+        from .engines.inswapper_torch import build_inswapper
+
+        return build_inswapper(seed), "vcam.engines.inswapper_torch"
+    except ImportError:
+        from .gpu.inswapper_arch import build_inswapper as own
+
+        return own(seed), "vcam.gpu.inswapper_arch"
+
+
+def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt: PixelFormat = PixelFormat.NV12,
+              out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None) -> dict:
+    import cupy
+    import torch
+
+    from .config import Config, PipelineConfig
+    from .gpu.pipeline import GpuNeuralSwapper, GpuPipeline, GpuRetinaFace, Transfers
+    from .types import SourceFace
+
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    free0 = cupy.cuda.runtime.memGetInfo()[0]
+    cfg = Config(pipeline=PipelineConfig(max_faces=max(8, faces)))
+    xfer = Transfers()
+    compute = cupy.cuda.Stream(non_blocking=True)
+    det = GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=fp16, max_regions=max(8, faces), transfers=xfer, stream=compute)
+    det.warmup(height, width)
+    sw = GpuNeuralSwapper(module, max_faces=max(8, faces), fp16=fp16)
+    sw.warmup()
+    tracker = FixedTracker(det, synthetic_faces(faces, width, height))
+    pipe = GpuPipeline(cfg, tracker=tracker, swapper=sw, width=width, height=height, in_fmt=in_fmt, out_fmt=out_fmt,
+                       transfers=xfer, stream=compute, timing=True)
+    face = SourceFace(name="bench", image=np.zeros((128, 128, 3), np.uint8), latents={sw.name: np.random.default_rng(1).standard_normal(512).astype(np.float32)})
+    snap = _Snap(face)
+    raw = synthetic_frame(width, height, in_fmt)
+
+    def frame(seq: int) -> Frame:
+        slot = pipe.host_slot()
+        np.copyto(slot, raw.reshape(slot.shape))  # the camera's write, outside the timed region
+        return Frame(data=slot, width=width, height=height, fmt=in_fmt, t_capture=0.0, seq=seq)
+
+    for i in range(10):
+        pipe.process(frame(i), snap)
+    lat, stages = [], {}
+    c0 = xfer.snapshot()
+    for i in range(frames):
+        f = frame(i)
+        t0 = time.perf_counter()
+        _, st = pipe.process(f, snap)
+        lat.append(time.perf_counter() - t0)
+        for k, v in st.stages.items():
+            stages.setdefault(k, []).append(v)
+    c1 = xfer.snapshot()
+    # Throughput with pipelining: frame N+1 is submitted before frame N is collected.
+    t0 = time.perf_counter()
+    prev = None
+    for i in range(frames):
+        s = pipe.submit(frame(i), snap)
+        if prev is not None:
+            pipe.collect(prev)
+        prev = s
+    pipe.collect(prev)
+    fps = frames / (time.perf_counter() - t0)
+    free1 = cupy.cuda.runtime.memGetInfo()[0]
+    peak = torch.cuda.max_memory_reserved() + pool.total_bytes()
+    res = {
+        "size": f"{width}x{height}", "faces": faces, "in_fmt": in_fmt.value, "out_fmt": out_fmt.value, "fp16": fp16,
+        "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "fps_pipelined": fps,
+        "stages_ms": {k: float(np.median(v) * 1e3) for k, v in stages.items()},
+        "copies_per_frame": {"h2d": (c1[0] - c0[0]) / frames, "d2h": (c1[1] - c0[1]) / frames},
+        "peak_gpu_mb_allocators": peak / 2**20,
+        "gpu_mb_in_use_device": (free0 - free1) / 2**20,
+        "guarded": int(sw.guard.get().sum()),
+    }
+    pipe.synchronize()
+    del pipe, det, sw, tracker
+    import gc
+
+    gc.collect()
+    return res
+
+
+def bench_naive(width: int, height: int, faces: int, *, frames: int = 20, in_fmt: PixelFormat = PixelFormat.NV12,
+                out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None) -> dict:
+    """The naive loop: upload, CPU warp, one model call per face, download, float blend of the frame on the CPU."""
+    import cv2
+    import torch
+
+    from . import align, blend, convert
+
+    dt = torch.float16 if fp16 else torch.float32
+    model = module.to("cuda", dtype=dt).eval()
+    raw = synthetic_frame(width, height, in_fmt)
+    lms = synthetic_faces(faces, width, height)
+    mask = blend.box_mask(128, 0.3)
+    latent = torch.randn(1, 512, device="cuda", dtype=dt)
+    times = []
+    for i in range(frames + 3):
+        t0 = time.perf_counter()
+        bgr = convert.to_bgr(raw, in_fmt, width, height)
+        dev = torch.from_numpy(bgr).cuda()  # upload (the naive loop keeps a device copy it never uses well)
+        img = bgr.astype(np.float32)
+        for lm in lms:
+            m = align.estimate(lm, "arcface_128", 128)
+            crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            x = torch.from_numpy(crop[..., ::-1].copy()).cuda().permute(2, 0, 1)[None].to(dt) / 255.0
+            with torch.inference_mode():
+                y = model(x, latent)
+            out = (y[0].permute(1, 2, 0).float().cpu().numpy()[..., ::-1] * 255.0).clip(0, 255).astype(np.uint8)
+            inv = cv2.invertAffineTransform(m)
+            warped = cv2.warpAffine(out, inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
+            mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
+            img = img * (1.0 - mk) + warped * mk
+        res = np.clip(img + 0.5, 0, 255).astype(np.uint8)
+        _ = dev.cpu()  # download
+        convert.from_bgr(res, out_fmt)
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    return {"size": f"{width}x{height}", "faces": faces, "p50_ms": _pct(times, 50), "p99_ms": _pct(times, 99),
+            "fps": 1.0 / float(np.mean(times))}
+
+
+def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] = ("1080p",), frames: int = 200,
+        naive_frames: int = 20, in_fmt: str = "NV12", out_fmt: str = "I420", fp16: bool = True,
+        json_path: str | None = None, naive: bool = True, console: Any = None) -> dict:
+    """Run the benchmark; returns (and optionally writes) the results as a dict."""
+    if device != "cuda":
+        raise DeviceError("vcam bench measures the GPU hot path", hint="run it with --device cuda on a machine with a CUDA GPU")
+    from .gpu import available
+
+    ok, why = available()
+    if not ok:
+        raise DeviceError(f"CUDA is not usable: {why}", hint="install CuPy and PyTorch with CUDA, or run on a GPU machine")
+    import torch
+
+    module, source = _swapper_module(0)
+    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d"), "swapper": source}
+    try:
+        import cupy
+
+        info["cupy"] = cupy.__version__
+        from .gpu._compile import arch
+
+        info["arch"] = arch()
+    except Exception:  # informative only
+        pass
+    results: dict[str, Any] = {"info": info, "gpu": [], "naive": []}
+    for s in sizes:
+        if s not in SIZES:
+            raise DeviceError(f"unknown size {s!r}", hint=f"choose from {', '.join(SIZES)}")
+        w, h = SIZES[s]
+        for n in faces:
+            r = bench_gpu(w, h, n, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16, module=module)
+            results["gpu"].append(r)
+            if console:
+                console.print(f"gpu {s} faces={n}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms {r['fps_pipelined']:.0f} fps")
+            if naive:
+                nr = bench_naive(w, h, n, frames=naive_frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16, module=module)
+                nr["speedup_throughput"] = r["fps_pipelined"] / nr["fps"]
+                results["naive"].append(nr)
+                if console:
+                    console.print(f"naive {s} faces={n}: p50 {nr['p50_ms']:.2f} ms ({nr['speedup_throughput']:.1f}x slower)")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
+    return results
+
+
+def table(results: dict) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"vcam bench — {results['info'].get('gpu', '?')}")
+    for col in ("size", "faces", "p50 ms", "p99 ms", "fps (pipelined)", "naive p50 ms", "speedup", "peak GPU MB", "copies/frame"):
+        t.add_column(col, justify="right")
+    naive = {(r["size"], r["faces"]): r for r in results.get("naive", [])}
+    for r in results["gpu"]:
+        nr = naive.get((r["size"], r["faces"]), {})
+        t.add_row(r["size"], str(r["faces"]), f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['fps_pipelined']:.0f}",
+                  f"{nr.get('p50_ms', float('nan')):.1f}", f"{nr.get('speedup_throughput', float('nan')):.1f}x",
+                  f"{r['peak_gpu_mb_allocators']:.0f}", f"{r['copies_per_frame']['h2d']:.0f} up / {r['copies_per_frame']['d2h']:.0f} down")
+    return t
+
+
+def bench_command(
+    device: str = typer_option("cuda", "--device", help="cuda (the GPU hot path; cpu is refused)."),
+    faces: str = typer_option("1,4,8", "--faces", help="Comma list of face counts."),
+    size: str = typer_option("720p,1080p,4k", "--size", help="Comma list of 720p, 1080p, 4k."),
+    frames: int = typer_option(200, "--frames", help="Timed frames per configuration."),
+    json_out: str = typer_option("", "--json", help="Write the results as JSON to this path."),
+    naive: bool = typer_option(True, "--naive/--no-naive", help="Also time the naive loop."),
+) -> None:
+    """Typer command (the CLI registers it as ``vcam bench``): GPU hot path vs. the naive loop."""
+    import typer
+    from rich.console import Console
+
+    from .errors import VcamError
+
+    con = Console()
+    try:
+        res = run(device=device, faces=[int(x) for x in faces.split(",") if x], sizes=[s.strip() for s in size.split(",") if s.strip()],
+                  frames=frames, json_path=json_out or None, naive=naive, console=con)
+    except VcamError as err:
+        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False)
+        raise typer.Exit(err.exit_code) from None
+    con.print(table(res))

@@ -1,0 +1,30 @@
+"""Control channels: OBS Studio (:mod:`.obs`) and the local socket (:mod:`.local`).
+
+Both only post changes to :class:`~vcam.state.RuntimeState` through :func:`apply_command`, so a
+command means the same thing whichever way it arrives.
+"""
+
+from __future__ import annotations
+
+from ..errors import ControlError
+from ..state import RuntimeState
+
+
+def apply_command(state: RuntimeState, cmd: dict) -> dict:
+    """Apply a control command ``{"face": ..., "swap": ...}`` to ``state``; shared by OBS and the
+    local socket. Returns ``{"face": active, "swap": "on"|"off"}``. Raises FaceError (unknown face)
+    or ControlError (bad command)."""
+    unknown = set(cmd) - {"face", "swap", "status"}
+    if unknown:
+        raise ControlError(f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap or status")
+    if "face" in cmd:
+        face = cmd["face"]
+        if not isinstance(face, str) or not face:
+            raise ControlError("'face' must be a face name, 'next' or 'prev'")
+        state.set_face(face)
+    if "swap" in cmd:
+        swap = cmd["swap"]
+        if swap not in ("on", "off", "toggle", True, False):
+            raise ControlError(f"'swap' must be on, off or toggle, got {swap!r}")
+        state.set_swap(swap)
+    return {"face": state.active, "swap": "on" if state.swap_enabled else "off"}

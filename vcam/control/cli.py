@@ -1,0 +1,147 @@
+"""`vcam obs ...` and `vcam ctl ...` command groups (registered in vcam/cli.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+from rich.console import Console
+
+from ..errors import ControlError, VcamError
+
+obs_app = typer.Typer(no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5).")
+ctl_app = typer.Typer(no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket).")
+
+out = Console()
+err = Console(stderr=True)
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $VCAM_CONFIG or the user config.toml).")
+
+
+def _fail(exc: VcamError) -> None:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _config(path: Optional[Path]):
+    """``--config PATH`` if given, else a Config the root command put in ``ctx.obj``, else the default file."""
+    from .. import config
+
+    if path is None:
+        ctx = click.get_current_context(silent=True)
+        obj = ctx.find_root().obj if ctx is not None else None
+        if isinstance(obj, dict):
+            obj = obj.get("config")
+        if isinstance(obj, config.Config):
+            return obj
+    return config.load(path)
+
+
+def bank_images(faces_dir: Path) -> dict[str, Path]:
+    """Face name -> photo path for every face of the bank (empty when there is none)."""
+    try:
+        from ..faces import FaceBank
+    except ImportError:
+        return {}
+    return {entry.name: Path(entry.photo) for entry in FaceBank(faces_dir).list()}
+
+
+# --- vcam obs ----------------------------------------------------------------------------------
+
+
+@obs_app.command("setup")
+def obs_setup(
+    add_camera_source: bool = typer.Option(False, "--add-camera-source", help="Also add a Video Capture Device source for the virtual camera to the current scene."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Create the "FastSwap Faces" scene (one source per face) and print the hotkeys to bind."""
+    from .obs import connect, setup_scene
+
+    try:
+        cfg = _config(config)
+        faces = bank_images(cfg.faces_dir)
+        if not faces:
+            err.print("note: the face bank is empty; add faces with `vcam faces add PHOTO` and run this again", highlight=False)
+        device = None
+        if add_camera_source:
+            from ..devices import find_virtual_camera
+
+            cam = find_virtual_camera(cfg.output.device_name)
+            device = cam.path if cam is not None else None
+        client = connect(cfg.obs)
+        try:
+            report = setup_scene(
+                client,
+                faces,
+                scene=cfg.obs.scene,
+                status_source=cfg.obs.status_source,
+                add_camera_source=add_camera_source,
+                camera_name=cfg.output.device_name,
+                camera_device=device,
+            )
+        finally:
+            client.disconnect()
+    except VcamError as exc:
+        _fail(exc)
+    except Exception as exc:  # the websocket dropped half-way
+        _fail(ControlError(f"OBS stopped answering during setup ({type(exc).__name__}: {exc})", hint="check OBS is still running and try again"))
+    for line in report.lines():
+        out.print(line, highlight=False)
+    if not cfg.obs.enabled:
+        out.print("Then set [obs] enabled = true in config.toml so `vcam run` connects.", highlight=False)
+
+
+@obs_app.command("status")
+def obs_status(config: Optional[Path] = ConfigOpt) -> None:
+    """Say whether OBS is reachable and the control scene is set up."""
+    from .obs import obs_check
+
+    try:
+        cfg = _config(config)
+    except VcamError as exc:
+        _fail(exc)
+    ok, message = obs_check(cfg)
+    out.print(message, highlight=False, soft_wrap=True)
+    if not ok:
+        raise typer.Exit(ControlError.exit_code)
+
+
+# --- vcam ctl ----------------------------------------------------------------------------------
+
+
+def _send(config: Optional[Path], cmd: dict) -> dict:
+    from .local import send_command
+
+    try:
+        cfg = _config(config)
+        return send_command(cfg.socket_path, cmd)
+    except VcamError as exc:
+        _fail(exc)
+    raise AssertionError("unreachable")
+
+
+@ctl_app.command("face")
+def ctl_face(name: str = typer.Argument(..., help="A face name, 'next' or 'prev'."), config: Optional[Path] = ConfigOpt) -> None:
+    """Switch the active face."""
+    reply = _send(config, {"face": name})
+    out.print(f"face: {reply['face']}", highlight=False)
+
+
+@ctl_app.command("swap")
+def ctl_swap(value: str = typer.Argument(..., help="on, off or toggle."), config: Optional[Path] = ConfigOpt) -> None:
+    """Turn swapping on or off (off passes the camera through)."""
+    if value not in ("on", "off", "toggle"):
+        _fail(ControlError(f"swap must be on, off or toggle, got '{value}'"))
+    reply = _send(config, {"swap": value})
+    out.print(f"swap: {reply['swap']}", highlight=False)
+
+
+@ctl_app.command("status")
+def ctl_status(config: Optional[Path] = ConfigOpt) -> None:
+    """Print the daemon's state and live numbers as JSON."""
+    reply = _send(config, {"status": True})
+    reply.pop("ok", None)
+    typer.echo(json.dumps(reply, indent=2))

@@ -1,0 +1,624 @@
+"""OBS Studio control over obs-websocket 5 (through obsws-python).
+
+Streamers bind keys in OBS (Settings -> Hotkeys) to show one scene item each. ``vcam obs setup``
+builds a scene (default "FastSwap Faces") holding one image source per face, named
+``Face: <name>``, plus a ``FastSwap: Swap`` source; :class:`ObsController` then watches it:
+
+- a face source becoming visible (its "Show 'Face: <name>'" hotkey, or the eye icon) makes that face
+  active and hides the other face sources (radio behaviour);
+- showing/hiding ``FastSwap: Swap`` turns swapping on/off;
+- a CustomEvent ``{"vcam": {"face": NAME|"next"|"prev", "swap": "on"|"off"|"toggle"}}`` (OBS's
+  BroadcastCustomEvent, what Stream Deck's websocket actions send) does the same; every such
+  command is answered with a CustomEvent ``{"vcam_reply": {"ok": ..., "face": ..., "swap": ...}}``
+  carrying ``"error"`` when it failed (an unknown face name, for example);
+- changes made elsewhere (``vcam ctl``) are mirrored onto the sources' visibility;
+- an optional text source (default "FastSwap Status") shows face, fps and latency, updated at most
+  twice a second.
+
+Threads: obsws-python runs one listener thread per event client; our callbacks there only put
+events on a queue. One worker thread (``vcam-obs``) owns both connections: it connects, handles the
+queue, sends requests, and on any failure drops both clients and reconnects with backoff. Nothing
+here is ever called from the frame loop, and no exception leaves the worker.
+
+Passwords: taken from ``[obs] password`` or the environment variable named by
+``[obs] password_env``; never logged. obsws-python logs connection parameters, password included, at
+INFO, and logs every failed request with a traceback at ERROR, so its logger is raised to CRITICAL
+whenever this module creates a client; this module reports failures itself, once, in plain words.
+
+A rejected password is logged once as an error; the worker then retries quietly every
+``auth_retry`` seconds (30 by default) so fixing the password in OBS is picked up without a restart.
+Video is never affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ObsConfig
+from ..errors import ControlError, FaceError
+from ..state import RuntimeState, Snapshot
+from . import apply_command
+
+log = logging.getLogger(__name__)
+
+FACE_PREFIX = "Face: "
+SWAP_SOURCE = "FastSwap: Swap"
+CAMERA_SOURCE = "FastSwap Cam"
+TEXT_KIND = "text_ft2_source_v2"
+REPLY_KEY = "vcam_reply"
+
+
+def face_source_name(face: str) -> str:
+    return f"{FACE_PREFIX}{face}"
+
+
+def show_hotkey(source: str) -> str:
+    """The libobs hotkey name that shows ``source`` (bindable in OBS, triggerable over the websocket)."""
+    return f"libobs.show_scene_item.{source}"
+
+
+def obs_password(cfg: ObsConfig) -> str:
+    """The websocket password: ``[obs] password``, else the environment variable it names."""
+    if cfg.password:
+        return cfg.password
+    return os.environ.get(cfg.password_env, "") if cfg.password_env else ""
+
+
+def quiet_obsws_logger() -> None:
+    """obsws-python logs the password at INFO and expected request misses at ERROR: silence both."""
+    lg = logging.getLogger("obsws_python")
+    if lg.level < logging.CRITICAL:
+        lg.setLevel(logging.CRITICAL)
+
+
+# --- connecting ------------------------------------------------------------------------------
+
+
+class ObsAuthError(ControlError):
+    """OBS refused the websocket password (or none was given while OBS wants one)."""
+
+
+def _auth_error(cfg: ObsConfig, given: bool) -> ObsAuthError:
+    what = "rejected the websocket password" if given else "asks for a websocket password and none is set"
+    return ObsAuthError(
+        f"OBS at {cfg.host}:{cfg.port} {what}",
+        hint=f"set ${cfg.password_env} (or [obs] password) to the password in OBS: Tools -> WebSocket Server Settings",
+    )
+
+
+def _unreachable(cfg: ObsConfig, exc: BaseException) -> ControlError:
+    return ControlError(
+        f"OBS is not reachable at {cfg.host}:{cfg.port} ({type(exc).__name__})",
+        hint="start OBS and enable Tools -> WebSocket Server Settings -> Enable WebSocket server, or fix [obs] host/port",
+    )
+
+
+def connect(cfg: ObsConfig, *, events: bool = False, timeout: float = 3.0):
+    """Open an obsws-python ``ReqClient`` (or ``EventClient`` when ``events``); raise ControlError.
+
+    Raises :class:`ObsAuthError` for a refused password and :class:`ControlError` when nothing
+    answers. The returned client's requests time out after ``timeout`` seconds.
+    """
+    quiet_obsws_logger()
+    import obsws_python as obsws
+    from obsws_python.error import OBSSDKError
+    from websocket import WebSocketException
+
+    password = obs_password(cfg)
+    kind = obsws.EventClient if events else obsws.ReqClient
+    try:
+        return kind(host=cfg.host, port=cfg.port, password=password, timeout=timeout)
+    except OBSSDKError as exc:
+        text = str(exc)
+        if "no password" in text or "identify" in text:
+            raise _auth_error(cfg, bool(password)) from None
+        raise ControlError(f"OBS at {cfg.host}:{cfg.port} refused the connection: {text}") from None
+    except (OSError, WebSocketException, ValueError) as exc:
+        raise _unreachable(cfg, exc) from None
+
+
+def _request_failed(exc: BaseException) -> bool:
+    """True for an OBS-side 'no such thing' answer (the connection itself is fine)."""
+    from obsws_python.error import OBSSDKRequestError
+
+    return isinstance(exc, OBSSDKRequestError)
+
+
+# --- scene setup -----------------------------------------------------------------------------
+
+
+@dataclass
+class SetupReport:
+    """What :func:`setup_scene` did. Lists hold OBS source names."""
+
+    scene: str
+    scene_created: bool = False
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    hotkeys: list[tuple[str, str]] = field(default_factory=list)  # (hotkey name, what OBS shows)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"scene '{self.scene}'" + (" created" if self.scene_created else " already there")]
+        for label, names in (("created", self.created), ("updated", self.updated), ("unchanged", self.kept)):
+            if names:
+                out.append(f"{label}: {', '.join(names)}")
+        out.extend(self.notes)
+        if self.hotkeys:
+            out.append(f"Bind these in OBS: Settings -> Hotkeys, under the scene '{self.scene}':")
+            out.extend(f"  {shown}" for _, shown in self.hotkeys)
+        return out
+
+
+def _scene_names(client) -> list[str]:
+    return [s["sceneName"] for s in client.get_scene_list().scenes]
+
+
+def _input_settings(client, name: str) -> dict | None:
+    try:
+        return client.get_input_settings(name).input_settings
+    except Exception as exc:
+        if _request_failed(exc):
+            return None
+        raise
+
+
+def _input_kind(client, name: str) -> str | None:
+    for inp in client.get_input_list().inputs:
+        if inp["inputName"] == name:
+            return inp["inputKind"]
+    return None
+
+
+def _ensure_input(client, report: SetupReport, scene: str, name: str, kind: str, settings: dict, enabled: bool, *, update: dict | None = None) -> None:
+    """Create input ``name`` in ``scene`` or make sure the existing one is in it (never deletes)."""
+    have_kind = _input_kind(client, name)
+    if have_kind is None:
+        client.create_input(scene, name, kind, settings, enabled)
+        report.created.append(name)
+        return
+    changed = False
+    if have_kind.split("_v")[0] != kind.split("_v")[0]:
+        report.notes.append(f"'{name}' exists as a {have_kind} source, not {kind}; left as it is")
+    elif update:
+        current = _input_settings(client, name) or {}
+        if any(current.get(k) != v for k, v in update.items()):
+            client.set_input_settings(name, update, True)
+            changed = True
+    try:
+        client.get_scene_item_id(scene, name)
+    except Exception as exc:
+        if not _request_failed(exc):
+            raise
+        client.create_scene_item(scene, name, enabled)
+        changed = True
+    (report.updated if changed else report.kept).append(name)
+
+
+def setup_scene(
+    client,
+    faces: dict[str, str | os.PathLike],
+    *,
+    scene: str = "FastSwap Faces",
+    status_source: str = "FastSwap Status",
+    active: str | None = None,
+    add_camera_source: bool = False,
+    camera_name: str = CAMERA_SOURCE,
+    camera_device: str | None = None,
+) -> SetupReport:
+    """Create (idempotently) the control scene in OBS through a connected obsws-python ReqClient.
+
+    ``faces``: face name -> image file shown by its ``Face: <name>`` image source. Only ``active``
+    (default: the first name) is left visible. Existing sources are kept (their image file is
+    updated); nothing is ever removed. ``add_camera_source`` adds a Video Capture Device source
+    named ``camera_name`` for ``camera_device`` (``/dev/videoN``; left empty if None) to the
+    current program scene.
+    """
+    report = SetupReport(scene=scene)
+    if scene not in _scene_names(client):
+        client.create_scene(scene)
+        report.scene_created = True
+    names = list(faces)
+    if active is None and names:
+        active = names[0]
+    for name in names:
+        path = str(Path(faces[name]).expanduser().resolve())
+        if not Path(path).is_file():
+            report.notes.append(f"face '{name}': image {path} not found; the source shows nothing")
+        src = face_source_name(name)
+        _ensure_input(client, report, scene, src, "image_source", {"file": path}, name == active, update={"file": path})
+        report.hotkeys.append((show_hotkey(src), f"Show '{src}'"))
+    _ensure_input(client, report, scene, SWAP_SOURCE, TEXT_KIND, {"text": "face swap on"}, True)
+    report.hotkeys.append((show_hotkey(SWAP_SOURCE), f"Show '{SWAP_SOURCE}' (swap on)"))
+    report.hotkeys.append((f"libobs.hide_scene_item.{SWAP_SOURCE}", f"Hide '{SWAP_SOURCE}' (swap off)"))
+    if status_source:
+        _ensure_input(client, report, scene, status_source, TEXT_KIND, {"text": "FastSwap Cam"}, True)
+    known = {face_source_name(n) for n in names}
+    for item in client.get_scene_item_list(scene).scene_items:
+        src = item["sourceName"]
+        if src.startswith(FACE_PREFIX) and src not in known:
+            report.notes.append(f"'{src}' has no face in the face bank (remove it in OBS if it is not wanted)")
+    if add_camera_source:
+        current = client.get_current_program_scene().current_program_scene_name
+        settings = {"device_id": camera_device} if camera_device else {}
+        _ensure_input(client, report, current, camera_name, "v4l2_input", settings, True, update=settings or None)
+        if not camera_device:
+            report.notes.append(f"'{camera_name}' has no device yet: start `vcam run`, then pick the device in the source's properties")
+    return report
+
+
+# --- vcam check ------------------------------------------------------------------------------
+
+
+def obs_check(cfg: Config | ObsConfig, *, timeout: float = 2.0) -> tuple[bool, str]:
+    """For ``vcam check``: is OBS reachable and is the control scene there? Returns (ok, message)."""
+    ocfg = cfg.obs if isinstance(cfg, Config) else cfg
+    try:
+        client = connect(ocfg, timeout=timeout)
+    except ObsAuthError as exc:
+        return False, str(exc)
+    except ControlError as exc:
+        if not ocfg.enabled:
+            return True, "not configured"
+        return False, str(exc)
+    try:
+        version = client.get_version()
+        scenes = _scene_names(client)
+        where = f"OBS {version.obs_version} (websocket {version.obs_web_socket_version}) at {ocfg.host}:{ocfg.port}"
+        note = "" if ocfg.enabled else "; [obs] enabled = false, so `vcam run` will not connect"
+        if ocfg.scene not in scenes:
+            return False, f"{where}: scene '{ocfg.scene}' is missing; run `vcam obs setup`{note}"
+        items = client.get_scene_item_list(ocfg.scene).scene_items
+        faces = [i["sourceName"][len(FACE_PREFIX):] for i in items if i["sourceName"].startswith(FACE_PREFIX)]
+        if not faces:
+            return False, f"{where}: scene '{ocfg.scene}' has no 'Face: ...' sources; run `vcam obs setup`{note}"
+        return ocfg.enabled, f"{where}: scene '{ocfg.scene}' with faces {', '.join(faces)}{note}"
+    except Exception as exc:  # the connection dropped half-way
+        return False, f"OBS at {ocfg.host}:{ocfg.port} stopped answering ({type(exc).__name__})"
+    finally:
+        try:
+            client.disconnect()
+        except Exception:
+            pass
+
+
+# --- the controller --------------------------------------------------------------------------
+
+
+class _Lost(Exception):
+    """The event connection ended; reconnect."""
+
+
+def _guarded(name: str, fn):
+    """Wrap an obsws-python callback: it is matched by ``__name__`` and must never raise."""
+
+    def callback(data):
+        try:
+            fn(data)
+        except Exception:
+            log.exception("OBS event %s could not be handled", name)
+
+    callback.__name__ = name
+    return callback
+
+
+class ObsController:
+    """Keeps a supervised connection to OBS and maps its events onto :class:`RuntimeState`.
+
+    ``start()`` returns at once; ``stop()`` disconnects and joins the worker. ``face_images``
+    (face name -> image path) lets the controller add ``Face: <name>`` sources for faces missing
+    from an existing control scene when it connects (it never creates the scene: `vcam obs setup`).
+    """
+
+    def __init__(
+        self,
+        cfg: ObsConfig,
+        state: RuntimeState,
+        *,
+        face_images: dict[str, str | os.PathLike] | None = None,
+        retry_min: float = 0.5,
+        retry_max: float = 5.0,
+        auth_retry: float = 30.0,
+        request_timeout: float = 3.0,
+        status_interval: float = 0.5,
+        ping_interval: float = 2.0,
+    ) -> None:
+        self.cfg = cfg
+        self.state = state
+        self.face_images = dict(face_images or {})
+        self.retry_min, self.retry_max, self.auth_retry = retry_min, retry_max, auth_retry
+        self.request_timeout = request_timeout
+        self.status_interval = max(0.5, status_interval)
+        self.ping_interval = ping_interval
+        self.connected = threading.Event()
+        self.connections = 0  # successful connections so far (reconnects included)
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._queue: queue.Queue = queue.Queue()
+        self._sync_pending = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._req = None
+        self._ev = None
+        self._items: dict[int, str] = {}  # scene item id -> source name, in cfg.scene
+        self._echoes: dict[int, list[bool]] = {}  # visibility changes we made, whose events are ours
+        self._has_status = False
+        self._last_text: str | None = None
+        self._subscribed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        if not self._subscribed:
+            self.state.subscribe(self._on_state)
+            self._subscribed = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="vcam-obs", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._queue.put(("wake",))
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._close_clients()
+
+    close = stop
+
+    def __enter__(self) -> ObsController:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- called from other threads (must be quick and never raise) -----------------------------
+    def _on_state(self, snap: Snapshot) -> None:
+        self._sync_pending.set()
+        self._queue.put(("wake",))
+
+    def _callbacks(self) -> list:
+        put = self._queue.put
+        return [
+            _guarded("on_scene_item_enable_state_changed", lambda d: put(("item", d.scene_name, d.scene_item_id, bool(d.scene_item_enabled)))),
+            _guarded("on_custom_event", lambda d: put(("custom", {k: getattr(d, k) for k in d.attrs()}))),
+            _guarded("on_scene_item_created", lambda d: put(("refresh",))),
+            _guarded("on_scene_item_removed", lambda d: put(("refresh",))),
+            _guarded("on_input_name_changed", lambda d: put(("refresh",))),
+            _guarded("on_exit_started", lambda d: put(("exit",))),
+        ]
+
+    # -- worker ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        delay = self.retry_min
+        reported: str | None = None  # the last failure kind we logged, to log each kind once
+        while not self._stop.is_set():
+            try:
+                self._connect()
+            except ObsAuthError as exc:
+                self.last_error = str(exc)
+                if reported != "auth":
+                    log.error("%s; OBS control is off until this is fixed (video keeps running)", exc)
+                    reported = "auth"
+                self._close_clients()
+                self._stop.wait(self.auth_retry)
+                continue
+            except Exception as exc:
+                self.last_error = str(exc) if isinstance(exc, ControlError) else f"{type(exc).__name__}: {exc}"
+                if reported not in ("unreachable", "lost"):
+                    log.warning("%s; retrying in the background", self.last_error)
+                else:
+                    log.debug("OBS still unreachable: %s", self.last_error)
+                reported = reported if reported == "lost" else "unreachable"
+                self._close_clients()
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.retry_max)
+                continue
+            delay = self.retry_min
+            reported = None
+            self.last_error = None
+            self.connections += 1
+            self.connected.set()
+            log.info("connected to OBS at %s:%s", self.cfg.host, self.cfg.port)
+            try:
+                self._serve()
+            except Exception as exc:
+                if not self._stop.is_set():
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    if not isinstance(exc, _Lost):
+                        log.debug("OBS connection error", exc_info=True)
+                    log.warning("lost the connection to OBS; reconnecting in the background")
+                    reported = "lost"
+            finally:
+                self.connected.clear()
+                self._close_clients()
+            if not self._stop.is_set():
+                self._stop.wait(self.retry_min)
+
+    def _connect(self) -> None:
+        self._req = connect(self.cfg, timeout=self.request_timeout)
+        self._ev = connect(self.cfg, events=True, timeout=self.request_timeout)
+        self._ev.callback.register(self._callbacks())
+        self._refresh()
+        if self.face_images and self.cfg.scene in _scene_names(self._req):
+            missing = {n: p for n, p in self.face_images.items() if face_source_name(n) not in self._items.values()}
+            if missing:
+                rep = setup_scene(self._req, missing, scene=self.cfg.scene, status_source=self.cfg.status_source, active=self.state.active)
+                if rep.created or rep.updated:
+                    log.info("added OBS sources: %s", ", ".join(rep.created + rep.updated))
+                self._refresh()
+        self._last_text = None
+        self._echoes.clear()
+        self._sync_pending.set()
+
+    def _close_clients(self) -> None:
+        for attr in ("_ev", "_req"):
+            client = getattr(self, attr)
+            setattr(self, attr, None)
+            if client is None:
+                continue
+            try:
+                ws = client.base_client.ws
+                ws.close(timeout=0.5)
+            except Exception:
+                pass
+            worker = getattr(client, "worker", None)
+            if worker is not None and worker is not threading.current_thread():
+                worker.join(1.0)
+
+    def _serve(self) -> None:
+        last_status = 0.0
+        last_request = time.monotonic()
+        while not self._stop.is_set():
+            if self._ev is None or not self._ev.worker.is_alive():
+                raise _Lost("event connection closed")
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                item = None
+            batch = [item] if item is not None else []
+            while True:  # handle everything queued before mirroring state back
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for it in batch:
+                if it[0] == "exit":
+                    raise _Lost("OBS is exiting")
+                self._requesting(self._handle, it)
+                last_request = time.monotonic()
+            if self._sync_pending.is_set():
+                self._sync_pending.clear()
+                self._requesting(self._sync_visibility)
+                last_request = time.monotonic()
+            now = time.monotonic()
+            if self._has_status and now - last_status >= self.status_interval:
+                last_status = now
+                if self._update_status():
+                    last_request = now
+            if now - last_request >= self.ping_interval:
+                self._req.get_version()
+                last_request = now
+
+    # -- handlers (worker thread) -----------------------------------------------------------------
+    def _requesting(self, fn, *args) -> None:
+        """Run a handler; OBS answering 'no such source' (the user edited the scene meanwhile) only
+        refreshes our view of the scene. Connection errors go up and cause a reconnect."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            if not _request_failed(exc):
+                raise
+            log.debug("OBS request failed: %s", exc)
+            self._refresh()
+
+    def _handle(self, item: tuple) -> None:
+        kind = item[0]
+        if kind == "item":
+            _, scene, item_id, enabled = item
+            if scene == self.cfg.scene:
+                self._on_item(item_id, enabled)
+        elif kind == "custom":
+            self._on_custom(item[1])
+        elif kind == "refresh":
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self._items = {}
+        if self.cfg.scene in _scene_names(self._req):
+            for it in self._req.get_scene_item_list(self.cfg.scene).scene_items:
+                self._items[int(it["sceneItemId"])] = it["sourceName"]
+        self._has_status = bool(self.cfg.status_source) and _input_settings(self._req, self.cfg.status_source) is not None
+
+    def _on_item(self, item_id: int, enabled: bool) -> None:
+        pending = self._echoes.get(int(item_id))
+        if pending and pending[0] == enabled:
+            pending.pop(0)  # the event for our own change: the state already says so
+            return
+        name = self._items.get(int(item_id))
+        if name is None:
+            self._refresh()
+            name = self._items.get(int(item_id))
+        if name is None:
+            return
+        if name.startswith(FACE_PREFIX):
+            if not enabled:
+                return  # hiding a face (our own radio updates included) changes nothing
+            face = name[len(FACE_PREFIX):]
+            try:
+                self.state.set_face(face)
+            except FaceError as exc:
+                log.warning("OBS showed '%s': %s", name, exc)
+                self._reply(False, error=str(exc))
+            self._sync_pending.set()  # radio: hide the others (or re-hide an unknown face)
+        elif name == SWAP_SOURCE:
+            self.state.set_swap(enabled)
+
+    def _on_custom(self, data: dict) -> None:
+        cmd = data.get("vcam")
+        if cmd is None:
+            return  # someone else's event
+        if not isinstance(cmd, dict):
+            log.warning("ignored OBS custom event: 'vcam' must be an object like {\"face\": \"NAME\"}")
+            self._reply(False, error="'vcam' must be an object like {\"face\": \"NAME\"}")
+            return
+        error = None
+        try:
+            apply_command(self.state, cmd)
+        except (FaceError, ControlError) as exc:
+            error = str(exc)
+            log.warning("OBS custom event %s: %s", cmd, exc)
+        self._reply(error is None, error=error)
+
+    def _reply(self, ok: bool, *, error: str | None = None) -> None:
+        body: dict[str, Any] = {"ok": ok, "face": self.state.active, "swap": "on" if self.state.swap_enabled else "off"}
+        if error:
+            body["error"] = error
+        self._req.broadcast_custom_event({"eventData": {REPLY_KEY: body}})
+
+    def _sync_visibility(self) -> None:
+        """Mirror the state onto OBS: only the active face visible, swap source = swap on/off."""
+        if self.cfg.scene not in _scene_names(self._req):
+            return
+        active, swap = self.state.active, self.state.swap_enabled
+        for it in self._req.get_scene_item_list(self.cfg.scene).scene_items:
+            name, shown = it["sourceName"], bool(it["sceneItemEnabled"])
+            self._items[int(it["sceneItemId"])] = name
+            if name.startswith(FACE_PREFIX):
+                want = name[len(FACE_PREFIX):] == active
+            elif name == SWAP_SOURCE:
+                want = swap
+            else:
+                continue
+            if want != shown:
+                self._echoes.setdefault(int(it["sceneItemId"]), []).append(want)
+                self._req.set_scene_item_enabled(self.cfg.scene, it["sceneItemId"], want)
+
+    def status_text(self) -> str:
+        st = self.state.read_status()
+        swap = "on" if self.state.swap_enabled else "off"
+        return f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
+
+    def _update_status(self) -> bool:
+        text = self.status_text()
+        if text == self._last_text:
+            return False
+        try:
+            self._req.set_input_settings(self.cfg.status_source, {"text": text}, True)
+        except Exception as exc:
+            if not _request_failed(exc):
+                raise
+            self._has_status = False  # removed in OBS; looked up again on the next refresh
+            return True
+        self._last_text = text
+        return True
+

@@ -1,0 +1,461 @@
+"""The inswapper architecture as a native PyTorch module, and its loader from an ONNX file.
+
+Architecture (docs/models.md): encoder ReflectPad3-Conv7x7 3->128, Conv3x3 128->256,
+Conv3x3/2 256->512, Conv3x3/2 512->1024 (LeakyReLU 0.2) -> six residual blocks at 1024x32x32, each
+[ReflectPad1, Conv3x3, AdaIN, ReLU, ReflectPad1, Conv3x3, AdaIN] -> decoder bilinear x2,
+Conv 1024->512, x2, Conv 512->256, Conv 256->128, ReflectPad3 Conv7x7 128->3, tanh, (x+1)/2.
+AdaIN: per-channel ``(x - mean) / sqrt(var + 1e-8) * gamma + beta`` with ``gamma, beta`` the two
+halves of ``Linear(512 -> 2C)(source)``.
+
+Inputs: ``target`` (N, 3, 128, 128) RGB in [0, 1] and ``source`` (N, 512) (the latent
+``normalize(e) @ emap``, normalised); output (N, 3, 128, 128) in [0, 1].
+
+The loader reads the per-conv details (reflect or zero padding, stride, the activation after it,
+where the upsampling sits and its mode) from the graph and the weights from its initializers in
+graph order (Conv nodes in architecture order; one Gemm per AdaIN Linear, in block order), checking
+every shape. ``emap`` is the graph's last initializer and is not part of the module
+(:func:`read_emap`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ModelError
+from .torch import OnnxGraph, _mismatch, attrs, load_graph_weights
+
+LATENT = 512
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """One plain (non-block) convolution: channels, kernel, stride, zero ``pad`` inside the conv,
+    ``reflect`` padding before it, ``up`` upsampling (x2) before it, and the activation after it."""
+
+    cin: int
+    cout: int
+    k: int
+    stride: int = 1
+    pad: int = 0
+    reflect: int = 0
+    up: str | None = None  # "bilinear" | "nearest"
+    align_corners: bool = False
+    act: str = "lrelu"  # "lrelu" | "relu" | "tanh" | "none"
+    alpha: float = 0.2
+
+
+@dataclass(frozen=True)
+class InSwapperSpec:
+    encoder: tuple[ConvSpec, ...]
+    width: int  # channels of the residual blocks
+    blocks: int
+    decoder: tuple[ConvSpec, ...]
+    latent: int = LATENT
+    block_reflect: int = 1  # ReflectPad before each block conv (0: zero padding inside the conv)
+    eps: float = 1e-8
+
+
+def default_spec(width_div: int = 1, blocks: int = 6) -> InSwapperSpec:
+    """The architecture of docs/models.md with every width divided by ``width_div``."""
+    c1, c2, c3, c4 = (c // width_div for c in (128, 256, 512, 1024))
+    if min(c1, c2, c3, c4) < 1:
+        raise ValueError(f"width_div={width_div} leaves no channels")
+    enc = (
+        ConvSpec(3, c1, 7, reflect=3),
+        ConvSpec(c1, c2, 3, pad=1),
+        ConvSpec(c2, c3, 3, stride=2, pad=1),
+        ConvSpec(c3, c4, 3, stride=2, pad=1),
+    )
+    dec = (
+        ConvSpec(c4, c3, 3, pad=1, up="bilinear"),
+        ConvSpec(c3, c2, 3, pad=1, up="bilinear"),
+        ConvSpec(c2, c1, 3, pad=1),
+        ConvSpec(c1, 3, 7, reflect=3, act="tanh"),
+    )
+    return InSwapperSpec(encoder=enc, width=c4, blocks=blocks, decoder=dec)
+
+
+class _PlainConv(nn.Module):
+    def __init__(self, s: ConvSpec) -> None:
+        super().__init__()
+        self.spec = s
+        self.conv = nn.Conv2d(s.cin, s.cout, s.k, stride=s.stride, padding=s.pad)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.spec
+        if s.up:
+            x = F.interpolate(x, scale_factor=2.0, mode=s.up, align_corners=s.align_corners if s.up != "nearest" else None)
+        if s.reflect:
+            x = F.pad(x, (s.reflect,) * 4, mode="reflect")
+        x = self.conv(x)
+        if s.act == "lrelu":
+            return F.leaky_relu(x, s.alpha)
+        if s.act == "relu":
+            return F.relu(x)
+        if s.act == "tanh":
+            return torch.tanh(x)
+        return x
+
+
+class AdaIN(nn.Module):
+    """Adaptive instance norm; statistics accumulate in float32 also for half inputs."""
+
+    def __init__(self, channels: int, latent: int, eps: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(latent, 2 * channels)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+        style = self.linear(latent).float()
+        gamma, beta = style.chunk(2, dim=1)
+        var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True, correction=0)
+        scale = gamma[:, :, None, None] * torch.rsqrt(var.float() + self.eps)
+        return torch.addcmul(beta[:, :, None, None].to(x.dtype), x - mean, scale.to(x.dtype))
+
+
+class ResBlock(nn.Module):
+    def __init__(self, width: int, latent: int, reflect: int, eps: float) -> None:
+        super().__init__()
+        self.reflect = reflect
+        pad = 0 if reflect else 1
+        self.conv1 = nn.Conv2d(width, width, 3, padding=pad)
+        self.norm1 = AdaIN(width, latent, eps)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=pad)
+        self.norm2 = AdaIN(width, latent, eps)
+
+    def _pad(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x, (self.reflect,) * 4, mode="reflect") if self.reflect else x
+
+    def forward(self, x: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.norm1(self.conv1(self._pad(x)), latent))
+        y = self.norm2(self.conv2(self._pad(y)), latent)
+        return x + y
+
+
+class InSwapper(nn.Module):
+    """``forward(target, source) -> output``; see the module docstring for shapes."""
+
+    def __init__(self, spec: InSwapperSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.encoder = nn.ModuleList(_PlainConv(s) for s in spec.encoder)
+        self.blocks = nn.ModuleList(ResBlock(spec.width, spec.latent, spec.block_reflect, spec.eps) for _ in range(spec.blocks))
+        self.decoder = nn.ModuleList(_PlainConv(s) for s in spec.decoder)
+
+    def forward(self, target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        x = target
+        for layer in self.encoder:
+            x = layer(x)
+        for block in self.blocks:
+            x = block(x, source)
+        for layer in self.decoder:
+            x = layer(x)
+        return (x + 1.0) * 0.5
+
+    def convs(self) -> list[nn.Conv2d]:
+        """Convolutions in graph order."""
+        out = [layer.conv for layer in self.encoder]
+        for b in self.blocks:
+            out += [b.conv1, b.conv2]
+        return out + [layer.conv for layer in self.decoder]
+
+    def linears(self) -> list[nn.Linear]:
+        """AdaIN linears in block order (graph order of the Gemm nodes)."""
+        out = []
+        for b in self.blocks:
+            out += [b.norm1.linear, b.norm2.linear]
+        return out
+
+
+def build_inswapper(seed: int = 0, width_div: int = 1) -> InSwapper:
+    """An inswapper-architecture module with random weights (for benchmarks and tests).
+
+    At ``width_div=1`` it has 138.3M parameters. Weights are scaled so activations stay in a sane
+    range through the six blocks (so FP16 runs stay finite).
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    model = InSwapper(default_spec(width_div))
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (1.0 / fan_in) ** 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.01)
+        for b in model.blocks:
+            for norm in (b.norm1, b.norm2):  # gamma around 1, beta around 0
+                c = norm.linear.out_features // 2
+                norm.linear.weight.mul_(0.1)
+                norm.linear.bias[:c].add_(1.0)
+    return model.eval()
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading from ONNX
+
+
+def read_emap(source: str | os.PathLike | OnnxGraph | Any) -> np.ndarray:
+    """The (512, 512) ``emap`` array stored as the graph's last initializer."""
+    graph = _graph(source)
+    last = list(graph.initializers)[-1] if graph.initializers else None
+    arr = graph.array(last) if last else None
+    if arr is None or arr.shape != (LATENT, LATENT):
+        raise ModelError(
+            f"{graph.name}: the last initializer is not the (512, 512) emap (got {None if arr is None else arr.shape})",
+            hint="this is not an inswapper model",
+        )
+    return arr.astype(np.float32)
+
+
+def load_inswapper_from_onnx(path: str | os.PathLike | Any) -> InSwapper:
+    """A native :class:`InSwapper` with the weights of the inswapper ONNX file at ``path``."""
+    return load_inswapper_from_graph(_graph(path))
+
+
+def load_inswapper_from_graph(graph: OnnxGraph) -> InSwapper:
+    spec = spec_from_graph(graph)
+    model = InSwapper(spec)
+    load_graph_weights(graph, model.convs(), model.linears())
+    return model.eval()
+
+
+def spec_from_graph(graph: OnnxGraph) -> InSwapperSpec:
+    """Read the architecture's free details from the graph (see the module docstring)."""
+    convs, seen = [], set()
+    for node in graph.of_type("Conv"):
+        key = graph.resolve(node.input[1])
+        if key not in seen:
+            seen.add(key)
+            convs.append(node)
+    n_lin = len(graph.of_type("Gemm")) or len([n for n in graph.of_type("MatMul") if graph.array(n.input[1]) is not None])
+    if n_lin % 2 or n_lin == 0:
+        raise _mismatch(graph, f"expected two linear layers (Gemm) per residual block, found {n_lin}")
+    blocks = n_lin // 2
+    if len(convs) != 8 + 2 * blocks:
+        raise _mismatch(graph, f"expected {8 + 2 * blocks} convolutions for {blocks} blocks, found {len(convs)}")
+    shapes = []
+    for node in convs:
+        w = graph.array(node.input[1])
+        if w is None or w.ndim != 4:
+            raise _mismatch(graph, f"Conv {node.name}: weight is not a constant 4-D tensor")
+        shapes.append(w.shape)
+    plain = [_plain_spec(graph, node, shapes[i]) for i, node in enumerate(convs) if i < 4 or i >= 4 + 2 * blocks]
+    width = shapes[4][0]
+    block_reflect = _reflect_before(graph, convs[4])
+    return InSwapperSpec(
+        encoder=tuple(plain[:4]), width=width, blocks=blocks, decoder=tuple(plain[4:]), block_reflect=block_reflect
+    )
+
+
+def _plain_spec(graph: OnnxGraph, node: Any, shape: tuple) -> ConvSpec:
+    a = attrs(node)
+    pads = list(a.get("pads", [0, 0, 0, 0]))
+    if len(set(pads)) != 1:
+        raise _mismatch(graph, f"Conv {node.name}: asymmetric pads {pads}")
+    spec = ConvSpec(
+        cin=int(shape[1]) * int(a.get("group", 1)),
+        cout=int(shape[0]),
+        k=int(shape[2]),
+        stride=int(a.get("strides", [1, 1])[0]),
+        pad=int(pads[0]),
+        reflect=_reflect_before(graph, node),
+    )
+    up, align = _upsample_before(graph, node)
+    act, alpha = _activation_after(graph, node)
+    return replace(spec, up=up, align_corners=align, act=act, alpha=alpha)
+
+
+def _skip_back(graph: OnnxGraph, name: str):
+    """Producer of ``name``, looking through Cast nodes."""
+    node = graph.producer_of(name)
+    while node is not None and node.op_type == "Cast":
+        node = graph.producer_of(node.input[0])
+    return node
+
+
+def _reflect_before(graph: OnnxGraph, conv: Any) -> int:
+    node = _skip_back(graph, conv.input[0])
+    if node is None or node.op_type != "Pad":
+        return 0
+    a = attrs(node)
+    mode = a.get("mode", "constant")
+    if mode != "reflect":
+        raise _mismatch(graph, f"Pad {node.name} before Conv {conv.name}: mode '{mode}' (expected reflect)")
+    pads = a.get("pads")
+    if pads is None and len(node.input) > 1:
+        arr = graph.array(node.input[1])
+        pads = None if arr is None else [int(v) for v in arr]
+    if not pads:
+        raise _mismatch(graph, f"Pad {node.name}: pads are not constant")
+    spatial = [p for i, p in enumerate(pads) if i % (len(pads) // 2) >= 2]
+    if len(set(spatial)) != 1 or any(p for i, p in enumerate(pads) if i % (len(pads) // 2) < 2):
+        raise _mismatch(graph, f"Pad {node.name}: unsupported pads {list(pads)}")
+    return int(spatial[0])
+
+
+def _upsample_before(graph: OnnxGraph, conv: Any) -> tuple[str | None, bool]:
+    node = _skip_back(graph, conv.input[0])
+    if node is not None and node.op_type == "Pad":
+        node = _skip_back(graph, node.input[0])
+    if node is None or node.op_type not in ("Resize", "Upsample"):
+        return None, False
+    a = attrs(node)
+    mode = a.get("mode", "nearest")
+    ctm = a.get("coordinate_transformation_mode", "half_pixel")
+    if mode == "linear":
+        if ctm not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+            raise _mismatch(graph, f"{node.op_type} {node.name}: linear resize with '{ctm}' coordinates is not supported")
+        return "bilinear", ctm == "align_corners"
+    if mode == "nearest":
+        return "nearest", False
+    raise _mismatch(graph, f"{node.op_type} {node.name}: mode '{mode}' is not supported")
+
+
+def _activation_after(graph: OnnxGraph, conv: Any) -> tuple[str, float]:
+    follow = graph.consumers_of(conv.output[0])
+    if len(follow) != 1:
+        return "none", 0.0
+    node = follow[0]
+    if node.op_type == "LeakyRelu":
+        return "lrelu", float(attrs(node).get("alpha", 0.01))
+    if node.op_type == "Relu":
+        return "relu", 0.0
+    if node.op_type == "Tanh":
+        return "tanh", 0.0
+    return "none", 0.0
+
+
+def _graph(source: Any) -> OnnxGraph:
+    if isinstance(source, OnnxGraph):
+        return source
+    import onnx
+
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise ModelError(f"model file not found: {path}", hint="run `vcam models pull NAME`")
+        return OnnxGraph(onnx.load(str(path)), name=path.name)
+    if isinstance(source, (bytes, bytearray)):
+        return OnnxGraph(onnx.load_model_from_string(bytes(source)))
+    return OnnxGraph(source)
+
+
+def param_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+__all__ = ["InSwapper", "InSwapperSpec", "ConvSpec", "default_spec", "build_inswapper", "load_inswapper_from_onnx", "load_inswapper_from_graph", "read_emap", "spec_from_graph", "param_count"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark: python -m vcam.engines.inswapper_torch [--batches 1,4,8] [--json PATH]
+
+
+def _time_engine(engine: Any, feeds: dict[str, Any], iters: int) -> dict[str, float]:
+    """Median / p90 ms per ``run_device`` call (CUDA events on the current stream), after warm-up."""
+    for _ in range(10):
+        engine.run_device(feeds)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        engine.run_device(feeds)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    t = np.sort(np.array(times))
+    return {"median_ms": float(np.median(t)), "p90_ms": float(t[int(0.9 * (len(t) - 1))]), "iters": iters}
+
+
+def bench_main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Time the PyTorch engine on the full-size inswapper stand-in (random weights, built here) and
+    on the embedded RetinaFace, in the variants of docs/perf-notes.md; print a table."""
+    import argparse
+    import json
+    import tempfile
+
+    from ..models import standin
+    from .torch import TorchEngine
+
+    ap = argparse.ArgumentParser(prog="python -m vcam.engines.inswapper_torch")
+    ap.add_argument("--batches", default="1,4,8")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--model", default="", help="an inswapper ONNX file (default: build the full-size stand-in)")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--parity", action="store_true", help="also compare each variant with onnxruntime (CPU) on 2 faces")
+    args = ap.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA device")
+    tmp = Path(tempfile.mkdtemp(prefix="vcam-bench-"))
+    model = Path(args.model) if args.model else standin.write("inswapper_128", tmp / "inswapper_128.onnx", seed=0)
+    gflop = 349.0  # per face, docs/models.md
+    rows: list[dict[str, Any]] = []
+    rng = np.random.default_rng(0)
+
+    def swap_feeds(n: int) -> dict[str, Any]:
+        src = rng.standard_normal((n, LATENT)).astype(np.float32)
+        src /= np.linalg.norm(src, axis=1, keepdims=True)
+        return {"target": torch.from_numpy(rng.random((n, 3, 128, 128), dtype=np.float32)).cuda(), "source": torch.from_numpy(src).cuda()}
+
+    ref = None
+    if args.parity:
+        import onnxruntime as ort
+
+        pf = {k: v.cpu().numpy() for k, v in swap_feeds(2).items()}
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        ref = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"]).run(None, pf)[0]
+    parity: dict[str, float] = {}
+    variants = [
+        ("FP16, channels-last, CUDA graph", dict(fp16=True, channels_last=True), batches),
+        ("FP16, NCHW, CUDA graph", dict(fp16=True, channels_last=False), [1]),
+        ("FP16, channels-last, eager", dict(fp16=True, channels_last=True, cuda_graphs=False), [1]),
+        ("FP32, NCHW, CUDA graph", dict(fp16=False, channels_last=False), [1]),
+    ]
+    for name, opts, bs in variants:
+        engine = TorchEngine(model, device="cuda", max_batch=max(bs), warmup=False, **opts)
+        if ref is not None:
+            out = engine.run(pf)[0]
+            parity[name] = float(np.linalg.norm(out - ref) / np.linalg.norm(ref)) if np.isfinite(out).all() else float("nan")
+            print(f"parity vs onnxruntime, {name}: rel {parity[name]:.2e}", flush=True)
+        for b in bs:
+            r = _time_engine(engine, swap_feeds(b), args.iters)
+            r.update(model="inswapper_128 (random weights)", variant=name, batch=b, ms_per_face=r["median_ms"] / b,
+                     tflops=gflop * b / r["median_ms"])  # GFLOP per ms = TFLOP/s
+            rows.append(r)
+        engine.close()
+        del engine
+        torch.cuda.empty_cache()
+    from retinaface.weights import WEIGHTS
+
+    det_path = tmp / "retinaface_mnet025.onnx"
+    det_path.write_bytes(WEIGHTS)
+    for name, opts in (("FP16, channels-last, CUDA graph", dict(fp16=True, channels_last=True)),
+                       ("FP16, NCHW, CUDA graph", dict(fp16=True, channels_last=False)),
+                       ("FP32, NCHW, CUDA graph", dict(fp16=False, channels_last=False))):
+        engine = TorchEngine(det_path, device="cuda", max_batch=8, **opts)
+        for b, size in ((1, 640), (8, 160)):
+            x = torch.randn(b, 3, size, size, device="cuda") * 50
+            r = _time_engine(engine, {"input": x}, args.iters)
+            r.update(model=f"retinaface mnet0.25 {size}x{size}", variant=name, batch=b, ms_per_face=r["median_ms"] / b, tflops=None)
+            rows.append(r)
+    print(f"{'model':34} {'variant':34} {'batch':>5} {'ms/call':>8} {'p90':>7} {'ms/face':>8} {'TFLOP/s':>8}")
+    for r in rows:
+        tf = f"{r['tflops']:.0f}" if r["tflops"] else "-"
+        print(f"{r['model']:34} {r['variant']:34} {r['batch']:>5} {r['median_ms']:8.3f} {r['p90_ms']:7.3f} {r['ms_per_face']:8.3f} {tf:>8}")
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows, "parity_rel": parity}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    bench_main()

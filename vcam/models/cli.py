@@ -1,0 +1,135 @@
+"""``vcam models list|pull|verify|path|stand-in``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import VcamError
+from . import registry
+
+app = typer.Typer(no_args_is_help=True, help="Face models: list, download, verify, stand-ins.")
+out = Console(soft_wrap=True, highlight=False)
+
+
+def _fail(err: VcamError) -> None:
+    Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    raise typer.Exit(err.exit_code)
+
+
+def _config(ctx: typer.Context):
+    from .. import config as _cfg
+
+    obj = ctx.find_root().obj if ctx is not None else None
+    if isinstance(obj, _cfg.Config):
+        return obj
+    if isinstance(obj, dict) and isinstance(obj.get("config"), _cfg.Config):
+        return obj["config"]
+    return _cfg.load()
+
+
+def _store(ctx: typer.Context, mirror: list[str] | None = None, progress: bool = True):
+    from .download import ModelStore
+
+    return ModelStore.from_config(_config(ctx), mirrors=list(mirror or []), progress=progress)
+
+
+_MIRROR = typer.Option(None, "--mirror", help="Extra URL template tried first, with {base} and {file} (e.g. http://host/{base}/{file}).")
+
+
+@app.command("list")
+def list_models(ctx: typer.Context, kind: Optional[str] = typer.Option(None, "--kind", help="Only this kind: " + ", ".join(registry.KINDS))) -> None:
+    """Supported models, whether they are on disk, and their licences."""
+    try:
+        store = _store(ctx)
+        table = Table("name", "kind", "state", "about", "licence")
+        for spec in registry.MODELS.values():
+            if kind and spec.kind != kind:
+                continue
+            st = store.state(spec.name)
+            state = {"verified": "[green]verified[/]", "present": "[yellow]present, not verified[/]",
+                     "partial": f"[yellow]partial ({st.detail})[/]", "missing": "missing", "embedded": "built in"}[st.state]
+            lic = f"[bold red]{spec.licence}[/]" if "NON-COMMERCIAL" in spec.licence.upper() else spec.licence
+            table.add_row(spec.name, spec.kind, state, f"{spec.approx_mb:g} MB", lic)
+    except VcamError as err:
+        _fail(err)
+    out.print(table)
+    out.print(f"models dir: {store.root}")
+
+
+@app.command("pull")
+def pull(
+    ctx: typer.Context,
+    names: List[str] = typer.Argument(..., help="Model names (see `vcam models list`)."),
+    force: bool = typer.Option(False, "--force", help="Download again even if the file is present."),
+    mirror: Optional[List[str]] = _MIRROR,
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+) -> None:
+    """Download, verify and lock models (and what they need: recogniser, converter)."""
+    try:
+        wanted: list[str] = []
+        for n in names:
+            wanted += [m for m in registry.requirements(n) if m not in wanted]
+        for n in wanted:
+            spec = registry.get(n)
+            if "NON-COMMERCIAL" in spec.licence.upper():
+                Console(stderr=True).print(f"[bold yellow]note:[/] {spec.name}: {spec.licence}")
+        paths = _store(ctx, mirror, progress=not no_progress).pull(wanted, force=force)
+    except VcamError as err:
+        _fail(err)
+    for p in paths:
+        out.print(f"ok {p}")
+
+
+@app.command("verify")
+def verify(ctx: typer.Context, names: Optional[List[str]] = typer.Argument(None, help="Models to check (default: every file present).")) -> None:
+    """Re-check files on disk against their pins, lock entries and .hash files."""
+    try:
+        store = _store(ctx, progress=False)
+        todo = names or [s.name for s in registry.MODELS.values() if s.file and store.path(s.name).is_file()]
+    except VcamError as err:
+        _fail(err)
+    if not todo:
+        out.print(f"no model files in {store.root}")
+        return
+    failed: VcamError | None = None
+    for n in todo:
+        try:
+            sha = store.verify(n)
+            out.print(f"ok {n} sha256 {sha}")
+        except VcamError as err:
+            Console(stderr=True).print(f"[bold red]failed:[/] {err}", highlight=False, soft_wrap=True)
+            failed = err
+    if failed is not None:
+        raise typer.Exit(failed.exit_code)
+
+
+@app.command("path")
+def path(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help="A model (default: print the models dir).")) -> None:
+    """Where model files live (or where NAME's file goes)."""
+    try:
+        store = _store(ctx, progress=False)
+        out.print(str(store.path(name) if name else store.root), highlight=False, soft_wrap=True)
+    except VcamError as err:
+        _fail(err)
+
+
+@app.command("stand-in")
+def stand_in(
+    name: str = typer.Argument(..., help="Model name."),
+    out_path: Path = typer.Option(..., "--out", help="File (or folder) to write."),
+    tiny: bool = typer.Option(False, "--tiny", help="Same tensors, much smaller channels (for tests)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
+) -> None:
+    """Write an ONNX stand-in with NAME's real tensors and random weights (not a trained model)."""
+    from .standin import write
+
+    try:
+        p = write(name, out_path, tiny=tiny, seed=seed)
+    except VcamError as err:
+        _fail(err)
+    out.print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB): random weights, for tests and benchmarks only")

@@ -1,0 +1,314 @@
+"""Stand-in ONNX files: the real tensors (names, shapes, dtypes) with seeded random weights.
+
+Tests and benchmarks run offline on these; nothing here is a trained model. Built with
+``onnx.helper`` only (no PyTorch), opset 17, IR version 8.
+
+inswapper_128 stand-in: the real architecture
+=============================================
+Inputs ``target`` (N, 3, 128, 128) float32 RGB in [0, 1] and ``source`` (N, 512) float32 (the
+latent); output ``output`` (N, 3, 128, 128) float32 in [0, 1]. N is dynamic. Full size: 138,292,739
+weights in the graph plus ``emap`` (512 x 512), which is the LAST initializer and unused by the graph.
+``--tiny`` divides every channel count by 16 (the AdaIN Linear becomes 512 -> 2*C) and keeps the I/O.
+
+Node order (a loader may rely on it). Only Conv and Gemm nodes carry weights; every other
+constant is a ``Constant`` node, so the initializers are exactly the weights below, in this order,
+followed by ``emap``:
+
+  Conv  0  enc.0   7x7 3->128,   stride 1, after Pad(reflect, 3)     -> LeakyRelu(0.2)
+  Conv  1  enc.1   3x3 128->256, stride 1, zero pad 1               -> LeakyRelu(0.2)
+  Conv  2  enc.2   3x3 256->512, stride 2, zero pad 1               -> LeakyRelu(0.2)
+  Conv  3  enc.3   3x3 512->1024, stride 2, zero pad 1              -> LeakyRelu(0.2)
+  for b in 0..5 (residual block at 1024 x 32 x 32, h = h + r):
+    Conv  4+2b  blk.b.conv1  3x3 1024->1024 after Pad(reflect, 1)
+    Gemm  2b    blk.b.style1 source (N,512) x W^T + bias: W (2048, 512), transB=1, bias (2048,)
+                AdaIN: x_hat = (x - mean_hw) / sqrt(var_hw + 1e-8); y = x_hat * gamma + beta
+                with gamma = out[:, :1024], beta = out[:, 1024:]                -> Relu
+    Conv  5+2b  blk.b.conv2  3x3 1024->1024 after Pad(reflect, 1)
+    Gemm  2b+1  blk.b.style2 as above, then AdaIN (no activation)
+  Resize x2 (bilinear, half_pixel)
+  Conv 16  dec.0   3x3 1024->512, zero pad 1                        -> LeakyRelu(0.2)
+  Resize x2 (bilinear, half_pixel)
+  Conv 17  dec.1   3x3 512->256, zero pad 1                         -> LeakyRelu(0.2)
+  Conv 18  dec.2   3x3 256->128, zero pad 1                         -> LeakyRelu(0.2)
+  Conv 19  out     7x7 128->3 after Pad(reflect, 3) -> Tanh -> (x + 1) / 2
+
+Conv weights are (Cout, Cin, kh, kw) with a bias (Cout,); Gemm weights are stored like PyTorch's
+``nn.Linear.weight`` (out, in) with ``transB=1``. Weights: He-normal convolutions (the last one
+scaled by 0.1 so tanh does not saturate), style Linear weights N(0, 0.3^2) with bias 1 for gamma
+and 0 for beta, zero conv biases: activations stay finite and the source visibly changes the output.
+
+Other stand-ins are small random networks with the real tensors (see :data:`BUILDERS`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelError
+from . import registry
+
+OPSET = 17
+IR_VERSION = 8
+
+
+class _Graph:
+    """Collects nodes and initializers with unique names."""
+
+    def __init__(self, seed: int) -> None:
+        from onnx import helper
+
+        self.h = helper
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list = []
+        self.inits: list = []
+        self._n = 0
+
+    def name(self, base: str) -> str:
+        self._n += 1
+        return f"{base}_{self._n}"
+
+    def init(self, name: str, arr: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def const(self, arr, dtype=np.int64) -> str:
+        from onnx import numpy_helper
+
+        out = self.name("const")
+        value = numpy_helper.from_array(np.asarray(arr, dtype=dtype), out + "_value")
+        self.nodes.append(self.h.make_node("Constant", [], [out], value=value))
+        return out
+
+    def op(self, op: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        out = out or self.name(op.lower())
+        self.nodes.append(self.h.make_node(op, inputs, [out], name=self.name(op), **attrs))
+        return out
+
+    # -- layers --------------------------------------------------------------------------------
+    def conv(self, x: str, cin: int, cout: int, k: int, *, stride: int = 1, pad: int = 0, reflect: int = 0,
+             tag: str, gain: float = 1.0) -> str:
+        if reflect:
+            x = self.op("Pad", [x, self.const([0, 0, reflect, reflect, 0, 0, reflect, reflect])], mode="reflect")
+        std = gain * np.sqrt(2.0 / (cin * k * k))
+        w = (self.rng.standard_normal((cout, cin, k, k), dtype=np.float32) * np.float32(std))
+        b = np.zeros((cout,), np.float32)
+        wn = self.init(f"{tag}.weight", w)
+        bn = self.init(f"{tag}.bias", b)
+        return self.op("Conv", [x, wn, bn], kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+
+    def lrelu(self, x: str) -> str:
+        return self.op("LeakyRelu", [x], alpha=0.2)
+
+    def gemm(self, x: str, cin: int, cout: int, *, tag: str, std: float, bias: np.ndarray | None = None) -> str:
+        w = self.rng.standard_normal((cout, cin), dtype=np.float32) * np.float32(std)
+        b = np.zeros((cout,), np.float32) if bias is None else bias.astype(np.float32)
+        return self.op("Gemm", [x, self.init(f"{tag}.weight", w), self.init(f"{tag}.bias", b)], transB=1)
+
+    def adain(self, x: str, source: str, c: int, *, tag: str) -> str:
+        mean = self.op("ReduceMean", [x], axes=[2, 3], keepdims=1)
+        d = self.op("Sub", [x, mean])
+        var = self.op("ReduceMean", [self.op("Mul", [d, d])], axes=[2, 3], keepdims=1)
+        eps = self.const(np.float32(1e-8), np.float32)
+        norm = self.op("Div", [d, self.op("Sqrt", [self.op("Add", [var, eps])])])
+        bias = np.concatenate([np.ones(c, np.float32), np.zeros(c, np.float32)])
+        style = self.gemm(source, 512, 2 * c, tag=tag, std=0.3, bias=bias)
+        axes1 = self.const([1])
+        gamma = self.op("Slice", [style, self.const([0]), self.const([c]), axes1])
+        beta = self.op("Slice", [style, self.const([c]), self.const([2 * c]), axes1])
+        gamma = self.op("Unsqueeze", [gamma, self.const([2, 3])])
+        beta = self.op("Unsqueeze", [beta, self.const([2, 3])])
+        return self.op("Add", [self.op("Mul", [norm, gamma]), beta])
+
+    def up2(self, x: str) -> str:
+        scales = self.const(np.array([1, 1, 2, 2], np.float32), np.float32)
+        return self.op("Resize", [x, "", scales], mode="linear", coordinate_transformation_mode="half_pixel")
+
+    def model(self, inputs: list, outputs: list, name: str, doc: str = ""):
+        graph = self.h.make_graph(self.nodes, name, inputs, outputs, initializer=self.inits)
+        m = self.h.make_model(graph, opset_imports=[self.h.make_opsetid("", OPSET)], producer_name="vcam-standin")
+        m.ir_version = IR_VERSION
+        m.doc_string = doc or f"vcam stand-in for {name}: seeded random weights, not a trained model"
+        return m
+
+
+def _vi(t: registry.Tensor):
+    from onnx import TensorProto, helper
+
+    dt = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}[t.dtype]
+    return helper.make_tensor_value_info(t.name, dt, list(t.shape))
+
+
+# -- inswapper ----------------------------------------------------------------------------------
+def build_inswapper(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    div = 16 if tiny else 1
+    c1, c2, c3, c4 = (128 // div, 256 // div, 512 // div, 1024 // div)
+    g = _Graph(seed)
+    tgt, src = "target", "source"
+    h = g.lrelu(g.conv(tgt, 3, c1, 7, reflect=3, tag="enc.0"))
+    h = g.lrelu(g.conv(h, c1, c2, 3, pad=1, tag="enc.1"))
+    h = g.lrelu(g.conv(h, c2, c3, 3, stride=2, pad=1, tag="enc.2"))
+    h = g.lrelu(g.conv(h, c3, c4, 3, stride=2, pad=1, tag="enc.3"))
+    for b in range(6):
+        r = g.conv(h, c4, c4, 3, reflect=1, tag=f"blk.{b}.conv1")
+        r = g.op("Relu", [g.adain(r, src, c4, tag=f"blk.{b}.style1")])
+        r = g.conv(r, c4, c4, 3, reflect=1, tag=f"blk.{b}.conv2")
+        r = g.adain(r, src, c4, tag=f"blk.{b}.style2")
+        h = g.op("Add", [h, r])
+    h = g.lrelu(g.conv(g.up2(h), c4, c3, 3, pad=1, tag="dec.0"))
+    h = g.lrelu(g.conv(g.up2(h), c3, c2, 3, pad=1, tag="dec.1"))
+    h = g.lrelu(g.conv(h, c2, c1, 3, pad=1, tag="dec.2"))
+    h = g.op("Tanh", [g.conv(h, c1, 3, 7, reflect=3, tag="out", gain=0.1)])
+    half = g.const(np.float32(0.5), np.float32)
+    one = g.const(np.float32(1.0), np.float32)
+    g.op("Mul", [g.op("Add", [h, one]), half], out="output")
+    emap = g.rng.standard_normal((512, 512), dtype=np.float32) / np.float32(np.sqrt(512.0))
+    g.init("emap", emap)  # LAST initializer, unused by the graph (the real file's layout)
+    inputs = [_vi(t) for t in spec.inputs]
+    return g.model(inputs, [_vi(spec.outputs[0])], spec.name,
+                   f"vcam stand-in for {spec.name} ({'tiny' if tiny else 'full size'}): inswapper architecture, random weights")
+
+
+# -- small random networks with the real tensors ------------------------------------------------
+def build_recogniser(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    g = _Graph(seed)
+    x = spec.inputs[0]
+    s = x.shape[2]
+    k = 8
+    h = g.op("Tanh", [g.conv(x.name, 3, 16, k, stride=k, tag="features")])
+    h = g.op("Sub", [h, g.op("ReduceMean", [h], axes=[2, 3], keepdims=1)])  # keep the layout, drop the DC
+    h = g.op("Flatten", [h], axis=1)
+    g.op("Gemm", [h, g.init("proj.weight", g.rng.standard_normal((512, 16 * (s // k) ** 2), dtype=np.float32)),
+                  g.init("proj.bias", np.zeros(512, np.float32))], out=spec.outputs[0].name, transB=1)
+    return g.model([_vi(x)], [_vi(spec.outputs[0])], spec.name)
+
+
+def build_image_to_image(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    """Swappers other than inswapper, and enhancers: conv -> (source-modulated) -> conv -> range."""
+    g = _Graph(seed)
+    img = next(t for t in spec.inputs if len(t.shape) == 4)
+    vec = next((t for t in spec.inputs if len(t.shape) == 2), None)
+    h = g.op("Tanh", [g.conv(img.name, 3, 8, 3, pad=1, tag="enc")])
+    if vec is not None:
+        gamma = g.gemm(vec.name, 512, 8, tag="style", std=0.5, bias=np.ones(8, np.float32))
+        h = g.op("Mul", [h, g.op("Unsqueeze", [gamma, g.const([2, 3])])])
+    h = g.conv(h, 8, 3, 3, pad=1, tag="dec")
+    h = g.op("Add", [h, img.name])  # keep the picture recognisable
+    out = spec.outputs[0]
+    g.op("Sigmoid" if spec.output == "unit" else "Tanh", [h], out=out.name)
+    return g.model([_vi(t) for t in spec.inputs], [_vi(out)], spec.name)
+
+
+def build_converter(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    g = _Graph(seed)
+    x = spec.inputs[0]
+    w = np.eye(512, dtype=np.float32) + g.rng.standard_normal((512, 512), dtype=np.float32) * np.float32(0.05)
+    g.op("Gemm", [x.name, g.init("map.weight", w), g.init("map.bias", np.zeros(512, np.float32))],
+         out=spec.outputs[0].name, transB=1)
+    return g.model([_vi(x)], [_vi(spec.outputs[0])], spec.name)
+
+
+def build_detector(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    """Each output from the input pooled to its stride, a 1x1 conv and a reshape to its shape."""
+    g = _Graph(seed)
+    x = spec.inputs[0]
+    size = x.shape[2]
+    pooled: dict[int, str] = {}
+
+    def pool(stride: int) -> str:
+        if stride not in pooled:
+            pooled[stride] = g.op("AveragePool", [x.name], kernel_shape=[stride, stride], strides=[stride, stride])
+        return pooled[stride]
+
+    def head(stride: int, channels: int, tag: str) -> str:
+        h = g.conv(pool(stride), 3, channels, 1, tag=tag, gain=0.01)
+        return g.op("Transpose", [h], perm=[0, 2, 3, 1])
+
+    outputs = []
+    if spec.name == "yoloface_8n":
+        parts = []
+        for stride in (8, 16, 32):
+            h = g.conv(pool(stride), 3, 20, 1, tag=f"head{stride}", gain=0.01)
+            parts.append(g.op("Reshape", [h, g.const([1, 20, -1])]))
+        g.op("Sigmoid", [g.op("Concat", parts, axis=2)], out=spec.outputs[0].name)
+        outputs = list(spec.outputs)
+    else:
+        for t in spec.outputs:
+            stride = int(t.name.rsplit("_", 1)[1])
+            cells = (size // stride) ** 2
+            width = t.shape[-1]
+            anchors = t.shape[-2] // cells if len(t.shape) == 2 else t.shape[-2] // cells
+            h = head(stride, anchors * width, t.name.replace("_", "."))
+            h = g.op("Reshape", [h, g.const(list(t.shape))])
+            last = t.name.split("_")[0] in ("score", "cls", "obj")
+            g.op("Sigmoid" if last else "Identity", [h], out=t.name)
+            outputs.append(t)
+    return g.model([_vi(x)], [_vi(t) for t in outputs], spec.name)
+
+
+def build_occluder(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    g = _Graph(seed)
+    x = spec.inputs[0]
+    h = g.op("Transpose", [x.name], perm=[0, 3, 1, 2])
+    h = g.conv(h, 3, 1, 3, pad=1, tag="mask")
+    g.op("Sigmoid", [g.op("Transpose", [h], perm=[0, 2, 3, 1])], out=spec.outputs[0].name)
+    return g.model([_vi(x)], [_vi(spec.outputs[0])], spec.name)
+
+
+BUILDERS: dict[str, Callable] = {
+    "detector": build_detector,
+    "recogniser": build_recogniser,
+    "swapper": build_image_to_image,
+    "enhancer": build_image_to_image,
+    "converter": build_converter,
+    "occluder": build_occluder,
+}
+
+
+def build(name: str, *, tiny: bool = False, seed: int = 0):
+    """The stand-in ``onnx.ModelProto`` for registry model ``name``."""
+    spec = registry.get(name)
+    if spec.embedded:
+        import onnx
+
+        module, _, attr = spec.embedded.partition(":")
+        import importlib
+
+        return onnx.load_from_string(getattr(importlib.import_module(module), attr))
+    if spec.source == "emap":
+        return build_inswapper(spec, tiny=tiny, seed=seed)
+    return BUILDERS[spec.kind](spec, tiny=tiny, seed=seed)
+
+
+def write(name: str, out: str | os.PathLike, *, tiny: bool = False, seed: int = 0) -> Path:
+    """Build and save the stand-in for ``name`` to ``out`` (written to a temp name, then renamed)."""
+    import onnx
+
+    out = Path(out)
+    if out.is_dir():
+        spec = registry.get(name)
+        out = out / (spec.file or f"{name}.onnx")
+    model = build(name, tiny=tiny, seed=seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        onnx.save(model, str(tmp))
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ModelError(f"cannot write {out}: {exc.strerror or exc}", hint="choose a writable --out path") from None
+    return out
+
+
+def count_parameters(model, *, exclude: tuple[str, ...] = ("emap",)) -> int:
+    """Number of weights in ``model``'s initializers (``emap`` excluded by default)."""
+    total = 0
+    for t in model.graph.initializer:
+        if t.name not in exclude:
+            total += int(np.prod(t.dims)) if len(t.dims) else 1
+    return total

@@ -1,0 +1,326 @@
+"""Track stage: follow faces across frames with few full-frame scans, stable IDs and smooth landmarks.
+
+Per frame, :class:`Tracker` either scans the whole frame or, between scans, runs the detector only
+inside one square region around each track's predicted position (all regions in one batched call).
+A full scan happens on the first frame, every ``rescan_every`` frames, whenever a track is not found
+in its region (same frame), and — while nothing is tracked — on every other frame, so a face that
+comes back is found within two frames. A scheduled scan that misses a tracked face (too small for
+the whole-frame input) looks in that face's region too before counting a miss. A new frame size or
+a sequence number going backwards (a restarted source) starts over.
+
+Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
+and a track survives ``max_missed`` frames without a detection. Boxes and landmarks are smoothed
+with a One-Euro filter (Casiez et al. 2012): a low-pass whose cutoff rises with speed, so a still
+face stops jittering while a moving one is followed closely.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import TrackConfig
+from .detect import Detector, box_iou
+from .types import Detection, Track
+
+_MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
+_MATCH_DIST = 0.5  # or: centre distance below this fraction of the track's box side
+_DUPLICATE_IOU = 0.6  # two tracks this overlapped follow one face: the younger one goes
+_KEEP_BONUS = 1.5  # an existing track keeps its slot unless a new face is this much larger
+_VEL_GAIN = 0.6  # weight of the newest motion in the velocity estimate
+
+
+class OneEuroFilter:
+    """One-Euro filter over an array of 2-D points (N, 2), one cutoff per point.
+
+    ``min_cutoff`` (Hz): cutoff at rest, lower removes more jitter; ``beta``: how fast the cutoff
+    rises with speed (pixels/s), higher reduces lag; ``d_cutoff`` (Hz): smoothing of the speed.
+    """
+
+    def __init__(self, min_cutoff: float, beta: float, d_cutoff: float = 1.0) -> None:
+        self.min_cutoff = float(min_cutoff)
+        self.beta = float(beta)
+        self.d_cutoff = float(d_cutoff)
+        self._x: np.ndarray | None = None
+        self._dx: np.ndarray | None = None
+        self._t = 0.0
+
+    @staticmethod
+    def _alpha(dt: float, cutoff: np.ndarray | float) -> np.ndarray | float:
+        tau = 1.0 / (2.0 * math.pi * cutoff)
+        return 1.0 / (1.0 + tau / dt)
+
+    def reset(self, x: np.ndarray, t: float) -> np.ndarray:
+        self._x = np.asarray(x, dtype=np.float64).copy()
+        self._dx = np.zeros_like(self._x)
+        self._t = float(t)
+        return self._x.copy()
+
+    def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
+        """Filter the new sample ``x`` (N, 2) taken at time ``t`` (seconds); returns the estimate."""
+        x = np.asarray(x, dtype=np.float64)
+        if self._x is None or self._dx is None:
+            return self.reset(x, t)
+        dt = float(t) - self._t
+        if dt <= 0:
+            dt = 1e-3
+        dx = (x - self._x) / dt
+        self._dx = self._dx + self._alpha(dt, self.d_cutoff) * (dx - self._dx)
+        speed = np.linalg.norm(self._dx, axis=-1, keepdims=True)
+        a = self._alpha(dt, self.min_cutoff + self.beta * speed)
+        self._x = self._x + a * (x - self._x)
+        self._t = float(t)
+        return self._x.copy()
+
+
+@dataclass
+class _State:
+    """Tracker-private state of one track (the public view is ``track``)."""
+
+    track: Track
+    raw_box: np.ndarray  # last detected box (unsmoothed), float64
+    seen_seq: int  # seq of that detection
+    filter: OneEuroFilter
+    velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))  # box change per frame
+
+    def predict(self, seq: int) -> np.ndarray:
+        """Box expected at ``seq`` (constant velocity from the last detection)."""
+        return self.raw_box + self.velocity * max(0, seq - self.seen_seq)
+
+
+def _box_side(box: np.ndarray) -> float:
+    return float(max(box[2] - box[0], box[3] - box[1]))
+
+
+def associate(track_boxes: np.ndarray, det_boxes: np.ndarray) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """Greedy one-to-one matching of detections to tracks.
+
+    A pair qualifies when IoU >= 0.3 or the centre distance is below half the track box's longer
+    side; pairs are taken by IoU, then by distance. Returns (matches (track, det), unmatched tracks,
+    unmatched detections).
+    """
+    nt, nd = len(track_boxes), len(det_boxes)
+    if nt == 0 or nd == 0:
+        return [], list(range(nt)), list(range(nd))
+    tb = np.asarray(track_boxes, dtype=np.float64).reshape(-1, 4)
+    db = np.asarray(det_boxes, dtype=np.float64).reshape(-1, 4)
+    iou = box_iou(tb, db)
+    tc = (tb[:, :2] + tb[:, 2:]) / 2
+    dc = (db[:, :2] + db[:, 2:]) / 2
+    side = np.maximum(tb[:, 2] - tb[:, 0], tb[:, 3] - tb[:, 1]).clip(1.0)
+    dist = np.linalg.norm(tc[:, None] - dc[None], axis=-1) / side[:, None]
+    ok = (iou >= _MATCH_IOU) | (dist < _MATCH_DIST)
+    ti, di = np.nonzero(ok)
+    order = np.lexsort((dist[ti, di], -iou[ti, di]))
+    used_t, used_d, matches = set(), set(), []
+    for k in order:
+        t, d = int(ti[k]), int(di[k])
+        if t in used_t or d in used_d:
+            continue
+        used_t.add(t)
+        used_d.add(d)
+        matches.append((t, d))
+    return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
+
+
+class Tracker:
+    """Faces across frames: ROI detection between full scans, stable IDs, One-Euro smoothing.
+
+    ``detector``: a :class:`vcam.detect.Detector`; ``track_cfg``: scan interval, ROI size and scale,
+    misses allowed, filter settings; ``max_faces``: most tracks kept (largest faces first).
+    ``fps``: frame rate used for the filter's clock when :meth:`update` gets no timestamp.
+
+    After each :meth:`update`: ``last_full_scan`` (whether this frame was scanned whole),
+    ``frames`` and ``full_scans`` (counts since start), ``roi_calls`` (batched region calls),
+    ``last_detections`` (detections of this frame, frame pixels) and ``last_matched``
+    (track id -> the raw detection that updated it this frame).
+    """
+
+    def __init__(self, detector: Detector, track_cfg: TrackConfig | None = None, max_faces: int = 8, *, fps: float = 30.0) -> None:
+        if max_faces < 1:
+            raise ValueError(f"max_faces must be at least 1, got {max_faces}")
+        if fps <= 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self.detector = detector
+        self.cfg = track_cfg or TrackConfig()
+        self.max_faces = int(max_faces)
+        self.fps = float(fps)
+        self._next_id = 1
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every track and counter (IDs keep increasing)."""
+        self._states: list[_State] = []
+        self._last_scan_seq: int | None = None
+        self._shape: tuple[int, ...] | None = None
+        self._last_seq: int | None = None
+        self.frames = 0
+        self.full_scans = 0
+        self.roi_calls = 0
+        self.last_full_scan = False
+        self.last_detections: list[Detection] = []
+        self.last_matched: dict[int, Detection] = {}
+
+    @property
+    def tracks(self) -> list[Track]:
+        """Live tracks, by id."""
+        return [s.track for s in self._states]
+
+    # -- the per-frame step ------------------------------------------------------------------
+    def update(self, frame_bgr: np.ndarray, seq: int, t: float | None = None) -> list[Track]:
+        """Process frame ``seq`` (timestamp ``t`` seconds, default ``seq / fps``); returns live tracks.
+
+        A track with ``missed > 0`` was not found in this frame and keeps its last smoothed box and
+        landmarks. The same :class:`Track` object is returned for an id on every frame (its arrays
+        are replaced, never written in place), so a caller may keep per-track data on it, such as
+        ``similarity``.
+        """
+        seq = int(seq)
+        t = seq / self.fps if t is None else float(t)
+        shape = tuple(np.shape(frame_bgr))
+        if shape != self._shape or (self._last_seq is not None and seq < self._last_seq):
+            # A new source, a new size, or a restarted one (a looping file): old positions mean nothing.
+            self._states = []
+            self._last_scan_seq = None
+            self._shape = shape
+        self._last_seq = seq
+        self.frames += 1
+        self.last_matched = {}
+        full = self._scan_due(seq)
+        dets: list[Detection] | None = None
+        matches: list[tuple[int, int]] = []
+        lost: list[int] = []
+        fresh: list[int] = []
+        predicted = np.array([s.predict(seq) for s in self._states]).reshape(-1, 4)
+        if full:
+            dets = self.detector.detect(frame_bgr)
+            matches, lost, fresh = associate(predicted, [d.box for d in dets])
+            if lost:
+                # The scheduled scan missed a tracked face (the whole-frame input may be too coarse
+                # for a small one): look where it should be before counting a miss.
+                extra = self._detect_regions(frame_bgr, predicted[lost])
+                found, lost_k, _ = associate(predicted[lost], [d.box for d in extra])
+                for k, e in found:
+                    dets.append(extra[e])
+                    matches.append((lost[k], len(dets) - 1))
+                lost = [lost[k] for k in lost_k]
+        elif self._states:
+            dets = self._detect_regions(frame_bgr, predicted)
+            matches, lost, fresh = associate(predicted, [d.box for d in dets])
+            if lost:
+                # A track left its region (fast motion, occlusion, or it left the frame): look
+                # everywhere before counting a miss.
+                full = True
+                dets = self.detector.detect(frame_bgr)
+                matches, lost, fresh = associate(predicted, [d.box for d in dets])
+        if full:
+            self.full_scans += 1
+            self._last_scan_seq = seq
+        self.last_full_scan = full
+        self.last_detections = list(dets or [])
+
+        for ti, di in matches:
+            self._apply(self._states[ti], dets[di], seq, t)  # type: ignore[index]
+        for ti in lost:
+            self._states[ti].track.missed += 1
+        for s in self._states:
+            s.track.age += 1
+        self._states = [s for s in self._states if s.track.missed <= self.cfg.max_missed]
+        if dets:
+            self._admit([dets[d] for d in fresh], seq, t)
+        self._drop_duplicates()
+        return self.tracks
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _scan_due(self, seq: int) -> bool:
+        if self._last_scan_seq is None:
+            return True
+        since = seq - self._last_scan_seq
+        if not self._states:
+            return since >= 2
+        return since >= self.cfg.rescan_every
+
+    def _regions(self, boxes: np.ndarray) -> np.ndarray:
+        centre = (boxes[:, :2] + boxes[:, 2:]) / 2
+        side = self.cfg.roi_scale * np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]).clip(1.0)
+        return np.column_stack([centre - side[:, None] / 2, side])
+
+    def _detect_regions(self, frame: np.ndarray, predicted: np.ndarray) -> list[Detection]:
+        per_region = self.detector.detect_regions(frame, self._regions(predicted))
+        self.roi_calls += 1
+        found = [d for dets in per_region for d in dets]
+        if len(found) < 2:
+            return found
+        # Overlapping regions can see the same face twice: keep the best of each cluster.
+        found.sort(key=lambda d: -d.score)
+        iou = box_iou(np.array([d.box for d in found]), np.array([d.box for d in found]))
+        keep: list[int] = []
+        for i in range(len(found)):
+            if all(iou[i, k] <= 0.5 for k in keep):
+                keep.append(i)
+        return [found[i] for i in keep]
+
+    def _apply(self, state: _State, det: Detection, seq: int, t: float) -> None:
+        box = det.box.astype(np.float64)
+        gap = max(1, seq - state.seen_seq)
+        step = (box - state.raw_box) / gap
+        state.velocity = state.velocity + _VEL_GAIN * (step - state.velocity)
+        state.raw_box = box
+        state.seen_seq = seq
+        pts = np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)])
+        out = state.filter(pts, t)
+        tr = state.track
+        tr.landmarks = out[:5].astype(np.float32)
+        tr.box = out[5:].reshape(4).astype(np.float32)
+        tr.score = float(det.score)
+        tr.missed = 0
+        tr.last_seen = seq
+        self.last_matched[tr.id] = det
+
+    def _new_state(self, det: Detection, seq: int, t: float) -> _State:
+        flt = OneEuroFilter(self.cfg.min_cutoff, self.cfg.beta)
+        box = det.box.astype(np.float64)
+        flt.reset(np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)]), t)
+        track = Track(
+            id=self._next_id,
+            box=det.box.astype(np.float32).copy(),
+            landmarks=det.landmarks.astype(np.float32).copy(),
+            score=float(det.score),
+            age=0,
+            missed=0,
+            last_seen=seq,
+        )
+        self._next_id += 1
+        self.last_matched[track.id] = det
+        return _State(track=track, raw_box=box, seen_seq=seq, filter=flt)
+
+    def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
+        """Start tracks for unmatched detections, keeping the ``max_faces`` largest faces."""
+        if not candidates:
+            return
+        pool: list[tuple[float, _State | Detection]] = [(_area(s.track.box) * _KEEP_BONUS, s) for s in self._states]
+        pool += [(d.area, d) for d in candidates]
+        pool.sort(key=lambda p: -p[0])
+        kept = [item for _, item in pool[: self.max_faces]]
+        states = [k for k in kept if isinstance(k, _State)]
+        states += [self._new_state(k, seq, t) for k in kept if isinstance(k, Detection)]
+        self._states = sorted(states, key=lambda s: s.track.id)
+
+    def _drop_duplicates(self) -> None:
+        if len(self._states) < 2:
+            return
+        boxes = np.array([s.track.box for s in self._states])
+        iou = box_iou(boxes, boxes)
+        drop = set()
+        for i in range(len(self._states)):
+            for j in range(i + 1, len(self._states)):
+                if i not in drop and j not in drop and iou[i, j] > _DUPLICATE_IOU:
+                    drop.add(j)  # states are in id order: j is the younger track
+        if drop:
+            self._states = [s for k, s in enumerate(self._states) if k not in drop]
+
+
+def _area(box: np.ndarray) -> float:
+    return float(max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1]))
