@@ -123,11 +123,11 @@ def test_frame_with_ten_faces_swaps_at_most_max_faces(detector, source_face):
     cfg = cfg.replace(pipeline=type(cfg.pipeline)(max_faces=8), track=TrackConfig(rescan_every=1))
     a, g = portrait("astronaut"), portrait("grace_hopper")
     items = []
-    for k in range(10):
+    for k in range(10):  # a 5 x 2 grid of portraits, faces about 90 px wide
         img = a if k % 2 else g
-        s = 150.0 / img.shape[0]
+        s = 300.0 / img.shape[0]
         col, row = k % 5, k // 5
-        m = np.array([[s, 0, 20 + col * 250], [0, s, 40 + row * 330]], dtype=np.float64)
+        m = np.array([[s, 0, col * 256 + (256 - s * img.shape[1]) / 2], [0, s, row * 360 + 30]], dtype=np.float64)
         items.append((img, m))
     frame = compose((1280, 720), items, background=None)
     pipe = make_pipeline(detector, SolidSwapper(), cfg)

@@ -111,21 +111,45 @@ def crop_grid(frame_from_crop: np.ndarray, size: int) -> tuple[np.ndarray, np.nd
     return x, y
 
 
+def _source_region(frame_from_crop: np.ndarray, size: int, height: int, width: int) -> tuple[int, int, int, int]:
+    """Frame rectangle (x0, y0, x1, y1), clipped, that every bilinear tap of the crop can touch."""
+    corners = np.array([[0, 0], [size - 1, 0], [0, size - 1], [size - 1, size - 1]], dtype=np.float64)
+    pts = apply(frame_from_crop, corners)
+    x0 = int(np.clip(np.floor(pts[:, 0].min()) - 1, 0, width - 1))
+    y0 = int(np.clip(np.floor(pts[:, 1].min()) - 1, 0, height - 1))
+    x1 = int(np.clip(np.ceil(pts[:, 0].max()) + 2, x0 + 1, width))
+    y1 = int(np.clip(np.ceil(pts[:, 1].max()) + 2, y0 + 1, height))
+    return x0, y0, x1, y1
+
+
 def warp_crops(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
     """Batched warp-crop: bilinear, replicate border.
 
     ``frame``: (H, W, 3) uint8 BGR. ``crop_from_frame``: (F, 2, 3) float. Returns ``out``
     (F, size, size, 3) uint8 (allocated if None): crop pixel (u, v) of face f is the bilinear sample
-    of the frame at ``inv(M_f) @ [u, v, 1]`` (coordinates clamped to the frame), rounded to nearest.
-    This CPU version runs OpenCV's fixed-point warp, which agrees with the exact definition within 1.
+    of the frame at ``inv(M_f) @ [u, v, 1]`` (coordinates clamped to the frame), then
+    ``floor(x + 0.5)``.
+
+    Only the frame region the crop can touch is read: it is converted to float32 and warped by
+    OpenCV, whose float warp is plain bilinear (its uint8 warp rounds coordinates to 1/32 pixel).
     """
     import cv2
 
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
     if out is None:
         out = np.empty((mats.shape[0], size, size, frame.shape[2]), dtype=np.uint8)
+    h, w = frame.shape[:2]
+    inv = invert(mats)
     for f in range(mats.shape[0]):
-        cv2.warpAffine(frame, mats[f], (size, size), dst=out[f], flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        x0, y0, x1, y1 = _source_region(inv[f], size, h, w)
+        region = frame[y0:y1, x0:x1].astype(np.float32)
+        m = inv[f].copy()  # region_from_crop
+        m[:, 2] -= (x0, y0)
+        res = cv2.warpAffine(region, m, (size, size), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                             borderMode=cv2.BORDER_REPLICATE)
+        res += 0.5
+        np.clip(res, 0, 255, out=res)
+        out[f] = res.astype(np.uint8)
     return out
 
 

@@ -106,18 +106,14 @@ def _pct(v: list[float], q: float) -> float:
 
 
 def _swapper_module(seed: int = 0) -> tuple[Any, str]:
-    try:
-        from .engines.inswapper_torch import build_inswapper
+    from .engines.inswapper_torch import build_inswapper
 
-        return build_inswapper(seed), "vcam.engines.inswapper_torch"
-    except ImportError:
-        from .gpu.inswapper_arch import build_inswapper as own
-
-        return own(seed), "vcam.gpu.inswapper_arch"
+    return build_inswapper(seed), "vcam.engines.inswapper_torch"
 
 
 def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt: PixelFormat = PixelFormat.NV12,
-              out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None) -> dict:
+              out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None,
+              max_faces: int | None = None) -> dict:
     import cupy
     import torch
 
@@ -130,7 +126,7 @@ def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     free0 = cupy.cuda.runtime.memGetInfo()[0]
-    cfg = Config(pipeline=PipelineConfig(max_faces=max(8, faces)))
+    cfg = Config(pipeline=PipelineConfig(max_faces=max_faces or max(8, faces)))
     xfer = Transfers()
     compute = cupy.cuda.Stream(non_blocking=True)
     det = GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=fp16, max_regions=max(8, faces), transfers=xfer, stream=compute)
@@ -230,12 +226,87 @@ def bench_naive(width: int, height: int, faces: int, *, frames: int = 20, in_fmt
             "fps": 1.0 / float(np.mean(times))}
 
 
+def bench_cpu(width: int, height: int, faces: int, *, frames: int = 60, in_fmt: PixelFormat = PixelFormat.NV12,
+              out_fmt: PixelFormat = PixelFormat.I420) -> dict:
+    """The CPU pipeline (NumPy/OpenCV references, onnxruntime detector on one region per face, classic
+    swap) on the same synthetic frames; the neural swapper is left out on the CPU (seconds per face)."""
+    from .config import Config, PipelineConfig
+    from .detect import RetinaFaceDetector
+    from .pipeline import Pipeline
+    from .swap import ClassicSwapper
+    from .types import SourceFace
+
+    cfg = Config(pipeline=PipelineConfig(max_faces=max(8, faces), device="cpu"))
+    det = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
+    tracker = FixedTracker(det, synthetic_faces(faces, width, height))
+    sw = ClassicSwapper(128)
+    face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
+    pipe = Pipeline(cfg, tracker=tracker, swapper=sw, out_fmt=out_fmt)
+    raw = synthetic_frame(width, height, in_fmt)
+    snap = _Snap(face)
+    lat, stages = [], {}
+    for i in range(frames + 3):
+        f = Frame(data=raw, width=width, height=height, fmt=in_fmt, t_capture=0.0, seq=i)
+        t0 = time.perf_counter()
+        _, st = pipe.process(f, snap)
+        if i >= 3:
+            lat.append(time.perf_counter() - t0)
+            for k, v in st.stages.items():
+                stages.setdefault(k, []).append(v)
+    return {"size": f"{width}x{height}", "faces": faces, "in_fmt": in_fmt.value, "out_fmt": out_fmt.value, "fp16": False,
+            "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "fps_pipelined": 1.0 / float(np.mean(lat)),
+            "stages_ms": {k: float(np.median(v) * 1e3) for k, v in stages.items()},
+            "copies_per_frame": {"h2d": 0, "d2h": 0}, "peak_gpu_mb_allocators": 0.0}
+
+
+def bench_naive_cpu(width: int, height: int, faces: int, *, frames: int = 20, in_fmt: PixelFormat = PixelFormat.NV12,
+                    out_fmt: PixelFormat = PixelFormat.I420) -> dict:
+    """The naive CPU loop: full-frame detection every frame, then per face a warp, the classic swap and
+    a float blend of the whole frame with a full-frame warped mask (what the peers do)."""
+    import cv2
+
+    from . import align, blend, convert
+    from .config import Config
+    from .detect import RetinaFaceDetector
+    from .swap import ClassicSwapper
+    from .types import SourceFace
+
+    det = RetinaFaceDetector(Config().detect)
+    sw = ClassicSwapper(128)
+    face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
+    raw = synthetic_frame(width, height, in_fmt)
+    lms = synthetic_faces(faces, width, height)
+    mask = blend.box_mask(128, 0.3)
+    times = []
+    for i in range(frames + 2):
+        t0 = time.perf_counter()
+        bgr = convert.to_bgr(raw, in_fmt, width, height)
+        det.detect(bgr)
+        img = bgr.astype(np.float32)
+        for lm in lms:
+            m = align.estimate(lm, "arcface_128", 128)
+            crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            out = sw.swap(crop[None], face)[0]
+            inv = cv2.invertAffineTransform(m)
+            warped = cv2.warpAffine(out, inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
+            mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
+            img = img * (1.0 - mk) + warped * mk
+        convert.from_bgr(np.clip(img + 0.5, 0, 255).astype(np.uint8), out_fmt)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return {"size": f"{width}x{height}", "faces": faces, "p50_ms": _pct(times, 50), "p99_ms": _pct(times, 99),
+            "fps": 1.0 / float(np.mean(times))}
+
+
 def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] = ("1080p",), frames: int = 200,
         naive_frames: int = 20, in_fmt: str = "NV12", out_fmt: str = "I420", fp16: bool = True,
         json_path: str | None = None, naive: bool = True, console: Any = None) -> dict:
     """Run the benchmark; returns (and optionally writes) the results as a dict."""
+    if device == "cpu":
+        return _run_cpu(faces=faces, sizes=sizes, frames=min(frames, 60), naive_frames=naive_frames, in_fmt=in_fmt,
+                        out_fmt=out_fmt, json_path=json_path, naive=naive, console=console)
     if device != "cuda":
-        raise DeviceError("vcam bench measures the GPU hot path", hint="run it with --device cuda on a machine with a CUDA GPU")
+        raise DeviceError(f"unknown bench device {device!r}", hint="use --device cuda or --device cpu")
     from .gpu import available
 
     ok, why = available()
@@ -276,6 +347,28 @@ def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] 
     return results
 
 
+def _run_cpu(*, faces, sizes, frames, naive_frames, in_fmt, out_fmt, json_path, naive, console) -> dict:
+    info = {"gpu": f"CPU ({platform.processor() or platform.machine()}, no GPU)", "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d"), "swapper": "classic"}
+    results: dict[str, Any] = {"info": info, "gpu": [], "naive": []}
+    for s in sizes:
+        if s not in SIZES:
+            raise DeviceError(f"unknown size {s!r}", hint=f"choose from {', '.join(SIZES)}")
+        w, h = SIZES[s]
+        for n in faces:
+            r = bench_cpu(w, h, n, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt))
+            results["gpu"].append(r)
+            if console:
+                console.print(f"cpu {s} faces={n}: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms {r['fps_pipelined']:.1f} fps")
+            if naive:
+                nr = bench_naive_cpu(w, h, n, frames=naive_frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt))
+                nr["speedup_throughput"] = r["fps_pipelined"] / nr["fps"]
+                results["naive"].append(nr)
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
+    return results
+
+
 def table(results: dict) -> Any:
     from rich.table import Table
 
@@ -292,7 +385,7 @@ def table(results: dict) -> Any:
 
 
 def bench_command(
-    device: str = typer_option("cuda", "--device", help="cuda (the GPU hot path; cpu is refused)."),
+    device: str = typer_option("cuda", "--device", help="cuda (the GPU hot path) or cpu (the CPU pipeline, classic swap)."),
     faces: str = typer_option("1,4,8", "--faces", help="Comma list of face counts."),
     size: str = typer_option("720p,1080p,4k", "--size", help="Comma list of 720p, 1080p, 4k."),
     frames: int = typer_option(200, "--frames", help="Timed frames per configuration."),

@@ -16,7 +16,9 @@ def box_mask(size: int, blur: float = 0.3) -> np.ndarray:
     """FaceFusion-style feathered box mask (size, size) float32 in [0, 1].
 
     A border of ``max(blur_amount // 2, 1)`` pixels is zeroed (``blur_amount = int(size * 0.5 *
-    blur)``), then a Gaussian blur of sigma ``blur_amount * 0.25`` softens the edge.
+    blur)``), then a Gaussian blur of sigma ``blur_amount * 0.25`` softens the edge. Unlike
+    FaceFusion's, the outermost ring is zeroed again after the blur, so the paste fades to exactly 0
+    at the crop's edge and leaves no seam.
     """
     import cv2
 
@@ -29,6 +31,7 @@ def box_mask(size: int, blur: float = 0.3) -> np.ndarray:
     mask[:, -border:] = 0
     if blur_amount > 0:
         mask = cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25)
+        mask[0, :] = mask[-1, :] = mask[:, 0] = mask[:, -1] = 0.0
     return np.clip(mask, 0.0, 1.0).astype(np.float32)
 
 
@@ -64,12 +67,11 @@ def paste_back(
     ``frame``: (H, W, 3) uint8 BGR, modified in place. ``crops``: (F, S, S, 3) uint8 BGR (the
     swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1], zero on
     its outermost pixels (see :func:`box_mask`). For each frame pixel p in the face's paste box:
-    ``q = M_f @ p``; if q lies inside the crop (``0 <= q <= S-1``), ``m = bilinear(mask, q)``,
-    ``c = bilinear(crop, q)`` and ``p = round(p * (1 - m) + c * m)``; pixels outside the crop stay as
-    they were. Faces are blended in order, so a later face wins where boxes overlap.
+    ``q = M_f @ p`` (float32); if q lies inside the crop (``0 <= q <= S-1``), ``m = bilinear(mask, q)``,
+    ``c = bilinear(crop, q)`` and ``p = floor(p * (1 - m) + c * m + 0.5)``; pixels outside the crop
+    stay as they were. Faces are blended in order, so a later face wins where boxes overlap.
 
-    This CPU version samples with OpenCV's fixed-point warp (within 1 of the exact definition) and
-    only ever reads and writes the paste box.
+    Works on the paste box only: cost follows the face size, not the frame size.
     """
     import cv2
 
@@ -78,21 +80,26 @@ def paste_back(
     size = crops.shape[1]
     h, w = frame.shape[:2]
     boxes = paste_boxes(mats[:n], size, h, w)
+    # OpenCV's warp of a float32 image is plain bilinear in float (no fixed-point coordinates), so
+    # sampling the crop and the mask with it computes the definition above: the mask is 0 on its
+    # outermost ring, and zero padding outside it makes "outside the crop" weigh 0.
     mask = np.ascontiguousarray(mask, dtype=np.float32)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     for f in range(n):
         x0, y0, x1, y1 = (int(v) for v in boxes[f])
         if x1 <= x0 or y1 <= y0:
             continue
-        # crop_from_roi: ROI pixel (x, y) is frame pixel (x + x0, y + y0).
-        m = mats[f].copy()
+        m = mats[f].copy()  # crop_from_roi: ROI pixel (x, y) is frame pixel (x + x0, y + y0)
         m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
         bw, bh = x1 - x0, y1 - y0
         a = cv2.warpAffine(mask, m, (bw, bh), flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        c = cv2.warpAffine(crops[f], m, (bw, bh), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        c = cv2.warpAffine(crops[f].astype(np.float32), m, (bw, bh), flags=flags, borderMode=cv2.BORDER_REPLICATE)
         roi = frame[y0:y1, x0:x1]
         a3 = a[..., None]
-        blended = roi.astype(np.float32) * (1.0 - a3) + c.astype(np.float32) * a3
-        np.floor(blended + 0.5, out=blended)
-        roi[...] = blended.clip(0, 255).astype(np.uint8)
+        out = roi.astype(np.float32)
+        out -= out * a3
+        out += c * a3
+        out += 0.5
+        np.clip(out, 0, 255, out=out)
+        roi[...] = out.astype(np.uint8)  # truncation of x + 0.5 >= 0: round half up
     return frame

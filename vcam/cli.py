@@ -10,7 +10,6 @@ import logging
 import signal
 import sys
 import threading
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -94,13 +93,11 @@ def run(
     status_line = _StatusLine(enabled=not quiet)
     daemon = Daemon(cfg, on_status=status_line.update)
     _install_signals(daemon)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            with status_line:
-                summary = daemon.run(max_frames=frames, duration=dur)
-        except VcamError as err:
-            _fail(err)
+    try:
+        with status_line:
+            summary = daemon.run(max_frames=frames, duration=dur)
+    except VcamError as err:
+        _fail(err)
     console.print(
         f"stopped: {summary.frames_out} frames published of {summary.frames_in} in {summary.seconds:.1f}s "
         f"({summary.fps:.1f} fps) on {summary.device}; latency p50 {summary.percentile(50):.1f} ms, "
@@ -108,8 +105,6 @@ def run(
         f"{summary.dropped_latency} over the latency budget",
         highlight=False,
     )
-    if cfg.pipeline.fp16 and summary.device == "cpu":
-        console.print("[yellow]note:[/] --fp16 needs a CUDA GPU; ran FP32 on the CPU", highlight=False)
 
 
 class _StatusLine:
@@ -239,6 +234,9 @@ def _register_groups() -> None:
 
     app.add_typer(faces_app, name="faces", help="The face bank: list, add and remove source faces.")
     app.add_typer(models_app, name="models", help="Model files: list, pull, verify, stand-ins.")
+    from .bench import bench_command
+
+    app.command("bench")(bench_command)
     app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
     app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, status.")
 

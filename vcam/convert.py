@@ -136,9 +136,8 @@ def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None)
     flat = out.reshape(-1)
     y = cv2.transform(frame, _Y_MAT)  # (H, W) uint8, rounded and saturated
     flat[: w * h] = y.reshape(-1)
-    small = cv2.resize(frame.astype(np.float32), (w // 2, h // 2), interpolation=cv2.INTER_AREA)
-    uv = cv2.transform(small, _UV_MAT)  # (H/2, W/2, 2) float32
-    uv = np.clip(np.floor(uv + 0.5), 0, 255).astype(np.uint8)
+    small = cv2.resize(frame, (w // 2, h // 2), interpolation=cv2.INTER_AREA)  # 2x2 means, rounded
+    uv = cv2.transform(small, _UV_MAT)  # (H/2, W/2, 2) uint8, rounded and saturated
     n = (h // 2) * (w // 2)
     if fmt is PixelFormat.I420:
         flat[w * h : w * h + n] = uv[..., 0].reshape(-1)
@@ -194,7 +193,8 @@ def detector_input(
     """
     # Separable bilinear: blend the needed rows first (contiguous row gathers, on the frame's own
     # width), then gather and blend columns on the smaller result. The frame is viewed as
-    # (H, W*3) so column gathers move whole BGR triples with one flat index each.
+    # (H, W*3) so column gathers move whole BGR triples with one flat index each. Output rows go in
+    # bands of about a megabyte of floats so the temporaries stay in cache.
     rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
     if out is None:
         out = np.empty((rects.shape[0], 3, size, size), dtype=np.float32)
@@ -209,16 +209,6 @@ def detector_input(
         if j0 == j1 or i0 == i1:
             dst[...] = 0
             continue
-        c0, c1 = int(xa[0]) * 3, (int(xb[-1]) + 1) * 3
-        top = flat[ya, c0:c1]
-        rows = np.subtract(flat[yb, c0:c1], top, dtype=np.float32)
-        rows *= fy[:, None]
-        rows += top
-        left = np.take(rows, (xa[:, None] * 3 + _BGR_OFFSETS).ravel() - c0, axis=1)
-        right = np.take(rows, (xb[:, None] * 3 + _BGR_OFFSETS).ravel() - c0, axis=1)
-        right -= left
-        right *= np.repeat(fx, 3)
-        right += left
         if i0 > 0:
             dst[:, :i0] = 0
         if i1 < size:
@@ -227,5 +217,23 @@ def detector_input(
             dst[:, i0:i1, :j0] = 0
         if j1 < size:
             dst[:, i0:i1, j1:] = 0
-        np.subtract(right.reshape(i1 - i0, j1 - j0, 3).transpose(2, 0, 1), mean_a, out=dst[:, i0:i1, j0:j1])
+        c0, c1 = int(xa[0]) * 3, (int(xb[-1]) + 1) * 3
+        col_a = (xa[:, None] * 3 + _BGR_OFFSETS).ravel() - c0
+        col_b = (xb[:, None] * 3 + _BGR_OFFSETS).ravel() - c0
+        fx3 = np.repeat(fx, 3)
+        band = max(16, (1 << 18) // (c1 - c0))
+        for k0 in range(0, i1 - i0, band):
+            k1 = min(k0 + band, i1 - i0)
+            top = flat[ya[k0:k1], c0:c1]
+            rows = np.subtract(flat[yb[k0:k1], c0:c1], top, dtype=np.float32)
+            rows *= fy[k0:k1, None]
+            rows += top
+            left = np.take(rows, col_a, axis=1)
+            right = np.take(rows, col_b, axis=1)
+            right -= left
+            right *= fx3
+            right += left
+            np.subtract(
+                right.reshape(k1 - k0, j1 - j0, 3).transpose(2, 0, 1), mean_a, out=dst[:, i0 + k0 : i0 + k1, j0:j1]
+            )
     return out

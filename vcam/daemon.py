@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,61 +183,69 @@ class Daemon:
         cfg = self.cfg
         self.device = resolve_device(cfg)
         if cfg.pipeline.fp16 and self.device == "cpu":
-            warnings.warn("--fp16 needs a CUDA GPU; running FP32 on the CPU", RuntimeWarning, stacklevel=2)
             log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
 
         source = self._source or capture.open_source(cfg.capture)
         self._components.append(source)
+        gpu = self.device == "cuda"
+        # The CPU detector also finds faces in source photos (once per photo) on the GPU path.
         detector = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
         self.detector = detector
-        tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces)
-        recogniser = enhancer = None
-        if cfg.swap.swapper in BUILT_IN:
-            swapper = make_swapper(cfg.swap.swapper, crop_size=cfg.swap.crop_size, color_match=cfg.swap.color_match)
-        else:
+        store = recogniser = enhancer = None
+        neural = cfg.swap.swapper not in BUILT_IN
+        if neural or cfg.swap.faces == "reference":
             from .models.download import ModelStore
             from .recognize import create_recogniser
-            from .swap_neural import create_swapper
 
             store = ModelStore.from_config(cfg)
-            swapper = create_swapper(cfg.swap.swapper, cfg, store=store, device=self.device)
             recogniser = create_recogniser(cfg, store=store, device=self.device)
-        if cfg.swap.faces == "reference" and recogniser is None:
-            from .recognize import create_recogniser
+        if gpu:
+            from .gpu import stages
 
-            recogniser = create_recogniser(cfg, device=self.device)
+            transfers, stream = stages.make_context()
+            swapper = stages.make_swapper(cfg, store=store, recogniser=recogniser)
+            tracker = Tracker(stages.make_detector(cfg, transfers=transfers, stream=stream), cfg.track,
+                              max_faces=cfg.pipeline.max_faces, fps=source.fps or cfg.capture.fps)
+        else:
+            if neural:
+                from .swap_neural import create_swapper
+
+                swapper = create_swapper(cfg.swap.swapper, cfg, store=store, device=self.device)
+            else:
+                swapper = make_swapper(cfg.swap.swapper, crop_size=cfg.swap.crop_size, color_match=cfg.swap.color_match)
+            tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces, fps=source.fps or cfg.capture.fps)
         if cfg.swap.enhancer:
-            from .swap_neural import create_enhancer
+            if gpu:
+                log.warning("the enhancer runs on the CPU path only; [swap] enhancer is ignored with --device cuda")
+            else:
+                from .swap_neural import create_enhancer
 
-            enhancer = create_enhancer(cfg.swap.enhancer, cfg, amount=cfg.swap.enhancer_amount, device=self.device)
+                enhancer = create_enhancer(cfg.swap.enhancer, cfg, amount=cfg.swap.enhancer_amount, store=store, device=self.device)
         self.swapper = swapper
         self.recogniser = recogniser
 
-        # Source faces: --face / [swap] source, else the demo face for the demo input, else the bank.
+        # Source faces: --face / [swap] source, else the demo face for the demo input, plus the bank.
         if not self.state.names:
             self._load_faces(swapper, detector, recogniser)
 
         fps = cfg.output.fps or source.fps or cfg.capture.fps
         output = self._output
         if output is None:
-            w, h = source.width, source.height
             # Live input: stamp file frames by wall clock (plays at real speed even with drops);
             # as-fast-as-possible input: by frame count, so the file keeps the input's rate.
             timing = "wall" if cfg.capture.realtime else "frames"
-            output = publish.open_output(cfg.output, w, h, fps, file_timing=timing)
+            output = publish.open_output(cfg.output, source.width, source.height, fps, file_timing=timing)
         self._components.append(output)
-        face_filter = None
-        if cfg.swap.faces == "reference":
-            face_filter = self._reference_filter(detector, recogniser)
-        kwargs = dict(tracker=tracker, swapper=swapper, out_fmt=output.fmt, face_filter=face_filter, enhancer=enhancer)
-        if self.device == "cuda":
-            from .gpu.pipeline import GpuPipeline
-
-            pipeline = GpuPipeline(cfg, **kwargs)
+        face_filter = self._reference_filter(detector, recogniser) if cfg.swap.faces == "reference" else None
+        if gpu:
+            pipeline = stages.make_pipeline(cfg, tracker=tracker, swapper=swapper, width=source.width,
+                                            height=source.height, in_fmt=source.fmt, out_fmt=output.fmt,
+                                            face_filter=face_filter, transfers=transfers, stream=stream)
         else:
             from .pipeline import Pipeline
 
-            pipeline = Pipeline(cfg, **kwargs)
+            pipeline = Pipeline(cfg, tracker=tracker, swapper=swapper, out_fmt=output.fmt,
+                                face_filter=face_filter, enhancer=enhancer)
         return source, output, pipeline, fps
 
     def _load_faces(self, swapper, detector, recogniser) -> None:

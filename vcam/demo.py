@@ -88,9 +88,10 @@ def _paste(dst: np.ndarray, src: np.ndarray, affine: np.ndarray) -> None:
         return
     m = np.asarray(affine, dtype=np.float64).copy()
     m[:, 2] -= (x0, y0)
-    region = np.ascontiguousarray(dst[y0:y1, x0:x1])
-    region = cv2.warpAffine(src, m, (x1 - x0, y1 - y0), dst=region, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_TRANSPARENT)
-    dst[y0:y1, x0:x1] = region
+    region = dst[y0:y1, x0:x1]  # a row-strided view: OpenCV writes into it in place
+    warped = cv2.warpAffine(src, m, (x1 - x0, y1 - y0), dst=region, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_TRANSPARENT)
+    if warped is not region:  # pragma: no cover - an OpenCV build that copied the view
+        region[...] = warped
 
 
 def compose(

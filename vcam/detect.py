@@ -143,7 +143,8 @@ def _load_session(model: bytes | str | os.PathLike | None, threads: int) -> Any:
 class RetinaFaceDetector:
     """RetinaFace mobilenet0.25 on onnxruntime (CPU).
 
-    ``cfg``: input size for full scans (long side), score threshold, NMS IoU, smallest face.
+    ``cfg``: input size for full scans (long side), score threshold, NMS IoU, smallest face (the
+    box's shorter side in frame pixels).
     ``roi_size``: the side every region of :meth:`detect_regions` is resized to
     (``TrackConfig.roi_size``). Keyword-only: ``session`` (an onnxruntime-like object with
     ``run(None, {"input": x})``) or ``model`` (ONNX bytes or a path; default: the embedded weights),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def available() -> tuple[bool, str]:
-    """(True, "") when CuPy imports and sees a CUDA device, else (False, why)."""
+    """(True, "") when CuPy and PyTorch import and see a CUDA device, else (False, why)."""
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
@@ -18,4 +18,10 @@ def available() -> tuple[bool, str]:
         return False, f"no usable CUDA device ({exc})"
     if n < 1:
         return False, "no CUDA device"
+    try:  # the detector and neural swappers run on PyTorch CUDA
+        import torch
+    except Exception as exc:
+        return False, f"torch does not import ({exc.__class__.__name__}: {exc})"
+    if not torch.cuda.is_available():
+        return False, "torch was built without CUDA"
     return True, ""

@@ -135,7 +135,7 @@ class GpuRetinaFace:
     """RetinaFace on the GPU with the :class:`vcam.detect.Detector` interface, frames as CuPy arrays.
 
     ``module``: a torch module ``x (N, 3, H, W) -> (loc, conf, landmarks)`` (default: the embedded
-    weights through :func:`vcam.gpu.onnx_torch.build`). The model's top ``top_k`` candidates per image
+    weights in the native module of :mod:`vcam.engines.retinaface_torch`). The model's top ``top_k`` candidates per image
     are picked on the device; only they are read back (one small D2H through ``transfers``) and
     decoded, filtered and NMS'd on the host with the same arithmetic as ``vcam.detect``.
     """
@@ -153,11 +153,11 @@ class GpuRetinaFace:
         self.fp16 = bool(fp16)
         self.dtype = torch.float16 if fp16 else torch.float32
         if module is None:
-            from retinaface.weights import WEIGHTS
+            from ..engines.retinaface_torch import load_retinaface_from_onnx
 
-            from .onnx_torch import build
-
-            module = build(WEIGHTS, device="cuda", dtype=self.dtype)
+            module = load_retinaface_from_onnx().to(device="cuda", dtype=self.dtype).eval()
+            if self.fp16:  # channels-last is faster for this network in FP16 (docs/engines.md)
+                module = module.to(memory_format=torch.channels_last)
         self.max_regions = int(max_regions)
         self.top_k = int(top_k)
         self.transfers = transfers or Transfers()
