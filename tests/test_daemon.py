@@ -164,3 +164,32 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig):
     with av.open(str(target)) as c:  # finalised: it decodes
         n = sum(1 for _ in c.decode(video=0))
     assert n > 0
+
+
+def test_run_with_a_neural_model_downloads_on_consent_or_says_how(tmp_path):
+    """`vcam run --model inswapper_128_fp16`: without consent it names the missing files and the fix;
+    with --download it fetches them (real HTTP on 127.0.0.1), verifies them and runs the swap."""
+    from model_server import ModelServer
+
+    from vcam.models import standin
+
+    server = ModelServer(tmp_path / "www")
+    try:
+        for name in ("inswapper_128_fp16", "arcface_w600k_r50"):
+            data = standin.write(name, tmp_path / f"{name}.onnx", tiny=True).read_bytes()
+            server.publish(name, data)
+        models = tmp_path / "models"
+        cfg = tmp_path / "vcam.toml"
+        cfg.write_text(f"[models]\ndir = '{models}'\nmirror = '{server.template}'\n")
+        base = ["run", "--config", str(cfg), "--input", "demo", "--model", "inswapper_128_fp16", "--output", "null",
+                "--frames", "4", "--fast", "--device", "cpu", "--quiet", "--max-latency", "0"]
+        r = runner.invoke(app, base)  # not a terminal: no prompt, one line saying how
+        assert r.exit_code == 6
+        assert "missing model files: arcface_w600k_r50.onnx, inswapper_128_fp16.onnx" in r.output
+        assert "--download" in r.output and not models.joinpath("inswapper_128_fp16.onnx").exists()
+        r = runner.invoke(app, base + ["--download"])
+        assert r.exit_code == 0, r.output
+        assert (models / "inswapper_128_fp16.onnx").is_file() and (models / "models.lock.json").is_file()
+        assert "4 frames published of 4" in r.output
+    finally:
+        server.close()

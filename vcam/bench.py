@@ -113,7 +113,7 @@ def _swapper_module(seed: int = 0) -> tuple[Any, str]:
 
 def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt: PixelFormat = PixelFormat.NV12,
               out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None,
-              max_faces: int | None = None) -> dict:
+              max_faces: int | None = None, compile: bool = False) -> dict:
     import cupy
     import torch
 
@@ -129,9 +129,11 @@ def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt:
     cfg = Config(pipeline=PipelineConfig(max_faces=max_faces or max(8, faces)))
     xfer = Transfers()
     compute = cupy.cuda.Stream(non_blocking=True)
-    det = GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=fp16, max_regions=max(8, faces), transfers=xfer, stream=compute)
+    mf = cfg.pipeline.max_faces
+    det = GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=fp16, max_regions=mf, transfers=xfer, stream=compute,
+                        compile=compile)
     det.warmup(height, width)
-    sw = GpuNeuralSwapper(module, max_faces=max(8, faces), fp16=fp16)
+    sw = GpuNeuralSwapper(module, max_faces=mf, fp16=fp16, compile=compile)
     sw.warmup()
     tracker = FixedTracker(det, synthetic_faces(faces, width, height))
     pipe = GpuPipeline(cfg, tracker=tracker, swapper=sw, width=width, height=height, in_fmt=in_fmt, out_fmt=out_fmt,
@@ -299,6 +301,7 @@ def bench_naive_cpu(width: int, height: int, faces: int, *, frames: int = 20, in
 
 
 def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] = ("1080p",), frames: int = 200,
+        compile: bool = False,
         naive_frames: int = 20, in_fmt: str = "NV12", out_fmt: str = "I420", fp16: bool = True,
         json_path: str | None = None, naive: bool = True, console: Any = None) -> dict:
     """Run the benchmark; returns (and optionally writes) the results as a dict."""
@@ -332,7 +335,10 @@ def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] 
             raise DeviceError(f"unknown size {s!r}", hint=f"choose from {', '.join(SIZES)}")
         w, h = SIZES[s]
         for n in faces:
-            r = bench_gpu(w, h, n, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16, module=module)
+            # With compile, size the face batch to n so only the needed shapes are compiled.
+            r = bench_gpu(w, h, n, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16,
+                          module=module, compile=compile, max_faces=n if compile else None)
+            r["compiled"] = compile
             results["gpu"].append(r)
             if console:
                 console.print(f"gpu {s} faces={n}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms {r['fps_pipelined']:.0f} fps")
@@ -391,6 +397,7 @@ def bench_command(
     frames: int = typer_option(200, "--frames", help="Timed frames per configuration."),
     json_out: str = typer_option("", "--json", help="Write the results as JSON to this path."),
     naive: bool = typer_option(True, "--naive/--no-naive", help="Also time the naive loop."),
+    compile: bool = typer_option(False, "--compile/--no-compile", help="torch.compile the networks (minutes on first use)."),
 ) -> None:
     """Typer command (the CLI registers it as ``vcam bench``): GPU hot path vs. the naive loop."""
     import typer
@@ -401,7 +408,7 @@ def bench_command(
     con = Console()
     try:
         res = run(device=device, faces=[int(x) for x in faces.split(",") if x], sizes=[s.strip() for s in size.split(",") if s.strip()],
-                  frames=frames, json_path=json_out or None, naive=naive, console=con)
+                  frames=frames, json_path=json_out or None, naive=naive, console=con, compile=compile)
     except VcamError as err:
         Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False)
         raise typer.Exit(err.exit_code) from None

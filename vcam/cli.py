@@ -57,13 +57,16 @@ def run(
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
     fast: bool = typer.Option(False, "--fast", help="Read video files as fast as possible (benchmarks)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line."),
+    download: Optional[bool] = typer.Option(None, "--download/--no-download", help="Download missing models without asking (default: ask on a terminal)."),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
     from .config import Duration
     from .daemon import Daemon
 
-    overrides: dict[str, dict] = {"capture": {}, "pipeline": {}, "swap": {}, "output": {}}
+    overrides: dict[str, dict] = {"capture": {}, "pipeline": {}, "swap": {}, "output": {}, "models": {}}
+    if download is not None:
+        overrides["models"]["allow_download"] = download
     if input is not None:
         overrides["capture"]["input"] = input
     if no_loop:
@@ -90,14 +93,27 @@ def run(
     except ValueError:
         _fail(VcamError(f"--duration: expected a duration like '10s', got {duration!r}"))
 
+    from dataclasses import replace
+
+    from .errors import ModelError
+
     status_line = _StatusLine(enabled=not quiet)
-    daemon = Daemon(cfg, on_status=status_line.update)
-    _install_signals(daemon)
-    try:
-        with status_line:
-            summary = daemon.run(max_frames=frames, duration=dur)
-    except VcamError as err:
-        _fail(err)
+    for attempt in (1, 2):
+        daemon = Daemon(cfg, on_status=status_line.update)
+        _install_signals(daemon)
+        try:
+            with status_line:
+                summary = daemon.run(max_frames=frames, duration=dur)
+            break
+        except ModelError as err:
+            # First use of a neural model: ask before downloading (only on a terminal, only once).
+            ask = attempt == 1 and download is None and sys.stdin.isatty() and err.message.startswith("missing model files")
+            if ask and typer.confirm(f"{err.message}. Download them now?", default=False, err=True):
+                cfg = cfg.replace(models=replace(cfg.models, allow_download=True))
+                continue
+            _fail(err)
+        except VcamError as err:
+            _fail(err)
     console.print(
         f"stopped: {summary.frames_out} frames published of {summary.frames_in} in {summary.seconds:.1f}s "
         f"({summary.fps:.1f} fps) on {summary.device}; latency p50 {summary.percentile(50):.1f} ms, "

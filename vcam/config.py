@@ -80,6 +80,7 @@ class PipelineConfig:
     fp16: bool = _opt(False, "Run neural models in FP16 (GPU only; warns and runs FP32 on the CPU).")
     max_latency: Duration = _opt(Duration(0.1), "Drop a frame older than this when it would be published (0: off).", min=0)
     max_faces: int = _opt(8, "Most faces swapped per frame.", min=1, max=64)
+    compile: bool = _opt(False, "GPU: torch.compile the networks (faster frames; minutes of compiling on the first start, then cached).")
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class FacesConfig:
 class ModelsConfig:
     dir: str = _opt("", "Model directory ('' : the user data dir).")
     allow_download: bool = _opt(False, "Download missing models without asking.")
+    mirror: str = _opt("", "URL template tried before the official hosts, e.g. 'http://mirror.lan/{base}/{file}' ('' : none).")
     sha256: dict = _opt({}, "Pinned SHA-256 per model file name, checked on every load.")
 
 

@@ -193,12 +193,20 @@ class Daemon:
         self.detector = detector
         store = recogniser = enhancer = None
         neural = cfg.swap.swapper not in BUILT_IN
-        if neural or cfg.swap.faces == "reference":
+        if neural or cfg.swap.faces == "reference" or cfg.swap.enhancer:
+            from .models import registry
             from .models.download import ModelStore
-            from .recognize import create_recogniser
+            from .recognize import DEFAULT_RECOGNISER, create_recogniser
 
             store = ModelStore.from_config(cfg)
-            recogniser = create_recogniser(cfg, store=store, device=self.device)
+            # Every file this run needs, checked (and, if allowed, downloaded) at once, so a missing
+            # set is reported in one message.
+            needed = [DEFAULT_RECOGNISER] if (neural or cfg.swap.faces == "reference") else []
+            needed += registry.requirements(cfg.swap.swapper) if neural else []
+            needed += registry.requirements(cfg.swap.enhancer) if cfg.swap.enhancer else []
+            store.ensure(needed)
+            if neural or cfg.swap.faces == "reference":
+                recogniser = create_recogniser(cfg, store=store, device=self.device)
         if gpu:
             from .gpu import stages
 

@@ -495,12 +495,7 @@ class TorchEngine:
         return module, list(self._in_names), list(self._out_names)
 
     def _compiled(self, module):
-        torch = _torch
-        if self.cache_dir is not None and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-            path = self.cache_dir / "inductor"
-            path.mkdir(parents=True, exist_ok=True)
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
-        return torch.compile(module, mode="max-autotune-no-cudagraphs", dynamic=False)
+        return compile_module(module, self.cache_dir)
 
     def _backend_flags(self):
         torch = _torch
@@ -757,3 +752,16 @@ def iter_params(module: Any, kind: type) -> Iterable[Any]:
 
 
 __all__ = ["TorchEngine", "OnnxGraph", "finite_mask", "fold_identities", "recognise", "load_graph_weights", "batch_buckets"]
+
+
+def compile_module(module, cache_dir=None):
+    """``torch.compile`` for fixed shapes with Triton autotuning (max-autotune), leaving CUDA graphs to
+    the caller. The Inductor cache goes under ``cache_dir/inductor`` (default: the engine cache), so
+    only the first start pays the minutes of compiling."""
+    from .cache import resolve_cache_dir
+
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        path = resolve_cache_dir(cache_dir) / "inductor"
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return _torch.compile(module, mode="max-autotune-no-cudagraphs", dynamic=False)

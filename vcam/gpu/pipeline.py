@@ -142,7 +142,7 @@ class GpuRetinaFace:
 
     def __init__(self, cfg: Any = None, roi_size: int = 160, *, module: Any = None, fp16: bool = True,
                  max_regions: int = 8, transfers: Transfers | None = None, stream: Any = None,
-                 top_k: int = 16, use_graphs: bool = True) -> None:
+                 top_k: int = 16, use_graphs: bool = True, compile: bool = False) -> None:
         import cupy
         import torch
 
@@ -158,6 +158,10 @@ class GpuRetinaFace:
             module = load_retinaface_from_onnx().to(device="cuda", dtype=self.dtype).eval()
             if self.fp16:  # channels-last is faster for this network in FP16 (docs/engines.md)
                 module = module.to(memory_format=torch.channels_last)
+        if compile:
+            from ..engines.torch import compile_module
+
+            module = compile_module(module)
         self.max_regions = int(max_regions)
         self.top_k = int(top_k)
         self.transfers = transfers or Transfers()
@@ -347,6 +351,27 @@ class GpuClassicSwapper:
         return out
 
 
+class GpuIdentitySwapper:
+    """Returns the warped target crops unchanged (GPU twin of ``vcam.swap.IdentitySwapper``)."""
+
+    name = "identity"
+    template = "arcface_128"
+
+    def __init__(self, crop_size: int = 128, *, max_faces: int = 8) -> None:
+        import cupy
+
+        self.crop_size = int(crop_size)
+        self._crops = cupy.empty((max_faces, crop_size, crop_size, 3), dtype=cupy.uint8)
+        self.guard = cupy.zeros(max_faces, dtype=cupy.int32)
+
+    def prepare(self, face: Any) -> Any:
+        return face
+
+    def swap_frame(self, frame: Any, mats: np.ndarray, face: Any, stream: Any) -> Any:
+        n = mats.shape[0]
+        return galign.warp_crops(frame, mats, self.crop_size, out=self._crops[:n], stream=stream)
+
+
 class GpuNeuralSwapper:
     """A neural swapper (inswapper layout: ``target`` (N, 3, S, S) RGB [0, 1], ``source`` (N, 512))
     on PyTorch, FP16, channels-last, one CUDA graph per batch bucket (1, 2, 4, 8, ... max_faces).
@@ -359,7 +384,7 @@ class GpuNeuralSwapper:
 
     def __init__(self, module: Any, *, name: str = "inswapper_128", crop_size: int = 128, max_faces: int = 8,
                  fp16: bool = True, channels_last: bool = True, latent: Callable[[Any], np.ndarray] | None = None,
-                 use_graphs: bool = True) -> None:
+                 use_graphs: bool = True, compile: bool = False) -> None:
         import cupy
         import torch
 
@@ -371,6 +396,10 @@ class GpuNeuralSwapper:
         if channels_last:
             module = module.to(memory_format=torch.channels_last)
         self.module = module.eval()
+        if compile:  # Triton convolutions (max-autotune); captured in the CUDA graphs below
+            from ..engines.torch import compile_module
+
+            self.module = compile_module(self.module)
         self.channels_last = channels_last
         self._latent_fn = latent
         s = self.crop_size

@@ -26,16 +26,19 @@ def make_detector(cfg, *, transfers, stream):
     from .pipeline import GpuRetinaFace
 
     return GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=cfg.pipeline.fp16,
-                         max_regions=cfg.pipeline.max_faces, transfers=transfers, stream=stream)
+                         max_regions=cfg.pipeline.max_faces, transfers=transfers, stream=stream,
+                         compile=cfg.pipeline.compile)
 
 
 def make_swapper(cfg, *, store=None, recogniser=None):
     """GpuClassicSwapper for the built-in swap, GpuNeuralSwapper for the inswapper family."""
     from ..swap import BUILT_IN
-    from .pipeline import GpuClassicSwapper, GpuNeuralSwapper
+    from .pipeline import GpuClassicSwapper, GpuIdentitySwapper, GpuNeuralSwapper
 
     name = cfg.swap.swapper
     if name in BUILT_IN:
+        if name == "identity":
+            return GpuIdentitySwapper(cfg.swap.crop_size, max_faces=cfg.pipeline.max_faces)
         if name != "classic":
             raise DeviceError(f"the '{name}' test swapper runs on the CPU only", hint="use --device cpu")
         return GpuClassicSwapper(cfg.swap.crop_size, cfg.swap.color_match, max_faces=cfg.pipeline.max_faces)
@@ -55,7 +58,8 @@ def make_swapper(cfg, *, store=None, recogniser=None):
         return inswapper_latent(face.embeddings[rec_name], emap)
 
     return GpuNeuralSwapper(load_inswapper_from_onnx(path), name=name, crop_size=spec.size,
-                            max_faces=cfg.pipeline.max_faces, fp16=cfg.pipeline.fp16, latent=latent)
+                            max_faces=cfg.pipeline.max_faces, fp16=cfg.pipeline.fp16, latent=latent,
+                            compile=cfg.pipeline.compile)
 
 
 def host_frame_filter(face_filter):
