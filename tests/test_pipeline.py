@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from vcam import align, blend
-from vcam.config import Config, SwapConfig, TrackConfig
+from vcam.config import Config, TrackConfig
 from vcam.daemon import face_from_image
 from vcam.demo import DemoClip, compose, portrait
 from vcam.detect import RetinaFaceDetector

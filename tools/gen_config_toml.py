@@ -1,5 +1,5 @@
 """Regenerate config.toml from the declarations in vcam/config.py: python tools/gen_config_toml.py"""
-from vcam.config import describe, Duration
+from vcam.config import describe
 from vcam.cli import _toml_value
 lines=["# FastSwap Cam configuration: every setting with its default.",
 "# vcam reads, in order: --config PATH, $VCAM_CONFIG, or config.toml in the user config dir",

@@ -23,7 +23,7 @@ import numpy as np
 from .config import Config
 from .errors import ConfigError, DeviceError, FaceError, VcamError
 from .state import RuntimeState, Status
-from .types import PixelFormat, SourceFace
+from .types import SourceFace
 
 log = logging.getLogger(__name__)
 

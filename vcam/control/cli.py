@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 from rich.console import Console
 
@@ -27,16 +26,9 @@ def _fail(exc: VcamError) -> None:
 
 
 def _config(path: Optional[Path]):
-    """``--config PATH`` if given, else a Config the root command put in ``ctx.obj``, else the default file."""
+    """``--config PATH`` if given, else $VCAM_CONFIG or the user config file (see vcam.config.load)."""
     from .. import config
 
-    if path is None:
-        ctx = click.get_current_context(silent=True)
-        obj = ctx.find_root().obj if ctx is not None else None
-        if isinstance(obj, dict):
-            obj = obj.get("config")
-        if isinstance(obj, config.Config):
-            return obj
     return config.load(path)
 
 
