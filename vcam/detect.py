@@ -250,27 +250,38 @@ class RetinaFaceDetector:
         idx = np.flatnonzero(scores >= self.cfg.score)
         if idx.size == 0:
             return []
-        pri = self._priors_for(h, w)[idx].astype(np.float64)
-        d = loc[idx].astype(np.float64)
-        v0, v1 = _VARIANCE
-        wh_scale = np.array([w, h], dtype=np.float64)
-        centre = (pri[:, :2] + d[:, :2] * v0 * pri[:, 2:]) * wh_scale
-        size = pri[:, 2:] * np.exp(d[:, 2:] * v1) * wh_scale
-        boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1)
-        pts = (pri[:, None, :2] + lmk[idx].astype(np.float64).reshape(-1, 5, 2) * v0 * pri[:, None, 2:]) * wh_scale
-        # Input pixels -> frame pixels.
-        x0, y0, scale = to_frame
-        offset = np.array([x0, y0], dtype=np.float64) + 0.5 * scale - 0.5
-        boxes = boxes * scale + np.tile(offset, 2)
-        pts = pts * scale + offset
-        sc = scores[idx].astype(np.float64)
-        side = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
-        ok = side >= self.cfg.min_face
-        if not ok.any():
-            return []
-        boxes, pts, sc = boxes[ok], pts[ok], sc[ok]
-        keep = nms(boxes, sc, self.cfg.nms_iou)
-        return [Detection(box=boxes[k].astype(np.float32), landmarks=pts[k].astype(np.float32), score=float(sc[k])) for k in keep]
+        pri = self._priors_for(h, w)[idx]
+        return decode(pri, loc[idx], lmk[idx], scores[idx], h, w, to_frame, self.cfg)
+
+
+def decode(
+    pri: np.ndarray, loc: np.ndarray, lmk: np.ndarray, scores: np.ndarray, h: int, w: int,
+    to_frame: tuple[float, float, float], cfg: DetectConfig,
+) -> list[Detection]:
+    """RetinaFace decoding of candidates that passed the score threshold (docs/models.md), then
+    min-face filter and NMS. ``pri`` (K, 4) priors, ``loc`` (K, 4), ``lmk`` (K, 10), ``scores`` (K,);
+    ``h``, ``w``: the model input size; ``to_frame`` = (x0, y0, scale): frame = x0 + (p + .5) * scale - .5.
+    Shared by the CPU detector and the GPU one (which reads back only its top candidates)."""
+    pri = np.asarray(pri, dtype=np.float64)
+    d = np.asarray(loc, dtype=np.float64)
+    v0, v1 = _VARIANCE
+    wh_scale = np.array([w, h], dtype=np.float64)
+    centre = (pri[:, :2] + d[:, :2] * v0 * pri[:, 2:]) * wh_scale
+    size = pri[:, 2:] * np.exp(d[:, 2:] * v1) * wh_scale
+    boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1)
+    pts = (pri[:, None, :2] + np.asarray(lmk, dtype=np.float64).reshape(-1, 5, 2) * v0 * pri[:, None, 2:]) * wh_scale
+    x0, y0, scale = to_frame
+    offset = np.array([x0, y0], dtype=np.float64) + 0.5 * scale - 0.5
+    boxes = boxes * scale + np.tile(offset, 2)
+    pts = pts * scale + offset
+    sc = np.asarray(scores, dtype=np.float64)
+    side = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+    ok = side >= cfg.min_face
+    if not ok.any():
+        return []
+    boxes, pts, sc = boxes[ok], pts[ok], sc[ok]
+    keep = nms(boxes, sc, cfg.nms_iou)
+    return [Detection(box=boxes[k].astype(np.float32), landmarks=pts[k].astype(np.float32), score=float(sc[k])) for k in keep]
 
 
 def _round_up(v: int, m: int) -> int:

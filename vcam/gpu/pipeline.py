@@ -251,31 +251,14 @@ class GpuRetinaFace:
         return s
 
     def _decode(self, cand: np.ndarray, h: int, w: int, to_frame: tuple[float, float, float]) -> list[Detection]:
-        from ..detect import _VARIANCE, nms
+        """Candidates read back as rows [score, loc(4), landmarks(10), prior index] -> detections."""
+        from ..detect import decode
 
-        ok = cand[:, 0] >= self.cfg.score
-        if not ok.any():
+        c = cand[cand[:, 0] >= self.cfg.score]
+        if not len(c):
             return []
-        c = cand[ok].astype(np.float64)
         pri = self._priors_for(h, w)[c[:, 15].astype(np.int64)]
-        v0, v1 = _VARIANCE
-        whs = np.array([w, h], dtype=np.float64)
-        centre = (pri[:, :2] + c[:, 1:3] * v0 * pri[:, 2:]) * whs
-        size = pri[:, 2:] * np.exp(c[:, 3:5] * v1) * whs
-        boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1)
-        pts = (pri[:, None, :2] + c[:, 5:15].reshape(-1, 5, 2) * v0 * pri[:, None, 2:]) * whs
-        x0, y0, scale = to_frame
-        offset = np.array([x0, y0], dtype=np.float64) + 0.5 * scale - 0.5
-        boxes = boxes * scale + np.tile(offset, 2)
-        pts = pts * scale + offset
-        sc = c[:, 0]
-        side = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
-        keep_size = side >= self.cfg.min_face
-        if not keep_size.any():
-            return []
-        boxes, pts, sc = boxes[keep_size], pts[keep_size], sc[keep_size]
-        keep = nms(boxes, sc, self.cfg.nms_iou)
-        return [Detection(box=boxes[k].astype(np.float32), landmarks=pts[k].astype(np.float32), score=float(sc[k])) for k in keep]
+        return decode(pri, c[:, 1:5], c[:, 5:15], c[:, 0], h, w, to_frame, self.cfg)
 
     # -- Detector interface (frames are CuPy (H, W, 3) uint8 BGR) ----------------------------
     def detect(self, frame_bgr: Any) -> list[Detection]:

@@ -22,13 +22,9 @@ def _fail(err: VcamError) -> None:
 
 
 def _config(ctx: typer.Context):
+    """The config as `vcam run` builds it: $VCAM_CONFIG or the user config file over the defaults."""
     from .. import config as _cfg
 
-    obj = ctx.find_root().obj if ctx is not None else None
-    if isinstance(obj, _cfg.Config):
-        return obj
-    if isinstance(obj, dict) and isinstance(obj.get("config"), _cfg.Config):
-        return obj["config"]
     return _cfg.load()
 
 
