@@ -185,7 +185,13 @@ class Config:
     def socket_path(self) -> Path:
         if self.control.socket:
             return Path(self.control.socket).expanduser()
-        base = os.environ.get("XDG_RUNTIME_DIR") or platformdirs.user_runtime_dir(APP)
+        base = os.environ.get("XDG_RUNTIME_DIR")
+        if not base:
+            import warnings
+
+            with warnings.catch_warnings():  # platformdirs warns when it falls back to /tmp
+                warnings.simplefilter("ignore")
+                base = platformdirs.user_runtime_dir(APP)
         return Path(base) / "vcam.sock"
 
     def replace(self, **sections: Any) -> Config:
