@@ -64,29 +64,24 @@ def run(
     from .config import Duration
     from .daemon import Daemon
 
-    overrides: dict[str, dict] = {"capture": {}, "pipeline": {}, "swap": {}, "output": {}, "models": {}}
-    if download is not None:
-        overrides["models"]["allow_download"] = download
-    if input is not None:
-        overrides["capture"]["input"] = input
-    if no_loop:
-        overrides["capture"]["loop"] = False
-    if fast:
-        overrides["capture"]["realtime"] = False
-    if output is not None:
-        overrides["output"]["target"] = output
-    if face is not None:
-        overrides["swap"]["source"] = face
-    if swapper is not None:
-        overrides["swap"]["swapper"] = swapper
-    if fp16 is not None:
-        overrides["pipeline"]["fp16"] = fp16
-    if max_latency is not None:
-        overrides["pipeline"]["max_latency"] = max_latency
-    if device is not None:
-        overrides["pipeline"]["device"] = device
-    if backend is not None:
-        overrides["pipeline"]["backend"] = backend
+    # Each flag names the config key it overrides; a flag left out keeps the file's value.
+    flags = {
+        ("capture", "input"): input,
+        ("capture", "loop"): False if no_loop else None,
+        ("capture", "realtime"): False if fast else None,
+        ("output", "target"): output,
+        ("swap", "source"): face,
+        ("swap", "swapper"): swapper,
+        ("pipeline", "fp16"): fp16,
+        ("pipeline", "max_latency"): max_latency,
+        ("pipeline", "device"): device,
+        ("pipeline", "backend"): backend,
+        ("models", "allow_download"): download,
+    }
+    overrides: dict[str, dict] = {}
+    for (table, key), value in flags.items():
+        if value is not None:
+            overrides.setdefault(table, {})[key] = value
     cfg = load_config(config, overrides)
     try:
         dur = float(Duration.parse(duration)) if duration else None
