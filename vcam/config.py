@@ -80,7 +80,7 @@ class PipelineConfig:
     fp16: bool = _opt(False, "Run neural models in FP16 (GPU only; warns and runs FP32 on the CPU).")
     max_latency: Duration = _opt(Duration(0.1), "Drop a frame older than this when it would be published (0: off).", min=0)
     max_faces: int = _opt(8, "Most faces swapped per frame.", min=1, max=64)
-    compile: bool = _opt(False, "GPU: torch.compile the networks (faster frames; minutes of compiling on the first start, then cached).")
+    compile: bool = _opt(False, "GPU: torch.compile the swap network (faster frames; minutes of compiling per batch size on the first start, then cached).")
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ class GpuRetinaFace:
 
     def __init__(self, cfg: Any = None, roi_size: int = 160, *, module: Any = None, fp16: bool = True,
                  max_regions: int = 8, transfers: Transfers | None = None, stream: Any = None,
-                 top_k: int = 16, use_graphs: bool = True, compile: bool = False) -> None:
+                 top_k: int = 16, use_graphs: bool = True) -> None:
         import cupy
         import torch
 
@@ -158,10 +158,6 @@ class GpuRetinaFace:
             module = load_retinaface_from_onnx().to(device="cuda", dtype=self.dtype).eval()
             if self.fp16:  # channels-last is faster for this network in FP16 (docs/engines.md)
                 module = module.to(memory_format=torch.channels_last)
-        if compile:
-            from ..engines.torch import compile_module
-
-            module = compile_module(module)
         self.max_regions = int(max_regions)
         self.top_k = int(top_k)
         self.transfers = transfers or Transfers()
@@ -367,7 +363,7 @@ class GpuNeuralSwapper:
 
     def __init__(self, module: Any, *, name: str = "inswapper_128", crop_size: int = 128, max_faces: int = 8,
                  fp16: bool = True, channels_last: bool = True, latent: Callable[[Any], np.ndarray] | None = None,
-                 use_graphs: bool = True, compile: bool = False) -> None:
+                 use_graphs: bool = True, compile: bool = False, buckets: Any = None) -> None:
         import cupy
         import torch
 
@@ -389,7 +385,12 @@ class GpuNeuralSwapper:
         self._target = torch.zeros((self.max_faces, 3, s, s), device="cuda", dtype=self.dtype)
         self._source_t = torch.zeros((self.max_faces, 512), device="cuda", dtype=self.dtype)
         self._target_cp = cupy.from_dlpack(self._target)
-        self.buckets = sorted({min(self.max_faces, 1 << k) for k in range(0, max(1, self.max_faces).bit_length() + 1)})
+        # Batch sizes with a captured graph (each costs a compile with ``compile``): powers of two up to
+        # max_faces by default; a face count runs in the smallest bucket that holds it.
+        self.buckets = sorted(set(buckets)) if buckets else sorted(
+            {min(self.max_faces, 1 << k) for k in range(0, max(1, self.max_faces).bit_length() + 1)})
+        if self.buckets[-1] < self.max_faces:
+            self.buckets.append(self.max_faces)
         self._graphs = _Graphed(self._fwd, self._inputs_for, use_graphs)
         self._crops = cupy.empty((self.max_faces, s, s, 3), dtype=cupy.uint8)
         self.guard = cupy.zeros(self.max_faces, dtype=cupy.int32)

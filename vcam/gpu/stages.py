@@ -26,8 +26,7 @@ def make_detector(cfg, *, transfers, stream):
     from .pipeline import GpuRetinaFace
 
     return GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=cfg.pipeline.fp16,
-                         max_regions=cfg.pipeline.max_faces, transfers=transfers, stream=stream,
-                         compile=cfg.pipeline.compile)
+                         max_regions=cfg.pipeline.max_faces, transfers=transfers, stream=stream)
 
 
 def make_swapper(cfg, *, store=None, recogniser=None):
