@@ -375,6 +375,7 @@ class GpuNeuralSwapper:
         if channels_last:
             module = module.to(memory_format=torch.channels_last)
         self.module = module.eval()
+        self.compiled = bool(compile)
         if compile:  # Triton convolutions (max-autotune); captured in the CUDA graphs below
             from ..engines.torch import compile_module
 
@@ -411,6 +412,13 @@ class GpuNeuralSwapper:
         return next(b for b in self.buckets if b >= n)
 
     def warmup(self) -> None:
+        """Capture (and with ``compile``, compile) every batch bucket now, before the first frame."""
+        import logging
+
+        if self.compiled:
+            logging.getLogger(__name__).warning(
+                "compiling the swap network for batch sizes %s: about 2 minutes each on the first start, "
+                "cached afterwards", ", ".join(map(str, self.buckets)))
         for b in self.buckets:
             self._graphs.inputs((b,))
 
