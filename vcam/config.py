@@ -85,6 +85,7 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class DetectConfig:
+    model: str = _opt("retinaface_mnet025", "Face detector: the embedded 'retinaface_mnet025' or a detector model from `vcam models list`.")
     size: int = _opt(640, "Detector input size (long side) for full-frame scans.", min=64, max=2048)
     score: float = _opt(0.6, "Minimum face score.", min=0.0, max=1.0)
     nms_iou: float = _opt(0.4, "IoU above which overlapping detections are merged.", min=0.0, max=1.0)

@@ -181,15 +181,21 @@ def detector_input(
     size: int,
     mean: tuple[float, float, float] = DETECTOR_MEAN,
     out: np.ndarray | None = None,
+    *,
+    scale: float | tuple[float, float, float] = 1.0,
+    rgb: bool = False,
 ) -> np.ndarray:
     """Resize square regions of a BGR frame into one detector batch.
 
     ``frame``: (H, W, 3) uint8 BGR. ``rects``: (R, 3) float ``x0, y0, side`` — square regions in
     frame pixels (may extend past the frame). Returns ``out`` (R, 3, size, size) float32: input pixel
     (i, j) of region r samples the frame bilinearly at ``x = x0 + (j + 0.5) * side / size - 0.5``
-    (likewise y), minus ``mean`` per BGR channel; samples outside the frame are 0 (i.e. the mean).
+    (likewise y), minus ``mean`` per BGR channel, times ``scale`` (a number or one per BGR channel);
+    samples outside the frame are 0 (i.e. the mean). ``rgb``: write the channels in R, G, B order
+    (``mean`` and ``scale`` are still given per B, G, R channel of the frame).
     A full-frame scan is one region ``(0, 0, max(H, W))`` (letterbox, padding right/bottom).
     Detections in input pixels map back with ``frame = x0 + (p + 0.5) * side / size - 0.5``.
+    The defaults (``scale=1``, BGR) are what the GPU kernel twin computes.
     """
     # Separable bilinear: blend the needed rows first (contiguous row gathers, on the frame's own
     # width), then gather and blend columns on the smaller result. The frame is viewed as
@@ -201,6 +207,10 @@ def detector_input(
     h, w = frame.shape[:2]
     flat = np.ascontiguousarray(frame).reshape(h, w * 3)
     mean_a = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
+    scale_a = np.broadcast_to(np.asarray(scale, dtype=np.float32).reshape(-1), (3,)).reshape(3, 1, 1)
+    if rgb:  # frame channels B, G, R -> output channels R, G, B
+        mean_a, scale_a = mean_a[::-1], scale_a[::-1]
+    scaled = bool(np.any(scale_a != 1.0))
     for r, (x0, y0, side) in enumerate(rects):
         step = side / size
         j0, j1, xa, xb, fx = _sample_axis(x0, step, size, w)
@@ -233,7 +243,9 @@ def detector_input(
             right -= left
             right *= fx3
             right += left
-            np.subtract(
-                right.reshape(k1 - k0, j1 - j0, 3).transpose(2, 0, 1), mean_a, out=dst[:, i0 + k0 : i0 + k1, j0:j1]
-            )
+            planes = right.reshape(k1 - k0, j1 - j0, 3).transpose(2, 0, 1)
+            target = dst[:, i0 + k0 : i0 + k1, j0:j1]
+            np.subtract(planes[::-1] if rgb else planes, mean_a, out=target)
+            if scaled:
+                target *= scale_a
     return out

@@ -176,7 +176,7 @@ class Daemon:
     # -- setup -------------------------------------------------------------------------------
     def _build(self):
         from . import capture, publish
-        from .detect import RetinaFaceDetector
+        from .detect import EMBEDDED_DETECTOR, detector_requirements, make_detector
         from .swap import BUILT_IN, make_swapper
         from .track import Tracker
 
@@ -188,12 +188,10 @@ class Daemon:
         source = self._source or capture.open_source(cfg.capture)
         self._components.append(source)
         gpu = self.device == "cuda"
-        # The CPU detector also finds faces in source photos (once per photo) on the GPU path.
-        detector = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
-        self.detector = detector
         store = recogniser = enhancer = None
         neural = cfg.swap.swapper not in BUILT_IN
-        if neural or cfg.swap.faces == "reference" or cfg.swap.enhancer:
+        own_detector = cfg.detect.model != EMBEDDED_DETECTOR
+        if neural or cfg.swap.faces == "reference" or cfg.swap.enhancer or own_detector:
             from .models import registry
             from .models.download import ModelStore
             from .recognize import DEFAULT_RECOGNISER, create_recogniser
@@ -204,9 +202,13 @@ class Daemon:
             needed = [DEFAULT_RECOGNISER] if (neural or cfg.swap.faces == "reference") else []
             needed += registry.requirements(cfg.swap.swapper) if neural else []
             needed += registry.requirements(cfg.swap.enhancer) if cfg.swap.enhancer else []
+            needed += detector_requirements(cfg.detect.model) if own_detector else []
             store.ensure(needed)
             if neural or cfg.swap.faces == "reference":
                 recogniser = create_recogniser(cfg, store=store, device=self.device)
+        # The CPU detector also finds faces in source photos (once per photo) on the GPU path.
+        detector = make_detector(cfg, store=store, device="cpu")
+        self.detector = detector
         if gpu:
             from .gpu import stages
 

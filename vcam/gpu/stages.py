@@ -23,6 +23,11 @@ def make_context() -> tuple[Any, Any]:
 
 
 def make_detector(cfg, *, transfers, stream):
+    from ..detect import EMBEDDED_DETECTOR
+
+    if cfg.detect.model != EMBEDDED_DETECTOR:
+        raise DeviceError(f"the GPU path runs the embedded RetinaFace detector only, not '{cfg.detect.model}'",
+                          hint=f"use --device cpu or detect.model = '{EMBEDDED_DETECTOR}'")
     from .pipeline import GpuRetinaFace
 
     return GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=cfg.pipeline.fp16,
