@@ -218,13 +218,7 @@ class RetinaFaceDetector:
 
     # -- internals ---------------------------------------------------------------------------
     def _buffer(self, n: int, size: int) -> np.ndarray:
-        key = (n, size)
-        buf = self._buffers.get(key)
-        if buf is None:
-            if len(self._buffers) > 16:
-                self._buffers.clear()
-            buf = self._buffers[key] = np.empty((n, 3, size, size), dtype=np.float32)
-        return buf
+        return _input_buffer(self._buffers, n, size)
 
     def _priors_for(self, h: int, w: int) -> np.ndarray:
         p = self._priors.get((h, w))
@@ -297,6 +291,16 @@ def _to_detections(
     boxes, pts, sc = boxes[ok], pts[ok], sc[ok]
     keep = nms(boxes, sc, cfg.nms_iou)
     return [Detection(box=boxes[k].astype(np.float32), landmarks=pts[k].astype(np.float32), score=float(sc[k])) for k in keep]
+
+
+def _input_buffer(cache: dict, n: int, size: int) -> np.ndarray:
+    """A reused (n, 3, size, size) float32 model input; a handful of shapes are kept per detector."""
+    buf = cache.get((n, size))
+    if buf is None:
+        if len(cache) > 16:
+            cache.clear()
+        buf = cache[(n, size)] = np.empty((n, 3, size, size), dtype=np.float32)
+    return buf
 
 
 def _round_up(v: int, m: int) -> int:
@@ -526,13 +530,7 @@ class _EngineDetector:
         detector_input(frame, rects, size, self._mean, out=out, scale=self._scale, rgb=self._rgb)
 
     def _buffer(self, n: int, size: int) -> np.ndarray:
-        key = (n, size)
-        buf = self._buffers.get(key)
-        if buf is None:
-            if len(self._buffers) > 16:
-                self._buffers.clear()
-            buf = self._buffers[key] = np.empty((n, 3, size, size), dtype=np.float32)
-        return buf
+        return _input_buffer(self._buffers, n, size)
 
     def _run(self, x: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(o) for o in self.engine.run({self._input_name: x})]
