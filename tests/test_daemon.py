@@ -193,3 +193,35 @@ def test_run_with_a_neural_model_downloads_on_consent_or_says_how(tmp_path):
         assert "4 frames published of 4" in r.output
     finally:
         server.close()
+
+
+def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
+    """`vcam faces add` while `vcam run` runs, then `vcam ctl face NAME`: loaded in the control thread,
+    active from then on, frames never stop."""
+    import cv2
+
+    from vcam.control.local import send_command
+    from vcam.demo import portrait
+    from vcam.detect import RetinaFaceDetector
+    from vcam.faces import FaceBank
+
+    cfg = demo_cfg(realtime=True)
+    cfg = cfg.replace(faces=replace(cfg.faces, dir=str(tmp_path / "faces")))
+    out = Capturing(640, 360)
+    d = Daemon(cfg, output=out)
+    d.start()
+    try:
+        assert d.ready.wait(30)
+        photo = tmp_path / "grace.jpg"
+        cv2.imwrite(str(photo), portrait("grace_hopper"))
+        FaceBank(cfg.faces_dir).add(photo, "grace", None, detector=RetinaFaceDetector(cfg.detect))
+        before = out.frames
+        reply = send_command(cfg.socket_path, {"face": "grace"})
+        assert reply["ok"] and reply["face"] == "grace"
+        assert d.state.active == "grace" and sorted(d.state.names) == ["astronaut", "grace"]
+        deadline = time.time() + 20
+        while out.frames < before + 5 and time.time() < deadline:
+            time.sleep(0.05)
+        assert out.frames >= before + 5
+    finally:
+        d.stop()

@@ -272,6 +272,8 @@ class Daemon:
             face = face_from_image(demo.portrait("astronaut"), "astronaut", swapper=swapper, detector=detector, recogniser=recogniser)
             self.state.add_face(face, activate=True)
         bank = FaceBank(cfg.faces_dir)
+        # Faces added to the bank later are loaded on first use (`vcam ctl face NAME`, OBS).
+        self.state.set_loader(lambda name: bank.load(name, recogniser=recogniser, swappers=[swapper]))
         for name in bank.names():
             if name in self.state.names:
                 continue

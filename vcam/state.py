@@ -49,6 +49,7 @@ class RuntimeState:
 
     def __init__(self, faces: dict[str, SourceFace] | None = None, active: str | None = None, swap_enabled: bool = True):
         self._lock = threading.Lock()
+        self._loader: Callable[[str], SourceFace] | None = None
         self._faces: dict[str, SourceFace] = dict(faces or {})
         self._active = active if active in self._faces else None
         self._swap = swap_enabled
@@ -103,8 +104,23 @@ class RuntimeState:
             self._version += 1
         self._notify()
 
+    def set_loader(self, loader: Callable[[str], SourceFace] | None) -> None:
+        """``loader(name)`` prepares a face that is not loaded yet (e.g. added to the face bank while
+        the daemon runs); :meth:`set_face` calls it in the calling (control) thread, never the frame loop."""
+        with self._lock:
+            self._loader = loader
+
     def set_face(self, name: str) -> str:
-        """Make ``name`` (or ``next``/``prev``) active; returns the active name. Raises FaceError."""
+        """Make ``name`` (or ``next``/``prev``) active; returns the active name. Raises FaceError.
+
+        A name that is not loaded is loaded first through the loader, if one is set (slow, but in the
+        caller's thread and outside the lock: frames keep flowing meanwhile).
+        """
+        if name not in ("next", "prev"):
+            with self._lock:
+                loader = None if name in self._faces else self._loader
+            if loader is not None:
+                self.add_face(loader(name))
         with self._lock:
             names = sorted(self._faces)
             if not names:

@@ -201,7 +201,7 @@ class ControlServer:
             log.exception("control command failed")
 
 
-def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 2.0) -> dict:
+def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> dict:
     """Send one command to the daemon at ``path`` and return its reply.
 
     Raises ControlError when nothing listens (with a hint to start `vcam run`), when the socket
