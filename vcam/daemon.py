@@ -35,14 +35,16 @@ class RunSummary:
     dropped_capture: int = 0
     dropped_latency: int = 0
     full_scans: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
+    # Capture-to-publish latency of the most recent published frames (bounded: the daemon runs for
+    # hours; 100k frames is about an hour at 30 fps).
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
     stage_ms: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     device: str = "cpu"
     error: str | None = None
 
     def percentile(self, q: float) -> float:
-        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else 0.0
+        return float(np.percentile(np.fromiter(self.latencies_ms, float), q)) if self.latencies_ms else 0.0
 
     @property
     def fps(self) -> float:
@@ -140,7 +142,6 @@ class Daemon:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.summary = RunSummary()
-        self.frames_out = 0
         self.ready = threading.Event()
         self.device = "cpu"
         self.swapper = None
@@ -374,7 +375,6 @@ class Daemon:
                         self._stop.set()
                     last_pub = time.perf_counter()
                     summary.frames_out += 1
-                    self.frames_out = summary.frames_out
                     out_window.append(last_pub)
                     lat.append((last_pub - frame.t_capture) * 1000.0)
                     summary.latencies_ms.append(lat[-1])
