@@ -128,8 +128,10 @@ extern "C" __global__ void bgr_to_420(const unsigned char* __restrict__ src, int
 // Regions for detector_input, passed by value (no host-to-device copy per frame).
 struct Regions {
     double rect[MAX_REGIONS][3];  // x0, y0, side
-    float mean[3];                // BGR
+    float mean[3];                // per frame channel B, G, R
+    float scale[3];               // per frame channel B, G, R
     int count;
+    int rgb;                      // != 0: output channels in R, G, B order
 };
 
 template <typename T>
@@ -139,14 +141,16 @@ __device__ __forceinline__ void store<float>(float* p, float v) { *p = v; }
 template <>
 __device__ __forceinline__ void store<__half>(__half* p, float v) { *p = __float2half_rn(v); }
 
-// out (count, 3, size, size): grid.x covers size*size pixels, grid.y is the region.
+// out (count, 3, out_h, out_w): the top-left window of each region resized to size x size (a full
+// scan feeds only the rows and columns that cover the frame). grid.x covers out_h*out_w pixels,
+// grid.y is the region. Value = (bilinear sample - mean) * scale; samples outside the frame are 0.
 template <typename T>
 __device__ void detector_input_impl(const unsigned char* __restrict__ frame, int width, int height,
-                                    const Regions& reg, int size, T* __restrict__ out) {
+                                    const Regions& reg, int size, int out_h, int out_w, T* __restrict__ out) {
     int r = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= reg.count || i >= size * size) return;
-    int row = i / size, col = i - row * size;
+    if (r >= reg.count || i >= out_h * out_w) return;
+    int row = i / out_w, col = i - row * out_w;
     double x0 = reg.rect[r][0], y0 = reg.rect[r][1], side = reg.rect[r][2];
     double s = side / size;
     double xs = x0 + ((double)col + 0.5) * s - 0.5;
@@ -157,24 +161,27 @@ __device__ void detector_input_impl(const unsigned char* __restrict__ frame, int
     int xa = (int)floor(xi), ya = (int)floor(yi);
     int xb = min(xa + 1, width - 1), yb = min(ya + 1, height - 1);
     float fx = (float)(xi - xa), fy = (float)(yi - ya);
-    size_t plane = (size_t)size * size;
+    size_t plane = (size_t)out_h * out_w;
     T* o = out + (size_t)r * 3 * plane + i;
     const unsigned char* pa = frame + ((size_t)ya * width) * 3;
     const unsigned char* pb = frame + ((size_t)yb * width) * 3;
     for (int c = 0; c < 3; ++c) {
         float top = (float)pa[xa * 3 + c] * (1.0f - fx) + (float)pa[xb * 3 + c] * fx;
         float bot = (float)pb[xa * 3 + c] * (1.0f - fx) + (float)pb[xb * 3 + c] * fx;
-        float v = top * (1.0f - fy) + bot * fy - reg.mean[c];
-        store<T>(o + c * plane, valid ? v : 0.0f);
+        float v = (top * (1.0f - fy) + bot * fy - reg.mean[c]) * reg.scale[c];
+        int oc = reg.rgb ? 2 - c : c;
+        store<T>(o + oc * plane, valid ? v : 0.0f);
     }
 }
 
 extern "C" __global__ void detector_input_f32(const unsigned char* __restrict__ frame, int width, int height,
-                                              const Regions reg, int size, float* __restrict__ out) {
-    detector_input_impl<float>(frame, width, height, reg, size, out);
+                                              const Regions reg, int size, int out_h, int out_w,
+                                              float* __restrict__ out) {
+    detector_input_impl<float>(frame, width, height, reg, size, out_h, out_w, out);
 }
 
 extern "C" __global__ void detector_input_f16(const unsigned char* __restrict__ frame, int width, int height,
-                                              const Regions reg, int size, __half* __restrict__ out) {
-    detector_input_impl<__half>(frame, width, height, reg, size, out);
+                                              const Regions reg, int size, int out_h, int out_w,
+                                              __half* __restrict__ out) {
+    detector_input_impl<__half>(frame, width, height, reg, size, out_h, out_w, out);
 }

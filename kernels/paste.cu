@@ -5,7 +5,8 @@
 // the NumPy loop: the thread of face f at pixel p writes p only if f is the LAST face whose box holds
 // p, and then applies every face g <= f whose box holds p, in order, rounding after each as NumPy
 // does. Each pixel is therefore written by exactly one thread and the result does not depend on the
-// order blocks run in. Grid: (tiles of the largest box, faces).
+// order blocks run in. Grid: (tiles of the largest box, faces). `mask_stride`: 0 when every face
+// shares one (size, size) mask, size*size for one mask per face.
 
 #define MAX_FACES 32
 
@@ -48,7 +49,7 @@ __device__ __forceinline__ bool in_box(const int* b, int x, int y) {
 
 extern "C" __global__ void paste_back(unsigned char* __restrict__ frame, int width, int height,
                                       const unsigned char* __restrict__ crops, int size,
-                                      const float* __restrict__ mask, const Paste p) {
+                                      const float* __restrict__ mask, int mask_stride, const Paste p) {
     int f = blockIdx.y;
     if (f >= p.count) return;
     const int* b = p.box[f];
@@ -69,7 +70,7 @@ extern "C" __global__ void paste_back(unsigned char* __restrict__ frame, int wid
         double v = m[3] * (double)x + m[4] * (double)y + m[5];
         bool inside = u >= 0.0 && u <= (double)(size - 1) && v >= 0.0 && v <= (double)(size - 1);
         if (!inside) continue;  // NumPy: a = 0, p = round(p) = p
-        float a = bilinear_mask(mask, size, u, v);
+        float a = bilinear_mask(mask + (size_t)g * mask_stride, size, u, v);
         const unsigned char* crop = crops + (size_t)g * size * size * 3;
         for (int c = 0; c < 3; ++c) {
             float cv = bilinear(crop, size, 3, c, u, v);

@@ -90,13 +90,24 @@ extern "C" __global__ void warp_crops_norm_f16(const unsigned char* __restrict__
     warp_norm_impl<__half>(frame, width, height, faces, size, rgb, out);
 }
 
-// Swapper output (count, 3, size, size) float in [0, 1] RGB (float32 or float16) -> uint8 BGR crops
-// (count, size, size, 3), one block per face. FP16 guard: a face whose output holds NaN/Inf is
-// replaced by its own input crop (the unswapped target, `input` in the same [0, 1] RGB layout) and
-// flagged in `guard[f]` (1) so the frame loop can count it.
-template <typename T>
-__device__ void crops_from_planar_impl(const T* __restrict__ output, const T* __restrict__ input, int count,
-                                       int size, unsigned char* __restrict__ crops, int* __restrict__ guard) {
+// Model output per channel -> pixel: value01 = output * out_scale + out_shift (then clipped to [0, 1]);
+// the NaN guard's fallback reads the model input back as pixel = input * in_scale + in_shift (0..255).
+// Both in the model's channel order.
+struct Affine {
+    float out_scale[3];
+    float out_shift[3];
+    float in_scale[3];
+    float in_shift[3];
+};
+
+// Model output (count, 3, size, size) planar (float32 or float16) -> uint8 BGR crops (count, size,
+// size, 3), one block per face; `rgb` != 0: model channels are R, G, B. FP16 guard: a face whose
+// output holds NaN/Inf gets its own input crop back (the unswapped target) and `guard[f]` grows by
+// one (a running count per face slot that the status reads now and then, never per frame).
+template <typename T, typename U>
+__device__ void crops_from_planar_impl(const T* __restrict__ output, const U* __restrict__ input, int count,
+                                       int size, const Affine& a, int rgb, unsigned char* __restrict__ crops,
+                                       int* __restrict__ guard) {
     int f = blockIdx.x;
     if (f >= count) return;
     size_t plane = (size_t)size * size;
@@ -107,26 +118,34 @@ __device__ void crops_from_planar_impl(const T* __restrict__ output, const T* __
         if (!isfinite(val)) bad = 1;
     }
     bad = __syncthreads_or(bad);
-    const T* src = bad ? input + (size_t)f * 3 * plane : o;
+    const U* in = input + (size_t)f * 3 * plane;
     unsigned char* dst = crops + (size_t)f * plane * 3;
     for (size_t k = threadIdx.x; k < plane; k += blockDim.x) {
-        for (int c = 0; c < 3; ++c) {
-            float val = (float)src[(2 - c) * plane + k] * 255.0f;
+        for (int c = 0; c < 3; ++c) {  // c: BGR channel of the crop
+            int m = rgb ? 2 - c : c;     // model channel
+            float val;
+            if (bad) {
+                val = (float)in[m * plane + k] * a.in_scale[m] + a.in_shift[m];
+            } else {
+                val = (float)o[m * plane + k] * a.out_scale[m] + a.out_shift[m];
+                val = fminf(fmaxf(val, 0.0f), 1.0f) * 255.0f;
+            }
             val = floorf(val + 0.5f);
             dst[k * 3 + c] = (unsigned char)fminf(fmaxf(val, 0.0f), 255.0f);
         }
     }
-    if (threadIdx.x == 0) guard[f] = bad;
+    if (threadIdx.x == 0) guard[f] += bad;
 }
 
-extern "C" __global__ void crops_from_planar_f32(const float* __restrict__ output, const float* __restrict__ input,
-                                                 int count, int size, unsigned char* __restrict__ crops,
-                                                 int* __restrict__ guard) {
-    crops_from_planar_impl<float>(output, input, count, size, crops, guard);
-}
+// Output dtype first, input dtype second (an FP16 engine takes half inputs and may declare float outputs).
+#define CROPS_FROM_PLANAR(NAME, T, U)                                                                     \
+    extern "C" __global__ void NAME(const T* __restrict__ output, const U* __restrict__ input, int count,   \
+                                    int size, const Affine a, int rgb, unsigned char* __restrict__ crops,     \
+                                    int* __restrict__ guard) {                                                \
+        crops_from_planar_impl<T, U>(output, input, count, size, a, rgb, crops, guard);                      \
+    }
 
-extern "C" __global__ void crops_from_planar_f16(const __half* __restrict__ output, const __half* __restrict__ input,
-                                                 int count, int size, unsigned char* __restrict__ crops,
-                                                 int* __restrict__ guard) {
-    crops_from_planar_impl<__half>(output, input, count, size, crops, guard);
-}
+CROPS_FROM_PLANAR(crops_from_planar_f32_f32, float, float)
+CROPS_FROM_PLANAR(crops_from_planar_f32_f16, float, __half)
+CROPS_FROM_PLANAR(crops_from_planar_f16_f32, __half, float)
+CROPS_FROM_PLANAR(crops_from_planar_f16_f16, __half, __half)

@@ -7,6 +7,7 @@ can never hide a missing install step.
 
 import os
 
+import numpy as np
 import pytest
 
 
@@ -26,3 +27,116 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     (home / "run").mkdir(mode=0o700)
     monkeypatch.delenv("VCAM_CONFIG", raising=False)
     yield
+
+
+def _make_ops(name):
+    if name == "cuda":
+        from vcam.ops import cuda_status
+
+        ok, why = cuda_status()
+        if not ok:
+            require("gpu", why)
+        from vcam.ops.cuda import CudaOps
+
+        return CudaOps()
+    from vcam.ops.numpy import NumpyOps
+
+    return NumpyOps()
+
+
+@pytest.fixture(scope="module", params=["numpy", pytest.param("cuda", marks=pytest.mark.gpu)])
+def ops(request):
+    """One test body over both ops implementations (kornia-style device parametrisation): NumPy
+    always, CUDA where a GPU with CuPy is present (skipped with the reason elsewhere)."""
+    return _make_ops(request.param)
+
+
+@pytest.fixture(scope="module", params=["numpy", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    """``cpu`` always, ``cuda`` where the GPU path can run (CuPy and a CUDA engine backend)."""
+    if request.param == "cuda":
+        _make_ops("cuda")
+        try:
+            import torch
+        except ImportError as exc:
+            require("gpu", f"torch does not import ({exc})")
+        if not torch.cuda.is_available():
+            require("gpu", "torch sees no CUDA device")
+        return "cuda"
+    return "cpu"
+
+
+def host(ops, a):
+    """An ops array on the host (NumPy)."""
+    return ops.to_host(a) if ops.device != "cpu" else np.asarray(a)
+
+
+def poisoned(ops, shape, dtype):
+    """A buffer in the ops' memory filled with garbage (NaN or 77), so unwritten elements show."""
+    a = np.full(shape, np.nan if np.dtype(dtype).kind == "f" else 77, dtype=dtype)
+    return ops.asarray(a) if ops.device != "cpu" else a
+
+
+class ScriptedEngine:
+    """A fake :class:`vcam.engines.Engine` whose outputs ``make(n, h, w)`` computes from the input
+    shape (exact decoding tests). A fixed batch of 1 in ``shape`` runs item by item, as the real
+    engines do; ``epilogue`` is applied in its NumPy form. Input shapes of every model call are
+    recorded in ``calls``, the last input in ``last``."""
+
+    backend, device, precision = "scripted", "cpu", "fp32"
+
+    def __init__(self, shape, make, *, epilogue=None, max_batch=8):
+        from vcam.engines import TensorInfo
+
+        self.inputs = [TensorInfo("input", shape, "float32")]
+        self.outputs = list(epilogue.outputs) if epilogue is not None else []
+        self.make, self.epilogue, self.max_batch = make, epilogue, max_batch
+        self.calls, self.last, self.name = [], None, "scripted"
+
+    def describe(self):
+        return "scripted"
+
+    def input_buffers(self, n, shapes=None):
+        return {"input": np.zeros((n, *shapes["input"]), np.float32)}
+
+    def _call(self, x):
+        assert x.dtype == np.float32 and x.flags.c_contiguous
+        self.calls.append(x.shape)
+        self.last = x.copy()
+        n, _, h, w = x.shape
+        return self.make(n, h, w)
+
+    def run(self, feeds):
+        x = np.ascontiguousarray(feeds["input"])
+        if self.inputs[0].fixed_batch == 1 and x.shape[0] > 1:
+            parts = [self._call(x[i : i + 1]) for i in range(x.shape[0])]
+            outs = [np.concatenate(p, axis=0) for p in zip(*parts)]
+        else:
+            outs = self._call(x)
+        return self.epilogue.numpy(outs) if self.epilogue is not None else outs
+
+    def run_device(self, feeds, stream=None):
+        return self.run(feeds)
+
+
+class CountingEngine:
+    """Wraps a real engine and records the input shape of every call."""
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def run_device(self, feeds, stream=None):
+        self.calls.append(tuple(next(iter(feeds.values())).shape))
+        return self.engine.run_device(feeds, stream)
+
+
+def need_torch():
+    """PyTorch, or a skip (a failure where CI installs it: VCAM_REQUIRE names ``torch``)."""
+    try:
+        import torch
+    except ImportError as exc:
+        require("torch", f"PyTorch is not installed ({exc}); pip install 'fastswap-cam[torch]'")
+    return torch

@@ -134,7 +134,9 @@ class ObsInstance:
         if self._xvfb is None or self._xvfb.poll() is not None:
             self._start_xvfb()
         env = _clean_env()
-        env.update(XDG_CONFIG_HOME=str(self.config_home), DISPLAY=self.display or "", QT_QPA_PLATFORM="xcb", LIBGL_ALWAYS_SOFTWARE="1")
+        env.update(
+            XDG_CONFIG_HOME=str(self.config_home), DISPLAY=self.display or "", QT_QPA_PLATFORM="xcb", LIBGL_ALWAYS_SOFTWARE="1"
+        )
         log = open(self.log_path, "ab")
         self._obs = subprocess.Popen(
             ["obs", "--minimize-to-tray", "--disable-updater", "--disable-missing-files-check", "--multi"],

@@ -20,7 +20,17 @@ from vcam.types import Frame, PixelFormat
 COLORS = [(0, 0, 220), (0, 200, 0), (210, 0, 0), (0, 200, 200), (200, 0, 200), (200, 200, 0), (40, 40, 40), (230, 230, 230)]
 
 
-def write_clip(path: Path, n: int, width: int = 64, height: int = 48, fps: int = 25, *, codec: str = "libx264", pix_fmt: str = "yuv420p", gray: bool = False) -> list[np.ndarray]:
+def write_clip(
+    path: Path,
+    n: int,
+    width: int = 64,
+    height: int = 48,
+    fps: int = 25,
+    *,
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+    gray: bool = False,
+) -> list[np.ndarray]:
     """Write ``n`` solid-colour frames; return what was written (BGR, or gray levels)."""
     written = []
     with av.open(str(path), mode="w") as c:
@@ -393,7 +403,9 @@ class ListSource:
     """A finite source following the Source protocol; optionally raises after ``fail_after`` frames
     or waits on ``gate`` before each frame."""
 
-    def __init__(self, n: int, *, fail_after: int | None = None, exc: BaseException | None = None, gate: threading.Semaphore | None = None) -> None:
+    def __init__(
+        self, n: int, *, fail_after: int | None = None, exc: BaseException | None = None, gate: threading.Semaphore | None = None
+    ) -> None:
         self.width, self.height, self.fps, self.fmt = 8, 4, 30.0, PixelFormat.BGR
         self.n, self.i = n, 0
         self.fail_after, self.exc, self.gate = fail_after, exc, gate

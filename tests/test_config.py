@@ -23,9 +23,16 @@ def test_shipped_config_documents_every_default():
         assert f"# {doc}\n{key} = " in text, (table, key)
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("33ms", 0.033), ("0.5s", 0.5), ("2", 2.0), ("1.5m", 90.0), ("250us", 0.00025),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("33ms", 0.033),
+        ("0.5s", 0.5),
+        ("2", 2.0),
+        ("1.5m", 90.0),
+        ("250us", 0.00025),
+    ],
+)
 def test_duration_parse(text, needle):
     assert C.Duration.parse(text) == pytest.approx(needle)
 
@@ -40,7 +47,9 @@ def test_cli_overrides_win_over_file(tmp_path):
 
 def test_unknown_key_names_file_table_and_nearest(tmp_path):
     p = write(tmp_path, "[pipeline]\nmax_latncy = '33ms'\n")
-    with pytest.raises(ConfigError, match=r"config\.toml: unknown key 'max_latncy' in \[pipeline\]; did you mean 'max_latency'\?"):
+    with pytest.raises(
+        ConfigError, match=r"config\.toml: unknown key 'max_latncy' in \[pipeline\]; did you mean 'max_latency'\?"
+    ):
         C.load(p)
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from vcam.cli.control import ctl_app
 from vcam.config import Config
-from vcam.control.cli import ctl_app
 from vcam.control.local import ControlServer, send_command
 from vcam.errors import ControlError
 from vcam.state import RuntimeState, Status
@@ -84,7 +84,7 @@ def test_bad_lines_get_an_error_reply(served):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(2)
         s.connect(str(path))
-        s.sendall(b"this is not json\n[1, 2]\n{\"face\": \"carol\"}\n")
+        s.sendall(b'this is not json\n[1, 2]\n{"face": "carol"}\n')
         lines = b""
         while lines.count(b"\n") < 3:
             lines += s.recv(4096)

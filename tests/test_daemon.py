@@ -11,6 +11,7 @@ from dataclasses import replace
 import av
 import numpy as np
 import pytest
+from conftest import need_torch
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
@@ -96,22 +97,41 @@ runner = CliRunner()
 
 def test_cli_run_to_file_decodes(tmp_path):
     target = tmp_path / "demo.mp4"
-    r = runner.invoke(app, ["run", "--input", "demo", "--output", f"file:{target}", "--frames", "12", "--fast",
-                            "--max-latency", "0", "--device", "cpu", "--quiet"])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--input",
+            "demo",
+            "--output",
+            f"file:{target}",
+            "--frames",
+            "12",
+            "--fast",
+            "--max-latency",
+            "0",
+            "--device",
+            "cpu",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     with av.open(str(target)) as c:
         frames = list(c.decode(video=0))
     assert len(frames) == 12 and (frames[0].width, frames[0].height) == (1280, 720)
 
 
-@pytest.mark.parametrize("args,code,needle", [
-    (["--input", "/nonexistent/clip.mp4"], 3, "not found"),
-    (["--input", "webcam:57"], 3, "camera 57 not found"),
-    (["--max-latency", "soon"], 2, "max_latency: expected a duration like '33ms'"),
-    (["--device", "gpu"], 2, "device: expected one of 'auto', 'cpu', 'cuda'"),
-    (["--output", "printer"], 4, "use one of"),
-    (["--face", "/nonexistent/me.jpg"], 7, "face photo not found"),
-])
+@pytest.mark.parametrize(
+    "args,code,needle",
+    [
+        (["--input", "/nonexistent/clip.mp4"], 3, "not found"),
+        (["--input", "webcam:57"], 3, "camera 57 not found"),
+        (["--max-latency", "soon"], 2, "max_latency: expected a duration like '33ms'"),
+        (["--device", "gpu"], 2, "device: expected one of 'auto', 'cpu', 'cuda'"),
+        (["--output", "printer"], 4, "use one of"),
+        (["--face", "/nonexistent/me.jpg"], 7, "face photo not found"),
+    ],
+)
 def test_cli_bad_input_one_clear_line(args, code, needle, tmp_path):
     base = ["run", "--input", "demo", "--output", "null", "--frames", "3", "--quiet", "--device", "cpu"]
     r = runner.invoke(app, base + args)  # a repeated option: the last one wins
@@ -134,9 +154,30 @@ def test_cli_corrupt_video_and_bad_config(tmp_path):
 
 
 def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "vcam", "run", "--input", "demo", "--output", "null", "--frames", "5",
-                        "--fast", "--fp16", "--device", "cpu", "--quiet", "--max-latency", "0"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vcam",
+            "run",
+            "--input",
+            "demo",
+            "--output",
+            "null",
+            "--frames",
+            "5",
+            "--fast",
+            "--fp16",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--max-latency",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert (p.stdout + p.stderr).count("--fp16 needs a CUDA GPU; running FP32 on the CPU") == 1
     assert "5 frames published of 5" in p.stderr
@@ -146,9 +187,27 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
 def test_signal_stops_daemon_cleanly(tmp_path, sig):
     target = tmp_path / "live.mp4"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "vcam", "run", "--input", "demo", "--output", f"file:{target}",
-                          "--device", "cpu", "--quiet", "--max-latency", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vcam",
+            "run",
+            "--input",
+            "demo",
+            "--output",
+            f"file:{target}",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--max-latency",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.time() + 60
         while time.time() < deadline and not list(tmp_path.glob("*.partial*")) and not target.exists():
@@ -181,8 +240,25 @@ def test_run_with_a_neural_model_downloads_on_consent_or_says_how(tmp_path):
         models = tmp_path / "models"
         cfg = tmp_path / "vcam.toml"
         cfg.write_text(f"[models]\ndir = '{models}'\nmirror = '{server.template}'\n")
-        base = ["run", "--config", str(cfg), "--input", "demo", "--model", "inswapper_128_fp16", "--output", "null",
-                "--frames", "4", "--fast", "--device", "cpu", "--quiet", "--max-latency", "0"]
+        base = [
+            "run",
+            "--config",
+            str(cfg),
+            "--input",
+            "demo",
+            "--model",
+            "inswapper_128_fp16",
+            "--output",
+            "null",
+            "--frames",
+            "4",
+            "--fast",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--max-latency",
+            "0",
+        ]
         r = runner.invoke(app, base)  # not a terminal: no prompt, one line saying how
         assert r.exit_code == 6
         assert "missing model files: arcface_w600k_r50.onnx, inswapper_128_fp16.onnx" in r.output
@@ -225,3 +301,111 @@ def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
         assert out.frames >= before + 5
     finally:
         d.stop()
+
+
+def test_daemon_runs_on_every_device(device):
+    """The daemon end to end on the demo clip on each device (CUDA where present): frames flow, the
+    face is swapped, and the summary says where each model ran."""
+    cfg = demo_cfg()
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, device=device, fp16=device == "cuda"))
+    out = Capturing(640, 360)
+    s = Daemon(cfg, output=out, control=False).run(max_frames=30)
+    assert s.device == device and s.frames_out == 30 and out.frames == 30
+    assert f"on {device}" in s.models and "detector retinaface_mnet025" in s.models
+    off = Capturing(640, 360)
+    d2 = Daemon(cfg, output=off, control=False)
+    d2.state.set_swap("off")
+    d2.run(max_frames=3)
+    assert np.abs(off.frames_seen[0].astype(int) - out.frames_seen[0]).mean() > 0.1
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from vcam.models import standin
+
+    d = tmp_path_factory.mktemp("models")
+    for name in ("inswapper_128", "arcface_w600k_r50"):
+        standin.write(name, d, tiny=True)
+    cfg = d / "vcam.toml"
+    cfg.write_text(f"[models]\ndir = '{d}'\n")
+    return cfg
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+def test_backend_flag_changes_what_runs(tiny_models, backend):
+    """`--backend` reaches every model; the summary names the backend each one really ran on."""
+    if backend == "torch":
+        need_torch()
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "-c",
+            str(tiny_models),
+            "--input",
+            "demo",
+            "--output",
+            "null",
+            "--frames",
+            "3",
+            "--fast",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--max-latency",
+            "0",
+            "--model",
+            "inswapper_128",
+            "--backend",
+            backend,
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    models = next(ln for ln in r.output.splitlines() if ln.startswith("models:"))
+    for role in ("detector retinaface_mnet025", "swapper inswapper_128", "recogniser arcface_w600k_r50"):
+        assert f"{role}: {backend} fp32 on cpu" in models, models
+
+
+def test_tensorrt_where_it_cannot_run_is_one_clear_line(tiny_models):
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "-c",
+            str(tiny_models),
+            "--input",
+            "demo",
+            "--output",
+            "null",
+            "--frames",
+            "3",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--backend",
+            "tensorrt",
+        ],
+    )
+    assert r.exit_code == 6, r.output
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: no inference backend can run retinaface_mnet025 on cpu: tensorrt: TensorRT runs on CUDA only (device is cpu)"
+    ), r.output
+
+
+def test_check_says_where_each_model_would_run(tiny_models, tmp_path):
+    """`vcam check` answers from the same table `vcam run` uses: the device, the backend per device,
+    each model's files and placement; a missing model is a FAIL naming the pull command."""
+    r = runner.invoke(app, ["check", "-c", str(tiny_models)])
+    text = r.output
+    assert "device: frames run on cpu" in text and "inference on cpu: auto picks onnxruntime" in text
+    assert "swapper: classic -> built in" in text
+    cfg = tmp_path / "neural.toml"
+    cfg.write_text(tiny_models.read_text() + "\n[swap]\nswapper = 'inswapper_128'\n")
+    r = runner.invoke(app, ["check", "-c", str(cfg)])
+    assert "PASS swapper: inswapper_128 -> onnxruntime on cpu; files: inswapper_128 " in r.output, r.output
+    assert "PASS recogniser: arcface_w600k_r50 -> onnxruntime on cpu" in r.output
+    cfg.write_text(tiny_models.read_text() + "\n[swap]\nswapper = 'hyperswap_1a_256'\n")
+    r = runner.invoke(app, ["check", "-c", str(cfg)])
+    assert "FAIL swapper: hyperswap_1a_256 -> onnxruntime on cpu; files: hyperswap_1a_256 missing" in r.output
+    assert "vcam models pull hyperswap_1a_256" in r.output

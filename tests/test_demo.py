@@ -89,7 +89,9 @@ def test_compose_places_portraits_exactly_and_clips_at_the_frame():
     assert (off > 0).all(axis=2).sum() == 10 * 5
     np.testing.assert_array_equal(off[0:5, 54:64], 255)
     # Entirely outside: the background is untouched.
-    np.testing.assert_array_equal(compose((64, 48), [(patch, np.array([[1.0, 0, 500], [0, 1.0, 0]]))], (1, 2, 3)), np.broadcast_to([1, 2, 3], (48, 64, 3)))
+    np.testing.assert_array_equal(
+        compose((64, 48), [(patch, np.array([[1.0, 0, 500], [0, 1.0, 0]]))], (1, 2, 3)), np.broadcast_to([1, 2, 3], (48, 64, 3))
+    )
     # Later items are drawn over earlier ones; a background image is not modified.
     bg = gradient(64, 48)
     before = bg.copy()

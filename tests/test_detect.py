@@ -5,26 +5,12 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
+from conftest import CountingEngine, ScriptedEngine, need_torch
 
 from vcam.config import DetectConfig
 from vcam.demo import compose, face_box, placement, portrait
-from vcam.detect import Detector, RetinaFaceDetector, box_iou, nms, priors
+from vcam.detect import Detector, RetinaFaceDetector, TopCandidates, box_iou, nms, priors
 from vcam.errors import InputError, ModelError
-
-
-class CountingSession:
-    """The real onnxruntime session, recording the input shape of every call."""
-
-    def __init__(self, session):
-        self.session = session
-        self.calls: list[tuple[int, ...]] = []
-
-    def get_inputs(self):
-        return self.session.get_inputs()
-
-    def run(self, names, feeds):
-        self.calls.append(next(iter(feeds.values())).shape)
-        return self.session.run(names, feeds)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +21,7 @@ def detector():
 @pytest.fixture(scope="module")
 def counting(detector):
     """Full scans at 1280 (a 720p frame at its own resolution), regions at 160, calls recorded."""
-    return RetinaFaceDetector(DetectConfig(size=1280), roi_size=160, session=CountingSession(detector.session))
+    return RetinaFaceDetector(DetectConfig(size=1280), roi_size=160, engine=CountingEngine(detector.engine))
 
 
 def _plausible(det) -> None:
@@ -97,9 +83,9 @@ def test_regions_in_one_batched_call_agree_with_the_full_scan(counting):
     side = 2.0 * np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
     rects = np.column_stack([centre - side[:, None] / 2, side])
     assert rects[2, 0] + rects[2, 2] > 1280 and rects[2, 1] + rects[2, 2] > 720  # it overhangs the frame
-    counting.session.calls.clear()
+    counting.engine.calls.clear()
     per_region = counting.detect_regions(frame, rects)
-    assert counting.session.calls == [(3, 3, 160, 160)]  # all regions, one model call
+    assert counting.engine.calls == [(3, 3, 160, 160)]  # all regions, one model call
     assert len(per_region) == 3
     for k, dets in enumerate(per_region):
         assert dets, f"region {k} found nothing"
@@ -110,13 +96,13 @@ def test_regions_in_one_batched_call_agree_with_the_full_scan(counting):
 
 
 def test_full_scan_feeds_only_the_rows_that_cover_the_frame(counting):
-    det = RetinaFaceDetector(DetectConfig(size=640), session=counting.session)
-    counting.session.calls.clear()
+    det = RetinaFaceDetector(DetectConfig(size=640), engine=counting.engine)
+    counting.engine.calls.clear()
     det.detect(np.zeros((720, 1280, 3), np.uint8))
     det.detect(np.zeros((360, 640, 3), np.uint8))
     det.detect(np.zeros((1280, 720, 3), np.uint8))
     counting.detect(np.zeros((721, 1281, 3), np.uint8))
-    assert counting.session.calls == [(1, 3, 384, 640), (1, 3, 384, 640), (1, 3, 640, 384), (1, 3, 736, 1280)]
+    assert counting.engine.calls == [(1, 3, 384, 640), (1, 3, 384, 640), (1, 3, 640, 384), (1, 3, 736, 1280)]
 
 
 def _face_grid(det, n_cols: int, n_rows: int, cell: tuple[int, int], face_px: float):
@@ -200,28 +186,19 @@ def test_prior_layout_matches_the_documented_order():
     np.testing.assert_allclose(q[2], [12 / 60, 4 / 100, 16 / 60, 16 / 100])
 
 
-class ScriptedSession:
-    """A stand-in session with the model's I/O that returns chosen outputs (for exact decoding)."""
+def scripted(fill):
+    """A RetinaFace-shaped engine (with the top-candidates epilogue) whose raw outputs ``fill`` chooses."""
 
-    def __init__(self, fill):
-        self.fill = fill
-
-    def get_inputs(self):
-        class _In:
-            name = "input"
-
-        return [_In()]
-
-    def run(self, names, feeds):
-        x = feeds["input"]
-        n, _, h, w = x.shape
+    def make(n, h, w):
         p = priors(h, w).shape[0]
         loc = np.zeros((n, p, 4), np.float32)
         conf = np.zeros((n, p, 2), np.float32)
         conf[..., 0] = 1.0
         lmk = np.zeros((n, p, 10), np.float32)
-        self.fill(loc, conf, lmk, h, w)
+        fill(loc, conf, lmk, h, w)
         return [loc, conf, lmk]
+
+    return ScriptedEngine(("N", 3, "H", "W"), make, epilogue=TopCandidates())
 
 
 def test_decoding_maps_a_prior_back_to_frame_pixels_exactly():
@@ -233,7 +210,7 @@ def test_decoding_maps_a_prior_back_to_frame_pixels_exactly():
         loc[:, k] = (1.0, -0.5, np.log(1.5) / 0.2, 0.0)  # shift +0.1*32 px in x, -0.05*32 in y; w *1.5
         lmk[:, k] = np.arange(10) / 10.0
 
-    det = RetinaFaceDetector(DetectConfig(score=0.5, min_face=1), roi_size=160, session=ScriptedSession(fill))
+    det = RetinaFaceDetector(DetectConfig(score=0.5, min_face=1), roi_size=160, engine=scripted(fill))
     frame = np.zeros((400, 600, 3), np.uint8)
     rects = np.array([[100.0, 50.0, 320.0], [-40.0, 10.0, 80.0]])
     out = det.detect_regions(frame, rects)
@@ -262,7 +239,7 @@ def test_score_min_face_and_nms_filters():
         conf[:, 3] = (0.2, 0.8)  # same size one cell to the right: IoU 0.6 > 0.4 with it -> merged
         conf[:, 4] = (0.1, 0.9)  # 16 px box -> 32 px in the frame: dropped by min_face 40
 
-    det = RetinaFaceDetector(DetectConfig(score=0.6, nms_iou=0.4, min_face=40), roi_size=160, session=ScriptedSession(fill))
+    det = RetinaFaceDetector(DetectConfig(score=0.6, nms_iou=0.4, min_face=40), roi_size=160, engine=scripted(fill))
     out = det.detect_regions(np.zeros((320, 320, 3), np.uint8), np.array([[0.0, 0.0, 320.0]]))[0]
     assert len(out) == 1
     assert out[0].score == pytest.approx(0.8)
@@ -274,3 +251,20 @@ def test_nms_keeps_the_best_of_each_overlapping_group():
     scores = np.array([0.7, 0.9, 0.8, 0.6])
     assert nms(boxes, scores, 0.4).tolist() == [1, 2]
     assert nms(boxes, scores, 0.99).tolist() == [1, 2, 0, 3]
+
+
+def test_top_candidates_torch_form_matches_the_numpy_form():
+    """The epilogue fused into the CUDA graph (torch) picks the same anchors as its NumPy reference."""
+    torch = need_torch()
+    rng = np.random.default_rng(4)
+    for h, w in ((160, 160), (384, 640)):
+        p = priors(h, w).shape[0]
+        loc, lmk = rng.standard_normal((3, p, 4)).astype(np.float32), rng.standard_normal((3, p, 10)).astype(np.float32)
+        conf = rng.random((3, p, 2)).astype(np.float32)
+        (ref,) = TopCandidates().numpy([loc, conf, lmk])
+        (got,) = TopCandidates().torch([torch.from_numpy(a) for a in (loc, conf, lmk)])
+        assert ref.shape == (3, TopCandidates.k_for(p), 16) and ref.shape[1] == (32 if p < 2048 else p // 64)
+        np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-6)
+        assert (np.diff(ref[..., 0], axis=1) <= 0).all()  # best first
+        i = int(ref[1, 0, 15])
+        np.testing.assert_array_equal(ref[1, 0, 1:5], loc[1, i])

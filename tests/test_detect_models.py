@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import ScriptedEngine, need_torch
 from typer.testing import CliRunner
 
 from vcam.cli import app
@@ -25,8 +26,7 @@ from vcam.detect import (
     detector_family,
     make_detector,
 )
-from vcam.engines import TensorInfo
-from vcam.errors import ConfigError, DeviceError, ModelError
+from vcam.errors import ConfigError, ModelError
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore
 from vcam.types import Detection
@@ -35,10 +35,14 @@ STRIDES = (8, 16, 32)
 CFG = DetectConfig(score=0.5, nms_iou=0.4, min_face=10)
 
 # Two faces in frame pixels: box x1, y1, x2, y2 and 5 landmarks (eyes, nose, mouth corners).
-FACE_A = (np.array([300.0, 120.0, 420.0, 270.0]),
-          np.array([[335.0, 175.0], [385.0, 173.0], [361.0, 205.0], [340.0, 236.0], [382.0, 234.0]]))
-FACE_B = (np.array([640.0, 300.0, 700.0, 372.0]),
-          np.array([[655.0, 325.0], [684.0, 326.0], [670.0, 342.0], [658.0, 356.0], [682.0, 356.0]]))
+FACE_A = (
+    np.array([300.0, 120.0, 420.0, 270.0]),
+    np.array([[335.0, 175.0], [385.0, 173.0], [361.0, 205.0], [340.0, 236.0], [382.0, 234.0]]),
+)
+FACE_B = (
+    np.array([640.0, 300.0, 700.0, 372.0]),
+    np.array([[655.0, 325.0], [684.0, 326.0], [670.0, 342.0], [658.0, 356.0], [682.0, 356.0]]),
+)
 
 
 # -- the documented decodes, inverted ---------------------------------------------------------------
@@ -66,7 +70,12 @@ def encode_scrfd(faces, h, w, order="stand-in", batch_axis=False):
         for a, (score, shift) in enumerate(((0.9, 0.0), (0.8, 2.0))):
             b = box_in + shift
             heads[s][0][2 * idx + a] = score
-            heads[s][1][2 * idx + a] = [(anchor[0] - b[0]) / s, (anchor[1] - b[1]) / s, (b[2] - anchor[0]) / s, (b[3] - anchor[1]) / s]
+            heads[s][1][2 * idx + a] = [
+                (anchor[0] - b[0]) / s,
+                (anchor[1] - b[1]) / s,
+                (b[2] - anchor[0]) / s,
+                (b[3] - anchor[1]) / s,
+            ]
             heads[s][2][2 * idx + a] = ((pts_in - anchor) / s).ravel()
     if order == "stand-in":  # score_8, score_16, score_32, bbox_8, ..., kps_32 (the registry's order)
         outs = [heads[s][j] for j in range(3) for s in STRIDES]
@@ -79,13 +88,17 @@ def encode_yunet(faces, h, w):
     heads = {}
     for s in STRIDES:
         k = (h // s) * (w // s)
-        heads[s] = [np.zeros((1, k, 1), np.float32), np.zeros((1, k, 1), np.float32),
-                    np.zeros((1, k, 4), np.float32), np.zeros((1, k, 10), np.float32)]
+        heads[s] = [
+            np.zeros((1, k, 1), np.float32),
+            np.zeros((1, k, 1), np.float32),
+            np.zeros((1, k, 4), np.float32),
+            np.zeros((1, k, 10), np.float32),
+        ]
     for (box_in, pts_in), s in faces:
         centre = (box_in[:2] + box_in[2:]) / 2
         idx, anchor = cell_of(centre, s, w // s)
-        heads[s][0][0, idx] = 0.9  # cls
-        heads[s][1][0, idx] = 1.0  # obj: score = cls * obj
+        heads[s][0][0, idx] = 0.81  # cls
+        heads[s][1][0, idx] = 1.0  # obj: score = sqrt(cls * obj) = 0.9
         heads[s][2][0, idx] = np.concatenate([(centre - anchor) / s, np.log((box_in[2:] - box_in[:2]) / s)])
         heads[s][3][0, idx] = ((pts_in - anchor) / s).ravel()
     return [heads[s][j] for j in range(4) for s in STRIDES]  # cls_*, obj_*, bbox_*, kps_*
@@ -106,25 +119,11 @@ def encode_yolo(faces, h, w):
 
 
 ENCODERS = {"scrfd": encode_scrfd, "yunet": encode_yunet, "yoloface": encode_yolo}
-CLASSES = {"scrfd": (ScrfdDetector, "scrfd_2.5g"), "yunet": (YunetDetector, "yunet_2023_mar"),
-           "yoloface": (YoloFaceDetector, "yoloface_8n")}
-
-
-class ScriptedEngine:
-    """An Engine whose outputs are computed from the input shape by ``make(n, h, w)``."""
-
-    def __init__(self, shape, make):
-        self.inputs = [TensorInfo("input", shape, "float32")]
-        self.outputs = []
-        self.make = make
-        self.calls = []
-
-    def run(self, feeds):
-        x = feeds["input"]
-        assert x.dtype == np.float32 and x.flags.c_contiguous
-        self.calls.append(x.shape)
-        n, _, h, w = x.shape
-        return self.make(n, h, w)
+CLASSES = {
+    "scrfd": (ScrfdDetector, "scrfd_2.5g"),
+    "yunet": (YunetDetector, "yunet_2023_mar"),
+    "yoloface": (YoloFaceDetector, "yoloface_8n"),
+}
 
 
 def in_input(face, to_frame):
@@ -195,8 +194,9 @@ def test_scrfd_dynamic_input_batches_regions_and_reads_heads_in_any_order(order)
     def make(n, h, w):
         if n == 1:
             return encode_scrfd([(in_input(FACE_A, full), 16), (in_input(FACE_B, full), 8)], h, w, order, batch_axis=True)
-        per = [encode_scrfd([(in_input(face, (r[0], r[1], r[2] / w)), 8)], h, w, order)
-               for face, r in zip((FACE_A, FACE_B), rects)]
+        per = [
+            encode_scrfd([(in_input(face, (r[0], r[1], r[2] / w)), 8)], h, w, order) for face, r in zip((FACE_A, FACE_B), rects)
+        ]
         return [np.stack(parts) for parts in zip(*per)]
 
     engine = ScriptedEngine(("N", 3, "H", "W"), make)
@@ -226,7 +226,7 @@ def test_a_file_with_the_wrong_heads_is_refused_with_the_fix():
 
 
 def test_preprocessing_follows_the_registry_normalisation():
-    """YOLOFace is RGB x/255, YuNet raw BGR 0..255, SCRFD (x - 127.5) / 128; the detector_input
+    """YOLOFace is RGB x/255, YuNet raw BGR 0..255, SCRFD RGB (x - 127.5) / 128; the detector_input
     defaults (BGR minus a mean, scale 1) are unchanged."""
     rng = np.random.default_rng(1)
     frame = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
@@ -239,22 +239,15 @@ def test_preprocessing_follows_the_registry_normalisation():
     assert not default[0, :, 48:].any()
     seen = {}
     for family, (cls, name) in CLASSES.items():
-        def make(n, h, w, family=family):
-            seen[family] = engine.last
-            return ENCODERS[family]([], h, w)
-
-        class Recording(ScriptedEngine):
-            def run(self, feeds):
-                self.last = feeds["input"].copy()
-                return super().run(feeds)
-
-        engine = Recording((1, 3, 64, 64), make)
+        engine = ScriptedEngine((1, 3, 64, 64), lambda n, h, w, family=family: ENCODERS[family]([], h, w))
         assert cls(engine, registry.get(name), CFG).detect(frame) == []
+        seen[family] = engine.last
     np.testing.assert_allclose(seen["yoloface"], raw[:, ::-1] / 255.0, atol=1e-6)
     np.testing.assert_allclose(seen["yunet"], raw, atol=1e-6)
     pad = np.zeros_like(raw, dtype=bool)
     pad[:, :, 48:] = True  # letterbox rows: the normalised zero
-    np.testing.assert_allclose(seen["scrfd"][~pad], ((raw - 127.5) / 128.0)[~pad], atol=1e-5)
+    # SCRFD in RGB, as InsightFace's own detector feeds it (FaceFusion feeds BGR).
+    np.testing.assert_allclose(seen["scrfd"][~pad], ((raw[:, ::-1] - 127.5) / 128.0)[~pad], atol=1e-5)
     assert not seen["scrfd"][pad].any()
 
 
@@ -272,8 +265,13 @@ def test_standin_runs_through_make_detector(tmp_path, name):
     standin.write(name, tmp_path, tiny=True)
     cfg = detect_cfg(tmp_path, name, score=0.3, min_face=1)
     det = make_detector(cfg, store=ModelStore(tmp_path))
-    assert isinstance(det, Detector) and type(det).__name__ == {
-        "scrfd": "ScrfdDetector", "yoloface": "YoloFaceDetector", "yunet": "YunetDetector"}[detector_family(registry.get(name))]
+    assert (
+        isinstance(det, Detector)
+        and type(det).__name__
+        == {"scrfd": "ScrfdDetector", "yoloface": "YoloFaceDetector", "yunet": "YunetDetector"}[
+            detector_family(registry.get(name))
+        ]
+    )
     frame = np.random.default_rng(0).integers(0, 256, (360, 480, 3), dtype=np.uint8)
     found = [det.detect(frame)] + det.detect_regions(frame, np.array([[40.0, 30.0, 200.0], [-60.0, 200.0, 240.0]]))
     assert len(found) == 3
@@ -301,12 +299,63 @@ def test_embedded_detector_is_the_default():
     assert type(make_detector(cfg)).__name__ == "RetinaFaceDetector"
 
 
-def test_gpu_path_refuses_a_registry_detector_with_the_fix(tmp_path):
-    from vcam.gpu import stages
+@pytest.mark.parametrize("name", DETECTORS)
+def test_every_registry_detector_runs_on_each_device_and_backend(tmp_path, name, device):
+    """The same stand-in on onnxruntime (CPU) and on torch with the ops of ``device``: the same raw
+    outputs for a scan and for a batch of regions, and the same detections (random weights: there
+    may be none, or many near ties, so each detection is matched to its twin by box)."""
+    need_torch()
+    from vcam.ops import make_ops
 
-    with pytest.raises(DeviceError, match=r"GPU path runs the embedded RetinaFace detector only, not 'yunet_2023_mar'") as err:
-        stages.make_detector(detect_cfg(tmp_path, "yunet_2023_mar"), transfers=None, stream=None)
-    assert err.value.hint == "use --device cpu or detect.model = 'retinaface_mnet025'"
+    standin.write(name, tmp_path, tiny=True)
+    cfg = detect_cfg(tmp_path, name, score=0.3, min_face=1)
+    frame = np.random.default_rng(1).integers(0, 256, (360, 480, 3), dtype=np.uint8)
+    rects = np.array([[40.0, 30.0, 200.0], [-60.0, 200.0, 240.0]])
+    ref = make_detector(cfg, store=ModelStore(tmp_path), backend="onnxruntime")
+    ops = make_ops(device)
+    det = make_detector(cfg, store=ModelStore(tmp_path), backend="torch", ops=ops, device=device)
+    assert det.engine.device == device and det.engine.backend == "torch"
+    f = ops.asarray(frame) if device != "cpu" else frame
+    size, in_h, in_w = det.scan_shape(360, 480)
+    for r, s, hh, ww in (
+        (np.array([[0.0, 0.0, 480.0]]), size, in_h, in_w),
+        (rects, det.region_size, det.region_size, det.region_size),
+    ):
+        for a, b in zip(det._run(f, r, s, hh, ww), ref._run(frame, r, s, hh, ww)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    got = [det.detect(f)] + det.detect_regions(f, rects)
+    want = [ref.detect(frame)] + ref.detect_regions(frame, rects)
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        boxes = np.array([d.box for d in w]).reshape(-1, 4)
+        for a in g:
+            k = int(np.argmin(np.abs(boxes - a.box).max(axis=1)))
+            assert np.abs(a.box - boxes[k]).max() < 0.05 and abs(a.score - w[k].score) < 1e-3
+
+
+def test_yunet_decoding_agrees_with_opencvs_own_decoder(tmp_path):
+    """cv2.FaceDetectorYN is the oracle for YuNet: same file, same image, same faces and scores
+    (sqrt(cls * obj)), within float tolerance."""
+    import cv2
+
+    if not hasattr(cv2, "FaceDetectorYN"):
+        pytest.skip("this OpenCV has no FaceDetectorYN")
+    path = standin.write("yunet_2023_mar", tmp_path, tiny=True, seed=5)
+    frame = np.random.default_rng(3).integers(0, 256, (640, 640, 3), dtype=np.uint8)
+    cfg = DetectConfig(model="yunet_2023_mar", score=0.5, nms_iou=0.3, min_face=1)
+    oracle = cv2.FaceDetectorYN.create(str(path), "", (640, 640), cfg.score, cfg.nms_iou, 5000)
+    _, faces = oracle.detect(frame)
+    faces = np.zeros((0, 15), np.float32) if faces is None else faces
+    from vcam.engines import create_engine
+
+    ours = YunetDetector(create_engine(path, backend="onnxruntime"), registry.get("yunet_2023_mar"), cfg).detect(frame)
+    assert len(ours) == len(faces) > 0
+    theirs = np.concatenate([faces[:, :2], faces[:, :2] + faces[:, 2:4]], axis=1)
+    for d in ours:  # each of ours is one of OpenCV's: same box, landmarks and score
+        k = int(np.argmin(np.abs(theirs - d.box).max(axis=1)))
+        np.testing.assert_allclose(d.box, theirs[k], atol=0.6)
+        np.testing.assert_allclose(d.landmarks, faces[k, 4:14].reshape(5, 2), atol=0.6)
+        assert d.score == pytest.approx(float(faces[k, 14]), abs=1e-4)
 
 
 def test_vcam_run_with_a_hand_placed_detector(tmp_path):
@@ -317,8 +366,23 @@ def test_vcam_run_with_a_hand_placed_detector(tmp_path):
     models = tmp_path / "models"
     cfg = tmp_path / "vcam.toml"
     cfg.write_text(f"[models]\ndir = '{models}'\n\n[detect]\nmodel = 'yunet_2023_mar'\nscore = 0.1\n")
-    base = ["run", "--config", str(cfg), "--input", "demo", "--output", "null", "--frames", "3", "--fast",
-            "--device", "cpu", "--quiet", "--max-latency", "0"]
+    base = [
+        "run",
+        "--config",
+        str(cfg),
+        "--input",
+        "demo",
+        "--output",
+        "null",
+        "--frames",
+        "3",
+        "--fast",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--max-latency",
+        "0",
+    ]
     runner = CliRunner()
     r = runner.invoke(app, base)
     assert r.exit_code == 6, r.output
@@ -344,9 +408,11 @@ def test_daemon_tracks_with_the_configured_detector(tmp_path, monkeypatch):
     monkeypatch.setattr(ScrfdDetector, "detect", lambda self, frame: scans.append(frame.shape) or real_detect(self, frame))
     standin.write("scrfd_2.5g", tmp_path, tiny=True)
     cfg = detect_cfg(tmp_path, "scrfd_2.5g")
-    cfg = cfg.replace(capture=replace(cfg.capture, input="pattern", width=320, height=240, realtime=False),
-                      pipeline=replace(cfg.pipeline, device="cpu", max_latency=Duration(0)),
-                      track=replace(cfg.track, rescan_every=1))
+    cfg = cfg.replace(
+        capture=replace(cfg.capture, input="pattern", width=320, height=240, realtime=False),
+        pipeline=replace(cfg.pipeline, device="cpu", max_latency=Duration(0)),
+        track=replace(cfg.track, rescan_every=1),
+    )
     d = Daemon(cfg, output=NullOutput(320, 240, 30.0), control=False)
     d.run(max_frames=3)
     assert isinstance(d.detector, ScrfdDetector) and type(d.detector.engine).__name__ == "OrtEngine"

@@ -54,7 +54,9 @@ def test_lists_cameras_and_loopback_devices_by_index(tmp_path):
 
 
 def test_find_virtual_camera_by_label_only(tmp_path):
-    root = make_sysfs(tmp_path, {0: ("USB Cam", "camera"), 2: ("OBS Virtual Camera", "loopback"), 7: ("FastSwap Cam", "loopback")})
+    root = make_sysfs(
+        tmp_path, {0: ("USB Cam", "camera"), 2: ("OBS Virtual Camera", "loopback"), 7: ("FastSwap Cam", "loopback")}
+    )
     dev = find_virtual_camera("FastSwap Cam", root)
     assert dev == VideoDevice("/dev/video7", "FastSwap Cam", 7, True)
     # Another loopback device exists, but with a different label it is never picked.
@@ -73,13 +75,18 @@ def test_missing_sysfs_root_gives_no_devices(tmp_path):
 
 def test_modprobe_hint_exact_line(tmp_path):
     empty = tmp_path / "none"
-    assert modprobe_hint("FastSwap Cam", empty) == 'sudo modprobe v4l2loopback video_nr=10 card_label="FastSwap Cam" exclusive_caps=1'
+    assert (
+        modprobe_hint("FastSwap Cam", empty)
+        == 'sudo modprobe v4l2loopback video_nr=10 card_label="FastSwap Cam" exclusive_caps=1'
+    )
 
 
 def test_modprobe_hint_picks_a_free_video_nr(tmp_path):
     root = make_sysfs(tmp_path, {10: ("Webcam", "camera"), 11: ("Webcam", "meta"), 12: ("OBS Virtual Camera", "loopback")})
     assert free_video_nr(root) == 13
-    assert modprobe_hint("FastSwap Cam", root) == 'sudo modprobe v4l2loopback video_nr=13 card_label="FastSwap Cam" exclusive_caps=1'
+    assert (
+        modprobe_hint("FastSwap Cam", root) == 'sudo modprobe v4l2loopback video_nr=13 card_label="FastSwap Cam" exclusive_caps=1'
+    )
 
 
 def test_describe_devices():

@@ -72,7 +72,9 @@ def test_bad_precision_is_refused():
 
 
 def test_profile_for_batch_and_dynamic_dims():
-    prof = cache.profile_for({"target": ("N", 3, 128, 128), "source": (None, 512), "input": ("N", 3, "H", "W")}, 8, dynamic=(32, 640, 1920))
+    prof = cache.profile_for(
+        {"target": ("N", 3, 128, 128), "source": (None, 512), "input": ("N", 3, "H", "W")}, 8, dynamic=(32, 640, 1920)
+    )
     assert prof["target"] == ((1, 3, 128, 128), (8, 3, 128, 128), (8, 3, 128, 128))
     assert prof["source"] == ((1, 512), (8, 512), (8, 512))
     assert prof["input"] == ((1, 3, 32, 32), (8, 3, 640, 640), (8, 3, 1920, 1920))

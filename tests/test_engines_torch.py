@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import require
+from conftest import need_torch, require
 
-from vcam.engines.torch import OnnxGraph, finite_mask, fold_identities, recognise
+from vcam.engines.onnx_graph import OnnxGraph, recognise
 from vcam.errors import EngineUnavailable, ModelError
 from vcam.models import standin
 
@@ -30,11 +30,6 @@ except ImportError:  # CI without the torch extra
 ASSETS = Path(__file__).resolve().parents[1] / "vcam" / "assets"
 REL_FP32 = 1e-3
 REL_FP16 = 2e-2
-
-
-def need_torch():
-    if torch is None:
-        require("torch", "PyTorch is not installed (pip install 'fastswap-cam[torch]')")
 
 
 def need_cuda():
@@ -121,24 +116,6 @@ def test_identity_chains_resolve_to_shared_weights(retinaface_file):
     assert all(graph.array(n.input[1]) is not None for n in convs)
 
 
-def test_fold_identities_keeps_the_function(retinaface_file):
-    model = onnx.load(str(retinaface_file))
-    folded = fold_identities(model)
-    assert not [n for n in folded.graph.node if n.op_type == "Identity"]
-    feeds = portrait_feed()
-    tmp = retinaface_file.with_name("folded.onnx")
-    onnx.save(folded, str(tmp))
-    for a, b in zip(ort_run(tmp, feeds), ort_run(retinaface_file, feeds)):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_finite_mask_numpy():
-    x = np.random.default_rng(0).random((5, 3, 4, 4), dtype=np.float32)
-    x[1, 0, 2, 2] = np.nan
-    x[3, 2, 0, 1] = np.inf
-    assert finite_mask(x).tolist() == [True, False, True, False, True]
-
-
 # -- torch on the CPU --------------------------------------------------------------------------
 
 
@@ -189,19 +166,67 @@ def test_loader_names_first_mismatched_tensor(tiny_inswapper, tmp_path):
         TorchEngine(bad, device="cpu")
 
 
-def test_unknown_graph_without_onnx2torch_is_unavailable(tmp_path):
+def test_an_operator_the_generic_path_lacks_makes_the_backend_unavailable(tmp_path):
     need_torch()
-    try:
-        import onnx2torch  # noqa: F401
+    from onnx import TensorProto, helper
 
-        pytest.skip("onnx2torch is installed: the fallback converter handles unknown graphs here")
-    except ImportError:
-        pass
     from vcam.engines.torch import TorchEngine
 
-    path = standin.write("arcface_w600k_r50", tmp_path / "rec.onnx")
-    with pytest.raises(EngineUnavailable, match="unsupported graph: no native PyTorch module for rec.onnx"):
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["out"])
+    graph = helper.make_graph(
+        [node],
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 4]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.INT64, [None, 3])],
+    )
+    path = tmp_path / "nms.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(EngineUnavailable, match="nms.onnx: operators NonMaxSuppression are not supported") as err:
         TorchEngine(path, device="cpu")
+    assert "--backend onnxruntime" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "arcface_w600k_r50",
+        "hyperswap_1a_256",
+        "simswap_256",
+        "crossface_simswap",
+        "gfpgan_1.4",
+        "scrfd_2.5g",
+        "yoloface_8n",
+        "yunet_2023_mar",
+        "xseg_1",
+    ],
+)
+def test_generic_graph_path_matches_onnxruntime_on_every_standin(tmp_path, name):
+    """Models without a native module run as a generic graph of torch operators, outputs equal to
+    onnxruntime's; fixed-batch files run item by item inside the engine."""
+    need_torch()
+    from vcam.engines.torch import TorchEngine
+
+    path = standin.write(name, tmp_path, tiny=True)
+    engine = TorchEngine(path, device="cpu", max_batch=3)
+    assert engine.architecture is None and "generic graph" in engine.describe()
+    rng = np.random.default_rng(3)
+    feeds = {}
+    for info in engine.inputs:
+        shape = [3 if not isinstance(d, int) else d for d in info.shape]
+        if info.shape[0] == 1:
+            shape[0] = 3  # a batch-1 file given 3 items: the engine loops
+        if name in ("scrfd_2.5g",):
+            shape[2:] = [96, 160]  # a dynamic input size
+        feeds[info.name] = rng.random(shape, dtype=np.float32)
+    got = engine.run(feeds)
+    ref_engine = __import__("vcam.engines", fromlist=["create_engine"]).create_engine(path, backend="onnxruntime")
+    want = ref_engine.run(feeds)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    for g, w in zip(got, want):
+        assert rel(g, w) < REL_FP32
 
 
 def test_missing_model_file_is_a_model_error(tmp_path):
@@ -218,13 +243,13 @@ def test_cuda_request_without_gpu_is_unavailable(tiny_inswapper):
         pytest.skip("this machine has a CUDA device")
     from vcam.engines.torch import TorchEngine
 
-    with pytest.raises(EngineUnavailable, match="no CUDA device"):
+    with pytest.raises(EngineUnavailable, match="torch sees no CUDA device"):
         TorchEngine(tiny_inswapper, device="cuda")
 
 
 def test_build_inswapper_architecture():
     need_torch()
-    from vcam.engines.inswapper_torch import InSwapper, build_inswapper, default_spec, param_count
+    from vcam.engines.native.inswapper import InSwapper, build_inswapper, default_spec, param_count
 
     with torch.device("meta"):
         full = InSwapper(default_spec(1))
@@ -235,14 +260,6 @@ def test_build_inswapper_architecture():
         out = small(torch.from_numpy(feeds["target"]), torch.from_numpy(feeds["source"]))
     assert out.shape == (2, 3, 128, 128)
     assert torch.isfinite(out).all() and 0.0 <= float(out.min()) and float(out.max()) <= 1.0
-
-
-def test_finite_mask_torch():
-    need_torch()
-    x = torch.rand(4, 3, 8, 8)
-    x[2, 1, 1, 1] = float("nan")
-    mask = finite_mask(x)
-    assert isinstance(mask, torch.Tensor) and mask.tolist() == [True, True, False, True]
 
 
 # -- CUDA ------------------------------------------------------------------------------------------
@@ -257,6 +274,7 @@ def test_cuda_parity_and_graph_replay(tiny_inswapper, retinaface_file, fp16):
     tol = REL_FP16 if fp16 else REL_FP32
     engine = TorchEngine(tiny_inswapper, device="cuda", fp16=fp16, max_batch=8)
     assert engine.cuda_graphs and len(engine._graphs) == len(engine.batch_sizes)  # captured at construction
+    assert engine.describe() == f"torch {'fp16' if fp16 else 'fp32'} on cuda (native inswapper, CUDA graphs)"
     for n in (1, 3, 8):  # 3 is padded to the captured 4
         feeds = swap_feeds(n, seed=10 + n)
         (out,) = engine.run(feeds)
@@ -272,6 +290,15 @@ def test_cuda_parity_and_graph_replay(tiny_inswapper, retinaface_file, fp16):
     feeds = portrait_feed()
     for name, o, r in zip(["loc", "conf", "landmarks"], det.run(feeds), ort_run(retinaface_file, feeds)):
         assert rel(o, r) < tol, name
+    # The detector's epilogue runs inside the CUDA graph and equals its NumPy form.
+    from vcam.detect import TopCandidates
+
+    fused = TorchEngine(retinaface_file, device="cuda", fp16=fp16, epilogue=TopCandidates())
+    (cand,) = fused.run(feeds)
+    (want,) = TopCandidates().numpy(det.run(feeds))
+    assert cand.shape == want.shape and len(fused._graphs) == 1
+    np.testing.assert_array_equal(cand[0, :5, 15], want[0, :5, 15])  # the same best anchors
+    assert rel(cand[..., :15], want[..., :15]) < tol
 
 
 @pytest.mark.gpu
@@ -287,10 +314,8 @@ def test_run_device_torch_and_cupy_zero_copy(tiny_inswapper):
         dev = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
         (out,) = engine.run_device(dev)
         assert isinstance(out, torch.Tensor) and out.is_cuda and out.shape == (2, 3, 128, 128)
-        mask = finite_mask(out)
     stream.synchronize()
     np.testing.assert_allclose(out.cpu().numpy(), host, rtol=0, atol=1e-6)
-    assert mask.tolist() == [True, True]
     # outputs are views of the engine's buffer (no copy per call)
     (again,) = engine.run_device(dev, stream=stream)
     assert again.data_ptr() == out.data_ptr()
@@ -303,7 +328,40 @@ def test_run_device_torch_and_cupy_zero_copy(tiny_inswapper):
         cfeeds = {k: cupy.asarray(v) for k, v in feeds.items()}
         (cout,) = engine.run_device(cfeeds)
         assert isinstance(cout, cupy.ndarray)
-        cmask = finite_mask(cout)
     cs.synchronize()
     np.testing.assert_allclose(cupy.asnumpy(cout), host, rtol=0, atol=1e-6)
-    assert cupy.asnumpy(cmask).tolist() == [True, True]
+    # input_buffers are the graph's own static inputs: writing into them and passing them back
+    # costs no copy, and every batch size shares them (a latent written once serves all).
+    bufs = engine.input_buffers(3)
+    with cs:
+        bufs["target"][...] = cupy.asarray(swap_feeds(3, seed=8)["target"])
+        bufs["source"][...] = cupy.asarray(np.repeat(feeds["source"][:1], 3, axis=0))
+        (a,) = engine.run_device(bufs, stream=cs)
+        a = a.copy()
+        small = engine.input_buffers(1)
+        assert small["source"].data.ptr == bufs["source"].data.ptr
+        (b,) = engine.run_device(small, stream=cs)
+    cs.synchronize()
+    np.testing.assert_allclose(cupy.asnumpy(b[0]), cupy.asnumpy(a[0]), rtol=0, atol=2e-3)
+
+
+def test_onnxruntime_asked_for_cuda_that_runs_on_the_cpu_says_so(tiny_inswapper, monkeypatch, caplog):
+    """onnxruntime can accept the CUDA provider and still build a CPU session (a missing CUDA
+    library): the engine reports device 'cpu' and says so once in the log."""
+    import onnxruntime
+
+    from vcam.engines.ort import OrtEngine
+
+    real = onnxruntime.InferenceSession
+
+    class CpuOnly(real):
+        def __init__(self, path, sess_options=None, providers=None):
+            super().__init__(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", CpuOnly)
+    with caplog.at_level("WARNING", logger="vcam.engines.ort"):
+        engine = OrtEngine(tiny_inswapper, device="cuda")
+    assert engine.device == "cpu" and engine.describe() == "onnxruntime fp32 on cpu"
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 1 and "asked to run inswapper_tiny.onnx on CUDA but runs it on the CPU" in msgs[0]

@@ -15,15 +15,16 @@ from typer.testing import CliRunner
 from vcam import config as vconfig
 from vcam import demo
 from vcam.align import TEMPLATES, estimate, warp_crops
+from vcam.cli.faces import faces_app
 from vcam.detect import RetinaFaceDetector
 from vcam.errors import FaceError
-from vcam.faces import FaceBank, faces_app
+from vcam.faces import FaceBank
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore, crc32_text
 from vcam.pipeline import Pipeline
 from vcam.recognize import create_recogniser
 from vcam.state import RuntimeState
-from vcam.swap_neural import create_swapper
+from vcam.swap import create_swapper
 from vcam.track import Tracker
 from vcam.types import Frame, PixelFormat
 
@@ -32,7 +33,7 @@ ASSETS = Path(demo.__file__).parent / "assets"
 
 @pytest.fixture(scope="module")
 def detector():
-    return RetinaFaceDetector(threads=1)
+    return RetinaFaceDetector()
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,9 @@ class CountingRecogniser:
 
 def _two_faces(tmp_path: Path) -> Path:
     a, h = demo.portrait("astronaut"), demo.portrait("grace_hopper")
-    frame = demo.compose((960, 480), [(h, demo.placement((256, 250), (250, 250), 0.7, 0)),
-                                      (a, demo.placement((192, 160), (700, 230), 1.0, 0))])
+    frame = demo.compose(
+        (960, 480), [(h, demo.placement((256, 250), (250, 250), 0.7, 0)), (a, demo.placement((192, 160), (700, 230), 1.0, 0))]
+    )
     p = tmp_path / "two people.png"
     cv2.imwrite(str(p), frame)
     return p
@@ -117,7 +119,10 @@ def test_no_face_several_faces_and_pick(tmp_path, detector):
     with pytest.raises(FaceError, match=rf"^no face found in {blank} \(use a photo where the face is clearly visible\)$"):
         bank.add(blank, detector=detector)
     two = _two_faces(tmp_path)
-    with pytest.raises(FaceError, match=r"2 faces found in .*two people\.png \(1: at x=\d+ y=\d+, \d+x\d+ px, score .*; 2: at .*choose one with --pick K"):
+    with pytest.raises(
+        FaceError,
+        match=r"2 faces found in .*two people\.png \(1: at x=\d+ y=\d+, \d+x\d+ px, score .*; 2: at .*choose one with --pick K",
+    ):
         bank.add(two, detector=detector)
     with pytest.raises(FaceError, match=r"--pick 3 is out of range: 2 face\(s\) found"):
         bank.add(two, pick=3, detector=detector)
@@ -162,7 +167,7 @@ def test_switching_faces_never_blocks_the_frame_loop(tmp_path, cfg, detector, re
 
     def control():  # what `vcam faces add` + `ctl face hopper` do, off the frame loop
         try:
-            bank.add(ASSETS / "grace_hopper.jpg", "hopper", detector=RetinaFaceDetector(threads=1))
+            bank.add(ASSETS / "grace_hopper.jpg", "hopper", detector=RetinaFaceDetector())
             face = bank.load("hopper", recogniser=slow, swappers=[swapper])
             state.add_face(face)
             added.set()
@@ -172,7 +177,7 @@ def test_switching_faces_never_blocks_the_frame_loop(tmp_path, cfg, detector, re
 
     clip = demo.DemoClip(480, 270, seconds=1.0, detector=detector)
     src = clip.frame(0)
-    pipe = Pipeline(cfg, tracker=Tracker(detector, cfg.track, 2), swapper=swapper)
+    pipe = Pipeline(ops=swapper.ops, tracker=Tracker(detector, cfg.track, 2), swapper=swapper, max_faces=2)
     outputs: list[tuple[str, np.ndarray]] = []
     snap_times: list[float] = []
 

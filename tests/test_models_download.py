@@ -8,13 +8,12 @@ import socket
 from pathlib import Path
 
 import pytest
+from model_server import ModelServer as _Server
 from typer.testing import CliRunner
 
 from vcam.errors import ModelError
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore, crc32_text
-
-from model_server import ModelServer as _Server
 
 BASE = "models-3.0.0"
 
@@ -146,8 +145,14 @@ def test_offline_names_missing_files_and_where_to_put_them(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = ModelStore(tmp_path / "models", mirrors=[f"http://127.0.0.1:{port}/{{base}}/{{file}}"], official=False,
-                       progress=False, retries=1, backoff=0.01)
+    store = ModelStore(
+        tmp_path / "models",
+        mirrors=[f"http://127.0.0.1:{port}/{{base}}/{{file}}"],
+        official=False,
+        progress=False,
+        retries=1,
+        backoff=0.01,
+    )
     with pytest.raises(ModelError) as info:
         store.pull(["crossface_simswap", "arcface_w600k_r50"])
     msg = str(info.value)
@@ -158,7 +163,11 @@ def test_offline_names_missing_files_and_where_to_put_them(tmp_path):
 
 def test_missing_without_consent_says_how_to_get_it(tmp_path):
     store = ModelStore(tmp_path / "models", progress=False)
-    with pytest.raises(ModelError, match=r"missing model files: inswapper_128\.onnx, arcface_w600k_r50\.onnx .*vcam models pull inswapper_128 arcface_w600k_r50"):
+    with pytest.raises(
+        ModelError,
+        match=r"missing model files: inswapper_128\.onnx, arcface_w600k_r50\.onnx "
+        r".*vcam models pull inswapper_128 arcface_w600k_r50",
+    ):
         store.ensure(registry.requirements("inswapper_128"))
 
 
@@ -198,7 +207,9 @@ def test_file_placed_by_hand_is_verified_then_locked(tmp_path, converter_bytes, 
     assert store.read_lock()["files"]["crossface_simswap.onnx"]["source"] == "manual"
     # a wrong file under a swapper's name is refused by its tensors
     (models / "inswapper_128.onnx").write_bytes(converter_bytes[1])
-    with pytest.raises(ModelError, match=r"inswapper_128\.onnx has inputs \{'input': 2\}.*should have inputs \{'target': 4, 'source': 2\}"):
+    with pytest.raises(
+        ModelError, match=r"inswapper_128\.onnx has inputs \{'input': 2\}.*should have inputs \{'target': 4, 'source': 2\}"
+    ):
         store.verify("inswapper_128")
     # a hand-placed file whose .hash disagrees is moved aside
     (models / "inswapper_128.onnx").write_bytes(tiny_swapper_bytes)
@@ -209,7 +220,7 @@ def test_file_placed_by_hand_is_verified_then_locked(tmp_path, converter_bytes, 
 
 
 def test_cli_pull_verify_path(tmp_path, server, converter_bytes, monkeypatch):
-    from vcam.models.cli import app
+    from vcam.cli.models import app
 
     server.publish("crossface_simswap", converter_bytes[0])
     cfg = tmp_path / "config.toml"
@@ -229,3 +240,17 @@ def test_cli_pull_verify_path(tmp_path, server, converter_bytes, monkeypatch):
     assert r.exit_code == 0 and "verified" in r.output
     r = runner.invoke(app, ["pull", "no_such_model"])
     assert r.exit_code == 6 and "unknown model 'no_such_model'" in r.output
+
+
+def test_a_download_with_more_outputs_than_declared_is_kept(tmp_path, server):
+    """hyperswap's files carry `output` and `mask`: a download with at least the declared outputs is
+    verified and kept (it was deleted when the registry listed one output); fewer outputs are refused."""
+    data = standin.write("hyperswap_1a_256", tmp_path / "h.onnx", tiny=True).read_bytes()
+    server.publish("hyperswap_1a_256", data)
+    store = _store(tmp_path, server)
+    [path] = store.pull(["hyperswap_1a_256"])
+    assert path.read_bytes() == data
+    assert store.verify("hyperswap_1a_256")
+    bad = standin.write("simswap_256", tmp_path / "s.onnx", tiny=True)  # one output, other inputs
+    with pytest.raises(ModelError, match=r"should have inputs .* and at least 2 outputs"):
+        store.check_tensors("hyperswap_1a_256", bad)

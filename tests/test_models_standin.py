@@ -7,9 +7,9 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
+from vcam.cli.models import app
 from vcam.engines import create_engine
 from vcam.models import registry, standin
-from vcam.models.cli import app
 
 DOWNLOADABLE = [m.name for m in registry.MODELS.values() if m.file]
 
@@ -26,7 +26,11 @@ def test_standin_has_the_registry_tensors(name, tmp_path):
     model = onnx.load(str(path))
     onnx.checker.check_model(model)
     init = {i.name for i in model.graph.initializer}
-    got_in = [(i.name, [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]) for i in model.graph.input if i.name not in init]
+    got_in = [
+        (i.name, [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim])
+        for i in model.graph.input
+        if i.name not in init
+    ]
     assert got_in == [(t.name, list(t.shape)) for t in spec.inputs]
     got_out = [(o.name, [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]) for o in model.graph.output]
     assert got_out == [(t.name, list(t.shape)) for t in spec.outputs]
@@ -40,7 +44,11 @@ def test_standin_has_the_registry_tensors(name, tmp_path):
 
 def _conv_gemm(model):
     w = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    convs = [(n.input[1], w[n.input[1]], [a.ints for a in n.attribute if a.name == "strides"][0][0]) for n in model.graph.node if n.op_type == "Conv"]
+    convs = [
+        (n.input[1], w[n.input[1]], [a.ints for a in n.attribute if a.name == "strides"][0][0])
+        for n in model.graph.node
+        if n.op_type == "Conv"
+    ]
     gemms = [(n.input[1], w[n.input[1]]) for n in model.graph.node if n.op_type == "Gemm"]
     return convs, gemms
 
@@ -50,14 +58,25 @@ def test_inswapper_architecture_and_node_order():
     d = 16
     c = [128 // d, 256 // d, 512 // d, 1024 // d]
     convs, gemms = _conv_gemm(model)
-    expected = [("enc.0", (c[0], 3, 7, 7), 1), ("enc.1", (c[1], c[0], 3, 3), 1), ("enc.2", (c[2], c[1], 3, 3), 2), ("enc.3", (c[3], c[2], 3, 3), 2)]
+    expected = [
+        ("enc.0", (c[0], 3, 7, 7), 1),
+        ("enc.1", (c[1], c[0], 3, 3), 1),
+        ("enc.2", (c[2], c[1], 3, 3), 2),
+        ("enc.3", (c[3], c[2], 3, 3), 2),
+    ]
     for b in range(6):
         expected += [(f"blk.{b}.conv1", (c[3], c[3], 3, 3), 1), (f"blk.{b}.conv2", (c[3], c[3], 3, 3), 1)]
-    expected += [("dec.0", (c[2], c[3], 3, 3), 1), ("dec.1", (c[1], c[2], 3, 3), 1), ("dec.2", (c[0], c[1], 3, 3), 1), ("out", (3, c[0], 7, 7), 1)]
+    expected += [
+        ("dec.0", (c[2], c[3], 3, 3), 1),
+        ("dec.1", (c[1], c[2], 3, 3), 1),
+        ("dec.2", (c[0], c[1], 3, 3), 1),
+        ("out", (3, c[0], 7, 7), 1),
+    ]
     assert [(n.removesuffix(".weight"), s, st) for n, s, st in convs] == expected
     assert gemms == [(f"blk.{b}.style{k}.weight", (2 * c[3], 512)) for b in range(6) for k in (1, 2)]
     assert model.graph.initializer[-1].name == "emap" and tuple(model.graph.initializer[-1].dims) == (512, 512)
     assert "emap" not in {i for n in model.graph.node for i in n.input}
+
     # the weight count follows the architecture formula (the full size gives 138,292,739)
     def count(c0, c1, c2, c3):
         conv = lambda i, o, k: i * o * k * k + o  # noqa: E731
@@ -65,6 +84,7 @@ def test_inswapper_architecture_and_node_order():
         blocks = 6 * (2 * conv(c3, c3, 3) + 2 * (512 * 2 * c3 + 2 * c3))
         dec = conv(c3, c2, 3) + conv(c2, c1, 3) + conv(c1, c0, 3) + conv(c0, 3, 7)
         return enc + blocks + dec
+
     assert standin.count_parameters(model) == count(*c)
     assert count(128, 256, 512, 1024) == 138_292_739
     ops = {n.op_type for n in model.graph.node}

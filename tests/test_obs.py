@@ -14,14 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import vcam
-
 from conftest import require
 from obs_harness import CapturingOutput, ObsInstance, colour_pixels, demo_daemon_config, free_port, missing_programs, solid_faces
 
+import vcam
+from vcam.cli.control import obs_app
 from vcam.config import ObsConfig
-from vcam.control.cli import obs_app
 from vcam.control.obs import (
     FACE_PREFIX,
     SWAP_SOURCE,
@@ -151,7 +149,7 @@ def visible(client, scene: str = SCENE) -> dict[str, bool]:
 
 
 def visible_faces(client) -> list[str]:
-    return sorted(n[len(FACE_PREFIX):] for n, on in visible(client).items() if n.startswith(FACE_PREFIX) and on)
+    return sorted(n[len(FACE_PREFIX) :] for n, on in visible(client).items() if n.startswith(FACE_PREFIX) and on)
 
 
 class EventRecorder:
@@ -209,7 +207,9 @@ def test_setup_scene_creates_sources_and_is_idempotent(obs_server, scene, client
 
 def test_setup_adds_a_camera_source_to_the_current_scene(client, scene):
     current = client.get_current_program_scene().current_program_scene_name
-    report = setup_scene(client, {}, scene=SCENE, add_camera_source=True, camera_name="FastSwap Cam", camera_device="/dev/video42")
+    report = setup_scene(
+        client, {}, scene=SCENE, add_camera_source=True, camera_name="FastSwap Cam", camera_device="/dev/video42"
+    )
     assert "FastSwap Cam" in report.created
     assert "FastSwap Cam" in visible(client, current)
     assert client.get_input_settings("FastSwap Cam").input_settings["device_id"] == "/dev/video42"
@@ -444,10 +444,11 @@ def test_daemon_follows_obs_hotkeys_and_custom_events(obs_server, scene, client,
 
 
 def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
     from vcam.config import DetectConfig
     from vcam.detect import RetinaFaceDetector
     from vcam.faces import FaceBank
-    from typer.testing import CliRunner
 
     faces_dir = tmp_path / "faces"
     bank = FaceBank(faces_dir)
@@ -457,9 +458,7 @@ def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     names = bank.names()
     monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
     cfg_file = tmp_path / "config.toml"
-    cfg_file.write_text(
-        f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "CLI Faces"\n[faces]\ndir = "{faces_dir}"\n'
-    )
+    cfg_file.write_text(f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "CLI Faces"\n[faces]\ndir = "{faces_dir}"\n')
     runner = CliRunner()
     res = runner.invoke(obs_app, ["status", "--config", str(cfg_file)])
     assert res.exit_code == 8 and "scene 'CLI Faces' is missing; run `vcam obs setup`" in res.output

@@ -1,30 +1,41 @@
-"""The CPU pipeline end to end with real detector and tracker: geometry, pass-through, formats."""
+"""The pipeline end to end with the real detector and tracker, on every device (the ``ops``
+fixture: NumPy always, CUDA where present): geometry, pass-through, formats; and, on CUDA, one
+upload and one download per frame and the same output as the CPU within one level."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vcam import align, blend
 from vcam.config import Config, TrackConfig
-from vcam.daemon import face_from_image
 from vcam.demo import DemoClip, compose, portrait
 from vcam.detect import RetinaFaceDetector
 from vcam.errors import FaceError
+from vcam.faces import face_from_image
 from vcam.pipeline import Pipeline
-from vcam.state import RuntimeState
-from vcam.swap import ClassicSwapper, IdentitySwapper, SolidSwapper
+from vcam.state import RuntimeState, Snapshot
+from vcam.swap import ClassicSwapper, IdentitySwapper, SolidSwapper, make_builtin
 from vcam.track import Tracker
-from vcam.types import Frame, PixelFormat
+from vcam.types import Frame, PixelFormat, SourceFace
+
+ASSETS = Path(__file__).resolve().parent.parent / "vcam" / "assets"
 
 
 @pytest.fixture(scope="module")
-def detector():
+def detector(ops):
+    return RetinaFaceDetector(Config().detect, roi_size=Config().track.roi_size, ops=ops, device=ops.device)
+
+
+@pytest.fixture(scope="module")
+def photo_detector():
     return RetinaFaceDetector(Config().detect, roi_size=Config().track.roi_size)
 
 
 def make_pipeline(detector, swapper, cfg=None, out_fmt=PixelFormat.BGR):
     cfg = cfg or Config()
     tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces)
-    return Pipeline(cfg, tracker=tracker, swapper=swapper, out_fmt=out_fmt)
+    return Pipeline(ops=detector.ops, tracker=tracker, swapper=swapper, out_fmt=out_fmt, max_faces=cfg.pipeline.max_faces)
 
 
 def frames_of(clip, n, step=1):
@@ -41,8 +52,8 @@ def state_with(face):
 
 
 @pytest.fixture(scope="module")
-def source_face(detector):
-    return face_from_image(portrait("astronaut"), "astronaut", swapper=ClassicSwapper(), detector=detector)
+def source_face(photo_detector):
+    return face_from_image(portrait("astronaut"), "astronaut", swappers=[ClassicSwapper()], detector=photo_detector)
 
 
 def boxes_for(pipe, height, width):
@@ -58,7 +69,7 @@ def test_identity_swapper_round_trips_within_interpolation_error(detector, sourc
     # (768 px) brings pure interpolation error under 1, so any geometric error (a shifted or
     # mis-scaled paste) would show far above the bound.
     clip = DemoClip(width=640, height=360, fps=30.0, seconds=2.0)
-    pipe = make_pipeline(detector, IdentitySwapper(crop_size=768))
+    pipe = make_pipeline(detector, IdentitySwapper(crop_size=768, ops=detector.ops))
     st = state_with(source_face)
     checked = 0
     for fr in frames_of(clip, 30, step=2):
@@ -75,7 +86,7 @@ def test_identity_swapper_round_trips_within_interpolation_error(detector, sourc
 
 def test_solid_swapper_changes_only_the_paste_box(detector, source_face):
     clip = DemoClip(width=640, height=360, fps=30.0, seconds=2.0)
-    pipe = make_pipeline(detector, SolidSwapper(crop_size=128))
+    pipe = make_pipeline(detector, SolidSwapper(crop_size=128, ops=detector.ops))
     st = state_with(source_face)
     swapped = 0
     for fr in frames_of(clip, 10, step=5):
@@ -94,7 +105,7 @@ def test_solid_swapper_changes_only_the_paste_box(detector, source_face):
 
 def test_pass_through_without_source_face_or_with_swap_off(detector, source_face):
     clip = DemoClip(width=640, height=360, fps=30.0, seconds=1.0)
-    pipe = make_pipeline(detector, ClassicSwapper())
+    pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
     no_face = RuntimeState()
     off = state_with(source_face)
     off.set_swap("off")
@@ -108,13 +119,13 @@ def test_pass_through_without_source_face_or_with_swap_off(detector, source_face
 
 def test_classic_swap_changes_the_face(detector, source_face):
     clip = DemoClip(width=640, height=360, fps=30.0, seconds=1.0)
-    pipe = make_pipeline(detector, ClassicSwapper())
+    pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
     st = state_with(source_face)
     fr = next(frames_of(clip, 1))
     src = fr.data.copy()
     out, stats = pipe.process(fr, st.snapshot())
     assert stats.swapped == 1
-    (x0, y0, x1, y1), = boxes_for(pipe, 360, 640)
+    ((x0, y0, x1, y1),) = boxes_for(pipe, 360, 640)
     assert np.abs(out[y0:y1, x0:x1].astype(np.int16) - src[y0:y1, x0:x1]).mean() > 5.0
 
 
@@ -130,7 +141,7 @@ def test_frame_with_ten_faces_swaps_at_most_max_faces(detector, source_face):
         m = np.array([[s, 0, col * 256 + (256 - s * img.shape[1]) / 2], [0, s, row * 360 + 30]], dtype=np.float64)
         items.append((img, m))
     frame = compose((1280, 720), items, background=None)
-    pipe = make_pipeline(detector, SolidSwapper(), cfg)
+    pipe = make_pipeline(detector, SolidSwapper(ops=detector.ops), cfg)
     out, stats = pipe.process(Frame(frame, 1280, 720, PixelFormat.BGR, 0.0, 0), state_with(source_face).snapshot())
     assert stats.faces == 8
     assert stats.swapped == 8
@@ -140,7 +151,7 @@ def test_grayscale_and_odd_size_frames(detector, source_face):
     clip = DemoClip(width=641, height=361, fps=30.0, seconds=1.0)
     import cv2
 
-    pipe = make_pipeline(detector, ClassicSwapper(), out_fmt=PixelFormat.I420)
+    pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops), out_fmt=PixelFormat.I420)
     st = state_with(source_face)
     img = clip.frame(0)
     gray = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
@@ -151,7 +162,131 @@ def test_grayscale_and_odd_size_frames(detector, source_face):
     assert out.shape == (540, 640)
 
 
-def test_source_photo_without_face_is_refused(detector):
+def test_source_photo_without_face_is_refused(photo_detector):
     blank = np.full((300, 300, 3), 127, np.uint8)
     with pytest.raises(FaceError, match="no face found in source photo 'blank'"):
-        face_from_image(blank, "blank", swapper=ClassicSwapper(), detector=detector)
+        face_from_image(blank, "blank", swappers=[ClassicSwapper()], detector=photo_detector)
+
+
+def test_a_new_frame_size_rebuilds_the_buffers(detector, source_face):
+    pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops), out_fmt=PixelFormat.I420)
+    st = state_with(source_face)
+    for w, h in ((640, 360), (480, 270), (640, 360)):
+        img = DemoClip(width=w, height=h, fps=30.0, seconds=1.0).frame(0)
+        out, stats = pipe.process(Frame(img, w, h, PixelFormat.BGR, 0.0, 0), st.snapshot())
+        assert out.shape == (h * 3 // 2, w) and stats.swapped == 1
+
+
+# -- CUDA: copies per frame and parity with the CPU ----------------------------------------------
+def _scene(w=640, h=480):
+    import cv2
+
+    img = cv2.imread(str(ASSETS / "grace_hopper.jpg"))
+    bg = np.full((h, w, 3), 90, np.uint8)
+    face = cv2.resize(img, (h * img.shape[1] // img.shape[0], h))[:, : w // 2]
+    bg[:, w // 4 : w // 4 + face.shape[1]] = face
+    return bg
+
+
+class _Counting:
+    def __init__(self, det):
+        self.det, self.calls = det, 0
+
+    def detect(self, f):
+        self.calls += 1
+        return self.det.detect(f)
+
+    def detect_regions(self, f, r):
+        self.calls += 1
+        return self.det.detect_regions(f, r)
+
+
+@pytest.mark.gpu
+def test_one_upload_one_download_per_frame(detector):
+    """Per frame: one upload, one download of the output, one readback per detector call."""
+    ops = detector.ops
+    if ops.device != "cuda":
+        pytest.skip("counts host<->device copies: CUDA only")
+    from vcam import convert
+
+    cfg = Config()
+    h, w = 480, 640
+    raw = convert.from_bgr(_scene(w, h), PixelFormat.NV12)
+    counting = _Counting(detector)
+    pipe = Pipeline(
+        ops=ops,
+        tracker=Tracker(counting, cfg.track, cfg.pipeline.max_faces),
+        swapper=ClassicSwapper(ops=ops),
+        out_fmt=PixelFormat.I420,
+    )
+    snap = Snapshot(face=SourceFace(name="src", image=_scene(w, h)[60:400, 200:460]), swap_enabled=True, version=0)
+    swapped = 0
+    for seq in range(6):
+        before, calls = ops.transfers.snapshot(), counting.calls
+        out, stats = pipe.process(Frame(raw, w, h, PixelFormat.NV12, 0.0, seq), snap)
+        up, down = ops.transfers.h2d - before[0], ops.transfers.d2h - before[1]
+        det_calls = counting.calls - calls
+        assert up == 1, f"frame {seq}: {up} uploads"
+        assert det_calls >= 1
+        assert down == 1 + det_calls, f"frame {seq}: {down} downloads for {det_calls} detector calls"
+        assert out.shape == (h * 3 // 2, w)
+        swapped += stats.swapped
+    assert swapped >= 5, "the face in the scene was not tracked and swapped"
+    assert det_calls == 1 and down == 2  # steady state: one ROI pass per frame
+
+
+class _SameTracks:
+    """Gives both pipelines the same tracks per frame: the CPU detector's faces on that frame."""
+
+    def __init__(self, det, per_frame):
+        from vcam.bench.pipeline import FixedTracker
+
+        self.last_full_scan = False
+        self._fixed = {seq: FixedTracker(det, faces) for seq, faces in per_frame.items()}
+
+    def update(self, frame, seq, t=None):
+        return self._fixed[seq].update(frame, seq)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swapper", ["classic", "identity"])
+def test_gpu_matches_cpu_on_the_demo_clip(detector, photo_detector, swapper):
+    """The acceptance check: the demo clip through the pipeline on both devices, BGR in and out,
+    within one level (same tracks on both)."""
+    ops = detector.ops
+    if ops.device != "cuda":
+        pytest.skip("compares CUDA with the CPU")
+    from vcam.ops.numpy import NumpyOps
+
+    clip = DemoClip(width=1280, height=720, fps=30.0, seconds=2.0)
+    seqs = list(range(0, 60, 12))
+    frames = {i: clip.frame(i) for i in seqs}
+    per_frame = {i: [d.landmarks.astype(np.float64) for d in photo_detector.detect(frames[i])] for i in seqs}
+    assert all(per_frame.values()), "the demo face was not found"
+    cpu_ops = NumpyOps()
+    cpu_sw, gpu_sw = make_builtin(swapper, ops=cpu_ops), make_builtin(swapper, ops=ops)
+    face = face_from_image(portrait("astronaut"), "astronaut", swappers=[cpu_sw], detector=photo_detector)
+    snap = Snapshot(face=face, swap_enabled=True, version=0)
+    cpu = Pipeline(ops=cpu_ops, tracker=_SameTracks(photo_detector, per_frame), swapper=cpu_sw)
+    gpu = Pipeline(ops=ops, tracker=_SameTracks(detector, per_frame), swapper=gpu_sw)
+    for i in seqs:
+        ref, rs = cpu.process(Frame(frames[i].copy(), 1280, 720, PixelFormat.BGR, 0.0, i), snap)
+        got, gs = gpu.process(Frame(frames[i].copy(), 1280, 720, PixelFormat.BGR, 0.0, i), snap)
+        assert rs.swapped == gs.swapped == len(per_frame[i])
+        d = np.abs(got.astype(np.int16) - ref.astype(np.int16))
+        assert d.max() <= 1, f"frame {i}: max {d.max()} on {int((d > 1).sum())} values"
+        if swapper == "classic":
+            assert np.abs(ref.astype(np.int16) - frames[i]).max() > 20  # the face really changed
+
+
+@pytest.mark.gpu
+def test_gpu_detector_finds_what_the_cpu_detector_finds(detector, photo_detector):
+    if detector.ops.device != "cuda":
+        pytest.skip("compares CUDA with the CPU")
+    scene = _scene()
+    ref = photo_detector.detect(scene)
+    got = detector.detect(detector.ops.asarray(scene))
+    assert ref and len(got) == len(ref)
+    for a, b in zip(got, ref):
+        assert np.abs(a.box - b.box).max() < 1.0
+        assert np.abs(a.landmarks - b.landmarks).max() < 1.0

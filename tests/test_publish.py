@@ -15,9 +15,9 @@ import av
 import numpy as np
 import pytest
 import pyvirtualcam
+from conftest import require
 from pyvirtualcam.util import decode_fourcc, encode_fourcc
 
-from conftest import require
 from vcam.config import OutputConfig
 from vcam.convert import from_bgr, to_bgr
 from vcam.errors import OutputError
@@ -38,7 +38,15 @@ class CapturingBackend:
     def __init__(self, *, width, height, fps, fourcc, device, sink, native=None, fail=None):
         if fail:
             raise RuntimeError(fail)
-        self.rec = {"width": width, "height": height, "fps": fps, "fourcc": decode_fourcc(fourcc), "device": device, "frames": [], "closed": 0}
+        self.rec = {
+            "width": width,
+            "height": height,
+            "fps": fps,
+            "fourcc": decode_fourcc(fourcc),
+            "device": device,
+            "frames": [],
+            "closed": 0,
+        }
         self.native = native
         sink.append(self.rec)
 
@@ -121,7 +129,9 @@ def test_vcam_delivers_configured_format_size_and_count(fmt, backend, sysfs):
 def test_vcam_auto_switches_to_the_native_format(backend, sysfs):
     sink: list[dict] = []
     cfg = OutputConfig(target="vcam", pixel_format="auto")
-    with open_output(cfg, 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink, "native": "NV12"}) as out:
+    with open_output(
+        cfg, 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink, "native": "NV12"}
+    ) as out:
         assert out.fmt is PixelFormat.NV12 and out.native_fmt is PixelFormat.NV12
         out.send_bgr(np.zeros((16, 32, 3), np.uint8))
     first, second = sink
@@ -131,7 +141,9 @@ def test_vcam_auto_switches_to_the_native_format(backend, sysfs):
 
 def test_vcam_auto_keeps_i420_when_native(backend, sysfs):
     sink: list[dict] = []
-    with open_output(OutputConfig(target="vcam"), 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}) as out:
+    with open_output(
+        OutputConfig(target="vcam"), 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}
+    ) as out:
         assert out.fmt is PixelFormat.I420
     assert len(sink) == 1
 
@@ -140,7 +152,15 @@ def test_vcam_auto_keeps_i420_when_native(backend, sysfs):
 def test_vcam_odd_size(fmt, size, backend, sysfs):
     sink: list[dict] = []
     f = frames_bgr(1, 65, 49)[0]
-    with open_output(OutputConfig(target="vcam", pixel_format=fmt), 65, 49, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}) as out:
+    with open_output(
+        OutputConfig(target="vcam", pixel_format=fmt),
+        65,
+        49,
+        30.0,
+        sysfs_root=sysfs,
+        backend=backend,
+        backend_options={"sink": sink},
+    ) as out:
         assert (out.width, out.height) == size
         out.send_bgr(f)
     rec = sink[0]
@@ -160,7 +180,15 @@ def test_vcam_missing_device_gives_the_modprobe_fix(backend, tmp_path):
 
 def test_vcam_missing_device_without_v4l2loopback(backend, tmp_path):
     with pytest.raises(OutputError, match="no virtual camera") as ei:
-        open_output(OutputConfig(target="vcam"), 64, 48, 30.0, sysfs_root=tmp_path / "nothing", backend=backend, backend_options={"sink": []})
+        open_output(
+            OutputConfig(target="vcam"),
+            64,
+            48,
+            30.0,
+            sysfs_root=tmp_path / "nothing",
+            backend=backend,
+            backend_options={"sink": []},
+        )
     assert ei.value.hint == MODPROBE
     assert str(ei.value) == f'no virtual camera named "FastSwap Cam" found ({MODPROBE})'
 
@@ -175,8 +203,18 @@ def test_vcam_custom_name(backend, tmp_path):
 
 
 def test_vcam_backend_failure_is_an_output_error(backend, sysfs):
-    with pytest.raises(OutputError, match="could not open the virtual camera: /dev/video10: 'vcam-test-capture' backend: device busy"):
-        open_output(OutputConfig(target="vcam"), 16, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": [], "fail": "device busy"})
+    with pytest.raises(
+        OutputError, match="could not open the virtual camera: /dev/video10: 'vcam-test-capture' backend: device busy"
+    ):
+        open_output(
+            OutputConfig(target="vcam"),
+            16,
+            16,
+            30.0,
+            sysfs_root=sysfs,
+            backend=backend,
+            backend_options={"sink": [], "fail": "device busy"},
+        )
 
 
 def test_vcam_unknown_backend(sysfs):
@@ -186,7 +224,15 @@ def test_vcam_unknown_backend(sysfs):
 
 def test_vcam_rejects_wrong_shapes_and_sends_after_close(backend, sysfs):
     sink: list[dict] = []
-    out = open_output(OutputConfig(target="vcam", pixel_format="I420"), 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink})
+    out = open_output(
+        OutputConfig(target="vcam", pixel_format="I420"),
+        32,
+        16,
+        30.0,
+        sysfs_root=sysfs,
+        backend=backend,
+        backend_options={"sink": sink},
+    )
     with pytest.raises(ValueError, match=r"unexpected frame shape: \(16, 32, 3\) != \(24, 32\)"):
         out.send(np.zeros((16, 32, 3), np.uint8))
     out.close()
@@ -198,7 +244,9 @@ def test_vcam_rejects_wrong_shapes_and_sends_after_close(backend, sysfs):
 
 def test_vcam_output_fps_from_config(backend, sysfs):
     sink: list[dict] = []
-    with open_output(OutputConfig(target="vcam", fps=15.0), 16, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}) as out:
+    with open_output(
+        OutputConfig(target="vcam", fps=15.0), 16, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}
+    ) as out:
         assert out.fps == 15.0
     assert sink[0]["fps"] == 15.0
 
@@ -346,7 +394,9 @@ def test_window_under_xvfb(tmp_path):
         require("xvfb", "Xvfb is not installed")
     # Qt aborts the whole process when it cannot reach a display, so the window runs in a child.
     r, w = os.pipe()
-    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "320x240x24", "-nolisten", "tcp"], pass_fds=(w,), stderr=subprocess.DEVNULL)
+    xvfb = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(w), "-screen", "0", "320x240x24", "-nolisten", "tcp"], pass_fds=(w,), stderr=subprocess.DEVNULL
+    )
     os.close(w)
     try:
         with os.fdopen(r) as fh:
@@ -365,10 +415,16 @@ def test_window_under_xvfb(tmp_path):
         )
         env = {**os.environ, "DISPLAY": f":{display}", "QT_QPA_PLATFORM": "xcb"}
         env.pop("WAYLAND_DISPLAY", None)
-        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+        res = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parents[1],
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         assert "frames 3 closed False" in res.stdout
     finally:
         xvfb.terminate()
         xvfb.wait(10)
-

@@ -1,20 +1,27 @@
 """Regenerate config.toml from the declarations in vcam/config.py: python tools/gen_config_toml.py"""
+
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from vcam.config import describe  # noqa: E402
 from vcam.cli import _toml_value  # noqa: E402
-lines=["# FastSwap Cam configuration: every setting with its default.",
-"# vcam reads, in order: --config PATH, $VCAM_CONFIG, or config.toml in the user config dir",
-"# (Linux: ~/.config/vcam/config.toml). CLI flags override the file. Durations: \"33ms\", \"0.5s\".",
-"# Unknown keys, wrong types and out-of-range values stop vcam at start with the file, table and key.",""]
-cur=None
-for table,key,default,doc in describe():
-    if table!=cur:
-        if cur is not None: lines.append("")
-        lines.append(f"[{table}]"); cur=table
+from vcam.config import describe  # noqa: E402
+
+lines = [
+    "# FastSwap Cam configuration: every setting with its default.",
+    "# vcam reads, in order: --config PATH, $VCAM_CONFIG, or config.toml in the user config dir",
+    '# (Linux: ~/.config/vcam/config.toml). CLI flags override the file. Durations: "33ms", "0.5s".',
+    "# Unknown keys, wrong types and out-of-range values stop vcam at start with the file, table and key.",
+    "",
+]
+cur = None
+for table, key, default, doc in describe():
+    if table != cur:
+        if cur is not None:
+            lines.append("")
+        lines.append(f"[{table}]")
+        cur = table
     lines.append(f"# {doc}")
     lines.append(f"{key} = {_toml_value(default)}")
-open(Path(__file__).resolve().parents[1] / 'config.toml', 'w').write("\n".join(lines)+"\n")
+open(Path(__file__).resolve().parents[1] / "config.toml", "w").write("\n".join(lines) + "\n")

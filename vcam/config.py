@@ -80,12 +80,18 @@ class PipelineConfig:
     fp16: bool = _opt(False, "Run neural models in FP16 (GPU only; warns and runs FP32 on the CPU).")
     max_latency: Duration = _opt(Duration(0.1), "Drop a frame older than this when it would be published (0: off).", min=0)
     max_faces: int = _opt(8, "Most faces swapped per frame.", min=1, max=64)
-    compile: bool = _opt(False, "GPU: torch.compile the swap network (faster frames; minutes of compiling per batch size on the first start, then cached).")
+    compile: bool = _opt(
+        False,
+        "GPU: torch.compile the swap network (faster frames; minutes of compiling per batch size on the first start, "
+        "then cached).",
+    )
 
 
 @dataclass(frozen=True)
 class DetectConfig:
-    model: str = _opt("retinaface_mnet025", "Face detector: the embedded 'retinaface_mnet025' or a detector model from `vcam models list`.")
+    model: str = _opt(
+        "retinaface_mnet025", "Face detector: the embedded 'retinaface_mnet025' or a detector model from `vcam models list`."
+    )
     size: int = _opt(640, "Detector input size (long side) for full-frame scans.", min=64, max=2048)
     score: float = _opt(0.6, "Minimum face score.", min=0.0, max=1.0)
     nms_iou: float = _opt(0.4, "IoU above which overlapping detections are merged.", min=0.0, max=1.0)
@@ -120,7 +126,9 @@ class SwapConfig:
 class OutputConfig:
     target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, or null.")
     device_name: str = _opt("FastSwap Cam", "Virtual camera name (Linux: the v4l2loopback card label).")
-    pixel_format: Literal["auto", "I420", "NV12", "RGB"] = _opt("auto", "Virtual camera pixel format (auto: what the device takes).")
+    pixel_format: Literal["auto", "I420", "NV12", "RGB"] = _opt(
+        "auto", "Virtual camera pixel format (auto: what the device takes)."
+    )
     fps: float = _opt(0.0, "Output frame rate (0: the input's).", min=0, max=240)
 
 
@@ -250,12 +258,16 @@ def _coerce(value: Any, tp: Any, meta: dict, where: str) -> Any:
         else:  # pragma: no cover - a declaration error, not user input
             raise TypeError(f"unsupported config type {tp!r}")
     except ValueError as exc:
-        raise ConfigError(f"{where}: expected {exc}, got {value!r}", hint="fix the value or remove the key to use the default") from None
+        raise ConfigError(
+            f"{where}: expected {exc}, got {value!r}", hint="fix the value or remove the key to use the default"
+        ) from None
     lo, hi = meta.get("min"), meta.get("max")
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         if (lo is not None and out < lo) or (hi is not None and out > hi):
             rng = f">= {lo:g}" if hi is None else (f"<= {hi:g}" if lo is None else f"between {lo:g} and {hi:g}")
-            raise ConfigError(f"{where}: expected a value {rng}, got {value!r}", hint="fix the value or remove the key to use the default")
+            raise ConfigError(
+                f"{where}: expected a value {rng}, got {value!r}", hint="fix the value or remove the key to use the default"
+            )
     return out
 
 

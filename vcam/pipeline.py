@@ -1,137 +1,183 @@
-"""The per-frame pipeline on the CPU: convert -> detect/track -> align -> swap -> blend -> convert.
+"""The per-frame pipeline: the stage order, written once for every device.
 
-:class:`Pipeline` is built once at start with every stage chosen (detector, tracker, swapper, output
-format) and buffers sized for the first frame; :meth:`Pipeline.process` then runs one frame with no
-branching on device or configuration. The GPU twin, ``vcam.gpu.pipeline.GpuPipeline``, offers the
-same ``process`` method.
+    upload -> convert (to BGR) -> detect/track -> align -> swap (all faces, one batch) ->
+    paste-back [-> enhance] -> convert (output format) -> download
+
+:class:`Pipeline` runs that order over an :class:`~vcam.ops.Ops` (NumPy on the CPU, CuPy kernels on
+CUDA) with stages that run on the same ops; nothing here branches on the device. It is built once
+with every stage chosen (:mod:`vcam.assemble` does that from the config) and its buffers sized for
+the frame; a frame of another size or format rebuilds them. ``submit`` queues a frame and returns
+its slot, ``collect`` waits for the slot's output: on CUDA, frame N+1 can be submitted before
+frame N is collected (its upload overlaps N's work); ``process`` is both in one call.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from . import align, blend, convert
-from .config import Config
+from . import align
+from .convert import frame_shape
+from .errors import InputError
 from .state import Snapshot
-from .swap import Swapper
 from .types import Frame, FrameStats, PixelFormat, Track
 
-FaceFilter = Callable[[list[Track], np.ndarray], list[Track]]
+#: ``face_filter(tracks, host_frame) -> tracks to swap``; ``host_frame()`` gives the frame on the host
+#: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
+FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
+
+STAGES = ("convert_in", "detect_track", "swap", "blend", "convert_out")
 
 
-def select_all(tracks: list[Track], frame: np.ndarray) -> list[Track]:
+def select_all(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
     return tracks
 
 
-def select_largest(tracks: list[Track], frame: np.ndarray) -> list[Track]:
+def select_largest(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
     if not tracks:
         return tracks
+
     def area(t: Track) -> float:
         x1, y1, x2, y2 = (float(v) for v in t.box)
         return (x2 - x1) * (y2 - y1)
+
     return [max(tracks, key=area)]
 
 
-@dataclass
-class _Buffers:
-    width: int
-    height: int
-    bgr: np.ndarray
-    out: np.ndarray | None
+def output_size(fmt: PixelFormat, width: int, height: int) -> tuple[int, int]:
+    """4:2:0 outputs need even sizes: odd frames lose their last row/column."""
+    if PixelFormat(fmt) in (PixelFormat.I420, PixelFormat.NV12):
+        return width - width % 2, height - height % 2
+    return width, height
 
 
 class Pipeline:
-    """CPU pipeline. ``process(frame, snap)`` returns the output image in ``out_fmt`` and stats.
+    """One frame through every stage (see the module docstring).
 
-    ``out_fmt``: the publisher's pixel format (BGR, RGB, I420, NV12). 4:2:0 formats need even sizes:
-    odd frames are cropped by one row/column before output conversion (``output_size`` tells).
+    ``ops``: the device. ``tracker``: ``update(frame, seq) -> tracks`` (its detector on the same ops).
+    ``swapper``: a :class:`~vcam.swap.Swapper` on the same ops. ``enhancer``: optional, after the
+    paste-back. ``out_fmt``: the publisher's pixel format. ``face_filter``: which tracks to swap
+    (default: all). ``ring``: frames in flight; an output returned by :meth:`collect` is valid until
+    ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
     """
 
     def __init__(
         self,
-        cfg: Config,
         *,
-        tracker,
-        swapper: Swapper,
+        ops: Any,
+        tracker: Any,
+        swapper: Any,
         out_fmt: PixelFormat = PixelFormat.BGR,
+        enhancer: Any = None,
         face_filter: FaceFilter | None = None,
-        enhancer=None,
+        max_faces: int = 8,
+        ring: int = 2,
+        timing: bool = False,
     ) -> None:
-        self.cfg = cfg
+        self.ops = ops
         self.tracker = tracker
         self.swapper = swapper
-        self.out_fmt = PixelFormat(out_fmt)
-        self.max_faces = cfg.pipeline.max_faces
-        size = swapper.crop_size
-        self.mask = blend.box_mask(size, cfg.swap.blur)
-        self._crops = np.empty((self.max_faces, size, size, 3), dtype=np.uint8)
-        self._mats = np.zeros((self.max_faces, 2, 3), dtype=np.float64)
-        if face_filter is None:
-            face_filter = select_largest if cfg.swap.faces == "largest" else select_all
-        self.face_filter = face_filter
         self.enhancer = enhancer
-        self._buf: _Buffers | None = None
+        self.out_fmt = PixelFormat(out_fmt)
+        self.face_filter = face_filter or select_all
+        self.max_faces = int(max_faces)
+        self.ring = int(ring)
+        self.timing = bool(timing)
+        self._mats = np.zeros((self.max_faces, 2, 3), dtype=np.float64)
+        self._geometry: tuple[int, int, PixelFormat] | None = None
+        self._pending: dict[int, FrameStats] = {}
+        self._slot = 0
         self.last_tracks: list[Track] = []
 
-    def output_size(self, width: int, height: int) -> tuple[int, int]:
-        if self.out_fmt in (PixelFormat.I420, PixelFormat.NV12):
-            return width - width % 2, height - height % 2
-        return width, height
+    # -- buffers ----------------------------------------------------------------------------------
+    def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
+        """Allocate the frame ring and buffers for ``width`` x ``height`` frames in ``in_fmt``."""
+        self.synchronize()
+        ops = self.ops
+        ow, oh = output_size(self.out_fmt, width, height)
+        self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring)
+        self._bgr = ops.empty((height, width, 3), np.uint8)
+        self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != (width, height) else None
+        self._clocks = ops.clocks(STAGES, self.ring, self.timing)
+        self._geometry = (int(width), int(height), PixelFormat(in_fmt))
+        self._slot = 0
 
-    def _buffers(self, width: int, height: int) -> _Buffers:
-        b = self._buf
-        if b is None or b.width != width or b.height != height:
-            ow, oh = self.output_size(width, height)
-            shape = convert.frame_shape(self.out_fmt, ow, oh)
-            out = None if self.out_fmt is PixelFormat.BGR else np.empty(shape, dtype=np.uint8)
-            b = self._buf = _Buffers(width, height, np.empty((height, width, 3), dtype=np.uint8), out)
-        return b
+    def host_slot(self) -> np.ndarray | None:
+        """The host buffer the next frame is uploaded from (pinned, on CUDA), for zero-copy capture."""
+        return self.io.host_slot() if self._geometry is not None else None
+
+    # -- one frame --------------------------------------------------------------------------------
+    def submit(self, frame: Frame, snap: Snapshot) -> int:
+        """Queue one frame; returns its slot for :meth:`collect`. Waits only for the detection readback."""
+        geometry = (int(frame.width), int(frame.height), PixelFormat(frame.fmt))
+        if geometry != self._geometry:
+            if PixelFormat(frame.fmt) is PixelFormat.MJPEG and self.ops.device != "cpu":
+                raise InputError("the GPU path takes raw frames, not MJPEG", hint="request fourcc = 'YUYV' or use --device cpu")
+            self.configure(*geometry)
+        ops = self.ops
+        slot = self._slot
+        self._slot = (slot + 1) % self.ring
+        clock = self._clocks[slot]
+        stats = FrameStats(seq=frame.seq, t_capture=frame.t_capture)
+        with ops.activate():
+            clock.start()
+            raw = self.io.upload(frame, slot)
+            img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr)
+            self.io.release(slot)
+            clock.mark("convert_in")
+            tracks = self.tracker.update(img, frame.seq)
+            self.last_tracks = tracks
+            stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
+            stats.faces = len(tracks)
+            clock.mark("detect_track")
+            face = snap.face
+            if snap.swap_enabled and face is not None and tracks:
+                chosen = self.face_filter(tracks, lambda: ops.to_host(img))[: self.max_faces]
+                n = len(chosen)
+                if n:
+                    mats = self._mats[:n]
+                    for i, tr in enumerate(chosen):
+                        mats[i] = align.estimate(tr.landmarks, self.swapper.template, self.swapper.crop_size)
+                    crops, mask = self.swapper.swap(img, mats, face)
+                    clock.mark("swap")
+                    ops.paste_back(img, crops, mats, mask, n)
+                    if self.enhancer is not None:
+                        self.enhancer.enhance(img, np.stack([tr.landmarks for tr in chosen]))
+                    clock.mark("blend")
+                    stats.swapped = n
+            if self._even is not None:
+                oh, ow = self._even.shape[:2]
+                ops.xp.copyto(self._even, img[:oh, :ow])
+                img = self._even
+            ops.from_bgr(img, self.out_fmt, out=self.io.output(slot))
+            clock.mark("convert_out")
+            self.io.download(slot)
+        self._pending[slot] = stats
+        return slot
+
+    def collect(self, slot: int) -> tuple[np.ndarray, FrameStats]:
+        """Wait for ``slot``'s output; returns (host output, stats with per-stage seconds)."""
+        out = self.io.result(slot)
+        stats = self._pending.pop(slot)
+        stats.stages = self._clocks[slot].durations()
+        stats.t_publish = time.perf_counter()
+        return out, stats
 
     def process(self, frame: Frame, snap: Snapshot) -> tuple[np.ndarray, FrameStats]:
-        stats = FrameStats(seq=frame.seq, t_capture=frame.t_capture)
-        t0 = time.perf_counter()
-        buf = self._buffers(frame.width, frame.height)
-        img = convert.to_bgr(frame.data, frame.fmt, frame.width, frame.height, out=buf.bgr)
-        t1 = time.perf_counter()
-        tracks = self.tracker.update(img, frame.seq)
-        self.last_tracks = tracks
-        stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
-        stats.faces = len(tracks)
-        t2 = time.perf_counter()
-        stages = stats.stages
-        stages["convert_in"] = t1 - t0
-        stages["detect_track"] = t2 - t1
-        face = snap.face
-        if snap.swap_enabled and face is not None and tracks:
-            chosen = self.face_filter(tracks, img)[: self.max_faces]
-            n = len(chosen)
-            if n:
-                size = self.swapper.crop_size
-                for i, tr in enumerate(chosen):
-                    self._mats[i] = align.estimate(tr.landmarks, self.swapper.template, size)
-                crops = align.warp_crops(img, self._mats[:n], size, out=self._crops[:n])
-                t3 = time.perf_counter()
-                swapped = self.swapper.swap(crops, face)
-                t4 = time.perf_counter()
-                blend.paste_back(img, swapped, self._mats[:n], self.mask, n)
-                if self.enhancer is not None:
-                    self.enhancer.enhance(img, np.stack([tr.landmarks for tr in chosen]))
-                t5 = time.perf_counter()
-                stages["align"] = t3 - t2
-                stages["swap"] = t4 - t3
-                stages["blend"] = t5 - t4
-                stats.swapped = n
-                stats.guarded = int(getattr(self.swapper, "guarded", 0))
-        t6 = time.perf_counter()
-        if self.out_fmt is PixelFormat.BGR:
-            out = img
-        else:
-            ow, oh = self.output_size(frame.width, frame.height)
-            src = img if (ow, oh) == (frame.width, frame.height) else img[:oh, :ow]
-            out = convert.from_bgr(np.ascontiguousarray(src), self.out_fmt, out=buf.out)
-        stages["convert_out"] = time.perf_counter() - t6
-        return out, stats
+        return self.collect(self.submit(frame, snap))
+
+    def synchronize(self) -> None:
+        """Wait for every submitted frame (their outputs stay collectable)."""
+        for slot in list(self._pending):
+            self.io.result(slot)
+
+    def guarded(self) -> int:
+        """Faces passed through so far because a model produced NaN/Inf (a device read: call rarely)."""
+        total = self.swapper.guarded()
+        return total + (self.enhancer.guarded() if self.enhancer is not None else 0)
+
+
+__all__ = ["FaceFilter", "Pipeline", "STAGES", "output_size", "select_all", "select_largest"]

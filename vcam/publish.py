@@ -150,7 +150,9 @@ class NullOutput(_OutputBase):
     def __init__(self, width: int, height: int, fps: float = 30.0, *, fmt: PixelFormat = PixelFormat.BGR) -> None:
         super().__init__()
         self.fmt = PixelFormat(fmt)
-        self.width, self.height = even_size(width, height) if self.fmt in (PixelFormat.I420, PixelFormat.NV12) else (width, height)
+        self.width, self.height = (
+            even_size(width, height) if self.fmt in (PixelFormat.I420, PixelFormat.NV12) else (width, height)
+        )
         self.fps = fps
         self._ready = True
 
@@ -201,7 +203,9 @@ class VirtualCamOutput(_OutputBase):
         self._options = dict(backend_options or {})
         self._in_size = (int(width), int(height))
         if pixel_format not in ("auto", *_VCAM_FORMATS):
-            raise OutputError(f"unsupported virtual camera pixel format {pixel_format!r}", hint=f"use auto, {', '.join(_VCAM_FORMATS)}")
+            raise OutputError(
+                f"unsupported virtual camera pixel format {pixel_format!r}", hint=f"use auto, {', '.join(_VCAM_FORMATS)}"
+            )
         self._device_arg: str | None = None
         self.device_path = ""
         if devices.is_linux() or Path(sysfs_root) != devices.SYSFS_ROOT:
@@ -211,8 +215,13 @@ class VirtualCamOutput(_OutputBase):
                 note = ""
                 if others:
                     listed = ", ".join(f'{d.path} "{d.name}"' for d in others)
-                    note = f"; other loopback devices are left alone ({listed}); v4l2loopback is loaded, so remove it first with `sudo modprobe -r v4l2loopback` or add a device with v4l2loopback-ctl"
-                raise OutputError(f'no virtual camera named "{device_name}" found{note}', hint=devices.modprobe_hint(device_name, sysfs_root))
+                    note = (
+                        f"; other loopback devices are left alone ({listed}); v4l2loopback is loaded, so remove it first "
+                        "with `sudo modprobe -r v4l2loopback` or add a device with v4l2loopback-ctl"
+                    )
+                raise OutputError(
+                    f'no virtual camera named "{device_name}" found{note}', hint=devices.modprobe_hint(device_name, sysfs_root)
+                )
             self._device_arg = dev.path
         chosen = "I420" if pixel_format == "auto" else pixel_format
         self._open(chosen)
@@ -231,20 +240,27 @@ class VirtualCamOutput(_OutputBase):
         if fmt in (PixelFormat.I420, PixelFormat.NV12):
             w, h = even_size(w, h)
         if self._backend is not None and self._backend not in self._pvc.camera.BACKENDS:
-            raise OutputError(f"unknown pyvirtualcam backend {self._backend!r}", hint=f"use one of: {', '.join(self._pvc.camera.BACKENDS) or 'none installed'}")
+            raise OutputError(
+                f"unknown pyvirtualcam backend {self._backend!r}",
+                hint=f"use one of: {', '.join(self._pvc.camera.BACKENDS) or 'none installed'}",
+            )
         attempts = [self._device_arg]
         if self._device_arg is None and self.device_name:  # Windows/macOS: the name, then the default
             attempts = [self.device_name, None]
         errors = []
         for device in attempts:
             try:
-                self._cam = self._pvc.Camera(w, h, self.fps, fmt=self._pvc.PixelFormat[fmt.value], device=device, backend=self._backend, **self._options)
+                self._cam = self._pvc.Camera(
+                    w, h, self.fps, fmt=self._pvc.PixelFormat[fmt.value], device=device, backend=self._backend, **self._options
+                )
                 break
             except Exception as exc:  # pyvirtualcam raises RuntimeError listing every backend's failure
                 errors.append(f"{device or 'default device'}: {' / '.join(str(exc).splitlines())}")
         else:
-            hint = devices.virtual_camera_hint(self.device_name) if self._device_arg is None else (
-                "close other programs writing to it; v4l2loopback needs exclusive_caps=1 and a free device"
+            hint = (
+                devices.virtual_camera_hint(self.device_name)
+                if self._device_arg is None
+                else ("close other programs writing to it; v4l2loopback needs exclusive_caps=1 and a free device")
             )
             raise OutputError(f"could not open the virtual camera: {'; '.join(errors)}", hint=hint)
         self.fmt, self.width, self.height = fmt, w, h
@@ -263,7 +279,9 @@ class VirtualCamOutput(_OutputBase):
         except (ValueError, TypeError):
             raise
         except Exception as exc:
-            raise OutputError(f"writing to the virtual camera {self.device_path} failed: {exc}", hint="was the device removed? restart vcam") from exc
+            raise OutputError(
+                f"writing to the virtual camera {self.device_path} failed: {exc}", hint="was the device removed? restart vcam"
+            ) from exc
         self.frames += 1
 
     def close(self) -> None:
@@ -329,14 +347,21 @@ class FileOutput(_OutputBase):
         self.fps = float(fps) if fps and fps > 0 else 30.0
         parent = self.path.parent
         if not parent.is_dir():
-            raise OutputError(f"folder {parent} does not exist", hint=f"create it first (mkdir -p {parent}) or write to another path")
+            raise OutputError(
+                f"folder {parent} does not exist", hint=f"create it first (mkdir -p {parent}) or write to another path"
+            )
         if self.path.is_dir():
             raise OutputError(f"{self.path} is a folder", hint="give a file name such as file:out.mp4")
         if self.path.exists() and not _is_video(self.path):
-            raise OutputError(f"{self.path} exists and is not a video; refusing to overwrite it", hint="choose another file name or move that file away")
+            raise OutputError(
+                f"{self.path} exists and is not a video; refusing to overwrite it",
+                hint="choose another file name or move that file away",
+            )
         suffix = self.path.suffix.lower()
         container_format = None if suffix in (".mp4", ".mov", ".mkv", ".m4v") else "mp4"
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=".partial" + (suffix if container_format is None else ".mp4"), dir=parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{self.path.stem}.", suffix=".partial" + (suffix if container_format is None else ".mp4"), dir=parent
+        )
         os.close(fd)
         self._tmp = Path(tmp)
         rate = Fraction(self.fps).limit_denominator(1001)
@@ -348,7 +373,9 @@ class FileOutput(_OutputBase):
                 container = av.open(str(self._tmp), mode="w", format=container_format)
             except Exception as exc:
                 self._tmp.unlink(missing_ok=True)
-                raise OutputError(f"cannot write {self.path}: {exc}", hint="check the folder's permissions and free space") from exc
+                raise OutputError(
+                    f"cannot write {self.path}: {exc}", hint="check the folder's permissions and free space"
+                ) from exc
             try:
                 stream = container.add_stream(name, rate=rate)
                 stream.width, stream.height = self.width, self.height
@@ -367,7 +394,10 @@ class FileOutput(_OutputBase):
             break
         if self._stream is None:
             self._tmp.unlink(missing_ok=True)
-            raise OutputError(f"no usable video encoder for {self.path} ({'; '.join(errors)})", hint="install a PyAV build with libx264 (pip install av)")
+            raise OutputError(
+                f"no usable video encoder for {self.path} ({'; '.join(errors)})",
+                hint="install a PyAV build with libx264 (pip install av)",
+            )
         self._t0: float | None = None
         self._last_pts = -1
         self._ready = True
@@ -465,7 +495,9 @@ class WindowOutput(_OutputBase):
             cv2.namedWindow(title, cv2.WINDOW_NORMAL)
             cv2.resizeWindow(title, width, height)
         except cv2.error as exc:
-            raise OutputError(f"cannot open a preview window: {exc}", hint="use --output file:out.mp4 or --output vcam instead") from exc
+            raise OutputError(
+                f"cannot open a preview window: {exc}", hint="use --output file:out.mp4 or --output vcam instead"
+            ) from exc
         self._shown = False
         self._ready = True
 
@@ -521,7 +553,16 @@ def open_output(
     rate = cfg.fps if cfg.fps and cfg.fps > 0 else fps
     low = target.lower()
     if low == "vcam":
-        return VirtualCamOutput(width, height, rate, device_name=cfg.device_name, pixel_format=cfg.pixel_format, backend=backend, backend_options=backend_options, sysfs_root=sysfs_root)
+        return VirtualCamOutput(
+            width,
+            height,
+            rate,
+            device_name=cfg.device_name,
+            pixel_format=cfg.pixel_format,
+            backend=backend,
+            backend_options=backend_options,
+            sysfs_root=sysfs_root,
+        )
     if low.startswith("file:"):
         path = target[5:].strip()
         if not path:
@@ -534,4 +575,14 @@ def open_output(
     raise OutputError(f"unknown output {target!r}", hint=f"use one of: {TARGET_FORMS}")
 
 
-__all__ = ["FileOutput", "NullOutput", "Output", "VirtualCamOutput", "WindowOutput", "even_size", "gui_available", "open_output", "prepare"]
+__all__ = [
+    "FileOutput",
+    "NullOutput",
+    "Output",
+    "VirtualCamOutput",
+    "WindowOutput",
+    "even_size",
+    "gui_available",
+    "open_output",
+    "prepare",
+]

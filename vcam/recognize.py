@@ -9,14 +9,15 @@ and when a track starts, never per frame.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .align import estimate, warp_crops, warp_crops_normalized
 from .engines import Engine, create_engine
-from .errors import ModelError
+from .errors import EngineUnavailable, ModelError
 from .models import registry
 from .models.registry import ModelSpec
 
@@ -69,13 +70,14 @@ class ArcFaceRecogniser:
         self.template = self.spec.template
         self.crop_size = self.spec.size
         self._input = engine.inputs[0]
-        batch = self._input.fixed_batch
-        self._batch = batch if batch else 64
         self._mean, self._std = self.spec.input_mean_std_255
 
     @classmethod
-    def from_file(cls, path: str | Path, name: str = DEFAULT_RECOGNISER, **engine_kwargs) -> ArcFaceRecogniser:
+    def from_file(cls, path: str | Path, name: str = DEFAULT_RECOGNISER, **engine_kwargs: Any) -> ArcFaceRecogniser:
         return cls(create_engine(path, **engine_kwargs), name)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.engine.describe()}"
 
     def embed_crops(self, crops: np.ndarray) -> np.ndarray:
         """(F, S, S, 3) uint8 BGR crops aligned with ``template`` -> (F, 512) float32 raw embeddings."""
@@ -104,47 +106,55 @@ class ArcFaceRecogniser:
         return warp_crops(frame, mats, self.crop_size)
 
     def _run(self, x: np.ndarray) -> np.ndarray:
-        outs = []
-        for i in range(0, x.shape[0], self._batch):
-            chunk = x[i : i + self._batch]
-            if self._input.fixed_batch == 1:
-                outs.extend(np.asarray(self.engine.run({self._input.name: c[None]})[0], np.float32) for c in chunk)
-            else:
-                outs.append(np.asarray(self.engine.run({self._input.name: chunk})[0], np.float32))
-        emb = np.concatenate(outs, axis=0).reshape(x.shape[0], -1)
-        return emb.astype(np.float32)
+        out = np.asarray(self.engine.run({self._input.name: x})[0], np.float32)
+        return out.reshape(x.shape[0], -1)
 
 
-def create_recogniser(cfg, *, name: str = DEFAULT_RECOGNISER, store=None, device: str | None = None,
-                      download: bool | None = None, engine_kwargs: dict | None = None) -> ArcFaceRecogniser:
-    """Build the recogniser ``name`` from the models dir of ``cfg`` (verified; downloaded if allowed)."""
+def create_recogniser(
+    cfg: Any,
+    *,
+    name: str = DEFAULT_RECOGNISER,
+    store: Any = None,
+    device: str = "cpu",
+    backend: str | None = None,
+    download: bool | None = None,
+) -> ArcFaceRecogniser:
+    """Build the recogniser ``name`` from the models dir of ``cfg`` (verified; downloaded if allowed).
+
+    It runs once per face switch and once per new track, never per frame, so it runs wherever it
+    can: on ``device`` with ``backend`` when that works, else on onnxruntime on the CPU, with one
+    log line saying why. A model file that cannot be read still raises ModelError.
+    """
     from .models.download import ModelStore
 
     store = store or ModelStore.from_config(cfg)
     path = store.ensure([name], download=download)[name]
-    kwargs = _engine_kwargs(cfg, device)
-    kwargs.update(engine_kwargs or {})
-    return ArcFaceRecogniser(create_engine(path, **kwargs), name)
+    backend = backend or cfg.pipeline.backend
+    try:
+        engine = create_engine(path, backend=backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces)
+    except EngineUnavailable as exc:
+        if (backend, device) == ("onnxruntime", "cpu"):
+            raise
+        log.info("recogniser %s falls back to onnxruntime on the CPU: %s", name, exc.message)
+        engine = create_engine(path, backend="onnxruntime", device="cpu", max_batch=cfg.pipeline.max_faces)
+        engine.skipped = [f"{backend} on {device}: {exc.message}"]
+    return ArcFaceRecogniser(engine, name)
 
 
-def _engine_kwargs(cfg, device: str | None) -> dict:
-    dev = device or (cfg.pipeline.device if cfg.pipeline.device != "auto" else "cpu")
-    return {"backend": cfg.pipeline.backend, "device": dev, "fp16": cfg.pipeline.fp16, "max_batch": cfg.pipeline.max_faces}
-
-
-def reference_filter(recogniser: ArcFaceRecogniser, reference: np.ndarray, threshold: float):
+def reference_filter(recogniser: ArcFaceRecogniser, reference: np.ndarray, threshold: float) -> Callable:
     """A pipeline ``face_filter`` for identity lock (``swap.faces = "reference"``).
 
     Each track's similarity to ``reference`` is computed once, when the track first appears (kept on
     ``Track.similarity``), never per frame; then only the most similar track at or above
-    ``threshold`` is swapped (see :func:`pick_by_reference`).
+    ``threshold`` is swapped (see :func:`pick_by_reference`). ``host_frame()`` gives the frame on the
+    host; it is called only when a new track needs its embedding (on the GPU: one extra download).
     """
     ref = np.asarray(reference, np.float32).reshape(-1)
 
-    def choose(tracks, frame):
+    def choose(tracks: list, host_frame: Callable[[], np.ndarray]) -> list:
         new = [t for t in tracks if t.similarity is None]
         if new:
-            emb = recogniser.embed(frame, np.stack([t.landmarks for t in new]))
+            emb = recogniser.embed(host_frame(), np.stack([t.landmarks for t in new]))
             for t, s in zip(new, np.atleast_1d(similarity(emb, ref))):
                 t.similarity = float(s)
         if not tracks:

@@ -138,7 +138,9 @@ class Tracker:
     (track id -> the raw detection that updated it this frame).
     """
 
-    def __init__(self, detector: Detector, track_cfg: TrackConfig | None = None, max_faces: int = 8, *, fps: float = 30.0) -> None:
+    def __init__(
+        self, detector: Detector, track_cfg: TrackConfig | None = None, max_faces: int = 8, *, fps: float = 30.0
+    ) -> None:
         if max_faces < 1:
             raise ValueError(f"max_faces must be at least 1, got {max_faces}")
         if fps <= 0:

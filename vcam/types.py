@@ -108,7 +108,6 @@ class FrameStats:
     faces: int = 0
     swapped: int = 0
     full_scan: bool = False
-    guarded: int = 0  # faces passed through because the swap produced NaN/Inf
 
     @property
     def latency(self) -> float:

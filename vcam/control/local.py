@@ -59,11 +59,17 @@ def _socket_alive(path: Path) -> bool:
 def handle_command(state: RuntimeState, cmd) -> dict:
     """One request -> one reply (never raises)."""
     if not isinstance(cmd, dict):
-        return {"ok": False, "error": "a command is a JSON object like {\"face\": \"NAME\"}"}
+        return {"ok": False, "error": 'a command is a JSON object like {"face": "NAME"}'}
     try:
         reply = apply_command(state, cmd)
     except VcamError as exc:
-        return {"ok": False, "error": exc.message, "hint": exc.hint, "face": state.active, "swap": "on" if state.swap_enabled else "off"}
+        return {
+            "ok": False,
+            "error": exc.message,
+            "hint": exc.hint,
+            "face": state.active,
+            "swap": "on" if state.swap_enabled else "off",
+        }
     reply = {"ok": True, **reply, "faces": state.names}
     if cmd.get("status"):
         reply["status"] = state.read_status().as_dict()
@@ -92,7 +98,10 @@ class ControlServer:
             sock.bind(str(self.path))
         except OSError as exc:
             sock.close()
-            raise ControlError(f"cannot create the control socket {self.path}: {exc.strerror}", hint="set [control] socket to a path in a directory you own") from None
+            raise ControlError(
+                f"cannot create the control socket {self.path}: {exc.strerror}",
+                hint="set [control] socket to a path in a directory you own",
+            ) from None
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
@@ -134,15 +143,23 @@ class ControlServer:
                 parent.mkdir(mode=0o700, parents=True)
                 os.chmod(parent, 0o700)
             except OSError as exc:
-                raise ControlError(f"cannot create {parent} for the control socket: {exc.strerror}", hint="set [control] socket to a path in a directory you own") from None
+                raise ControlError(
+                    f"cannot create {parent} for the control socket: {exc.strerror}",
+                    hint="set [control] socket to a path in a directory you own",
+                ) from None
         try:
             st = os.lstat(self.path)
         except FileNotFoundError:
             return
         if not stat.S_ISSOCK(st.st_mode):
-            raise ControlError(f"{self.path} exists and is not a socket", hint="move that file away or set [control] socket to another path")
+            raise ControlError(
+                f"{self.path} exists and is not a socket", hint="move that file away or set [control] socket to another path"
+            )
         if _socket_alive(self.path):
-            raise ControlError(f"another vcam is running (control socket {self.path} answers)", hint="stop it first, or give this one another [control] socket")
+            raise ControlError(
+                f"another vcam is running (control socket {self.path} answers)",
+                hint="stop it first, or give this one another [control] socket",
+            )
         self.path.unlink()  # left behind by a daemon that died
 
     # -- serving (own threads) -------------------------------------------------------------------
@@ -216,7 +233,10 @@ def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> d
         except (FileNotFoundError, ConnectionRefusedError):
             raise ControlError(f"no vcam daemon listens on {path}", hint=RUN_HINT) from None
         except PermissionError:
-            raise ControlError(f"permission denied on {path}", hint="the control socket belongs to another user; run `vcam ctl` as the user running `vcam run`") from None
+            raise ControlError(
+                f"permission denied on {path}",
+                hint="the control socket belongs to another user; run `vcam ctl` as the user running `vcam run`",
+            ) from None
         except TimeoutError:
             raise ControlError(f"the vcam daemon at {path} did not answer", hint=RUN_HINT) from None
         try:

@@ -178,7 +178,9 @@ def _input_kind(client, name: str) -> str | None:
     return None
 
 
-def _ensure_input(client, report: SetupReport, scene: str, name: str, kind: str, settings: dict, enabled: bool, *, update: dict | None = None) -> None:
+def _ensure_input(
+    client, report: SetupReport, scene: str, name: str, kind: str, settings: dict, enabled: bool, *, update: dict | None = None
+) -> None:
     """Create input ``name`` in ``scene`` or make sure the existing one is in it (never deletes)."""
     have_kind = _input_kind(client, name)
     if have_kind is None:
@@ -251,7 +253,9 @@ def setup_scene(
         settings = {"device_id": camera_device} if camera_device else {}
         _ensure_input(client, report, current, camera_name, "v4l2_input", settings, True, update=settings or None)
         if not camera_device:
-            report.notes.append(f"'{camera_name}' has no device yet: start `vcam run`, then pick the device in the source's properties")
+            report.notes.append(
+                f"'{camera_name}' has no device yet: start `vcam run`, then pick the device in the source's properties"
+            )
     return report
 
 
@@ -277,7 +281,7 @@ def obs_check(cfg: Config | ObsConfig, *, timeout: float = 2.0) -> tuple[bool, s
         if ocfg.scene not in scenes:
             return False, f"{where}: scene '{ocfg.scene}' is missing; run `vcam obs setup`{note}"
         items = client.get_scene_item_list(ocfg.scene).scene_items
-        faces = [i["sourceName"][len(FACE_PREFIX):] for i in items if i["sourceName"].startswith(FACE_PREFIX)]
+        faces = [i["sourceName"][len(FACE_PREFIX) :] for i in items if i["sourceName"].startswith(FACE_PREFIX)]
         if not faces:
             return False, f"{where}: scene '{ocfg.scene}' has no 'Face: ...' sources; run `vcam obs setup`{note}"
         return ocfg.enabled, f"{where}: scene '{ocfg.scene}' with faces {', '.join(faces)}{note}"
@@ -389,7 +393,10 @@ class ObsController:
     def _callbacks(self) -> list:
         put = self._queue.put
         return [
-            _guarded("on_scene_item_enable_state_changed", lambda d: put(("item", d.scene_name, d.scene_item_id, bool(d.scene_item_enabled)))),
+            _guarded(
+                "on_scene_item_enable_state_changed",
+                lambda d: put(("item", d.scene_name, d.scene_item_id, bool(d.scene_item_enabled))),
+            ),
             _guarded("on_custom_event", lambda d: put(("custom", {k: getattr(d, k) for k in d.attrs()}))),
             _guarded("on_scene_item_created", lambda d: put(("refresh",))),
             _guarded("on_scene_item_removed", lambda d: put(("refresh",))),
@@ -452,7 +459,9 @@ class ObsController:
         if self.face_images and self.cfg.scene in _scene_names(self._req):
             missing = {n: p for n, p in self.face_images.items() if face_source_name(n) not in self._items.values()}
             if missing:
-                rep = setup_scene(self._req, missing, scene=self.cfg.scene, status_source=self.cfg.status_source, active=self.state.active)
+                rep = setup_scene(
+                    self._req, missing, scene=self.cfg.scene, status_source=self.cfg.status_source, active=self.state.active
+                )
                 if rep.created or rep.updated:
                     log.info("added OBS sources: %s", ", ".join(rep.created + rep.updated))
                 self._refresh()
@@ -553,7 +562,7 @@ class ObsController:
         if name.startswith(FACE_PREFIX):
             if not enabled:
                 return  # hiding a face (our own radio updates included) changes nothing
-            face = name[len(FACE_PREFIX):]
+            face = name[len(FACE_PREFIX) :]
             try:
                 self.state.set_face(face)
             except FaceError as exc:
@@ -568,8 +577,8 @@ class ObsController:
         if cmd is None:
             return  # someone else's event
         if not isinstance(cmd, dict):
-            log.warning("ignored OBS custom event: 'vcam' must be an object like {\"face\": \"NAME\"}")
-            self._reply(False, error="'vcam' must be an object like {\"face\": \"NAME\"}")
+            log.warning('ignored OBS custom event: \'vcam\' must be an object like {"face": "NAME"}')
+            self._reply(False, error='\'vcam\' must be an object like {"face": "NAME"}')
             return
         error = None
         try:
@@ -594,7 +603,7 @@ class ObsController:
             name, shown = it["sourceName"], bool(it["sceneItemEnabled"])
             self._items[int(it["sceneItemId"])] = name
             if name.startswith(FACE_PREFIX):
-                want = name[len(FACE_PREFIX):] == active
+                want = name[len(FACE_PREFIX) :] == active
             elif name == SWAP_SOURCE:
                 want = swap
             else:
@@ -621,4 +630,3 @@ class ObsController:
             return True
         self._last_text = text
         return True
-

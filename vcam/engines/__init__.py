@@ -1,26 +1,46 @@
-"""Inference engines: one small interface, several backends picked by name.
+"""Inference engines: every model of the product runs through one interface, several backends.
 
-Every backend class takes the same constructor ``(model_path, *, device, fp16, max_batch, cache_dir)``
-and exposes ``inputs``, ``outputs`` (lists of :class:`TensorInfo`) and ``run(feeds) -> list[array]``.
+An :class:`Engine` is one loaded model. Its obligations:
+
+- ``inputs`` / ``outputs``: :class:`TensorInfo` lists (with an ``epilogue``, ``outputs`` are the
+  epilogue's).
+- ``backend``, ``device`` (``"cuda"`` or ``"cpu"``: where it REALLY runs) and ``precision``.
+- ``max_batch``: the most items one call takes.
+- ``input_buffers(n, shapes=None)``: arrays the caller may write a batch of ``n`` into (on the
+  engine's device: CuPy on CUDA, NumPy on the CPU). Passing them back to :meth:`run_device` costs no
+  copy (on the torch backend they are the CUDA graph's own static inputs).
+- ``run_device(feeds, stream=None)``: arrays on the engine's device in (CuPy/torch on CUDA, NumPy on
+  the CPU), the same kind out, enqueued on ``stream`` without a host synchronisation; outputs are
+  the engine's own buffers, valid until the next call.
+- ``run(feeds)``: host arrays in, host arrays out (copies).
+- ``describe()``: one line saying what runs where, for logs, ``vcam check`` and the run summary.
+
 Backends are registered as lazy ``"module:Class"`` strings in :data:`BACKENDS`, so importing this
-package never imports TensorRT, PyTorch or onnxruntime.
+package never imports TensorRT, PyTorch or onnxruntime. :func:`create_engine` tries them in
+:func:`backend_order` (``auto`` on CUDA: TensorRT, PyTorch, onnxruntime's CUDA provider; on the
+CPU: onnxruntime, PyTorch) and raises :class:`~vcam.errors.EngineUnavailable` with every reason
+when none works.
 
-``backend="auto"`` tries TensorRT, then PyTorch (CUDA only), then onnxruntime, and keeps the reason
-each one was skipped; :func:`explain_backends` returns those reasons and :func:`create_engine`
-raises :class:`~vcam.errors.EngineUnavailable` with all of them when none works.
+An :class:`Epilogue` is post-processing that belongs to a model's run (a detector's top-K
+candidates): the torch backend fuses it into the CUDA graph, the others apply it after the call; its
+NumPy form is the oracle of its torch form.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import EngineUnavailable
+from ..errors import EngineUnavailable, ModelError
+from .onnx_graph import ModelSource, source_name
+
+log = logging.getLogger(__name__)
 
 BACKENDS: dict[str, str] = {
     "tensorrt": "vcam.engines.tensorrt:TensorRTEngine",
@@ -28,10 +48,19 @@ BACKENDS: dict[str, str] = {
     "onnxruntime": "vcam.engines.ort:OrtEngine",
 }
 
-#: Order tried by ``backend="auto"``.
-AUTO_ORDER = ("tensorrt", "torch", "onnxruntime")
-#: Backends that only run on a CUDA device.
-CUDA_ONLY = frozenset({"tensorrt", "torch"})
+#: Order tried by ``backend="auto"`` per device.
+AUTO_ORDER: dict[str, tuple[str, ...]] = {
+    "cuda": ("tensorrt", "torch", "onnxruntime"),
+    "cpu": ("onnxruntime", "torch"),
+}
+
+#: Which optional extra (or package) makes a backend available; named in errors and `vcam check`.
+INSTALL = {
+    "tensorrt": "TensorRT 10 for your CUDA (pip install tensorrt-cu12)",
+    "torch": "PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]')",
+    "onnxruntime": "onnxruntime-gpu for CUDA (the CPU build is always installed)",
+    "onnx2torch": "pip install 'fastswap-cam[convert]' (onnx2torch, for models without a native module)",
+}
 
 
 def _as_dtype(dtype: Any) -> np.dtype:
@@ -64,15 +93,64 @@ class TensorInfo:
         return self.shape[0] if self.shape and isinstance(self.shape[0], int) else None
 
 
+class Epilogue(Protocol):
+    """Post-processing run as part of a model call. ``outputs`` replace the model's outputs."""
+
+    outputs: tuple[TensorInfo, ...]
+
+    def torch(self, outputs: list[Any]) -> list[Any]:
+        """The model's outputs (torch tensors, declared dtypes) -> the epilogue's outputs."""
+        ...
+
+    def numpy(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The same function on NumPy arrays (the reference)."""
+        ...
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """A loaded model. ``run`` takes host arrays keyed by input name (cast to the input dtype by the
-    engine) and returns the outputs in ``outputs`` order."""
+    """A loaded model (see the module docstring for each member's obligations)."""
 
+    backend: str
+    device: str
+    precision: str
+    max_batch: int
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
 
-    def run(self, feeds: dict[str, Any]) -> list[Any]: ...
+    def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]: ...
+
+    def run_device(self, feeds: dict[str, Any], stream: Any = None) -> list[Any]: ...
+
+    def run(self, feeds: dict[str, Any]) -> list[np.ndarray]: ...
+
+    def describe(self) -> str: ...
+
+
+def item_shapes(inputs: Sequence[TensorInfo], shapes: dict[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
+    """Per input, the shape of one batch item: ``shapes[name]`` where given, else the model's fixed
+    dims. ValueError for an input with dynamic dims and no shape given."""
+    out = {}
+    for info in inputs:
+        dims = tuple(shapes[info.name]) if shapes and info.name in shapes else tuple(info.shape[1:])
+        if not all(isinstance(d, int) for d in dims):
+            raise ValueError(f"input '{info.name}' has dynamic dims {info.shape}: pass shapes={{'{info.name}': (...)}}")
+        out[info.name] = tuple(int(d) for d in dims)
+    return out
+
+
+def check_feeds(engine: Any, feeds: dict[str, Any]) -> list[Any]:
+    """The feeds in input order; ModelError for a missing input, ValueError for unequal batches."""
+    names = [i.name for i in engine.inputs]
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise ModelError(f"{engine.name}: missing input '{missing[0]}'", hint=f"the model takes {', '.join(names)}")
+    arrs = [feeds[n] for n in names]
+    n = int(arrs[0].shape[0])
+    for name, a in zip(names, arrs):
+        if int(a.shape[0]) != n:
+            raise ValueError(f"{engine.name}: input '{name}' has batch {a.shape[0]} != {n}")
+    return arrs
 
 
 def _load_class(name: str) -> type:
@@ -83,8 +161,7 @@ def _load_class(name: str) -> type:
             f"unknown inference backend '{name}'", hint=f"choose one of: auto, {', '.join(BACKENDS)}"
         ) from None
     module, _, attr = target.partition(":")
-    mod = importlib.import_module(module)
-    return getattr(mod, attr)
+    return getattr(importlib.import_module(module), attr)
 
 
 def _missing_module(exc: ImportError) -> str | None:
@@ -95,96 +172,141 @@ def _missing_module(exc: ImportError) -> str | None:
     return None
 
 
-def _try(name: str, model_path: Path | None, *, device: str, fp16: bool, max_batch: int, cache_dir: Any):
-    """Try one backend. Returns (engine or None, ok, reason)."""
-    if name in CUDA_ONLY and device != "cuda":
-        return None, False, f"needs a CUDA device (device is {device})"
-    try:
-        cls = _load_class(name)
-    except EngineUnavailable:
-        raise
-    except ImportError as exc:
-        missing = _missing_module(exc)
-        if missing:
-            return None, False, f"not installed (no module named '{missing}')"
-        return None, False, f"broken: {exc}"
-    except Exception as exc:  # a backend module that fails at import time is broken, not absent
-        return None, False, f"broken: {type(exc).__name__}: {exc}"
-    if model_path is None:
-        # Backend modules import without their library; ask the class what it lacks here.
-        probe = getattr(cls, "unavailable_reason", None)
-        reason = probe(device) if probe is not None else None
-        return (None, False, reason) if reason else (None, True, "available")
-    try:
-        engine = cls(model_path, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir)
-    except EngineUnavailable as exc:
-        return None, False, exc.message
-    except ImportError as exc:
-        missing = _missing_module(exc)
-        return None, False, f"not installed (no module named '{missing}')" if missing else f"broken: {exc}"
-    except Exception as exc:
-        return None, False, f"broken: {type(exc).__name__}: {exc}"
-    return engine, True, "selected"
-
-
-def _order(backend: str) -> tuple[str, ...]:
+def backend_order(backend: str, device: str) -> tuple[str, ...]:
+    """Backends tried for ``backend`` (``auto`` or one name) on ``device``."""
     if backend == "auto":
-        return AUTO_ORDER
+        return AUTO_ORDER.get(device, AUTO_ORDER["cpu"])
     if backend not in BACKENDS:
         raise EngineUnavailable(f"unknown inference backend '{backend}'", hint=f"choose one of: auto, {', '.join(BACKENDS)}")
     return (backend,)
 
 
+def _try(
+    name: str,
+    model: ModelSource | None,
+    *,
+    label: str | None,
+    device: str,
+    fp16: bool,
+    max_batch: int,
+    cache_dir: Any,
+    epilogue: Any,
+    compile: bool,
+) -> tuple[Any, bool, str]:
+    """Try one backend. Returns (engine or None, ok, reason)."""
+    try:
+        cls = _load_class(name)
+    except ImportError as exc:
+        missing = _missing_module(exc)
+        return None, False, f"not installed (no module named '{missing}')" if missing else f"broken: {exc}"
+    except EngineUnavailable:
+        raise
+    except Exception as exc:  # a backend module that fails at import time is broken, not absent
+        return None, False, f"broken: {type(exc).__name__}: {exc}"
+    reason = cls.unavailable_reason(device)
+    if reason:
+        return None, False, reason
+    if model is None:
+        return None, True, "available"
+    extra = {"compile": compile} if name == "torch" else {}
+    try:
+        engine = cls(
+            model, name=label, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=epilogue, **extra
+        )
+    except EngineUnavailable as exc:
+        return None, False, exc.message
+    except ImportError as exc:
+        missing = _missing_module(exc)
+        return None, False, f"not installed (no module named '{missing}')" if missing else f"broken: {exc}"
+    except ModelError:
+        raise
+    except Exception as exc:  # the backend failed on this model: say so, try the next one
+        return None, False, f"broken: {type(exc).__name__}: {exc}"
+    return engine, True, "selected"
+
+
 def explain_backends(
-    model_path: str | os.PathLike | None = None,
+    model: ModelSource | None = None,
     *,
     backend: str = "auto",
     device: str = "cpu",
     fp16: bool = False,
     max_batch: int = 8,
     cache_dir: str | os.PathLike | None = None,
+    name: str | None = None,
 ) -> list[tuple[str, bool, str]]:
     """Why each backend would be picked or skipped: ``[(name, ok, reason)]`` in the order tried.
 
-    Without ``model_path`` only importability and the device are checked; with it each backend
-    actually loads the model (slow for TensorRT). ``auto`` stops at the first that works.
+    Without ``model`` only importability and the device are checked; with it each backend actually
+    loads the model (slow for TensorRT). It stops at the first that works.
     """
-    path = Path(model_path) if model_path is not None else None
     out: list[tuple[str, bool, str]] = []
-    for name in _order(backend):
-        _, ok, reason = _try(name, path, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir)
-        out.append((name, ok, reason))
-        if ok and path is not None:
+    for b in backend_order(backend, device):
+        _, ok, reason = _try(
+            b, model, label=name, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=None, compile=False
+        )
+        out.append((b, ok, reason))
+        if ok and model is not None:
             break
     return out
 
 
 def create_engine(
-    model_path: str | os.PathLike,
+    model: ModelSource,
     *,
+    name: str | None = None,
     backend: str = "auto",
     device: str = "cpu",
     fp16: bool = False,
     max_batch: int = 8,
     cache_dir: str | os.PathLike | None = None,
-) -> Engine:
-    """Load ``model_path`` with ``backend`` (or the first that works for ``auto``).
+    epilogue: Any = None,
+    compile: bool = False,
+) -> Any:
+    """Load ``model`` (a path, or ONNX bytes named ``name``) with ``backend`` (or the first that works
+    for ``auto``) on ``device``.
 
-    Raises :class:`EngineUnavailable` listing every backend tried and why it was skipped.
+    The engine's ``skipped`` lists the backends tried before it and why. Raises
+    :class:`EngineUnavailable` listing every backend tried and why it was skipped, with the fix.
+    A model file that cannot be read raises :class:`~vcam.errors.ModelError` at once.
     """
-    path = Path(model_path)
+    label = source_name(model, name)
     reasons: list[str] = []
-    for name in _order(backend):
-        engine, ok, reason = _try(name, path, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir)
+    for b in backend_order(backend, device):
+        engine, ok, reason = _try(
+            b,
+            model,
+            label=name,
+            device=device,
+            fp16=fp16,
+            max_batch=max_batch,
+            cache_dir=cache_dir,
+            epilogue=epilogue,
+            compile=compile,
+        )
         if ok and engine is not None:
+            engine.skipped = list(reasons)
             return engine
-        reasons.append(f"{name}: {reason}")
-    hint = (
-        "install onnxruntime (CPU) or use --backend onnxruntime --device cpu"
-        if backend == "auto"
-        else "pick another backend with --backend, or auto"
-    )
-    raise EngineUnavailable(f"no inference backend can run {path.name} on {device}: " + "; ".join(reasons), hint=hint)
+        reasons.append(f"{b}: {reason}")
+    if device == "cuda":
+        hint = "install PyTorch with CUDA (pytorch.org) or TensorRT, or use --device cpu"
+    elif backend == "auto":
+        hint = "install onnxruntime (pip install onnxruntime)"
+    else:
+        hint = "pick another backend with --backend, or auto"
+    raise EngineUnavailable(f"no inference backend can run {label} on {device}: " + "; ".join(reasons), hint=hint)
 
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "Engine", "TensorInfo", "create_engine", "explain_backends"]
+__all__ = [
+    "AUTO_ORDER",
+    "BACKENDS",
+    "Engine",
+    "Epilogue",
+    "INSTALL",
+    "TensorInfo",
+    "backend_order",
+    "check_feeds",
+    "create_engine",
+    "explain_backends",
+    "item_shapes",
+]

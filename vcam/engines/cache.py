@@ -34,7 +34,9 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def profile_for(input_shapes: dict[str, tuple], max_batch: int, *, dynamic: tuple[int, int, int] = (32, 640, 2048)) -> dict[str, tuple]:
+def profile_for(
+    input_shapes: dict[str, tuple], max_batch: int, *, dynamic: tuple[int, int, int] = (32, 640, 2048)
+) -> dict[str, tuple]:
     """Optimisation profile (min, opt, max) per input for batch 1..``max_batch``.
 
     ``input_shapes``: per input, the model's shape with ints for fixed dims and None/str for dynamic
@@ -89,7 +91,10 @@ class EngineKey:
         if d.get("key_version") != KEY_VERSION:
             raise ValueError(f"engine key version {d.get('key_version')} != {KEY_VERSION}")
         return cls.make(
-            model_sha256=d["model_sha256"], gpu=d["gpu"], library=d["library"], precision=d["precision"],
+            model_sha256=d["model_sha256"],
+            gpu=d["gpu"],
+            library=d["library"],
+            precision=d["precision"],
             profile={n: tuple(tuple(s) for s in shapes) for n, shapes in d["profile"].items()},
         )
 
@@ -113,7 +118,9 @@ def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
     return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
 
 
-def engine_path(cache_dir: str | os.PathLike | None, model_path: str | os.PathLike, key: EngineKey, *, suffix: str = ".plan") -> Path:
+def engine_path(
+    cache_dir: str | os.PathLike | None, model_path: str | os.PathLike, key: EngineKey, *, suffix: str = ".plan"
+) -> Path:
     """``<cache>/<model stem>.<precision>.<digest><suffix>``."""
     stem = Path(model_path).stem
     return resolve_cache_dir(cache_dir) / f"{stem}.{key.precision}.{key.digest()}{suffix}"
@@ -160,6 +167,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 __all__ = [
-    "EngineKey", "sha256_file", "profile_for", "default_cache_dir", "resolve_cache_dir", "engine_path",
-    "sidecar", "lookup", "store",
+    "EngineKey",
+    "sha256_file",
+    "profile_for",
+    "default_cache_dir",
+    "resolve_cache_dir",
+    "engine_path",
+    "sidecar",
+    "lookup",
+    "store",
 ]

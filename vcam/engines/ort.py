@@ -1,21 +1,27 @@
 """onnxruntime backend: the CPU engine (and the test oracle for the GPU engines).
 
-On ``device="cuda"`` it uses onnxruntime's CUDA provider when the installed onnxruntime has one,
-and raises :class:`~vcam.errors.EngineUnavailable` otherwise. ``fp16`` is ignored (the model's own
-input dtypes decide); feeds are cast to each input's dtype, so FP16 models take float32 arrays.
+On ``device="cuda"`` it asks for onnxruntime's CUDA provider and checks what the session really got
+(``get_providers()``): a session that fell back to the CPU says so once in the log and reports
+``device == "cpu"``, so nobody mistakes it for a GPU engine. ``run_device`` on CUDA goes through host
+memory (onnxruntime's own device binding is not used): correct, and slower than the torch backend.
+
+``fp16`` is ignored (the model's own input dtypes decide); feeds are cast to each input's dtype. A
+model with a fixed batch (files exported for one image) runs item by item.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import EngineUnavailable, ModelError
-from . import TensorInfo
+from . import TensorInfo, check_feeds, item_shapes
+from .onnx_graph import ModelSource, source_name
 
 log = logging.getLogger(__name__)
 
@@ -25,65 +31,127 @@ def _dims(shape: list) -> tuple:
 
 
 class OrtEngine:
-    """One onnxruntime ``InferenceSession``. ``run`` is thread-safe (onnxruntime sessions are)."""
+    """One onnxruntime ``InferenceSession`` (see :class:`vcam.engines.Engine`)."""
 
     backend = "onnxruntime"
 
+    @staticmethod
+    def unavailable_reason(device: str = "cpu") -> str | None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return "onnxruntime not installed"
+        if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+            return "onnxruntime has no CUDA provider here (the CPU build is installed)"
+        if device not in ("cpu", "cuda"):
+            return f"unknown device '{device}' (use cuda or cpu)"
+        return None
+
     def __init__(
         self,
-        model_path: str | os.PathLike,
+        model: ModelSource,
         *,
+        name: str | None = None,
         device: str = "cpu",
         fp16: bool = False,
         max_batch: int = 8,
         cache_dir: str | os.PathLike | None = None,
+        epilogue: Any = None,
         threads: int = 0,
     ) -> None:
-        import onnxruntime as ort  # ImportError -> "not installed" in create_engine
+        import onnxruntime as ort
 
-        self.model_path = Path(model_path)
-        self.device = device
+        reason = self.unavailable_reason(device)
+        if reason:
+            raise EngineUnavailable(reason, hint="install onnxruntime-gpu, or use --device cpu")
+        self.name = source_name(model, name)
+        self.model_path = None if isinstance(model, (bytes, bytearray)) else Path(model)
         self.max_batch = int(max_batch)
-        available = ort.get_available_providers()
-        if device == "cuda":
-            if "CUDAExecutionProvider" not in available:
-                raise EngineUnavailable(
-                    "onnxruntime has no CUDA provider here",
-                    hint="install onnxruntime-gpu, or use --device cpu",
-                )
-            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-        elif device == "cpu":
-            providers = ["CPUExecutionProvider"]
-        else:
-            raise EngineUnavailable(f"onnxruntime cannot run on device '{device}'", hint="use --device cpu or cuda")
-        if fp16 and device == "cpu":
-            log.info("fp16 requested on the CPU: running %s in its own precision", self.model_path.name)
+        self.precision = "fp32"
+        self.epilogue = epilogue
+        self.skipped: list[str] = []
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+        if self.model_path is not None and not self.model_path.is_file():
+            raise ModelError(f"model file not found: {self.model_path}", hint="run `vcam models pull NAME`")
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
         if threads:
             opts.intra_op_num_threads = int(threads)
+            opts.inter_op_num_threads = 1
         try:
-            self.session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=providers)
+            src = bytes(model) if isinstance(model, (bytes, bytearray)) else str(self.model_path)
+            self.session = ort.InferenceSession(src, sess_options=opts, providers=providers)
         except Exception as exc:
-            if not self.model_path.is_file():
-                raise ModelError(f"model file not found: {self.model_path}", hint="run `vcam models pull NAME`") from None
-            raise ModelError(f"onnxruntime cannot load {self.model_path.name}: {exc}", hint="the file may be corrupt; run `vcam models verify`") from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(
+                f"onnxruntime cannot load {self.name}: {first}", hint="the file may be corrupt; run `vcam models verify`"
+            ) from None
+        got = self.session.get_providers()
+        self.device = "cuda" if got and got[0] == "CUDAExecutionProvider" else "cpu"
+        if device == "cuda" and self.device != "cuda":
+            log.warning(
+                "onnxruntime was asked to run %s on CUDA but runs it on the CPU (providers: %s)", self.name, ", ".join(got)
+            )
         self.inputs = [TensorInfo(i.name, _dims(i.shape), i.type) for i in self.session.get_inputs()]
-        self.outputs = [TensorInfo(o.name, _dims(o.shape), o.type) for o in self.session.get_outputs()]
-        self._names = [o.name for o in self.outputs]
+        raw = [TensorInfo(o.name, _dims(o.shape), o.type) for o in self.session.get_outputs()]
+        self._names = [o.name for o in raw]
+        self.outputs = list(epilogue.outputs) if epilogue is not None else raw
+        self.item_batch = self.inputs[0].fixed_batch if self.inputs else None
+        self._storage: dict[tuple, np.ndarray] = {}
+
+    def describe(self) -> str:
+        return f"onnxruntime {self.precision} on {self.device}"
+
+    def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]:
+        """Host arrays ``[:n]`` (reused across calls) in each input's dtype."""
+        if n < 1 or n > self.max_batch:
+            raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
+        items = item_shapes(self.inputs, shapes)
+        out = {}
+        for info in self.inputs:
+            key = (info.name, items[info.name])
+            buf = self._storage.get(key)
+            if buf is None:
+                buf = self._storage[key] = np.zeros((self.max_batch, *items[info.name]), dtype=info.dtype)
+            out[info.name] = buf[:n]
+        if self.device == "cuda":
+            import cupy
+
+            return {k: cupy.asarray(v) for k, v in out.items()}
+        return out
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
+        arrs = check_feeds(self, feeds)
         cast = {}
-        for info in self.inputs:
-            if info.name not in feeds:
-                raise ModelError(
-                    f"{self.model_path.name}: missing input '{info.name}'",
-                    hint=f"the model takes {', '.join(i.name for i in self.inputs)}",
-                )
-            arr = np.asarray(feeds[info.name])
-            cast[info.name] = np.ascontiguousarray(arr, dtype=info.dtype) if arr.dtype != info.dtype else np.ascontiguousarray(arr)
-        return self.session.run(self._names, cast)
+        for info, a in zip(self.inputs, arrs):
+            a = np.asarray(a)
+            cast[info.name] = np.ascontiguousarray(a, dtype=info.dtype) if a.dtype != info.dtype else np.ascontiguousarray(a)
+        n = next(iter(cast.values())).shape[0]
+        step = self.item_batch or n
+        if step >= n:
+            outs = self.session.run(self._names, cast)
+        else:  # a file exported for a fixed batch: item by item
+            parts = [self.session.run(self._names, {k: v[s : s + step] for k, v in cast.items()}) for s in range(0, n, step)]
+            outs = [np.concatenate(p, axis=0) for p in zip(*parts)]
+        return self.epilogue.numpy(outs) if self.epilogue is not None else outs
+
+    def run_device(self, feeds: dict[str, Any], stream: Any = None) -> list[Any]:
+        """NumPy in and out on the CPU. CuPy in and out on CUDA, through host memory (synchronous)."""
+        first = next(iter(feeds.values()), None)
+        if type(first).__module__.split(".")[0] != "cupy":
+            return self.run(feeds)
+        import cupy
+
+        with stream if stream is not None else cupy.cuda.get_current_stream():
+            host = {k: cupy.asnumpy(v) for k, v in feeds.items()}
+            return [cupy.asarray(o) for o in self.run(host)]
+
+    def close(self) -> None:
+        self._storage.clear()
 
     def __repr__(self) -> str:
-        return f"OrtEngine({self.model_path.name!r}, device={self.device!r})"
+        return f"OrtEngine({self.name!r}, {self.describe()})"
+
+
+__all__ = ["OrtEngine"]

@@ -18,6 +18,7 @@ arrays uses torch if installed, else CuPy). ``run_device`` enqueues on the calle
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..errors import EngineUnavailable, ModelError
 from . import cache
+from .onnx_graph import ModelSource, OnnxGraph, load_onnx, source_name
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,13 @@ class BuildProgress:
 
         self.title = title
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=False,
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
         )
         self._tasks: dict[str, int] = {}
         self._depth: dict[str, int] = {}
@@ -209,6 +216,20 @@ class _Arrays:
             self.cupy.cuda.get_current_stream().synchronize()
 
 
+def _has_cupy() -> bool:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _from_dlpack_cupy(t: Any) -> Any:
+    import cupy
+
+    return cupy.from_dlpack(t)
+
+
 def _kind_of(arr: Any) -> str:
     mod = type(arr).__module__.split(".")[0]
     if mod == "torch":
@@ -242,12 +263,14 @@ class TensorRTEngine:
 
     def __init__(
         self,
-        model_path: str | os.PathLike,
+        model: ModelSource,
         *,
+        name: str | None = None,
         device: str = "cuda",
         fp16: bool = False,
         max_batch: int = 8,
         cache_dir: str | os.PathLike | None = None,
+        epilogue: Any = None,
         dynamic: tuple[int, int, int] = (32, 640, 2048),
         workspace: int = 4 << 30,
         progress: bool = True,
@@ -258,31 +281,32 @@ class TensorRTEngine:
         import tensorrt as trt
 
         self.trt = trt
-        self.model_path = Path(model_path)
-        if not self.model_path.is_file():
-            raise ModelError(f"model file not found: {self.model_path}", hint="run `vcam models pull NAME`")
+        self.name = source_name(model, name)
+        self.device = "cuda"
+        self.model_bytes = bytes(model) if isinstance(model, (bytes, bytearray)) else None
+        self.model_path = None if self.model_bytes is not None else Path(model)
         self.fp16 = bool(fp16)
+        self.precision = "fp16" if self.fp16 else "fp32"
         self.max_batch = int(max_batch)
+        self.epilogue = epilogue
+        self.skipped: list[str] = []
         self._arrays = _Arrays.pick()
 
         from . import TensorInfo
-        from .torch import OnnxGraph
 
-        import onnx
-
-        try:
-            graph = OnnxGraph(onnx.load(str(self.model_path), load_external_data=False), name=self.model_path.name)
-        except Exception as exc:
-            raise ModelError(f"cannot read {self.model_path.name} as ONNX: {exc}", hint="run `vcam models verify`") from None
+        graph = OnnxGraph(load_onnx(model, name, external_data=False), name=self.name)
         self.profile = cache.profile_for({n: s for n, s, _ in graph.inputs}, self.max_batch, dynamic=dynamic)
+        digest = (
+            hashlib.sha256(self.model_bytes).hexdigest() if self.model_bytes is not None else cache.sha256_file(self.model_path)
+        )
         self.key = cache.EngineKey.make(
-            model_sha256=cache.sha256_file(self.model_path),
+            model_sha256=digest,
             gpu=self._arrays.gpu_name(),
             library=f"tensorrt {trt.__version__}",
-            precision="fp16" if self.fp16 else "fp32",
+            precision=self.precision,
             profile=self.profile,
         )
-        self.engine_file = cache.engine_path(cache_dir, self.model_path, self.key)
+        self.engine_file = cache.engine_path(cache_dir, Path(self.name), self.key)
 
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
@@ -294,27 +318,51 @@ class TensorRTEngine:
             cache.store(self.engine_file, self.key, plan)
             engine = self._runtime.deserialize_cuda_engine(plan)
             if engine is None:
-                raise EngineUnavailable(f"TensorRT cannot load the engine it just built for {self.model_path.name}", hint="see the TensorRT log above")
+                raise EngineUnavailable(
+                    f"TensorRT cannot load the engine it just built for {self.name}", hint="see the TensorRT log above"
+                )
         self._engine = engine
         self._context = engine.create_execution_context()
         if self._context is None:
-            raise EngineUnavailable("TensorRT could not create an execution context (out of GPU memory?)", hint="free GPU memory or lower max_batch")
+            raise EngineUnavailable(
+                "TensorRT could not create an execution context (out of GPU memory?)", hint="free GPU memory or lower max_batch"
+            )
 
         self._io: dict[str, tuple[bool, np.dtype]] = {}
         ins, outs = [], []
         for i in range(engine.num_io_tensors):
-            name = engine.get_tensor_name(i)
-            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
-            shape = tuple(int(d) if int(d) >= 0 else None for d in engine.get_tensor_shape(name))
-            self._io[name] = (is_input, dtype)
-            (ins if is_input else outs).append(TensorInfo(name, shape, dtype))
+            tname = engine.get_tensor_name(i)
+            is_input = engine.get_tensor_mode(tname) == trt.TensorIOMode.INPUT
+            dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(tname)))
+            shape = tuple(int(d) if int(d) >= 0 else None for d in engine.get_tensor_shape(tname))
+            self._io[tname] = (is_input, dtype)
+            (ins if is_input else outs).append(TensorInfo(tname, shape, dtype))
         order_in = [n for n, _, _ in graph.inputs]
         order_out = [n for n, _, _ in graph.outputs]
         self.inputs = sorted(ins, key=lambda t: order_in.index(t.name) if t.name in order_in else len(order_in))
-        self.outputs = sorted(outs, key=lambda t: order_out.index(t.name) if t.name in order_out else len(order_out))
+        self._raw_outputs = sorted(outs, key=lambda t: order_out.index(t.name) if t.name in order_out else len(order_out))
+        self.outputs = list(epilogue.outputs) if epilogue is not None else self._raw_outputs
         self._out_bufs: dict[tuple, Any] = {}
+        self._storage: dict[tuple, Any] = {}
         self._keep: list = []
+
+    def describe(self) -> str:
+        return f"tensorrt {self.precision} on cuda ({'built now' if self.built else 'cached plan'})"
+
+    def input_buffers(self, n: int, shapes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Device arrays ``[:n]`` (CuPy when installed, else torch), reused across calls."""
+        from . import item_shapes
+
+        items = item_shapes(self.inputs, shapes)
+        arrays = _Arrays("cupy") if _has_cupy() else self._arrays
+        out = {}
+        for info in self.inputs:
+            key = (arrays.kind, info.name, items[info.name])
+            buf = self._storage.get(key)
+            if buf is None:
+                buf = self._storage[key] = arrays.empty((self.max_batch, *items[info.name]), info.dtype)
+            out[info.name] = buf[:n]
+        return out
 
     # -- availability -----------------------------------------------------------------------------
 
@@ -343,17 +391,18 @@ class TensorRTEngine:
         flags = 0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
         network = builder.create_network(flags)
         parser = trt.OnnxParser(network, self._logger)
-        if not parser.parse_from_file(str(self.model_path)):
+        parsed = parser.parse(self.model_bytes) if self.model_bytes is not None else parser.parse_from_file(str(self.model_path))
+        if not parsed:
             errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
             raise EngineUnavailable(
-                f"unsupported graph: TensorRT cannot parse {self.model_path.name}: {errors[0] if errors else 'unknown error'}",
+                f"unsupported graph: TensorRT cannot parse {self.name}: {errors[0] if errors else 'unknown error'}",
                 hint="use --backend torch or onnxruntime",
             )
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace))
         if self.fp16:
             if not getattr(builder, "platform_has_fast_fp16", True):
-                log.warning("this GPU has no fast FP16; building %s in FP16 anyway", self.model_path.name)
+                log.warning("this GPU has no fast FP16; building %s in FP16 anyway", self.name)
             config.set_flag(trt.BuilderFlag.FP16)
         opt = builder.create_optimization_profile()
         for i in range(network.num_inputs):
@@ -361,7 +410,7 @@ class TensorRTEngine:
             lo, mid, hi = self.profile[tensor.name]
             opt.set_shape(tensor.name, lo, mid, hi)
         config.add_optimization_profile(opt)
-        title = f"Building TensorRT engine for {self.model_path.name} ({self.key.precision}, batch 1..{self.max_batch})"
+        title = f"Building TensorRT engine for {self.name} ({self.key.precision}, batch 1..{self.max_batch})"
         if progress:
             with BuildProgress(title) as ui:
                 monitor = _monitor(trt, ui)
@@ -375,7 +424,7 @@ class TensorRTEngine:
             plan = builder.build_serialized_network(network, config)
         if plan is None:
             raise EngineUnavailable(
-                f"unsupported graph: TensorRT failed to build {self.model_path.name}", hint="see the TensorRT log above; use --backend torch"
+                f"unsupported graph: TensorRT failed to build {self.name}", hint="see the TensorRT log above; use --backend torch"
             )
         return bytes(plan)
 
@@ -385,7 +434,7 @@ class TensorRTEngine:
         for info in self.inputs:
             if info.name not in feeds:
                 raise ModelError(
-                    f"{self.model_path.name}: missing input '{info.name}'",
+                    f"{self.name}: missing input '{info.name}'",
                     hint=f"the model takes {', '.join(i.name for i in self.inputs)}",
                 )
 
@@ -411,7 +460,7 @@ class TensorRTEngine:
                 raise ValueError(f"input '{info.name}' shape {tuple(arr.shape)} is outside the engine profile {lo}..{hi}")
             ctx.set_tensor_address(info.name, arrays.ptr(arr))
         outs = []
-        for info in self.outputs:
+        for info in self._raw_outputs:
             shape = tuple(int(d) for d in ctx.get_tensor_shape(info.name))
             key = (arrays.kind, info.name, shape)
             buf = self._out_bufs.get(key)
@@ -420,8 +469,14 @@ class TensorRTEngine:
             ctx.set_tensor_address(info.name, arrays.ptr(buf))
             outs.append(buf)
         if not ctx.execute_async_v3(handle):
-            raise ModelError(f"TensorRT execution of {self.model_path.name} failed", hint="see the TensorRT log above")
+            raise ModelError(f"TensorRT execution of {self.name} failed", hint="see the TensorRT log above")
         self._keep = keep  # converted inputs stay alive until the next call
+        if self.epilogue is not None:  # after the plan, on the same stream (torch ops through DLPack)
+            import torch
+
+            with torch.cuda.stream(torch.cuda.ExternalStream(handle)):
+                res = self.epilogue.torch([o if arrays.kind == "torch" else torch.from_dlpack(o) for o in outs])
+            outs = res if arrays.kind == "torch" else [_from_dlpack_cupy(r) for r in res]
         return outs
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
@@ -432,7 +487,9 @@ class TensorRTEngine:
         parts: list[list[np.ndarray]] = [[] for _ in self.outputs]
         for start in range(0, max(n, 1), self.max_batch):
             dev = {
-                i.name: arrays.from_host(np.ascontiguousarray(np.asarray(feeds[i.name])[start : start + self.max_batch], dtype=i.dtype))
+                i.name: arrays.from_host(
+                    np.ascontiguousarray(np.asarray(feeds[i.name])[start : start + self.max_batch], dtype=i.dtype)
+                )
                 for i in self.inputs
             }
             outs = self.run_device(dev)
@@ -446,7 +503,7 @@ class TensorRTEngine:
         self._keep = []
 
     def __repr__(self) -> str:
-        return f"TensorRTEngine({self.model_path.name!r}, {self.key.precision}, plan={self.engine_file.name!r})"
+        return f"TensorRTEngine({self.name!r}, {self.key.precision}, plan={self.engine_file.name!r})"
 
 
 __all__ = ["TensorRTEngine", "BuildProgress"]

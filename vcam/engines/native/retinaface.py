@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .inswapper_torch import _graph
-from .torch import OnnxGraph, _mismatch, attrs, load_graph_weights
+from ..onnx_graph import OnnxGraph, as_graph, attrs, mismatch
+from .weights import load_graph_weights
 
 LEAKY = 0.1
 
@@ -117,14 +117,14 @@ def load_retinaface_from_onnx(source: str | os.PathLike | bytes | Any | None = N
         from retinaface.weights import WEIGHTS
 
         source = WEIGHTS
-    return load_retinaface_from_graph(_graph(source))
+    return load_retinaface_from_graph(as_graph(source))
 
 
 def load_retinaface_from_graph(graph: OnnxGraph) -> RetinaFaceMobileNet:
     for node in graph.of_type("LeakyRelu"):
         alpha = float(attrs(node).get("alpha", 0.01))
         if abs(alpha - LEAKY) > 1e-6:
-            raise _mismatch(graph, f"LeakyRelu {node.name}: alpha {alpha} != {LEAKY}")
+            raise mismatch(graph, f"LeakyRelu {node.name}: alpha {alpha} != {LEAKY}")
     model = RetinaFaceMobileNet()
     load_graph_weights(graph, model.convs())
     return model.eval()

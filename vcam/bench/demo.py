@@ -1,6 +1,6 @@
 """End-to-end benchmark of the daemon on the demo clip (issue 2's CPU benchmark).
 
-    python -m vcam.bench_demo [--frames 300] [--size 1280x720] [--json bench_demo.json]
+    python -m vcam.bench.demo [--frames 300] [--size 1280x720] [--json bench_demo.json]
 
 Runs the real daemon (capture thread, tracking, classic swap, paste-back, publish to `null`) on the
 720p demo clip in two modes and prints a table:
@@ -19,8 +19,8 @@ import platform
 import time
 from dataclasses import replace
 
-from .config import Config, TrackConfig
-from .daemon import Daemon
+from ..config import Config, TrackConfig
+from ..daemon import Daemon
 
 
 def _run(cfg: Config, frames: int) -> dict:
@@ -71,13 +71,25 @@ def main(argv: list[str] | None = None) -> dict:
     for col in ("mode", "fps out", "p50 ms", "p99 ms", "full scans %", "dropped (capture)"):
         table.add_column(col, justify="right" if col != "mode" else "left")
     for name, r in results.items():
-        table.add_row(name, f"{r['fps_out']:.1f}", f"{r['latency_p50_ms']:.1f}", f"{r['latency_p99_ms']:.1f}",
-                      f"{r['full_scan_pct']:.1f}", str(r["dropped_capture"]))
+        table.add_row(
+            name,
+            f"{r['fps_out']:.1f}",
+            f"{r['latency_p50_ms']:.1f}",
+            f"{r['latency_p99_ms']:.1f}",
+            f"{r['full_scan_pct']:.1f}",
+            str(r["dropped_capture"]),
+        )
     con = Console()
     con.print(table)
     stages = results["flat out"]["stage_ms"]
     con.print("per-stage mean ms (flat out): " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-    payload = {"size": [w, h], "frames": args.frames, "machine": platform.platform(), "date": time.strftime("%Y-%m-%d"), "results": results}
+    payload = {
+        "size": [w, h],
+        "frames": args.frames,
+        "machine": platform.platform(),
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
     with open(args.json, "w") as fh:
         json.dump(payload, fh, indent=2)
     con.print(f"wrote {args.json}")

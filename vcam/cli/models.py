@@ -10,35 +10,31 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import VcamError
-from . import registry
+from ..models import registry
+from . import app as root
+from . import fail as _fail
+from . import load_config
 
 app = typer.Typer(no_args_is_help=True, help="Face models: list, download, verify, stand-ins.")
+root.add_typer(app, name="models", help="Model files: list, pull, verify, stand-ins.")
 out = Console(soft_wrap=True, highlight=False)
 
 
-def _fail(err: VcamError) -> None:
-    Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-    raise typer.Exit(err.exit_code)
-
-
-def _config(ctx: typer.Context):
-    """The config as `vcam run` builds it: $VCAM_CONFIG or the user config file over the defaults."""
-    from .. import config as _cfg
-
-    return _cfg.load()
-
-
 def _store(ctx: typer.Context, mirror: list[str] | None = None, progress: bool = True):
-    from .download import ModelStore
+    from ..models.download import ModelStore
 
-    return ModelStore.from_config(_config(ctx), mirrors=list(mirror or []), progress=progress)
+    return ModelStore.from_config(load_config(), mirrors=list(mirror or []), progress=progress)
 
 
-_MIRROR = typer.Option(None, "--mirror", help="Extra URL template tried first, with {base} and {file} (e.g. http://host/{base}/{file}).")
+_MIRROR = typer.Option(
+    None, "--mirror", help="Extra URL template tried first, with {base} and {file} (e.g. http://host/{base}/{file})."
+)
 
 
 @app.command("list")
-def list_models(ctx: typer.Context, kind: Optional[str] = typer.Option(None, "--kind", help="Only this kind: " + ", ".join(registry.KINDS))) -> None:
+def list_models(
+    ctx: typer.Context, kind: Optional[str] = typer.Option(None, "--kind", help="Only this kind: " + ", ".join(registry.KINDS))
+) -> None:
     """Supported models, whether they are on disk, and their licences."""
     try:
         store = _store(ctx)
@@ -47,8 +43,13 @@ def list_models(ctx: typer.Context, kind: Optional[str] = typer.Option(None, "--
             if kind and spec.kind != kind:
                 continue
             st = store.state(spec.name)
-            state = {"verified": "[green]verified[/]", "present": "[yellow]present, not verified[/]",
-                     "partial": f"[yellow]partial ({st.detail})[/]", "missing": "missing", "embedded": "built in"}[st.state]
+            state = {
+                "verified": "[green]verified[/]",
+                "present": "[yellow]present, not verified[/]",
+                "partial": f"[yellow]partial ({st.detail})[/]",
+                "missing": "missing",
+                "embedded": "built in",
+            }[st.state]
             lic = f"[bold red]{spec.licence}[/]" if "NON-COMMERCIAL" in spec.licence.upper() else spec.licence
             table.add_row(spec.name, spec.kind, state, f"{spec.approx_mb:g} MB", lic)
     except VcamError as err:
@@ -82,7 +83,9 @@ def pull(
 
 
 @app.command("verify")
-def verify(ctx: typer.Context, names: Optional[List[str]] = typer.Argument(None, help="Models to check (default: every file present).")) -> None:
+def verify(
+    ctx: typer.Context, names: Optional[List[str]] = typer.Argument(None, help="Models to check (default: every file present).")
+) -> None:
     """Re-check files on disk against their pins, lock entries and .hash files."""
     try:
         store = _store(ctx, progress=False)
@@ -122,7 +125,7 @@ def stand_in(
     seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
 ) -> None:
     """Write an ONNX stand-in with NAME's real tensors and random weights (not a trained model)."""
-    from .standin import write
+    from ..models.standin import write
 
     try:
         p = write(name, out_path, tiny=tiny, seed=seed)

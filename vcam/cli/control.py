@@ -1,4 +1,4 @@
-"""`vcam obs ...` and `vcam ctl ...` command groups (registered in vcam/cli.py)."""
+"""``vcam obs ...`` and ``vcam ctl ...``."""
 
 from __future__ import annotations
 
@@ -10,26 +10,17 @@ import typer
 from rich.console import Console
 
 from ..errors import ControlError, VcamError
+from . import ConfigOpt, app
+from . import fail as _fail
+from . import load_config as _config
 
 obs_app = typer.Typer(no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5).")
 ctl_app = typer.Typer(no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket).")
+app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
+app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, status.")
 
 out = Console()
 err = Console(stderr=True)
-
-ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: $VCAM_CONFIG or the user config.toml).")
-
-
-def _fail(exc: VcamError) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    raise typer.Exit(exc.exit_code)
-
-
-def _config(path: Optional[Path]):
-    """``--config PATH`` if given, else $VCAM_CONFIG or the user config file (see vcam.config.load)."""
-    from .. import config
-
-    return config.load(path)
 
 
 def bank_images(faces_dir: Path) -> dict[str, Path]:
@@ -46,11 +37,13 @@ def bank_images(faces_dir: Path) -> dict[str, Path]:
 
 @obs_app.command("setup")
 def obs_setup(
-    add_camera_source: bool = typer.Option(False, "--add-camera-source", help="Also add a Video Capture Device source for the virtual camera to the current scene."),
+    add_camera_source: bool = typer.Option(
+        False, "--add-camera-source", help="Also add a Video Capture Device source for the virtual camera to the current scene."
+    ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Create the "FastSwap Faces" scene (one source per face) and print the hotkeys to bind."""
-    from .obs import connect, setup_scene
+    from ..control.obs import connect, setup_scene
 
     try:
         cfg = _config(config)
@@ -79,7 +72,12 @@ def obs_setup(
     except VcamError as exc:
         _fail(exc)
     except Exception as exc:  # the websocket dropped half-way
-        _fail(ControlError(f"OBS stopped answering during setup ({type(exc).__name__}: {exc})", hint="check OBS is still running and try again"))
+        _fail(
+            ControlError(
+                f"OBS stopped answering during setup ({type(exc).__name__}: {exc})",
+                hint="check OBS is still running and try again",
+            )
+        )
     for line in report.lines():
         out.print(line, highlight=False)
     if not cfg.obs.enabled:
@@ -89,7 +87,7 @@ def obs_setup(
 @obs_app.command("status")
 def obs_status(config: Optional[Path] = ConfigOpt) -> None:
     """Say whether OBS is reachable and the control scene is set up."""
-    from .obs import obs_check
+    from ..control.obs import obs_check
 
     try:
         cfg = _config(config)
@@ -105,7 +103,7 @@ def obs_status(config: Optional[Path] = ConfigOpt) -> None:
 
 
 def _send(config: Optional[Path], cmd: dict) -> dict:
-    from .local import send_command
+    from ..control.local import send_command
 
     try:
         cfg = _config(config)

@@ -1,45 +1,17 @@
-"""Command line: thin wrappers that build the config, call the library, and print errors.
-
-Library code raises :class:`vcam.errors.VcamError`; only this module prints and picks exit codes.
-Sub-command groups live beside the code they drive and are registered in ``_register_groups``.
-"""
+"""``vcam run``, ``vcam check``, ``vcam devices`` and ``vcam config``."""
 
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from .errors import VcamError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="FastSwap Cam: live face swap as a virtual camera.")
-console = Console(stderr=True)
-out = Console()
-
-
-def _fail(err: VcamError) -> None:
-    console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
-    raise typer.Exit(err.exit_code)
-
-
-def load_config(config: Optional[Path], overrides: dict | None = None):
-    """Build the one Config from the file and CLI overrides; errors go through _fail."""
-    from . import config as config_mod
-
-    try:
-        return config_mod.load(config, overrides)
-    except VcamError as err:
-        _fail(err)
-
-
-ConfigOpt = typer.Option(None, "--config", "-c", help="config.toml to use (default: $VCAM_CONFIG or the user config dir).")
+from ..errors import VcamError
+from . import ConfigOpt, app, console, fail, load_config, out
 
 
 @app.command()
@@ -48,9 +20,13 @@ def run(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="vcam | file:PATH | window | null"),
     face: Optional[str] = typer.Option(None, "--face", "-f", help="Source face: a face-bank NAME or a photo PATH."),
     swapper: Optional[str] = typer.Option(None, "--swapper", "--model", help="classic (default) or a swapper model name."),
-    detector: Optional[str] = typer.Option(None, "--detector", help="retinaface_mnet025 (built in, default) or a detector model name."),
+    detector: Optional[str] = typer.Option(
+        None, "--detector", help="retinaface_mnet025 (built in, default) or a detector model name."
+    ),
     fp16: Optional[bool] = typer.Option(None, "--fp16/--fp32", help="FP16 inference (GPU only)."),
-    max_latency: Optional[str] = typer.Option(None, "--max-latency", help="Drop frames older than this at publish, e.g. 33ms (0: off)."),
+    max_latency: Optional[str] = typer.Option(
+        None, "--max-latency", help="Drop frames older than this at publish, e.g. 33ms (0: off)."
+    ),
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda"),
     backend: Optional[str] = typer.Option(None, "--backend", help="auto | tensorrt | torch | onnxruntime"),
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="Stop after this many input frames."),
@@ -58,12 +34,14 @@ def run(
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
     fast: bool = typer.Option(False, "--fast", help="Read video files as fast as possible (benchmarks)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line."),
-    download: Optional[bool] = typer.Option(None, "--download/--no-download", help="Download missing models without asking (default: ask on a terminal)."),
+    download: Optional[bool] = typer.Option(
+        None, "--download/--no-download", help="Download missing models without asking (default: ask on a terminal)."
+    ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
-    from .config import Duration
-    from .daemon import Daemon
+    from ..config import Duration
+    from ..daemon import Daemon
 
     # Each flag names the config key it overrides; a flag left out keeps the file's value.
     flags = {
@@ -88,16 +66,15 @@ def run(
     try:
         dur = float(Duration.parse(duration)) if duration else None
     except ValueError:
-        _fail(VcamError(f"--duration: expected a duration like '10s', got {duration!r}"))
+        fail(VcamError(f"--duration: expected a duration like '10s', got {duration!r}"))
 
     from dataclasses import replace
 
-    from .errors import ModelError
+    from ..errors import ModelError
 
     status_line = _StatusLine(enabled=not quiet)
     for attempt in (1, 2):
         daemon = Daemon(cfg, on_status=status_line.update)
-        _install_signals(daemon)
         try:
             with status_line:
                 summary = daemon.run(max_frames=frames, duration=dur)
@@ -108,16 +85,12 @@ def run(
             if ask and typer.confirm(f"{err.message}. Download them now?", default=False, err=True):
                 cfg = cfg.replace(models=replace(cfg.models, allow_download=True))
                 continue
-            _fail(err)
+            fail(err)
         except VcamError as err:
-            _fail(err)
-    console.print(
-        f"stopped: {summary.frames_out} frames published of {summary.frames_in} in {summary.seconds:.1f}s "
-        f"({summary.fps:.1f} fps) on {summary.device}; latency p50 {summary.percentile(50):.1f} ms, "
-        f"p99 {summary.percentile(99):.1f} ms; dropped {summary.dropped_capture} at capture, "
-        f"{summary.dropped_latency} over the latency budget",
-        highlight=False,
-    )
+            fail(err)
+    console.print(summary.line(), highlight=False, soft_wrap=True)
+    if summary.models:
+        console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
 
 
 class _StatusLine:
@@ -157,26 +130,10 @@ def format_status(status, active: str | None, swap: bool) -> str:
     )
 
 
-def _install_signals(daemon) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    hits = {"n": 0}
-
-    def handler(signum, frame):
-        hits["n"] += 1
-        if hits["n"] > 1:
-            console.print("forced exit")
-            raise SystemExit(130)
-        daemon.request_stop()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-
-
 @app.command()
 def check(config: Optional[Path] = ConfigOpt) -> None:
     """Check dependencies, GPU, virtual camera, cameras, models and OBS; print the fix for each failure."""
-    from .check import run_checks
+    from ..check import run_checks
 
     cfg = load_config(config)
     failed = 0
@@ -191,7 +148,7 @@ def check(config: Optional[Path] = ConfigOpt) -> None:
 @app.command()
 def devices() -> None:
     """List cameras and virtual cameras."""
-    from .devices import list_video_devices
+    from ..devices import list_video_devices
 
     devs = list_video_devices()
     if not devs:
@@ -210,7 +167,7 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
     cfg = load_config(config)
     if cfg.source_path:
         out.print(f"# from {cfg.source_path}", highlight=False)
-    from .config import SECTIONS
+    from ..config import SECTIONS
 
     for table in SECTIONS:
         out.print(f"[{table}]", highlight=False, markup=False)
@@ -224,7 +181,7 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
 
 
 def _toml_value(v) -> str:
-    from .config import Duration
+    from ..config import Duration
 
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -235,33 +192,3 @@ def _toml_value(v) -> str:
     if isinstance(v, dict):
         return "{" + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + "}"
     return repr(v)
-
-
-def _register_groups() -> None:
-    # Each group is a typer.Typer defined next to the code it drives.
-    # --- sub-command groups (one line each) ---
-    from .control.cli import ctl_app, obs_app
-
-    from .faces import faces_app
-    from .models.cli import app as models_app
-
-    app.add_typer(faces_app, name="faces", help="The face bank: list, add and remove source faces.")
-    app.add_typer(models_app, name="models", help="Model files: list, pull, verify, stand-ins.")
-    from .bench import bench_command
-
-    app.command("bench")(bench_command)
-    app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
-    app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, status.")
-
-
-_register_groups()
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("obsws_python").setLevel(logging.WARNING)
-    try:
-        app()
-    except VcamError as err:  # raised outside a command's own handler
-        console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
-        sys.exit(err.exit_code)

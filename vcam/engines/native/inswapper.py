@@ -14,23 +14,21 @@ The loader reads the per-conv details (reflect or zero padding, stride, the acti
 where the upsampling sits and its mode) from the graph and the weights from its initializers in
 graph order (Conv nodes in architecture order; one Gemm per AdaIN Linear, in block order), checking
 every shape. ``emap`` is the graph's last initializer and is not part of the module
-(:func:`read_emap`).
+(:func:`vcam.swap.read_emap`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ModelError
-from .torch import OnnxGraph, _mismatch, attrs, load_graph_weights
+from ..onnx_graph import OnnxGraph, as_graph, attrs, mismatch
+from .weights import distinct_convs, load_graph_weights
 
 LATENT = 512
 
@@ -201,22 +199,9 @@ def build_inswapper(seed: int = 0, width_div: int = 1) -> InSwapper:
 # Loading from ONNX
 
 
-def read_emap(source: str | os.PathLike | OnnxGraph | Any) -> np.ndarray:
-    """The (512, 512) ``emap`` array stored as the graph's last initializer."""
-    graph = _graph(source)
-    last = list(graph.initializers)[-1] if graph.initializers else None
-    arr = graph.array(last) if last else None
-    if arr is None or arr.shape != (LATENT, LATENT):
-        raise ModelError(
-            f"{graph.name}: the last initializer is not the (512, 512) emap (got {None if arr is None else arr.shape})",
-            hint="this is not an inswapper model",
-        )
-    return arr.astype(np.float32)
-
-
 def load_inswapper_from_onnx(path: str | os.PathLike | Any) -> InSwapper:
     """A native :class:`InSwapper` with the weights of the inswapper ONNX file at ``path``."""
-    return load_inswapper_from_graph(_graph(path))
+    return load_inswapper_from_graph(as_graph(path))
 
 
 def load_inswapper_from_graph(graph: OnnxGraph) -> InSwapper:
@@ -228,23 +213,18 @@ def load_inswapper_from_graph(graph: OnnxGraph) -> InSwapper:
 
 def spec_from_graph(graph: OnnxGraph) -> InSwapperSpec:
     """Read the architecture's free details from the graph (see the module docstring)."""
-    convs, seen = [], set()
-    for node in graph.of_type("Conv"):
-        key = graph.resolve(node.input[1])
-        if key not in seen:
-            seen.add(key)
-            convs.append(node)
+    convs = distinct_convs(graph)
     n_lin = len(graph.of_type("Gemm")) or len([n for n in graph.of_type("MatMul") if graph.array(n.input[1]) is not None])
     if n_lin % 2 or n_lin == 0:
-        raise _mismatch(graph, f"expected two linear layers (Gemm) per residual block, found {n_lin}")
+        raise mismatch(graph, f"expected two linear layers (Gemm) per residual block, found {n_lin}")
     blocks = n_lin // 2
     if len(convs) != 8 + 2 * blocks:
-        raise _mismatch(graph, f"expected {8 + 2 * blocks} convolutions for {blocks} blocks, found {len(convs)}")
+        raise mismatch(graph, f"expected {8 + 2 * blocks} convolutions for {blocks} blocks, found {len(convs)}")
     shapes = []
     for node in convs:
         w = graph.array(node.input[1])
         if w is None or w.ndim != 4:
-            raise _mismatch(graph, f"Conv {node.name}: weight is not a constant 4-D tensor")
+            raise mismatch(graph, f"Conv {node.name}: weight is not a constant 4-D tensor")
         shapes.append(w.shape)
     plain = [_plain_spec(graph, node, shapes[i]) for i, node in enumerate(convs) if i < 4 or i >= 4 + 2 * blocks]
     width = shapes[4][0]
@@ -258,7 +238,7 @@ def _plain_spec(graph: OnnxGraph, node: Any, shape: tuple) -> ConvSpec:
     a = attrs(node)
     pads = list(a.get("pads", [0, 0, 0, 0]))
     if len(set(pads)) != 1:
-        raise _mismatch(graph, f"Conv {node.name}: asymmetric pads {pads}")
+        raise mismatch(graph, f"Conv {node.name}: asymmetric pads {pads}")
     spec = ConvSpec(
         cin=int(shape[1]) * int(a.get("group", 1)),
         cout=int(shape[0]),
@@ -287,16 +267,16 @@ def _reflect_before(graph: OnnxGraph, conv: Any) -> int:
     a = attrs(node)
     mode = a.get("mode", "constant")
     if mode != "reflect":
-        raise _mismatch(graph, f"Pad {node.name} before Conv {conv.name}: mode '{mode}' (expected reflect)")
+        raise mismatch(graph, f"Pad {node.name} before Conv {conv.name}: mode '{mode}' (expected reflect)")
     pads = a.get("pads")
     if pads is None and len(node.input) > 1:
         arr = graph.array(node.input[1])
         pads = None if arr is None else [int(v) for v in arr]
     if not pads:
-        raise _mismatch(graph, f"Pad {node.name}: pads are not constant")
+        raise mismatch(graph, f"Pad {node.name}: pads are not constant")
     spatial = [p for i, p in enumerate(pads) if i % (len(pads) // 2) >= 2]
     if len(set(spatial)) != 1 or any(p for i, p in enumerate(pads) if i % (len(pads) // 2) < 2):
-        raise _mismatch(graph, f"Pad {node.name}: unsupported pads {list(pads)}")
+        raise mismatch(graph, f"Pad {node.name}: unsupported pads {list(pads)}")
     return int(spatial[0])
 
 
@@ -311,11 +291,11 @@ def _upsample_before(graph: OnnxGraph, conv: Any) -> tuple[str | None, bool]:
     ctm = a.get("coordinate_transformation_mode", "half_pixel")
     if mode == "linear":
         if ctm not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
-            raise _mismatch(graph, f"{node.op_type} {node.name}: linear resize with '{ctm}' coordinates is not supported")
+            raise mismatch(graph, f"{node.op_type} {node.name}: linear resize with '{ctm}' coordinates is not supported")
         return "bilinear", ctm == "align_corners"
     if mode == "nearest":
         return "nearest", False
-    raise _mismatch(graph, f"{node.op_type} {node.name}: mode '{mode}' is not supported")
+    raise mismatch(graph, f"{node.op_type} {node.name}: mode '{mode}' is not supported")
 
 
 def _activation_after(graph: OnnxGraph, conv: Any) -> tuple[str, float]:
@@ -332,130 +312,18 @@ def _activation_after(graph: OnnxGraph, conv: Any) -> tuple[str, float]:
     return "none", 0.0
 
 
-def _graph(source: Any) -> OnnxGraph:
-    if isinstance(source, OnnxGraph):
-        return source
-    import onnx
-
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_file():
-            raise ModelError(f"model file not found: {path}", hint="run `vcam models pull NAME`")
-        return OnnxGraph(onnx.load(str(path)), name=path.name)
-    if isinstance(source, (bytes, bytearray)):
-        return OnnxGraph(onnx.load_model_from_string(bytes(source)))
-    return OnnxGraph(source)
-
-
 def param_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-__all__ = ["InSwapper", "InSwapperSpec", "ConvSpec", "default_spec", "build_inswapper", "load_inswapper_from_onnx", "load_inswapper_from_graph", "read_emap", "spec_from_graph", "param_count"]
-
-
-# --------------------------------------------------------------------------------------------------
-# Benchmark: python -m vcam.engines.inswapper_torch [--batches 1,4,8] [--json PATH]
-
-
-def _time_engine(engine: Any, feeds: dict[str, Any], iters: int) -> dict[str, float]:
-    """Median / p90 ms per ``run_device`` call (CUDA events on the current stream), after warm-up."""
-    for _ in range(10):
-        engine.run_device(feeds)
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        engine.run_device(feeds)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    t = np.sort(np.array(times))
-    return {"median_ms": float(np.median(t)), "p90_ms": float(t[int(0.9 * (len(t) - 1))]), "iters": iters}
-
-
-def bench_main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Time the PyTorch engine on the full-size inswapper stand-in (random weights, built here) and
-    on the embedded RetinaFace, in the variants of docs/perf-notes.md; print a table."""
-    import argparse
-    import json
-    import tempfile
-
-    from ..models import standin
-    from .torch import TorchEngine
-
-    ap = argparse.ArgumentParser(prog="python -m vcam.engines.inswapper_torch")
-    ap.add_argument("--batches", default="1,4,8")
-    ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--model", default="", help="an inswapper ONNX file (default: build the full-size stand-in)")
-    ap.add_argument("--json", default="")
-    ap.add_argument("--parity", action="store_true", help="also compare each variant with onnxruntime (CPU) on 2 faces")
-    args = ap.parse_args(argv)
-    batches = [int(b) for b in args.batches.split(",")]
-    if not torch.cuda.is_available():
-        raise SystemExit("needs a CUDA device")
-    tmp = Path(tempfile.mkdtemp(prefix="vcam-bench-"))
-    model = Path(args.model) if args.model else standin.write("inswapper_128", tmp / "inswapper_128.onnx", seed=0)
-    gflop = 349.0  # per face, docs/models.md
-    rows: list[dict[str, Any]] = []
-    rng = np.random.default_rng(0)
-
-    def swap_feeds(n: int) -> dict[str, Any]:
-        src = rng.standard_normal((n, LATENT)).astype(np.float32)
-        src /= np.linalg.norm(src, axis=1, keepdims=True)
-        return {"target": torch.from_numpy(rng.random((n, 3, 128, 128), dtype=np.float32)).cuda(), "source": torch.from_numpy(src).cuda()}
-
-    ref = None
-    if args.parity:
-        import onnxruntime as ort
-
-        pf = {k: v.cpu().numpy() for k, v in swap_feeds(2).items()}
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        ref = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"]).run(None, pf)[0]
-    parity: dict[str, float] = {}
-    variants = [
-        ("FP16, channels-last, CUDA graph", dict(fp16=True, channels_last=True), batches),
-        ("FP16, NCHW, CUDA graph", dict(fp16=True, channels_last=False), [1]),
-        ("FP16, channels-last, eager", dict(fp16=True, channels_last=True, cuda_graphs=False), [1]),
-        ("FP32, NCHW, CUDA graph", dict(fp16=False, channels_last=False), [1]),
-    ]
-    for name, opts, bs in variants:
-        engine = TorchEngine(model, device="cuda", max_batch=max(bs), warmup=False, **opts)
-        if ref is not None:
-            out = engine.run(pf)[0]
-            parity[name] = float(np.linalg.norm(out - ref) / np.linalg.norm(ref)) if np.isfinite(out).all() else float("nan")
-            print(f"parity vs onnxruntime, {name}: rel {parity[name]:.2e}", flush=True)
-        for b in bs:
-            r = _time_engine(engine, swap_feeds(b), args.iters)
-            r.update(model="inswapper_128 (random weights)", variant=name, batch=b, ms_per_face=r["median_ms"] / b,
-                     tflops=gflop * b / r["median_ms"])  # GFLOP per ms = TFLOP/s
-            rows.append(r)
-        engine.close()
-        del engine
-        torch.cuda.empty_cache()
-    from retinaface.weights import WEIGHTS
-
-    det_path = tmp / "retinaface_mnet025.onnx"
-    det_path.write_bytes(WEIGHTS)
-    for name, opts in (("FP16, channels-last, CUDA graph", dict(fp16=True, channels_last=True)),
-                       ("FP16, NCHW, CUDA graph", dict(fp16=True, channels_last=False)),
-                       ("FP32, NCHW, CUDA graph", dict(fp16=False, channels_last=False))):
-        engine = TorchEngine(det_path, device="cuda", max_batch=8, **opts)
-        for b, size in ((1, 640), (8, 160)):
-            x = torch.randn(b, 3, size, size, device="cuda") * 50
-            r = _time_engine(engine, {"input": x}, args.iters)
-            r.update(model=f"retinaface mnet0.25 {size}x{size}", variant=name, batch=b, ms_per_face=r["median_ms"] / b, tflops=None)
-            rows.append(r)
-    print(f"{'model':34} {'variant':34} {'batch':>5} {'ms/call':>8} {'p90':>7} {'ms/face':>8} {'TFLOP/s':>8}")
-    for r in rows:
-        tf = f"{r['tflops']:.0f}" if r["tflops"] else "-"
-        print(f"{r['model']:34} {r['variant']:34} {r['batch']:>5} {r['median_ms']:8.3f} {r['p90_ms']:7.3f} {r['ms_per_face']:8.3f} {tf:>8}")
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows, "parity_rel": parity}
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
-    return result
-
-
-if __name__ == "__main__":
-    bench_main()
+__all__ = [
+    "InSwapper",
+    "InSwapperSpec",
+    "ConvSpec",
+    "default_spec",
+    "build_inswapper",
+    "load_inswapper_from_onnx",
+    "load_inswapper_from_graph",
+    "spec_from_graph",
+    "param_count",
+]

@@ -5,7 +5,8 @@ from the raw frame in a pinned host buffer to the output bytes in a pinned host 
 with pipelining (submit frame N+1 before collecting frame N), and peak GPU memory; and in the same run
 the naive loop (per frame: upload, CPU warp with OpenCV, one model call per face, download, float
 blend of the full frame on the CPU). The swapper is the inswapper architecture with random weights
-(FP16, channels-last, CUDA graphs); the detector is the embedded RetinaFace on the GPU, run on one
+(the full-size stand-in file, or ``--model``) on the torch engine (FP16, channels-last, CUDA graphs);
+the detector is the embedded RetinaFace on the GPU, run on one
 region per face every frame (as the tracker does between scans) with its real readback, while the
 faces themselves are fixed synthetic positions so every configuration swaps exactly N faces.
 """
@@ -21,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DeviceError
-from .types import Frame, PixelFormat, Track
+from ..errors import DeviceError
+from ..types import Frame, PixelFormat, Track
 
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
 # arcface_112_v2 five points at 112 px, used to place synthetic faces.
@@ -64,14 +65,6 @@ def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) ->
     return from_bgr(bgr, fmt)
 
 
-def typer_option(default: Any, *names: str, help: str = "") -> Any:
-    try:
-        import typer
-    except ImportError:  # pragma: no cover - typer is a dependency
-        return default
-    return typer.Option(default, *names, help=help)
-
-
 class FixedTracker:
     """Bench tracker: runs the detector on one region per face every frame (real work and readback)
     and returns the same ``n`` tracks, so each configuration swaps exactly ``n`` faces."""
@@ -84,7 +77,9 @@ class FixedTracker:
         for i, lm in enumerate(faces):
             x1, y1 = lm.min(0) - 20
             x2, y2 = lm.max(0) + 20
-            self.tracks.append(Track(id=i, box=np.array([x1, y1, x2, y2], np.float32), landmarks=lm.astype(np.float32), score=1.0))
+            self.tracks.append(
+                Track(id=i, box=np.array([x1, y1, x2, y2], np.float32), landmarks=lm.astype(np.float32), score=1.0)
+            )
             side = 2.0 * max(x2 - x1, y2 - y1)
             rects.append([(x1 + x2 - side) / 2, (y1 + y2 - side) / 2, side])
         self.rects = np.array(rects, dtype=np.float64)
@@ -105,21 +100,45 @@ def _pct(v: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(v) * 1e3, q)) if v else float("nan")
 
 
-def _swapper_module(seed: int = 0) -> tuple[Any, str]:
-    from .engines.inswapper_torch import build_inswapper
+def _inswapper_file(model: str | None) -> Path:
+    """The swapper file the GPU bench runs: ``model``, else the full-size inswapper stand-in (the
+    real architecture, random weights), built once per machine in the user cache dir."""
+    if model:
+        return Path(model)
+    import platformdirs
 
-    return build_inswapper(seed), "vcam.engines.inswapper_torch"
+    from ..models import standin
+
+    path = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "inswapper_128.onnx"
+    if not path.is_file():
+        standin.write("inswapper_128", path, seed=0)
+    return path
 
 
-def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt: PixelFormat = PixelFormat.NV12,
-              out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None,
-              max_faces: int | None = None, compile: bool = False) -> dict:
+def bench_gpu(
+    width: int,
+    height: int,
+    faces: int,
+    *,
+    model: Path,
+    frames: int = 200,
+    in_fmt: PixelFormat = PixelFormat.NV12,
+    out_fmt: PixelFormat = PixelFormat.I420,
+    fp16: bool = True,
+    max_faces: int | None = None,
+    compile: bool = False,
+) -> dict:
+    """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine."""
     import cupy
     import torch
 
-    from .config import Config, PipelineConfig
-    from .gpu.pipeline import GpuNeuralSwapper, GpuPipeline, GpuRetinaFace, Transfers
-    from .types import SourceFace
+    from ..config import Config, PipelineConfig
+    from ..detect import RetinaFaceDetector
+    from ..engines import create_engine
+    from ..ops.cuda import CudaOps
+    from ..pipeline import Pipeline
+    from ..swap import NeuralSwapper, read_emap
+    from ..types import SourceFace
 
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()
@@ -127,18 +146,21 @@ def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt:
     torch.cuda.reset_peak_memory_stats()
     free0 = cupy.cuda.runtime.memGetInfo()[0]
     cfg = Config(pipeline=PipelineConfig(max_faces=max_faces or max(8, faces)))
-    xfer = Transfers()
-    compute = cupy.cuda.Stream(non_blocking=True)
     mf = cfg.pipeline.max_faces
-    det = GpuRetinaFace(cfg.detect, cfg.track.roi_size, fp16=fp16, max_regions=mf, transfers=xfer, stream=compute)
+    ops = CudaOps()
+    det = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, ops=ops, backend="torch", device="cuda", fp16=fp16, max_regions=mf)
     det.warmup(height, width)
-    # With compile, capture only the bucket this configuration uses (each bucket is a compile).
-    sw = GpuNeuralSwapper(module, max_faces=mf, fp16=fp16, compile=compile, buckets=[faces] if compile else None)
-    sw.warmup()
+    engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=mf, compile=compile)
+    sw = NeuralSwapper("inswapper_128", engine, ops=ops, max_faces=mf, emap=read_emap(model))
     tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    pipe = GpuPipeline(cfg, tracker=tracker, swapper=sw, width=width, height=height, in_fmt=in_fmt, out_fmt=out_fmt,
-                       transfers=xfer, stream=compute, timing=True)
-    face = SourceFace(name="bench", image=np.zeros((128, 128, 3), np.uint8), latents={sw.name: np.random.default_rng(1).standard_normal(512).astype(np.float32)})
+    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True)
+    pipe.configure(width, height, in_fmt)
+    ops.synchronize()
+    face = SourceFace(
+        name="bench",
+        image=np.zeros((128, 128, 3), np.uint8),
+        latents={sw.name: np.random.default_rng(1).standard_normal(512).astype(np.float32)},
+    )
     snap = _Snap(face)
     raw = synthetic_frame(width, height, in_fmt)
 
@@ -150,7 +172,7 @@ def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt:
     for i in range(10):
         pipe.process(frame(i), snap)
     lat, stages = [], {}
-    c0 = xfer.snapshot()
+    c0 = ops.transfers.snapshot()
     for i in range(frames):
         f = frame(i)
         t0 = time.perf_counter()
@@ -158,7 +180,7 @@ def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt:
         lat.append(time.perf_counter() - t0)
         for k, v in st.stages.items():
             stages.setdefault(k, []).append(v)
-    c1 = xfer.snapshot()
+    c1 = ops.transfers.snapshot()
     # Throughput with pipelining: frame N+1 is submitted before frame N is collected.
     t0 = time.perf_counter()
     prev = None
@@ -172,49 +194,63 @@ def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, in_fmt:
     free1 = cupy.cuda.runtime.memGetInfo()[0]
     peak = torch.cuda.max_memory_reserved() + pool.total_bytes()
     res = {
-        "size": f"{width}x{height}", "faces": faces, "in_fmt": in_fmt.value, "out_fmt": out_fmt.value, "fp16": fp16,
-        "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "fps_pipelined": fps,
+        "size": f"{width}x{height}",
+        "faces": faces,
+        "in_fmt": in_fmt.value,
+        "out_fmt": out_fmt.value,
+        "fp16": fp16,
+        "p50_ms": _pct(lat, 50),
+        "p99_ms": _pct(lat, 99),
+        "fps_pipelined": fps,
         "stages_ms": {k: float(np.median(v) * 1e3) for k, v in stages.items()},
         "copies_per_frame": {"h2d": (c1[0] - c0[0]) / frames, "d2h": (c1[1] - c0[1]) / frames},
         "peak_gpu_mb_allocators": peak / 2**20,
         "gpu_mb_in_use_device": (free0 - free1) / 2**20,
-        "guarded": int(sw.guard.get().sum()),
+        "guarded": pipe.guarded(),
+        "engines": {"detector": det.engine.describe(), "swapper": engine.describe()},
     }
-    pipe.synchronize()
-    del pipe, det, sw, tracker
-    import gc
-
-    gc.collect()
+    ops.synchronize()
     return res
 
 
-def bench_naive(width: int, height: int, faces: int, *, frames: int = 20, in_fmt: PixelFormat = PixelFormat.NV12,
-                out_fmt: PixelFormat = PixelFormat.I420, fp16: bool = True, module: Any = None) -> dict:
-    """The naive loop: upload, CPU warp, one model call per face, download, float blend of the frame on the CPU."""
+def bench_naive(
+    width: int,
+    height: int,
+    faces: int,
+    *,
+    model: Path,
+    frames: int = 20,
+    in_fmt: PixelFormat = PixelFormat.NV12,
+    out_fmt: PixelFormat = PixelFormat.I420,
+    fp16: bool = True,
+) -> dict:
+    """The naive loop (what the peers do): per frame a CPU conversion and upload, then per face a CPU
+    warp, one eager model call with its own upload and download, a float blend of the whole frame on
+    the CPU with a full-frame warped mask; a CPU conversion out."""
     import cv2
     import torch
 
-    from . import align, blend, convert
+    from .. import align, blend, convert
+    from ..engines import create_engine
 
-    dt = torch.float16 if fp16 else torch.float32
-    model = module.to("cuda", dtype=dt).eval()
+    engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=1)
+    engine.cuda_graphs = False  # eager calls, one face at a time
     raw = synthetic_frame(width, height, in_fmt)
     lms = synthetic_faces(faces, width, height)
     mask = blend.box_mask(128, 0.3)
-    latent = torch.randn(1, 512, device="cuda", dtype=dt)
+    latent = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32)
     times = []
     for i in range(frames + 3):
         t0 = time.perf_counter()
         bgr = convert.to_bgr(raw, in_fmt, width, height)
-        dev = torch.from_numpy(bgr).cuda()  # upload (the naive loop keeps a device copy it never uses well)
+        dev = torch.from_numpy(bgr).cuda()  # the naive loop keeps a device copy it never uses well
         img = bgr.astype(np.float32)
         for lm in lms:
             m = align.estimate(lm, "arcface_128", 128)
             crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-            x = torch.from_numpy(crop[..., ::-1].copy()).cuda().permute(2, 0, 1)[None].to(dt) / 255.0
-            with torch.inference_mode():
-                y = model(x, latent)
-            out = (y[0].permute(1, 2, 0).float().cpu().numpy()[..., ::-1] * 255.0).clip(0, 255).astype(np.uint8)
+            x = np.ascontiguousarray(crop[..., ::-1].transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
+            y = engine.run({"target": x, "source": latent})[0]
+            out = (y[0].transpose(1, 2, 0)[..., ::-1] * 255.0).clip(0, 255).astype(np.uint8)
             inv = cv2.invertAffineTransform(m)
             warped = cv2.warpAffine(out, inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
             mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
@@ -224,26 +260,40 @@ def bench_naive(width: int, height: int, faces: int, *, frames: int = 20, in_fmt
         convert.from_bgr(res, out_fmt)
         if i >= 3:
             times.append(time.perf_counter() - t0)
-    return {"size": f"{width}x{height}", "faces": faces, "p50_ms": _pct(times, 50), "p99_ms": _pct(times, 99),
-            "fps": 1.0 / float(np.mean(times))}
+    return {
+        "size": f"{width}x{height}",
+        "faces": faces,
+        "p50_ms": _pct(times, 50),
+        "p99_ms": _pct(times, 99),
+        "fps": 1.0 / float(np.mean(times)),
+    }
 
 
-def bench_cpu(width: int, height: int, faces: int, *, frames: int = 60, in_fmt: PixelFormat = PixelFormat.NV12,
-              out_fmt: PixelFormat = PixelFormat.I420) -> dict:
-    """The CPU pipeline (NumPy/OpenCV references, onnxruntime detector on one region per face, classic
-    swap) on the same synthetic frames; the neural swapper is left out on the CPU (seconds per face)."""
-    from .config import Config, PipelineConfig
-    from .detect import RetinaFaceDetector
-    from .pipeline import Pipeline
-    from .swap import ClassicSwapper
-    from .types import SourceFace
+def bench_cpu(
+    width: int,
+    height: int,
+    faces: int,
+    *,
+    frames: int = 60,
+    in_fmt: PixelFormat = PixelFormat.NV12,
+    out_fmt: PixelFormat = PixelFormat.I420,
+) -> dict:
+    """The pipeline on NumPy ops (onnxruntime detector on one region per face, classic swap) on the
+    same synthetic frames; the neural swapper is left out on the CPU (seconds per face)."""
+    from ..config import Config, PipelineConfig
+    from ..detect import RetinaFaceDetector
+    from ..ops.numpy import NumpyOps
+    from ..pipeline import Pipeline
+    from ..swap import ClassicSwapper
+    from ..types import SourceFace
 
     cfg = Config(pipeline=PipelineConfig(max_faces=max(8, faces), device="cpu"))
-    det = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size)
+    ops = NumpyOps()
+    det = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size, ops=ops)
     tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    sw = ClassicSwapper(128)
+    sw = ClassicSwapper(128, ops=ops, max_faces=cfg.pipeline.max_faces)
     face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
-    pipe = Pipeline(cfg, tracker=tracker, swapper=sw, out_fmt=out_fmt)
+    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=cfg.pipeline.max_faces)
     raw = synthetic_frame(width, height, in_fmt)
     snap = _Snap(face)
     lat, stages = [], {}
@@ -255,23 +305,48 @@ def bench_cpu(width: int, height: int, faces: int, *, frames: int = 60, in_fmt: 
             lat.append(time.perf_counter() - t0)
             for k, v in st.stages.items():
                 stages.setdefault(k, []).append(v)
-    return {"size": f"{width}x{height}", "faces": faces, "in_fmt": in_fmt.value, "out_fmt": out_fmt.value, "fp16": False,
-            "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "fps_pipelined": 1.0 / float(np.mean(lat)),
-            "stages_ms": {k: float(np.median(v) * 1e3) for k, v in stages.items()},
-            "copies_per_frame": {"h2d": 0, "d2h": 0}, "peak_gpu_mb_allocators": 0.0}
+    return {
+        "size": f"{width}x{height}",
+        "faces": faces,
+        "in_fmt": in_fmt.value,
+        "out_fmt": out_fmt.value,
+        "fp16": False,
+        "p50_ms": _pct(lat, 50),
+        "p99_ms": _pct(lat, 99),
+        "fps_pipelined": 1.0 / float(np.mean(lat)),
+        "stages_ms": {k: float(np.median(v) * 1e3) for k, v in stages.items()},
+        "copies_per_frame": {"h2d": 0, "d2h": 0},
+        "peak_gpu_mb_allocators": 0.0,
+    }
 
 
-def bench_naive_cpu(width: int, height: int, faces: int, *, frames: int = 20, in_fmt: PixelFormat = PixelFormat.NV12,
-                    out_fmt: PixelFormat = PixelFormat.I420) -> dict:
+_IDENTITY = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+
+
+def classic_crop(swapper: Any, crop: np.ndarray, face: Any) -> np.ndarray:
+    """The classic swap of one crop the naive loop already warped with OpenCV (the crop is its own
+    frame, at the identity transform)."""
+    return swapper.swap(crop, _IDENTITY, face)[0][0].copy()
+
+
+def bench_naive_cpu(
+    width: int,
+    height: int,
+    faces: int,
+    *,
+    frames: int = 20,
+    in_fmt: PixelFormat = PixelFormat.NV12,
+    out_fmt: PixelFormat = PixelFormat.I420,
+) -> dict:
     """The naive CPU loop: full-frame detection every frame, then per face a warp, the classic swap and
     a float blend of the whole frame with a full-frame warped mask (what the peers do)."""
     import cv2
 
-    from . import align, blend, convert
-    from .config import Config
-    from .detect import RetinaFaceDetector
-    from .swap import ClassicSwapper
-    from .types import SourceFace
+    from .. import align, blend, convert
+    from ..config import Config
+    from ..detect import RetinaFaceDetector
+    from ..swap import ClassicSwapper
+    from ..types import SourceFace
 
     det = RetinaFaceDetector(Config().detect)
     sw = ClassicSwapper(128)
@@ -288,7 +363,7 @@ def bench_naive_cpu(width: int, height: int, faces: int, *, frames: int = 20, in
         for lm in lms:
             m = align.estimate(lm, "arcface_128", 128)
             crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-            out = sw.swap(crop[None], face)[0]
+            out = classic_crop(sw, crop, face)
             inv = cv2.invertAffineTransform(m)
             warped = cv2.warpAffine(out, inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
             mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
@@ -296,39 +371,66 @@ def bench_naive_cpu(width: int, height: int, faces: int, *, frames: int = 20, in
         convert.from_bgr(np.clip(img + 0.5, 0, 255).astype(np.uint8), out_fmt)
         if i >= 2:
             times.append(time.perf_counter() - t0)
-    return {"size": f"{width}x{height}", "faces": faces, "p50_ms": _pct(times, 50), "p99_ms": _pct(times, 99),
-            "fps": 1.0 / float(np.mean(times))}
+    return {
+        "size": f"{width}x{height}",
+        "faces": faces,
+        "p50_ms": _pct(times, 50),
+        "p99_ms": _pct(times, 99),
+        "fps": 1.0 / float(np.mean(times)),
+    }
 
 
-def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] = ("1080p",), frames: int = 200,
-        compile: bool = False,
-        naive_frames: int = 20, in_fmt: str = "NV12", out_fmt: str = "I420", fp16: bool = True,
-        json_path: str | None = None, naive: bool = True, console: Any = None) -> dict:
+def run(
+    *,
+    device: str = "cuda",
+    faces: list[int] = (1, 4, 8),
+    sizes: list[str] = ("1080p",),
+    frames: int = 200,
+    compile: bool = False,
+    model: str | None = None,
+    naive_frames: int = 20,
+    in_fmt: str = "NV12",
+    out_fmt: str = "I420",
+    fp16: bool = True,
+    json_path: str | None = None,
+    naive: bool = True,
+    console: Any = None,
+) -> dict:
     """Run the benchmark; returns (and optionally writes) the results as a dict."""
     if device == "cpu":
-        return _run_cpu(faces=faces, sizes=sizes, frames=min(frames, 60), naive_frames=naive_frames, in_fmt=in_fmt,
-                        out_fmt=out_fmt, json_path=json_path, naive=naive, console=console)
+        return _run_cpu(
+            faces=faces,
+            sizes=sizes,
+            frames=min(frames, 60),
+            naive_frames=naive_frames,
+            in_fmt=in_fmt,
+            out_fmt=out_fmt,
+            json_path=json_path,
+            naive=naive,
+            console=console,
+        )
     if device != "cuda":
         raise DeviceError(f"unknown bench device {device!r}", hint="use --device cuda or --device cpu")
-    from .gpu import available
+    from ..ops import cuda_status
 
-    ok, why = available()
+    ok, why = cuda_status()
     if not ok:
         raise DeviceError(f"CUDA is not usable: {why}", hint="install CuPy and PyTorch with CUDA, or run on a GPU machine")
+    import cupy
     import torch
 
-    module, source = _swapper_module(0)
-    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d"), "swapper": source}
-    try:
-        import cupy
+    from ..ops.kernels import arch
 
-        info["cupy"] = cupy.__version__
-        from .gpu._compile import arch
-
-        info["arch"] = arch()
-    except Exception:  # informative only
-        pass
+    path = _inswapper_file(model)
+    info = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cupy": cupy.__version__,
+        "arch": arch(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+        "swapper": model or "inswapper_128 stand-in (real architecture, random weights)",
+    }
     results: dict[str, Any] = {"info": info, "gpu": [], "naive": []}
     for s in sizes:
         if s not in SIZES:
@@ -336,14 +438,28 @@ def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] 
         w, h = SIZES[s]
         for n in faces:
             # With compile, size the face batch to n so only the needed shapes are compiled.
-            r = bench_gpu(w, h, n, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16,
-                          module=module, compile=compile, max_faces=n if compile else None)
+            r = bench_gpu(
+                w,
+                h,
+                n,
+                model=path,
+                frames=frames,
+                in_fmt=PixelFormat(in_fmt),
+                out_fmt=PixelFormat(out_fmt),
+                fp16=fp16,
+                compile=compile,
+                max_faces=n if compile else None,
+            )
             r["compiled"] = compile
             results["gpu"].append(r)
             if console:
-                console.print(f"gpu {s} faces={n}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms {r['fps_pipelined']:.0f} fps")
+                console.print(
+                    f"gpu {s} faces={n}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms {r['fps_pipelined']:.0f} fps"
+                )
             if naive:
-                nr = bench_naive(w, h, n, frames=naive_frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16, module=module)
+                nr = bench_naive(
+                    w, h, n, model=path, frames=naive_frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16
+                )
                 nr["speedup_throughput"] = r["fps_pipelined"] / nr["fps"]
                 results["naive"].append(nr)
                 if console:
@@ -354,8 +470,12 @@ def run(*, device: str = "cuda", faces: list[int] = (1, 4, 8), sizes: list[str] 
 
 
 def _run_cpu(*, faces, sizes, frames, naive_frames, in_fmt, out_fmt, json_path, naive, console) -> dict:
-    info = {"gpu": f"CPU ({platform.processor() or platform.machine()}, no GPU)", "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d"), "swapper": "classic"}
+    info = {
+        "gpu": f"CPU ({platform.processor() or platform.machine()}, no GPU)",
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+        "swapper": "classic",
+    }
     results: dict[str, Any] = {"info": info, "gpu": [], "naive": []}
     for s in sizes:
         if s not in SIZES:
@@ -365,7 +485,9 @@ def _run_cpu(*, faces, sizes, frames, naive_frames, in_fmt, out_fmt, json_path, 
             r = bench_cpu(w, h, n, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt))
             results["gpu"].append(r)
             if console:
-                console.print(f"cpu {s} faces={n}: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms {r['fps_pipelined']:.1f} fps")
+                console.print(
+                    f"cpu {s} faces={n}: p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms {r['fps_pipelined']:.1f} fps"
+                )
             if naive:
                 nr = bench_naive_cpu(w, h, n, frames=naive_frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt))
                 nr["speedup_throughput"] = r["fps_pipelined"] / nr["fps"]
@@ -384,32 +506,15 @@ def table(results: dict) -> Any:
     naive = {(r["size"], r["faces"]): r for r in results.get("naive", [])}
     for r in results["gpu"]:
         nr = naive.get((r["size"], r["faces"]), {})
-        t.add_row(r["size"], str(r["faces"]), f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['fps_pipelined']:.0f}",
-                  f"{nr.get('p50_ms', float('nan')):.1f}", f"{nr.get('speedup_throughput', float('nan')):.1f}x",
-                  f"{r['peak_gpu_mb_allocators']:.0f}", f"{r['copies_per_frame']['h2d']:.0f} up / {r['copies_per_frame']['d2h']:.0f} down")
+        t.add_row(
+            r["size"],
+            str(r["faces"]),
+            f"{r['p50_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+            f"{r['fps_pipelined']:.0f}",
+            f"{nr.get('p50_ms', float('nan')):.1f}",
+            f"{nr.get('speedup_throughput', float('nan')):.1f}x",
+            f"{r['peak_gpu_mb_allocators']:.0f}",
+            f"{r['copies_per_frame']['h2d']:.0f} up / {r['copies_per_frame']['d2h']:.0f} down",
+        )
     return t
-
-
-def bench_command(
-    device: str = typer_option("cuda", "--device", help="cuda (the GPU hot path) or cpu (the CPU pipeline, classic swap)."),
-    faces: str = typer_option("1,4,8", "--faces", help="Comma list of face counts."),
-    size: str = typer_option("720p,1080p,4k", "--size", help="Comma list of 720p, 1080p, 4k."),
-    frames: int = typer_option(200, "--frames", help="Timed frames per configuration."),
-    json_out: str = typer_option("", "--json", help="Write the results as JSON to this path."),
-    naive: bool = typer_option(True, "--naive/--no-naive", help="Also time the naive loop."),
-    compile: bool = typer_option(False, "--compile/--no-compile", help="torch.compile the swapper (minutes per batch size on first use)."),
-) -> None:
-    """Typer command (the CLI registers it as ``vcam bench``): GPU hot path vs. the naive loop."""
-    import typer
-    from rich.console import Console
-
-    from .errors import VcamError
-
-    con = Console()
-    try:
-        res = run(device=device, faces=[int(x) for x in faces.split(",") if x], sizes=[s.strip() for s in size.split(",") if s.strip()],
-                  frames=frames, json_path=json_out or None, naive=naive, console=con, compile=compile)
-    except VcamError as err:
-        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False)
-        raise typer.Exit(err.exit_code) from None
-    con.print(table(res))

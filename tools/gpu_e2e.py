@@ -1,0 +1,146 @@
+"""End to end on a GPU, the way a user runs it: `vcam run --device cuda --fp16` with every swapper
+family (full-size inswapper stand-in), the enhancer, and the backend choices, on a 1080p clip with
+several faces written by this script. Prints one line per run and writes the results as JSON.
+
+    python tools/gpu_e2e.py OUT_DIR [--frames 60] [--faces 4]
+
+Stand-ins (`vcam models stand-in`) have the real tensors and random weights: the checks are that
+every run starts, swaps every face of every frame, writes a playable file with every frame, and
+says where each model ran; not that the faces look right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def make_clip(path: Path, frames: int, faces: int, width: int = 1920, height: int = 1080) -> None:
+    """A clip with ``faces`` portraits on a grid, each drifting a little per frame."""
+    from vcam.demo import compose, gradient, placement, portrait
+    from vcam.publish import FileOutput
+
+    srcs = [portrait("grace_hopper"), portrait("astronaut")]
+    cols = int(np.ceil(np.sqrt(faces)))
+    rows = int(np.ceil(faces / cols))
+    bg = gradient(width, height)
+    out = FileOutput(path, width, height, 30.0, timing="frames")
+    try:
+        for i in range(frames):
+            items = []
+            for k in range(faces):
+                img = srcs[k % 2]
+                r, c = divmod(k, cols)
+                cx = (c + 0.5) * width / cols + 20 * np.sin(i / 9 + k)
+                cy = (r + 0.5) * height / rows + 12 * np.cos(i / 7 + k)
+                s = 0.75 * (height / rows) / img.shape[0]
+                items.append((img, placement((img.shape[1] / 2, img.shape[0] / 2), (cx, cy), s, 3 * np.sin(i / 11 + k))))
+            out.send_bgr(compose((width, height), items, background=bg))
+    finally:
+        out.close()
+
+
+def frames_of(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+
+
+def vcam(args: list[str], timeout: float = 240) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "vcam", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return r.returncode, (r.stdout + r.stderr).strip(), time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--frames", type=int, default=60)
+    ap.add_argument("--faces", type=int, default=4)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/vcam-e2e")
+    models = work / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for name in ("inswapper_128", "arcface_w600k_r50", "hyperswap_1a_256", "simswap_256", "crossface_simswap", "gfpgan_1.4"):
+        if not (models / f"{name}.onnx").is_file():
+            rc, text, _ = vcam(["models", "stand-in", name, "--out", str(models)])
+            assert rc == 0, text
+    clip = work / "faces.mp4"
+    make_clip(clip, args.frames, args.faces)
+    src = frames_of(clip)
+    print(f"stand-ins and a {len(src)}-frame 1080p clip with {args.faces} faces in {time.perf_counter() - t0:.1f}s", flush=True)
+    photo = ROOT / "vcam" / "assets" / "grace_hopper.jpg"
+    results = []
+
+    def run(label: str, extra: list[str], *, expect_ok: bool = True, config: str = "") -> None:
+        cfg = work / f"{label}.toml"
+        cfg.write_text(f"[models]\ndir = '{models}'\n{config}")
+        dst = work / f"{label}.mp4"
+        dst.unlink(missing_ok=True)
+        base = [
+            "run",
+            "-c",
+            str(cfg),
+            "--input",
+            str(clip),
+            "--no-loop",
+            "--fast",
+            "--max-latency",
+            "0",
+            "--quiet",
+            "--face",
+            str(photo),
+            "--output",
+            f"file:{dst}",
+        ]
+        rc, text, secs = vcam(base + extra)
+        row = {"label": label, "args": extra, "rc": rc, "seconds": round(secs, 1), "output": text[-2000:]}
+        if expect_ok and rc == 0:
+            got = frames_of(dst)
+            row["frames_written"] = len(got)
+            n = min(len(got), len(src))
+            row["changed_pct"] = round(
+                100.0 * float(np.mean([np.abs(got[i].astype(int) - src[i]).mean() > 1.0 for i in range(n)])), 1
+            )
+            m = re.search(r"latency p50 ([\d.]+) ms, p99 ([\d.]+) ms", text)
+            if m:
+                row["latency_p50_ms"], row["latency_p99_ms"] = float(m.group(1)), float(m.group(2))
+        row["ok"] = (rc == 0) == expect_ok and (not expect_ok or row.get("changed_pct", 0) > 90)
+        results.append(row)
+        last = [ln for ln in text.splitlines() if ln.strip()][-2:]
+        print(
+            f"[{'ok' if row['ok'] else 'FAIL'}] {label} rc={rc} {secs:.1f}s {row.get('frames_written', '')} frames, "
+            f"{row.get('changed_pct', '')}% changed | " + " | ".join(last),
+            flush=True,
+        )
+
+    cuda = ["--device", "cuda", "--fp16"]
+    run("inswapper_cuda_fp16", cuda + ["--model", "inswapper_128"])
+    run("hyperswap_cuda_fp16", cuda + ["--model", "hyperswap_1a_256"])
+    run("simswap_cuda_fp16", cuda + ["--model", "simswap_256"])
+    run("inswapper_enhancer_cuda", cuda + ["--model", "inswapper_128"], config="[swap]\nenhancer = 'gfpgan_1.4'\n")
+    run("classic_cuda_torch", ["--device", "cuda", "--backend", "torch"])
+    run("backend_onnxruntime_cuda", ["--device", "cuda", "--backend", "onnxruntime"], expect_ok=False)
+    run("backend_tensorrt_cuda", ["--device", "cuda", "--backend", "tensorrt"], expect_ok=False)
+    (out / "e2e.json").write_text(json.dumps(results, indent=2))
+    bad = [r["label"] for r in results if not r["ok"]]
+    print("e2e:", "all ok" if not bad else f"FAILED {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

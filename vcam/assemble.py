@@ -1,0 +1,287 @@
+"""The one place that builds the pipeline from the config: device, ops, models, faces.
+
+:data:`ROLES` is the table of what each model role needs on each device: roles on the hot path
+(detector, swapper, enhancer) run on the pipeline's device through a backend of that device, or the
+start fails with one line naming the fix; roles off the hot path (the recogniser, run once per face
+switch and per new track) run where they can and fall back to onnxruntime on the CPU with one log
+line. :func:`plan` answers from that table without loading anything (``vcam check``);
+:func:`build` loads everything and reports where each model really runs (:attr:`Assembly.placements`,
+shown by ``vcam run``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .errors import ConfigError, DeviceError, VcamError
+from .state import RuntimeState
+
+log = logging.getLogger(__name__)
+
+#: role -> on the hot path (must run on the pipeline's device)?
+ROLES: dict[str, bool] = {"detector": True, "swapper": True, "enhancer": True, "recogniser": False}
+
+#: What the array stages (convert, warp, paste) run on, per device.
+PIXELS = {"cpu": "NumPy/OpenCV", "cuda": "CuPy kernels (kernels/*.cu)"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one model runs: ``role`` (a key of :data:`ROLES`), ``model`` name, ``where`` (its
+    engine's own description, or what ``auto`` would pick), ``ok`` (False: it cannot run)."""
+
+    role: str
+    model: str
+    where: str
+    ok: bool = True
+
+
+def resolve_device(cfg: Config) -> tuple[str, str]:
+    """(``cpu`` | ``cuda``, why). ``cuda`` needs CuPy with a device and a CUDA inference backend
+    (``[pipeline] backend``); ``--device cuda`` without them raises DeviceError naming the fix,
+    ``auto`` falls back to the CPU and says why."""
+    from .engines import explain_backends
+    from .ops import cuda_status
+
+    want = cfg.pipeline.device
+    if want == "cpu":
+        return "cpu", "--device cpu"
+    ok, why = cuda_status()
+    if ok:
+        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend)
+        if not any(r[1] for r in rows):
+            ok, why = False, "no CUDA inference backend (" + "; ".join(f"{n}: {r}" for n, _, r in rows) + ")"
+    if ok:
+        return "cuda", "a CUDA GPU with CuPy and a CUDA inference backend"
+    if want == "cuda":
+        raise DeviceError(
+            f"--device cuda asked, but {why}",
+            hint="install CuPy (pip install 'fastswap-cam[cuda13]') and PyTorch with CUDA, or use --device cpu",
+        )
+    return "cpu", f"no usable GPU: {why}"
+
+
+def model_names(cfg: Config) -> dict[str, str]:
+    """role -> model name for the roles this config uses."""
+    from .recognize import DEFAULT_RECOGNISER
+    from .swap import BUILT_IN
+
+    neural = cfg.swap.swapper not in BUILT_IN
+    out = {"detector": cfg.detect.model, "swapper": cfg.swap.swapper}
+    if cfg.swap.enhancer:
+        out["enhancer"] = cfg.swap.enhancer
+    if neural or cfg.swap.faces == "reference":
+        out["recogniser"] = DEFAULT_RECOGNISER
+    return out
+
+
+def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
+    """(device, why, placements) as ``vcam run`` would choose them, without loading a model."""
+    from .engines import explain_backends
+    from .swap import BUILT_IN
+
+    device, why = resolve_device(cfg)
+    rows = {d: explain_backends(device=d, backend=cfg.pipeline.backend) for d in {device, "cpu"}}
+    out = []
+    for role, name in model_names(cfg).items():
+        if role == "swapper" and name in BUILT_IN:
+            out.append(Placement(role, name, f"built in, {PIXELS[device]} on {device}"))
+            continue
+        picked = next((b for b, ok, _ in rows[device] if ok), None)
+        if picked is None and not ROLES[role]:
+            picked, place = next((b for b, ok, _ in rows["cpu"] if ok), None), "cpu"
+        else:
+            place = device
+        if picked is None:
+            reasons = "; ".join(f"{b}: {r}" for b, _, r in rows[device])
+            out.append(Placement(role, name, f"no backend on {device} ({reasons})", ok=False))
+        else:
+            note = "" if place == device else " (fallback: off the hot path)"
+            out.append(Placement(role, name, f"{picked} on {place}{note}"))
+    return device, why, out
+
+
+@dataclass
+class Assembly:
+    """Everything one run needs, built from one config (see :func:`build`)."""
+
+    cfg: Config
+    device: str
+    ops: Any
+    detector: Any
+    photo_detector: Any
+    swapper: Any
+    tracker: Any
+    face_filter: Any
+    recogniser: Any = None
+    enhancer: Any = None
+    store: Any = None
+    placements: list[Placement] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line: where each model runs."""
+        return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
+
+    def make_pipeline(
+        self, out_fmt: Any, width: int | None = None, height: int | None = None, in_fmt: Any = None, *, timing: bool = False
+    ) -> Any:
+        """The pipeline over these stages, publishing ``out_fmt``. With the frame geometry given, its
+        buffers are allocated and the detector's engine warmed up now, so the first frame pays for
+        neither."""
+        from .pipeline import Pipeline
+
+        pipeline = Pipeline(
+            ops=self.ops,
+            tracker=self.tracker,
+            swapper=self.swapper,
+            out_fmt=out_fmt,
+            enhancer=self.enhancer,
+            face_filter=self.face_filter,
+            max_faces=self.cfg.pipeline.max_faces,
+            timing=timing,
+        )
+        if width and height and in_fmt is not None:
+            self.ops.warmup()
+            pipeline.configure(width, height, in_fmt)
+            self.detector.warmup(height, width)
+            self.ops.synchronize()
+        return pipeline
+
+
+def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
+    """Build ops, models and tracker for ``cfg`` (device resolved; every model file verified and,
+    when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline."""
+    from . import blend
+    from .detect import EMBEDDED_DETECTOR, RetinaFaceDetector, detector_requirements, make_detector
+    from .models import registry
+    from .models.download import ModelStore
+    from .ops import make_ops
+    from .pipeline import select_all, select_largest
+    from .swap import BUILT_IN, create_swapper, make_builtin
+    from .track import Tracker
+
+    device, why = resolve_device(cfg)
+    if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
+        log.info("running on the CPU: %s", why)
+    if cfg.pipeline.fp16 and device == "cpu":
+        log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+    names = model_names(cfg)
+    store = None
+    needed: list[str] = [names["recogniser"]] if "recogniser" in names else []
+    if cfg.swap.swapper not in BUILT_IN:
+        needed += registry.requirements(cfg.swap.swapper)
+    if cfg.swap.enhancer:
+        needed += registry.requirements(cfg.swap.enhancer)
+    if cfg.detect.model != EMBEDDED_DETECTOR:
+        needed += detector_requirements(cfg.detect.model)
+    if needed:  # every file this run needs, checked (and, if allowed, downloaded) at once
+        store = ModelStore.from_config(cfg)
+        store.ensure(list(dict.fromkeys(needed)))
+
+    ops = make_ops(device)
+    mask = ops.asarray(
+        blend.box_mask(cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size, cfg.swap.blur)
+    )
+    detector = make_detector(cfg, store=store, ops=ops, device=device)
+    photo_detector = (
+        detector
+        if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
+        else RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
+    )
+    recogniser = None
+    if "recogniser" in names:
+        from .recognize import create_recogniser
+
+        recogniser = create_recogniser(cfg, store=store, device=device)
+    if cfg.swap.swapper in BUILT_IN:
+        swapper = make_builtin(
+            cfg.swap.swapper,
+            crop_size=cfg.swap.crop_size,
+            color_match=cfg.swap.color_match,
+            ops=ops,
+            mask=mask,
+            max_faces=cfg.pipeline.max_faces,
+        )
+    else:
+        swapper = create_swapper(cfg.swap.swapper, cfg, store=store, ops=ops, mask=mask, device=device)
+    enhancer = None
+    if cfg.swap.enhancer:
+        from .enhance import create_enhancer
+
+        enhancer = create_enhancer(cfg.swap.enhancer, cfg, store=store, ops=ops, device=device)
+    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer)):
+        engine = getattr(model, "engine", None)
+        if engine is not None and engine.device != device:
+            raise DeviceError(
+                f"the {role} {names[role]} runs on {engine.device}, the pipeline on {device}",
+                hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
+            )
+
+    tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces, fps=fps)
+    if cfg.swap.faces == "reference":
+        face_filter = _reference_filter(cfg, photo_detector, recogniser)
+    else:
+        face_filter = select_largest if cfg.swap.faces == "largest" else select_all
+    placements = []
+    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), ("recogniser", recogniser)):
+        if model is None:
+            continue
+        engine = getattr(model, "engine", None)
+        where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
+        if engine is not None and getattr(engine, "skipped", None):
+            where += " [after " + "; ".join(engine.skipped) + "]"
+        placements.append(Placement(role, names[role], where))
+    return Assembly(
+        cfg=cfg,
+        device=device,
+        ops=ops,
+        detector=detector,
+        photo_detector=photo_detector,
+        swapper=swapper,
+        tracker=tracker,
+        face_filter=face_filter,
+        recogniser=recogniser,
+        enhancer=enhancer,
+        store=store,
+        placements=placements,
+    )
+
+
+def _reference_filter(cfg: Config, detector: Any, recogniser: Any) -> Any:
+    from .faces import load_face_arg
+    from .recognize import reference_filter
+
+    if not cfg.swap.reference:
+        raise ConfigError("[swap] faces = 'reference' needs [swap] reference", hint="set it to a face-bank name or a photo path")
+    ref = load_face_arg(cfg.swap.reference, faces_dir=cfg.faces_dir, detector=detector, recogniser=recogniser)
+    return reference_filter(recogniser, ref.embeddings[recogniser.name], cfg.swap.reference_threshold)
+
+
+def load_faces(asm: Assembly, state: RuntimeState, *, demo_input: bool) -> None:
+    """The active face (``--face`` / ``[swap] source``, else the demo face for the demo input) and
+    every face of the bank, prepared for the swapper; later additions load on first use."""
+    from .faces import FaceBank, face_from_image, load_face_arg
+
+    cfg = asm.cfg
+    kw = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
+    if cfg.swap.source:
+        state.add_face(load_face_arg(cfg.swap.source, faces_dir=cfg.faces_dir, **kw), activate=True)
+    elif demo_input:
+        from . import demo
+
+        state.add_face(face_from_image(demo.portrait("astronaut"), "astronaut", **kw), activate=True)
+    bank = FaceBank(cfg.faces_dir)
+    state.set_loader(lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]))
+    for name in bank.names():
+        if name in state.names:
+            continue
+        try:
+            state.add_face(bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]))
+        except VcamError as exc:
+            log.warning("face '%s' skipped: %s", name, exc)
+
+
+__all__ = ["Assembly", "PIXELS", "Placement", "ROLES", "build", "load_faces", "model_names", "plan", "resolve_device"]

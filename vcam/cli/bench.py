@@ -1,0 +1,41 @@
+"""``vcam bench``: the pipeline against the naive loop (see :mod:`vcam.bench.pipeline`)."""
+
+from __future__ import annotations
+
+import typer
+
+from ..errors import VcamError
+from . import app, fail, out
+
+
+@app.command("bench")
+def bench(
+    device: str = typer.Option("cuda", "--device", help="cuda (CUDA ops, torch engines) or cpu (NumPy ops, classic swap)."),
+    faces: str = typer.Option("1,4,8", "--faces", help="Comma list of face counts."),
+    size: str = typer.Option("720p,1080p,4k", "--size", help="Comma list of 720p, 1080p, 4k."),
+    frames: int = typer.Option(200, "--frames", help="Timed frames per configuration."),
+    json_out: str = typer.Option("", "--json", help="Write the results as JSON to this path."),
+    naive: bool = typer.Option(True, "--naive/--no-naive", help="Also time the naive loop."),
+    compile: bool = typer.Option(
+        False, "--compile/--no-compile", help="torch.compile the swapper (minutes per batch size on first use)."
+    ),
+    model: str = typer.Option("", "--model", help="An inswapper ONNX file (default: the full-size stand-in, built once)."),
+) -> None:
+    """Time the pipeline on synthetic frames against the naive loop; prints a table, writes JSON."""
+    from ..bench.pipeline import run, table
+
+    try:
+        res = run(
+            device=device,
+            faces=[int(x) for x in faces.split(",") if x],
+            sizes=[s.strip() for s in size.split(",") if s.strip()],
+            frames=frames,
+            json_path=json_out or None,
+            naive=naive,
+            console=out,
+            compile=compile,
+            model=model or None,
+        )
+    except VcamError as err:
+        fail(err)
+    out.print(table(res))

@@ -1,0 +1,96 @@
+"""``vcam faces list|add|remove``: the face bank."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..faces import FaceBank
+from . import app, load_config
+from . import fail as _fail
+
+log = logging.getLogger(__name__)
+
+faces_app = typer.Typer(no_args_is_help=True, help="The face bank: source faces to swap in.")
+app.add_typer(faces_app, name="faces", help="The face bank: list, add and remove source faces.")
+
+
+def _config(ctx: typer.Context):
+    """The config as `vcam run` builds it: $VCAM_CONFIG or the user config file over the defaults."""
+    return load_config()
+
+
+@faces_app.command("list")
+def faces_list(ctx: typer.Context) -> None:
+    """List the faces in the bank."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..errors import VcamError
+
+    try:
+        cfg = _config(ctx)
+        bank = FaceBank.from_config(cfg)
+        entries = bank.list()
+    except VcamError as err:
+        _fail(err)
+    console = Console(soft_wrap=True, highlight=False)
+    if not entries:
+        console.print(f"no faces in {bank.root}; add one with `vcam faces add PHOTO`")
+        return
+    table = Table("name", "added", "embeddings", "folder")
+    for e in entries:
+        table.add_row(e.name, e.added, ", ".join(e.embeddings) or "-", str(e.folder))
+    console.print(table)
+
+
+@faces_app.command("add")
+def faces_add(
+    ctx: typer.Context,
+    photo: Path = typer.Argument(..., help="Photo with the face to add."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Name in the bank (default: the file name)."),
+    pick: Optional[int] = typer.Option(
+        None, "--pick", "-k", min=1, help="Which face when the photo holds several (1 = leftmost)."
+    ),
+) -> None:
+    """Add the face in PHOTO to the bank."""
+    from rich.console import Console
+
+    from ..errors import ModelError, VcamError
+
+    try:
+        cfg = _config(ctx)
+        from ..detect import RetinaFaceDetector
+
+        detector = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
+        recogniser = None
+        try:  # the embedding is cached now when the recogniser is already on disk
+            from ..models.download import ModelStore
+            from ..recognize import DEFAULT_RECOGNISER, create_recogniser
+
+            store = ModelStore.from_config(cfg, progress=False)
+            if store.path(DEFAULT_RECOGNISER).is_file():
+                recogniser = create_recogniser(cfg, store=store, download=False, backend="onnxruntime")
+        except ModelError as err:
+            log.warning("face added without an embedding: %s", err)
+        entry = FaceBank.from_config(cfg).add(photo, name, pick, detector=detector, recogniser=recogniser)
+    except VcamError as err:
+        _fail(err)
+    Console(soft_wrap=True, highlight=False).print(f"added face '{entry.name}' ({entry.folder})")
+
+
+@faces_app.command("remove")
+def faces_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Face name.")) -> None:
+    """Remove a face from the bank (its folder and cached embeddings)."""
+    from rich.console import Console
+
+    from ..errors import VcamError
+
+    try:
+        FaceBank.from_config(_config(ctx)).remove(name)
+    except VcamError as err:
+        _fail(err)
+    Console(soft_wrap=True, highlight=False).print(f"removed face '{name}'")

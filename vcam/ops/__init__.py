@@ -1,0 +1,188 @@
+"""Array operations of the pipeline, one implementation per device.
+
+The stage order (:mod:`vcam.pipeline`) is written once over an :class:`Ops` object; everything that
+depends on where pixels live is here:
+
+- :class:`~vcam.ops.numpy.NumpyOps`: NumPy/OpenCV. The references in :mod:`vcam.convert`,
+  :mod:`vcam.align` and :mod:`vcam.blend` are both the CPU implementation and the test oracle.
+- :class:`~vcam.ops.cuda.CudaOps`: CuPy kernels (``kernels/*.cu``) with the same signatures, a
+  compute stream and a copy stream, pinned host rings and device buffers, counted transfers.
+
+Importing this package never imports CuPy; :func:`cuda_status` says whether the CUDA ops can run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..align import PlanarAffine
+from ..types import Frame, PixelFormat
+
+
+@dataclass
+class Transfers:
+    """Host<->device copies, counted (the tests assert one upload, one download and one detection
+    readback per frame on the GPU). ``d2h`` counts readbacks; ``d2h_arrays`` the arrays they moved."""
+
+    h2d: int = 0
+    d2h: int = 0
+    d2h_arrays: int = 0
+    h2d_bytes: int = 0
+    d2h_bytes: int = 0
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.h2d, self.d2h
+
+
+class FrameIO(Protocol):
+    """A ring of frame slots: raw input in, converted output out, ``ring`` frames in flight."""
+
+    ring: int
+
+    def host_slot(self) -> np.ndarray | None:
+        """The host buffer the next :meth:`upload` reads from (pinned on CUDA), so a source may read
+        a camera frame straight into it; None where uploads need no staging (the CPU)."""
+        ...
+
+    def upload(self, frame: Frame, slot: int) -> Any:
+        """The raw frame of ``slot`` in the ops' memory (on CUDA: one async upload)."""
+        ...
+
+    def output(self, slot: int) -> Any:
+        """The output buffer of ``slot`` (the converted frame is written here)."""
+        ...
+
+    def download(self, slot: int) -> None:
+        """Start moving the output of ``slot`` to the host (on CUDA: one async download)."""
+        ...
+
+    def result(self, slot: int) -> np.ndarray:
+        """Wait for ``slot``'s output on the host; valid until ``ring`` more frames are submitted."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """Mark ``slot``'s raw input consumed (its next upload may start)."""
+        ...
+
+
+class Clock(Protocol):
+    """Stage timings of one frame: ``mark(name)`` after each stage, ``durations()`` once it is done."""
+
+    def start(self) -> None: ...
+
+    def mark(self, name: str) -> None: ...
+
+    def durations(self) -> dict[str, float]: ...
+
+
+class HostClock:
+    """Stage times from the host clock (on CUDA without timing: the time to enqueue each stage)."""
+
+    def __init__(self) -> None:
+        self._marks: list[tuple[str, float]] = []
+
+    def start(self) -> None:
+        self._marks = [("", time.perf_counter())]
+
+    def mark(self, name: str) -> None:
+        self._marks.append((name, time.perf_counter()))
+
+    def durations(self) -> dict[str, float]:
+        m = self._marks
+        return {m[i][0]: m[i][1] - m[i - 1][1] for i in range(1, len(m))}
+
+
+class Ops(Protocol):
+    """What the pipeline, the detector and the swappers need from a device. Array arguments live
+    where the ops say (``xp`` arrays); matrices and regions stay on the host and travel by value.
+    The kernel-like methods have the NumPy references' signatures (see each module)."""
+
+    device: str
+    xp: Any
+    stream: Any
+    transfers: Transfers
+
+    def activate(self) -> Any:
+        """Context manager: array-library calls inside run on the ops' stream (CuPy's current stream)."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait for everything queued on the ops' streams (start-up, tests; never per frame)."""
+        ...
+
+    def warmup(self) -> None:
+        """Prepare what the first frame would otherwise pay for (kernel builds)."""
+        ...
+
+    def empty(self, shape: tuple, dtype: Any = np.uint8) -> Any: ...
+
+    def asarray(self, host: np.ndarray) -> Any: ...
+
+    def to_host(self, array: Any) -> np.ndarray: ...
+
+    def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
+
+    def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> FrameIO: ...
+
+    def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]: ...
+
+    def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> Any: ...
+
+    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None) -> Any: ...
+
+    def detector_input(
+        self, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
+    ) -> Any: ...
+
+    def warp_crops(self, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any: ...
+
+    def warp_crops_normalized(
+        self, frame: Any, crop_from_frame: np.ndarray, size: int, mean: tuple, std: tuple, rgb: bool = True, out: Any = None
+    ) -> Any: ...
+
+    def crops_from_planar(
+        self,
+        output: Any,
+        inputs: Any,
+        count: int,
+        crops: Any,
+        guard: Any,
+        affine: PlanarAffine = PlanarAffine(),
+        rgb: bool = True,
+    ) -> Any: ...
+
+    def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any: ...
+
+
+def cuda_status() -> tuple[bool, str]:
+    """(True, "") when CuPy imports and sees a CUDA device, else (False, why)."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        return False, f"CuPy does not import ({exc.__class__.__name__}: {exc})"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return False, f"no usable CUDA device ({exc})"
+    if n < 1:
+        return False, "no CUDA device"
+    return True, ""
+
+
+def make_ops(device: str) -> Ops:
+    """The ops for ``"cpu"`` or ``"cuda"`` (DeviceError when CUDA cannot run here)."""
+    if device == "cuda":
+        from .cuda import CudaOps
+
+        return CudaOps()
+    from .numpy import NumpyOps
+
+    return NumpyOps()
+
+
+__all__ = ["Clock", "FrameIO", "HostClock", "Ops", "Transfers", "cuda_status", "make_ops"]

@@ -1,0 +1,479 @@
+"""The CUDA ops: CuPy kernels from ``kernels/*.cu`` with the NumPy references' signatures.
+
+Streams: one compute stream (every kernel and every engine call of the pipeline) and one copy
+stream (frame uploads and downloads), ordered by events, never by a host synchronisation; the only
+host waits of a frame are the detection readback and the collection of the output.
+
+Per-frame parameters (matrices, regions, paste boxes) travel by value in kernel parameter blocks,
+so no kernel needs a host-to-device copy. Buffers are allocated at start (frame ring, engine
+inputs, crops); a kernel never allocates. Every host<->device copy is counted in ``transfers``.
+
+    host pinned slot --(copy stream, H2D)--> raw device slot --event--> compute stream:
+    to_bgr -> detector input -> detector (engine) -> [readback of a few KB] -> host track/align ->
+    warp -> swapper (engine) -> crops -> paste-back -> output colour --event--> copy stream:
+    D2H into the pinned output slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..align import PlanarAffine, invert
+from ..blend import paste_boxes
+from ..convert import check_420_output, frame_shape
+from ..errors import DeviceError, InputError
+from ..types import Frame, PixelFormat
+from . import Clock, HostClock, Transfers
+from .kernels import Kernels
+
+BLOCK = 256
+MAX_FACES = 32  # faces per launch (kernels/warp.cu, kernels/paste.cu); larger batches loop
+MAX_REGIONS = 32  # regions per launch (kernels/convert.cu)
+
+REGIONS = np.dtype(
+    {
+        "names": ["rect", "mean", "scale", "count", "rgb"],
+        "formats": [("f8", (MAX_REGIONS, 3)), ("f4", (3,)), ("f4", (3,)), "i4", "i4"],
+    },
+    align=True,
+)
+FACES = np.dtype(
+    {"names": ["frame_from_crop", "mean", "std", "count"], "formats": [("f8", (MAX_FACES, 6)), ("f4", (3,)), ("f4", (3,)), "i4"]},
+    align=True,
+)
+AFFINE = np.dtype(
+    {
+        "names": ["out_scale", "out_shift", "in_scale", "in_shift"],
+        "formats": [("f4", (3,)), ("f4", (3,)), ("f4", (3,)), ("f4", (3,))],
+    },
+    align=True,
+)
+PASTE = np.dtype(
+    {
+        "names": ["crop_from_frame", "box", "count", "box_w", "box_h"],
+        "formats": [("f8", (MAX_FACES, 6)), ("i4", (MAX_FACES, 4)), "i4", "i4", "i4"],
+    },
+    align=True,
+)
+
+
+def _grid(n: int) -> int:
+    return max(1, (n + BLOCK - 1) // BLOCK)
+
+
+def pinned(shape: tuple, dtype: Any = np.uint8) -> np.ndarray:
+    """A page-locked host array (allocated once; async copies need it)."""
+    import cupy
+
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    mem = cupy.cuda.alloc_pinned_memory(max(count * dtype.itemsize, 1))
+    return np.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
+
+
+class _DeviceIO:
+    """Pinned host slots and device slots per direction, ``ring`` frames in flight (see the module
+    docstring). Events order the copy stream against the compute stream."""
+
+    def __init__(self, ops: CudaOps, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> None:
+        import cupy
+
+        if PixelFormat(in_fmt) is PixelFormat.MJPEG:
+            raise InputError("the GPU path takes raw frames, not MJPEG", hint="request fourcc = 'YUYV' or use --device cpu")
+        self.ops = ops
+        self.ring = int(ring)
+        in_shape = frame_shape(PixelFormat(in_fmt), width, height)
+        self._host_in = [pinned(in_shape) for _ in range(self.ring)]
+        self._host_out = [pinned(out_shape) for _ in range(self.ring)]
+        self._dev_in = [cupy.empty(in_shape, dtype=cupy.uint8) for _ in range(self.ring)]
+        self._dev_out = [cupy.empty(out_shape, dtype=cupy.uint8) for _ in range(self.ring)]
+
+        def ev() -> Any:
+            return cupy.cuda.Event(disable_timing=True)
+
+        self._up = [ev() for _ in range(self.ring)]  # upload of the slot finished
+        self._in_free = [ev() for _ in range(self.ring)]  # compute is done with the raw slot
+        self._out_ready = [ev() for _ in range(self.ring)]  # the output of the slot is written
+        self._down = [ev() for _ in range(self.ring)]  # its download finished
+        self._next = 0
+
+    def host_slot(self) -> np.ndarray:
+        slot = self._next
+        self._up[slot].synchronize()  # its previous upload has left the buffer
+        return self._host_in[slot]
+
+    def upload(self, frame: Frame, slot: int) -> Any:
+        ops = self.ops
+        host = self._host_in[slot]
+        data = np.asarray(frame.data)
+        if data.__array_interface__["data"][0] != host.__array_interface__["data"][0]:
+            self._up[slot].synchronize()
+            np.copyto(host, data.reshape(host.shape))
+        ops.copy.wait_event(self._in_free[slot])
+        self._dev_in[slot].set(host, stream=ops.copy)
+        ops.transfers.h2d += 1
+        ops.transfers.h2d_bytes += host.nbytes
+        self._up[slot].record(ops.copy)
+        ops.stream.wait_event(self._up[slot])
+        self._next = (slot + 1) % self.ring
+        return self._dev_in[slot]
+
+    def release(self, slot: int) -> None:
+        self._in_free[slot].record(self.ops.stream)
+
+    def output(self, slot: int) -> Any:
+        self.ops.stream.wait_event(self._down[slot])  # the previous download from this slot has left
+        return self._dev_out[slot]
+
+    def download(self, slot: int) -> None:
+        ops = self.ops
+        self._out_ready[slot].record(ops.stream)
+        ops.copy.wait_event(self._out_ready[slot])
+        self._dev_out[slot].get(stream=ops.copy, out=self._host_out[slot])
+        ops.transfers.d2h += 1
+        ops.transfers.d2h_arrays += 1
+        ops.transfers.d2h_bytes += self._host_out[slot].nbytes
+        self._down[slot].record(ops.copy)
+
+    def result(self, slot: int) -> np.ndarray:
+        self._down[slot].synchronize()
+        return self._host_out[slot]
+
+
+class _EventClock:
+    """Stage times from CUDA events on the compute stream (device milliseconds, read at collect)."""
+
+    def __init__(self, stream: Any, names: Sequence[str]) -> None:
+        import cupy
+
+        self.stream = stream
+        self._events = {n: cupy.cuda.Event() for n in ("", *names)}
+        self._order: list[str] = []
+
+    def start(self) -> None:
+        self._order = [""]
+        self._events[""].record(self.stream)
+
+    def mark(self, name: str) -> None:
+        self._events[name].record(self.stream)
+        self._order.append(name)
+
+    def durations(self) -> dict[str, float]:
+        import cupy
+
+        ev, order = self._events, self._order
+        return {order[i]: cupy.cuda.get_elapsed_time(ev[order[i - 1]], ev[order[i]]) / 1e3 for i in range(1, len(order))}
+
+
+class CudaOps:
+    """CuPy arrays on the current CUDA device (see the module docstring)."""
+
+    device = "cuda"
+
+    def __init__(self) -> None:
+        try:
+            import cupy
+        except ImportError as exc:
+            raise DeviceError(
+                "the GPU path needs CuPy", hint="pip install 'fastswap-cam[cuda13]' (or [cuda] for CUDA 12), or use --device cpu"
+            ) from exc
+        self.xp = cupy
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.copy = cupy.cuda.Stream(non_blocking=True)
+        self.transfers = Transfers()
+        self.kernels = Kernels()
+        self._pinned: dict[tuple, np.ndarray] = {}
+        self._read_done = cupy.cuda.Event(disable_timing=True)
+
+    def activate(self) -> Any:
+        return self.stream
+
+    def warmup(self) -> None:
+        """Build every kernel module now (NVRTC, or CuPy's on-disk cache), not on the first frame."""
+        for name in ("convert", "warp", "paste"):
+            self.kernels.module(name)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+        self.copy.synchronize()
+
+    # -- memory ---------------------------------------------------------------------------------
+    def empty(self, shape: tuple, dtype: Any = np.uint8) -> Any:
+        with self.stream:
+            return self.xp.zeros(shape, dtype=dtype)
+
+    def asarray(self, host: np.ndarray) -> Any:
+        with self.stream:
+            return self.xp.asarray(host)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """A synchronous copy to the host (off the hot path: a new track's embedding, tests)."""
+        self.transfers.d2h += 1
+        self.transfers.d2h_arrays += 1
+        return array.get(stream=self.stream)
+
+    def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """Small device arrays (detections) to pinned host buffers, then one wait: one readback."""
+        out = []
+        for i, a in enumerate(arrays):
+            key = (i, tuple(a.shape), a.dtype.str)  # by position too: two outputs may share a shape
+            host = self._pinned.get(key)
+            if host is None:
+                host = self._pinned[key] = pinned(a.shape, a.dtype)
+            src = a if a.flags.c_contiguous else self.xp.ascontiguousarray(a)
+            src.get(stream=self.stream, out=host)
+            self.transfers.d2h_bytes += host.nbytes
+            out.append(host)
+        self.transfers.d2h += 1
+        self.transfers.d2h_arrays += len(out)
+        self._read_done.record(self.stream)
+        self._read_done.synchronize()
+        return out
+
+    def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _DeviceIO:
+        return _DeviceIO(self, in_fmt, width, height, out_shape, ring)
+
+    def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]:
+        return [_EventClock(self.stream, names) if timing else HostClock() for _ in range(ring)]
+
+    # -- convert (twins of vcam.convert) --------------------------------------------------------
+    def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> Any:
+        """Camera frame on the device -> (height, width, 3) uint8 BGR."""
+        cp = self.xp
+        fmt = PixelFormat(fmt)
+        if out is None:
+            out = cp.empty((height, width, 3), dtype=cp.uint8)
+        a = data
+        if a.dtype != cp.uint8:
+            raise InputError(f"frames must be uint8, got {a.dtype}")
+        n = width * height
+        if fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY):
+            ch = 1 if (a.ndim == 2 or (a.ndim == 3 and a.shape[2] == 1)) else int(a.shape[2])
+            if a.size != n * ch or ch not in (1, 3, 4):
+                raise InputError(f"unexpected frame shape {a.shape} for {fmt.value} {width}x{height}")
+            self._launch(
+                "convert",
+                "bgr_from_packed",
+                (_grid(n),),
+                (a, np.int32(width), np.int32(height), np.int32(ch), np.int32(fmt is PixelFormat.RGB), out),
+            )
+        elif fmt is PixelFormat.YUYV:
+            if a.size != n * 2 or width % 2:
+                raise InputError(f"unexpected YUYV frame size {a.size} for {width}x{height} (even width needed)")
+            self._launch("convert", "bgr_from_yuyv", (_grid(n),), (a, np.int32(width), np.int32(height), out))
+        elif fmt in (PixelFormat.NV12, PixelFormat.I420):
+            if width % 2 or height % 2:
+                raise InputError(f"{fmt.value} needs an even width and height, got {width}x{height}")
+            if a.size != n * 3 // 2:
+                raise InputError(f"unexpected {fmt.value} frame size {a.size} for {width}x{height}")
+            self._launch(
+                "convert",
+                "bgr_from_420",
+                (_grid(n),),
+                (a, np.int32(width), np.int32(height), np.int32(fmt is PixelFormat.NV12), out),
+            )
+        else:
+            raise InputError(f"unsupported input pixel format {fmt.value} on the GPU", hint="use --device cpu")
+        return out
+
+    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None) -> Any:
+        """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W)."""
+        cp = self.xp
+        fmt = PixelFormat(fmt)
+        h, w = frame.shape[:2]
+        if fmt in (PixelFormat.BGR, PixelFormat.RGB):
+            if out is None:
+                out = cp.empty((h, w, 3), dtype=cp.uint8)
+            self._launch(
+                "convert",
+                "bgr_to_packed",
+                (_grid(h * w),),
+                (frame, np.int32(w), np.int32(h), np.int32(fmt is PixelFormat.RGB), out),
+            )
+            return out
+        check_420_output(fmt, w, h)
+        if out is None:
+            out = cp.empty((h * 3 // 2, w), dtype=cp.uint8)
+        self._launch(
+            "convert",
+            "bgr_to_420",
+            (_grid((h // 2) * (w // 2)),),
+            (frame, np.int32(w), np.int32(h), np.int32(fmt is PixelFormat.NV12), out),
+        )
+        return out
+
+    def detector_input(
+        self, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
+    ) -> Any:
+        """All square regions of a BGR frame into one detector batch (R, 3, h, w), float32 or float16
+        after ``out``; one launch per 32 regions."""
+        cp = self.xp
+        rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
+        if out is None:
+            out = cp.empty((rects.shape[0], 3, size, size), dtype=cp.float32)
+        out_h, out_w = int(out.shape[2]), int(out.shape[3])
+        if out_h > size or out_w > size:
+            raise ValueError(f"detector input window {out_w}x{out_h} is larger than the region size {size}")
+        kernel = "detector_input_f16" if out.dtype == cp.float16 else "detector_input_f32"
+        h, w = frame.shape[:2]
+        scale3 = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (3,))
+        for start in range(0, rects.shape[0], MAX_REGIONS):
+            chunk = rects[start : start + MAX_REGIONS]
+            p = np.zeros(1, dtype=REGIONS)
+            p["rect"][0, : chunk.shape[0]] = chunk
+            p["mean"][0] = mean
+            p["scale"][0] = scale3
+            p["count"][0] = chunk.shape[0]
+            p["rgb"][0] = int(bool(rgb))
+            self._launch(
+                "convert",
+                kernel,
+                (_grid(out_h * out_w), chunk.shape[0]),
+                (
+                    frame,
+                    np.int32(w),
+                    np.int32(h),
+                    p,
+                    np.int32(size),
+                    np.int32(out_h),
+                    np.int32(out_w),
+                    out[start : start + chunk.shape[0]],
+                ),
+            )
+        return out
+
+    # -- align (twins of vcam.align) ------------------------------------------------------------
+    @staticmethod
+    def _faces(mats: np.ndarray, mean: Any = (0.0, 0.0, 0.0), std: Any = (1.0, 1.0, 1.0)) -> np.ndarray:
+        p = np.zeros(1, dtype=FACES)
+        if mats.shape[0]:
+            p["frame_from_crop"][0, : mats.shape[0]] = invert(mats).reshape(-1, 6)
+        p["mean"][0] = mean
+        p["std"][0] = std
+        p["count"][0] = mats.shape[0]
+        return p
+
+    def warp_crops(self, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any:
+        """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops; one launch per 32 faces."""
+        mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+        if out is None:
+            out = self.xp.empty((mats.shape[0], size, size, 3), dtype=self.xp.uint8)
+        h, w = frame.shape[:2]
+        for s in range(0, mats.shape[0], MAX_FACES):
+            m = mats[s : s + MAX_FACES]
+            self._launch(
+                "warp",
+                "warp_crops_u8",
+                (_grid(size * size), m.shape[0]),
+                (frame, np.int32(w), np.int32(h), self._faces(m), np.int32(size), out[s : s + m.shape[0]]),
+            )
+        return out
+
+    def warp_crops_normalized(
+        self, frame: Any, crop_from_frame: np.ndarray, size: int, mean: tuple, std: tuple, rgb: bool = True, out: Any = None
+    ) -> Any:
+        """Warp straight into a model input (F, 3, size, size) float32/float16 (after ``out``)."""
+        cp = self.xp
+        mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+        if out is None:
+            out = cp.empty((mats.shape[0], 3, size, size), dtype=cp.float32)
+        kernel = "warp_crops_norm_f16" if out.dtype == cp.float16 else "warp_crops_norm_f32"
+        h, w = frame.shape[:2]
+        for s in range(0, mats.shape[0], MAX_FACES):
+            m = mats[s : s + MAX_FACES]
+            self._launch(
+                "warp",
+                kernel,
+                (_grid(size * size), m.shape[0]),
+                (
+                    frame,
+                    np.int32(w),
+                    np.int32(h),
+                    self._faces(m, mean, std),
+                    np.int32(size),
+                    np.int32(bool(rgb)),
+                    out[s : s + m.shape[0]],
+                ),
+            )
+        return out
+
+    def crops_from_planar(
+        self,
+        output: Any,
+        inputs: Any,
+        count: int,
+        crops: Any,
+        guard: Any,
+        affine: PlanarAffine = PlanarAffine(),
+        rgb: bool = True,
+    ) -> Any:
+        """Model output (F, 3, S, S) -> uint8 BGR crops with the NaN guard; one block per face."""
+        cp = self.xp
+        if count <= 0:
+            return crops
+        kernel = "crops_from_planar_{}_{}".format(*("f16" if a.dtype == cp.float16 else "f32" for a in (output, inputs)))
+        p = np.zeros(1, dtype=AFFINE)
+        for field in AFFINE.names:
+            p[field][0] = getattr(affine, field)
+        self._launch(
+            "warp",
+            kernel,
+            (int(count),),
+            (
+                cp.ascontiguousarray(output),
+                inputs,
+                np.int32(count),
+                np.int32(output.shape[-1]),
+                p,
+                np.int32(bool(rgb)),
+                crops,
+                guard,
+            ),
+            block=(512,),
+        )
+        return crops
+
+    # -- blend (twin of vcam.blend.paste_back) --------------------------------------------------
+    def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
+        """Blend ``count`` crops (F, S, S, 3) into ``frame`` in place; ``mask`` (S, S) or (F, S, S)
+        float32 on the device. One launch per 32 faces; faces blend in order."""
+        mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+        n = mats.shape[0] if count is None else int(count)
+        size = int(crops.shape[1])
+        h, w = frame.shape[:2]
+        per_face = mask.ndim == 3
+        for s in range(0, n, MAX_FACES):  # chunks keep the order: a later chunk blends over an earlier one
+            m = mats[s : min(n, s + MAX_FACES)]
+            boxes = paste_boxes(m, size, h, w)
+            p = np.zeros(1, dtype=PASTE)
+            p["crop_from_frame"][0, : m.shape[0]] = m.reshape(-1, 6)
+            p["box"][0, : m.shape[0]] = boxes
+            p["count"][0] = m.shape[0]
+            bw = max(1, int((boxes[:, 2] - boxes[:, 0]).max(initial=0)))
+            bh = max(1, int((boxes[:, 3] - boxes[:, 1]).max(initial=0)))
+            p["box_w"][0], p["box_h"][0] = bw, bh
+            self._launch(
+                "paste",
+                "paste_back",
+                (_grid(bw * bh), m.shape[0]),
+                (
+                    frame,
+                    np.int32(w),
+                    np.int32(h),
+                    crops[s:],
+                    np.int32(size),
+                    mask[s:] if per_face else mask,
+                    np.int32(size * size if per_face else 0),
+                    p,
+                ),
+            )
+        return frame
+
+    def _launch(self, module: str, kernel: str, grid: tuple, args: tuple, block: tuple = (BLOCK,)) -> None:
+        self.kernels.launch(module, kernel, grid, block, args, self.stream)
+
+
+__all__ = ["CudaOps", "pinned"]

@@ -1,0 +1,115 @@
+"""The CPU ops: the NumPy/OpenCV references themselves (see :mod:`vcam.ops`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import align, blend, convert
+from ..align import PlanarAffine
+from ..types import Frame, PixelFormat
+from . import Clock, HostClock, Transfers
+
+
+class _HostIO:
+    """Frames stay where the source put them; outputs go to a ring of host buffers."""
+
+    def __init__(self, out_shape: tuple, ring: int) -> None:
+        self.ring = int(ring)
+        self._out = [np.empty(out_shape, np.uint8) for _ in range(self.ring)]
+
+    def host_slot(self) -> np.ndarray | None:
+        return None
+
+    def upload(self, frame: Frame, slot: int) -> Any:
+        return np.asarray(frame.data)
+
+    def output(self, slot: int) -> Any:
+        return self._out[slot]
+
+    def download(self, slot: int) -> None:
+        pass
+
+    def result(self, slot: int) -> np.ndarray:
+        return self._out[slot]
+
+    def release(self, slot: int) -> None:
+        pass
+
+
+class NumpyOps:
+    """NumPy arrays in host memory; every method is the reference of the same name."""
+
+    device = "cpu"
+    xp = np
+    stream = None
+
+    def __init__(self) -> None:
+        self.transfers = Transfers()
+
+    def activate(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+    def synchronize(self) -> None:
+        pass
+
+    def warmup(self) -> None:
+        pass
+
+    def empty(self, shape: tuple, dtype: Any = np.uint8) -> np.ndarray:
+        return np.zeros(shape, dtype=dtype)
+
+    def asarray(self, host: np.ndarray) -> np.ndarray:
+        return np.asarray(host)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return np.asarray(array)
+
+    def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        return [np.asarray(a) for a in arrays]
+
+    def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _HostIO:
+        return _HostIO(out_shape, ring)
+
+    def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]:
+        return [HostClock() for _ in range(ring)]
+
+    def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> np.ndarray:
+        return convert.to_bgr(data, fmt, width, height, out=out)
+
+    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None) -> np.ndarray:
+        return convert.from_bgr(frame, fmt, out=out)
+
+    def detector_input(
+        self, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
+    ) -> np.ndarray:
+        return convert.detector_input(frame, rects, size, mean, out=out, scale=scale, rgb=rgb)
+
+    def warp_crops(self, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> np.ndarray:
+        return align.warp_crops(frame, crop_from_frame, size, out=out)
+
+    def warp_crops_normalized(
+        self, frame: Any, crop_from_frame: np.ndarray, size: int, mean: tuple, std: tuple, rgb: bool = True, out: Any = None
+    ) -> np.ndarray:
+        return align.warp_crops_normalized(frame, crop_from_frame, size, mean, std, rgb, out=out)
+
+    def crops_from_planar(
+        self,
+        output: Any,
+        inputs: Any,
+        count: int,
+        crops: Any,
+        guard: Any,
+        affine: PlanarAffine = PlanarAffine(),
+        rgb: bool = True,
+    ) -> np.ndarray:
+        return align.crops_from_planar(output, inputs, count, crops, guard, affine, rgb)
+
+    def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> np.ndarray:
+        return blend.paste_back(frame, crops, crop_from_frame, mask, count)
+
+
+__all__ = ["NumpyOps"]

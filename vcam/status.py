@@ -1,0 +1,122 @@
+"""Run bookkeeping: the live numbers (rolling windows) and the summary of a run."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .state import Status
+from .types import FrameStats
+
+
+@dataclass
+class RunSummary:
+    """What ``vcam run`` prints when it stops."""
+
+    frames_in: int = 0
+    frames_out: int = 0
+    dropped_capture: int = 0
+    dropped_latency: int = 0
+    full_scans: int = 0
+    guarded: int = 0
+    # Capture-to-publish latency of the most recent published frames (bounded: the daemon runs for
+    # hours; 100k frames is about an hour at 30 fps).
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    device: str = "cpu"
+    models: str = ""  # where each model ran (Assembly.describe)
+    error: str | None = None
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(np.fromiter(self.latencies_ms, float), q)) if self.latencies_ms else 0.0
+
+    @property
+    def fps(self) -> float:
+        return self.frames_out / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        return (
+            f"stopped: {self.frames_out} frames published of {self.frames_in} in {self.seconds:.1f}s "
+            f"({self.fps:.1f} fps) on {self.device}; latency p50 {self.percentile(50):.1f} ms, "
+            f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
+            f"{self.dropped_latency} over the latency budget"
+            + (f"; {self.guarded} faces passed through (NaN/Inf)" if self.guarded else "")
+        )
+
+
+class LiveStats:
+    """Rolling fps and latency windows of the frame loop, folded into :class:`Status` on demand."""
+
+    def __init__(self, summary: RunSummary) -> None:
+        self.summary = summary
+        self._in: deque[float] = deque(maxlen=120)
+        self._out: deque[float] = deque(maxlen=120)
+        self._lat: deque[float] = deque(maxlen=300)
+        self._stage_sum: dict[str, float] = {}
+        self._over = 0
+        self.faces = 0
+
+    def frame_in(self, t_capture: float) -> None:
+        self.summary.frames_in += 1
+        self._in.append(t_capture)
+
+    def processed(self, stats: FrameStats) -> None:
+        for k, v in stats.stages.items():
+            self._stage_sum[k] = self._stage_sum.get(k, 0.0) + v
+        self.summary.full_scans += int(stats.full_scan)
+        self.faces = stats.faces
+
+    def published(self, t_capture: float, t_pub: float) -> None:
+        s = self.summary
+        s.frames_out += 1
+        self._out.append(t_pub)
+        ms = (t_pub - t_capture) * 1000.0
+        self._lat.append(ms)
+        s.latencies_ms.append(ms)
+        self._over = max(0, self._over - 1)
+
+    def dropped_late(self) -> None:
+        self.summary.dropped_latency += 1
+        self._over = 30
+
+    def status(self, dropped_capture: int, guarded: int) -> Status:
+        s = self.summary
+        st = Status(
+            frames_in=s.frames_in,
+            frames_out=s.frames_out,
+            dropped_capture=dropped_capture,
+            dropped_latency=s.dropped_latency,
+            full_scans=s.full_scans,
+            fps_in=_rate(self._in),
+            fps_out=_rate(self._out),
+            over_budget=self._over > 0,
+            faces=self.faces,
+            guarded=guarded,
+        )
+        if self._lat:
+            arr = np.fromiter(self._lat, dtype=np.float64)
+            st.latency_p50_ms = float(np.percentile(arr, 50))
+            st.latency_p99_ms = float(np.percentile(arr, 99))
+        return st
+
+    def finish(self, seconds: float, dropped_capture: int, guarded: int) -> RunSummary:
+        s = self.summary
+        s.seconds = seconds
+        s.dropped_capture = dropped_capture
+        s.guarded = guarded
+        n = max(s.frames_in, 1)
+        s.stage_ms = {k: v * 1000.0 / n for k, v in self._stage_sum.items()}
+        return s
+
+
+def _rate(times: deque) -> float:
+    if len(times) < 2:
+        return 0.0
+    span = times[-1] - times[0]
+    return (len(times) - 1) / span if span > 0 else 0.0
+
+
+__all__ = ["LiveStats", "RunSummary"]
