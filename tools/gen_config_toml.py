@@ -5,8 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from vcam.cli import _toml_value  # noqa: E402
-from vcam.config import describe  # noqa: E402
+from vcam.config import describe, toml_value  # noqa: E402
 
 lines = [
     "# FastSwap Cam configuration: every setting with its default.",
@@ -23,5 +22,5 @@ for table, key, default, doc in describe():
         lines.append(f"[{table}]")
         cur = table
     lines.append(f"# {doc}")
-    lines.append(f"{key} = {_toml_value(default)}")
+    lines.append(f"{key} = {toml_value(default)}")
 open(Path(__file__).resolve().parents[1] / "config.toml", "w").write("\n".join(lines) + "\n")

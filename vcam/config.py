@@ -75,7 +75,9 @@ class CaptureConfig:
 class PipelineConfig:
     device: Literal["auto", "cpu", "cuda"] = _opt("auto", "Where frames are processed.")
     backend: Literal["auto", "tensorrt", "torch", "onnxruntime"] = _opt(
-        "auto", "Inference backend for neural models (auto: TensorRT, then PyTorch CUDA, then onnxruntime)."
+        "auto",
+        "Inference backend of every model (auto: on CUDA TensorRT, then PyTorch, then onnxruntime's CUDA provider; "
+        "on the CPU onnxruntime, then PyTorch).",
     )
     fp16: bool = _opt(False, "Run neural models in FP16 (GPU only; warns and runs FP32 on the CPU).")
     max_latency: Duration = _opt(Duration(0.1), "Drop a frame older than this when it would be published (0: off).", min=0)
@@ -324,6 +326,19 @@ def load(path: str | os.PathLike | None = None, overrides: dict[str, dict[str, A
     if overrides:
         cfg = build({k: v for k, v in overrides.items() if v}, origin="command line", base=cfg)
     return cfg
+
+
+def toml_value(v: Any) -> str:
+    """A value as TOML (for `vcam config` and the shipped config.toml)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Duration):
+        return f'"{v}"'
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        return "{" + ", ".join(f'"{k}" = {toml_value(x)}' for k, x in v.items()) + "}"
+    return repr(v)
 
 
 def describe() -> list[tuple[str, str, Any, str]]:

@@ -45,7 +45,7 @@ def synthetic_faces(n: int, width: int, height: int, side: float | None = None) 
 
 def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) -> np.ndarray:
     """A textured (not constant) raw frame in ``fmt``."""
-    from .convert import from_bgr
+    from ..convert import from_bgr
 
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width]

@@ -167,7 +167,7 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
     cfg = load_config(config)
     if cfg.source_path:
         out.print(f"# from {cfg.source_path}", highlight=False)
-    from ..config import SECTIONS
+    from ..config import SECTIONS, toml_value
 
     for table in SECTIONS:
         out.print(f"[{table}]", highlight=False, markup=False)
@@ -176,19 +176,5 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
             v = getattr(sec, f.name)
             if table == "obs" and f.name == "password" and v:
                 v = "***"
-            out.print(f"{f.name} = {_toml_value(v)}", highlight=False, markup=False)
+            out.print(f"{f.name} = {toml_value(v)}", highlight=False, markup=False)
         out.print("")
-
-
-def _toml_value(v) -> str:
-    from ..config import Duration
-
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, Duration):
-        return f'"{v}"'
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, dict):
-        return "{" + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + "}"
-    return repr(v)

@@ -156,6 +156,7 @@ class TorchEngine:
         self._storage: dict[tuple, Any] = {}
         self._stage: dict[tuple, Any] = {}
         self._views: dict[tuple, Any] = {}
+        self._fast: dict[tuple, tuple] = {}
         self._streams: dict[int, Any] = {}
         if warmup and self.cuda_graphs and all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs):
             self.warmup()
@@ -211,8 +212,7 @@ class TorchEngine:
             raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
-        if self.cuda_graphs:
-            self._captured_for(self._padded(step), items)
+        cap = self._captured_for(self._padded(step), items) if self.cuda_graphs else None
         out = {}
         for info in self.inputs:
             key = (info.name, items[info.name], n)
@@ -221,6 +221,14 @@ class TorchEngine:
                 t = self._storage_for(info, items[info.name])[:n]
                 view = self._views[key] = _from_torch(t, "cupy" if self.device == "cuda" else "numpy")
             out[info.name] = view
+        if cap is not None and self.item_batch is None:
+            # The hot path: these very arrays passed back to run_device replay this graph, with no
+            # DLPack conversion either way (its outputs are converted once, here).
+            key = tuple((out[i.name].data.ptr, out[i.name].shape) for i in self.inputs)
+            if key not in self._fast:
+                b = self._padded(n)
+                outs = cap.outputs if b == n else [o[:n] for o in cap.outputs]
+                self._fast[key] = (cap, [_from_torch(o, "cupy") for o in outs])
         return out
 
     def warmup(self, shapes: dict[str, Sequence[int]] | None = None, batches: Sequence[int] | None = None) -> None:
@@ -327,6 +335,13 @@ class TorchEngine:
         torch = _torch
         arrs = check_feeds(self, feeds)
         kind = _kind(arrs[0])
+        if kind == "cupy" and self._fast:
+            hit = self._fast.get(tuple((a.data.ptr, a.shape) for a in arrs))
+            if hit is not None:
+                cap, outs = hit
+                with torch.cuda.stream(self._stream_for(stream, kind)):
+                    cap.graph.replay()
+                return outs
         n = int(arrs[0].shape[0])
         if n > self.max_batch:
             raise ValueError(f"batch of {n} is larger than max_batch={self.max_batch}")
@@ -383,6 +398,7 @@ class TorchEngine:
         """Drop the captured graphs and buffers (idempotent)."""
         self._graphs.clear()
         self._views.clear()
+        self._fast.clear()
         self._storage.clear()
         self._stage.clear()
         self._streams.clear()
