@@ -6,9 +6,16 @@ can never hide a missing install step.
 """
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+
+
+def vcam_cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """``python -m vcam ARGS`` in a real process (text output captured)."""
+    return subprocess.run([sys.executable, "-m", "vcam", *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def require(component, reason):

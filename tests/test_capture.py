@@ -65,7 +65,7 @@ def drain(src, limit: int = 10_000) -> list[Frame]:
 
 
 def cfg(**kw) -> CaptureConfig:
-    return CaptureConfig(**{"realtime": False, "loop": False, **kw})
+    return CaptureConfig(**{"pacing": "fast", "loop": False, **kw})
 
 
 class FakeClock:
@@ -510,3 +510,24 @@ def test_capture_thread_with_a_real_video(tmp_path):
     while (f := cap.get(timeout=1)) is not None:
         frames.append(f)
     assert len(frames) == 1 and frames[0].seq == 7 and cap.dropped == 7
+
+
+@pytest.mark.parametrize(
+    "inp,pacing,target,frames,expect",
+    [
+        ("webcam", "fast", "file:o.mp4", None, dict(realtime=True, lossless=False, loop=True)),  # a camera is live
+        ("clip.mp4", "auto", "file:o.mp4", None, dict(realtime=False, lossless=True, loop=False)),  # converting
+        ("clip.mp4", "auto", "vcam", None, dict(realtime=True, lossless=False, loop=True)),
+        ("clip.mp4", "realtime", "file:o.mp4", None, dict(realtime=True, lossless=False, loop=True)),  # --realtime
+        ("demo", "fast", "null", None, dict(realtime=False, lossless=True, loop=True)),  # --fast, a benchmark
+        ("still.png", "auto", "file:o.mp4", None, dict(lossless=True, still_frames=1)),
+        ("still.png", "auto", "file:o.mp4", 5, dict(lossless=True, still_frames=5)),
+        ("still.png", "auto", "window", None, dict(realtime=True, still_frames=None)),
+    ],
+)
+def test_plan_delivery(inp, pacing, target, frames, expect):
+    from vcam.capture import plan_delivery
+    from vcam.config import CaptureConfig
+
+    got = plan_delivery(CaptureConfig(input=inp, pacing=pacing), target, frames)
+    assert {k: getattr(got, k) for k in expect} == expect

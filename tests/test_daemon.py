@@ -7,11 +7,12 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import av
 import numpy as np
 import pytest
-from conftest import need_torch
+from conftest import need_torch, vcam_cli
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
@@ -24,7 +25,7 @@ from vcam.types import PixelFormat
 
 def demo_cfg(**capture):
     cfg = Config()
-    cap = dict(input="demo", width=640, height=360, realtime=False)
+    cap = dict(input="demo", width=640, height=360, pacing="fast")
     cap.update(capture)
     return cfg.replace(
         capture=replace(cfg.capture, **cap),
@@ -64,7 +65,7 @@ def test_daemon_runs_demo_and_stops_cleanly():
 
 
 def test_latency_budget_drops_and_counts():
-    cfg = demo_cfg()
+    cfg = demo_cfg(pacing="realtime")  # as a camera: lossless delivery never drops
     cfg = cfg.replace(pipeline=replace(cfg.pipeline, max_latency=Duration(1e-6)))
     out = Capturing(640, 360)
     s = Daemon(cfg, output=out, control=False).run(max_frames=10)
@@ -79,7 +80,7 @@ def test_status_line_shows_budget_exceeded():
 
 
 def test_background_start_stop_while_frames_flow():
-    cfg = demo_cfg(realtime=True)
+    cfg = demo_cfg(pacing="realtime")
     out = Capturing(640, 360)
     d = Daemon(cfg, output=out, control=False)
     d.start()
@@ -126,8 +127,10 @@ def test_cli_run_to_file_decodes(tmp_path):
     [
         (["--input", "/nonexistent/clip.mp4"], 3, "not found"),
         (["--input", "webcam:57"], 3, "camera 57 not found"),
-        (["--max-latency", "soon"], 2, "max_latency: expected a duration like '33ms'"),
-        (["--device", "gpu"], 2, "device: expected one of 'auto', 'cpu', 'cuda'"),
+        (["--max-latency", "soon"], 2, "--max-latency: expected a duration like '33ms'"),
+        (["--max-latency", "-5ms"], 2, "--max-latency: expected a duration like '33ms' or '0.5s', got '-5ms' (fix the flag)"),
+        (["--device", "gpu"], 2, "--device: expected one of 'auto', 'cpu', 'cuda', got 'gpu' (fix the flag)"),
+        (["--backend", "tensorflow"], 2, "--backend: expected one of"),
         (["--output", "printer"], 4, "use one of"),
         (["--face", "/nonexistent/me.jpg"], 7, "face photo not found"),
     ],
@@ -139,6 +142,51 @@ def test_cli_bad_input_one_clear_line(args, code, needle, tmp_path):
     lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), r.output
     assert needle in r.output
+
+
+def test_a_face_photo_without_a_face_stops_before_the_first_frame(tmp_path):
+    """README: a --face photo in which no face is found is an error (exit 7), not a silent pass-through."""
+    photo = tmp_path / "wall.png"
+    yy, xx = np.mgrid[0:200, 0:200]
+    import cv2
+
+    cv2.imwrite(str(photo), np.dstack([xx, yy, xx // 2 + yy // 2]).astype(np.uint8))
+    out = tmp_path / "o.mp4"
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--input",
+            "demo",
+            "--frames",
+            "3",
+            "--quiet",
+            "--device",
+            "cpu",
+            "--face",
+            str(photo),
+            "--output",
+            f"file:{out}",
+        ],
+    )
+    assert r.exit_code == 7, r.output
+    assert r.output.startswith("error: no face found in") and r.output.count("\n") == 1, r.output
+    assert not out.exists()
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "no face is found is an error (exit 7" in readme
+
+
+def test_summary_and_errors_never_wrap_mid_value():
+    """Piped to a narrow consumer, each message stays on one line."""
+    env = dict(os.environ, COLUMNS="30", TERM="dumb")
+    p = vcam_cli("run", "--input", "demo", "--frames", "3", "--fast", "--output", "null", "--device", "cpu", env=env)
+    assert p.returncode == 0, p.stderr
+    lines = (p.stdout + p.stderr).splitlines()
+    summary = [ln for ln in lines if ln.startswith("stopped:")]
+    assert len(summary) == 1 and summary[0].endswith("over the latency budget"), lines
+    assert any(ln.startswith("models: detector") and ln.rstrip().endswith("on cpu") for ln in lines), lines
+    p = vcam_cli("run", "--input", "/nowhere/a/very/long/path/to/a/clip.mp4", env=env)
+    assert p.returncode == 3 and len((p.stdout + p.stderr).strip().splitlines()) == 1, p.stderr
 
 
 def test_cli_corrupt_video_and_bad_config(tmp_path):
@@ -154,30 +202,8 @@ def test_cli_corrupt_video_and_bad_config(tmp_path):
 
 
 def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vcam",
-            "run",
-            "--input",
-            "demo",
-            "--output",
-            "null",
-            "--frames",
-            "5",
-            "--fast",
-            "--fp16",
-            "--device",
-            "cpu",
-            "--quiet",
-            "--max-latency",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["--input", "demo", "--output", "null", "--frames", "5", "--fast", "--fp16", "--device", "cpu", "--quiet"]
+    p = vcam_cli("run", *args, "--max-latency", "0", timeout=120)
     assert p.returncode == 0, p.stderr
     assert (p.stdout + p.stderr).count("--fp16 needs a CUDA GPU; running FP32 on the CPU") == 1
     assert "5 frames published of 5" in p.stderr
@@ -195,6 +221,7 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig):
             "run",
             "--input",
             "demo",
+            "--realtime",  # a live recording: the demo loops until the signal
             "--output",
             f"file:{target}",
             "--device",
@@ -281,7 +308,7 @@ def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
     from vcam.detect import RetinaFaceDetector
     from vcam.faces import FaceBank
 
-    cfg = demo_cfg(realtime=True)
+    cfg = demo_cfg(pacing="realtime")
     cfg = cfg.replace(faces=replace(cfg.faces, dir=str(tmp_path / "faces")))
     out = Capturing(640, 360)
     d = Daemon(cfg, output=out)

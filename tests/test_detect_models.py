@@ -409,7 +409,7 @@ def test_daemon_tracks_with_the_configured_detector(tmp_path, monkeypatch):
     standin.write("scrfd_2.5g", tmp_path, tiny=True)
     cfg = detect_cfg(tmp_path, "scrfd_2.5g")
     cfg = cfg.replace(
-        capture=replace(cfg.capture, input="pattern", width=320, height=240, realtime=False),
+        capture=replace(cfg.capture, input="pattern", width=320, height=240, pacing="fast"),
         pipeline=replace(cfg.pipeline, device="cpu", max_latency=Duration(0)),
         track=replace(cfg.track, rescan_every=1),
     )

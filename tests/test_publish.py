@@ -291,17 +291,22 @@ def test_file_output_wall_timing_keeps_real_speed(tmp_path):
     assert times == [0.0, 0.1, 0.15, 0.5, 0.501]
 
 
-def test_file_output_odd_size(tmp_path):
+def test_file_output_odd_size_is_kept(tmp_path):
+    """An odd frame size is written as it is (H.264 4:4:4); the MPEG-4 fallback crops to even and says so."""
     path = tmp_path / "odd.mp4"
     frames = frames_bgr(5, 1281, 721)
     with open_output(OutputConfig(target=f"file:{path}"), 1281, 721, 25.0) as out:
-        assert (out.width, out.height) == (1280, 720)
-        out.send(frames[0])  # the pipeline's full odd frame is cropped by the output
+        assert (out.width, out.height, out.pix_fmt) == (1281, 721, "yuv444p")
+        out.send(frames[0])
         for f in frames[1:]:
             out.send_bgr(f)
     got = decode(path)
-    assert len(got) == 5 and all(g.shape == (720, 1280, 3) for g in got)
-    assert np.abs(got[2].astype(int) - frames[2][:720, :1280].astype(int)).mean() < 6
+    assert len(got) == 5 and all(g.shape == (721, 1281, 3) for g in got)
+    assert np.abs(got[2].astype(int) - frames[2].astype(int)).mean() < 6
+    with FileOutput(tmp_path / "odd4.mp4", 65, 49, 20.0, codecs=("mpeg4",)) as out:
+        assert (out.width, out.height) == (64, 48)
+        out.send(frames_bgr(1, 65, 49)[0])  # the pipeline's odd frame is cropped by the output
+    assert decode(tmp_path / "odd4.mp4")[0].shape == (48, 64, 3)
 
 
 def test_file_output_mpeg4_fallback(tmp_path):
@@ -378,7 +383,7 @@ def test_null_output_counts_and_checks():
 def test_unknown_target_lists_the_valid_forms():
     with pytest.raises(OutputError, match=r"unknown output 'screen'") as ei:
         open_output(OutputConfig(target="screen"), 32, 32, 30.0)
-    assert ei.value.hint == "use one of: vcam, file:PATH (an .mp4), window, or null"
+    assert ei.value.hint == "use one of: vcam, file:PATH (.mp4, .mkv, .mov), window, or null"
 
 
 def test_window_without_a_display(monkeypatch):

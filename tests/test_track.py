@@ -18,14 +18,27 @@ class CountingDetector:
     def __init__(self, inner):
         self.inner = inner
         self.full = 0
+        self.coarse = 0
         self.region_calls: list[int] = []
+        self.rects: list[np.ndarray] = []
 
     def detect(self, frame):
         self.full += 1
         return self.inner.detect(frame)
 
+    def detect_coarse(self, frame):
+        self.coarse += 1
+        return self.inner.detect_coarse(frame)
+
+    def tiles(self, height, width):
+        return self.inner.tiles(height, width)
+
+    def small_faces(self, per_tile, height, width):
+        return self.inner.small_faces(per_tile, height, width)
+
     def detect_regions(self, frame, rects):
         self.region_calls.append(len(rects))
+        self.rects.append(np.asarray(rects).copy())
         return self.inner.detect_regions(frame, rects)
 
 
@@ -186,7 +199,7 @@ def _faces(detector, sizes, width=1280, height=720):
 def test_ten_faces_are_tracked_through_one_batched_region_call(detector):
     frame, truth = _faces(detector, [90.0] * 10)
     counting = CountingDetector(detector)
-    tracker = Tracker(counting, TrackConfig(), max_faces=10)
+    tracker = Tracker(counting, TrackConfig(rolling=0), max_faces=10)  # the rolling search off: regions only
     first = tracker.update(frame, 0)
     assert len(first) == 10
     ids = {t.id for t in first}
@@ -279,3 +292,47 @@ def test_one_euro_filter_smooths_rest_and_follows_motion():
     assert 0 < 5.0 * 59 - x[0, 0] < 3.5
     # Repeated timestamps do not divide by zero.
     assert np.isfinite(g(np.array([[300.0, 0.0]]), 59 / 30)).all()
+
+
+@pytest.mark.parametrize("width, height, smallest", [(1920, 1080, 40), (3840, 2160, 60)])
+def test_full_scan_tiles_hold_every_face_too_small_for_the_coarse_scan(detector, width, height, smallest):
+    tiles = detector.tiles(height, width)
+    size, _, _ = detector.scan_shape(height, width)
+    coarse_min = 20.0 * max(width, height) / size  # the smallest face the coarse scan sees (MIN_FACE_INPUT)
+    assert 0 < len(tiles) <= 80  # bounded: about 4x the coarse scan's pixels at 4K
+    # A tile is resized to the region input: the smallest face it sees is within the target.
+    assert (tiles[:, 2] * 20.0 / detector.region_size).max() <= smallest + 1e-6
+    rng = np.random.default_rng(1)
+    for x, y in zip(rng.uniform(0, width - coarse_min, 500), rng.uniform(0, height - coarse_min, 500)):
+        inside = (tiles[:, 0] <= x + 1e-6) & (tiles[:, 1] <= y + 1e-6)
+        inside &= (tiles[:, 0] + tiles[:, 2] >= x + coarse_min - 1e-6) & (tiles[:, 1] + tiles[:, 2] >= y + coarse_min - 1e-6)
+        assert inside.any(), f"a {coarse_min:.0f} px face at ({x:.0f}, {y:.0f}) lies in no tile"
+    assert len(detector.tiles(360, 640)) == 0  # the coarse scan already sees small faces there
+
+
+def test_rolling_search_covers_the_frame_every_rolling_frames_at_a_bounded_cost(detector, grace):
+    W, H = 1920, 1080
+    img, box, _ = grace
+    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    frame = compose((W, H), [(img, placement(centre, (600, 500), 200.0 / (box[2] - box[0]), 0.0))])
+    counting = CountingDetector(detector)
+    cfg = TrackConfig(rescan_every=30, rolling=5)
+    tracker = Tracker(counting, cfg, max_faces=4)
+    tiles = detector.tiles(H, W)
+    per_frame_tiles = int(np.ceil(len(tiles) / (cfg.rolling - 1)))
+    window: list[np.ndarray] = []
+    coarse_before = 0
+    for i in range(21):
+        counting.rects.clear()
+        tracks = tracker.update(frame, i)
+        assert len(tracks) == 1
+        if tracker.last_full_scan:
+            continue
+        (rects,) = counting.rects  # one batched call: the track's region plus this frame's tiles
+        assert len(rects) <= 1 + per_frame_tiles
+        window.append(rects[1:])
+        if len(window) == cfg.rolling:  # every `rolling` frames: the coarse scan once, every tile once
+            seen = np.concatenate(window)
+            assert sorted(map(tuple, seen)) == sorted(map(tuple, tiles))
+            assert counting.coarse - coarse_before == 1
+            coarse_before, window = counting.coarse, []

@@ -1,6 +1,7 @@
 """Regenerate config.toml from the declarations in vcam/config.py: python tools/gen_config_toml.py"""
 
 import sys
+import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -21,6 +22,6 @@ for table, key, default, doc in describe():
             lines.append("")
         lines.append(f"[{table}]")
         cur = table
-    lines.append(f"# {doc}")
+    lines.extend(textwrap.wrap(doc, width=100, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False))
     lines.append(f"{key} = {toml_value(default)}")
 open(Path(__file__).resolve().parents[1] / "config.toml", "w").write("\n".join(lines) + "\n")

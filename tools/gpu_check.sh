@@ -20,11 +20,13 @@ for step in $steps; do
   case $step in
     tests)
       VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
-        tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py \
+        tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
-        2>&1 | tee "$OUT/bench_1080p.txt" | tail -n 16 || rc=1 ;;
+        2>&1 | tee "$OUT/bench_1080p.txt" | tail -n 16 || rc=1
+      timeout 200 python3 -m vcam.bench.detect --device cuda --json "$OUT/bench_detect_cuda.json" \
+        2>&1 | tee "$OUT/bench_detect_cuda.txt" | tail -n 12 || rc=1 ;;
     e2e)
       timeout ${E2E_TIMEOUT:-400} python3 tools/gpu_e2e.py "$OUT" 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
   esac

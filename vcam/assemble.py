@@ -185,7 +185,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     mask = ops.asarray(
         blend.box_mask(cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size, cfg.swap.blur)
     )
-    detector = make_detector(cfg, store=store, ops=ops, device=device)
+    # Regions per call: every tracked face plus a share of the rolling search's tiles.
+    detector = make_detector(cfg, store=store, ops=ops, device=device, max_regions=2 * cfg.pipeline.max_faces)
     photo_detector = (
         detector
         if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR

@@ -16,20 +16,24 @@ gray itself). Any size works, odd ones included. Every frame's buffer is a fresh
 the consumer may modify. ``Frame.t_capture`` is ``time.perf_counter()`` when the frame was read and
 ``Frame.seq`` counts the frames the source delivered (0, 1, 2, ...).
 
-Pacing: with ``realtime`` (the default) files, stills, ``pattern`` and ``demo`` are delivered at their
-frame rate; without it as fast as they decode (benchmarks). Cameras pace themselves.
-
-:class:`CaptureThread` runs a source on its own thread and keeps one slot: the consumer always gets
-the newest frame, and frames replaced before being read are counted in ``dropped``.
+Delivery (:func:`plan_delivery`, from ``[capture] pacing`` and the output): *realtime* sources are
+paced at their frame rate and :class:`CaptureThread` keeps one slot, the consumer always getting the
+newest frame (frames replaced before being read are counted in ``dropped``), as a camera behaves;
+*lossless* sources are read on demand, one frame ahead of the consumer, so every frame is processed
+once and in order however slow the pipeline is, and no core is spent decoding frames nobody takes.
+A file, image or the demo going to a file output is lossless by default and plays once (every
+frame exactly once, no loop); cameras are always realtime (they pace themselves).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -423,7 +427,7 @@ def _looks_truncated(raw: bytes) -> bool:
 
 
 class ImageSource(_SourceBase):
-    """A still image repeated at ``fps`` (paced when ``realtime``); never ends."""
+    """A still image repeated at ``fps`` (paced when ``realtime``); endless, or ``frames`` frames."""
 
     def __init__(
         self,
@@ -431,6 +435,7 @@ class ImageSource(_SourceBase):
         *,
         fps: float = 30.0,
         realtime: bool = True,
+        frames: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], Any] = time.sleep,
     ) -> None:
@@ -439,10 +444,11 @@ class ImageSource(_SourceBase):
         self._image, self.fmt = read_image(path)
         self.height, self.width = self._image.shape[:2]
         self.fps = float(fps)
+        self.frames = frames
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
 
     def read(self) -> Frame | None:
-        if self._closed:
+        if self._closed or (self.frames is not None and self._seq >= self.frames):
             return None
         self._pacer.wait(self._seq / self.fps)
         return self._emit(self._image.copy())
@@ -557,14 +563,57 @@ def parse_webcam_index(spec: str) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """How a source's frames reach the pipeline (see the module docstring). ``realtime``: paced at
+    the frame rate; ``lossless``: every frame, in order, read on demand; ``still_frames``: a still
+    image delivers this many frames and ends (None: endless); ``loop``: video files and the demo
+    start again at their end."""
+
+    realtime: bool = True
+    lossless: bool = False
+    still_frames: int | None = None
+    loop: bool = True
+
+
+def is_camera(spec: str) -> bool:
+    try:
+        return parse_webcam_index(spec) is not None
+    except InputError:
+        return True
+
+
+def plan_delivery(cfg: CaptureConfig, output_target: str = "", max_frames: int | None = None) -> Delivery:
+    """The :class:`Delivery` for ``cfg.input`` going to ``output_target`` (``[output] target``);
+    ``max_frames``: a frame limit (a still image to a file writes that many frames, else one)."""
+    if is_camera(cfg.input or ""):
+        return Delivery(realtime=True, lossless=False, loop=cfg.loop)
+    to_file = (output_target or "").strip().lower().startswith("file:")
+    pacing = cfg.pacing if cfg.pacing != "auto" else ("fast" if to_file else "realtime")
+    if pacing == "realtime":
+        return Delivery(realtime=True, lossless=False, loop=cfg.loop)
+    if not to_file:
+        return Delivery(realtime=False, lossless=True, loop=cfg.loop)
+    # Converting to a file: every frame exactly once, so the input plays once (no loop).
+    still = (max_frames or 1) if Path((cfg.input or "").strip()).suffix.lower() in IMAGE_EXTENSIONS else None
+    return Delivery(realtime=False, lossless=True, still_frames=still, loop=False)
+
+
 def open_source(
-    cfg: CaptureConfig, *, demo_clip_factory: Callable[..., Any] | None = None, sysfs_root: Path = devices.SYSFS_ROOT
+    cfg: CaptureConfig,
+    *,
+    delivery: Delivery | None = None,
+    demo_clip_factory: Callable[..., Any] | None = None,
+    sysfs_root: Path = devices.SYSFS_ROOT,
 ) -> Source:
     """Open the source named by ``cfg.input`` (see the module docstring for the forms).
 
-    ``demo_clip_factory(width=, height=, fps=)`` builds the demo clip (default
+    ``delivery``: pacing and still-image frame count (default: :func:`plan_delivery` without an
+    output). ``demo_clip_factory(width=, height=, fps=)`` builds the demo clip (default
     ``vcam.demo.DemoClip``). Raises :class:`InputError` naming the fix for anything unusable.
     """
+    delivery = delivery or plan_delivery(cfg)
+    realtime = delivery.realtime
     spec = (cfg.input or "").strip()
     if not spec:
         raise InputError("no input given", hint=f"use --input with one of: {INPUT_FORMS}")
@@ -573,22 +622,22 @@ def open_source(
         return WebcamSource(idx, width=cfg.width, height=cfg.height, fps=cfg.fps, fourcc=cfg.fourcc, sysfs_root=sysfs_root)
     low = spec.lower()
     if low == "pattern":
-        return PatternSource(cfg.width, cfg.height, fps=cfg.fps, realtime=cfg.realtime)
+        return PatternSource(cfg.width, cfg.height, fps=cfg.fps, realtime=realtime)
     if low == "demo":
         if demo_clip_factory is None:
             from .demo import DemoClip
 
             demo_clip_factory = DemoClip
         clip = demo_clip_factory(width=cfg.width, height=cfg.height, fps=cfg.fps)
-        return DemoSource(clip, loop=cfg.loop, realtime=cfg.realtime)
+        return DemoSource(clip, loop=delivery.loop, realtime=realtime)
     path = Path(spec).expanduser()
     if not path.exists():
         raise InputError(f"input not found: {spec}", hint=f"check the path, or use one of: {INPUT_FORMS}")
     if path.is_dir():
         raise InputError(f"input {spec} is a directory", hint="pass a video or image file")
     if path.suffix.lower() in IMAGE_EXTENSIONS:
-        return ImageSource(path, fps=cfg.fps, realtime=cfg.realtime)
-    return VideoSource(path, loop=cfg.loop, realtime=cfg.realtime, fallback_fps=cfg.fps)
+        return ImageSource(path, fps=cfg.fps, realtime=realtime, frames=delivery.still_frames)
+    return VideoSource(path, loop=delivery.loop, realtime=realtime, fallback_fps=cfg.fps)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -596,18 +645,21 @@ def open_source(
 
 
 class CaptureThread:
-    """Runs a :class:`Source` on a daemon thread; the consumer always takes the newest frame.
+    """Runs a :class:`Source` on a daemon thread; the consumer takes the newest frame.
 
-    One slot, no queue: a frame the consumer has not taken when the next one arrives is replaced and
-    counted in ``dropped``. ``get(timeout)`` returns the newest frame; it returns None when the
+    One slot, no queue. By default a frame the consumer has not taken when the next one arrives is
+    replaced and counted in ``dropped`` (newest wins, as for a camera). With ``lossless`` the
+    thread waits for the consumer to take the slot before reading the next frame: every frame is
+    delivered, in order, and the source is read on demand. ``get(timeout)`` returns the newest frame; it returns None when the
     source has ended cleanly (after the last frame was taken), after :meth:`stop`, or when
     ``timeout`` passes without a frame — ``finished`` tells the end apart from a timeout. It raises
     the source's :class:`InputError` (other exceptions are wrapped in one) in the consumer's
     thread. The thread owns the source and closes it when it ends.
     """
 
-    def __init__(self, source: Source, *, name: str = "vcam-capture", fps_window: int = 30) -> None:
+    def __init__(self, source: Source, *, lossless: bool = False, name: str = "vcam-capture", fps_window: int = 30) -> None:
         self.source = source
+        self.lossless = bool(lossless)
         self._cond = threading.Condition()
         self._slot: Frame | None = None
         self._error: BaseException | None = None
@@ -676,6 +728,11 @@ class CaptureThread:
                         self._eof = True
                         self._cond.notify_all()
                         return
+                    if self.lossless:
+                        while self._slot is not None and not self._stop.is_set():
+                            self._cond.wait()  # on demand: the consumer has not taken the last frame yet
+                        # its latency counts from now, when the pipeline could take it, not from decoding
+                        frame = dataclasses.replace(frame, t_capture=time.perf_counter())
                     self.delivered += 1
                     self._stamps.append(frame.t_capture)
                     if self._slot is not None:
@@ -702,6 +759,7 @@ class CaptureThread:
                 if self._slot is not None:
                     frame, self._slot = self._slot, None
                     self.taken += 1
+                    self._cond.notify_all()  # a lossless producer waits for the slot
                     return frame
                 if self._error is not None:
                     err = self._error
@@ -733,7 +791,9 @@ __all__ = [
     "Source",
     "VideoSource",
     "WebcamSource",
+    "Delivery",
     "open_source",
     "parse_webcam_index",
+    "plan_delivery",
     "read_image",
 ]

@@ -67,8 +67,15 @@ class CaptureConfig:
     height: int = _opt(720, "Requested camera height in pixels.", min=16, max=8192)
     fps: float = _opt(30.0, "Requested camera frame rate.", min=1, max=240)
     fourcc: str = _opt("MJPG", "Camera pixel format to request (MJPG, YUYV).")
-    loop: bool = _opt(True, "Loop video files and the demo clip.")
-    realtime: bool = _opt(True, "Pace video files at their frame rate (false: as fast as possible).")
+    loop: bool = _opt(
+        True, "Loop video files and the demo clip (not when converting to a file: every frame is then written once)."
+    )
+    pacing: Literal["auto", "realtime", "fast"] = _opt(
+        "auto",
+        "How files, images, the demo and the pattern are delivered: 'realtime' at their frame rate, the newest frame "
+        "winning (as a camera); 'fast' frame by frame as fast as the pipeline goes, every frame once and in order; "
+        "'auto' = fast when the output is a file (the input then plays once), realtime otherwise. A camera is always realtime.",
+    )
 
 
 @dataclass(frozen=True)
@@ -94,15 +101,42 @@ class DetectConfig:
     model: str = _opt(
         "retinaface_mnet025", "Face detector: the embedded 'retinaface_mnet025' or a detector model from `vcam models list`."
     )
-    size: int = _opt(640, "Detector input size (long side) for full-frame scans.", min=64, max=2048)
+    size: int = _opt(
+        640,
+        "Input size (long side) of a full scan's coarse pass over the whole frame. It finds faces down to about "
+        "20/size of the frame's long side (60 px in 1080p at 640); smaller ones come from the tiles (`small_face`). "
+        "Larger: a slower coarse pass that needs fewer tiles.",
+        min=64,
+        max=2048,
+    )
     score: float = _opt(0.6, "Minimum face score.", min=0.0, max=1.0)
     nms_iou: float = _opt(0.4, "IoU above which overlapping detections are merged.", min=0.0, max=1.0)
     min_face: int = _opt(20, "Smallest face (box side, pixels) that is kept.", min=1)
+    small_face: int = _opt(
+        40,
+        "Smallest face (pixels) a full scan must find. Where `size` is too coarse for it (large frames), full scans "
+        "add tiles of the frame at a finer scale; faces down to max(small_face, long side / 64) are found "
+        "(40 px at 1080p, 60 at 4K).",
+        min=8,
+    )
 
 
 @dataclass(frozen=True)
 class TrackConfig:
-    rescan_every: int = _opt(30, "Full-frame scan every N frames (also at start and when a track is lost).", min=1)
+    rescan_every: int = _opt(
+        30,
+        "A full scan (the coarse pass plus the tiles) every N frames, at start, when a track is lost, and every "
+        "other frame while no face is tracked; in between, only the tracked faces' regions and the `rolling` slice run.",
+        min=1,
+    )
+    rolling: int = _opt(
+        5,
+        "While faces are tracked, the frame is searched for new faces again over this many frames, a fixed slice "
+        "(the coarse scan, or a share of the tiles) each frame, so a new face is found within that many frames; "
+        "0: new faces wait for the next full scan.",
+        min=0,
+        max=120,
+    )
     roi_scale: float = _opt(2.0, "ROI side as a multiple of the tracked box's longer side.", min=1.0, max=6.0)
     roi_size: int = _opt(160, "Side the ROI crop is resized to for detection.", min=64, max=1024)
     max_missed: int = _opt(2, "Frames a track survives without a detection.", min=0)
@@ -226,8 +260,9 @@ def _nearest(key: str, options: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(options)}"
 
 
-def _coerce(value: Any, tp: Any, meta: dict, where: str) -> Any:
+def _coerce(value: Any, tp: Any, meta: dict, where: str, fix: str | None = None) -> Any:
     """Check ``value`` against the declared type ``tp`` and range; return the typed value."""
+    fix = fix or "fix the value or remove the key to use the default"
     origin = get_origin(tp)
     try:
         if tp is Duration:
@@ -260,21 +295,24 @@ def _coerce(value: Any, tp: Any, meta: dict, where: str) -> Any:
         else:  # pragma: no cover - a declaration error, not user input
             raise TypeError(f"unsupported config type {tp!r}")
     except ValueError as exc:
-        raise ConfigError(
-            f"{where}: expected {exc}, got {value!r}", hint="fix the value or remove the key to use the default"
-        ) from None
+        raise ConfigError(f"{where}: expected {exc}, got {value!r}", hint=fix) from None
     lo, hi = meta.get("min"), meta.get("max")
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         if (lo is not None and out < lo) or (hi is not None and out > hi):
             rng = f">= {lo:g}" if hi is None else (f"<= {hi:g}" if lo is None else f"between {lo:g} and {hi:g}")
-            raise ConfigError(
-                f"{where}: expected a value {rng}, got {value!r}", hint="fix the value or remove the key to use the default"
-            )
+            raise ConfigError(f"{where}: expected a value {rng}, got {value!r}", hint=fix)
     return out
 
 
-def build(data: dict[str, Any], *, origin: str = "<defaults>", base: Config | None = None) -> Config:
-    """Validate a nested ``{table: {key: value}}`` mapping and merge it over ``base``."""
+def build(
+    data: dict[str, Any],
+    *,
+    origin: str = "<defaults>",
+    base: Config | None = None,
+    labels: dict[tuple[str, str], str] | None = None,
+) -> Config:
+    """Validate a nested ``{table: {key: value}}`` mapping and merge it over ``base``. ``labels``:
+    what the user typed for a key (a command-line flag), named in errors instead of the table and key."""
     base = base or Config()
     types = _section_types()
     sections: dict[str, Any] = {}
@@ -293,7 +331,9 @@ def build(data: dict[str, Any], *, origin: str = "<defaults>", base: Config | No
                     f"{origin}: unknown key '{key}' in [{table}]{_nearest(key, list(fields))}",
                     hint="fix or remove the key",
                 )
-            changes[key] = _coerce(value, hints[key], dict(fields[key].metadata), f"{origin}: [{table}] {key}")
+            label = (labels or {}).get((table, key))
+            where = label or f"{origin}: [{table}] {key}"
+            changes[key] = _coerce(value, hints[key], dict(fields[key].metadata), where, "fix the flag" if label else None)
         sections[table] = dataclasses.replace(getattr(base, table), **changes)
     return dataclasses.replace(base, **sections)
 
@@ -310,8 +350,13 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax; see the shipped config.toml") from None
 
 
-def load(path: str | os.PathLike | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
-    """Build the config: defaults, then the file (explicit, $VCAM_CONFIG or the user one), then overrides."""
+def load(
+    path: str | os.PathLike | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    labels: dict[tuple[str, str], str] | None = None,
+) -> Config:
+    """Build the config: defaults, then the file (explicit, $VCAM_CONFIG or the user one), then
+    overrides (``labels``: the flag each override came from, for error messages)."""
     chosen: Path | None = None
     if path:
         chosen = Path(path).expanduser()
@@ -324,7 +369,7 @@ def load(path: str | os.PathLike | None = None, overrides: dict[str, dict[str, A
         cfg = build(read_toml(chosen), origin=str(chosen), base=cfg)
         cfg = dataclasses.replace(cfg, source_path=str(chosen))
     if overrides:
-        cfg = build({k: v for k, v in overrides.items() if v}, origin="command line", base=cfg)
+        cfg = build({k: v for k, v in overrides.items() if v}, origin="command line", base=cfg, labels=labels)
     return cfg
 
 

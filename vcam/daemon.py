@@ -62,6 +62,7 @@ class Daemon:
         self.ready = threading.Event()
         self.assembly: Any = None
         self._components: list = []
+        self.delivery: Any = None  # capture.Delivery, set at start-up
 
     @property
     def device(self) -> str:
@@ -118,19 +119,26 @@ class Daemon:
         restore = self.install_signal_handlers()
         self.summary.error = None
         try:
-            cap = self.startup()
+            cap = self.startup(max_frames)
             self.main_loop(cap, max_frames, duration)
-            return self.summary
+        except BaseException:
+            self.shutdown(raise_errors=False)  # the error in flight is the one to report
+            raise
+        else:
+            self.shutdown(raise_errors=True)  # e.g. the output file could not be finished
         finally:
-            self.shutdown()
             restore()
             self.ready.set()
+        return self.summary
 
-    def startup(self) -> Any:
+    def startup(self, max_frames: int | None = None) -> Any:
         from . import assemble, capture, publish
 
         cfg = self.cfg
-        source = self._source or capture.open_source(cfg.capture)
+        if self._output is None:
+            publish.refuse_overwriting_input(cfg.output.target, cfg.capture.input)
+        self.delivery = capture.plan_delivery(cfg.capture, "" if self._output is not None else cfg.output.target, max_frames)
+        source = self._source or capture.open_source(cfg.capture, delivery=self.delivery)
         self._components.append(source)
         fps = source.fps or cfg.capture.fps
         asm = self.assembly = assemble.build(cfg, fps=fps)
@@ -142,14 +150,14 @@ class Daemon:
         output = self._output
         if output is None:
             # Live input: stamp file frames by wall clock (plays at real speed even with drops);
-            # as-fast-as-possible input: by frame count, so the file keeps the input's rate.
-            timing = "wall" if cfg.capture.realtime else "frames"
+            # lossless input: by frame count, so the file keeps the input's rate and every frame.
+            timing = "frames" if self.delivery.lossless else "wall"
             output = publish.open_output(cfg.output, source.width, source.height, cfg.output.fps or fps, file_timing=timing)
         self._components.append(output)
         self.output = output
         self.pipeline = asm.make_pipeline(output.fmt, source.width, source.height, source.fmt)
         self._start_control()
-        cap = capture.CaptureThread(source)
+        cap = capture.CaptureThread(source, lossless=self.delivery.lossless)
         cap.start()
         self._components.insert(0, cap)
         self.ready.set()
@@ -209,7 +217,7 @@ class Daemon:
             wait = self._last_pub + 1.0 / self.cfg.output.fps - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-        budget = float(self.cfg.pipeline.max_latency)
+        budget = 0.0 if self.delivery.lossless else float(self.cfg.pipeline.max_latency)  # lossless: every frame
         if budget > 0 and time.perf_counter() - frame.t_capture > budget:
             live.dropped_late()
             return
@@ -219,17 +227,28 @@ class Daemon:
         self._last_pub = time.perf_counter()
         live.published(frame.t_capture, self._last_pub)
 
-    def shutdown(self) -> None:
+    def shutdown(self, raise_errors: bool = False) -> None:
+        """Stop and close every component, whatever one of them does; with ``raise_errors`` the first
+        :class:`VcamError` a component raised (a file output that could not be finished) is raised
+        once all are closed, otherwise it is logged as one line."""
         # Order: capture thread first (stops reading), then the source, the output, control.
+        first: VcamError | None = None
         for comp in self._components:
             fn = getattr(comp, "stop", None) or getattr(comp, "close", None)
             if fn is None:
                 continue
             try:
                 fn()
-            except Exception:  # shutdown must finish whatever one part does
+            except VcamError as exc:
+                if first is None and raise_errors:
+                    first = exc
+                else:
+                    log.error("%s", exc)
+            except Exception:  # a bug in a component: shutdown still finishes the others
                 log.exception("error while closing %s", type(comp).__name__)
         self._components.clear()
+        if first is not None:
+            raise first
 
 
 __all__ = ["Daemon"]

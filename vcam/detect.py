@@ -41,6 +41,12 @@ _HEAD_STRIDES = (8, 16, 32)
 
 #: The detector built into the package (no download); the default of ``[detect] model``.
 EMBEDDED_DETECTOR = "retinaface_mnet025"
+#: Candidates (after the score and size filters) that go into NMS per image, and faces kept from it.
+MAX_CANDIDATES = 2000
+MAX_FACES_PER_IMAGE = 256
+#: Side (model-input pixels) of the smallest face a detector finds reliably (RetinaFace's smallest
+#: anchor is 16 px); it sets the scale of the tiles a full scan adds for small faces.
+MIN_FACE_INPUT = 20.0
 
 
 @runtime_checkable
@@ -136,6 +142,35 @@ class TopCandidates:
         return [np.concatenate([top[..., None], take(loc), take(lmk), idx[..., None].astype(np.float32)], axis=2)]
 
 
+#: A detection this much inside a larger kept one is a part of that face (a tile or region edge cut
+#: the face), not a face of its own.
+CONTAINED = 0.75
+
+
+def merge(dets: list[Detection], iou: float) -> list[Detection]:
+    """Detections of overlapping scans (regions, tiles, the coarse scan) with each face once: NMS,
+    best first, then without detections lying mostly inside a larger kept one (``CONTAINED``)."""
+    if len(dets) < 2:
+        return list(dets)
+    boxes = np.array([d.box for d in dets], dtype=np.float64)
+    keep = nms(boxes, np.array([d.score for d in dets]), iou)
+    area = (boxes[:, 2] - boxes[:, 0]).clip(0) * (boxes[:, 3] - boxes[:, 1]).clip(0)
+    out: list[int] = []
+    for i in keep:
+        inside = False
+        for k in out:
+            if area[k] <= area[i]:
+                continue
+            w = min(boxes[i, 2], boxes[k, 2]) - max(boxes[i, 0], boxes[k, 0])
+            h = min(boxes[i, 3], boxes[k, 3]) - max(boxes[i, 1], boxes[k, 1])
+            if w > 0 and h > 0 and w * h > CONTAINED * area[i]:
+                inside = True
+                break
+        if not inside:
+            out.append(i)
+    return [dets[i] for i in out]
+
+
 def _as_bgr(frame: np.ndarray) -> np.ndarray:
     a = np.asarray(frame)
     if a.dtype != np.uint8:
@@ -192,7 +227,10 @@ def _to_detections(
     if not ok.any():
         return []
     boxes, pts, sc = boxes[ok], pts[ok], sc[ok]
-    keep = nms(boxes, sc, cfg.nms_iou)
+    if sc.size > MAX_CANDIDATES:  # a broken or untrained model can pass every anchor: bound the work
+        top = np.argpartition(-sc, MAX_CANDIDATES)[:MAX_CANDIDATES]
+        boxes, pts, sc = boxes[top], pts[top], sc[top]
+    keep = nms(boxes, sc, cfg.nms_iou)[:MAX_FACES_PER_IMAGE]
     return [Detection(box=boxes[k].astype(np.float32), landmarks=pts[k].astype(np.float32), score=float(sc[k])) for k in keep]
 
 
@@ -374,6 +412,7 @@ class FaceDetector:
         self._scale = tuple(float(v) for v in 1.0 / std)
         self._rgb = bool(spec.rgb)
         self._priors: dict[tuple[int, int], np.ndarray] = {}
+        self._tiles: dict[tuple[int, int], np.ndarray] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec.name!r}, {self.engine.describe()})"
@@ -397,6 +436,39 @@ class FaceDetector:
     def region_size(self) -> int:
         return self.fixed_size or _round_up(self.roi_size, _ALIGN)
 
+    def tiles(self, height: int, width: int) -> np.ndarray:
+        """Square regions (T, 3) ``x0, y0, side`` a full scan adds to the coarse one so that faces
+        down to ``max(small_face, long side / 64)`` are found; none when the coarse scan sees them.
+
+        The coarse scan sees faces of ``MIN_FACE_INPUT / scale`` frame pixels and more; tiles are
+        resized to :attr:`region_size` at the scale that makes the smallest wanted face
+        ``MIN_FACE_INPUT`` input pixels, and overlap by the coarse scan's smallest face, so every
+        face too small for the coarse scan lies whole inside some tile. Cached per frame size."""
+        key = (int(height), int(width))
+        cached = self._tiles.get(key)
+        if cached is not None:
+            return cached
+        size, _, _ = self.scan_shape(height, width)
+        long_side = float(max(height, width))
+        coarse_min = MIN_FACE_INPUT * long_side / size
+        want = max(float(self.cfg.small_face), long_side / 64.0)
+        if want >= coarse_min:
+            tiles = np.zeros((0, 3))
+        else:
+            side = min(self.region_size * want / MIN_FACE_INPUT, long_side)
+            step = max(side - coarse_min, side / 2)
+
+            def starts(extent: float) -> np.ndarray:
+                if extent <= side:
+                    return np.array([(extent - side) / 2])
+                n = int(np.ceil((extent - side) / step)) + 1
+                return np.linspace(0.0, extent - side, n)
+
+            ys, xs = np.meshgrid(starts(float(height)), starts(float(width)), indexing="ij")
+            tiles = np.column_stack([xs.ravel(), ys.ravel(), np.full(xs.size, side)])
+        self._tiles[key] = tiles
+        return tiles
+
     def warmup(self, height: int, width: int) -> None:
         """Prepare the engine for a full scan of this frame size and regions in every batch size (on
         the torch backend: capture the CUDA graphs now, before the first frame)."""
@@ -410,7 +482,26 @@ class FaceDetector:
 
     # -- public ---------------------------------------------------------------------------------
     def detect(self, frame_bgr: Any) -> list[Detection]:
-        """Full-frame scan, letterboxed (padding right and bottom), one model call; best first."""
+        """Full scan: the coarse scan plus, on frames too large for it to see ``small_face``, the
+        :meth:`tiles` (batched); merged with NMS, best first."""
+        frame = self._frame(frame_bgr)
+        found = self.detect_coarse(frame)
+        tiles = self.tiles(*frame.shape[:2])
+        if not len(tiles):
+            return found
+        found += self.small_faces(self.detect_regions(frame, tiles), *frame.shape[:2])
+        return merge(found, self.cfg.nms_iou)
+
+    def small_faces(self, per_tile: list[list[Detection]], height: int, width: int) -> list[Detection]:
+        """The faces :meth:`tiles` are for: those up to twice the coarse scan's smallest. Larger ones
+        the coarse scan finds whole, while a tile may see only the part of them inside it."""
+        size, _, _ = self.scan_shape(height, width)
+        limit = 2.0 * MIN_FACE_INPUT * max(height, width) / size
+        return [d for dets in per_tile for d in dets if max(d.box[2] - d.box[0], d.box[3] - d.box[1]) <= limit]
+
+    def detect_coarse(self, frame_bgr: Any) -> list[Detection]:
+        """The whole frame letterboxed to ``[detect] size`` (padding right and bottom), one model
+        call; best first."""
         frame = self._frame(frame_bgr)
         h, w = frame.shape[:2]
         size, in_h, in_w = self.scan_shape(h, w)

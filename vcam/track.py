@@ -1,11 +1,15 @@
 """Track stage: follow faces across frames with few full-frame scans, stable IDs and smooth landmarks.
 
 Per frame, :class:`Tracker` either scans the whole frame or, between scans, runs the detector only
-inside one square region around each track's predicted position (all regions in one batched call).
-A full scan happens on the first frame, every ``rescan_every`` frames, whenever a track is not found
-in its region (same frame), and — while nothing is tracked — on every other frame, so a face that
-comes back is found within two frames. A scheduled scan that misses a tracked face (too small for
-the whole-frame input) looks in that face's region too before counting a miss. A new frame size or
+inside one square region around each track's predicted position (all regions in one batched call),
+plus one slice of a rolling search for new faces: over ``rolling`` frames it covers the coarse scan
+and every tile a full scan uses (:meth:`vcam.detect.FaceDetector.tiles`), so a face entering
+anywhere is found within ``rolling`` frames while the cost per frame stays bounded.
+A full scan (:meth:`vcam.detect.FaceDetector.detect`: the coarse pass plus the tiles) happens on
+the first frame, every ``rescan_every`` frames, whenever a track is not found in its region (same
+frame), and — while nothing is tracked — on every other frame (every frame with ``rescan_every =
+1``), so a face that comes back is found within two frames. A scheduled scan that misses a tracked
+face (too small for the whole-frame input) looks in that face's region too before counting a miss. A new frame size or
 a sequence number going backwards (a restarted source) starts over.
 
 Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
@@ -18,11 +22,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .config import TrackConfig
-from .detect import Detector, box_iou
+from .detect import Detector, box_iou, merge
 from .types import Detection, Track
 
 _MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
@@ -155,6 +160,8 @@ class Tracker:
     def reset(self) -> None:
         """Forget every track and counter (IDs keep increasing)."""
         self._states: list[_State] = []
+        self._cycle: list | None = None  # the rolling search's slices for this frame size
+        self._cursor = 0
         self._last_scan_seq: int | None = None
         self._shape: tuple[int, ...] | None = None
         self._last_seq: int | None = None
@@ -187,6 +194,7 @@ class Tracker:
             self._states = []
             self._last_scan_seq = None
             self._shape = shape
+            self._cycle = None
         self._last_seq = seq
         self.frames += 1
         self.last_matched = {}
@@ -209,7 +217,14 @@ class Tracker:
                     matches.append((lost[k], len(dets) - 1))
                 lost = [lost[k] for k in lost_k]
         elif self._states:
-            dets = self._detect_regions(frame_bgr, predicted)
+            # The tracks' regions, and this frame's slice of the rolling search for new faces (a
+            # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
+            # is found within ``rolling`` frames at a bounded cost per frame.
+            item = self._rolling_item(shape)
+            tiles = item if isinstance(item, np.ndarray) else None
+            dets = self._detect_regions(frame_bgr, predicted, tiles)
+            if isinstance(item, str):  # "coarse"
+                dets = merge(dets + getattr(self.detector, "detect_coarse", self.detector.detect)(frame_bgr), 0.5)
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
             if lost:
                 # A track left its region (fast motion, occlusion, or it left the frame): look
@@ -240,8 +255,8 @@ class Tracker:
         if self._last_scan_seq is None:
             return True
         since = seq - self._last_scan_seq
-        if not self._states:
-            return since >= 2
+        if not self._states:  # nothing to track: look again soon (every other frame at most)
+            return since >= min(2, self.cfg.rescan_every)
         return since >= self.cfg.rescan_every
 
     def _regions(self, boxes: np.ndarray) -> np.ndarray:
@@ -249,20 +264,33 @@ class Tracker:
         side = self.cfg.roi_scale * np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]).clip(1.0)
         return np.column_stack([centre - side[:, None] / 2, side])
 
-    def _detect_regions(self, frame: np.ndarray, predicted: np.ndarray) -> list[Detection]:
-        per_region = self.detector.detect_regions(frame, self._regions(predicted))
+    def _rolling_item(self, shape: tuple) -> Any:
+        """This frame's slice of the rolling search: ``"coarse"``, an array of tiles, or None."""
+        if self.cfg.rolling <= 0:
+            return None
+        if self._cycle is None:
+            tiles_of = getattr(self.detector, "tiles", None)
+            tiles = tiles_of(shape[0], shape[1]) if tiles_of is not None else np.zeros((0, 3))
+            parts = self.cfg.rolling - 1
+            chunks = [c for c in np.array_split(tiles, parts) if len(c)] if parts and len(tiles) else []
+            self._cycle = ["coarse", *chunks] + [None] * (self.cfg.rolling - 1 - len(chunks))
+        item = self._cycle[self._cursor % len(self._cycle)]
+        self._cursor += 1
+        return item
+
+    def _detect_regions(self, frame: np.ndarray, predicted: np.ndarray, tiles: np.ndarray | None = None) -> list[Detection]:
+        rects = self._regions(predicted)
+        n = len(rects)
+        if tiles is not None and len(tiles):
+            rects = np.concatenate([rects, tiles])
+        per_region = self.detector.detect_regions(frame, rects)
         self.roi_calls += 1
-        found = [d for dets in per_region for d in dets]
+        found = [d for dets in per_region[:n] for d in dets]
+        if len(per_region) > n:
+            found += self.detector.small_faces(per_region[n:], *frame.shape[:2])
         if len(found) < 2:
             return found
-        # Overlapping regions can see the same face twice: keep the best of each cluster.
-        found.sort(key=lambda d: -d.score)
-        iou = box_iou(np.array([d.box for d in found]), np.array([d.box for d in found]))
-        keep: list[int] = []
-        for i in range(len(found)):
-            if all(iou[i, k] <= 0.5 for k in keep):
-                keep.append(i)
-        return [found[i] for i in keep]
+        return merge(found, 0.5)  # overlapping regions can see the same face twice
 
     def _apply(self, state: _State, det: Detection, seq: int, t: float) -> None:
         box = det.box.astype(np.float64)

@@ -14,13 +14,13 @@ frame (no ROI tracking). Also reports the mean per-stage times and how often a f
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from dataclasses import replace
 
 from ..config import Config, TrackConfig
 from ..daemon import Daemon
+from . import write_report
 
 
 def _run(cfg: Config, frames: int) -> dict:
@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> dict:
         pipeline=replace(base.pipeline, device="cpu", max_latency=0.0),
     )
     modes = {
-        "paced (30 fps source)": base.replace(capture=replace(base.capture, realtime=True)),
-        "flat out": base.replace(capture=replace(base.capture, realtime=False)),
+        "paced (30 fps source)": base.replace(capture=replace(base.capture, pacing="realtime")),
+        "flat out": base.replace(capture=replace(base.capture, pacing="fast")),
         "naive: full scan every frame": base.replace(
-            capture=replace(base.capture, realtime=False), track=TrackConfig(rescan_every=1)
+            capture=replace(base.capture, pacing="fast"), track=TrackConfig(rescan_every=1)
         ),
     }
     results = {name: _run(cfg, args.frames) for name, cfg in modes.items()}
@@ -83,15 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     con.print(table)
     stages = results["flat out"]["stage_ms"]
     con.print("per-stage mean ms (flat out): " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-    payload = {
-        "size": [w, h],
-        "frames": args.frames,
-        "machine": platform.platform(),
-        "date": time.strftime("%Y-%m-%d"),
-        "results": results,
-    }
-    with open(args.json, "w") as fh:
-        json.dump(payload, fh, indent=2)
+    payload = write_report(args.json, {"size": [w, h], "frames": args.frames, "results": results})
     con.print(f"wrote {args.json}")
     return payload
 

@@ -31,12 +31,12 @@ def fail(err: VcamError) -> NoReturn:
     raise typer.Exit(err.exit_code)
 
 
-def load_config(config: Optional[Path] = None, overrides: dict | None = None) -> Any:
+def load_config(config: Optional[Path] = None, overrides: dict | None = None, labels: dict | None = None) -> Any:
     """The one Config: defaults, the file (``--config``, ``$VCAM_CONFIG`` or the user's), overrides."""
     from .. import config as config_mod
 
     try:
-        return config_mod.load(config, overrides)
+        return config_mod.load(config, overrides, labels)
     except VcamError as err:
         fail(err)
 

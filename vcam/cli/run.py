@@ -32,7 +32,8 @@ def run(
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="Stop after this many input frames."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Stop after this long, e.g. 10s."),
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
-    fast: bool = typer.Option(False, "--fast", help="Read video files as fast as possible (benchmarks)."),
+    fast: bool = typer.Option(False, "--fast", help="Files, images, demo: every frame, as fast as the pipeline goes."),
+    realtime: bool = typer.Option(False, "--realtime", help="Files, images, demo: at their frame rate, newest frame wins."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line."),
     download: Optional[bool] = typer.Option(
         None, "--download/--no-download", help="Download missing models without asking (default: ask on a terminal)."
@@ -45,24 +46,28 @@ def run(
 
     # Each flag names the config key it overrides; a flag left out keeps the file's value.
     flags = {
-        ("capture", "input"): input,
-        ("capture", "loop"): False if no_loop else None,
-        ("capture", "realtime"): False if fast else None,
-        ("output", "target"): output,
-        ("swap", "source"): face,
-        ("swap", "swapper"): swapper,
-        ("detect", "model"): detector,
-        ("pipeline", "fp16"): fp16,
-        ("pipeline", "max_latency"): max_latency,
-        ("pipeline", "device"): device,
-        ("pipeline", "backend"): backend,
-        ("models", "allow_download"): download,
+        ("capture", "input"): ("--input", input),
+        ("capture", "loop"): ("--no-loop", False if no_loop else None),
+        ("capture", "pacing"): ("--fast" if fast else "--realtime", "fast" if fast else ("realtime" if realtime else None)),
+        ("output", "target"): ("--output", output),
+        ("swap", "source"): ("--face", face),
+        ("swap", "swapper"): ("--swapper", swapper),
+        ("detect", "model"): ("--detector", detector),
+        ("pipeline", "fp16"): ("--fp16", fp16),
+        ("pipeline", "max_latency"): ("--max-latency", max_latency),
+        ("pipeline", "device"): ("--device", device),
+        ("pipeline", "backend"): ("--backend", backend),
+        ("models", "allow_download"): ("--download", download),
     }
+    if fast and realtime:
+        fail(VcamError("--fast and --realtime contradict each other", hint="pass one of them"))
     overrides: dict[str, dict] = {}
-    for (table, key), value in flags.items():
+    labels = {}
+    for (table, key), (flag, value) in flags.items():
         if value is not None:
             overrides.setdefault(table, {})[key] = value
-    cfg = load_config(config, overrides)
+            labels[(table, key)] = flag
+    cfg = load_config(config, overrides, labels)
     try:
         dur = float(Duration.parse(duration)) if duration else None
     except ValueError:
