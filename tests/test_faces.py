@@ -235,3 +235,137 @@ def test_faces_cli(tmp_path, monkeypatch):
     assert r.exit_code == 0 and "removed face 'grace'" in r.output
     r = runner.invoke(faces_app, ["remove", "grace"])
     assert r.exit_code == 7 and "unknown face 'grace' (known faces: collins)" in r.output
+
+
+# -- a damaged bank, bad photos, faces replaced on disk ---------------------------------------------
+
+
+def _bank_with_a_damaged_face(root: Path, detector) -> FaceBank:
+    bank = FaceBank(root)
+    bank.add(ASSETS / "grace_hopper.jpg", "grace", detector=detector)
+    (root / "broken").mkdir()
+    (root / "broken" / "meta.json").write_text('{"name": "broken"}')
+    return bank
+
+
+def test_a_damaged_face_is_named_with_its_fix_and_the_others_work(tmp_path, detector, monkeypatch):
+    bank = _bank_with_a_damaged_face(tmp_path / "bank", detector)
+    entries, damaged = bank.scan()
+    assert [e.name for e in entries] == ["grace"] and list(damaged) == ["broken"]
+    assert str(damaged["broken"]) == (
+        "face 'broken' is damaged: its meta.json has no 'photo', 'sha256', 'landmarks', 'box' "
+        "(remove it with `vcam faces remove broken` and add the photo again)"
+    )
+    with pytest.raises(FaceError, match="face 'broken' is damaged"):
+        bank.load("broken")
+    assert bank.load("grace").name == "grace"
+    for meta in ('{"photo": "p.jpg", "sha256": "x", "landmarks": [1, 2], "box": [0, 0, 1, 1]}', "[]", "{", "7"):
+        (tmp_path / "bank" / "broken" / "meta.json").write_text(meta)
+        with pytest.raises(FaceError, match="face 'broken' is damaged"):
+            bank.entry("broken")
+    cfgfile = tmp_path / "config.toml"
+    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
+    runner = CliRunner()
+    r = runner.invoke(faces_app, ["list"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "grace" in r.output and "DAMAGED" in r.output, r.output
+    assert "warning: face 'broken' is damaged" in r.output and "vcam faces remove broken" in r.output
+    r = runner.invoke(faces_app, ["remove", "broken"])
+    assert r.exit_code == 0 and "removed face 'broken'" in r.output
+    assert bank.names() == ["grace"]
+
+
+def test_vcam_run_and_ctl_with_a_damaged_face(tmp_path, detector, caplog):
+    """`vcam run` starts with the others (one warning naming the fix); `vcam ctl face broken`
+    answers with the fix instead of hanging."""
+    import logging
+
+    from obs_harness import CapturingOutput, demo_daemon_config
+
+    from vcam.control.local import send_command
+    from vcam.daemon import Daemon
+    from vcam.errors import ControlError
+
+    _bank_with_a_damaged_face(tmp_path / "bank", detector)
+    sock = tmp_path / "run" / "vcam.sock"
+    cfg = demo_daemon_config(sock)
+    cfg = cfg.replace(faces=type(cfg.faces)(**{**cfg.faces.__dict__, "dir": str(tmp_path / "bank")}))
+    caplog.set_level(logging.WARNING)
+    daemon = Daemon(cfg, output=CapturingOutput())
+    daemon.start()
+    try:
+        assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
+        assert "grace" in daemon.state.names and "broken" not in daemon.state.names
+        with pytest.raises(ControlError) as info:
+            send_command(sock, {"face": "broken"}, timeout=10)
+        assert info.value.message.startswith("face 'broken' is damaged") and "vcam faces remove broken" in info.value.hint
+        assert send_command(sock, {"face": "grace"}, timeout=10)["face"] == "grace"
+    finally:
+        daemon.stop()
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(m.startswith("face 'broken' skipped: face 'broken' is damaged") for m in warned), warned
+
+
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda p: p.write_bytes(b""), "is empty"),
+        (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n not really"), "is not an image that can be read"),
+        (lambda p: cv2.imwrite(str(p), np.zeros((64, 64, 4), np.uint8)), "is fully transparent"),
+        (lambda p: __import__("PIL.Image").Image.new("1", (8000, 8000)).save(p), "is 8000x8000 pixels, too large"),
+        (lambda p: __import__("PIL.Image").Image.new("1", (16000, 16000)).save(p), "too large for a face photo"),
+    ],
+    ids=["empty", "garbage", "transparent", "large", "huge"],
+)
+def test_faces_add_refuses_bad_photos_in_one_line(tmp_path, monkeypatch, make, needle):
+    cfgfile = tmp_path / "config.toml"
+    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
+    photo = tmp_path / "photo.png"
+    make(photo)
+    r = CliRunner().invoke(faces_app, ["add", str(photo)])
+    assert r.exit_code == 7, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output
+    assert not (tmp_path / "bank").exists() or FaceBank(tmp_path / "bank").names() == []
+
+
+def test_a_photo_with_transparency_is_laid_over_grey(tmp_path):
+    from vcam.faces import read_photo
+
+    img = np.zeros((8, 8, 4), np.uint8)
+    img[..., :3] = (0, 0, 255)
+    img[:4, ..., 3] = 255  # top half opaque red, bottom half transparent
+    cv2.imwrite(str(tmp_path / "a.png"), img)
+    out = read_photo(tmp_path / "a.png")
+    assert out.shape == (8, 8, 3)
+    assert (out[0, 0] == (0, 0, 255)).all() and (out[7, 7] == (128, 128, 128)).all()
+
+
+def test_a_face_replaced_on_disk_is_reloaded_while_running(tmp_path, detector):
+    """Remove a face and add another photo under the same name: the running daemon swaps the new one
+    (the watcher's pass), and the active face stays active."""
+    from vcam.faces import BankWatcher
+
+    bank = FaceBank(tmp_path / "bank")
+    bank.add(ASSETS / "astronaut.jpg", "me", detector=detector)
+    bank.add(ASSETS / "grace_hopper.jpg", "other", detector=detector)
+    state = RuntimeState()
+    watcher = BankWatcher(bank, state, bank.load, interval=0.05)
+    state.set_loader(watcher.load)
+    state.set_face("me")
+    first = state.snapshot().face.image.copy()
+    assert watcher.check() == []  # nothing changed
+    bank.remove("me")
+    assert watcher.check() == [] and state.active == "me"  # removed: the loaded face stays until it comes back
+    bank.add(ASSETS / "grace_hopper.jpg", "me", detector=detector)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and np.array_equal(state.snapshot().face.image, first):
+            time.sleep(0.02)
+    finally:
+        watcher.stop()
+    snap = state.snapshot()
+    assert state.active == "me" and not np.array_equal(snap.face.image, first)
+    assert np.array_equal(snap.face.image, bank.load("other").image)  # the same photo as 'other' now

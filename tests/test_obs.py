@@ -8,6 +8,7 @@ its frame counter; the daemon end-to-end test drives the real ``Daemon`` on the 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -317,7 +318,14 @@ def test_status_text_source(controller, client):
     def text():
         return client.get_input_settings("FastSwap Status").input_settings.get("text", "")
 
-    assert wait_for(lambda: text() == "face: carol  swap: on  29.5 fps  41 ms", 3) is not None, text()
+    # The time of the update is part of the text: a frozen time means vcam is gone.
+    assert (
+        wait_for(lambda: re.fullmatch(r"face: carol  swap: on  29\.5 fps  41 ms  \(at \d\d:\d\d:\d\d\)", text()), 3) is not None
+    ), text()
+    first = text()
+    assert wait_for(lambda: text() != first, 3) is not None  # the time moves on while vcam runs
+    ctl.stop()  # a clean exit says so
+    assert re.fullmatch(r"vcam stopped \(at \d\d:\d\d:\d\d\)", text()), text()
 
 
 # --- failures --------------------------------------------------------------------------------
@@ -462,9 +470,16 @@ def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     runner = CliRunner()
     res = runner.invoke(obs_app, ["status", "--config", str(cfg_file)])
     assert res.exit_code == 8 and "scene 'CLI Faces' is missing; run `vcam obs setup`" in res.output
+    closed = tmp_path / "closed.toml"
+    closed.write_text(f"[obs]\nenabled = true\nport = {free_port()}\n")
+    res = runner.invoke(obs_app, ["status", "--config", str(closed)])  # hints keep their [table] names
+    assert res.exit_code == 8 and "or fix [obs] host/port" in res.output, res.output
+    (faces_dir / "broken").mkdir()
+    (faces_dir / "broken" / "meta.json").write_text('{"name": "broken"}')  # one damaged face: the rest still set up
     res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
     assert res.exit_code == 0, res.output
     assert "scene 'CLI Faces' created" in res.output
+    assert "note: face 'broken' is damaged" in res.output and "vcam faces remove broken" in res.output
     for n in names:
         assert f"Show 'Face: {n}'" in res.output
     res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
@@ -476,3 +491,124 @@ def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     monkeypatch.setenv("VCAM_OBS_PASSWORD", "wrong")
     res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
     assert res.exit_code == 8 and "rejected the websocket password" in res.output
+
+
+# --- staying in sync (issue 13) ------------------------------------------------------------------
+
+
+def _solid_loader(name: str) -> SourceFace:
+    """A state loader: any name is a face (as the bank would load a face added while running)."""
+    img = np.empty((128, 128, 3), np.uint8)
+    img[...] = (90, 90, 90)
+    return SourceFace(name=name, image=img)
+
+
+def _shown(client, scene: str) -> tuple[list[str], bool | None]:
+    items = visible(client, scene)
+    faces = sorted(n[len(FACE_PREFIX) :] for n, on in items.items() if n.startswith(FACE_PREFIX) and on)
+    return faces, items.get(SWAP_SOURCE)
+
+
+def test_setup_rerun_and_a_recreated_scene_keep_obs_and_vcam_agreed(obs_server, client, face_images):
+    scene = "Sync Faces"
+    setup_scene(client, {n: face_images[n] for n in ("alice", "bob")}, scene=scene)
+    state = make_state("bob")
+    state.set_loader(_solid_loader)
+    ctl = ObsController(obs_cfg(obs_server, scene=scene), state, retry_min=0.2, retry_max=1.0)
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        assert wait_for(lambda: _shown(client, scene) == (["bob"], True), 3) is not None, _shown(client, scene)
+        # `vcam obs setup` again after adding faces, one sorting first: no second face appears.
+        more = dict(face_images, aaron=face_images["alice"])
+        report = setup_scene(client, more, scene=scene)
+        assert "Face: aaron" in report.created
+        assert _shown(client, scene) == (["bob"], True)
+        client.trigger_hot_key_by_name(show_hotkey("Face: aaron"))  # the new face's hotkey works at once
+        assert wait_for(lambda: state.active == "aaron", 2) is not None
+        assert wait_for(lambda: _shown(client, scene) == (["aaron"], True), 2) is not None
+        state.set_swap("off")
+        assert wait_for(lambda: _shown(client, scene) == (["aaron"], False), 2) is not None
+        # The scene deleted and made again by setup (which shows its first face, swap on): vcam's
+        # state is put back on it.
+        client.remove_scene(scene)
+        setup_scene(client, more, scene=scene)
+        assert wait_for(lambda: _shown(client, scene) == (["aaron"], False), 3) is not None, _shown(client, scene)
+        assert state.active == "aaron" and state.swap_enabled is False
+        # Two faces shown behind vcam's back (no event reaches it for an item it does not know):
+        # the periodic check heals it.
+        for it in client.get_scene_item_list(scene).scene_items:
+            if it["sourceName"] in ("Face: alice", "Face: carol"):
+                client.set_scene_item_enabled(scene, it["sceneItemId"], True)
+        assert wait_for(lambda: len(_shown(client, scene)[0]) == 1, 5) is not None
+        assert _shown(client, scene)[0] == [state.active]
+        assert ctl.connections == 1
+    finally:
+        ctl.stop()
+        client.remove_scene(scene)
+
+
+def _drop(ctl: ObsController) -> None:
+    """Cut the controller's event connection, as a network drop would (it reconnects itself)."""
+    ctl._ev.base_client.ws.close()
+    assert wait_for(lambda: not ctl.connected.is_set(), 5) is not None
+
+
+def _set_shown(client, scene: str, face: str | None = None, swap: bool | None = None) -> None:
+    for it in client.get_scene_item_list(scene).scene_items:
+        n = it["sourceName"]
+        if face is not None and n.startswith(FACE_PREFIX):
+            client.set_scene_item_enabled(scene, it["sceneItemId"], n == face_source_name(face))
+        elif swap is not None and n == SWAP_SOURCE:
+            client.set_scene_item_enabled(scene, it["sceneItemId"], swap)
+
+
+def test_changes_made_while_disconnected_are_merged_on_reconnect(obs_server, client, face_images):
+    """Changed in OBS only: adopted. Changed in vcam only: shown in OBS. Changed on both sides: vcam wins."""
+    scene = "Merge Faces"
+    setup_scene(client, face_images, scene=scene)
+    state = make_state("alice")
+    ctl = ObsController(obs_cfg(obs_server, scene=scene), state, retry_min=1.5, retry_max=1.5)
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        assert wait_for(lambda: _shown(client, scene) == (["alice"], True), 3) is not None
+        _drop(ctl)
+        _set_shown(client, scene, face="carol", swap=False)  # the user, in OBS, while vcam is away
+        assert ctl.connected.wait(10)
+        assert wait_for(lambda: state.active == "carol" and state.swap_enabled is False, 3) is not None
+        assert wait_for(lambda: _shown(client, scene) == (["carol"], False), 3) is not None
+        _drop(ctl)
+        state.set_face("bob")  # `vcam ctl face bob` while OBS is away
+        assert ctl.connected.wait(10)
+        assert wait_for(lambda: _shown(client, scene) == (["bob"], False), 3) is not None
+        assert state.active == "bob"
+        _drop(ctl)
+        _set_shown(client, scene, face="alice")
+        state.set_face("carol")
+        assert ctl.connected.wait(10)
+        assert wait_for(lambda: _shown(client, scene) == (["carol"], False), 3) is not None
+        assert state.active == "carol"
+    finally:
+        ctl.stop()
+        client.remove_scene(scene)
+
+
+def test_a_damaged_face_from_obs_is_answered_and_the_connection_stays(controller, client, obs_server, tmp_path):
+    from vcam.faces import FaceBank
+
+    ctl, state = controller
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "meta.json").write_text('{"name": "broken"}')
+    state.set_loader(FaceBank(tmp_path).load)
+    rec = EventRecorder(obs_cfg(obs_server))
+    try:
+        client.broadcast_custom_event({"eventData": {"vcam": {"face": "broken"}}})
+        assert wait_for(lambda: any(not r["ok"] for r in rec.replies()), 3) is not None
+        bad = [r for r in rec.replies() if not r["ok"]][0]
+        assert "face 'broken' is damaged" in bad["error"] and "vcam faces remove broken" in bad["error"]
+        client.broadcast_custom_event({"eventData": {"vcam": {"face": "bob"}}})
+        assert wait_for(lambda: state.active == "bob", 2) is not None
+        assert ctl.connected.is_set() and ctl.connections == 1
+    finally:
+        rec.close()

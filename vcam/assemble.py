@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .config import Config
@@ -261,28 +262,35 @@ def _reference_filter(cfg: Config, detector: Any, recogniser: Any) -> Any:
     return reference_filter(recogniser, ref.embeddings[recogniser.name], cfg.swap.reference_threshold)
 
 
-def load_faces(asm: Assembly, state: RuntimeState, *, demo_input: bool) -> None:
+def load_faces(asm: Assembly, state: RuntimeState, *, demo_input: bool) -> Any:
     """The active face (``--face`` / ``[swap] source``, else the demo face for the demo input) and
-    every face of the bank, prepared for the swapper; later additions load on first use."""
-    from .faces import FaceBank, face_from_image, load_face_arg
+    every usable face of the bank, prepared for the swapper; later additions load on first use.
+    Returns the :class:`~vcam.faces.BankWatcher` that reloads bank faces replaced on disk (not
+    started). A damaged face of the bank is skipped with a warning naming the fix."""
+    from .faces import BankWatcher, FaceBank, face_from_image, load_face_arg
 
     cfg = asm.cfg
     kw = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
-    if cfg.swap.source:
-        state.add_face(load_face_arg(cfg.swap.source, faces_dir=cfg.faces_dir, **kw), activate=True)
+    bank = FaceBank(cfg.faces_dir)
+    watcher = BankWatcher(bank, state, lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]))
+    source = cfg.swap.source
+    if source and source in bank and not Path(source).expanduser().is_file():
+        state.add_face(watcher.load(source), activate=True)
+    elif source:
+        state.add_face(load_face_arg(source, faces_dir=cfg.faces_dir, **kw), activate=True)
     elif demo_input:
         from . import demo
 
         state.add_face(face_from_image(demo.portrait("astronaut"), "astronaut", **kw), activate=True)
-    bank = FaceBank(cfg.faces_dir)
-    state.set_loader(lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]))
+    state.set_loader(watcher.load)
     for name in bank.names():
         if name in state.names:
             continue
         try:
-            state.add_face(bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]))
+            state.add_face(watcher.load(name))
         except VcamError as exc:
             log.warning("face '%s' skipped: %s", name, exc)
+    return watcher
 
 
 __all__ = ["Assembly", "PIXELS", "Placement", "ROLES", "build", "load_faces", "model_names", "plan", "resolve_device"]

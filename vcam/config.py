@@ -194,7 +194,11 @@ class ObsConfig:
 
 @dataclass(frozen=True)
 class ControlConfig:
-    socket: str = _opt("", "Local control socket path ('' : in the user runtime dir).")
+    socket: str = _opt(
+        "",
+        "Local control socket path ('': $XDG_RUNTIME_DIR/vcam.sock, or ~/.local/state/vcam/run/vcam.sock without "
+        "XDG_RUNTIME_DIR). Its folder must be yours and not writable by others.",
+    )
 
 
 @dataclass(frozen=True)
@@ -228,16 +232,15 @@ class Config:
 
     @property
     def socket_path(self) -> Path:
+        """``[control] socket``, else ``$XDG_RUNTIME_DIR/vcam.sock``, else (su, ssh, cron: no runtime
+        dir) a folder under the user's home (``~/.local/state/vcam/run``), never a guessable /tmp
+        path another user could create first."""
         if self.control.socket:
             return Path(self.control.socket).expanduser()
         base = os.environ.get("XDG_RUNTIME_DIR")
-        if not base:
-            import warnings
-
-            with warnings.catch_warnings():  # platformdirs warns when it falls back to /tmp
-                warnings.simplefilter("ignore")
-                base = platformdirs.user_runtime_dir(APP)
-        return Path(base) / "vcam.sock"
+        if base and os.path.isabs(base):
+            return Path(base) / "vcam.sock"
+        return Path(platformdirs.user_state_dir(APP)) / "run" / "vcam.sock"
 
     def replace(self, **sections: Any) -> Config:
         return dataclasses.replace(self, **sections)

@@ -146,7 +146,9 @@ class Daemon:
         self.summary.models = asm.describe()
         log.info("models: %s", self.summary.models)
         if not self.state.names:
-            assemble.load_faces(asm, self.state, demo_input=cfg.capture.input == "demo")
+            watcher = assemble.load_faces(asm, self.state, demo_input=cfg.capture.input == "demo")
+            watcher.start()
+            self._components.append(watcher)
         output = self._output
         if output is None:
             # Live input: stamp file frames by wall clock (plays at real speed even with drops);

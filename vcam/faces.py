@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -69,18 +70,57 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+#: Largest photo decoded for a face (pixels); a face needs far fewer, and a larger image could take
+#: gigabytes of memory to decode (a 16000x16000 PNG is a few kilobytes on disk).
+MAX_PHOTO_PIXELS = 50_000_000
+
+
 def read_photo(path: Path) -> np.ndarray:
-    """Decode a photo to (H, W, 3) uint8 BGR; FaceError if it is missing or not an image."""
+    """Decode a photo to (H, W, 3) uint8 BGR; FaceError if it is missing, empty, not an image, too
+    large to decode safely, or fully transparent. Transparent parts are laid over mid-grey."""
     import cv2
+    from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
     if not path.is_file():
         raise FaceError(f"photo not found: {path}", hint="check the path")
-    data = np.fromfile(str(path), dtype=np.uint8)
-    img = cv2.imdecode(data, cv2.IMREAD_COLOR)
-    if img is None:
-        raise FaceError(f"{path} is not an image OpenCV can read", hint="use a JPEG or PNG photo")
-    return img
+    if path.stat().st_size == 0:
+        raise FaceError(f"{path} is empty", hint="use a JPEG or PNG photo")
+    not_image = FaceError(f"{path} is not an image that can be read", hint="use a JPEG or PNG photo")
+    try:  # the header only: the size is known before any pixel is decoded
+        with Image.open(path) as im:
+            width, height = im.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        width = height = 1 << 16
+    except (UnidentifiedImageError, OSError, ValueError):
+        width = height = 0  # OpenCV may still read it (checked below)
+    if width * height > MAX_PHOTO_PIXELS:
+        raise FaceError(
+            f"{path} is {width}x{height} pixels, too large for a face photo (at most {MAX_PHOTO_PIXELS // 1_000_000} megapixels)"
+            if width < 1 << 16
+            else f"{path} is too large for a face photo (at most {MAX_PHOTO_PIXELS // 1_000_000} megapixels)",
+            hint="scale it down (4000 px on the long side is plenty) and try again",
+        )
+    try:
+        img = cv2.imdecode(np.fromfile(str(path), dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error:
+        img = None
+    if img is None or img.size == 0:
+        raise not_image
+    if img.dtype != np.uint8:  # 16-bit or float images
+        img = (
+            cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+            if img.dtype.kind == "f"
+            else (img >> 8).astype(np.uint8)
+        )
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    if img.shape[2] == 4:
+        alpha = img[..., 3:].astype(np.float32) / 255.0
+        if not alpha.any():
+            raise FaceError(f"{path} is fully transparent: there is no face to see", hint="use a photo with the face visible")
+        return (img[..., :3].astype(np.float32) * alpha + 128.0 * (1.0 - alpha) + 0.5).astype(np.uint8)
+    return img[..., :3] if img.shape[2] > 3 else img
 
 
 def _aligned(img: np.ndarray, landmarks: np.ndarray, template: str, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +169,7 @@ class FaceBank:
         return (self._folder(name) / "meta.json").is_file() if _NAME_RE.match(name or "") else False
 
     def entry(self, name: str) -> FaceEntry:
+        """The face ``name`` as stored; FaceError naming the fix when it is unknown or damaged."""
         if name not in self:
             known = self.names()
             raise FaceError(
@@ -136,28 +177,67 @@ class FaceBank:
                 hint=f"known faces: {', '.join(known)}" if known else "add one with `vcam faces add PHOTO`",
             )
         folder = self._folder(name)
+
+        def damaged(what: str) -> FaceError:
+            return FaceError(
+                f"face '{name}' is damaged: {what}", hint=f"remove it with `vcam faces remove {name}` and add the photo again"
+            )
+
         try:
             meta = json.loads((folder / "meta.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise FaceError(
-                f"face '{name}' has an unreadable meta.json: {exc}",
-                hint=f"remove it with `vcam faces remove {name}` and add it again",
-            ) from None
+        except (OSError, ValueError, RecursionError) as exc:
+            raise damaged(f"its meta.json cannot be read ({exc})") from None
+        if not isinstance(meta, dict):
+            raise damaged("its meta.json is not a JSON object")
+        missing = [k for k in ("photo", "sha256", "landmarks", "box") if k not in meta]
+        if missing:
+            raise damaged(f"its meta.json has no {', '.join(repr(k) for k in missing)}")
+        try:
+            landmarks = np.asarray(meta["landmarks"], np.float32).reshape(5, 2)
+            box = np.asarray(meta["box"], np.float32).reshape(4)
+            photo = folder / str(meta["photo"])
+            sha = str(meta["sha256"])
+        except (TypeError, ValueError):
+            raise damaged("its meta.json has landmarks or a box of the wrong shape") from None
+        if not np.isfinite(landmarks).all() or not np.isfinite(box).all():
+            raise damaged("its meta.json has landmarks that are not numbers")
+        if photo.parent != folder or not photo.is_file():
+            raise damaged(f"its photo {photo.name} is missing")
         emb_dir = folder / "embeddings"
         models = tuple(sorted({p.name.rsplit("-", 1)[0] for p in emb_dir.glob("*.npy")})) if emb_dir.is_dir() else ()
         return FaceEntry(
-            name=meta["name"],
+            name=name,
             folder=folder,
-            photo=folder / meta["photo"],
-            sha256=meta["sha256"],
-            landmarks=np.asarray(meta["landmarks"], np.float32).reshape(5, 2),
-            box=np.asarray(meta["box"], np.float32).reshape(4),
-            added=meta.get("added", ""),
+            photo=photo,
+            sha256=sha,
+            landmarks=landmarks,
+            box=box,
+            added=str(meta.get("added", "")),
             embeddings=models,
         )
 
+    def scan(self) -> tuple[list[FaceEntry], dict[str, FaceError]]:
+        """Every face of the bank: the usable entries, and the damaged ones with what is wrong."""
+        entries, damaged = [], {}
+        for n in self.names():
+            try:
+                entries.append(self.entry(n))
+            except FaceError as exc:
+                damaged[n] = exc
+        return entries, damaged
+
     def list(self) -> list[FaceEntry]:
-        return [self.entry(n) for n in self.names()]
+        """The usable faces (damaged ones are left out: see :meth:`scan`)."""
+        return self.scan()[0]
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        """Changes whenever face ``name`` is replaced on disk (its meta.json's inode and mtime); None
+        when the bank has no such face."""
+        try:
+            st = os.stat(self._folder(name) / "meta.json") if _NAME_RE.match(name or "") else None
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns) if st else None
 
     # -- changes ---------------------------------------------------------------------------------
     def add(
@@ -232,9 +312,11 @@ class FaceBank:
         return self.entry(name)
 
     def remove(self, name: str) -> None:
-        """Delete face ``name`` (only a folder this bank wrote: it must hold a meta.json)."""
-        entry = self.entry(name)
-        shutil.rmtree(entry.folder)
+        """Delete face ``name``, damaged or not (only a folder this bank wrote: it must hold a
+        meta.json)."""
+        if name not in self:
+            self.entry(name)  # raises the unknown-face error with the known names
+        shutil.rmtree(self._folder(name))
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self, name: str, *, recogniser: Any | None = None, swappers: Sequence[Any] = ()) -> SourceFace:
@@ -258,16 +340,17 @@ class FaceBank:
         embeddings: dict[str, np.ndarray] = {}
         if recogniser is not None:
             path = self._embedding_path(entry.folder, recogniser.name, entry.sha256)
-            if path.is_file():
-                embeddings[recogniser.name] = np.load(path).astype(np.float32)
+            cached = _load_npy(path)
+            if cached is not None:
+                embeddings[recogniser.name] = cached
             else:
                 img = img if img is not None else read_photo(entry.photo)
                 embeddings[recogniser.name] = self._store_embedding(entry.folder, entry.sha256, recogniser, img, entry.landmarks)
         else:  # whatever is cached
             for model in entry.embeddings:
-                p = self._embedding_path(entry.folder, model, entry.sha256)
-                if p.is_file():
-                    embeddings[model] = np.load(p).astype(np.float32)
+                cached = _load_npy(self._embedding_path(entry.folder, model, entry.sha256))
+                if cached is not None:
+                    embeddings[model] = cached
         face = SourceFace(name=entry.name, image=crop, landmarks=crop_lms, embeddings=embeddings)
         for swapper in swappers:
             face = swapper.prepare(face)
@@ -294,6 +377,81 @@ class FaceBank:
         np.save(tmp, emb)
         os.replace(tmp, path)
         return emb
+
+
+def _load_npy(path: Path) -> np.ndarray | None:
+    """A cached embedding, or None when it is missing or unreadable (it is then computed again)."""
+    try:
+        return np.load(path).astype(np.float32).reshape(-1)
+    except (OSError, ValueError, EOFError):
+        return None
+
+
+class BankWatcher:
+    """Keeps the faces a running daemon loaded from the bank in step with the disk.
+
+    :meth:`load` is the state's loader (it remembers each face's :meth:`FaceBank.stamp`); a thread
+    (``vcam-faces``, :meth:`start`/:meth:`stop`) calls :meth:`check` every ``interval`` seconds,
+    which reloads a face replaced on disk (removed and added again under the same name) and swaps
+    it into ``state`` (a pointer swap: the active face stays active). A face removed from the bank
+    stays loaded until it comes back. Loading happens in the watcher's thread, never the frame loop.
+    """
+
+    def __init__(self, bank: FaceBank, state: Any, load: Any, *, interval: float = 1.0) -> None:
+        self.bank, self.state, self._load = bank, state, load
+        self.interval = float(interval)
+        self._stamps: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def load(self, name: str) -> SourceFace:
+        stamp = self.bank.stamp(name)
+        face = self._load(name)
+        if stamp is not None:
+            with self._lock:
+                self._stamps[name] = stamp
+        return face
+
+    def check(self) -> list[str]:
+        """Reload every watched face whose stamp changed; returns their names."""
+        with self._lock:
+            watched = dict(self._stamps)
+        reloaded = []
+        for name, old in watched.items():
+            now = self.bank.stamp(name)
+            if now is None or now == old:
+                continue  # removed (kept loaded until it comes back) or unchanged
+            try:
+                face = self.load(name)
+            except FaceError as exc:  # e.g. half-written: try again on the next pass
+                log.warning("face '%s' changed on disk but cannot be loaded: %s", name, exc)
+                continue
+            self.state.add_face(face)
+            reloaded.append(name)
+            log.info("face '%s' was replaced in the face bank; reloaded", name)
+        return reloaded
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="vcam-faces", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.check()
+            except Exception:  # a watcher must never take the daemon down
+                log.exception("checking the face bank failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+
+    close = stop
 
 
 # -- faces from photos and names (--face, [swap] source / reference) -----------------------------

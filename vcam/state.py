@@ -140,14 +140,14 @@ class RuntimeState:
         return name
 
     def set_swap(self, value: str | bool) -> bool:
-        """``on``/``off``/``toggle`` (or a bool); returns the new state."""
+        """``on``/``off``/``toggle`` (or a bool; not 0, 1 or other numbers); returns the new state."""
         with self._lock:
-            if value == "toggle":
+            if isinstance(value, bool):
+                new = value
+            elif value == "toggle" and isinstance(value, str):
                 new = not self._swap
-            elif value in ("on", True):
-                new = True
-            elif value in ("off", False):
-                new = False
+            elif value in ("on", "off") and isinstance(value, str):
+                new = value == "on"
             else:
                 raise ValueError(f"swap must be on, off or toggle, got {value!r}")
             changed = new != self._swap

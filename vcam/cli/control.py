@@ -19,17 +19,20 @@ ctl_app = typer.Typer(no_args_is_help=True, help="Control a running `vcam run` w
 app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
 app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, status.")
 
-out = Console()
-err = Console(stderr=True)
+# Plain text: messages name config tables like "[obs]", which rich markup would swallow.
+out = Console(markup=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
 
 
 def bank_images(faces_dir: Path) -> dict[str, Path]:
-    """Face name -> photo path for every face of the bank (empty when there is none)."""
-    try:
-        from ..faces import FaceBank
-    except ImportError:
-        return {}
-    return {entry.name: Path(entry.photo) for entry in FaceBank(faces_dir).list()}
+    """Face name -> photo path for every usable face of the bank (empty when there is none); a
+    damaged face is named on stderr with its fix and left out."""
+    from ..faces import FaceBank
+
+    entries, damaged = FaceBank(faces_dir).scan()
+    for exc in damaged.values():
+        err.print(f"note: {exc} (skipped)")
+    return {entry.name: Path(entry.photo) for entry in entries}
 
 
 # --- vcam obs ----------------------------------------------------------------------------------
@@ -49,7 +52,7 @@ def obs_setup(
         cfg = _config(config)
         faces = bank_images(cfg.faces_dir)
         if not faces:
-            err.print("note: the face bank is empty; add faces with `vcam faces add PHOTO` and run this again", highlight=False)
+            err.print("note: the face bank is empty; add faces with `vcam faces add PHOTO` and run this again")
         device = None
         if add_camera_source:
             from ..devices import find_virtual_camera

@@ -34,17 +34,21 @@ def faces_list(ctx: typer.Context) -> None:
     try:
         cfg = _config(ctx)
         bank = FaceBank.from_config(cfg)
-        entries = bank.list()
+        entries, damaged = bank.scan()
     except VcamError as err:
         _fail(err)
-    console = Console(soft_wrap=True, highlight=False)
-    if not entries:
+    console = Console(soft_wrap=True, highlight=False, markup=False)
+    if not entries and not damaged:
         console.print(f"no faces in {bank.root}; add one with `vcam faces add PHOTO`")
         return
     table = Table("name", "added", "embeddings", "folder")
     for e in entries:
         table.add_row(e.name, e.added, ", ".join(e.embeddings) or "-", str(e.folder))
+    for name in damaged:
+        table.add_row(name, "DAMAGED", "-", str(bank.root / name))
     console.print(table)
+    for exc in damaged.values():  # each damaged face with its fix, on its own line
+        Console(stderr=True, soft_wrap=True, highlight=False, markup=False).print(f"warning: {exc}")
 
 
 @faces_app.command("add")
@@ -79,7 +83,7 @@ def faces_add(
         entry = FaceBank.from_config(cfg).add(photo, name, pick, detector=detector, recogniser=recogniser)
     except VcamError as err:
         _fail(err)
-    Console(soft_wrap=True, highlight=False).print(f"added face '{entry.name}' ({entry.folder})")
+    Console(soft_wrap=True, highlight=False, markup=False).print(f"added face '{entry.name}' ({entry.folder})")
 
 
 @faces_app.command("remove")
@@ -93,4 +97,4 @@ def faces_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Face 
         FaceBank.from_config(_config(ctx)).remove(name)
     except VcamError as err:
         _fail(err)
-    Console(soft_wrap=True, highlight=False).print(f"removed face '{name}'")
+    Console(soft_wrap=True, highlight=False, markup=False).print(f"removed face '{name}'")

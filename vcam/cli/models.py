@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import VcamError
@@ -101,7 +102,7 @@ def verify(
             sha = store.verify(n)
             out.print(f"ok {n} sha256 {sha}")
         except VcamError as err:
-            Console(stderr=True).print(f"[bold red]failed:[/] {err}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[bold red]failed:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             failed = err
     if failed is not None:
         raise typer.Exit(failed.exit_code)

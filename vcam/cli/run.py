@@ -161,7 +161,7 @@ def devices() -> None:
         return
     for d in devs:
         kind = "virtual camera" if d.is_loopback else "camera"
-        out.print(f"{d.path}\t{kind}\t{d.name}", highlight=False)
+        out.print(f"{d.path}\t{kind}\t{d.name}", highlight=False, markup=False)
 
 
 @app.command("config")

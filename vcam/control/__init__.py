@@ -24,7 +24,9 @@ def apply_command(state: RuntimeState, cmd: dict) -> dict:
         state.set_face(face)
     if "swap" in cmd:
         swap = cmd["swap"]
-        if swap not in ("on", "off", "toggle", True, False):
-            raise ControlError(f"'swap' must be on, off or toggle, got {swap!r}")
+        if not (isinstance(swap, bool) or (isinstance(swap, str) and swap in ("on", "off", "toggle"))):
+            raise ControlError(
+                f"'swap' must be on, off or toggle, got {swap!r}", hint="or true/false (JSON booleans, not 0 or 1)"
+            )
         state.set_swap(swap)
     return {"face": state.active, "swap": "on" if state.swap_enabled else "off"}

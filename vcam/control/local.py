@@ -9,9 +9,16 @@ object per line back.
     {"face": "nobody"}           {"ok": false, "error": "unknown face 'nobody'", "hint": "known faces: ..."}
 
 Only the user can connect: the socket file is created with mode 0600 (umask set around ``bind``,
-then ``chmod``), a parent directory created here gets 0700, and each connection's peer uid is
-checked (SO_PEERCRED) against ours as a second lock. The server runs in its own threads; a command
-only calls :class:`~vcam.state.RuntimeState` methods, so it never blocks the frame loop.
+then ``chmod``), a parent directory created here gets 0700, a parent that someone else owns or can
+write is refused (:func:`check_private_folder`), and each connection's peer uid is checked
+(SO_PEERCRED) against ours as a second lock; the client checks the server's uid the same way.
+
+Load: the listen backlog is the system's maximum, and at most ``MAX_CLIENTS`` connections are
+served at once; a connection beyond that gets ``{"ok": false, "busy": true, ...}`` at once, and
+:func:`send_command` retries busy replies and a full backlog until its timeout. Every line gets a
+reply, whatever it holds (deeply nested JSON, a last line without a newline before the client
+closes its side). The server runs in its own threads; a command only calls
+:class:`~vcam.state.RuntimeState` methods, so it never blocks the frame loop.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from pathlib import Path
 
 from ..errors import ControlError, VcamError
@@ -32,8 +40,34 @@ from . import apply_command
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
+MAX_CLIENTS = 32
 CLIENT_IDLE_TIMEOUT = 10.0
 RUN_HINT = "is `vcam run` running? Start it first, or point [control] socket at its socket"
+BUSY = {"ok": False, "busy": True, "error": "the daemon is busy with other control clients", "hint": "retry in a moment"}
+
+
+def check_private_folder(folder: Path) -> None:
+    """ControlError unless ``folder`` is a real directory that only we (or root, with the sticky bit,
+    as /tmp) can change: a socket in a folder someone else controls could be replaced by theirs."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        raise ControlError(f"cannot use {folder} for the control socket: {exc.strerror or exc}", hint=_FOLDER_HINT) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ControlError(f"{folder} is not a folder (the control socket goes in it)", hint=_FOLDER_HINT)
+    if uid is None:
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    owner_ok = st.st_uid == uid or (st.st_uid == 0 and mode & stat.S_ISVTX)
+    if not owner_ok or (mode & 0o022 and not mode & stat.S_ISVTX):
+        raise ControlError(
+            f"the control socket folder {folder} is not private (owner uid {st.st_uid}, mode {mode:04o})",
+            hint=_FOLDER_HINT,
+        )
+
+
+_FOLDER_HINT = "set [control] socket to a path in a folder only you can write, e.g. under your home"
 
 
 def _peer_uid(conn: socket.socket) -> int | None:
@@ -62,11 +96,13 @@ def handle_command(state: RuntimeState, cmd) -> dict:
         return {"ok": False, "error": 'a command is a JSON object like {"face": "NAME"}'}
     try:
         reply = apply_command(state, cmd)
-    except VcamError as exc:
+    except Exception as exc:
+        if not isinstance(exc, VcamError):  # a bug; the client still gets an answer
+            log.exception("control command %s failed", cmd)
         return {
             "ok": False,
-            "error": exc.message,
-            "hint": exc.hint,
+            "error": exc.message if isinstance(exc, VcamError) else f"the command failed ({type(exc).__name__}: {exc})",
+            "hint": exc.hint if isinstance(exc, VcamError) else "see the daemon's log",
             "face": state.active,
             "swap": "on" if state.swap_enabled else "off",
         }
@@ -86,6 +122,8 @@ class ControlServer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._uid = os.getuid() if hasattr(os, "getuid") else None
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.busy_replies = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -105,7 +143,7 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        sock.listen(8)
+        sock.listen(socket.SOMAXCONN)
         sock.settimeout(0.2)
         self._sock = sock
         self._stop.clear()
@@ -138,19 +176,23 @@ class ControlServer:
 
     def _prepare_path(self) -> None:
         parent = self.path.parent
-        if not parent.exists():
-            try:
+        try:
+            if not os.path.lexists(parent):
                 parent.mkdir(mode=0o700, parents=True)
                 os.chmod(parent, 0o700)
-            except OSError as exc:
-                raise ControlError(
-                    f"cannot create {parent} for the control socket: {exc.strerror}",
-                    hint="set [control] socket to a path in a directory you own",
-                ) from None
+        except OSError as exc:
+            raise ControlError(
+                f"cannot create {parent} for the control socket: {exc.strerror or exc}", hint=_FOLDER_HINT
+            ) from None
+        check_private_folder(parent)
         try:
             st = os.lstat(self.path)
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise ControlError(
+                f"cannot use {self.path} for the control socket: {exc.strerror or exc}", hint=_FOLDER_HINT
+            ) from None
         if not stat.S_ISSOCK(st.st_mode):
             raise ControlError(
                 f"{self.path} exists and is not a socket", hint="move that file away or set [control] socket to another path"
@@ -178,9 +220,28 @@ class ControlServer:
                 log.debug("control socket accept failed", exc_info=True)
                 self._stop.wait(0.1)
                 continue
+            if not self._slots.acquire(blocking=False):
+                self._refuse_busy(conn)
+                continue
             threading.Thread(target=self._serve_client, args=(conn,), name="vcam-ctl-client", daemon=True).start()
 
+    def _refuse_busy(self, conn: socket.socket) -> None:
+        """Every handler is taken: say so at once (the client retries) rather than keep it waiting."""
+        self.busy_replies += 1
+        try:
+            with conn:
+                conn.settimeout(0.2)
+                conn.sendall(json.dumps(BUSY).encode() + b"\n")
+        except OSError:
+            pass
+
     def _serve_client(self, conn: socket.socket) -> None:
+        try:
+            self._serve_lines(conn)
+        finally:
+            self._slots.release()
+
+    def _serve_lines(self, conn: socket.socket) -> None:
         try:
             with conn:
                 uid = _peer_uid(conn)
@@ -195,7 +256,9 @@ class ControlServer:
                         chunk = conn.recv(4096)
                     except TimeoutError:
                         return
-                    if not chunk:
+                    if not chunk:  # the client closed its side: a last line without a newline still counts
+                        if buf.strip():
+                            conn.sendall(self._reply_to(buf))
                         return
                     buf += chunk
                     if len(buf) > MAX_LINE and b"\n" not in buf:
@@ -203,33 +266,55 @@ class ControlServer:
                         return
                     while b"\n" in buf:
                         line, buf = buf.split(b"\n", 1)
-                        if not line.strip():
-                            continue
-                        try:
-                            cmd = json.loads(line)
-                        except ValueError:
-                            reply = {"ok": False, "error": "not JSON: send one JSON object per line"}
-                        else:
-                            reply = handle_command(self.state, cmd)
-                        conn.sendall(json.dumps(reply).encode() + b"\n")
+                        if line.strip():
+                            conn.sendall(self._reply_to(line))
         except OSError:
             log.debug("control client went away", exc_info=True)
         except Exception:  # a client must never take the server down
             log.exception("control command failed")
 
+    def _reply_to(self, line: bytes) -> bytes:
+        try:
+            cmd = json.loads(line)
+        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
+            reply = {"ok": False, "error": "not JSON (or nested too deep): send one JSON object per line"}
+        else:
+            reply = handle_command(self.state, cmd)
+        return json.dumps(reply).encode() + b"\n"
+
 
 def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> dict:
     """Send one command to the daemon at ``path`` and return its reply.
 
-    Raises ControlError when nothing listens (with a hint to start `vcam run`), when the socket
-    belongs to someone else, on a timeout, or when the daemon answers ``ok: false`` (its error and
-    hint are passed on).
+    Retries while the daemon is busy (a full connection backlog, or a busy reply) until
+    ``timeout``. Raises ControlError when nothing listens (with a hint to start `vcam run`), when
+    the socket or its server belongs to someone else, on a timeout, when it stays busy, or when the
+    daemon answers ``ok: false`` (its error and hint are passed on).
     """
     path = Path(path)
+    deadline = time.monotonic() + timeout
+    pause = 0.01
+    while True:
+        reply = _exchange(path, cmd, max(0.1, deadline - time.monotonic()))
+        if reply is not None and not reply.get("busy"):
+            break
+        if time.monotonic() + pause >= deadline:
+            raise ControlError(f"the vcam daemon at {path} stayed busy for {timeout:g}s", hint="retry in a moment")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    if not reply.get("ok"):
+        raise ControlError(reply.get("error", "the daemon refused the command"), hint=reply.get("hint"))
+    return reply
+
+
+def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
+    """One connection: the reply, or None when the backlog is full (try again)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(str(path))
+        except BlockingIOError:  # EAGAIN: the listen backlog is full
+            return None
         except (FileNotFoundError, ConnectionRefusedError):
             raise ControlError(f"no vcam daemon listens on {path}", hint=RUN_HINT) from None
         except PermissionError:
@@ -239,6 +324,12 @@ def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> d
             ) from None
         except TimeoutError:
             raise ControlError(f"the vcam daemon at {path} did not answer", hint=RUN_HINT) from None
+        except OSError as exc:
+            raise ControlError(f"cannot reach the vcam daemon at {path}: {exc.strerror or exc}", hint=RUN_HINT) from None
+        uid = _peer_uid(sock)
+        me = os.getuid() if hasattr(os, "getuid") else None
+        if me is not None and uid is not None and uid not in (me, 0):
+            raise ControlError(f"the control socket {path} is served by uid {uid}, not you", hint=_FOLDER_HINT)
         try:
             sock.sendall(json.dumps(cmd).encode() + b"\n")
             buf = b""
@@ -253,7 +344,7 @@ def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> d
             raise ControlError(f"control socket {path} failed: {exc.strerror or exc}", hint=RUN_HINT) from None
     if not buf.strip():
         raise ControlError(f"the vcam daemon at {path} closed the connection without answering", hint=RUN_HINT)
-    reply = json.loads(buf.split(b"\n", 1)[0])
-    if not reply.get("ok"):
-        raise ControlError(reply.get("error", "the daemon refused the command"), hint=reply.get("hint"))
-    return reply
+    try:
+        return json.loads(buf.split(b"\n", 1)[0])
+    except ValueError:
+        raise ControlError(f"the vcam daemon at {path} answered something that is not JSON", hint=RUN_HINT) from None

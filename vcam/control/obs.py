@@ -12,8 +12,16 @@ builds a scene (default "FastSwap Faces") holding one image source per face, nam
   command is answered with a CustomEvent ``{"vcam_reply": {"ok": ..., "face": ..., "swap": ...}}``
   carrying ``"error"`` when it failed (an unknown face name, for example);
 - changes made elsewhere (``vcam ctl``) are mirrored onto the sources' visibility;
-- an optional text source (default "FastSwap Status") shows face, fps and latency, updated at most
-  twice a second.
+- an optional text source (default "FastSwap Status") shows face, fps, latency and the time of the
+  update (a frozen time means vcam is gone), updated at most twice a second; on a clean exit it
+  says "vcam stopped" with the time.
+
+Staying in sync: vcam's face and swap state is the truth OBS mirrors. Whenever the scene's structure
+changes (``vcam obs setup`` re-run, a scene or source created, removed or renamed) and every
+``ping_interval`` seconds, the scene is compared with the state and corrected (only the active face
+visible, the swap source = swap on/off). After a reconnect the two are merged: a change made in
+OBS while vcam was away (a face shown, swap toggled) is adopted if vcam's own state did not change
+meanwhile; otherwise vcam's state wins.
 
 Threads: obsws-python runs one listener thread per event client; our callbacks there only put
 events on a queue. One worker thread (``vcam-obs``) owns both connections: it connects, handles the
@@ -218,18 +226,26 @@ def setup_scene(
 ) -> SetupReport:
     """Create (idempotently) the control scene in OBS through a connected obsws-python ReqClient.
 
-    ``faces``: face name -> image file shown by its ``Face: <name>`` image source. Only ``active``
-    (default: the first name) is left visible. Existing sources are kept (their image file is
-    updated); nothing is ever removed. ``add_camera_source`` adds a Video Capture Device source
-    named ``camera_name`` for ``camera_device`` (``/dev/videoN``; left empty if None) to the
-    current program scene.
+    ``faces``: face name -> image file shown by its ``Face: <name>`` image source. Existing sources
+    are kept as they are, visibility included (their image file is updated); nothing is ever
+    removed. New face sources are created hidden, except ``active`` (default: the first name) when
+    the scene shows no face yet: re-running setup while vcam runs never shows a second face.
+    ``add_camera_source`` adds a Video Capture Device source named ``camera_name`` for
+    ``camera_device`` (``/dev/videoN``; left empty if None) to the current program scene.
     """
     report = SetupReport(scene=scene)
     if scene not in _scene_names(client):
         client.create_scene(scene)
         report.scene_created = True
     names = list(faces)
-    if active is None and names:
+    shown = [
+        it["sourceName"]
+        for it in client.get_scene_item_list(scene).scene_items
+        if it["sourceName"].startswith(FACE_PREFIX) and it["sceneItemEnabled"]
+    ]
+    if shown:
+        active = None  # a face is shown already (vcam's choice): leave it the only one
+    elif active is None and names:
         active = names[0]
     for name in names:
         path = str(Path(faces[name]).expanduser().resolve())
@@ -356,6 +372,9 @@ class ObsController:
         self._has_status = False
         self._last_text: str | None = None
         self._subscribed = False
+        self._synced: tuple[str | None, bool] | None = None  # (face, swap) both sides last agreed on
+        self._merge_pending = False
+        self._obs_frames: int | None = None  # OBS's rendered-frame count when last seen (drops on a restart)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -401,6 +420,9 @@ class ObsController:
             _guarded("on_scene_item_created", lambda d: put(("refresh",))),
             _guarded("on_scene_item_removed", lambda d: put(("refresh",))),
             _guarded("on_input_name_changed", lambda d: put(("refresh",))),
+            _guarded("on_scene_created", lambda d: put(("refresh",))),
+            _guarded("on_scene_removed", lambda d: put(("refresh",))),
+            _guarded("on_scene_name_changed", lambda d: put(("refresh",))),
             _guarded("on_exit_started", lambda d: put(("exit",))),
         ]
 
@@ -438,6 +460,7 @@ class ObsController:
             log.info("connected to OBS at %s:%s", self.cfg.host, self.cfg.port)
             try:
                 self._serve()
+                self._say_stopped()
             except Exception as exc:
                 if not self._stop.is_set():
                     self.last_error = f"{type(exc).__name__}: {exc}"
@@ -467,6 +490,11 @@ class ObsController:
                 self._refresh()
         self._last_text = None
         self._echoes.clear()
+        # Merge what changed on either side while we were apart, unless OBS itself restarted: its
+        # scene then holds whatever it last saved, not something the user just did.
+        before, self._obs_frames = self._obs_frames, self._rendered_frames()
+        restarted = before is not None and self._obs_frames is not None and self._obs_frames < before
+        self._merge_pending = not restarted
         self._sync_pending.set()
 
     def _close_clients(self) -> None:
@@ -507,15 +535,17 @@ class ObsController:
                 last_request = time.monotonic()
             if self._sync_pending.is_set():
                 self._sync_pending.clear()
-                self._requesting(self._sync_visibility)
+                merge, self._merge_pending = self._merge_pending, False
+                self._requesting(self._sync_visibility, merge)
                 last_request = time.monotonic()
             now = time.monotonic()
             if self._has_status and now - last_status >= self.status_interval:
                 last_status = now
-                if self._update_status():
-                    last_request = now
+                self._update_status()
             if now - last_request >= self.ping_interval:
-                self._req.get_version()
+                # Also the keep-alive: compare the scene with the state and heal any difference.
+                self._requesting(self._sync_visibility, False, True)
+                self._obs_frames = self._rendered_frames()
                 last_request = now
 
     # -- handlers (worker thread) -----------------------------------------------------------------
@@ -540,6 +570,7 @@ class ObsController:
             self._on_custom(item[1])
         elif kind == "refresh":
             self._refresh()
+            self._sync_pending.set()  # the scene changed shape: show vcam's state on it again
 
     def _refresh(self) -> None:
         self._items = {}
@@ -565,7 +596,7 @@ class ObsController:
             face = name[len(FACE_PREFIX) :]
             try:
                 self.state.set_face(face)
-            except FaceError as exc:
+            except Exception as exc:  # an unknown or damaged face: say so, keep the connection
                 log.warning("OBS showed '%s': %s", name, exc)
                 self._reply(False, error=str(exc))
             self._sync_pending.set()  # radio: hide the others (or re-hide an unknown face)
@@ -583,9 +614,9 @@ class ObsController:
         error = None
         try:
             apply_command(self.state, cmd)
-        except (FaceError, ControlError) as exc:
-            error = str(exc)
-            log.warning("OBS custom event %s: %s", cmd, exc)
+        except Exception as exc:  # a bad command or a damaged face: answered, never a dropped connection
+            error = str(exc) if isinstance(exc, (FaceError, ControlError)) else f"{type(exc).__name__}: {exc}"
+            log.warning("OBS custom event %s: %s", cmd, error)
         self._reply(error is None, error=error)
 
     def _reply(self, ok: bool, *, error: str | None = None) -> None:
@@ -594,12 +625,21 @@ class ObsController:
             body["error"] = error
         self._req.broadcast_custom_event({"eventData": {REPLY_KEY: body}})
 
-    def _sync_visibility(self) -> None:
-        """Mirror the state onto OBS: only the active face visible, swap source = swap on/off."""
+    def _sync_visibility(self, merge: bool = False, quiet: bool = False) -> None:
+        """Make the scene show the state: only the active face visible, the swap source = swap on.
+
+        ``merge`` (after a reconnect): first adopt what OBS changed while we were apart, where the
+        state itself did not change since both last agreed. ``quiet`` (the periodic check): leave it
+        to the next round when events are waiting, as they may explain the difference."""
         if self.cfg.scene not in _scene_names(self._req):
             return
+        items = self._req.get_scene_item_list(self.cfg.scene).scene_items
+        if quiet and not self._queue.empty():
+            return
+        if merge and self._synced is not None:
+            self._adopt_obs_changes(items, *self._synced)
         active, swap = self.state.active, self.state.swap_enabled
-        for it in self._req.get_scene_item_list(self.cfg.scene).scene_items:
+        for it in items:
             name, shown = it["sourceName"], bool(it["sceneItemEnabled"])
             self._items[int(it["sceneItemId"])] = name
             if name.startswith(FACE_PREFIX):
@@ -611,14 +651,41 @@ class ObsController:
             if want != shown:
                 self._echoes.setdefault(int(it["sceneItemId"]), []).append(want)
                 self._req.set_scene_item_enabled(self.cfg.scene, it["sceneItemId"], want)
+        self._synced = (active, swap)
 
-    def status_text(self) -> str:
+    def _rendered_frames(self) -> int | None:
+        try:
+            return int(self._req.get_stats().render_total_frames)
+        except Exception as exc:
+            if not _request_failed(exc) and not isinstance(exc, (AttributeError, TypeError, ValueError)):
+                raise
+            return None
+
+    def _adopt_obs_changes(self, items: list, last_face: str | None, last_swap: bool) -> None:
+        faces = [
+            i["sourceName"][len(FACE_PREFIX) :]
+            for i in items
+            if i["sourceName"].startswith(FACE_PREFIX) and i["sceneItemEnabled"]
+        ]
+        swap = [bool(i["sceneItemEnabled"]) for i in items if i["sourceName"] == SWAP_SOURCE]
+        if len(faces) == 1 and faces[0] != last_face and self.state.active == last_face:
+            try:
+                self.state.set_face(faces[0])
+                log.info("OBS showed '%s' while vcam was away; switched to it", faces[0])
+            except Exception as exc:
+                log.warning("OBS shows '%s%s' but it cannot be used: %s", FACE_PREFIX, faces[0], exc)
+        if swap and swap[0] != last_swap and self.state.swap_enabled == last_swap:
+            self.state.set_swap(swap[0])
+            log.info("swap was turned %s in OBS while vcam was away", "on" if swap[0] else "off")
+
+    def status_text(self, now: float | None = None) -> str:
         st = self.state.read_status()
         swap = "on" if self.state.swap_enabled else "off"
-        return f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
+        stamp = time.strftime("%H:%M:%S", time.localtime(now))
+        return f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms  (at {stamp})"
 
-    def _update_status(self) -> bool:
-        text = self.status_text()
+    def _update_status(self, text: str | None = None) -> bool:
+        text = text or self.status_text()
         if text == self._last_text:
             return False
         try:
@@ -630,3 +697,12 @@ class ObsController:
             return True
         self._last_text = text
         return True
+
+    def _say_stopped(self) -> None:
+        """On a clean stop: the status source says vcam stopped, and when (best effort)."""
+        if not self._has_status or self._req is None:
+            return
+        try:
+            self._update_status(f"vcam stopped (at {time.strftime('%H:%M:%S')})")
+        except Exception:
+            log.debug("could not mark the OBS status as stopped", exc_info=True)
