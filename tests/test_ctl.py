@@ -236,7 +236,10 @@ def _connect_as_nobody(path: Path, payload: bytes) -> tuple[str, bytes]:
             s.settimeout(2)
             try:
                 s.connect(str(path))
-                s.sendall(payload)
+                try:
+                    s.sendall(payload)
+                except BrokenPipeError:
+                    pass  # refused and closed before we wrote: the refusal is still there to read
                 data = s.recv(4096)
                 os.write(w, b"connected:" + data)
             except PermissionError:
@@ -403,29 +406,6 @@ def test_a_full_backlog_is_one_busy_line_not_a_crash(tmp_path):
         srv.close()
 
 
-STORM = r"""
-import json, sys, threading
-from vcam.control.local import send_command
-from vcam.errors import ControlError
-path, n = sys.argv[1], int(sys.argv[2])
-results = [None] * n
-go = threading.Barrier(n)
-def client(i):
-    go.wait()
-    cmd = [{"status": True}, {"face": "next"}, {"swap": "toggle"}][i % 3]
-    try:
-        results[i] = "ok" if send_command(path, cmd, timeout=60)["ok"] else "refused"
-    except ControlError as exc:
-        results[i] = "error: " + str(exc)
-    except BaseException as exc:
-        results[i] = "crash: " + repr(exc)
-threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
-for t in threads: t.start()
-for t in threads: t.join()
-print(json.dumps(results))
-"""
-
-
 def test_500_concurrent_clients_all_answered_while_frames_flow(tmp_path):
     """500 `vcam ctl`-style clients at once against a running daemon: each gets a reply or one clear
     busy line, and the frame loop keeps publishing."""
@@ -434,6 +414,7 @@ def test_500_concurrent_clients_all_answered_while_frames_flow(tmp_path):
 
     from obs_harness import CapturingOutput, demo_daemon_config, solid_faces
 
+    from vcam.bench.control import CLIENTS
     from vcam.daemon import Daemon
 
     class Timed(CapturingOutput):
@@ -457,18 +438,16 @@ def test_500_concurrent_clients_all_answered_while_frames_flow(tmp_path):
         time.sleep(2.0)
         t_storm = time.perf_counter()
         p = subprocess.run(
-            [sys.executable, "-c", STORM, str(sock), "500"],
+            [sys.executable, "-c", CLIENTS, str(sock), "500"],
             capture_output=True,
             text=True,
             timeout=240,
             cwd=Path(__file__).resolve().parents[1],
         )
         t_end = time.perf_counter()
-        assert p.returncode == 0, p.stderr[-2000:]
+        assert p.returncode == 0, p.stderr[-2000:]  # no client crashed (a traceback would fail the script)
         results = json.loads(p.stdout)
-        assert not [r for r in results if r.startswith("crash")], [r for r in results if r.startswith("crash")][:3]
-        odd = [r for r in results if r != "ok" and "busy" not in r]
-        assert not odd, odd[:3]
+        assert set(results) <= {"ok", "busy"}, {r: results.count(r) for r in set(results)}
         assert results.count("ok") >= 450, f"{results.count('ok')} ok of 500"
         stamps = np.array(out.stamps)
         before = np.diff(stamps[(stamps > t_storm - 2.0) & (stamps < t_storm)])

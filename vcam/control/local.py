@@ -13,12 +13,13 @@ then ``chmod``), a parent directory created here gets 0700, a parent that someon
 write is refused (:func:`check_private_folder`), and each connection's peer uid is checked
 (SO_PEERCRED) against ours as a second lock; the client checks the server's uid the same way.
 
-Load: the listen backlog is the system's maximum, and at most ``MAX_CLIENTS`` connections are
-served at once; a connection beyond that gets ``{"ok": false, "busy": true, ...}`` at once, and
-:func:`send_command` retries busy replies and a full backlog until its timeout. Every line gets a
+Load: one thread serves every client through a selector (a command takes microseconds, and one
+thread competes for the GIL with the frame loop far less than a thread per client would). At most
+``MAX_CLIENTS`` connections are open at once; the others wait in the listen backlog (the system's
+maximum), and :func:`send_command` retries a full backlog until its timeout. Every line gets a
 reply, whatever it holds (deeply nested JSON, a last line without a newline before the client
-closes its side). The server runs in its own threads; a command only calls
-:class:`~vcam.state.RuntimeState` methods, so it never blocks the frame loop.
+closes its side). A command only calls :class:`~vcam.state.RuntimeState` methods, so it never
+blocks the frame loop.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import selectors
 import socket
 import stat
 import struct
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ControlError, VcamError
@@ -40,10 +43,15 @@ from . import apply_command
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
-MAX_CLIENTS = 32
+MAX_CLIENTS = 256  # connections served at once; more wait in the listen backlog
 CLIENT_IDLE_TIMEOUT = 10.0
 RUN_HINT = "is `vcam run` running? Start it first, or point [control] socket at its socket"
-BUSY = {"ok": False, "busy": True, "error": "the daemon is busy with other control clients", "hint": "retry in a moment"}
+
+
+@dataclass
+class _Client:
+    buf: bytes = b""
+    seen: float = field(default_factory=time.monotonic)
 
 
 def check_private_folder(folder: Path) -> None:
@@ -122,8 +130,6 @@ class ControlServer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._uid = os.getuid() if hasattr(os, "getuid") else None
-        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
-        self.busy_replies = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -144,10 +150,9 @@ class ControlServer:
             os.umask(old)
         os.chmod(self.path, 0o600)
         sock.listen(socket.SOMAXCONN)
-        sock.settimeout(0.2)
         self._sock = sock
         self._stop.clear()
-        self._thread = threading.Thread(target=self._accept_loop, name="vcam-ctl", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="vcam-ctl", daemon=True)
         self._thread.start()
         log.info("control socket at %s", self.path)
 
@@ -204,74 +209,103 @@ class ControlServer:
             )
         self.path.unlink()  # left behind by a daemon that died
 
-    # -- serving (own threads) -------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            sock = self._sock
-            if sock is None:
-                return
-            try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if self._stop.is_set():
-                    return
-                log.debug("control socket accept failed", exc_info=True)
-                self._stop.wait(0.1)
-                continue
-            if not self._slots.acquire(blocking=False):
-                self._refuse_busy(conn)
-                continue
-            threading.Thread(target=self._serve_client, args=(conn,), name="vcam-ctl-client", daemon=True).start()
-
-    def _refuse_busy(self, conn: socket.socket) -> None:
-        """Every handler is taken: say so at once (the client retries) rather than keep it waiting."""
-        self.busy_replies += 1
+    # -- serving (one thread, one selector) -----------------------------------------------------
+    def _serve(self) -> None:
+        """Accept and answer every client from this one thread: a command takes microseconds, and
+        one thread asks the frame loop for the GIL far less often than a thread per client would."""
+        sel = selectors.DefaultSelector()
+        listener = self._sock
+        if listener is None:
+            return
+        listener.setblocking(False)
+        sel.register(listener, selectors.EVENT_READ, None)
+        clients: dict[socket.socket, _Client] = {}
         try:
-            with conn:
-                conn.settimeout(0.2)
-                conn.sendall(json.dumps(BUSY).encode() + b"\n")
-        except OSError:
-            pass
-
-    def _serve_client(self, conn: socket.socket) -> None:
-        try:
-            self._serve_lines(conn)
+            while not self._stop.is_set():
+                for key, _ in sel.select(timeout=0.2):
+                    if key.data is None:
+                        self._accept(sel, listener, clients)
+                    else:
+                        self._read(sel, clients, key.fileobj)
+                now = time.monotonic()
+                for conn in [c for c, st in clients.items() if now - st.seen > CLIENT_IDLE_TIMEOUT]:
+                    self._drop(sel, clients, conn)
+        except Exception:  # never expected; local control ends, the daemon runs on
+            log.exception("the control socket stopped serving")
         finally:
-            self._slots.release()
+            for conn in list(clients):
+                self._drop(sel, clients, conn)
+            sel.close()
 
-    def _serve_lines(self, conn: socket.socket) -> None:
-        try:
-            with conn:
-                uid = _peer_uid(conn)
-                if self._uid is not None and uid is not None and uid not in (self._uid, 0):
-                    log.warning("control socket: refused a connection from uid %d", uid)
+    def _accept(self, sel: selectors.BaseSelector, listener: socket.socket, clients: dict) -> None:
+        # Take no more than MAX_CLIENTS at a time: the rest wait in the kernel's backlog.
+        while len(clients) < MAX_CLIENTS:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                log.debug("control socket accept failed", exc_info=True)
+                return
+            uid = _peer_uid(conn)
+            if self._uid is not None and uid is not None and uid not in (self._uid, 0):
+                log.warning("control socket: refused a connection from uid %d", uid)
+                try:
+                    conn.settimeout(0.2)
                     conn.sendall(b'{"ok": false, "error": "permission denied"}\n')
-                    return
-                conn.settimeout(CLIENT_IDLE_TIMEOUT)
-                buf = b""
-                while not self._stop.is_set():
-                    try:
-                        chunk = conn.recv(4096)
-                    except TimeoutError:
-                        return
-                    if not chunk:  # the client closed its side: a last line without a newline still counts
-                        if buf.strip():
-                            conn.sendall(self._reply_to(buf))
-                        return
-                    buf += chunk
-                    if len(buf) > MAX_LINE and b"\n" not in buf:
-                        conn.sendall(b'{"ok": false, "error": "command too long"}\n')
-                        return
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
-                        if line.strip():
-                            conn.sendall(self._reply_to(line))
+                except OSError:
+                    pass
+                conn.close()
+                continue
+            conn.setblocking(False)
+            clients[conn] = _Client()
+            sel.register(conn, selectors.EVENT_READ, True)
+
+    def _read(self, sel: selectors.BaseSelector, clients: dict, conn: socket.socket) -> None:
+        st = clients.get(conn)
+        if st is None:
+            return
+        try:
+            chunk = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
         except OSError:
-            log.debug("control client went away", exc_info=True)
-        except Exception:  # a client must never take the server down
-            log.exception("control command failed")
+            self._drop(sel, clients, conn)
+            return
+        st.seen = time.monotonic()
+        try:
+            if not chunk:  # the client closed its side: a last line without a newline still counts
+                if st.buf.strip():
+                    self._send(conn, self._reply_to(st.buf))
+                self._drop(sel, clients, conn)
+                return
+            st.buf += chunk
+            while b"\n" in st.buf:
+                line, st.buf = st.buf.split(b"\n", 1)
+                if line.strip():
+                    self._send(conn, self._reply_to(line))
+            if len(st.buf) > MAX_LINE:
+                self._send(conn, b'{"ok": false, "error": "command too long"}\n')
+                self._drop(sel, clients, conn)
+        except OSError:  # gone, or not reading its replies
+            self._drop(sel, clients, conn)
+
+    @staticmethod
+    def _send(conn: socket.socket, data: bytes) -> None:
+        """A reply is a few hundred bytes: it fits the socket buffer of a client that reads them.
+        One that lets replies pile up is dropped rather than stall everyone else."""
+        sent = conn.send(data)
+        if sent < len(data):
+            raise BlockingIOError("the client does not read its replies")
+
+    @staticmethod
+    def _drop(sel: selectors.BaseSelector, clients: dict, conn: socket.socket) -> None:
+        clients.pop(conn, None)
+        try:
+            sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
 
     def _reply_to(self, line: bytes) -> bytes:
         try:
@@ -286,9 +320,9 @@ class ControlServer:
 def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> dict:
     """Send one command to the daemon at ``path`` and return its reply.
 
-    Retries while the daemon is busy (a full connection backlog, or a busy reply) until
-    ``timeout``. Raises ControlError when nothing listens (with a hint to start `vcam run`), when
-    the socket or its server belongs to someone else, on a timeout, when it stays busy, or when the
+    Retries while the daemon is busy (its connection backlog is full) until ``timeout``. Raises
+    ControlError when nothing listens (with a hint to start `vcam run`), when the socket or its
+    server belongs to someone else, on a timeout, when it stays busy, or when the
     daemon answers ``ok: false`` (its error and hint are passed on).
     """
     path = Path(path)
@@ -296,7 +330,7 @@ def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> d
     pause = 0.01
     while True:
         reply = _exchange(path, cmd, max(0.1, deadline - time.monotonic()))
-        if reply is not None and not reply.get("busy"):
+        if reply is not None:
             break
         if time.monotonic() + pause >= deadline:
             raise ControlError(f"the vcam daemon at {path} stayed busy for {timeout:g}s", hint="retry in a moment")
@@ -308,7 +342,8 @@ def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> d
 
 
 def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
-    """One connection: the reply, or None when the backlog is full (try again)."""
+    """One connection: the reply, or None when the daemon could not take it (a full backlog, or the
+    connection closed on us unanswered): try again."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -330,14 +365,20 @@ def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
         me = os.getuid() if hasattr(os, "getuid") else None
         if me is not None and uid is not None and uid not in (me, 0):
             raise ControlError(f"the control socket {path} is served by uid {uid}, not you", hint=_FOLDER_HINT)
+        buf = b""
         try:
-            sock.sendall(json.dumps(cmd).encode() + b"\n")
-            buf = b""
+            try:
+                sock.sendall(json.dumps(cmd).encode() + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed before reading (the daemon stopping, say): a reply may still be there
             while b"\n" not in buf:
                 chunk = sock.recv(4096)
                 if not chunk:
                     break
                 buf += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            if not buf.strip():
+                return None  # closed on us unanswered: try again (until the timeout)
         except TimeoutError:
             raise ControlError(f"the vcam daemon at {path} did not answer within {timeout:g}s", hint=RUN_HINT) from None
         except OSError as exc:
