@@ -13,6 +13,11 @@ import numpy as np
 import pytest
 
 
+def demo_run(*extra: str) -> list[str]:
+    """``vcam run`` arguments: 3 frames of the demo clip to the null output on the CPU, quiet."""
+    return ["run", "--input", "demo", "--output", "null", "--frames", "3", "--device", "cpu", "--quiet", *extra]
+
+
 def vcam_cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """``python -m vcam ARGS`` in a real process (text output captured)."""
     return subprocess.run([sys.executable, "-m", "vcam", *args], capture_output=True, text=True, timeout=timeout, **kw)

@@ -12,7 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import need_torch, vcam_cli
+from conftest import demo_run, need_torch, vcam_cli
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
@@ -363,30 +363,8 @@ def test_backend_flag_changes_what_runs(tiny_models, backend):
     """`--backend` reaches every model; the summary names the backend each one really ran on."""
     if backend == "torch":
         need_torch()
-    r = runner.invoke(
-        app,
-        [
-            "run",
-            "-c",
-            str(tiny_models),
-            "--input",
-            "demo",
-            "--output",
-            "null",
-            "--frames",
-            "3",
-            "--fast",
-            "--device",
-            "cpu",
-            "--quiet",
-            "--max-latency",
-            "0",
-            "--model",
-            "inswapper_128",
-            "--backend",
-            backend,
-        ],
-    )
+    args = demo_run("-c", str(tiny_models), "--fast", "--max-latency", "0", "--model", "inswapper_128", "--backend", backend)
+    r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     models = next(ln for ln in r.output.splitlines() if ln.startswith("models:"))
     for role in ("detector retinaface_mnet025", "swapper inswapper_128", "recogniser arcface_w600k_r50"):
@@ -394,25 +372,7 @@ def test_backend_flag_changes_what_runs(tiny_models, backend):
 
 
 def test_tensorrt_where_it_cannot_run_is_one_clear_line(tiny_models):
-    r = runner.invoke(
-        app,
-        [
-            "run",
-            "-c",
-            str(tiny_models),
-            "--input",
-            "demo",
-            "--output",
-            "null",
-            "--frames",
-            "3",
-            "--device",
-            "cpu",
-            "--quiet",
-            "--backend",
-            "tensorrt",
-        ],
-    )
+    r = runner.invoke(app, demo_run("-c", str(tiny_models), "--backend", "tensorrt"))
     assert r.exit_code == 6, r.output
     lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(

@@ -58,6 +58,12 @@ def test_clip_truth_is_the_portrait_face_through_the_frame_affine(detector):
         assert box_iou(dets[0].box, gt)[0, 0] > 0.7  # what the detector sees agrees with the truth
 
 
+def test_clip_truth_without_a_detector_builds_its_own(detector):
+    """A clip made without a detector (as the daemon makes it) finds the portrait's face itself."""
+    clip = DemoClip(320, 240, fps=30.0, seconds=1.0)
+    np.testing.assert_allclose(clip.face_box(), face_box(portrait("grace_hopper"), detector))
+
+
 def test_clip_rejects_bad_sizes():
     with pytest.raises(ValueError, match=r"demo clip size 8x8 is too small"):
         DemoClip(8, 8)

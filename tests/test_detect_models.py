@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import ScriptedEngine, need_torch
+from conftest import ScriptedEngine, demo_run, need_torch
 from typer.testing import CliRunner
 
 from vcam.cli import app
@@ -366,23 +366,7 @@ def test_vcam_run_with_a_hand_placed_detector(tmp_path):
     models = tmp_path / "models"
     cfg = tmp_path / "vcam.toml"
     cfg.write_text(f"[models]\ndir = '{models}'\n\n[detect]\nmodel = 'yunet_2023_mar'\nscore = 0.1\n")
-    base = [
-        "run",
-        "--config",
-        str(cfg),
-        "--input",
-        "demo",
-        "--output",
-        "null",
-        "--frames",
-        "3",
-        "--fast",
-        "--device",
-        "cpu",
-        "--quiet",
-        "--max-latency",
-        "0",
-    ]
+    base = demo_run("--config", str(cfg), "--fast", "--max-latency", "0")
     runner = CliRunner()
     r = runner.invoke(app, base)
     assert r.exit_code == 6, r.output

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vcam.config import Config
-from vcam.demo import compose, face_box, gradient, placement, portrait
+from vcam.demo import face_box, faces_scene, gradient, portrait
 from vcam.detect import RetinaFaceDetector
 from vcam.pipeline import Pipeline
 from vcam.state import Snapshot
@@ -32,16 +32,7 @@ def grace():
 
 def _scene(grace, faces, background):
     """``faces``: (face width px, centre) per face -> (frame, true boxes)."""
-    img, fb = grace
-    items, truth = [], []
-    anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    for px, centre in faces:
-        s = px / float(fb[2] - fb[0])
-        m = placement(anchor, centre, s, 0.0)
-        items.append((img, m))
-        a = m[:, :2]
-        truth.append(np.concatenate([a @ fb[:2] + m[:, 2], a @ fb[2:] + m[:, 2]]))
-    return compose((W, H), items, background=background), truth
+    return faces_scene((W, H), *grace, faces, background)
 
 
 @pytest.fixture(scope="module")

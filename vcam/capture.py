@@ -588,7 +588,9 @@ def plan_delivery(cfg: CaptureConfig, output_target: str = "", max_frames: int |
     ``max_frames``: a frame limit (a still image to a file writes that many frames, else one)."""
     if is_camera(cfg.input or ""):
         return Delivery(realtime=True, lossless=False, loop=cfg.loop)
-    to_file = (output_target or "").strip().lower().startswith("file:")
+    from .publish import file_target
+
+    to_file = file_target(output_target) is not None
     pacing = cfg.pacing if cfg.pacing != "auto" else ("fast" if to_file else "realtime")
     if pacing == "realtime":
         return Delivery(realtime=True, lossless=False, loop=cfg.loop)

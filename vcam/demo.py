@@ -117,6 +117,24 @@ def compose(
     return frame
 
 
+def faces_scene(
+    size: tuple[int, int],
+    image: np.ndarray,
+    box: np.ndarray,
+    faces: Sequence[tuple[float, tuple[float, float]]],
+    background: np.ndarray | Sequence[int] | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A frame with the portrait ``image`` (its face box ``box``) placed once per ``(face width px,
+    face centre)`` of ``faces``, upright; returns the frame and each face's true box in it."""
+    anchor = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    items, truth = [], []
+    for px, centre in faces:
+        m = placement(anchor, centre, px / float(box[2] - box[0]), 0.0)
+        items.append((image, m))
+        truth.append(transform_box(box, m))
+    return compose(size, items, background=background), truth
+
+
 class DemoClip:
     """A generated clip: portrait ``face`` moving over a gradient with smooth pan, zoom and a small
     rotation, deterministic for a ``seed``. Frames are made on demand (about a millisecond each).
@@ -185,7 +203,7 @@ class DemoClip:
             if self._detector is None:
                 from .detect import RetinaFaceDetector
 
-                self._detector = RetinaFaceDetector(threads=1)
+                self._detector = RetinaFaceDetector()
             self._face_box = face_box(self.image, self._detector)
         return self._face_box
 

@@ -566,8 +566,9 @@ class RetinaFaceDetector(FaceDetector):
     """RetinaFace mobilenet0.25 (the embedded default, or a file of the same layout).
 
     Without ``engine``, one is created for ``model`` (ONNX bytes or a path; default: the embedded
-    weights) with the :class:`TopCandidates` epilogue, on ``backend``/``device`` (default:
-    onnxruntime on the CPU with ``threads`` threads). A given ``engine`` must carry that epilogue.
+    weights) with the :class:`TopCandidates` epilogue, on ``backend``/``device`` (default: the
+    ``auto`` backend on the CPU, batches of up to ``max_regions``). A given ``engine`` must carry
+    that epilogue.
     """
 
     family = "retinaface"

@@ -508,7 +508,7 @@ class FileOutput(_OutputBase):
             return None
         if self._failed and self._tmp.suffix.lower() in (".mp4", ".m4v", ".mov"):
             _trim_to_whole_fragments(self._tmp)
-        if self._failed and not _has_frame(self._tmp):
+        if self._failed and not _is_video(self._tmp, playable=True):
             self._discard()  # the failure came before anything playable reached the disk
             return None
         target = self.partial_path if self._failed else self.path
@@ -547,18 +547,27 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc).strip() or type(exc).__name__
 
 
+def file_target(target: str) -> Path | None:
+    """The path of a ``file:PATH`` output target (``[output] target``), else None; OutputError for
+    ``file:`` without a path."""
+    spec = (target or "").strip()
+    if not spec.lower().startswith("file:"):
+        return None
+    if not spec[5:].strip():
+        raise OutputError("file: needs a path", hint="use --output file:out.mp4")
+    return Path(spec[5:].strip()).expanduser()
+
+
 def refuse_overwriting_input(target: str, input_spec: str) -> None:
     """OutputError when a ``file:`` target is the input file itself (after resolving links), which
     writing the output would destroy."""
-    if not (target or "").strip().lower().startswith("file:"):
-        return
-    out = Path(target.strip()[5:].strip()).expanduser()
+    out = file_target(target)
     src = Path((input_spec or "").strip()).expanduser()
     try:
-        same = src.is_file() and out.exists() and os.path.samefile(src, out)
+        same = out is not None and src.is_file() and out.exists() and os.path.samefile(src, out)
     except OSError:
         same = False
-    if same or (src.is_file() and out.resolve() == src.resolve()):
+    if same:
         raise OutputError(
             f"the output {out} is the input video; writing it would destroy it",
             hint="write to another file, e.g. --output file:swapped.mp4",
@@ -589,24 +598,16 @@ def _trim_to_whole_fragments(path: Path) -> None:
         log.warning("could not trim %s to its last whole fragment: %s", path, exc)
 
 
-def _has_frame(path: Path) -> bool:
-    """True when ``path`` is a video whose first frame decodes (what a partial file must offer)."""
+def _is_video(path: Path, *, playable: bool = False) -> bool:
+    """True when PyAV opens ``path`` as a container with a video stream; with ``playable``, only if
+    its first frame also decodes (what a partial file must offer)."""
     import av
 
     try:
         with av.open(str(path)) as c:
+            if not playable:
+                return bool(c.streams.video)
             return next(c.decode(video=0), None) is not None
-    except Exception:
-        return False
-
-
-def _is_video(path: Path) -> bool:
-    """True when PyAV opens ``path`` as a container with a video stream."""
-    import av
-
-    try:
-        with av.open(str(path)) as c:
-            return bool(c.streams.video)
     except Exception:
         return False
 
@@ -719,10 +720,8 @@ def open_output(
             backend_options=backend_options,
             sysfs_root=sysfs_root,
         )
-    if low.startswith("file:"):
-        path = target[5:].strip()
-        if not path:
-            raise OutputError("file: needs a path", hint="use --output file:out.mp4")
+    path = file_target(target)
+    if path is not None:
         return FileOutput(path, width, height, rate, timing=file_timing)
     if low == "window":
         return WindowOutput(width, height, rate)
@@ -738,6 +737,7 @@ __all__ = [
     "VirtualCamOutput",
     "WindowOutput",
     "even_size",
+    "file_target",
     "gui_available",
     "open_output",
     "prepare",

@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..config import Config, DetectConfig, TrackConfig
-from ..demo import compose, face_box, gradient, placement, portrait
+from ..demo import face_box, faces_scene, gradient, portrait
 from ..detect import RetinaFaceDetector
 from ..ops import make_ops
 from ..pipeline import Pipeline
@@ -42,21 +42,13 @@ MAGENTA = np.array([255, 0, 255])
 def _scenes(frames: int):
     img = portrait("grace_hopper")
     fb = face_box(img, RetinaFaceDetector())
-    anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
     bg = gradient(W, H)
     for i in range(frames):
         faces = [(120.0, (500 + 2 * i, 540))]
         if i >= APPEARS:
             faces.append((45.0, (1300 + 4 * (i - APPEARS), 300 + 40 * np.sin(i / 5))))
-        items, centres = [], []
-        for px, centre in faces:
-            s = px / float(fb[2] - fb[0])
-            m = placement(anchor, centre, s, 0.0)
-            items.append((img, m))
-            a = m[:, :2]
-            lo, hi = a @ fb[:2] + m[:, 2], a @ fb[2:] + m[:, 2]
-            centres.append((int((lo[0] + hi[0]) / 2), int((lo[1] + hi[1]) / 2)))
-        yield compose((W, H), items, background=bg), centres
+        frame, boxes = faces_scene((W, H), img, fb, faces, bg)
+        yield frame, [(int((b[0] + b[2]) / 2), int((b[1] + b[3]) / 2)) for b in boxes]
 
 
 def _run(device: str, detect: DetectConfig, track: TrackConfig, frames: int) -> dict:

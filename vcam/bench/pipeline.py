@@ -213,6 +213,25 @@ def bench_gpu(
     return res
 
 
+def _naive_faces(bgr: np.ndarray, lms: list[np.ndarray], swap: Any, mask: np.ndarray) -> np.ndarray:
+    """The naive loops' per-face work (what the peers do): a CPU warp, ``swap(crop) -> crop`` one face
+    at a time, and a float blend of the whole frame with a full-frame warped mask."""
+    import cv2
+
+    from .. import align
+
+    height, width = bgr.shape[:2]
+    img = bgr.astype(np.float32)
+    for lm in lms:
+        m = align.estimate(lm, "arcface_128", 128)
+        crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        inv = cv2.invertAffineTransform(m)
+        warped = cv2.warpAffine(swap(crop), inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
+        mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
+        img = img * (1.0 - mk) + warped * mk
+    return np.clip(img + 0.5, 0, 255).astype(np.uint8)
+
+
 def bench_naive(
     width: int,
     height: int,
@@ -227,10 +246,9 @@ def bench_naive(
     """The naive loop (what the peers do): per frame a CPU conversion and upload, then per face a CPU
     warp, one eager model call with its own upload and download, a float blend of the whole frame on
     the CPU with a full-frame warped mask; a CPU conversion out."""
-    import cv2
     import torch
 
-    from .. import align, blend, convert
+    from .. import blend, convert
     from ..engines import create_engine
 
     engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=1)
@@ -239,23 +257,18 @@ def bench_naive(
     lms = synthetic_faces(faces, width, height)
     mask = blend.box_mask(128, 0.3)
     latent = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32)
+
+    def swap(crop: np.ndarray) -> np.ndarray:  # one eager model call per face, with its own copies
+        x = np.ascontiguousarray(crop[..., ::-1].transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
+        y = engine.run({"target": x, "source": latent})[0]
+        return (y[0].transpose(1, 2, 0)[..., ::-1] * 255.0).clip(0, 255).astype(np.uint8)
+
     times = []
     for i in range(frames + 3):
         t0 = time.perf_counter()
         bgr = convert.to_bgr(raw, in_fmt, width, height)
         dev = torch.from_numpy(bgr).cuda()  # the naive loop keeps a device copy it never uses well
-        img = bgr.astype(np.float32)
-        for lm in lms:
-            m = align.estimate(lm, "arcface_128", 128)
-            crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-            x = np.ascontiguousarray(crop[..., ::-1].transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
-            y = engine.run({"target": x, "source": latent})[0]
-            out = (y[0].transpose(1, 2, 0)[..., ::-1] * 255.0).clip(0, 255).astype(np.uint8)
-            inv = cv2.invertAffineTransform(m)
-            warped = cv2.warpAffine(out, inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
-            mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
-            img = img * (1.0 - mk) + warped * mk
-        res = np.clip(img + 0.5, 0, 255).astype(np.uint8)
+        res = _naive_faces(bgr, lms, swap, mask)
         _ = dev.cpu()  # download
         convert.from_bgr(res, out_fmt)
         if i >= 3:
@@ -340,9 +353,8 @@ def bench_naive_cpu(
 ) -> dict:
     """The naive CPU loop: full-frame detection every frame, then per face a warp, the classic swap and
     a float blend of the whole frame with a full-frame warped mask (what the peers do)."""
-    import cv2
 
-    from .. import align, blend, convert
+    from .. import blend, convert
     from ..config import Config
     from ..detect import RetinaFaceDetector
     from ..swap import ClassicSwapper
@@ -359,16 +371,7 @@ def bench_naive_cpu(
         t0 = time.perf_counter()
         bgr = convert.to_bgr(raw, in_fmt, width, height)
         det.detect(bgr)
-        img = bgr.astype(np.float32)
-        for lm in lms:
-            m = align.estimate(lm, "arcface_128", 128)
-            crop = cv2.warpAffine(bgr, m, (128, 128), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-            out = classic_crop(sw, crop, face)
-            inv = cv2.invertAffineTransform(m)
-            warped = cv2.warpAffine(out, inv, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
-            mk = cv2.warpAffine(mask, inv, (width, height), flags=cv2.INTER_LINEAR)[..., None]
-            img = img * (1.0 - mk) + warped * mk
-        convert.from_bgr(np.clip(img + 0.5, 0, 255).astype(np.uint8), out_fmt)
+        convert.from_bgr(_naive_faces(bgr, lms, lambda crop: classic_crop(sw, crop, face), mask), out_fmt)
         if i >= 2:
             times.append(time.perf_counter() - t0)
     return {
