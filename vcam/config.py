@@ -53,8 +53,10 @@ class Duration(float):
         return f"{self * 1000:g}ms" if self < 1 else f"{float(self):g}s"
 
 
-def _opt(default: Any, doc: str, *, min: float | None = None, max: float | None = None) -> Any:
-    meta = {"doc": doc, "min": min, "max": max}
+def _opt(
+    default: Any, doc: str, *, min: float | None = None, max: float | None = None, keys: tuple[str, ...] | None = None
+) -> Any:
+    meta = {"doc": doc, "min": min, "max": max, "keys": keys}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -156,6 +158,55 @@ class SwapConfig:
     crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
     enhancer: str = _opt("", "Face enhancer model run after the swap ('' : off; e.g. 'gfpgan_1.4').")
     enhancer_amount: float = _opt(0.8, "How much of the enhanced face is blended in (0..1).", min=0.0, max=1.0)
+    fp32: bool = _opt(
+        False,
+        "Run the swapper in FP32 even with --fp16 (the other models stay FP16): the escape when FP16 output looks "
+        "wrong without being NaN. Flag: --fp32-swapper.",
+    )
+    map: list[dict] = _opt(
+        [],
+        "Per-person mapping, as [[swap.map]] tables below [swap] with 'target' (a face-bank name or a photo of the "
+        "person in frame) and 'source' (the face they get); each person recognised as a target gets their own source.",
+        keys=("target", "source"),
+    )
+    map_threshold: float = _opt(0.35, "Minimum similarity of a face in frame to a [[swap.map]] target.", min=-1.0, max=1.0)
+    unmatched: Literal["active", "keep"] = _opt(
+        "active", "With [[swap.map]] entries: faces matching no target get the active face ('active') or stay ('keep')."
+    )
+
+
+MASK_TYPES = ("box", "face", "mouth", "occlusion", "region")
+REGIONS = ("skin", "brows", "eyes", "glasses", "nose", "mouth", "lips", "ears", "hair", "neck")
+
+
+@dataclass(frozen=True)
+class MaskConfig:
+    types: list[Literal["box", "face", "mouth", "occlusion", "region"]] = _opt(
+        ["box", "face"],
+        "Paste masks, multiplied together (--mask box,face,mouth): 'box' the feathered crop square ([swap] blur, "
+        "box_padding); 'face' brows-to-chin and cheek-to-cheek from the landmarks; 'mouth' keeps the target's own "
+        "mouth; 'occlusion' keeps hands, glasses and microphones in front of the face (the occluder model); 'region' "
+        "only the face-parser classes in 'regions'. Masks not listed cost nothing.",
+    )
+    box_padding: list[float] = _opt(
+        [0.0, 0.0, 0.0, 0.0], "Box mask padding per side (top, right, bottom, left) in percent of the crop.",
+        min=0,
+        max=50,
+        keys=("top", "right", "bottom", "left"),
+    )
+    face_feather: float = _opt(
+        0.12, "Feather of the face and mouth masks as a fraction of the eye-to-mouth distance.", min=0.0, max=1.0
+    )
+    face_scale: float = _opt(1.0, "Size of the face mask relative to the face the landmarks describe.", min=0.5, max=1.5)
+    mouth_scale: float = _opt(1.0, "Size of the mouth opening (1: the lips corner to corner).", min=0.3, max=3.0)
+    landmarker: str = _opt(
+        "", "Dense landmark model ('' : the 5 detector points; e.g. '2dfan4') used by the face and mouth masks."
+    )
+    occluder: str = _opt("xseg_1", "Occlusion model for the 'occlusion' mask.")
+    parser: str = _opt("bisenet_resnet_34", "Face-parser model for the 'region' mask.")
+    regions: list[Literal["skin", "brows", "eyes", "glasses", "nose", "mouth", "lips", "ears", "hair", "neck"]] = _opt(
+        ["skin", "brows", "eyes", "nose", "lips"], "Face-parser classes the 'region' mask keeps."
+    )
 
 
 @dataclass(frozen=True)
@@ -213,6 +264,7 @@ class Config:
     detect: DetectConfig = field(default_factory=DetectConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
     swap: SwapConfig = field(default_factory=SwapConfig)
+    mask: MaskConfig = field(default_factory=MaskConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     faces: FacesConfig = field(default_factory=FacesConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
@@ -295,16 +347,56 @@ def _coerce(value: Any, tp: Any, meta: dict, where: str, fix: str | None = None)
             if not isinstance(value, dict):
                 raise ValueError("a table")
             out = dict(value)
+        elif origin is list:
+            out = _coerce_list(value, get_args(tp)[0], meta, where)
         else:  # pragma: no cover - a declaration error, not user input
             raise TypeError(f"unsupported config type {tp!r}")
     except ValueError as exc:
         raise ConfigError(f"{where}: expected {exc}, got {value!r}", hint=fix) from None
     lo, hi = meta.get("min"), meta.get("max")
+    if isinstance(out, list) and out and all(isinstance(v, float) for v in out):
+        for v in out:
+            _coerce(v, float, meta, where, fix)
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         if (lo is not None and out < lo) or (hi is not None and out > hi):
             rng = f">= {lo:g}" if hi is None else (f"<= {hi:g}" if lo is None else f"between {lo:g} and {hi:g}")
             raise ConfigError(f"{where}: expected a value {rng}, got {value!r}", hint=fix)
     return out
+
+
+def _coerce_list(value: Any, item: Any, meta: dict, where: str) -> list:
+    """A TOML array (or, from a flag, a comma-separated string) of ``item``: numbers, choices, or tables
+    with exactly ``meta["keys"]`` as strings."""
+    if isinstance(value, str) and item is not dict:
+        value = [v.strip() for v in value.split(",") if v.strip()]
+        if item is float:
+            try:
+                value = [float(v) for v in value]
+            except ValueError:
+                raise ValueError("comma-separated numbers") from None
+    if not isinstance(value, list):
+        raise ValueError("a list")
+    if item is dict:
+        keys = tuple(meta.get("keys") or ())
+        out = []
+        for i, entry in enumerate(value):
+            if not isinstance(entry, dict) or set(entry) != set(keys) or not all(isinstance(entry[k], str) and entry[k] for k in keys):
+                raise ValueError(f"tables with {' and '.join(repr(k) for k in keys)} strings (entry {i + 1}: {entry!r})")
+            out.append(dict(entry))
+        return out
+    if get_origin(item) is Literal:
+        choices = get_args(item)
+        bad = [v for v in value if v not in choices]
+        if bad:
+            raise ValueError("a list of " + ", ".join(repr(c) for c in choices) + f" ({bad[0]!r} is not one)")
+        return list(dict.fromkeys(value))
+    if item is float:
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+            raise ValueError("a list of numbers")
+        if meta.get("keys") and len(value) != len(meta["keys"]):
+            raise ValueError(f"{len(meta['keys'])} numbers ({', '.join(meta['keys'])})")
+        return [float(v) for v in value]
+    raise TypeError(f"unsupported list item type {item!r}")  # pragma: no cover - a declaration error
 
 
 def build(
@@ -386,6 +478,8 @@ def toml_value(v: Any) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, dict):
         return "{" + ", ".join(f'"{k}" = {toml_value(x)}' for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     return repr(v)
 
 

@@ -176,8 +176,16 @@ class Pipeline:
 
     def guarded(self) -> int:
         """Faces passed through so far because a model produced NaN/Inf (a device read: call rarely)."""
-        total = self.swapper.guarded()
-        return total + (self.enhancer.guarded() if self.enhancer is not None else 0)
+        return sum(self.guarded_by_model().values())
+
+    def guarded_by_model(self) -> dict[str, int]:
+        """The same count per model name (swapper, enhancer, mask models); a device read: call rarely."""
+        out = {self.swapper.name: self.swapper.guarded()}
+        for stage in (self.enhancer, getattr(self, "masker", None)):
+            if stage is not None:
+                for name, count in (stage.guarded_by_model() if hasattr(stage, "guarded_by_model") else {stage.name: stage.guarded()}).items():
+                    out[name] = out.get(name, 0) + count
+        return out
 
 
 __all__ = ["FaceFilter", "Pipeline", "STAGES", "output_size", "select_all", "select_largest"]

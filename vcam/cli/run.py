@@ -14,6 +14,16 @@ from ..errors import VcamError
 from . import ConfigOpt, app, console, fail, load_config, out
 
 
+def _parse_maps(values: list[str]) -> list[dict]:
+    out = []
+    for v in values:
+        target, sep, source = v.partition("=")
+        if not sep or not target.strip() or not source.strip():
+            fail(VcamError(f"--map: expected TARGET=SOURCE, got {v!r}", hint="e.g. --map alice=grace (bank names or photo paths)"))
+        out.append({"target": target.strip(), "source": source.strip()})
+    return out
+
+
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="webcam[:N] | PATH (video or image) | demo | pattern"),
@@ -24,6 +34,11 @@ def run(
         None, "--detector", help="retinaface_mnet025 (built in, default) or a detector model name."
     ),
     fp16: Optional[bool] = typer.Option(None, "--fp16/--fp32", help="FP16 inference (GPU only)."),
+    fp32_swapper: bool = typer.Option(False, "--fp32-swapper", help="The swapper alone in FP32 (FP16 artefacts)."),
+    mask: Optional[str] = typer.Option(None, "--mask", help="Paste masks, e.g. box,face,mouth,occlusion,region."),
+    map_: Optional[list[str]] = typer.Option(
+        None, "--map", help="TARGET=SOURCE: the person TARGET (bank name or photo) gets face SOURCE; repeatable."
+    ),
     max_latency: Optional[str] = typer.Option(
         None, "--max-latency", help="Drop frames older than this at publish, e.g. 33ms (0: off)."
     ),
@@ -54,6 +69,9 @@ def run(
         ("swap", "swapper"): ("--swapper", swapper),
         ("detect", "model"): ("--detector", detector),
         ("pipeline", "fp16"): ("--fp16", fp16),
+        ("swap", "fp32"): ("--fp32-swapper", True if fp32_swapper else None),
+        ("mask", "types"): ("--mask", mask),
+        ("swap", "map"): ("--map", _parse_maps(map_) if map_ else None),
         ("pipeline", "max_latency"): ("--max-latency", max_latency),
         ("pipeline", "device"): ("--device", device),
         ("pipeline", "backend"): ("--backend", backend),
