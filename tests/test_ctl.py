@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from vcam.cli.control import ctl_app
 from vcam.config import Config
-from vcam.control.local import ControlServer, send_command
-from vcam.errors import ControlError
+from vcam.control.local import ControlServer, handle_command, send_command
+from vcam.errors import ControlError, FaceError
 from vcam.state import RuntimeState, Status
 from vcam.types import SourceFace
 
@@ -216,6 +216,103 @@ def test_cli_uses_the_config_file_socket(tmp_path):
         res = CliRunner().invoke(ctl_app, ["face", "bob", "--config", str(cfg)])
     assert res.exit_code == 0, res.output
     assert state.active == "bob"
+
+
+# --- per-person mapping ----------------------------------------------------------------------
+
+
+def mapping_state() -> RuntimeState:
+    """make_state() with a target loader, as a run started with [[swap.map]] has: targets 'ann' and
+    'ben' can be loaded (anything else is unknown, as a bank would answer)."""
+    state = make_state()
+
+    def load_target(name: str) -> SourceFace:
+        if name not in ("ann", "ben"):
+            raise FaceError(f"unknown map target '{name}'", hint="known faces: ann, ben")
+        return SourceFace(name=name, image=np.zeros((128, 128, 3), np.uint8), embeddings={"r": np.ones(4, np.float32)})
+
+    state.set_target_loader(load_target)
+    return state
+
+
+def test_map_and_unmap_over_the_socket(tmp_path):
+    state = mapping_state()
+    path = tmp_path / "vcam.sock"
+    with ControlServer(path, state):
+        reply = send_command(path, {"map": {"target": "ann", "source": "bob"}})
+        assert reply["mappings"] == {"ann": "bob"} and reply["face"] == "alice" and reply["faces"] == ["alice", "bob", "carol"]
+        assert [(m.target.name, m.source.name) for m in state.snapshot().mapping] == [("ann", "bob")]
+        reply = send_command(path, {"map": {"target": "ben", "source": "carol"}, "face": "carol"})
+        assert reply["mappings"] == {"ann": "bob", "ben": "carol"} and reply["face"] == "carol"
+        status = send_command(path, {"status": True})
+        assert status["mappings"] == {"ann": "bob", "ben": "carol"} and "status" in status
+        assert send_command(path, {"unmap": "ann"})["mappings"] == {"ben": "carol"}
+        with pytest.raises(ControlError, match=r"^unknown face 'nobody'") as info:
+            send_command(path, {"map": {"target": "ben", "source": "nobody"}})
+        assert info.value.hint == "known faces: alice, bob, carol"
+        with pytest.raises(ControlError, match=r"^unknown map target 'zoe'"):
+            send_command(path, {"map": {"target": "zoe", "source": "bob"}})
+        with pytest.raises(ControlError, match=r"^'ann' has no mapping") as info:
+            send_command(path, {"unmap": "ann"})
+        assert info.value.hint == "mapped targets: ben"
+        for bad in ("ann", {"target": "ann"}, {"target": "ann", "source": 3}, {"target": "", "source": "bob"}):
+            with pytest.raises(ControlError, match=r"'map' must be an object like"):
+                send_command(path, {"map": bad})
+        with pytest.raises(ControlError, match=r"'unmap' must be a target name"):
+            send_command(path, {"unmap": ["ben"]})
+        with pytest.raises(ControlError, match=r"unknown command key\(s\): mapping") as info:
+            send_command(path, {"mapping": {}})
+        assert info.value.hint == "use face, swap, map, unmap or status"
+        assert state.mappings == {"ben": "carol"}
+        error = handle_command(state, {"unmap": "zoe"})  # error replies carry the mappings too
+        assert error["ok"] is False and error["mappings"] == {"ben": "carol"}
+
+
+def test_cli_map_unmap_and_status():
+    state = mapping_state()
+    runner = CliRunner()
+    with ControlServer(Config().socket_path, state):
+        res = runner.invoke(ctl_app, ["map", "ann", "bob"])
+        assert res.exit_code == 0, res.output
+        assert res.stdout.splitlines() == ["map: ann -> bob"]
+        res = runner.invoke(ctl_app, ["map", "ben", "carol"])
+        assert res.stdout.splitlines() == ["map: ann -> bob", "map: ben -> carol"]
+        res = runner.invoke(ctl_app, ["status"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["mappings"] == {"ann": "bob", "ben": "carol"}
+        res = runner.invoke(ctl_app, ["unmap", "ann"])
+        assert res.exit_code == 0 and res.stdout.splitlines() == ["map: ben -> carol"]
+        res = runner.invoke(ctl_app, ["unmap", "ben"])
+        assert res.stdout.splitlines() == ["map: none (every face follows the default)"]
+        res = runner.invoke(ctl_app, ["map", "ann", "nobody"])
+        assert res.exit_code == ControlError.exit_code
+        assert res.output.strip().splitlines() == ["error: unknown face 'nobody' (known faces: alice, bob, carol)"]
+
+
+def test_cli_map_without_a_recogniser_says_how_to_turn_it_on():
+    state = make_state()  # a run started without [[swap.map]]: no target loader
+    with ControlServer(Config().socket_path, state):
+        res = CliRunner().invoke(ctl_app, ["map", "ann", "bob"])
+    assert res.exit_code == ControlError.exit_code
+    assert res.output.strip().splitlines() == [
+        "error: per-person mapping is off in this run (no recogniser is loaded) "
+        "(start `vcam run` with --map TARGET=SOURCE or a [[swap.map]] entry in config.toml)"
+    ]
+    assert state.mappings == {}
+
+
+def test_cli_status_names_nan_guard_counts_per_model():
+    state = make_state()
+    runner = CliRunner()
+    with ControlServer(Config().socket_path, state):
+        state.publish_status(Status(guarded={"inswapper_128": 0}))
+        res = runner.invoke(ctl_app, ["status"])
+        assert res.exit_code == 0 and "NaN guard" not in res.output  # zero counts say nothing
+        state.publish_status(Status(guarded={"inswapper_128": 3, "gfpgan_1.4": 0}))
+        res = runner.invoke(ctl_app, ["status"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["status"]["guarded"] == {"inswapper_128": 3, "gfpgan_1.4": 0}
+    assert res.stderr.strip() == "note: NaN guard: inswapper_128 3 (faces passed through unswapped: the model produced NaN/Inf)"
 
 
 # --- other users -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from vcam.config import Config, Duration
 from vcam.daemon import Daemon
 from vcam.publish import NullOutput
 from vcam.state import Status
+from vcam.status import RunSummary, status_suffix
 from vcam.types import PixelFormat
 
 
@@ -77,6 +78,36 @@ def test_status_line_shows_budget_exceeded():
     st = Status(fps_in=30, fps_out=12, latency_p50_ms=40, latency_p99_ms=80, over_budget=True, faces=1)
     line = format_status(st, "astronaut", True)
     assert "OVER LATENCY BUDGET" in line and "face astronaut" in line and "p99  80.0 ms" in line
+
+
+def test_nan_guard_counts_are_per_model_in_status_and_summary():
+    st = Status(guarded={"inswapper_128": 3, "gfpgan_1.4": 0})
+    assert st.guarded_total == 3 and st.guard_text() == "NaN guard: inswapper_128 3"
+    assert status_suffix(st) == " | NaN guard: inswapper_128 3"
+    assert status_suffix(Status(guarded={"inswapper_128": 0})) == "" and status_suffix(Status()) == ""
+    assert st.as_dict()["guarded"] == {"inswapper_128": 3, "gfpgan_1.4": 0}
+    line = RunSummary(guarded={"inswapper_128": 3, "gfpgan_1.4": 1}).line()
+    assert line.endswith("; 4 faces passed through (NaN guard: inswapper_128 3, gfpgan_1.4 1)"), line
+    assert "passed through" not in RunSummary(guarded={"inswapper_128": 0}).line()
+
+
+def test_daemon_publishes_the_guard_counts_of_each_model():
+    """The frame loop reads the pipeline's per-model counts at each status interval."""
+    cfg = demo_cfg(pacing="realtime")
+    cfg = cfg.replace(status=replace(cfg.status, interval=Duration(0.05)))
+    seen: list[Status] = []
+    d = Daemon(cfg, output=Capturing(640, 360), control=False, on_status=lambda st, face, swap: seen.append(st))
+    d.start()
+    try:
+        assert d.ready.wait(30)
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert seen, "no status within 30 s"
+        assert seen[-1].guarded == {"classic": 0} and d.state.read_status().guarded == {"classic": 0}
+    finally:
+        d.stop()
+    assert d.summary.guarded == {"classic": 0}
 
 
 def test_background_start_stop_while_frames_flow():

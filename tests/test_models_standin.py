@@ -1,10 +1,11 @@
-"""Stand-in ONNX files: the registry's real tensors, and inswapper's real architecture."""
+"""Stand-in ONNX files: the registry's real tensors, inswapper's real architecture, and the mask and landmark models."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
+from conftest import need_torch
 from typer.testing import CliRunner
 
 from vcam.cli.models import app
@@ -136,3 +137,135 @@ def test_registry_rows_are_consistent():
             ]
     assert registry.requirements("simswap_256") == ["simswap_256", "arcface_w600k_r50", "crossface_simswap"]
     assert registry.get("yunet_2023_mar").base == "models-3.4.0" and registry.get("hyperswap_1a_256").base == "models-3.3.0"
+
+
+# -- occluders, parsers, landmarkers ----------------------------------------------------------------
+MASK_MODELS = ["xseg_1", "xseg_2", "xseg_3", "bisenet_resnet_18", "bisenet_resnet_34", "2dfan4", "fan_68_5"]
+
+
+def test_mask_and_landmark_rows():
+    kinds = {n: registry.get(n).kind for n in MASK_MODELS}
+    assert kinds == {
+        "xseg_1": "occluder",
+        "xseg_2": "occluder",
+        "xseg_3": "occluder",
+        "bisenet_resnet_18": "parser",
+        "bisenet_resnet_34": "parser",
+        "2dfan4": "landmarker",
+        "fan_68_5": "landmarker",
+    }
+    bases = {n: registry.get(n).base for n in MASK_MODELS}
+    assert bases == {
+        "xseg_1": "models-3.1.0",
+        "xseg_2": "models-3.1.0",
+        "xseg_3": "models-3.2.0",
+        "bisenet_resnet_18": "models-3.1.0",
+        "bisenet_resnet_34": "models-3.0.0",
+        "2dfan4": "models-3.0.0",
+        "fan_68_5": "models-3.0.0",
+    }
+    for n in MASK_MODELS:
+        spec = registry.get(n)
+        assert spec.file == f"{n}.onnx" and spec.hash_file == f"{n}.hash" and spec.licence and spec.approx_mb > 0
+    xseg = registry.get("xseg_2")
+    assert [(t.name, t.shape) for t in xseg.inputs + xseg.outputs] == [
+        ("input", ("N", 256, 256, 3)),
+        ("output", ("N", 256, 256, 1)),
+    ]
+    assert (xseg.rgb, xseg.input_mean_std_255) == (False, ((0.0,) * 3, (255.0,) * 3))  # BGR / 255
+    parser = registry.get("bisenet_resnet_34")
+    assert parser.inputs[0].shape == ("N", 3, 512, 512) and parser.outputs[0].name == "output"
+    assert parser.rgb and parser.mean == (0.485, 0.456, 0.406) and parser.std == (0.229, 0.224, 0.225)
+    fan = registry.get("2dfan4")
+    assert [t.name for t in fan.outputs] == ["landmarks_xyscore", "heatmaps"] and fan.input_mean_std_255[1] == (255.0,) * 3
+    assert registry.get("fan_68_5").template == "ffhq_512"
+
+
+def test_parser_class_table():
+    from vcam.config import REGIONS
+
+    assert len(registry.PARSER_LABELS) == 19 and registry.PARSER_LABELS[0] == "background"
+    assert set(registry.PARSER_CLASSES) == set(REGIONS)
+    labels = {r: [registry.PARSER_LABELS[i] for i in c] for r, c in registry.PARSER_CLASSES.items()}
+    assert labels == {
+        "skin": ["skin"],
+        "brows": ["l_brow", "r_brow"],
+        "eyes": ["l_eye", "r_eye"],
+        "glasses": ["eye_g"],
+        "nose": ["nose"],
+        "mouth": ["mouth"],
+        "lips": ["u_lip", "l_lip"],
+        "ears": ["l_ear", "r_ear"],
+        "hair": ["hair"],
+        "neck": ["neck"],
+    }
+
+
+@pytest.mark.parametrize("name", MASK_MODELS)
+def test_mask_standins_run_on_the_torch_graph_path(name, tmp_path):
+    """The generic torch path runs every new stand-in with onnxruntime's outputs (a batch-1 file
+    given 3 items loops inside the engine)."""
+    need_torch()
+    from vcam.engines.torch import TorchEngine
+
+    path = standin.write(name, tmp_path)
+    engine = TorchEngine(path, device="cpu", max_batch=3)
+    assert engine.architecture is None
+    rng = np.random.default_rng(4)
+    feeds = {t.name: rng.random((3, *t.shape[1:]), dtype=np.float32) for t in registry.get(name).inputs}
+    got = engine.run(feeds)
+    want = create_engine(path, backend="onnxruntime").run(feeds)
+    assert [o.name for o in engine.outputs] == [t.name for t in registry.get(name).outputs]
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.shape[0] == 3
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+
+
+def test_parser_standin_argmax_varies(tmp_path):
+    eng = create_engine(standin.write("bisenet_resnet_34", tmp_path))
+    flat = np.zeros((1, 3, 512, 512), np.float32)  # a flat grey crop: only the class pattern varies
+    noisy = np.random.default_rng(2).standard_normal((1, 3, 512, 512)).astype(np.float32)
+    for x in (flat, noisy):
+        logits = eng.run({"input": x})[0]
+        classes = np.unique(logits.argmax(axis=1))
+        assert classes.size >= 4 and np.isfinite(logits).all()
+
+
+def test_landmarker_standins_give_points_in_range(tmp_path):
+    eng = create_engine(standin.write("2dfan4", tmp_path))
+    x = np.random.default_rng(5).random((2, 3, 256, 256), dtype=np.float32)
+    pts, heat = eng.run({"input": x})
+    assert pts.shape == (2, 68, 3) and heat.shape == (2, 68, 64, 64)
+    assert np.isfinite(pts).all() and 0 <= pts[..., :2].min() and pts[..., :2].max() <= 64
+    assert 0 <= pts[..., 2].min() and pts[..., 2].max() <= 1
+    np.testing.assert_allclose(pts[..., 2], heat.max(axis=(2, 3)), rtol=1e-6)
+    assert np.abs(pts[0] - pts[1]).max() > 1e-3  # the image moves the points
+    # the resting face is a face: eyes above the nose above the mouth, jaw left to right
+    rest = pts[0, :, :2]
+    assert rest[36:48, 1].mean() < rest[30, 1] < rest[48:68, 1].mean() and rest[0, 0] < rest[8, 0] < rest[16, 0]
+
+
+def test_fan_68_5_standin_follows_any_similarity_of_its_points(tmp_path):
+    from vcam.align import TEMPLATES
+
+    path = standin.write("fan_68_5", tmp_path)
+    eng = create_engine(path)
+    tpl = TEMPLATES["ffhq_512"].astype(np.float32)
+    (base,) = eng.run({"input": tpl[None]})
+    assert base.shape == (1, 68, 2) and np.isfinite(base).all() and 0 < base.min() and base.max() < 1
+    c, s = np.cos(0.3) * 1.7, np.sin(0.3) * 1.7
+    moved = tpl @ np.array([[c, s], [-s, c]], np.float32) + np.float32([40.0, -12.0])
+    (out,) = eng.run({"input": moved[None]})
+    np.testing.assert_allclose(out[0], base[0] @ np.array([[c, s], [-s, c]]) + [40.0, -12.0], atol=1e-4)
+
+
+def test_cli_lists_and_writes_the_new_kinds(tmp_path):
+    r = CliRunner().invoke(app, ["list", "--kind", "parser"])
+    assert r.exit_code == 0, r.output
+    assert "bisenet_resnet_18" in r.output and "bisenet_resnet_34" in r.output and "xseg_1" not in r.output
+    r = CliRunner().invoke(app, ["list", "--kind", "landmarker"])
+    assert r.exit_code == 0 and "2dfan4" in r.output and "fan_68_5" in r.output
+    for name in ("2dfan4", "fan_68_5", "bisenet_resnet_18", "xseg_3"):
+        r = CliRunner().invoke(app, ["stand-in", name, "--out", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        assert [o.name for o in create_engine(tmp_path / f"{name}.onnx").outputs] == [t.name for t in registry.get(name).outputs]

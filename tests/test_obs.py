@@ -22,15 +22,20 @@ import vcam
 from vcam.cli.control import obs_app
 from vcam.config import ObsConfig
 from vcam.control.obs import (
+    DEFAULT_CHOICE,
     FACE_PREFIX,
     SWAP_SOURCE,
     ObsController,
     connect,
     face_source_name,
+    map_choice,
+    map_scene_name,
+    map_source_name,
     obs_check,
     setup_scene,
     show_hotkey,
 )
+from vcam.errors import FaceError
 from vcam.state import RuntimeState, Status
 from vcam.types import SourceFace
 
@@ -282,7 +287,7 @@ def test_custom_events_switch_face_and_toggle_swap(controller, client, obs_serve
             assert wait_for(lambda: state.active == "carol", 2) is not None
             client.broadcast_custom_event({"eventData": {"other_tool": {"x": 1}}})  # not ours: ignored
         oks = [r for r in rec.replies() if r["ok"]]
-        assert oks[0] == {"ok": True, "face": "carol", "swap": "on"}
+        assert oks[0] == {"ok": True, "face": "carol", "swap": "on", "mappings": {}}
     finally:
         rec.close()
 
@@ -540,8 +545,8 @@ def test_setup_rerun_and_a_recreated_scene_keep_obs_and_vcam_agreed(obs_server, 
         for it in client.get_scene_item_list(scene).scene_items:
             if it["sourceName"] in ("Face: alice", "Face: carol"):
                 client.set_scene_item_enabled(scene, it["sceneItemId"], True)
-        assert wait_for(lambda: len(_shown(client, scene)[0]) == 1, 5) is not None
-        assert _shown(client, scene)[0] == [state.active]
+        # (Their events may reach it too and switch the face meanwhile: wait for the end state.)
+        assert wait_for(lambda: _shown(client, scene)[0] == [state.active], 5) is not None, _shown(client, scene)
         assert ctl.connections == 1
     finally:
         ctl.stop()
@@ -612,3 +617,203 @@ def test_a_damaged_face_from_obs_is_answered_and_the_connection_stays(controller
         assert ctl.connected.is_set() and ctl.connections == 1
     finally:
         rec.close()
+
+
+# --- per-person mapping: one scene per mapped person (issue 10) ---------------------------------
+
+
+def mapping_state(active: str = "alice") -> RuntimeState:
+    """make_state() with a target loader (a run started with [[swap.map]]): 'ann' and 'ben'."""
+    state = make_state(active)
+
+    def load_target(name: str) -> SourceFace:
+        if name not in ("ann", "ben"):
+            raise FaceError(f"unknown map target '{name}'", hint="known faces: ann, ben")
+        return SourceFace(name=name, image=np.zeros((128, 128, 3), np.uint8), embeddings={"r": np.ones(4, np.float32)})
+
+    state.set_target_loader(load_target)
+    return state
+
+
+def chosen(client, scene: str, target: str) -> list[str]:
+    """The choices shown in ``target``'s map scene."""
+    return sorted(
+        c for n, on in visible(client, map_scene_name(scene, target)).items() if on and (c := map_choice(target, n)) is not None
+    )
+
+
+def test_map_scenes_setup_is_idempotent_and_lists_the_hotkeys(client, face_images):
+    scene = "Setup Map"
+    try:
+        report = setup_scene(client, face_images, scene=scene, targets={"ann": "bob", "ben": None})
+        assert report.map_scenes == {"Setup Map: ann": True, "Setup Map: ben": True}
+        assert chosen(client, scene, "ann") == ["bob"] and chosen(client, scene, "ben") == [DEFAULT_CHOICE]
+        names = set(visible(client, "Setup Map: ann"))
+        assert names == {map_source_name("ann", n) for n in (*FACES, DEFAULT_CHOICE)}
+        hotkeys = set(client.get_hot_key_list().hotkeys)
+        for key, label in report.map_hotkeys["Setup Map: ben"]:
+            assert key in hotkeys and label.startswith("Show 'Face for ben: ")
+        text = "\n".join(report.lines())
+        assert "scene 'Setup Map: ann' created" in text
+        assert "under the scene 'Setup Map: ann':\n  Show 'Face for ann: alice'" in text
+        assert "  Show 'Face for ann: (default)' (no face of their own)" in text
+        # Again, with ann shown 'carol' meanwhile: nothing added, the choice left as it is.
+        for it in client.get_scene_item_list("Setup Map: ann").scene_items:
+            client.set_scene_item_enabled("Setup Map: ann", it["sceneItemId"], it["sourceName"] == "Face for ann: carol")
+        again = setup_scene(client, face_images, scene=scene, targets={"ann": "bob", "ben": None})
+        assert again.map_scenes == {"Setup Map: ann": False, "Setup Map: ben": False} and again.created == []
+        assert chosen(client, scene, "ann") == ["carol"]
+        assert len(client.get_scene_item_list("Setup Map: ann").scene_items) == len(FACES) + 1
+    finally:
+        for name in (scene, "Setup Map: ann", "Setup Map: ben"):
+            if name in [s["sceneName"] for s in client.get_scene_list().scenes]:
+                client.remove_scene(name)
+
+
+def test_map_scene_hotkeys_events_and_ctl_switch_a_persons_face(obs_server, client, face_images):
+    scene = "Map Faces"
+    setup_scene(client, face_images, scene=scene, targets={"ann": "bob", "ben": None})
+    state = mapping_state()
+    state.set_mapping("ann", "bob")
+    ctl = ObsController(obs_cfg(obs_server, scene=scene), state, retry_min=0.2, retry_max=1.0)
+    rec = EventRecorder(obs_cfg(obs_server))
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        with Frames(state) as frames:
+            # A hotkey in ann's scene: ann gets carol, radio style; the frame loop sees it.
+            client.trigger_hot_key_by_name(show_hotkey(map_source_name("ann", "carol")))
+            assert wait_for(lambda: state.mappings == {"ann": "carol"}, 2) is not None
+            assert wait_for(lambda: chosen(client, scene, "ann") == ["carol"], 2) is not None
+            assert [(m.target.name, m.source.name) for m in state.snapshot().mapping] == [("ann", "carol")]
+            # (default): ann follows the default again.
+            client.trigger_hot_key_by_name(show_hotkey(map_source_name("ann", DEFAULT_CHOICE)))
+            assert wait_for(lambda: state.mappings == {}, 2) is not None
+            assert wait_for(lambda: chosen(client, scene, "ann") == [DEFAULT_CHOICE], 2) is not None
+            # The eye icon on ben's 'alice', as a user would click it.
+            item = client.get_scene_item_id("Map Faces: ben", map_source_name("ben", "alice")).scene_item_id
+            client.set_scene_item_enabled("Map Faces: ben", item, True)
+            assert wait_for(lambda: state.mappings == {"ben": "alice"}, 2) is not None
+            assert wait_for(lambda: chosen(client, scene, "ben") == ["alice"], 2) is not None
+            # `vcam ctl map` / `unmap` (the state changed elsewhere) show in OBS.
+            state.set_mapping("ann", "bob")
+            assert wait_for(lambda: chosen(client, scene, "ann") == ["bob"], 2) is not None
+            state.remove_mapping("ben")
+            assert wait_for(lambda: chosen(client, scene, "ben") == [DEFAULT_CHOICE], 2) is not None
+            # Custom events (Stream Deck) map and unmap; the reply carries the mappings.
+            client.broadcast_custom_event({"eventData": {"vcam": {"map": {"target": "ben", "source": "carol"}}}})
+            assert wait_for(lambda: state.mappings == {"ann": "bob", "ben": "carol"}, 2) is not None
+            assert wait_for(lambda: chosen(client, scene, "ben") == ["carol"], 2) is not None
+            client.broadcast_custom_event({"eventData": {"vcam": {"unmap": "ann"}}})
+            assert wait_for(lambda: chosen(client, scene, "ann") == [DEFAULT_CHOICE], 2) is not None
+            assert wait_for(lambda: len(rec.replies()) >= 2, 2) is not None
+            assert rec.replies()[-1] == {"ok": True, "face": "alice", "swap": "on", "mappings": {"ben": "carol"}}
+            client.broadcast_custom_event({"eventData": {"vcam": {"map": {"target": "ann", "source": "nobody"}}}})
+            assert wait_for(lambda: any(not r["ok"] for r in rec.replies()), 2) is not None
+            bad = [r for r in rec.replies() if not r["ok"]][0]
+            assert bad["error"].startswith("unknown face 'nobody'") and bad["mappings"] == {"ben": "carol"}
+            # The main scene still switches the active face, apart from the mappings. (The eye
+            # icon: 'Face: bob' is in the module's scene too, so its hotkey name is not this one's.)
+            client.set_scene_item_enabled(scene, client.get_scene_item_id(scene, face_source_name("bob")).scene_item_id, True)
+            assert wait_for(lambda: state.active == "bob", 2) is not None
+            assert state.mappings == {"ben": "carol"} and chosen(client, scene, "ben") == ["carol"]
+            assert frames.advancing()
+        assert ctl.connected.is_set() and ctl.connections == 1
+    finally:
+        rec.close()
+        ctl.stop()
+        for name in (scene, "Map Faces: ann", "Map Faces: ben"):
+            client.remove_scene(name)
+
+
+def test_a_map_scene_without_mapping_enabled_answers_and_shows_the_state(obs_server, client, face_images):
+    """A run started without [[swap.map]]: showing a person's face in OBS is answered with how to
+    turn mapping on, and the scene goes back to '(default)'."""
+    scene = "Off Faces"
+    setup_scene(client, face_images, scene=scene, targets={"ann": None})
+    state = make_state()
+    ctl = ObsController(obs_cfg(obs_server, scene=scene), state, retry_min=0.2, retry_max=1.0)
+    rec = EventRecorder(obs_cfg(obs_server))
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        client.trigger_hot_key_by_name(show_hotkey(map_source_name("ann", "bob")))
+        assert wait_for(lambda: any(not r["ok"] for r in rec.replies()), 2) is not None
+        bad = [r for r in rec.replies() if not r["ok"]][0]
+        assert bad["error"].startswith("per-person mapping is off in this run") and "--map TARGET=SOURCE" in bad["error"]
+        assert wait_for(lambda: chosen(client, scene, "ann") == [DEFAULT_CHOICE], 2) is not None
+        assert state.mappings == {} and ctl.connected.is_set()
+    finally:
+        rec.close()
+        ctl.stop()
+        for name in (scene, "Off Faces: ann"):
+            client.remove_scene(name)
+
+
+def test_a_mapping_chosen_in_obs_while_vcam_was_away_is_adopted(obs_server, client, face_images):
+    scene = "Merge Map"
+    setup_scene(client, face_images, scene=scene, targets={"ann": None, "ben": None})
+    state = mapping_state()
+    state.set_mapping("ben", "alice")
+    ctl = ObsController(obs_cfg(obs_server, scene=scene), state, retry_min=1.5, retry_max=1.5)
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        assert wait_for(lambda: chosen(client, scene, "ben") == ["alice"], 3) is not None
+        _drop(ctl)
+        for it in client.get_scene_item_list("Merge Map: ann").scene_items:  # the user, in OBS
+            client.set_scene_item_enabled("Merge Map: ann", it["sceneItemId"], it["sourceName"] == "Face for ann: carol")
+        state.set_mapping("ben", "bob")  # and `vcam ctl map ben bob` meanwhile
+        assert ctl.connected.wait(10)
+        assert wait_for(lambda: state.mappings == {"ben": "bob", "ann": "carol"}, 3) is not None
+        assert wait_for(lambda: chosen(client, scene, "ben") == ["bob"], 3) is not None
+        assert chosen(client, scene, "ann") == ["carol"]
+    finally:
+        ctl.stop()
+        for name in (scene, "Merge Map: ann", "Merge Map: ben"):
+            client.remove_scene(name)
+
+
+def test_status_text_names_mappings_and_nan_guard_counts(controller, client):
+    ctl, state = controller
+    state.set_target_loader(lambda name: SourceFace(name=name, image=np.zeros((8, 8, 3), np.uint8), embeddings={"r": np.ones(4)}))
+    state.publish_status(Status(fps_out=29.5, latency_p50_ms=41.0, guarded={"inswapper_128": 3, "gfpgan_1.4": 0}))
+    state.set_mapping("ann", "carol")
+
+    def text():
+        return client.get_input_settings("FastSwap Status").input_settings.get("text", "")
+
+    pattern = r"face: alice  swap: on  29\.5 fps  41 ms  map: ann -> carol  NaN guard: inswapper_128 3  \(at \d\d:\d\d:\d\d\)"
+    assert wait_for(lambda: re.fullmatch(pattern, text()), 3) is not None, text()
+
+
+def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vcam.config import DetectConfig
+    from vcam.detect import RetinaFaceDetector
+    from vcam.faces import FaceBank
+
+    faces_dir = tmp_path / "faces"
+    det = RetinaFaceDetector(DetectConfig(score=0.5))
+    FaceBank(faces_dir).add(Path(vcam.__file__).parent / "assets" / "grace_hopper.jpg", "grace", detector=det)
+    monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text(
+        f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "CLI Map"\n[faces]\ndir = "{faces_dir}"\n'
+        '[[swap.map]]\ntarget = "photos/ann.jpg"\nsource = "grace"\n'
+    )
+    c = connect(obs_cfg(obs_server))
+    try:
+        res = CliRunner().invoke(obs_app, ["setup", "--config", str(cfg_file)])
+        assert res.exit_code == 0, res.output
+        assert "scene 'CLI Map: ann' created" in res.output
+        assert "under the scene 'CLI Map: ann':" in res.output and "Show 'Face for ann: grace'" in res.output
+        assert chosen(c, "CLI Map", "ann") == ["grace"]
+        res = CliRunner().invoke(obs_app, ["status", "--config", str(cfg_file)])
+        assert res.exit_code == 0 and "map scenes for ann" in res.output, res.output
+    finally:
+        for name in ("CLI Map", "CLI Map: ann"):
+            if name in [s["sceneName"] for s in c.get_scene_list().scenes]:
+                c.remove_scene(name)
+        c.disconnect()

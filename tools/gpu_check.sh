@@ -21,6 +21,7 @@ for step in $steps; do
     tests)
       VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
         tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py \
+        tests/test_mask.py tests/test_color.py tests/test_swap_classic.py tests/test_landmark.py \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \

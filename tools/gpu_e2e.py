@@ -75,7 +75,8 @@ def main() -> int:
     models = work / "models"
     models.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    for name in ("inswapper_128", "arcface_w600k_r50", "hyperswap_1a_256", "simswap_256", "crossface_simswap", "gfpgan_1.4"):
+    names = ("inswapper_128", "arcface_w600k_r50", "hyperswap_1a_256", "simswap_256", "crossface_simswap", "gfpgan_1.4")
+    for name in names + ("xseg_1", "bisenet_resnet_34", "2dfan4"):
         if not (models / f"{name}.onnx").is_file():
             rc, text, _ = vcam(["models", "stand-in", name, "--out", str(models)])
             assert rc == 0, text
@@ -134,6 +135,14 @@ def main() -> int:
     run("simswap_cuda_fp16", cuda + ["--model", "simswap_256"])
     run("inswapper_enhancer_cuda", cuda + ["--model", "inswapper_128"], config="[swap]\nenhancer = 'gfpgan_1.4'\n")
     run("classic_cuda_torch", ["--device", "cuda", "--backend", "torch"])
+    # Issue 10: every mask (occluder, parser and landmarker stand-ins), the swapper alone in FP32,
+    # and per-person mapping (each portrait of the clip mapped to the other).
+    every_mask = ["--mask", "box,face,mouth,occlusion,region"]
+    run("inswapper_all_masks_cuda", cuda + ["--model", "inswapper_128"] + every_mask, config="[mask]\nlandmarker = '2dfan4'\n")
+    run("classic_all_masks_cuda", ["--device", "cuda"] + every_mask)
+    run("inswapper_fp32_swapper_cuda", cuda + ["--model", "inswapper_128", "--fp32-swapper"])
+    astronaut = ROOT / "vcam" / "assets" / "astronaut.jpg"
+    run("classic_mapping_cuda", ["--device", "cuda", "--map", f"{photo}={astronaut}", "--map", f"{astronaut}={photo}"])
     run("backend_onnxruntime_cuda", ["--device", "cuda", "--backend", "onnxruntime"], expect_ok=False)
     run("backend_tensorrt_cuda", ["--device", "cuda", "--backend", "tensorrt"], expect_ok=False)
     (out / "e2e.json").write_text(json.dumps(results, indent=2))

@@ -23,7 +23,15 @@ from .state import RuntimeState
 log = logging.getLogger(__name__)
 
 #: role -> on the hot path (must run on the pipeline's device)?
-ROLES: dict[str, bool] = {"detector": True, "swapper": True, "enhancer": True, "recogniser": False}
+ROLES: dict[str, bool] = {
+    "detector": True,
+    "swapper": True,
+    "enhancer": True,
+    "occluder": True,
+    "parser": True,
+    "landmarker": True,
+    "recogniser": False,
+}
 
 #: What the array stages (convert, warp, paste) run on, per device.
 PIXELS = {"cpu": "NumPy/OpenCV", "cuda": "CuPy kernels (kernels/*.cu)"}
@@ -74,7 +82,14 @@ def model_names(cfg: Config) -> dict[str, str]:
     out = {"detector": cfg.detect.model, "swapper": cfg.swap.swapper}
     if cfg.swap.enhancer:
         out["enhancer"] = cfg.swap.enhancer
-    if neural or cfg.swap.faces == "reference":
+    types = set(cfg.mask.types)
+    if "occlusion" in types:
+        out["occluder"] = cfg.mask.occluder
+    if "region" in types:
+        out["parser"] = cfg.mask.parser
+    if cfg.mask.landmarker and types & {"face", "mouth"}:
+        out["landmarker"] = cfg.mask.landmarker
+    if neural or cfg.swap.faces == "reference" or cfg.swap.map:
         out["recogniser"] = DEFAULT_RECOGNISER
     return out
 
@@ -119,6 +134,8 @@ class Assembly:
     face_filter: Any
     recogniser: Any = None
     enhancer: Any = None
+    masker: Any = None
+    assigner: Any = None
     store: Any = None
     placements: list[Placement] = field(default_factory=list)
 
@@ -140,6 +157,8 @@ class Assembly:
             swapper=self.swapper,
             out_fmt=out_fmt,
             enhancer=self.enhancer,
+            masker=self.masker,
+            assigner=self.assigner,
             face_filter=self.face_filter,
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
@@ -174,8 +193,9 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     needed: list[str] = [names["recogniser"]] if "recogniser" in names else []
     if cfg.swap.swapper not in BUILT_IN:
         needed += registry.requirements(cfg.swap.swapper)
-    if cfg.swap.enhancer:
-        needed += registry.requirements(cfg.swap.enhancer)
+    for role in ("enhancer", "occluder", "parser", "landmarker"):
+        if role in names:
+            needed += registry.requirements(names[role])
     if cfg.detect.model != EMBEDDED_DETECTOR:
         needed += detector_requirements(cfg.detect.model)
     if needed:  # every file this run needs, checked (and, if allowed, downloaded) at once
@@ -183,8 +203,11 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         store.ensure(list(dict.fromkeys(needed)))
 
     ops = make_ops(device)
+    crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
+    # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
+    box = "box" in cfg.mask.types
     mask = ops.asarray(
-        blend.box_mask(cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size, cfg.swap.blur)
+        blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, tuple(cfg.mask.box_padding) if box else (0, 0, 0, 0))
     )
     # Regions per call: every tracked face plus a share of the rolling search's tiles.
     detector = make_detector(cfg, store=store, ops=ops, device=device, max_regions=2 * cfg.pipeline.max_faces)
@@ -203,18 +226,31 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
             cfg.swap.swapper,
             crop_size=cfg.swap.crop_size,
             color_match=cfg.swap.color_match,
+            seamless=cfg.swap.seamless,
             ops=ops,
             mask=mask,
             max_faces=cfg.pipeline.max_faces,
         )
     else:
-        swapper = create_swapper(cfg.swap.swapper, cfg, store=store, ops=ops, mask=mask, device=device)
+        swapper = create_swapper(
+            cfg.swap.swapper, cfg, store=store, ops=ops, mask=mask, device=device, fp16=cfg.pipeline.fp16 and not cfg.swap.fp32
+        )
     enhancer = None
     if cfg.swap.enhancer:
         from .enhance import create_enhancer
 
         enhancer = create_enhancer(cfg.swap.enhancer, cfg, store=store, ops=ops, device=device)
-    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer)):
+    masker = None
+    if set(cfg.mask.types) - {"box"}:
+        from .mask import create_masker
+
+        masker = create_masker(cfg, swapper.crop_size, ops=ops, store=store, device=device)
+    mask_models = {
+        "occluder": getattr(masker, "occluder", None),
+        "parser": getattr(masker, "parser", None),
+        "landmarker": getattr(masker, "landmarker", None),
+    }
+    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), *mask_models.items()):
         engine = getattr(model, "engine", None)
         if engine is not None and engine.device != device:
             raise DeviceError(
@@ -227,8 +263,20 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         face_filter = _reference_filter(cfg, photo_detector, recogniser)
     else:
         face_filter = select_largest if cfg.swap.faces == "largest" else select_all
+    assigner = None
+    if cfg.swap.map:
+        from .mapping import Assigner
+
+        assigner = Assigner(recogniser, cfg.swap.map_threshold, cfg.swap.unmatched)
     placements = []
-    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), ("recogniser", recogniser)):
+    roles = (
+        ("detector", detector),
+        ("swapper", swapper),
+        ("enhancer", enhancer),
+        *mask_models.items(),
+        ("recogniser", recogniser),
+    )
+    for role, model in roles:
         if model is None:
             continue
         engine = getattr(model, "engine", None)
@@ -247,6 +295,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         face_filter=face_filter,
         recogniser=recogniser,
         enhancer=enhancer,
+        masker=masker,
+        assigner=assigner,
         store=store,
         placements=placements,
     )
@@ -290,6 +340,10 @@ def load_faces(asm: Assembly, state: RuntimeState, *, demo_input: bool) -> Any:
             state.add_face(watcher.load(name))
         except VcamError as exc:
             log.warning("face '%s' skipped: %s", name, exc)
+    if cfg.swap.map:
+        from .mapping import load_mappings
+
+        load_mappings(cfg, state, detector=asm.photo_detector, recogniser=asm.recogniser, swapper=asm.swapper)
     return watcher
 
 

@@ -12,23 +12,25 @@ import numpy as np
 from .align import apply, invert
 
 
-def box_mask(size: int, blur: float = 0.3) -> np.ndarray:
+def box_mask(size: int, blur: float = 0.3, padding: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> np.ndarray:
     """FaceFusion-style feathered box mask (size, size) float32 in [0, 1].
 
     A border of ``max(blur_amount // 2, 1)`` pixels is zeroed (``blur_amount = int(size * 0.5 *
-    blur)``), then a Gaussian blur of sigma ``blur_amount * 0.25`` softens the edge. Unlike
-    FaceFusion's, the outermost ring is zeroed again after the blur, so the paste fades to exactly 0
-    at the crop's edge and leaves no seam.
+    blur)``), or more on a side with ``padding`` (top, right, bottom, left, in percent of the crop),
+    then a Gaussian blur of sigma ``blur_amount * 0.25`` softens the edge. Unlike FaceFusion's, the
+    outermost ring is zeroed again after the blur, so the paste fades to exactly 0 at the crop's
+    edge and leaves no seam.
     """
     import cv2
 
     blur_amount = int(size * 0.5 * blur)
     border = max(blur_amount // 2, 1)
+    top, right, bottom, left = (max(border, int(size * float(p) / 100.0)) for p in padding)
     mask = np.ones((size, size), dtype=np.float32)
-    mask[:border, :] = 0
-    mask[-border:, :] = 0
-    mask[:, :border] = 0
-    mask[:, -border:] = 0
+    mask[:top, :] = 0
+    mask[size - bottom :, :] = 0
+    mask[:, :left] = 0
+    mask[:, size - right :] = 0
     if blur_amount > 0:
         mask = cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25)
         mask[0, :] = mask[-1, :] = mask[:, 0] = mask[:, -1] = 0.0

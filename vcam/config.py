@@ -154,7 +154,10 @@ class SwapConfig:
     reference: str = _opt("", "Reference face (bank name or image path) for faces = 'reference'.")
     reference_threshold: float = _opt(0.3, "Minimum similarity to the reference face.", min=-1.0, max=1.0)
     blur: float = _opt(0.3, "Feather of the paste mask as a fraction of the crop half-size.", min=0.0, max=1.0)
-    color_match: bool = _opt(True, "Classic swap: match source colours to the target face.")
+    color_match: bool = _opt(True, "Classic swap: match source colours to the target face (CIE L*a*b* statistics).")
+    seamless: bool = _opt(
+        False, "Classic swap: also carry the target's lighting across the face (gradient-domain blend; costs more)."
+    )
     crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
     enhancer: str = _opt("", "Face enhancer model run after the swap ('' : off; e.g. 'gfpgan_1.4').")
     enhancer_amount: float = _opt(0.8, "How much of the enhanced face is blended in (0..1).", min=0.0, max=1.0)
@@ -189,7 +192,8 @@ class MaskConfig:
         "only the face-parser classes in 'regions'. Masks not listed cost nothing.",
     )
     box_padding: list[float] = _opt(
-        [0.0, 0.0, 0.0, 0.0], "Box mask padding per side (top, right, bottom, left) in percent of the crop.",
+        [0.0, 0.0, 0.0, 0.0],
+        "Box mask padding per side (top, right, bottom, left) in percent of the crop.",
         min=0,
         max=50,
         keys=("top", "right", "bottom", "left"),
@@ -380,7 +384,11 @@ def _coerce_list(value: Any, item: Any, meta: dict, where: str) -> list:
         keys = tuple(meta.get("keys") or ())
         out = []
         for i, entry in enumerate(value):
-            if not isinstance(entry, dict) or set(entry) != set(keys) or not all(isinstance(entry[k], str) and entry[k] for k in keys):
+            if (
+                not isinstance(entry, dict)
+                or set(entry) != set(keys)
+                or not all(isinstance(entry[k], str) and entry[k] for k in keys)
+            ):
                 raise ValueError(f"tables with {' and '.join(repr(k) for k in keys)} strings (entry {i + 1}: {entry!r})")
             out.append(dict(entry))
         return out

@@ -204,11 +204,11 @@ class Daemon:
             now = time.perf_counter()
             if now - last_status >= interval:
                 last_status = now
-                status = live.status(cap.dropped, pipeline.guarded())
+                status = live.status(cap.dropped, pipeline.guarded_by_model())  # a device read, once per interval
                 self.state.publish_status(status)
                 if self._on_status is not None:
                     self._on_status(status, self.state.active, self.state.swap_enabled)
-        live.finish(time.perf_counter() - t_start, cap.dropped, pipeline.guarded())
+        live.finish(time.perf_counter() - t_start, cap.dropped, pipeline.guarded_by_model())
 
     def on_frame(self, frame: Frame, pipeline: Any, live: LiveStats) -> None:
         """One frame: process, pace to ``[output] fps``, drop if over the latency budget, publish."""

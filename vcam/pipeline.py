@@ -1,7 +1,7 @@
 """The per-frame pipeline: the stage order, written once for every device.
 
     upload -> convert (to BGR) -> detect/track -> align -> swap (all faces, one batch) ->
-    paste-back [-> enhance] -> convert (output format) -> download
+    masks -> paste-back [-> enhance] -> convert (output format) -> download
 
 :class:`Pipeline` runs that order over an :class:`~vcam.ops.Ops` (NumPy on the CPU, CuPy kernels on
 CUDA) with stages that run on the same ops; nothing here branches on the device. It is built once
@@ -29,7 +29,7 @@ from .types import Frame, FrameStats, PixelFormat, Track
 #: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
 FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
 
-STAGES = ("convert_in", "detect_track", "swap", "blend", "convert_out")
+STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "convert_out")
 
 
 def select_all(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
@@ -58,8 +58,10 @@ class Pipeline:
     """One frame through every stage (see the module docstring).
 
     ``ops``: the device. ``tracker``: ``update(frame, seq) -> tracks`` (its detector on the same ops).
-    ``swapper``: a :class:`~vcam.swap.Swapper` on the same ops. ``enhancer``: optional, after the
-    paste-back. ``out_fmt``: the publisher's pixel format. ``face_filter``: which tracks to swap
+    ``swapper``: a :class:`~vcam.swap.Swapper` on the same ops. ``masker``: the mask stage
+    (:class:`~vcam.mask.Masker`; None: the swapper's mask alone). ``assigner``: which source each
+    face gets (:class:`~vcam.mapping.Assigner`; None: the active face for all). ``enhancer``:
+    optional, after the paste-back. ``out_fmt``: the publisher's pixel format. ``face_filter``: which tracks to swap
     (default: all). ``ring``: frames in flight; an output returned by :meth:`collect` is valid until
     ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
     """
@@ -72,6 +74,8 @@ class Pipeline:
         swapper: Any,
         out_fmt: PixelFormat = PixelFormat.BGR,
         enhancer: Any = None,
+        masker: Any = None,
+        assigner: Any = None,
         face_filter: FaceFilter | None = None,
         max_faces: int = 8,
         ring: int = 2,
@@ -81,6 +85,8 @@ class Pipeline:
         self.tracker = tracker
         self.swapper = swapper
         self.enhancer = enhancer
+        self.masker = masker
+        self.assigner = assigner
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -133,16 +139,28 @@ class Pipeline:
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
             clock.mark("detect_track")
-            face = snap.face
-            if snap.swap_enabled and face is not None and tracks:
-                chosen = self.face_filter(tracks, lambda: ops.to_host(img))[: self.max_faces]
-                n = len(chosen)
+            mapping = getattr(snap, "mapping", ())
+            if snap.swap_enabled and (snap.face is not None or mapping) and tracks:
+                host = self._host_frame(img)
+                chosen = self.face_filter(tracks, host)[: self.max_faces]
+                if self.assigner is not None:
+                    pairs = self.assigner.assign(chosen, host, snap)
+                else:
+                    pairs = [(tr, snap.face) for tr in chosen] if snap.face is not None else []
+                n = len(pairs)
                 if n:
                     mats = self._mats[:n]
-                    for i, tr in enumerate(chosen):
+                    for i, (tr, _) in enumerate(pairs):
                         mats[i] = align.estimate(tr.landmarks, self.swapper.template, self.swapper.crop_size)
-                    crops, mask = self.swapper.swap(img, mats, face)
+                    faces = [src for _, src in pairs]
+                    crops, mask = self.swapper.swap(img, mats, faces[0] if all(f is faces[0] for f in faces) else faces)
                     clock.mark("swap")
+                    if self.masker is not None:
+                        lms = np.stack([tr.landmarks for tr, _ in pairs])
+                        boxes = np.stack([tr.box for tr, _ in pairs])
+                        with ops.activate():
+                            mask = self.masker.masks(img, mats, lms, boxes, n, mask)
+                    clock.mark("mask")
                     ops.paste_back(img, crops, mats, mask, n)
                     if self.enhancer is not None:
                         self.enhancer.enhance(img, np.stack([tr.landmarks for tr in chosen]))
@@ -157,6 +175,17 @@ class Pipeline:
             self.io.download(slot)
         self._pending[slot] = stats
         return slot
+
+    def _host_frame(self, img: Any) -> Callable[[], np.ndarray]:
+        """``host_frame()`` for the face filter and the assigner: one download, on first call only."""
+        cache: list[np.ndarray] = []
+
+        def host() -> np.ndarray:
+            if not cache:
+                cache.append(self.ops.to_host(img))
+            return cache[0]
+
+        return host
 
     def collect(self, slot: int) -> tuple[np.ndarray, FrameStats]:
         """Wait for ``slot``'s output; returns (host output, stats with per-stage seconds)."""
@@ -183,7 +212,9 @@ class Pipeline:
         out = {self.swapper.name: self.swapper.guarded()}
         for stage in (self.enhancer, getattr(self, "masker", None)):
             if stage is not None:
-                for name, count in (stage.guarded_by_model() if hasattr(stage, "guarded_by_model") else {stage.name: stage.guarded()}).items():
+                for name, count in (
+                    stage.guarded_by_model() if hasattr(stage, "guarded_by_model") else {stage.name: stage.guarded()}
+                ).items():
                     out[name] = out.get(name, 0) + count
         return out
 

@@ -1,26 +1,46 @@
 """Runtime state that control channels may change while frames flow.
 
 Control threads (OBS, local socket, CLI) only post changes here; the frame loop reads one
-immutable :class:`Snapshot` per frame with :meth:`RuntimeState.snapshot`, which takes the lock for a
-few attribute reads and never waits on I/O. Switching the active face is therefore a pointer swap:
-the face's latents are computed before :meth:`set_face` is called.
+immutable :class:`Snapshot` per frame with :meth:`RuntimeState.snapshot`. Each change builds the
+next snapshot (under the lock, in the changing thread) and the frame loop only reads a pointer to
+it: it never takes part in a change and never waits on I/O. Switching the active face is therefore
+a pointer swap: the face's latents are computed before :meth:`set_face` is called.
+
+Per-person mapping (``[[swap.map]]``, ``vcam ctl map``): the state keeps target name -> source
+face name and the targets' reference faces (each with its recogniser embedding). The snapshot
+carries them resolved to faces (:class:`Mapping`), so a face replaced on disk and reloaded is what
+its mappings use from the next frame on. Which track gets which source is decided by
+:class:`vcam.mapping.Assigner`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from .errors import FaceError
+from .errors import ControlError, FaceError
 from .types import SourceFace
 
 
 @dataclass(frozen=True)
+class Mapping:
+    """One per-person mapping: the person seen in ``target`` (a reference face carrying its
+    recogniser embedding) gets ``source`` (a face prepared for the swapper)."""
+
+    target: SourceFace
+    source: SourceFace
+
+
+@dataclass(frozen=True)
 class Snapshot:
+    """What one frame uses: the active face, swap on/off, the mappings (in the order they were set;
+    a mapping whose source is not loaded is left out), and a version that changes with any of them."""
+
     face: SourceFace | None
     swap_enabled: bool
     version: int
+    mapping: tuple[Mapping, ...] = ()
 
 
 @dataclass
@@ -37,40 +57,77 @@ class Status:
     dropped_latency: int = 0
     over_budget: bool = False
     faces: int = 0
-    guarded: int = 0
+    guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
     full_scans: int = 0
 
+    @property
+    def guarded_total(self) -> int:
+        return sum(self.guarded.values())
+
+    def guard_text(self) -> str:
+        """``NaN guard: inswapper_128 3, gfpgan_1.4 1`` (models with a non-zero count), or ''."""
+        return guard_text(self.guarded)
+
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["guarded"] = dict(self.guarded)
+        return out
+
+
+def guard_text(guarded: dict[str, int]) -> str:
+    """The per-model NaN/Inf guard counts as one phrase, '' when every count is zero."""
+    parts = [f"{name} {n}" for name, n in guarded.items() if n]
+    return f"NaN guard: {', '.join(parts)}" if parts else ""
+
+
+MAPPING_OFF_HINT = "start `vcam run` with --map TARGET=SOURCE or a [[swap.map]] entry in config.toml"
 
 
 class RuntimeState:
-    """The active face, swap on/off, and the known faces, behind one lock."""
+    """The active face, swap on/off, the known faces and the per-person mappings, behind one lock."""
 
     def __init__(self, faces: dict[str, SourceFace] | None = None, active: str | None = None, swap_enabled: bool = True):
         self._lock = threading.Lock()
         self._loader: Callable[[str], SourceFace] | None = None
+        self._target_loader: Callable[[str], SourceFace] | None = None
         self._faces: dict[str, SourceFace] = dict(faces or {})
         self._active = active if active in self._faces else None
         self._swap = swap_enabled
+        self._targets: dict[str, SourceFace] = {}  # target name -> reference face (with its embedding)
+        self._aliases: dict[str, str] = {}  # what a target was given as (a photo path) -> its name
+        self._maps: dict[str, str] = {}  # target name -> source face name, in the order they were set
         self._version = 0
+        self._snap: Snapshot
+        self._rebuild()
         self._listeners: list[Callable[[Snapshot], None]] = []
         self.status = Status()
         self._status_lock = threading.Lock()
 
     # -- frame loop side ---------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        with self._lock:
-            face = self._faces.get(self._active) if self._active else None
-            return Snapshot(face=face, swap_enabled=self._swap, version=self._version)
+        """The state as of the last change: one pointer read, whatever the control threads do."""
+        return self._snap
 
     def publish_status(self, status: Status) -> None:
         with self._status_lock:
-            self.status = replace(status)
+            self.status = replace(status, guarded=dict(status.guarded))
 
     def read_status(self) -> Status:
         with self._status_lock:
-            return replace(self.status)
+            return replace(self.status, guarded=dict(self.status.guarded))
+
+    def _rebuild(self) -> None:
+        """The next snapshot, after a change (call with the lock held)."""
+        face = self._faces.get(self._active) if self._active else None
+        mapping = tuple(
+            Mapping(self._targets[t], self._faces[s]) for t, s in self._maps.items() if t in self._targets and s in self._faces
+        )
+        self._snap = Snapshot(face=face, swap_enabled=self._swap, version=self._version, mapping=mapping)
+
+    def _changed(self) -> None:
+        """A new version and snapshot (call with the lock held)."""
+        self._version += 1
+        self._rebuild()
 
     # -- control side ------------------------------------------------------------------------
     @property
@@ -88,12 +145,14 @@ class RuntimeState:
         with self._lock:
             return self._swap
 
-    def add_face(self, face: SourceFace, *, activate: bool = False) -> None:
+    def add_face(self, face: SourceFace, *, activate: bool | None = None) -> None:
+        """Add (or replace) a loaded face. ``activate``: True makes it the active face; None (the
+        default) only when no face is active; False never (a mapping's source, say)."""
         with self._lock:
             self._faces[face.name] = face
-            if activate or self._active is None:
+            if activate or (activate is None and self._active is None):
                 self._active = face.name
-            self._version += 1
+            self._changed()
         self._notify()
 
     def remove_face(self, name: str) -> None:
@@ -101,7 +160,7 @@ class RuntimeState:
             self._faces.pop(name, None)
             if self._active == name:
                 self._active = None
-            self._version += 1
+            self._changed()
         self._notify()
 
     def set_loader(self, loader: Callable[[str], SourceFace] | None) -> None:
@@ -110,6 +169,20 @@ class RuntimeState:
         with self._lock:
             self._loader = loader
 
+    def _ensure_face(self, name: str) -> None:
+        """Load face ``name`` through the loader when it is not loaded yet (outside the lock: slow).
+        It does not become active."""
+        with self._lock:
+            loader = None if name in self._faces else self._loader
+        if loader is not None:
+            self.add_face(loader(name), activate=False)
+
+    def _unknown_face(self, name: str) -> FaceError:
+        names = sorted(self._faces)
+        if not names:
+            return FaceError("no faces are loaded", hint="add one with `vcam faces add PHOTO`")
+        return FaceError(f"unknown face '{name}'", hint=f"known faces: {', '.join(names)}")
+
     def set_face(self, name: str) -> str:
         """Make ``name`` (or ``next``/``prev``) active; returns the active name. Raises FaceError.
 
@@ -117,24 +190,19 @@ class RuntimeState:
         caller's thread and outside the lock: frames keep flowing meanwhile).
         """
         if name not in ("next", "prev"):
-            with self._lock:
-                loader = None if name in self._faces else self._loader
-            if loader is not None:
-                self.add_face(loader(name))
+            self._ensure_face(name)
         with self._lock:
             names = sorted(self._faces)
-            if not names:
-                raise FaceError("no faces are loaded", hint="add one with `vcam faces add PHOTO`")
-            if name in ("next", "prev"):
+            if name in ("next", "prev") and names:
                 i = names.index(self._active) if self._active in names else -1
                 step = 1 if name == "next" else -1
                 name = names[(i + step) % len(names)] if i >= 0 else names[0]
             elif name not in self._faces:
-                raise FaceError(f"unknown face '{name}'", hint=f"known faces: {', '.join(names)}")
+                raise self._unknown_face(name)
             changed = name != self._active
             self._active = name
             if changed:
-                self._version += 1
+                self._changed()
         if changed:
             self._notify()
         return name
@@ -153,10 +221,108 @@ class RuntimeState:
             changed = new != self._swap
             self._swap = new
             if changed:
-                self._version += 1
+                self._changed()
         if changed:
             self._notify()
         return new
+
+    # -- per-person mapping (control side) ---------------------------------------------------
+    def set_target_loader(self, loader: Callable[[str], SourceFace] | None) -> None:
+        """``loader(name_or_photo)`` loads a target reference face with the run's recogniser
+        embedding (:func:`vcam.mapping.load_mappings` sets it when a recogniser is loaded). Without
+        one, :meth:`set_mapping` only accepts targets already registered, and says how to turn
+        mapping on when there are none."""
+        with self._lock:
+            self._target_loader = loader
+
+    @property
+    def mapping_enabled(self) -> bool:
+        """Whether :meth:`set_mapping` can work in this run (a recogniser is loaded, or targets are)."""
+        with self._lock:
+            return self._target_loader is not None or bool(self._targets)
+
+    def add_target(self, face: SourceFace, *, given_as: str | None = None) -> str:
+        """Register a target reference face (it must carry an embedding); returns its name, the key
+        of its mapping. ``given_as``: what the user named it by (a photo path), accepted too."""
+        if not face.embeddings:
+            raise FaceError(f"target face '{face.name}' has no recogniser embedding", hint="load it with the run's recogniser")
+        with self._lock:
+            self._targets[face.name] = face
+            if given_as and given_as != face.name:
+                self._aliases[given_as] = face.name
+            if face.name in self._maps:
+                self._changed()
+                changed = True
+            else:
+                changed = False
+        if changed:
+            self._notify()
+        return face.name
+
+    def _target_name(self, target: str) -> str | None:
+        """The registered target ``target`` names (its name or what it was given as), else None
+        (call with the lock held)."""
+        if target in self._targets:
+            return target
+        return self._aliases.get(target)
+
+    def set_mapping(self, target: str, source: str) -> dict[str, str]:
+        """Give the person ``target`` (a target's name, or a face-bank name / photo path the target
+        loader can load) the face ``source`` (a loaded face, or a face-bank name the loader loads).
+        Slow loads happen here, in the calling thread and outside the lock. Returns the mappings.
+        Raises FaceError for an unknown face and ControlError when mapping is off in this run."""
+        if not isinstance(target, str) or not target or not isinstance(source, str) or not source:
+            raise ControlError("a mapping needs a target and a source face name", hint="e.g. map alice grace")
+        with self._lock:
+            name = self._target_name(target)
+            loader = self._target_loader if name is None else None
+            known = sorted(self._targets)
+        if name is None:
+            if loader is None:
+                if not known:
+                    raise ControlError("per-person mapping is off in this run (no recogniser is loaded)", hint=MAPPING_OFF_HINT)
+                raise FaceError(f"unknown target '{target}'", hint=f"known targets: {', '.join(known)}")
+            name = self.add_target(loader(target), given_as=target)
+        self._ensure_face(source)
+        with self._lock:
+            if source not in self._faces:
+                raise self._unknown_face(source)
+            changed = self._maps.get(name) != source
+            self._maps[name] = source
+            if changed:
+                self._changed()
+            out = dict(self._maps)
+        if changed:
+            self._notify()
+        return out
+
+    def remove_mapping(self, target: str) -> dict[str, str]:
+        """Drop the mapping of ``target`` (its name or what it was given as); that person then follows
+        the default again. Returns the mappings; FaceError when ``target`` has none."""
+        with self._lock:
+            name = self._target_name(target) or target
+            if name not in self._maps:
+                mapped = ", ".join(self._maps)
+                raise FaceError(
+                    f"'{target}' has no mapping", hint=f"mapped targets: {mapped}" if mapped else "there are no mappings"
+                )
+            del self._maps[name]
+            self._changed()
+            out = dict(self._maps)
+        self._notify()
+        return out
+
+    @property
+    def mappings(self) -> dict[str, str]:
+        """Target name -> source face name, in the order they were set."""
+        with self._lock:
+            return dict(self._maps)
+
+    @property
+    def targets(self) -> list[str]:
+        """The registered target names (mapped or not)."""
+        with self._lock:
+            return sorted(self._targets)
 
     def subscribe(self, fn: Callable[[Snapshot], None]) -> None:
         """Call ``fn(snapshot)`` after every change (from the changing thread; keep it quick)."""

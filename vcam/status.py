@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .state import Status
+from .state import Status, guard_text
 from .types import FrameStats
 
 
@@ -20,7 +20,7 @@ class RunSummary:
     dropped_capture: int = 0
     dropped_latency: int = 0
     full_scans: int = 0
-    guarded: int = 0
+    guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
     # Capture-to-publish latency of the most recent published frames (bounded: the daemon runs for
     # hours; 100k frames is about an hour at 30 fps).
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
@@ -43,7 +43,7 @@ class RunSummary:
             f"({self.fps:.1f} fps) on {self.device}; latency p50 {self.percentile(50):.1f} ms, "
             f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
             f"{self.dropped_latency} over the latency budget"
-            + (f"; {self.guarded} faces passed through (NaN/Inf)" if self.guarded else "")
+            + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
         )
 
 
@@ -82,7 +82,8 @@ class LiveStats:
         self.summary.dropped_latency += 1
         self._over = 30
 
-    def status(self, dropped_capture: int, guarded: int) -> Status:
+    def status(self, dropped_capture: int, guarded: dict[str, int]) -> Status:
+        """The live numbers; ``guarded``: model name -> faces it passed through (NaN/Inf) so far."""
         s = self.summary
         st = Status(
             frames_in=s.frames_in,
@@ -94,7 +95,7 @@ class LiveStats:
             fps_out=_rate(self._out),
             over_budget=self._over > 0,
             faces=self.faces,
-            guarded=guarded,
+            guarded=dict(guarded),
         )
         if self._lat:
             arr = np.fromiter(self._lat, dtype=np.float64)
@@ -102,14 +103,21 @@ class LiveStats:
             st.latency_p99_ms = float(np.percentile(arr, 99))
         return st
 
-    def finish(self, seconds: float, dropped_capture: int, guarded: int) -> RunSummary:
+    def finish(self, seconds: float, dropped_capture: int, guarded: dict[str, int]) -> RunSummary:
         s = self.summary
         s.seconds = seconds
         s.dropped_capture = dropped_capture
-        s.guarded = guarded
+        s.guarded = dict(guarded)
         n = max(s.frames_in, 1)
         s.stage_ms = {k: v * 1000.0 / n for k, v in self._stage_sum.items()}
         return s
+
+
+def status_suffix(status: Status) -> str:
+    """What the live status line adds for ``status`` beyond fps, latency and faces: the per-model
+    NaN/Inf guard counts when any is non-zero (`` | NaN guard: inswapper_128 3``), else ''."""
+    text = status.guard_text()
+    return f" | {text}" if text else ""
 
 
 def _rate(times: deque) -> float:
@@ -119,4 +127,4 @@ def _rate(times: deque) -> float:
     return (len(times) - 1) / span if span > 0 else 0.0
 
 
-__all__ = ["LiveStats", "RunSummary"]
+__all__ = ["LiveStats", "RunSummary", "status_suffix"]

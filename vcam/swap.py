@@ -4,11 +4,16 @@ A swapper gets the frame and the ``crop_from_frame`` matrix of every face to swa
 swapped crops and the mask to paste them with, all faces at once (one batched model call). It runs
 on an :class:`~vcam.ops.Ops` (NumPy or CUDA), so one class serves both devices; its buffers are
 allocated at construction for ``max_faces``. Source preparation (embeddings, latents, colour
-statistics) happens in :meth:`Swapper.prepare`, off the frame loop, so switching the active face is
-a pointer swap; a face's latent reaches the device once per switch, never per frame.
+statistics, face-region masks) happens in :meth:`Swapper.prepare`, off the frame loop. Each face of
+a batch may have its own source (per-person mapping): the swapper keeps one source row per face slot
+and writes a row only when the face assigned to it changes, so a steady assignment costs nothing
+per frame and a switch is one upload per changed row, never a per-frame copy.
 
 - :class:`ClassicSwapper` (the built-in default; needs no downloaded model): the source photo's
-  aligned face, colour-matched to each target face (mean and spread per channel inside a face mask).
+  aligned face, only inside the source's own face region (a landmark polygon, feathered inwards),
+  its colours moved to each target's statistics in CIE L*a*b* (mean and spread per channel inside
+  the face region, :mod:`vcam.color`), optionally with the seamless offset membrane
+  (:func:`vcam.color.lab_membrane`) that carries the target's lighting across the face.
 - :class:`NeuralSwapper`: every registry swapper family (inswapper, hyperswap, simswap) on an
   inference :class:`~vcam.engines.Engine`; the registry row says the template, crop size,
   normalisation, output range and source recipe. A face whose output holds NaN/Inf is passed
@@ -21,12 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 import numpy as np
 
-from .align import PlanarAffine
+from . import color
+from .align import TEMPLATES, PlanarAffine
 from .errors import ConfigError, FaceError, ModelError
 from .models import registry
 from .models.registry import ModelSpec
@@ -36,6 +43,14 @@ from .types import SourceFace
 log = logging.getLogger(__name__)
 
 BUILT_IN = ("classic", "identity", "solid")
+
+#: One source for every face, or one per face (row ``i`` of the batch gets ``faces[i]``).
+Sources = Union[SourceFace, Sequence[SourceFace]]
+
+#: Crop pixels by which the classic swap's source region stays inside the face outline, so that no
+#: bilinear footprint of a pasted pixel (photo -> aligned crop, crop -> frame) reaches a pixel
+#: outside the outline: the hat, hair, collar and backdrop of the source photo never show.
+SOURCE_MARGIN = 3.0
 
 
 @runtime_checkable
@@ -51,9 +66,14 @@ class Swapper(Protocol):
         """Return ``face`` with ``latents[self.name]`` filled. May be slow; never called per frame."""
         ...
 
-    def swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
-        """Swap the faces at ``crop_from_frame`` (F, 2, 3) of ``frame`` (H, W, 3) to ``face``
-        (prepared). Returns (crops, mask), views of the swapper's buffers valid until the next call."""
+    def swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
+        """Swap the F faces at ``crop_from_frame`` (F, 2, 3) of ``frame`` (H, W, 3).
+
+        ``faces``: one :class:`SourceFace` that every face gets, or a sequence of exactly F of them,
+        face ``i`` getting ``faces[i]`` (prepared with :meth:`prepare`; an unprepared face is
+        prepared on its switch, slowly). Sources are compared by identity: the swapper uploads a
+        face's data only when the face assigned to a row changes. Returns (crops (F, S, S, 3),
+        mask (S, S) or (F, S, S)), views of the swapper's buffers valid until the next call."""
         ...
 
     def guarded(self) -> int:
@@ -62,15 +82,25 @@ class Swapper(Protocol):
         ...
 
 
-def face_ellipse(size: int) -> np.ndarray:
-    """Soft elliptical weight (size, size) float32 over the inner face of an arcface_128 crop.
+def face_region(
+    landmarks: np.ndarray, size: int, *, margin: float = 0.0, scale: float = 1.0, feather: float = 0.12
+) -> np.ndarray:
+    """Face-region weight (size, size) float32 in [0, 1] from landmarks in crop pixels (5 or 68, (P, 2)).
 
-    Used for colour statistics, so hair, background and the crop corners do not bias them.
+    The face outline of :func:`vcam.mask.face_polygon` drawn with :func:`vcam.mask.polygon_masks`,
+    moved ``margin`` pixels inwards and feathered inwards by ``feather`` eye-to-mouth distances: 0
+    on and outside the moved outline, 1 deeper inside than the feather.
     """
-    v, u = np.mgrid[0:size, 0:size].astype(np.float32) / size
-    # Eyes at y~0.40, mouth at y~0.72 in arcface_128; centre between them, cover brows to chin.
-    d = ((u - 0.5) / 0.30) ** 2 + ((v - 0.56) / 0.36) ** 2
-    return np.clip(1.5 - d, 0.0, 1.0).astype(np.float32)
+    from . import mask
+
+    lm = np.asarray(landmarks, np.float64).reshape(1, -1, 2)
+    planes, feathers = mask.shape_params(lm, face=True, mouth=False, face_scale=scale, feather=feather)
+    edges = planes[0, 0]
+    live = edges[:, 2] > np.float32(-1e29)
+    edges[live, 2] += np.float32(margin)  # unit normals: + margin moves every edge inwards
+    out = np.empty((1, size, size), np.float32)
+    mask.polygon_masks(planes, feathers, np.ones((size, size), np.float32), 1, out)
+    return out[0]
 
 
 def _resize_crop(img: np.ndarray, size: int) -> np.ndarray:
@@ -91,7 +121,8 @@ def _ops(ops: Any) -> Any:
 
 
 class _Base:
-    """Buffers and bookkeeping every swapper shares: crops, the paste mask, the per-face guard."""
+    """Buffers and bookkeeping every swapper shares: crops, the paste mask, the per-face guard, the
+    source assigned to each row."""
 
     name = ""
     template = "arcface_128"
@@ -106,16 +137,17 @@ class _Base:
         s = self.crop_size
         self._crops = self.ops.empty((self.max_faces, s, s, 3), np.uint8)
         self._guard = self.ops.empty((self.max_faces,), np.int32)
-        self._face_key: Any = None
+        self._face_key: Any = None  # the one face every row holds, when it was given alone
+        self._row_faces: list[SourceFace | None] = [None] * self.max_faces
 
     def guarded(self) -> int:
         return int(self.ops.to_host(self._guard).sum())
 
-    def swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
+    def swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
         with self.ops.activate():  # array-library calls of the swapper run on the ops' stream
-            return self._swap(frame, crop_from_frame, face)
+            return self._swap(frame, crop_from_frame, faces)
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
+    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
         raise NotImplementedError
 
     def _check(self, mats: np.ndarray) -> int:
@@ -123,6 +155,30 @@ class _Base:
         if n > self.max_faces:
             raise ValueError(f"{n} faces, the swapper was built for at most {self.max_faces}")
         return n
+
+    def _changed_rows(self, faces: Sources, n: int) -> list[tuple[int, SourceFace]]:
+        """The rows whose source differs from ``faces`` (one face: every row; a sequence: rows
+        ``0..n-1``), as ``(row, face)``; empty when nothing changed (the per-frame case). Call
+        :meth:`_commit` once the rows are written."""
+        if isinstance(faces, SourceFace):
+            if self._face_key is faces:
+                return []
+            want: Sequence[SourceFace] = [faces] * self.max_faces
+        else:
+            want = faces
+            if len(want) != n:
+                raise ValueError(f"{len(want)} source faces for {n} faces: give one source, or one per face")
+            if not all(isinstance(f, SourceFace) for f in want):
+                raise TypeError("faces must be SourceFace objects")
+        rows = [(i, f) for i, f in enumerate(want) if self._row_faces[i] is not f]
+        if not rows and isinstance(faces, SourceFace):
+            self._face_key = faces  # every row holds it already
+        return rows
+
+    def _commit(self, faces: Sources, rows: list[tuple[int, SourceFace]]) -> None:
+        for i, f in rows:
+            self._row_faces[i] = f
+        self._face_key = faces if isinstance(faces, SourceFace) else None
 
     def prepare(self, face: SourceFace) -> SourceFace:
         return face
@@ -143,66 +199,166 @@ def _weighted_stats(xp: Any, x: Any, w: Any, wsum: float, tmp: Any, mean: Any, s
     std += 1e-3
 
 
+def _crop_landmarks(face: SourceFace, size: int, template: str) -> np.ndarray:
+    """The source's landmarks (P, 2) in the pixels of its crop resized to ``size``; without landmarks
+    the image is taken as aligned with ``template`` (the face bank's crops are)."""
+    h, w = face.image.shape[:2]
+    if face.landmarks is None:
+        return TEMPLATES[template] * size
+    lm = np.asarray(face.landmarks, np.float64).reshape(-1, 2)
+    return (lm + 0.5) * np.array([size / w, size / h]) - 0.5  # pixel centres, as cv2.resize maps them
+
+
 class ClassicSwapper(_Base):
-    """Model-free swap: the aligned source face, colour-matched to each target, per channel."""
+    """Model-free swap (see the module docstring): the source's face region only, colour-matched
+    in L*a*b* to each target, optionally seamless.
+
+    Per face slot (row) it keeps the source's normalised L*a*b* crop, its raw crop and its paste
+    mask (the box mask times the source's face region, so nothing outside the source's own face is
+    ever pasted, even where the target's face is larger); rows change only when the assignment does.
+    Per frame, on the ops' device with preallocated buffers and no host wait: warp the targets,
+    convert them to L*a*b*, weigh their statistics inside the template's face region, and convert
+    ``source_norm * std_t + mean_t`` (plus the membrane when seamless) back to BGR.
+
+    ``color_match=False`` pastes the raw source crop (still only its face region); with
+    ``seamless`` it gets the membrane on its own colours. ``sigma``: the membrane's blur in grid
+    cells (about 8 crop pixels each); ``clip``: the largest L*a*b* difference one band pixel adds.
+    """
 
     name = "classic"
 
     def __init__(
-        self, crop_size: int = 128, color_match: bool = True, *, ops: Any = None, mask: Any = None, max_faces: int = 8
+        self,
+        crop_size: int = 128,
+        color_match: bool = True,
+        *,
+        seamless: bool = False,
+        sigma: float = 2.5,
+        clip: float = 12.0,
+        ops: Any = None,
+        mask: Any = None,
+        max_faces: int = 8,
     ) -> None:
         super().__init__(crop_size, ops=ops, mask=mask, max_faces=max_faces)
         self.color_match = bool(color_match)
-        weight = face_ellipse(self.crop_size)[None, :, :, None]  # (1, S, S, 1)
-        self._wsum = float(weight.sum())
-        self._w = self.ops.asarray(weight)
+        self.seamless = bool(seamless)
+        self.sigma, self.clip = float(sigma), float(clip)
+        ops = self.ops
         s, f = self.crop_size, self.max_faces
-        self._xf = self.ops.empty((f, s, s, 3), np.float32)
-        self._tmp = self.ops.empty((f, s, s, 3), np.float32)
-        self._mean = self.ops.empty((f, 1, 1, 3), np.float32)
-        self._std = self.ops.empty((f, 1, 1, 3), np.float32)
-        self._out = self.ops.empty((f, s, s, 3), np.uint8)
-        self._norm = self._raw = None
+        self._box = np.asarray(ops.to_host(self.mask) if mask is not None else _box(s), np.float32)
+        if self._box.shape != (s, s):
+            raise ValueError(f"the paste mask is {self._box.shape}, the crop is {s} x {s}")
+        # Target statistics: weighted by the face region of the template, where every aligned target
+        # face lies (the target's own landmarks are the mask stage's business).
+        weight = face_region(TEMPLATES[self.template] * s, s, margin=SOURCE_MARGIN)
+        self._wsum = float(weight.sum())
+        self._w = ops.asarray(weight[None, :, :, None])
+        # Source rows (written on an assignment change only).
+        self._src_norm = ops.empty((f, s, s, 3), np.float32)
+        self._src_raw = ops.empty((f, s, s, 3), np.uint8)
+        self._src_mask = ops.empty((f, s, s), np.float32)
+        self._src_stats = ops.empty((2, f, 3), np.float32)  # the source's own mean, std per row
+        self._band = ops.empty((f, s, s), np.float32) if self.seamless else None
+        # Per-frame scratch.
+        lab = self.color_match or self.seamless
+        self._lab = ops.empty((f, s, s, 3), np.float32) if lab else None
+        self._tmp = ops.empty((f, s, s, 3), np.float32) if self.color_match else None
+        self._mean = ops.empty((f, 1, 1, 3), np.float32)
+        self._std = ops.empty((f, 1, 1, 3), np.float32)
+        g = color.membrane_grid(s)
+        self._membrane = ops.empty((f, g, g, 3), np.float32) if self.seamless else None
+        self._out = ops.empty((f, s, s, 3), np.uint8)
 
+    # -- source side (off the frame loop) ---------------------------------------------------------
     def prepare(self, face: SourceFace) -> SourceFace:
-        crop = _resize_crop(np.ascontiguousarray(face.image), self.crop_size)
-        if crop.ndim != 3 or crop.shape[2] != 3:
-            raise ConfigError(f"source face '{face.name}' image has shape {crop.shape}, expected (S, S, 3)")
-        x = crop.astype(np.float32)[None]
+        """Fill ``latents``: ``classic`` the normalised L*a*b* crop (S, S, 3), ``classic.raw`` the
+        crop, ``classic.mask`` the paste mask (S, S), ``classic.stats`` its mean and std (2, 3)."""
+        s = self.crop_size
+        img = np.ascontiguousarray(face.image)
+        if img.ndim != 3 or img.shape[2] != 3:
+            raise ConfigError(f"source face '{face.name}' image has shape {img.shape}, expected (S, S, 3)")
+        crop = _resize_crop(img, s)
+        lms = _crop_landmarks(face, s, self.template)
+        region = face_region(lms, s, margin=SOURCE_MARGIN * max(1.0, s / min(img.shape[:2])))
+        wsum = float(region.sum())
+        if wsum <= 0:
+            raise FaceError(f"source face '{face.name}': its landmarks give no face region", hint="use another photo")
+        lab = color.lab_from_bgr(crop[None], 1, np.empty((1, s, s, 3), np.float32))
         mean, std = np.empty((1, 1, 1, 3), np.float32), np.empty((1, 1, 1, 3), np.float32)
-        _weighted_stats(np, x, face_ellipse(self.crop_size)[None, :, :, None], self._wsum, np.empty_like(x), mean, std)
-        # Latent: the source crop normalised by its own statistics (S, S, 3) float32, plus the raw crop.
+        _weighted_stats(np, lab, region[None, :, :, None], wsum, np.empty_like(lab), mean, std)
         latents = dict(face.latents)
-        latents[self.name] = ((x[0] - mean[0]) / std[0]).astype(np.float32)
+        latents[self.name] = ((lab[0] - mean[0]) / std[0]).astype(np.float32)
         latents[self.name + ".raw"] = crop
+        latents[self.name + ".mask"] = (self._box * region).astype(np.float32)
+        latents[self.name + ".stats"] = np.concatenate([mean.reshape(1, 3), std.reshape(1, 3)]).astype(np.float32)
         return dataclasses.replace(face, latents=latents)
 
-    def _source(self, face: SourceFace) -> None:
-        if self._face_key is not face:  # once per face switch, not per frame
-            prepared = face if self.name in face.latents else self.prepare(face)
-            self._norm = self.ops.asarray(prepared.latents[self.name])
-            self._raw = self.ops.asarray(prepared.latents[self.name + ".raw"])
-            self._face_key = face
+    def _prepared(self, face: SourceFace) -> SourceFace:
+        lat = face.latents
+        s = self.crop_size
+        ok = all(k in lat for k in (self.name, self.name + ".raw", self.name + ".mask", self.name + ".stats"))
+        if ok and np.shape(lat[self.name]) == (s, s, 3) and np.shape(lat[self.name + ".mask"]) == (s, s):
+            return face
+        return self.prepare(face)  # not prepared (or for another crop size): slow, once per switch
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
+    def _source(self, faces: Sources, n: int) -> None:
+        rows = self._changed_rows(faces, n)
+        if not rows:
+            return
+        ops = self.ops
+        uploaded: dict[int, tuple[Any, ...]] = {}
+        for _, face in rows:  # every face prepared (it may raise) before any row changes
+            if id(face) not in uploaded:
+                lat = self._prepared(face).latents
+                m = np.asarray(lat[self.name + ".mask"], np.float32)
+                host = [
+                    np.asarray(lat[self.name], np.float32),
+                    np.asarray(lat[self.name + ".raw"], np.uint8),
+                    m,
+                    np.asarray(lat[self.name + ".stats"], np.float32),
+                ]
+                if self.seamless:
+                    host.append((np.float32(4) * m * (np.float32(1) - m)).astype(np.float32))  # the band: 1 mid-ramp
+                uploaded[id(face)] = tuple(ops.asarray(np.ascontiguousarray(a)) for a in host)
+        for i, face in rows:
+            dev = uploaded[id(face)]
+            self._src_norm[i] = dev[0]
+            self._src_raw[i] = dev[1]
+            self._src_mask[i] = dev[2]
+            self._src_stats[:, i] = dev[3]
+            if self._band is not None:
+                self._band[i] = dev[4]
+        self._commit(faces, rows)
+
+    # -- frame side -------------------------------------------------------------------------------
+    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
         n = self._check(crop_from_frame)
-        self._source(face)
-        out = self._out[:n]
-        if not self.color_match:
-            out[...] = self._raw[None]
-            return out, self.mask
-        crops = self.ops.warp_crops(frame, crop_from_frame, self.crop_size, out=self._crops[:n])
-        xp = self.ops.xp
-        x, tmp, mean, std = self._xf[:n], self._tmp[:n], self._mean[:n], self._std[:n]
-        x[...] = crops
-        _weighted_stats(xp, x, self._w, self._wsum, tmp, mean, std)
-        xp.multiply(self._norm[None], std, out=tmp)
-        tmp += mean
-        tmp += 0.5
-        xp.floor(tmp, out=tmp)
-        xp.clip(tmp, 0, 255, out=tmp)
-        out[...] = tmp
-        return out, self.mask
+        self._source(faces, n)
+        masks = self._src_mask[:n]
+        if n == 0 or not (self.color_match or self.seamless):
+            return self._src_raw[:n], masks
+        ops = self.ops
+        crops = ops.warp_crops(frame, crop_from_frame, self.crop_size, out=self._crops[:n])
+        lab = ops.lab_from_bgr(crops, n, self._lab[:n])
+        if self.color_match:
+            mean, std = self._mean[:n], self._std[:n]
+            _weighted_stats(ops.xp, lab, self._w, self._wsum, self._tmp[:n], mean, std)
+            scale, shift = std.reshape(n, 3), mean.reshape(n, 3)
+        else:  # the source's own colours: norm * std_s + mean_s
+            scale, shift = self._src_stats[1, :n], self._src_stats[0, :n]
+        membrane = None
+        if self.seamless:
+            membrane = ops.lab_membrane(
+                lab, self._src_norm[:n], self._band[:n], n, self._membrane[:n], scale, shift, self.sigma, self.clip
+            )
+        out = ops.bgr_from_lab(self._src_norm[:n], n, self._out[:n], scale, shift, membrane)
+        return out, masks
+
+
+def _box(size: int) -> np.ndarray:
+    from .blend import box_mask
+
+    return box_mask(size)
 
 
 class IdentitySwapper(_Base):
@@ -210,7 +366,7 @@ class IdentitySwapper(_Base):
 
     name = "identity"
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
+    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
         n = self._check(crop_from_frame)
         return self.ops.warp_crops(frame, crop_from_frame, self.crop_size, out=self._crops[:n]), self.mask
 
@@ -225,17 +381,25 @@ class SolidSwapper(_Base):
         with self.ops.activate():
             self._crops[...] = self.ops.asarray(np.array(color, dtype=np.uint8))
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
+    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
         return self._crops[: self._check(crop_from_frame)], self.mask
 
 
 def make_builtin(
-    name: str, *, crop_size: int = 128, color_match: bool = True, ops: Any = None, mask: Any = None, max_faces: int = 8
+    name: str,
+    *,
+    crop_size: int = 128,
+    color_match: bool = True,
+    seamless: bool = False,
+    ops: Any = None,
+    mask: Any = None,
+    max_faces: int = 8,
 ) -> _Base:
-    """A built-in swapper by name: 'classic', 'identity' or 'solid'."""
+    """A built-in swapper by name: 'classic', 'identity' or 'solid' (``color_match`` and ``seamless``
+    are the classic swap's ``[swap]`` keys)."""
     kw = {"ops": ops, "mask": mask, "max_faces": max_faces}
     if name == "classic":
-        return ClassicSwapper(crop_size, color_match, **kw)
+        return ClassicSwapper(crop_size, color_match, seamless=seamless, **kw)
     if name == "identity":
         return IdentitySwapper(crop_size, **kw)
     if name == "solid":
@@ -351,24 +515,36 @@ class NeuralSwapper(_Base):
         latents[self.name] = self.source_latent(emb)
         return dataclasses.replace(face, latents=latents)
 
-    def _source(self, face: SourceFace) -> None:
-        """The latent into every row of the engine's source buffer, once per face switch."""
-        if self._face_key is face:
+    def _source(self, faces: Sources, n: int) -> None:
+        """Each face's latent into its row of the engine's source buffer, only where the assignment
+        changed (one face: every row, once per switch)."""
+        rows = self._changed_rows(faces, n)
+        if not rows:
             return
-        latent = face.latents.get(self.name)
-        if latent is None:
-            raise FaceError(
-                f"face '{face.name}' is not prepared for {self.name}", hint="call swapper.prepare(face) when the face is added"
-            )
+        latents = {}
+        for _, face in rows:  # all checked before any row is written
+            latent = face.latents.get(self.name)
+            if latent is None:
+                raise FaceError(
+                    f"face '{face.name}' is not prepared for {self.name}",
+                    hint="call swapper.prepare(face) when the face is added",
+                )
+            latents[id(face)] = latent
         buf = self.engine.input_buffers(self.max_faces)["source"]
-        rows = np.broadcast_to(np.asarray(latent, np.float32).reshape(1, -1), buf.shape)
-        buf[...] = self.ops.asarray(np.ascontiguousarray(rows, dtype=buf.dtype))
-        self._face_key = face
+        width = int(np.prod(buf.shape[1:]))
+        if len(rows) == self.max_faces and len(latents) == 1:  # one face everywhere: one upload
+            row = np.asarray(next(iter(latents.values())), np.float32).reshape(1, width)
+            buf[...] = self.ops.asarray(np.ascontiguousarray(np.broadcast_to(row, (self.max_faces, width)), dtype=buf.dtype))
+        else:
+            for i, face in rows:
+                row = np.asarray(latents[id(face)], np.float32).reshape(buf.shape[1:])
+                buf[i] = self.ops.asarray(np.ascontiguousarray(row, dtype=buf.dtype))
+        self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, face: SourceFace) -> tuple[Any, Any]:
+    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
         n = self._check(crop_from_frame)
-        self._source(face)
+        self._source(faces, n)
         feeds = self.engine.input_buffers(n)
         target = feeds["target"]
         self.ops.warp_crops_normalized(
@@ -439,7 +615,7 @@ __all__ = [
     "SolidSwapper",
     "Swapper",
     "create_swapper",
-    "face_ellipse",
+    "face_region",
     "inswapper_latent",
     "make_builtin",
     "read_emap",

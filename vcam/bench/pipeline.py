@@ -127,14 +127,17 @@ def bench_gpu(
     fp16: bool = True,
     max_faces: int | None = None,
     compile: bool = False,
+    masks: tuple[str, ...] = ("box", "face"),
 ) -> dict:
-    """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine."""
+    """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine,
+    pasted with ``masks`` (shapes only: no mask model)."""
     import cupy
     import torch
 
     from ..config import Config, PipelineConfig
     from ..detect import RetinaFaceDetector
     from ..engines import create_engine
+    from ..mask import Masker
     from ..ops.cuda import CudaOps
     from ..pipeline import Pipeline
     from ..swap import NeuralSwapper, read_emap
@@ -153,7 +156,8 @@ def bench_gpu(
     engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=mf, compile=compile)
     sw = NeuralSwapper("inswapper_128", engine, ops=ops, max_faces=mf, emap=read_emap(model))
     tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True)
+    masker = Masker(masks, sw.crop_size, ops=ops, max_faces=mf) if set(masks) - {"box"} else None
+    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True, masker=masker)
     pipe.configure(width, height, in_fmt)
     ops.synchronize()
     face = SourceFace(
@@ -199,6 +203,7 @@ def bench_gpu(
         "in_fmt": in_fmt.value,
         "out_fmt": out_fmt.value,
         "fp16": fp16,
+        "masks": ",".join(masks),
         "p50_ms": _pct(lat, 50),
         "p99_ms": _pct(lat, 99),
         "fps_pipelined": fps,
@@ -383,6 +388,70 @@ def bench_naive_cpu(
     }
 
 
+MASK_SETS = (("face",), ("face", "mouth"), ("box", "face", "mouth"), ("occlusion",), ("region",))
+
+
+def bench_masks(width: int, height: int, faces: list[int], *, frames: int = 200, fp16: bool = True) -> list[dict]:
+    """What each mask costs per face on the GPU: :class:`~vcam.mask.Masker` alone on a frame of
+    ``width`` x ``height`` with n synthetic faces, per set of :data:`MASK_SETS`. ``device_ms``: CUDA
+    event time per call (host gaps included: the stage's real cost on a busy stream); ``host_ms``:
+    the wall time of a call's host side (shape building, launches). The occlusion and region rows
+    run the registry's stand-ins (real tensors, small random networks), so their figures are the
+    stand-ins', not XSeg's or BiSeNet's."""
+    import tempfile
+
+    import cupy
+
+    from .. import align, blend
+    from ..config import Config, build
+    from ..mask import create_masker
+    from ..models import standin
+    from ..ops.cuda import CudaOps
+
+    ops = CudaOps()
+    models = Path(tempfile.mkdtemp(prefix="vcam-bench-masks-"))
+    for name in ("xseg_1", "bisenet_resnet_34"):
+        standin.write(name, models)
+    frame = ops.asarray(synthetic_frame(width, height, PixelFormat.BGR))
+    base = ops.asarray(blend.box_mask(128))
+    out = []
+    for types in MASK_SETS:
+        cfg = Config().replace(
+            models=build({"models": {"dir": str(models)}}).models,
+            mask=build({"mask": {"types": list(types)}}).mask,
+            pipeline=build({"pipeline": {"max_faces": max(8, *faces), "fp16": fp16}}).pipeline,
+        )
+        masker = create_masker(cfg, 128, ops=ops, device="cuda")
+        for n in faces:
+            lms = np.stack(synthetic_faces(n, width, height))
+            mats = np.stack([align.estimate(lm, "arcface_128", 128) for lm in lms])
+            boxes = np.concatenate([lms.min(1) - 20, lms.max(1) + 20], 1)
+            with ops.activate():
+                for _ in range(10):
+                    masker.masks(frame, mats, lms, boxes, n, base)
+                ops.synchronize()
+                e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+                host = 0.0
+                e0.record(ops.stream)
+                for _ in range(frames):
+                    t0 = time.perf_counter()
+                    masker.masks(frame, mats, lms, boxes, n, base)
+                    host += time.perf_counter() - t0
+                e1.record(ops.stream)
+                e1.synchronize()
+            dev = cupy.cuda.get_elapsed_time(e0, e1) / frames
+            out.append(
+                {
+                    "masks": ",".join(types),
+                    "faces": n,
+                    "device_ms": dev,
+                    "device_ms_per_face": dev / n,
+                    "host_ms": host / frames * 1e3,
+                }
+            )
+    return out
+
+
 def run(
     *,
     device: str = "cuda",
@@ -455,6 +524,24 @@ def run(
             )
             r["compiled"] = compile
             results["gpu"].append(r)
+            if n == 1:  # the same configuration without the mask stage, for its share of the frame
+                r0 = bench_gpu(
+                    w,
+                    h,
+                    n,
+                    model=path,
+                    frames=frames,
+                    in_fmt=PixelFormat(in_fmt),
+                    out_fmt=PixelFormat(out_fmt),
+                    fp16=fp16,
+                    compile=compile,
+                    max_faces=n if compile else None,
+                    masks=("box",),
+                )
+                r0["compiled"] = compile
+                results["gpu"].append(r0)
+                if console:
+                    console.print(f"gpu {s} faces=1 box mask only: p50 {r0['p50_ms']:.2f} ms p99 {r0['p99_ms']:.2f} ms")
             if console:
                 console.print(
                     f"gpu {s} faces={n}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms {r['fps_pipelined']:.0f} fps"
@@ -467,6 +554,8 @@ def run(
                 results["naive"].append(nr)
                 if console:
                     console.print(f"naive {s} faces={n}: p50 {nr['p50_ms']:.2f} ms ({nr['speedup_throughput']:.1f}x slower)")
+    w, h = SIZES[sizes[0]]
+    results["masks"] = bench_masks(w, h, sorted(set(faces)), frames=frames, fp16=fp16)
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=2))
     return results
@@ -504,7 +593,18 @@ def table(results: dict) -> Any:
     from rich.table import Table
 
     t = Table(title=f"vcam bench — {results['info'].get('gpu', '?')}")
-    for col in ("size", "faces", "p50 ms", "p99 ms", "fps (pipelined)", "naive p50 ms", "speedup", "peak GPU MB", "copies/frame"):
+    for col in (
+        "size",
+        "faces",
+        "masks",
+        "p50 ms",
+        "p99 ms",
+        "fps (pipelined)",
+        "naive p50 ms",
+        "speedup",
+        "peak GPU MB",
+        "copies/frame",
+    ):
         t.add_column(col, justify="right")
     naive = {(r["size"], r["faces"]): r for r in results.get("naive", [])}
     for r in results["gpu"]:
@@ -512,6 +612,7 @@ def table(results: dict) -> Any:
         t.add_row(
             r["size"],
             str(r["faces"]),
+            r.get("masks", ""),
             f"{r['p50_ms']:.2f}",
             f"{r['p99_ms']:.2f}",
             f"{r['fps_pipelined']:.0f}",
@@ -520,4 +621,13 @@ def table(results: dict) -> Any:
             f"{r['peak_gpu_mb_allocators']:.0f}",
             f"{r['copies_per_frame']['h2d']:.0f} up / {r['copies_per_frame']['d2h']:.0f} down",
         )
-    return t
+    if not results.get("masks"):
+        return t
+    from rich.console import Group
+
+    m = Table(title="mask stage alone (occlusion/region: stand-in networks)")
+    for col in ("masks", "faces", "device ms", "ms per face", "host ms"):
+        m.add_column(col, justify="right")
+    for r in results["masks"]:
+        m.add_row(r["masks"], str(r["faces"]), f"{r['device_ms']:.3f}", f"{r['device_ms_per_face']:.4f}", f"{r['host_ms']:.3f}")
+    return Group(t, m)

@@ -17,7 +17,7 @@ from . import load_config as _config
 obs_app = typer.Typer(no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5).")
 ctl_app = typer.Typer(no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket).")
 app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
-app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, status.")
+app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, map people, status.")
 
 # Plain text: messages name config tables like "[obs]", which rich markup would swallow.
 out = Console(markup=False, highlight=False, soft_wrap=True)
@@ -35,6 +35,13 @@ def bank_images(faces_dir: Path) -> dict[str, Path]:
     return {entry.name: Path(entry.photo) for entry in entries}
 
 
+def map_targets(cfg) -> dict[str, str]:
+    """Mapped person -> the face the config gives them (``[[swap.map]]``), by the names vcam uses."""
+    from ..mapping import face_name
+
+    return {face_name(e["target"]): face_name(e["source"]) for e in cfg.swap.map}
+
+
 # --- vcam obs ----------------------------------------------------------------------------------
 
 
@@ -45,7 +52,7 @@ def obs_setup(
     ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
-    """Create the "FastSwap Faces" scene (one source per face) and print the hotkeys to bind."""
+    """Create the "FastSwap Faces" scene (one source per face) and one per mapped person; print the hotkeys."""
     from ..control.obs import connect, setup_scene
 
     try:
@@ -69,6 +76,7 @@ def obs_setup(
                 add_camera_source=add_camera_source,
                 camera_name=cfg.output.device_name,
                 camera_device=device,
+                targets=map_targets(cfg),
             )
         finally:
             client.disconnect()
@@ -132,9 +140,46 @@ def ctl_swap(value: str = typer.Argument(..., help="on, off or toggle."), config
     out.print(f"swap: {reply['swap']}", highlight=False)
 
 
+def _mapping_lines(mappings: dict) -> list[str]:
+    return [f"map: {t} -> {s}" for t, s in mappings.items()] or ["map: none (every face follows the default)"]
+
+
+@ctl_app.command("map")
+def ctl_map(
+    target: str = typer.Argument(..., help="The person: a target already mapped, a face-bank name or a photo of them."),
+    source: str = typer.Argument(..., help="The face they get: a face-bank name."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Give one person in frame their own face (needs a run started with --map or swap.map entries)."""
+    from ..mapping import is_photo_arg
+
+    if is_photo_arg(target) and Path(target).expanduser().is_file():
+        target = str(Path(target).expanduser().resolve())  # the daemon runs in another folder
+    reply = _send(config, {"map": {"target": target, "source": source}})
+    for line in _mapping_lines(reply.get("mappings", {})):
+        out.print(line, highlight=False)
+
+
+@ctl_app.command("unmap")
+def ctl_unmap(
+    target: str = typer.Argument(..., help="A mapped target (see `vcam ctl status`)."), config: Optional[Path] = ConfigOpt
+) -> None:
+    """Drop a person's mapping: they follow the default again (swap.unmatched)."""
+    from ..mapping import face_name
+
+    reply = _send(config, {"unmap": face_name(target)})  # a photo's target goes by its file name
+    for line in _mapping_lines(reply.get("mappings", {})):
+        out.print(line, highlight=False)
+
+
 @ctl_app.command("status")
 def ctl_status(config: Optional[Path] = ConfigOpt) -> None:
-    """Print the daemon's state and live numbers as JSON."""
+    """Print the daemon's state, mappings and live numbers as JSON (NaN/Inf guard counts also on stderr)."""
+    from ..state import guard_text
+
     reply = _send(config, {"status": True})
     reply.pop("ok", None)
     typer.echo(json.dumps(reply, indent=2))
+    guarded = reply.get("status", {}).get("guarded")
+    if isinstance(guarded, dict) and guard_text(guarded):
+        err.print(f"note: {guard_text(guarded)} (faces passed through unswapped: the model produced NaN/Inf)")

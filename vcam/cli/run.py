@@ -19,7 +19,9 @@ def _parse_maps(values: list[str]) -> list[dict]:
     for v in values:
         target, sep, source = v.partition("=")
         if not sep or not target.strip() or not source.strip():
-            fail(VcamError(f"--map: expected TARGET=SOURCE, got {v!r}", hint="e.g. --map alice=grace (bank names or photo paths)"))
+            fail(
+                VcamError(f"--map: expected TARGET=SOURCE, got {v!r}", hint="e.g. --map alice=grace (bank names or photo paths)")
+            )
         out.append({"target": target.strip(), "source": source.strip()})
     return out
 
@@ -144,12 +146,14 @@ class _StatusLine:
 
 
 def format_status(status, active: str | None, swap: bool) -> str:
+    from ..status import status_suffix
+
     budget = " [bold red]OVER LATENCY BUDGET[/]" if status.over_budget else ""
     face = active or "none (pass-through)"
     return (
         f"in {status.fps_in:5.1f} fps | out {status.fps_out:5.1f} fps | latency p50 {status.latency_p50_ms:5.1f} ms "
         f"p99 {status.latency_p99_ms:5.1f} ms | dropped {status.dropped_capture}+{status.dropped_latency} | "
-        f"faces {status.faces} | face {escape(face)}{'' if swap else ' (swap off)'}{budget}"
+        f"faces {status.faces} | face {escape(face)}{'' if swap else ' (swap off)'}{escape(status_suffix(status))}{budget}"
     )
 
 

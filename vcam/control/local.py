@@ -7,6 +7,11 @@ object per line back.
     {"swap": "toggle"}           {"ok": true, "face": "alice", "swap": "off", "faces": [...]}
     {"status": true}             {"ok": true, ..., "status": {"fps_out": 29.9, ...}}
     {"face": "nobody"}           {"ok": false, "error": "unknown face 'nobody'", "hint": "known faces: ..."}
+    {"map": {"target": "alice", "source": "grace"}}
+                                 {"ok": true, ..., "mappings": {"alice": "grace"}}
+    {"unmap": "alice"}           {"ok": true, ..., "mappings": {}}
+
+Every reply carries ``mappings`` (target -> source face, see :mod:`vcam.mapping`).
 
 Only the user can connect: the socket file is created with mode 0600 (umask set around ``bind``,
 then ``chmod``), a parent directory created here gets 0700, a parent that someone else owns or can
@@ -98,12 +103,43 @@ def _socket_alive(path: Path) -> bool:
         return True
 
 
+COMMAND_KEYS = ("face", "swap", "map", "unmap", "status")
+
+
+def apply_control(state: RuntimeState, cmd: dict) -> dict:
+    """:func:`vcam.control.apply_command` plus the mapping commands, for both control channels:
+    ``{"map": {"target": T, "source": S}}`` gives the person T the face S, ``{"unmap": T}`` drops
+    that. Returns ``{"face": ..., "swap": ..., "mappings": {target: source}}``. Raises FaceError
+    (unknown face or target) or ControlError (bad command, or mapping off in this run)."""
+    unknown = set(cmd) - set(COMMAND_KEYS)
+    if unknown:
+        raise ControlError(
+            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, map, unmap or status"
+        )
+    if "map" in cmd:
+        m = cmd["map"]
+        if not (isinstance(m, dict) and set(m) == {"target", "source"} and all(isinstance(v, str) and v for v in m.values())):
+            raise ControlError(
+                '\'map\' must be an object like {"target": "NAME", "source": "FACE"}',
+                hint="target: the person, source: their face",
+            )
+        state.set_mapping(m["target"], m["source"])
+    if "unmap" in cmd:
+        target = cmd["unmap"]
+        if not isinstance(target, str) or not target:
+            raise ControlError("'unmap' must be a target name", hint="see the mappings with `vcam ctl status`")
+        state.remove_mapping(target)
+    reply = apply_command(state, {k: v for k, v in cmd.items() if k not in ("map", "unmap")})
+    reply["mappings"] = state.mappings
+    return reply
+
+
 def handle_command(state: RuntimeState, cmd) -> dict:
     """One request -> one reply (never raises)."""
     if not isinstance(cmd, dict):
         return {"ok": False, "error": 'a command is a JSON object like {"face": "NAME"}'}
     try:
-        reply = apply_command(state, cmd)
+        reply = apply_control(state, cmd)
     except Exception as exc:
         if not isinstance(exc, VcamError):  # a bug; the client still gets an answer
             log.exception("control command %s failed", cmd)
@@ -113,6 +149,7 @@ def handle_command(state: RuntimeState, cmd) -> dict:
             "hint": exc.hint if isinstance(exc, VcamError) else "see the daemon's log",
             "face": state.active,
             "swap": "on" if state.swap_enabled else "off",
+            "mappings": state.mappings,
         }
     reply = {"ok": True, **reply, "faces": state.names}
     if cmd.get("status"):

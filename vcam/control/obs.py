@@ -12,9 +12,17 @@ builds a scene (default "FastSwap Faces") holding one image source per face, nam
   command is answered with a CustomEvent ``{"vcam_reply": {"ok": ..., "face": ..., "swap": ...}}``
   carrying ``"error"`` when it failed (an unknown face name, for example);
 - changes made elsewhere (``vcam ctl``) are mirrored onto the sources' visibility;
-- an optional text source (default "FastSwap Status") shows face, fps, latency and the time of the
-  update (a frozen time means vcam is gone), updated at most twice a second; on a clean exit it
-  says "vcam stopped" with the time.
+- an optional text source (default "FastSwap Status") shows face, fps, latency, the mappings and
+  the NaN guard counts (when non-zero) and the time of the update (a frozen time means vcam is
+  gone), updated at most twice a second; on a clean exit it says "vcam stopped" with the time.
+
+Per-person mapping (``[[swap.map]]``): each mapped person (target) gets a scene of their own,
+``<scene>: <target>`` (default "FastSwap Faces: alice"), holding one image source per face named
+``Face for <target>: <face>`` and a ``Face for <target>: (default)`` text source. Showing one of
+them (its hotkey, listed under that scene in Settings -> Hotkeys, or the eye icon) gives that person
+that face (``(default)``: they follow ``[swap] unmatched`` again), radio style like the faces; the
+custom events ``{"vcam": {"map": {"target": T, "source": S}}}`` and ``{"vcam": {"unmap": T}}`` do
+the same. ``vcam obs setup`` makes these scenes for the targets of the config's ``[[swap.map]]``.
 
 Staying in sync: vcam's face and swap state is the truth OBS mirrors. Whenever the scene's structure
 changes (``vcam obs setup`` re-run, a scene or source created, removed or renamed) and every
@@ -52,7 +60,7 @@ from typing import Any
 from ..config import Config, ObsConfig
 from ..errors import ControlError, FaceError
 from ..state import RuntimeState, Snapshot
-from . import apply_command
+from .local import apply_control
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +69,34 @@ SWAP_SOURCE = "FastSwap: Swap"
 CAMERA_SOURCE = "FastSwap Cam"
 TEXT_KIND = "text_ft2_source_v2"
 REPLY_KEY = "vcam_reply"
+MAP_PREFIX = "Face for "
+DEFAULT_CHOICE = "(default)"  # in a map scene: the person follows [swap] unmatched
 
 
 def face_source_name(face: str) -> str:
     return f"{FACE_PREFIX}{face}"
+
+
+def map_scene_name(scene: str, target: str) -> str:
+    """The scene of one mapped person: ``FastSwap Faces: alice``."""
+    return f"{scene}: {target}"
+
+
+def map_source_name(target: str, face: str) -> str:
+    """The source that gives ``target`` the face ``face`` (or :data:`DEFAULT_CHOICE`)."""
+    return f"{MAP_PREFIX}{target}: {face}"
+
+
+def map_target(scene: str, name: str) -> str | None:
+    """The target whose map scene ``name`` is (for the control scene ``scene``), else None."""
+    prefix = f"{scene}: "
+    return (name[len(prefix) :] or None) if name.startswith(prefix) else None
+
+
+def map_choice(target: str, source: str) -> str | None:
+    """The face (or :data:`DEFAULT_CHOICE`) the source ``source`` of ``target``'s scene stands for."""
+    prefix = map_source_name(target, "")
+    return (source[len(prefix) :] or None) if source.startswith(prefix) else None
 
 
 def show_hotkey(source: str) -> str:
@@ -153,9 +185,12 @@ class SetupReport:
     kept: list[str] = field(default_factory=list)
     hotkeys: list[tuple[str, str]] = field(default_factory=list)  # (hotkey name, what OBS shows)
     notes: list[str] = field(default_factory=list)
+    map_scenes: dict[str, bool] = field(default_factory=dict)  # map scene -> created now
+    map_hotkeys: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # map scene -> its hotkeys
 
     def lines(self) -> list[str]:
         out = [f"scene '{self.scene}'" + (" created" if self.scene_created else " already there")]
+        out.extend(f"scene '{name}'" + (" created" if new else " already there") for name, new in self.map_scenes.items())
         for label, names in (("created", self.created), ("updated", self.updated), ("unchanged", self.kept)):
             if names:
                 out.append(f"{label}: {', '.join(names)}")
@@ -163,6 +198,10 @@ class SetupReport:
         if self.hotkeys:
             out.append(f"Bind these in OBS: Settings -> Hotkeys, under the scene '{self.scene}':")
             out.extend(f"  {shown}" for _, shown in self.hotkeys)
+        for name, keys in self.map_hotkeys.items():
+            if keys:
+                out.append(f"and, to choose one person's face, under the scene '{name}':")
+                out.extend(f"  {shown}" for _, shown in keys)
         return out
 
 
@@ -223,6 +262,7 @@ def setup_scene(
     add_camera_source: bool = False,
     camera_name: str = CAMERA_SOURCE,
     camera_device: str | None = None,
+    targets: dict[str, str | None] | None = None,
 ) -> SetupReport:
     """Create (idempotently) the control scene in OBS through a connected obsws-python ReqClient.
 
@@ -232,6 +272,8 @@ def setup_scene(
     the scene shows no face yet: re-running setup while vcam runs never shows a second face.
     ``add_camera_source`` adds a Video Capture Device source named ``camera_name`` for
     ``camera_device`` (``/dev/videoN``; left empty if None) to the current program scene.
+    ``targets``: mapped person -> the face the config gives them (or None); each gets a map scene
+    (see the module docstring), showing that face, or ``(default)``, when it shows nothing yet.
     """
     report = SetupReport(scene=scene)
     if scene not in _scene_names(client):
@@ -264,6 +306,8 @@ def setup_scene(
         src = item["sourceName"]
         if src.startswith(FACE_PREFIX) and src not in known:
             report.notes.append(f"'{src}' has no face in the face bank (remove it in OBS if it is not wanted)")
+    for target, source in (targets or {}).items():
+        _setup_map_scene(client, report, scene, target, source, faces)
     if add_camera_source:
         current = client.get_current_program_scene().current_program_scene_name
         settings = {"device_id": camera_device} if camera_device else {}
@@ -273,6 +317,34 @@ def setup_scene(
                 f"'{camera_name}' has no device yet: start `vcam run`, then pick the device in the source's properties"
             )
     return report
+
+
+def _setup_map_scene(
+    client, report: SetupReport, scene: str, target: str, source: str | None, faces: dict[str, str | os.PathLike]
+) -> None:
+    """The scene of one mapped person: a ``Face for <target>: <face>`` image source per face and a
+    ``(default)`` one; ``source`` (else ``(default)``) is shown if the scene shows no choice yet."""
+    name = map_scene_name(scene, target)
+    created = name not in _scene_names(client)
+    if created:
+        client.create_scene(name)
+    report.map_scenes[name] = created
+    shown = [
+        it["sourceName"]
+        for it in client.get_scene_item_list(name).scene_items
+        if map_choice(target, it["sourceName"]) is not None and it["sceneItemEnabled"]
+    ]
+    initial = None if shown else (source if source in faces else DEFAULT_CHOICE)
+    keys = report.map_hotkeys.setdefault(name, [])
+    for face in faces:
+        path = str(Path(faces[face]).expanduser().resolve())
+        src = map_source_name(target, face)
+        _ensure_input(client, report, name, src, "image_source", {"file": path}, face == initial, update={"file": path})
+        keys.append((show_hotkey(src), f"Show '{src}'"))
+    src = map_source_name(target, DEFAULT_CHOICE)
+    text = f"{target}: the default face"
+    _ensure_input(client, report, name, src, TEXT_KIND, {"text": text}, initial == DEFAULT_CHOICE)
+    keys.append((show_hotkey(src), f"Show '{src}' (no face of their own)"))
 
 
 # --- vcam check ------------------------------------------------------------------------------
@@ -300,7 +372,9 @@ def obs_check(cfg: Config | ObsConfig, *, timeout: float = 2.0) -> tuple[bool, s
         faces = [i["sourceName"][len(FACE_PREFIX) :] for i in items if i["sourceName"].startswith(FACE_PREFIX)]
         if not faces:
             return False, f"{where}: scene '{ocfg.scene}' has no 'Face: ...' sources; run `vcam obs setup`{note}"
-        return ocfg.enabled, f"{where}: scene '{ocfg.scene}' with faces {', '.join(faces)}{note}"
+        targets = [t for n in scenes if (t := map_target(ocfg.scene, n)) is not None]
+        maps = f"; map scenes for {', '.join(targets)}" if targets else ""
+        return ocfg.enabled, f"{where}: scene '{ocfg.scene}' with faces {', '.join(faces)}{maps}{note}"
     except Exception as exc:  # the connection dropped half-way
         return False, f"OBS at {ocfg.host}:{ocfg.port} stopped answering ({type(exc).__name__})"
     finally:
@@ -367,12 +441,14 @@ class ObsController:
         self._thread: threading.Thread | None = None
         self._req = None
         self._ev = None
-        self._items: dict[int, str] = {}  # scene item id -> source name, in cfg.scene
-        self._echoes: dict[int, list[bool]] = {}  # visibility changes we made, whose events are ours
+        # (scene, scene item id) -> source name, in cfg.scene and the map scenes (ids are per scene)
+        self._items: dict[tuple[str, int], str] = {}
+        self._echoes: dict[tuple[str, int], list[bool]] = {}  # visibility changes we made, whose events are ours
         self._has_status = False
         self._last_text: str | None = None
         self._subscribed = False
-        self._synced: tuple[str | None, bool] | None = None  # (face, swap) both sides last agreed on
+        # (face, swap, mappings) both sides last agreed on
+        self._synced: tuple[str | None, bool, dict[str, str]] | None = None
         self._merge_pending = False
         self._obs_frames: int | None = None  # OBS's rendered-frame count when last seen (drops on a restart)
 
@@ -480,7 +556,8 @@ class ObsController:
         self._ev.callback.register(self._callbacks())
         self._refresh()
         if self.face_images and self.cfg.scene in _scene_names(self._req):
-            missing = {n: p for n, p in self.face_images.items() if face_source_name(n) not in self._items.values()}
+            have = {name for (scene, _), name in self._items.items() if scene == self.cfg.scene}
+            missing = {n: p for n, p in self.face_images.items() if face_source_name(n) not in have}
             if missing:
                 rep = setup_scene(
                     self._req, missing, scene=self.cfg.scene, status_source=self.cfg.status_source, active=self.state.active
@@ -564,31 +641,43 @@ class ObsController:
         kind = item[0]
         if kind == "item":
             _, scene, item_id, enabled = item
-            if scene == self.cfg.scene:
-                self._on_item(item_id, enabled)
+            if scene == self.cfg.scene or map_target(self.cfg.scene, scene) is not None:
+                self._on_item(scene, item_id, enabled)
         elif kind == "custom":
             self._on_custom(item[1])
         elif kind == "refresh":
             self._refresh()
             self._sync_pending.set()  # the scene changed shape: show vcam's state on it again
 
+    def _scenes(self) -> list[str]:
+        """The control scene (if it exists) and the map scenes."""
+        names = _scene_names(self._req)
+        return [n for n in names if n == self.cfg.scene or map_target(self.cfg.scene, n) is not None]
+
     def _refresh(self) -> None:
         self._items = {}
-        if self.cfg.scene in _scene_names(self._req):
-            for it in self._req.get_scene_item_list(self.cfg.scene).scene_items:
-                self._items[int(it["sceneItemId"])] = it["sourceName"]
+        for scene in self._scenes():
+            for it in self._req.get_scene_item_list(scene).scene_items:
+                self._items[(scene, int(it["sceneItemId"]))] = it["sourceName"]
         self._has_status = bool(self.cfg.status_source) and _input_settings(self._req, self.cfg.status_source) is not None
 
-    def _on_item(self, item_id: int, enabled: bool) -> None:
-        pending = self._echoes.get(int(item_id))
+    def _on_item(self, scene: str, item_id: int, enabled: bool) -> None:
+        key = (scene, int(item_id))
+        pending = self._echoes.get(key)
         if pending and pending[0] == enabled:
             pending.pop(0)  # the event for our own change: the state already says so
             return
-        name = self._items.get(int(item_id))
+        name = self._items.get(key)
         if name is None:
             self._refresh()
-            name = self._items.get(int(item_id))
+            name = self._items.get(key)
         if name is None:
+            return
+        target = map_target(self.cfg.scene, scene)
+        if target is not None:
+            choice = map_choice(target, name)
+            if enabled and choice is not None:
+                self._choose(target, choice, name)
             return
         if name.startswith(FACE_PREFIX):
             if not enabled:
@@ -603,6 +692,18 @@ class ObsController:
         elif name == SWAP_SOURCE:
             self.state.set_swap(enabled)
 
+    def _choose(self, target: str, choice: str, source: str) -> None:
+        """A map scene's source was shown: ``target`` gets face ``choice`` (or the default)."""
+        try:
+            if choice != DEFAULT_CHOICE:
+                self.state.set_mapping(target, choice)
+            elif target in self.state.mappings:
+                self.state.remove_mapping(target)
+        except Exception as exc:  # mapping off, an unknown face: say so, keep the connection
+            log.warning("OBS showed '%s': %s", source, exc)
+            self._reply(False, error=str(exc))
+        self._sync_pending.set()  # radio: hide the other choices (or show the state's again)
+
     def _on_custom(self, data: dict) -> None:
         cmd = data.get("vcam")
         if cmd is None:
@@ -613,45 +714,57 @@ class ObsController:
             return
         error = None
         try:
-            apply_command(self.state, cmd)
+            apply_control(self.state, cmd)
         except Exception as exc:  # a bad command or a damaged face: answered, never a dropped connection
             error = str(exc) if isinstance(exc, (FaceError, ControlError)) else f"{type(exc).__name__}: {exc}"
             log.warning("OBS custom event %s: %s", cmd, error)
         self._reply(error is None, error=error)
 
     def _reply(self, ok: bool, *, error: str | None = None) -> None:
-        body: dict[str, Any] = {"ok": ok, "face": self.state.active, "swap": "on" if self.state.swap_enabled else "off"}
+        body: dict[str, Any] = {
+            "ok": ok,
+            "face": self.state.active,
+            "swap": "on" if self.state.swap_enabled else "off",
+            "mappings": self.state.mappings,
+        }
         if error:
             body["error"] = error
         self._req.broadcast_custom_event({"eventData": {REPLY_KEY: body}})
 
     def _sync_visibility(self, merge: bool = False, quiet: bool = False) -> None:
-        """Make the scene show the state: only the active face visible, the swap source = swap on.
+        """Make the scenes show the state: only the active face visible, the swap source = swap on,
+        and in each map scene only the target's face (or ``(default)``) visible.
 
         ``merge`` (after a reconnect): first adopt what OBS changed while we were apart, where the
         state itself did not change since both last agreed. ``quiet`` (the periodic check): leave it
         to the next round when events are waiting, as they may explain the difference."""
-        if self.cfg.scene not in _scene_names(self._req):
-            return
-        items = self._req.get_scene_item_list(self.cfg.scene).scene_items
+        scenes = {scene: self._req.get_scene_item_list(scene).scene_items for scene in self._scenes()}
         if quiet and not self._queue.empty():
             return
         if merge and self._synced is not None:
-            self._adopt_obs_changes(items, *self._synced)
-        active, swap = self.state.active, self.state.swap_enabled
-        for it in items:
-            name, shown = it["sourceName"], bool(it["sceneItemEnabled"])
-            self._items[int(it["sceneItemId"])] = name
-            if name.startswith(FACE_PREFIX):
-                want = name[len(FACE_PREFIX) :] == active
-            elif name == SWAP_SOURCE:
-                want = swap
-            else:
-                continue
-            if want != shown:
-                self._echoes.setdefault(int(it["sceneItemId"]), []).append(want)
-                self._req.set_scene_item_enabled(self.cfg.scene, it["sceneItemId"], want)
-        self._synced = (active, swap)
+            self._adopt_obs_changes(scenes, *self._synced)
+        active, swap, mappings = self.state.active, self.state.swap_enabled, self.state.mappings
+        for scene, items in scenes.items():
+            target = map_target(self.cfg.scene, scene)
+            for it in items:
+                name, shown = it["sourceName"], bool(it["sceneItemEnabled"])
+                key = (scene, int(it["sceneItemId"]))
+                self._items[key] = name
+                if target is not None:
+                    choice = map_choice(target, name)
+                    if choice is None:
+                        continue
+                    want = choice == mappings.get(target, DEFAULT_CHOICE)
+                elif name.startswith(FACE_PREFIX):
+                    want = name[len(FACE_PREFIX) :] == active
+                elif name == SWAP_SOURCE:
+                    want = swap
+                else:
+                    continue
+                if want != shown:
+                    self._echoes.setdefault(key, []).append(want)
+                    self._req.set_scene_item_enabled(scene, it["sceneItemId"], want)
+        self._synced = (active, swap, mappings)
 
     def _rendered_frames(self) -> int | None:
         try:
@@ -661,7 +774,8 @@ class ObsController:
                 raise
             return None
 
-    def _adopt_obs_changes(self, items: list, last_face: str | None, last_swap: bool) -> None:
+    def _adopt_obs_changes(self, scenes: dict[str, list], last_face: str | None, last_swap: bool, last_maps: dict) -> None:
+        items = scenes.get(self.cfg.scene, [])
         faces = [
             i["sourceName"][len(FACE_PREFIX) :]
             for i in items
@@ -677,12 +791,34 @@ class ObsController:
         if swap and swap[0] != last_swap and self.state.swap_enabled == last_swap:
             self.state.set_swap(swap[0])
             log.info("swap was turned %s in OBS while vcam was away", "on" if swap[0] else "off")
+        for scene, scene_items in scenes.items():
+            target = map_target(self.cfg.scene, scene)
+            if target is None:
+                continue
+            shown = [c for i in scene_items if i["sceneItemEnabled"] and (c := map_choice(target, i["sourceName"])) is not None]
+            last = last_maps.get(target, DEFAULT_CHOICE)
+            if len(shown) == 1 and shown[0] != last and self.state.mappings.get(target, DEFAULT_CHOICE) == last:
+                try:
+                    if shown[0] == DEFAULT_CHOICE:
+                        self.state.remove_mapping(target)
+                    else:
+                        self.state.set_mapping(target, shown[0])
+                    log.info("OBS chose '%s' for '%s' while vcam was away; applied", shown[0], target)
+                except Exception as exc:
+                    log.warning("OBS shows '%s' but it cannot be used: %s", map_source_name(target, shown[0]), exc)
 
     def status_text(self, now: float | None = None) -> str:
         st = self.state.read_status()
         swap = "on" if self.state.swap_enabled else "off"
         stamp = time.strftime("%H:%M:%S", time.localtime(now))
-        return f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms  (at {stamp})"
+        extra = ""
+        mappings = self.state.mappings
+        if mappings:
+            extra += "  map: " + ", ".join(f"{t} -> {f}" for t, f in mappings.items())
+        if st.guard_text():
+            extra += f"  {st.guard_text()}"
+        head = f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
+        return f"{head}{extra}  (at {stamp})"
 
     def _update_status(self, text: str | None = None) -> bool:
         text = text or self.status_text()

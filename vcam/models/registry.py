@@ -18,6 +18,12 @@ Source recipes (``source``): ``"emap"`` = ``normalize(e) @ emap`` normalised aga
 the LAST initializer of the swapper's ONNX graph (inswapper); ``"normed"`` = the L2-normalised
 embedding (hyperswap); ``"converted"`` = the embedding passed through the ``converter`` model, then
 L2-normalised (simswap, FaceFusion's crossface converters).
+
+Mask and landmark models: ``occluder`` (XSeg: NHWC BGR/255 crops in, a (N, S, S, 1) face
+probability out), ``parser`` (BiSeNet: ImageNet-normalised RGB crops in, 19 CelebAMask-HQ class
+logits per pixel out; :data:`PARSER_CLASSES` maps region names to class indices) and
+``landmarker`` (2DFAN4: a box crop in, 68 points in 64-px heatmap units out; fan_68_5: 5 points in
+the unit ``ffhq_512`` frame in, 68 points in the same frame out).
 """
 
 from __future__ import annotations
@@ -30,8 +36,46 @@ from ..errors import ModelError
 PRIMARY = "https://github.com/facefusion/facefusion-assets/releases/download/{base}/{file}"
 MIRROR = "https://huggingface.co/facefusion/{base}/resolve/main/{file}"
 
-Kind = Literal["detector", "recogniser", "swapper", "enhancer", "occluder", "converter"]
-KINDS: tuple[str, ...] = ("detector", "recogniser", "swapper", "enhancer", "occluder", "converter")
+Kind = Literal["detector", "recogniser", "swapper", "enhancer", "occluder", "parser", "landmarker", "converter"]
+KINDS: tuple[str, ...] = ("detector", "recogniser", "swapper", "enhancer", "occluder", "parser", "landmarker", "converter")
+
+#: The face parsers' 19 output classes, by index (CelebAMask-HQ order, as yakhyo/face-parsing's
+#: ``utils/prepare_labels.py`` numbers them: 0 is the background).
+PARSER_LABELS: tuple[str, ...] = (
+    "background",
+    "skin",
+    "l_brow",
+    "r_brow",
+    "l_eye",
+    "r_eye",
+    "eye_g",
+    "l_ear",
+    "r_ear",
+    "ear_r",
+    "nose",
+    "mouth",
+    "u_lip",
+    "l_lip",
+    "neck",
+    "neck_l",
+    "cloth",
+    "hair",
+    "hat",
+)
+
+#: Region names of ``[mask] regions`` -> the parser class indices they keep (see PARSER_LABELS).
+PARSER_CLASSES: dict[str, tuple[int, ...]] = {
+    "skin": (1,),
+    "brows": (2, 3),
+    "eyes": (4, 5),
+    "glasses": (6,),
+    "nose": (10,),
+    "mouth": (11,),
+    "lips": (12, 13),
+    "ears": (7, 8),
+    "hair": (17,),
+    "neck": (14,),
+}
 
 
 @dataclass(frozen=True)
@@ -282,7 +326,7 @@ _add(
     )
 )
 
-# -- enhancer and occluder ----------------------------------------------------------------------
+# -- enhancer and occluders ---------------------------------------------------------------------
 _add(
     ModelSpec(
         name="gfpgan_1.4",
@@ -303,23 +347,86 @@ _add(
         note="face restoration on an ffhq_512 crop",
     )
 )
+# XSeg occluders (FaceFusion face_masker.py): the crop resized to 256, NHWC, BGR / 255; the output is
+# the probability that a pixel is unoccluded face. Tensor names and layout as in the xseg_1 file (a
+# dynamic batch is assumed; a file with a fixed batch of 1 runs item by item in the engines).
+for _name, _base in (("xseg_1", "models-3.1.0"), ("xseg_2", "models-3.1.0"), ("xseg_3", "models-3.2.0")):
+    _add(
+        ModelSpec(
+            name=_name,
+            kind="occluder",
+            file=f"{_name}.onnx",
+            base=_base,
+            inputs=(Tensor("input", (_N, 256, 256, 3)),),
+            outputs=(Tensor("output", (_N, 256, 256, 1)),),
+            licence="GPL-3.0 (DeepFaceLab XSeg)",
+            template="ffhq_512",
+            size=256,
+            mean=(0.0,) * 3,
+            std=(1.0,) * 3,
+            rgb=False,
+            output="unit",
+            approx_mb=70.3,
+            note="occlusion mask: NHWC BGR/255 in, (N,256,256,1) face probability out",
+        )
+    )
+
+# -- face parsers -------------------------------------------------------------------------------
+# BiSeNet (yakhyo/face-parsing's export: dynamic batch): RGB crop at 512, ImageNet mean/std; 'output'
+# is the fused head's logits, '0' and '1' the two auxiliary heads (same shape, unused), as read from
+# the resnet_18 file; the resnet_34 file is taken to come from the same export.
+for _name, _base, _mb in (("bisenet_resnet_18", "models-3.1.0", 53.2), ("bisenet_resnet_34", "models-3.0.0", 93.6)):
+    _add(
+        ModelSpec(
+            name=_name,
+            kind="parser",
+            file=f"{_name}.onnx",
+            base=_base,
+            inputs=(_IMG("input", 512),),
+            outputs=tuple(Tensor(o, (_N, 19, 512, 512)) for o in ("output", "0", "1")),
+            licence="MIT (yakhyo/face-parsing; trained on CelebAMask-HQ, a research-only dataset)",
+            size=512,
+            mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225),
+            rgb=True,
+            approx_mb=_mb,
+            note="face parsing: 19 CelebAMask-HQ class logits per pixel; argmax, then PARSER_CLASSES",
+        )
+    )
+
+# -- landmarkers --------------------------------------------------------------------------------
+# 2DFAN4: the box crop / 255 in RGB, as face-alignment (2DFAN4's reference code) and VisoMaster feed
+# it; FaceFusion feeds its BGR crop unchanged, and which order these weights learnt is not documented.
+# Fixed batch 1: the engines run the faces item by item.
 _add(
     ModelSpec(
-        name="xseg_1",
-        kind="occluder",
-        file="xseg_1.onnx",
-        base="models-3.1.0",
-        inputs=(Tensor("input", (1, 256, 256, 3)),),
-        outputs=(Tensor("output", (1, 256, 256, 1)),),
-        licence="GPL-3.0 (DeepFaceLab XSeg)",
-        template="ffhq_512",
+        name="2dfan4",
+        kind="landmarker",
+        file="2dfan4.onnx",
+        base="models-3.0.0",
+        inputs=(_IMG("input", 256, 1),),
+        outputs=(Tensor("landmarks_xyscore", (1, 68, 3)), Tensor("heatmaps", (1, 68, 64, 64))),
+        licence="MIT according to FaceFusion (vendor breadbread1984; no licence file upstream)",
         size=256,
         mean=(0.0,) * 3,
         std=(1.0,) * 3,
-        rgb=False,
-        output="unit",
-        approx_mb=67.0,
-        note="occlusion mask: NHWC BGR/255 in, (1,256,256,1) out",
+        rgb=True,
+        approx_mb=97.9,
+        note="68 points from a box crop (scale 195 / max(w, h) at 256): x, y in 64-px heatmap units, score",
+    )
+)
+_add(
+    ModelSpec(
+        name="fan_68_5",
+        kind="landmarker",
+        file="fan_68_5.onnx",
+        base="models-3.0.0",
+        inputs=(Tensor("input", (1, 5, 2)),),
+        outputs=(Tensor("output", (1, 68, 2)),),
+        licence="OpenRAIL-M (FaceFusion)",
+        template="ffhq_512",
+        approx_mb=0.9,
+        note="68 points from the 5 detector points, both in the unit ffhq_512 frame (no image)",
     )
 )
 

@@ -42,6 +42,7 @@ Other stand-ins are small random networks with the real tensors (see :data:`BUIL
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -273,12 +274,119 @@ def build_detector(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 
 
 
 def build_occluder(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    """XSeg layout: NHWC in, a strided conv down and a transposed conv back up (as the real
+    network upsamples), a sigmoid, NHWC out."""
     g = _Graph(seed)
     x = spec.inputs[0]
     h = g.op("Transpose", [x.name], perm=[0, 3, 1, 2])
-    h = g.conv(h, 3, 1, 3, pad=1, tag="mask")
+    h = g.op("Relu", [g.conv(h, 3, 8, 3, stride=2, pad=1, tag="down")])
+    w = g.rng.standard_normal((8, 1, 4, 4), dtype=np.float32) * np.float32(np.sqrt(2.0 / (8 * 4)))
+    h = g.op(
+        "ConvTranspose",
+        [h, g.init("up.weight", w), g.init("up.bias", np.zeros(1, np.float32))],
+        kernel_shape=[4, 4],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )
     g.op("Sigmoid", [g.op("Transpose", [h], perm=[0, 2, 3, 1])], out=spec.outputs[0].name)
-    return g.model([_vi(x)], [_vi(spec.outputs[0])], spec.name)
+    return g.model([_vi(x)], [_vi(t) for t in spec.outputs], spec.name)
+
+
+def build_parser(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    """BiSeNet's tensors: logits of every class at 1/8 resolution from the pooled colours plus a
+    smooth per-class pattern over the crop (so the argmax changes across the crop even on a flat
+    image), each head upsampled x8 to the input size."""
+    g = _Graph(seed)
+    x = spec.inputs[0]
+    classes, size = spec.outputs[0].shape[1], x.shape[2]
+    low = size // 8
+    h = g.op("AveragePool", [x.name], kernel_shape=[8, 8], strides=[8, 8])
+    h = g.conv(h, 3, classes, 1, tag="classes", gain=2.0)
+    v, u = np.mgrid[0:low, 0:low].astype(np.float32) / np.float32(low)
+    freq = g.rng.uniform(1.0, 3.0, (classes, 2)).astype(np.float32)
+    phase = g.rng.uniform(0.0, 2 * np.pi, classes).astype(np.float32)
+    pattern = np.cos(2 * np.pi * (freq[:, :1, None] * u + freq[:, 1:, None] * v) + phase[:, None, None])
+    h = g.op("Add", [h, g.init("pattern", (2.0 * pattern)[None].astype(np.float32))])
+    scales = g.const(np.array([1, 1, 8, 8], np.float32), np.float32)
+    for i, t in enumerate(spec.outputs):
+        head = h if i == 0 else g.conv(h, classes, classes, 1, tag=f"aux{i}")
+        g.op("Resize", [head, "", scales], out=t.name, mode="linear", coordinate_transformation_mode="half_pixel")
+    return g.model([_vi(x)], [_vi(t) for t in spec.outputs], spec.name)
+
+
+def mean_face_68() -> np.ndarray:
+    """A rough 68-point face (iBUG order: jaw, brows, nose, eyes, lips) in unit coordinates of the
+    face box (x right, y down), (68, 2) float64. The stand-in landmarkers' resting shape."""
+    pts = []
+    phi = np.linspace(np.pi, 0.0, 17)
+    pts += list(zip(0.5 + 0.45 * np.cos(phi), 0.35 + 0.63 * np.sin(phi)))  # jaw, 0..16
+    for x0, x1 in ((0.15, 0.42), (0.58, 0.85)):  # brows, 17..26
+        xs = np.linspace(x0, x1, 5)
+        pts += [(x, 0.28 - 0.04 * np.sin(np.pi * (x - x0) / (x1 - x0))) for x in xs]
+    pts += [(0.5, y) for y in np.linspace(0.36, 0.58, 4)]  # bridge, 27..30
+    pts += [(x, 0.64) for x in np.linspace(0.4, 0.6, 5)]  # nostrils, 31..35
+    for cx in (0.3, 0.7):  # eyes, 36..47
+        a = np.linspace(np.pi, -np.pi, 7)[:6]
+        pts += list(zip(cx + 0.08 * np.cos(a), 0.4 - 0.03 * np.sin(a)))
+    a = np.linspace(np.pi, -np.pi, 13)[:12]  # outer lips, 48..59
+    pts += list(zip(0.5 + 0.16 * np.cos(a), 0.8 - 0.07 * np.sin(a)))
+    a = np.linspace(np.pi, -np.pi, 9)[:8]  # inner lips, 60..67
+    pts += list(zip(0.5 + 0.1 * np.cos(a), 0.8 - 0.03 * np.sin(a)))
+    return np.asarray(pts, np.float64)
+
+
+def build_landmarker(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0):
+    """2DFAN4's tensors (an image input): per-point heatmap logits at 1/4 resolution = a bump at the
+    point's place on :func:`mean_face_68` (the box crop of FaceFusion's recipe) plus a content term;
+    ``heatmaps`` their sigmoid, ``landmarks_xyscore`` the soft-argmax (x, y in heatmap pixels, so
+    always inside the map) and the peak heatmap value. fan_68_5's tensors (5 points in): a fixed
+    affine combination of the 5 points per output point (weights summing to 1, so the stand-in
+    commutes with any affine map of its input), resting on :func:`mean_face_68` for the ffhq_512
+    template's points."""
+    x = spec.inputs[0]
+    if len(x.shape) != 4:
+        return _build_fan_68_5(spec, seed=seed)
+    g = _Graph(seed)
+    lm_t, heat_t = spec.outputs
+    points, res = heat_t.shape[1], heat_t.shape[2]
+    k = x.shape[2] // res
+    h = g.op("AveragePool", [x.name], kernel_shape=[k, k], strides=[k, k])
+    h = g.op("Tanh", [g.conv(h, 3, 16, 3, pad=1, tag="features")])
+    h = g.conv(h, 16, points, 1, tag="points")
+    # where each point rests: the box spans 195 of the 256 crop pixels, centred
+    rest = (0.5 * (x.shape[2] - 195) + mean_face_68()[:points] * 195) / k
+    v, u = np.mgrid[0:res, 0:res].astype(np.float32)
+    d2 = (u[None] - rest[:, 0, None, None]) ** 2 + (v[None] - rest[:, 1, None, None]) ** 2
+    bump = (-d2 / (2 * 4.0**2)).astype(np.float32)[None]
+    logits = g.op("Add", [g.op("Mul", [h, g.const(np.float32(2.0), np.float32)]), g.init("rest", bump)])
+    heat = g.op("Sigmoid", [logits], out=heat_t.name)
+    flat = g.op("Reshape", [logits, g.const([-1, points, res * res])])
+    prob = g.op("Softmax", [flat], axis=2)
+    grid = np.stack([u.reshape(-1), v.reshape(-1)], axis=1).astype(np.float32)  # (res*res, 2): x, y
+    xy = g.op("MatMul", [prob, g.init("grid", grid)])
+    peak = g.op("ReduceMax", [g.op("Reshape", [heat, g.const([-1, points, res * res])])], axes=[2], keepdims=1)
+    g.op("Concat", [xy, peak], out=lm_t.name, axis=2)
+    return g.model([_vi(x)], [_vi(t) for t in spec.outputs], spec.name)
+
+
+def _build_fan_68_5(spec: registry.ModelSpec, *, seed: int = 0):
+    from ..align import TEMPLATES, apply, umeyama
+
+    g = _Graph(seed)
+    x, out = spec.inputs[0], spec.outputs[0]
+    tpl = TEMPLATES[spec.template or "ffhq_512"]
+    face = mean_face_68()
+    five = np.stack([face[36:42].mean(0), face[42:48].mean(0), face[30], face[48], face[54]])
+    face = apply(umeyama(five, tpl), face)  # the resting face in the template's frame
+    # affine weights: tpl^T w = p and sum(w) = 1, the minimum-norm solution per point, jittered
+    # within the constraint so the weights are the stand-in's own
+    a = np.vstack([tpl.T, np.ones((1, 5))])
+    w = np.linalg.lstsq(a, np.vstack([face.T, np.ones((1, face.shape[0]))]), rcond=None)[0].T
+    jitter = g.rng.standard_normal(w.shape) * 0.01
+    null = np.linalg.svd(a)[2][3:]  # directions that change neither the point nor the sum
+    w = w + (jitter @ null.T) @ null
+    g.op("MatMul", [g.init("weights", w.astype(np.float32)), x.name], out=out.name)
+    return g.model([_vi(x)], [_vi(out)], spec.name)
 
 
 BUILDERS: dict[str, Callable] = {
@@ -288,6 +396,8 @@ BUILDERS: dict[str, Callable] = {
     "enhancer": build_image_to_image,
     "converter": build_converter,
     "occluder": build_occluder,
+    "parser": build_parser,
+    "landmarker": build_landmarker,
 }
 
 
@@ -315,13 +425,14 @@ def write(name: str, out: str | os.PathLike, *, tiny: bool = False, seed: int = 
         spec = registry.get(name)
         out = out / (spec.file or f"{name}.onnx")
     model = build(name, tiny=tiny, seed=seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         onnx.save(model, str(tmp))
         os.replace(tmp, out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise ModelError(f"cannot write {out}: {exc.strerror or exc}", hint="choose a writable --out path") from None
     return out
 

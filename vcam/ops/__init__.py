@@ -156,7 +156,39 @@ class Ops(Protocol):
         rgb: bool = True,
     ) -> Any: ...
 
+    def lab_from_bgr(self, crops: Any, count: int, out: Any) -> Any:
+        """Crops (F, S, S, 3) uint8 BGR -> CIE L*a*b* (F, S, S, 3) float32 (:func:`vcam.color.lab_from_bgr`)."""
+        ...
+
+    def bgr_from_lab(self, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
+        """``lab * scale[f] + shift[f]`` (+ the upsampled ``membrane``) -> uint8 BGR; ``scale``/``shift``
+        (F, 3) float32 in the ops' memory (:func:`vcam.color.bgr_from_lab`)."""
+        ...
+
+    def lab_membrane(
+        self,
+        target: Any,
+        source: Any,
+        weight: Any,
+        count: int,
+        out: Any,
+        scale: Any = None,
+        shift: Any = None,
+        sigma: float = 2.0,
+        clip: float = 12.0,
+    ) -> Any:
+        """The seamless offset grid (F, G, G, 3) float32 (:func:`vcam.color.lab_membrane`)."""
+        ...
+
     def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any: ...
+
+    def polygon_masks(
+        self, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
+    ) -> Any: ...
+
+    def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any: ...
+
+    def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any: ...
 
 
 def cuda_status() -> tuple[bool, str]:

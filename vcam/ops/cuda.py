@@ -51,6 +51,14 @@ AFFINE = np.dtype(
     },
     align=True,
 )
+MASK_FACES = 8  # faces per launch of the shape kernel (kernels/mask.cu)
+SHAPES = np.dtype(
+    {
+        "names": ["planes", "feather", "count", "mouth"],
+        "formats": [("f4", (MASK_FACES, 2, 16, 3)), ("f4", (MASK_FACES, 2)), "i4", "i4"],
+    },
+    align=True,
+)
 PASTE = np.dtype(
     {
         "names": ["crop_from_frame", "box", "count", "box_w", "box_h"],
@@ -193,7 +201,7 @@ class CudaOps:
 
     def warmup(self) -> None:
         """Build every kernel module now (NVRTC, or CuPy's on-disk cache), not on the first frame."""
-        for name in ("convert", "warp", "paste"):
+        for name in ("convert", "warp", "paste", "mask", "color"):
             self.kernels.module(name)
 
     def synchronize(self) -> None:
@@ -436,6 +444,94 @@ class CudaOps:
         )
         return crops
 
+    # -- colour (twins of vcam.color) -----------------------------------------------------------
+    def _color_params(self, ref: Any, scale: Any, shift: Any) -> tuple[Any, Any, np.int32]:
+        """(scale, shift, affine flag) kernel arguments: (F, 3) float32 device arrays, or ``ref``
+        (any valid device array, never read) twice and 0 when there is no affine."""
+        if (scale is None) != (shift is None):
+            raise ValueError("give both scale and shift, or neither")
+        if scale is None:
+            return ref, ref, np.int32(0)
+        cp = self.xp
+        return (
+            cp.ascontiguousarray(scale.reshape(-1, 3), dtype=cp.float32),
+            cp.ascontiguousarray(shift.reshape(-1, 3), dtype=cp.float32),
+            np.int32(1),
+        )
+
+    @staticmethod
+    def _dense(out: Any, dtype: Any) -> Any:
+        if not out.flags.c_contiguous or out.dtype != np.dtype(dtype):
+            raise ValueError(f"the output buffer must be C-contiguous {np.dtype(dtype)}, got {out.dtype}")
+        return out
+
+    def lab_from_bgr(self, crops: Any, count: int, out: Any) -> Any:
+        """Crops (F, S, S, 3) uint8 BGR -> L*a*b* float32 (F, S, S, 3); one thread per pixel."""
+        n = int(count)
+        if n <= 0:
+            return out
+        size = int(crops.shape[1])
+        total = n * size * size
+        with self.stream:  # a copy made here is ordered before the kernel
+            src = self.xp.ascontiguousarray(crops[:n], dtype=self.xp.uint8)
+        self._launch("color", "lab_from_bgr", (_grid(total),), (src, np.int32(total), self._dense(out, np.float32)))
+        return out
+
+    def bgr_from_lab(self, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
+        """``lab * scale[f] + shift[f]`` (+ the membrane grid, upsampled) -> uint8 BGR crops; the
+        per-face parameters stay on the device (no host wait)."""
+        n = int(count)
+        if n <= 0:
+            return out
+        cp = self.xp
+        size = int(lab.shape[1])
+        with self.stream:  # copies made here are ordered before the kernel
+            src = cp.ascontiguousarray(lab[:n], dtype=cp.float32)
+            sc, sh, affine = self._color_params(src, scale, shift)
+            grid = 0 if membrane is None else int(membrane.shape[1])
+            mem = src if membrane is None else cp.ascontiguousarray(membrane, dtype=cp.float32)
+        self._launch(
+            "color",
+            "bgr_from_lab",
+            (_grid(n * size * size),),
+            (src, np.int32(n), np.int32(size), sc, sh, affine, mem, np.int32(grid), self._dense(out, np.uint8)),
+        )
+        return out
+
+    def lab_membrane(
+        self,
+        target: Any,
+        source: Any,
+        weight: Any,
+        count: int,
+        out: Any,
+        scale: Any = None,
+        shift: Any = None,
+        sigma: float = 2.0,
+        clip: float = 12.0,
+    ) -> Any:
+        """The seamless offset grid (F, G, G, 3) float32; one block of 256 threads per face."""
+        from ..color import MAX_GRID
+
+        n = int(count)
+        if n <= 0:
+            return out
+        grid = int(out.shape[1])
+        if grid < 1 or grid > MAX_GRID:
+            raise ValueError(f"membrane grid {grid} is outside 1..{MAX_GRID}")
+        cp = self.xp
+        size = int(target.shape[1])
+        with self.stream:  # copies made here are ordered before the kernel
+            t = cp.ascontiguousarray(target[:n], dtype=cp.float32)
+            s = cp.ascontiguousarray(source[:n], dtype=cp.float32)
+            w = cp.ascontiguousarray(weight[:n], dtype=cp.float32)
+            sc, sh, affine = self._color_params(t, scale, shift)
+        inv = np.float64(0.5 / float(sigma) ** 2)  # 1 / (2 sigma^2), sigma in cells
+        dst = self._dense(out, np.float32)
+        args = (t, s, w, np.int32(n), np.int32(size), sc, sh, affine, inv, np.float32(clip), np.int32(grid), dst)
+        self._launch("color", "lab_membrane", (n,), args)
+        return out
+
     # -- blend (twin of vcam.blend.paste_back) --------------------------------------------------
     def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
         """Blend ``count`` crops (F, S, S, 3) into ``frame`` in place; ``mask`` (S, S) or (F, S, S)
@@ -471,6 +567,96 @@ class CudaOps:
                 ),
             )
         return frame
+
+    # -- mask stage (twins of vcam.mask) --------------------------------------------------------
+    def polygon_masks(
+        self, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
+    ) -> Any:
+        """Face/mouth shapes times ``base`` into ``out`` (F, S, S) float32; shapes by value, one launch
+        per 8 faces (see :func:`vcam.mask.polygon_masks`)."""
+        n = int(count)
+        size = int(out.shape[-1])
+        per_face = base.ndim == 3
+        planes = np.asarray(planes, np.float32)
+        feathers = np.asarray(feathers, np.float32)
+        for s in range(0, n, MASK_FACES):
+            k = min(MASK_FACES, n - s)
+            p = np.zeros(1, dtype=SHAPES)
+            p["planes"][0, :k] = planes[s : s + k]
+            p["feather"][0, :k] = feathers[s : s + k]
+            p["count"][0] = k
+            p["mouth"][0] = int(bool(mouth))
+            self._launch(
+                "mask",
+                "polygon_masks",
+                (_grid(size * size), k),
+                (base[s:] if per_face else base, np.int32(size * size if per_face else 0), np.int32(size), p, out[s:]),
+            )
+        return out
+
+    def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any:
+        """``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (see :func:`vcam.mask.resample_masks`)."""
+        cp = self.xp
+        n = int(count)
+        if n <= 0:
+            return out
+        size = int(out.shape[-1])
+        hs, ws = int(src.shape[1]), int(src.shape[2])
+        src = src if src.flags.c_contiguous else cp.ascontiguousarray(src)
+        kernel = "resample_masks_f16" if src.dtype == cp.float16 else "resample_masks_f32"
+        if src.dtype not in (cp.float16, cp.float32):
+            src = src.astype(cp.float32)
+        scale = np.float32(1.0 / (hi - lo)) if hi != lo else np.float32(1.0)
+        self._launch(
+            "mask",
+            kernel,
+            (_grid(size * size), n),
+            (
+                src,
+                np.int32(hs),
+                np.int32(ws),
+                np.float32(hs / size),
+                np.float32(ws / size),
+                np.int32(n),
+                np.int32(size),
+                np.float32(lo),
+                scale,
+                guard if guard is not None else self._no_guard(),
+                np.int32(guard is not None),
+                out,
+            ),
+        )
+        return out
+
+    def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any:
+        """Arg-max class in the bit set ``classes`` -> 1, else 0 (see :func:`vcam.mask.parser_select`)."""
+        cp = self.xp
+        n = int(count)
+        if n <= 0:
+            return out
+        logits = logits if logits.flags.c_contiguous else cp.ascontiguousarray(logits)
+        kernel = "parser_select_f16" if logits.dtype == cp.float16 else "parser_select_f32"
+        hw = int(logits.shape[2]) * int(logits.shape[3])
+        self._launch(
+            "mask",
+            kernel,
+            (_grid(hw), n),
+            (
+                logits,
+                np.int32(logits.shape[1]),
+                np.int32(hw),
+                np.int32(n),
+                np.int64(classes),
+                guard if guard is not None else self._no_guard(),
+                out,
+            ),
+        )
+        return out
+
+    def _no_guard(self) -> Any:
+        if getattr(self, "_dummy_guard", None) is None:
+            self._dummy_guard = self.empty((MAX_FACES,), np.int32)
+        return self._dummy_guard
 
     def _launch(self, module: str, kernel: str, grid: tuple, args: tuple, block: tuple = (BLOCK,)) -> None:
         self.kernels.launch(module, kernel, grid, block, args, self.stream)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import align, blend, convert
+from .. import mask as masks
 from ..align import PlanarAffine
 from ..types import Frame, PixelFormat
 from . import Clock, HostClock, Transfers
@@ -108,8 +109,47 @@ class NumpyOps:
     ) -> np.ndarray:
         return align.crops_from_planar(output, inputs, count, crops, guard, affine, rgb)
 
+    def lab_from_bgr(self, crops: Any, count: int, out: Any) -> np.ndarray:
+        from .. import color
+
+        return color.lab_from_bgr(crops, count, out)
+
+    def bgr_from_lab(
+        self, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None
+    ) -> np.ndarray:
+        from .. import color
+
+        return color.bgr_from_lab(lab, count, out, scale, shift, membrane)
+
+    def lab_membrane(
+        self,
+        target: Any,
+        source: Any,
+        weight: Any,
+        count: int,
+        out: Any,
+        scale: Any = None,
+        shift: Any = None,
+        sigma: float = 2.0,
+        clip: float = 12.0,
+    ) -> np.ndarray:
+        from .. import color
+
+        return color.lab_membrane(target, source, weight, count, out, scale, shift, sigma, clip)
+
     def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> np.ndarray:
         return blend.paste_back(frame, crops, crop_from_frame, mask, count)
+
+    def polygon_masks(
+        self, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
+    ) -> np.ndarray:
+        return masks.polygon_masks(planes, feathers, base, count, out, mouth)
+
+    def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> np.ndarray:
+        return masks.resample_masks(src, count, out, lo, hi, guard)
+
+    def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> np.ndarray:
+        return masks.parser_select(logits, count, classes, out, guard)
 
 
 __all__ = ["NumpyOps"]

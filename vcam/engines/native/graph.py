@@ -84,6 +84,24 @@ def _conv(node: Any, args: list, a: dict) -> Value:
     return conv(x, w, b, stride=stride, padding=pad, dilation=dilation, groups=groups)
 
 
+def _conv_transpose(node: Any, args: list, a: dict) -> Value:
+    x, w = args[0], args[1]
+    b = args[2] if len(args) > 2 else None
+    k = w.dim() - 2
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or "output_shape" in a or k != 2:
+        raise EngineUnavailable(
+            "ConvTranspose with auto_pad, output_shape or a rank other than 2D is not supported by the generic torch path",
+            hint="use --backend onnxruntime",
+        )
+    pads = list(a.get("pads", [0] * 2 * k))
+    stride, dilation = a.get("strides", [1] * k), a.get("dilations", [1] * k)
+    y = F.conv_transpose2d(
+        x, w, b, stride=stride, output_padding=a.get("output_padding", [0] * k), groups=int(a.get("group", 1)), dilation=dilation
+    )
+    # ONNX pads crop the full transposed output, begin and end per axis (they may differ)
+    return y[..., pads[0] : y.shape[2] - pads[2], pads[1] : y.shape[3] - pads[3]]
+
+
 def _gemm(node: Any, args: list, a: dict) -> Value:
     x, w = args[0], args[1]
     if a.get("transA", 0):
@@ -358,6 +376,7 @@ def _depth_to_space(node: Any, args: list, a: dict) -> Value:
 
 OPS: dict[str, Callable[[Any, list, dict], Value]] = {
     "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
     "Gemm": _gemm,
     "MatMul": _binary(torch.matmul, np.matmul),
     "Add": _binary(torch.add, np.add),
