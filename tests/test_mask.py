@@ -265,3 +265,24 @@ def test_dense_landmarks_shape_the_face_and_mouth(ops, device, tmp_path, landmar
     np.testing.assert_allclose(got, want, atol=1e-3)
     five, _ = mask.shape_params(mask.to_crop(lm, mats), face=True, mouth=True)
     assert not np.allclose(planes, five)  # not the 5-point shapes
+
+
+@pytest.mark.parametrize(
+    "size,count,face,mouth", [(37, 3, True, True), (128, 40, True, True), (64, 2, False, True), (64, 2, True, False)]
+)
+def test_landmark_masks_parity(ops, size, count, face, mouth):
+    """The 5-point shapes computed on the device equal the host-built half-planes path and the reference."""
+    rng = np.random.default_rng(size + count)
+    lms = np.stack([_tilted_landmarks(a, 0.9, (0, 0)) * size / S for a in rng.uniform(-40, 40, count)]).astype(np.float32)
+    lms[-1] = lms[-1, :1]  # a degenerate face (every point the same): the face covers nothing
+    base = blend.box_mask(size)
+    kw = dict(face_scale=1.1, mouth_scale=0.8, feather=0.15)
+    want = mask.landmark_masks(lms, count, base, np.zeros((count, size, size), np.float32), face, mouth, **kw)
+    planes, feathers = mask.shape_params(lms[:-1], face=face, mouth=mouth, **kw)
+    hosted = mask.polygon_masks(planes, feathers, base, count - 1, np.zeros((count - 1, size, size), np.float32), mouth)
+    np.testing.assert_allclose(want[:-1], hosted, atol=1e-4)
+    assert want[-1].max() == (0.0 if face else base.max())
+    out = ops.empty((count, size, size), np.float32)
+    with ops.activate():
+        got = ops.to_host(ops.landmark_masks(lms, count, ops.asarray(base), out, face, mouth, **kw))
+    np.testing.assert_allclose(got, want, atol=1e-3)

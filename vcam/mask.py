@@ -310,6 +310,76 @@ def polygon_masks(
     return out
 
 
+def _local_planes() -> tuple[np.ndarray, np.ndarray]:
+    """The local half-planes of the face outline and the mouth ellipse, (16, 3) float32 each."""
+    return _FACE_PLANES.astype(np.float32), _MOUTH_PLANES.astype(np.float32)
+
+
+def _mapped_planes(local: np.ndarray, cx, cy, a, b, c, d, empty_c: float) -> np.ndarray:
+    """``local`` (16, 3) float32 half-planes mapped by ``p = (cx, cy) + [[a, b], [c, d]] q``, in the
+    float32 operation order of ``kernels/mask.cu`` (see :func:`_affine_planes` for the algebra). A
+    degenerate map gives an empty shape (a first plane with ``c = empty_c = 1e30``: covers nothing)."""
+    f32 = np.float32
+    det = a * d - b * c
+    out = np.empty((MAX_EDGES, 3), np.float32)
+    if abs(det) < f32(1e-9):
+        out[:] = (0.0, 0.0, -1e30)
+        out[0, 2] = empty_c
+        return out
+    lx, ly, lc = local[:, 0], local[:, 1], local[:, 2]
+    nx = (d * lx - c * ly) / det
+    ny = (a * ly - b * lx) / det
+    cw = (lc - nx * cx) - ny * cy
+    norm = np.sqrt(nx * nx + ny * ny)
+    out[:, 0] = nx / norm
+    out[:, 1] = ny / norm
+    out[:, 2] = cw / norm
+    return out.astype(f32)
+
+
+def landmark_masks(
+    landmarks: np.ndarray,
+    count: int,
+    base: np.ndarray,
+    out: np.ndarray,
+    face: bool = True,
+    mouth: bool = False,
+    face_scale: float = 1.0,
+    mouth_scale: float = 1.0,
+    feather: float = 0.12,
+) -> np.ndarray:
+    """The face and mouth shapes of 5 crop-space ``landmarks`` (F, 5, 2) times ``base`` into ``out``
+    (F, S, S), with the geometry computed per face in float32 (what ``kernels/mask.cu`` does on the
+    device, so the host only passes the points): :func:`face_polygon` / :func:`mouth_polygon` as
+    half-planes, then :func:`polygon_masks`."""
+    f32 = np.float32
+    n = int(count)
+    lms = np.asarray(landmarks, np.float32).reshape(-1, 5, 2)
+    fl, ml = _local_planes()
+    planes = np.zeros((max(n, 1), SHAPES, MAX_EDGES, 3), np.float32)
+    planes[..., 2] = -1e30
+    feathers = np.zeros((max(n, 1), SHAPES), np.float32)
+    fs, ms, fe, k = f32(face_scale), f32(mouth_scale), f32(feather), f32(0.35 / 0.6)
+    half, cu, cv, w6 = f32(0.5), f32(_FACE_CENTRE_5[0]), f32(_FACE_CENTRE_5[1]), f32(0.6)
+    for i in range(n):
+        (x0, y0), (x1, y1), _, (x3, y3), (x4, y4) = lms[i]
+        ex, ey = (x0 + x1) * half, (y0 + y1) * half
+        mx, my = (x3 + x4) * half, (y3 + y4) * half
+        vx, vy = mx - ex, my - ey
+        width = np.sqrt(vx * vx + vy * vy) * fe
+        if face:
+            ux, uy = x1 - x0, y1 - y0
+            cx = (ex + cu * ux) + cv * vx
+            cy = (ey + cu * uy) + cv * vy
+            planes[i, 0] = _mapped_planes(fl, cx, cy, ux * fs, vx * fs, uy * fs, vy * fs, 1e30)
+            feathers[i, 0] = width
+        if mouth:
+            ax, ay = ((x4 - x3) * w6) * ms, ((y4 - y3) * w6) * ms
+            planes[i, 1] = _mapped_planes(ml, mx, my, ax, -ay * k, ay, ax * k, 1e30)
+            feathers[i, 1] = width * half
+    return polygon_masks(planes, feathers, base, n, out, mouth)
+
+
 def resample_masks(
     src: np.ndarray, count: int, out: np.ndarray, lo: float = 0.0, hi: float = 1.0, guard: np.ndarray | None = None
 ) -> np.ndarray:
@@ -467,7 +537,19 @@ class Masker:
             return base
         ops = self.ops
         out = self._out[:n]
-        if self.face or self.mouth:
+        if (self.face or self.mouth) and self.landmarker is None:  # geometry on the device from 5 points
+            ops.landmark_masks(
+                to_crop(np.asarray(landmarks, np.float64)[:n], mats[:n]),
+                n,
+                base,
+                out,
+                self.face,
+                self.mouth,
+                self.face_scale,
+                self.mouth_scale,
+                self.feather,
+            )
+        elif self.face or self.mouth:
             lms = np.asarray(landmarks, np.float64)[:n]
             if self.landmarker is not None:
                 lms = np.asarray(self.landmarker.landmarks(frame, np.asarray(boxes)[:n], five=lms), np.float64)
@@ -569,6 +651,7 @@ __all__ = [
     "eye_mouth_distance",
     "face_polygon",
     "half_planes",
+    "landmark_masks",
     "mouth_polygon",
     "parser_select",
     "polygon_masks",

@@ -186,6 +186,19 @@ class Ops(Protocol):
         self, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
     ) -> Any: ...
 
+    def landmark_masks(
+        self,
+        landmarks: np.ndarray,
+        count: int,
+        base: Any,
+        out: Any,
+        face: bool = True,
+        mouth: bool = False,
+        face_scale: float = 1.0,
+        mouth_scale: float = 1.0,
+        feather: float = 0.12,
+    ) -> Any: ...
+
     def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any: ...
 
     def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any: ...

@@ -59,6 +59,40 @@ SHAPES = np.dtype(
     },
     align=True,
 )
+LM_FACES = 32  # faces per launch of the landmark shape kernel
+LANDMARKS = np.dtype(
+    {
+        "names": [
+            "lm",
+            "face_local",
+            "mouth_local",
+            "centre_u",
+            "centre_v",
+            "face_scale",
+            "mouth_scale",
+            "feather",
+            "across",
+            "count",
+            "face",
+            "mouth",
+        ],
+        "formats": [
+            ("f4", (LM_FACES, 10)),
+            ("f4", (16, 3)),
+            ("f4", (16, 3)),
+            "f4",
+            "f4",
+            "f4",
+            "f4",
+            "f4",
+            "f4",
+            "i4",
+            "i4",
+            "i4",
+        ],
+    },
+    align=True,
+)
 PASTE = np.dtype(
     {
         "names": ["crop_from_frame", "box", "count", "box_w", "box_h"],
@@ -195,6 +229,7 @@ class CudaOps:
         self.kernels = Kernels()
         self._pinned: dict[tuple, np.ndarray] = {}
         self._read_done = cupy.cuda.Event(disable_timing=True)
+        self._lm_params: np.ndarray | None = None
 
     def activate(self) -> Any:
         return self.stream
@@ -589,6 +624,46 @@ class CudaOps:
             self._launch(
                 "mask",
                 "polygon_masks",
+                (_grid(size * size), k),
+                (base[s:] if per_face else base, np.int32(size * size if per_face else 0), np.int32(size), p, out[s:]),
+            )
+        return out
+
+    def landmark_masks(
+        self,
+        landmarks: np.ndarray,
+        count: int,
+        base: Any,
+        out: Any,
+        face: bool = True,
+        mouth: bool = False,
+        face_scale: float = 1.0,
+        mouth_scale: float = 1.0,
+        feather: float = 0.12,
+    ) -> Any:
+        """Face/mouth shapes from 5 crop-space points (F, 5, 2), geometry on the device: the host
+        fills one cached parameter block (see :func:`vcam.mask.landmark_masks`); one launch per 32 faces."""
+        n = int(count)
+        size = int(out.shape[-1])
+        per_face = base.ndim == 3
+        p = self._lm_params
+        if p is None:
+            from ..mask import _FACE_CENTRE_5, _local_planes
+
+            p = self._lm_params = np.zeros(1, dtype=LANDMARKS)
+            p["face_local"][0], p["mouth_local"][0] = _local_planes()
+            p["centre_u"][0], p["centre_v"][0] = _FACE_CENTRE_5
+            p["across"][0] = 0.35 / 0.6
+        p["face_scale"][0], p["mouth_scale"][0], p["feather"][0] = face_scale, mouth_scale, feather
+        p["face"][0], p["mouth"][0] = int(bool(face)), int(bool(mouth))
+        lms = np.asarray(landmarks, np.float32).reshape(-1, 10)
+        for s in range(0, n, LM_FACES):
+            k = min(LM_FACES, n - s)
+            p["lm"][0, :k] = lms[s : s + k]
+            p["count"][0] = k
+            self._launch(
+                "mask",
+                "landmark_masks",
                 (_grid(size * size), k),
                 (base[s:] if per_face else base, np.int32(size * size if per_face else 0), np.int32(size), p, out[s:]),
             )

@@ -145,6 +145,20 @@ class NumpyOps:
     ) -> np.ndarray:
         return masks.polygon_masks(planes, feathers, base, count, out, mouth)
 
+    def landmark_masks(
+        self,
+        landmarks: np.ndarray,
+        count: int,
+        base: Any,
+        out: Any,
+        face: bool = True,
+        mouth: bool = False,
+        face_scale: float = 1.0,
+        mouth_scale: float = 1.0,
+        feather: float = 0.12,
+    ) -> np.ndarray:
+        return masks.landmark_masks(landmarks, count, base, out, face, mouth, face_scale, mouth_scale, feather)
+
     def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> np.ndarray:
         return masks.resample_masks(src, count, out, lo, hi, guard)
 
