@@ -148,3 +148,29 @@ def test_each_person_gets_their_own_source_by_recogniser_similarity(tmp_path):
             to_other = cos(after[k], src[other]) - cos(before[k], src[other])
             gains.append((to_mapped, to_other))
     assert all(m > 0.02 and m > o + 0.02 for m, o in gains), gains
+
+
+def test_vcam_run_with_every_mask_and_a_landmarker_on_the_cpu(tmp_path):
+    """The real `vcam run` with occluder, parser and landmarker stand-ins: starts, says where each
+    mask model runs, writes every frame."""
+    from conftest import vcam_cli
+
+    from vcam.models import standin
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("xseg_1", "bisenet_resnet_34", "2dfan4"):
+        standin.write(name, models, tiny=True)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[models]\ndir = '{models}'\n[mask]\nlandmarker = '2dfan4'\n")
+    out = tmp_path / "out.mp4"
+    args = ["run", "-c", str(cfg), "--input", "demo", "--frames", "6", "--device", "cpu", "--quiet"]
+    r = vcam_cli(*args, "--mask", "box,face,mouth,occlusion,region", "--output", f"file:{out}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = r.stdout + r.stderr
+    for role in ("occluder xseg_1: onnxruntime", "parser bisenet_resnet_34: onnxruntime", "landmarker 2dfan4: onnxruntime"):
+        assert role in text, text
+    assert "6 frames published of 6" in text
+    bad = vcam_cli(*args, "--mask", "box,teeth", "--output", "null")
+    assert bad.returncode != 0 and "--mask" in bad.stderr and "'teeth' is not one" in bad.stderr
+    assert len([ln for ln in bad.stderr.strip().splitlines() if ln.strip()]) == 1, bad.stderr
