@@ -23,5 +23,13 @@ for table, key, default, doc in describe():
         lines.append(f"[{table}]")
         cur = table
     lines.extend(textwrap.wrap(doc, width=100, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False))
+    if default == [] and key == "map":  # a list of tables: shown as a commented example (a `map = []`
+        # line would make a [[swap.map]] table added below it a TOML error)
+        lines += [
+            f"# [[{table}.{key}]]",
+            '# target = "alice"      # a face-bank name or a photo of the person',
+            '# source = "grace"',
+        ]
+        continue
     lines.append(f"{key} = {toml_value(default)}")
 open(Path(__file__).resolve().parents[1] / "config.toml", "w").write("\n".join(lines) + "\n")

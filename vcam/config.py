@@ -166,15 +166,15 @@ class SwapConfig:
         "Run the swapper in FP32 even with --fp16 (the other models stay FP16): the escape when FP16 output looks "
         "wrong without being NaN. Flag: --fp32-swapper.",
     )
+    map_threshold: float = _opt(0.35, "Minimum similarity of a face in frame to a [[swap.map]] target.", min=-1.0, max=1.0)
+    unmatched: Literal["active", "keep"] = _opt(
+        "active", "With [[swap.map]] entries: faces matching no target get the active face ('active') or stay ('keep')."
+    )
     map: list[dict] = _opt(
         [],
         "Per-person mapping, as [[swap.map]] tables below [swap] with 'target' (a face-bank name or a photo of the "
         "person in frame) and 'source' (the face they get); each person recognised as a target gets their own source.",
         keys=("target", "source"),
-    )
-    map_threshold: float = _opt(0.35, "Minimum similarity of a face in frame to a [[swap.map]] target.", min=-1.0, max=1.0)
-    unmatched: Literal["active", "keep"] = _opt(
-        "active", "With [[swap.map]] entries: faces matching no target get the active face ('active') or stay ('keep')."
     )
 
 
