@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -183,6 +184,35 @@ def test_lock_file_catches_a_file_swapped_after_download(tmp_path, server, conve
         store.ensure(["crossface_simswap"])
     assert not path.exists()
     assert (path.parent / "crossface_simswap.onnx.rejected").read_bytes() == other
+
+
+def test_a_verified_file_is_trusted_until_it_changes(tmp_path, server, converter_bytes, monkeypatch):
+    """SHA-256 once: a later start trusts the lock while size and mtime are unchanged; touching the
+    file costs one re-hash (same bytes: trusted again), other bytes are refused; `full` always reads."""
+    from vcam.models import download
+
+    good, other = converter_bytes
+    server.publish("crossface_simswap", good)
+    store = _store(tmp_path, server)
+    [path] = store.pull("crossface_simswap")
+    reads = []
+    real = download.file_digests
+    monkeypatch.setattr(download, "file_digests", lambda p: reads.append(p) or real(p))
+    want = hashlib.sha256(good).hexdigest()
+    assert store.verify("crossface_simswap") == want and reads == []
+    assert store.verify("crossface_simswap", full=True) == want and len(reads) == 1
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # touched, same bytes
+    assert store.verify("crossface_simswap") == want and len(reads) == 2
+    assert store.verify("crossface_simswap") == want and len(reads) == 2  # trusted again
+    pinned = _store(tmp_path, server, pins={"crossface_simswap.onnx": "cd" * 32})  # a new pin: read again
+    with pytest.raises(ModelError, match="does not match the pinned SHA-256"):
+        pinned.verify("crossface_simswap")
+    assert len(reads) == 3
+    path = store.pull("crossface_simswap")[0]
+    path.write_bytes(other[: len(good)].ljust(len(good), b"\0"))  # other bytes, same size, new mtime
+    with pytest.raises(ModelError, match="changed since it was verified"):
+        store.verify("crossface_simswap")
 
 
 def test_user_pin_wins_over_the_lock(tmp_path, server, converter_bytes):

@@ -756,7 +756,7 @@ def make_detector(
 
     name = cfg.detect.model
     backend = backend or cfg.pipeline.backend
-    fp16 = cfg.pipeline.fp16 if fp16 is None else fp16
+    fp16 = (cfg.pipeline.fp16 and cfg.detect.fp16) if fp16 is None else fp16
     regions = max_regions or cfg.pipeline.max_faces
     detector_requirements(name)
     spec = registry.get(name)

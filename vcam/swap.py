@@ -411,7 +411,38 @@ def make_builtin(
 
 
 def read_emap(model_path: str | Path) -> np.ndarray:
-    """The (512, 512) ``emap`` matrix: the LAST initializer of an inswapper ONNX graph."""
+    """The (512, 512) ``emap`` matrix: the LAST initializer of an inswapper ONNX graph.
+
+    Reading it means parsing the whole file (1.4 s for 560 MB at every start), so it is kept in the
+    user cache dir (``.../vcam/emap``) under the file's name, size and modification time, the facts
+    the model lock trusts too; a changed file gets a new entry, an unreadable entry is rebuilt."""
+    import io
+
+    import platformdirs
+
+    from .engines.cache import _atomic_write
+
+    path = Path(model_path)
+    st = path.stat()
+    cached = Path(platformdirs.user_cache_dir("vcam")) / "emap" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.npy"
+    try:
+        emap = np.load(cached, allow_pickle=False)
+        if emap.shape == (512, 512) and emap.dtype == np.float32:
+            return emap
+    except (OSError, ValueError, EOFError):
+        pass
+    emap = _emap_from_onnx(path)
+    buf = io.BytesIO()
+    np.save(buf, emap, allow_pickle=False)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cached, buf.getvalue())
+    except OSError as exc:  # a read-only cache costs the parse at every start, nothing more
+        log.debug("emap cache not written (%s): %s", cached, exc)
+    return emap
+
+
+def _emap_from_onnx(model_path: Path) -> np.ndarray:
     from onnx import numpy_helper
 
     from .engines.onnx_graph import load_onnx

@@ -151,7 +151,11 @@ def bench_gpu(
     cfg = Config(pipeline=PipelineConfig(max_faces=max_faces or max(8, faces)))
     mf = cfg.pipeline.max_faces
     ops = CudaOps()
-    det = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, ops=ops, backend="torch", device="cuda", fp16=fp16, max_regions=mf)
+    # The detector's precision as `vcam run --fp16` chooses it ([detect] fp16: FP32 by default).
+    det_fp16 = fp16 and cfg.detect.fp16
+    det = RetinaFaceDetector(
+        cfg.detect, cfg.track.roi_size, ops=ops, backend="torch", device="cuda", fp16=det_fp16, max_regions=mf
+    )
     det.warmup(height, width)
     engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=mf, compile=compile)
     sw = NeuralSwapper("inswapper_128", engine, ops=ops, max_faces=mf, emap=read_emap(model))

@@ -99,7 +99,7 @@ def verify(
     failed: VcamError | None = None
     for n in todo:
         try:
-            sha = store.verify(n)
+            sha = store.verify(n, full=True)
             out.print(f"ok {n} sha256 {sha}")
         except VcamError as err:
             Console(stderr=True).print(f"[bold red]failed:[/] {escape(str(err))}", highlight=False, soft_wrap=True)

@@ -63,6 +63,10 @@ class _Captured:
         self.graph, self.outputs = graph, outputs
 
 
+#: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
+AUTOTUNE_WEIGHTS = 5_000_000
+
+
 class TorchEngine:
     """An ONNX model run by PyTorch (see the module docstring and :class:`vcam.engines.Engine`).
 
@@ -73,6 +77,10 @@ class TorchEngine:
     for the native modules in FP16 on CUDA, where it measured faster). ``compile``:
     ``torch.compile(mode="max-autotune-no-cudagraphs")`` before capture. ``warmup``: capture every
     batch size at construction when all input dims are fixed. ``tf32``: allow TF32 convolutions.
+    ``autotune``: cuDNN benchmarks the convolution algorithms of every new input shape (about half a
+    second each); None: only for models of :data:`AUTOTUNE_WEIGHTS` weights or more, where the
+    chosen algorithm pays (the swappers), not for small networks run at many shapes (the detector's
+    scan and region sizes times its batch sizes took ~17 s of every GPU start).
     """
 
     backend = "torch"
@@ -103,6 +111,7 @@ class TorchEngine:
         compile: bool = False,
         warmup: bool = True,
         tf32: bool = False,
+        autotune: bool | None = None,
     ) -> None:
         reason = self.unavailable_reason(device)
         if reason:
@@ -144,6 +153,8 @@ class TorchEngine:
         if channels_last is None:
             channels_last = device == "cuda" and self.fp16 and self.architecture is not None
         self.channels_last = bool(channels_last)
+        weights = sum(t.numel() for t in module.parameters()) + sum(t.numel() for t in module.buffers())
+        self.autotune = bool(autotune) if autotune is not None else weights >= AUTOTUNE_WEIGHTS
         module = module.eval().requires_grad_(False).to(self._dev, self.dtype)
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
@@ -180,7 +191,7 @@ class TorchEngine:
     def _backend_flags(self) -> Any:
         if self.device != "cuda":
             return contextlib.nullcontext()
-        return _torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=self.tf32)
+        return _torch.backends.cudnn.flags(enabled=True, benchmark=self.autotune, deterministic=False, allow_tf32=self.tf32)
 
     def describe(self) -> str:
         how = f"native {self.architecture}" if self.architecture else "generic graph"

@@ -206,9 +206,22 @@ def load_inswapper_from_onnx(path: str | os.PathLike | Any) -> InSwapper:
 
 def load_inswapper_from_graph(graph: OnnxGraph) -> InSwapper:
     spec = spec_from_graph(graph)
-    model = InSwapper(spec)
-    load_graph_weights(graph, model.convs(), model.linears())
+    with torch.device("meta"):  # no random initialisation of 138 M weights that are overwritten next
+        model = InSwapper(spec)
+    model = model.to_empty(device="cpu")
+    loaded = load_graph_weights(graph, model.convs(), model.linears())
+    _check_all_loaded(model, loaded)
     return model.eval()
+
+
+def _check_all_loaded(model: Any, loaded: Any) -> None:
+    """Every parameter and buffer of a module built without initialisation must have been filled."""
+    filled = {id(t) for t in loaded} if loaded is not None else None
+    if filled is None:
+        return
+    missing = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if id(t) not in filled]
+    if missing:
+        raise RuntimeError(f"inswapper weights not loaded from the graph: {missing[:4]}")
 
 
 def spec_from_graph(graph: OnnxGraph) -> InSwapperSpec:

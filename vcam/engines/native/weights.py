@@ -11,13 +11,15 @@ import torch
 from ..onnx_graph import OnnxGraph, attrs, mismatch
 
 
-def load_graph_weights(graph: OnnxGraph, convs: Sequence[Any], linears: Sequence[Any] = ()) -> None:
-    """Copy Conv and Gemm/MatMul weights from ``graph`` into ``convs`` / ``linears`` in graph order.
+def load_graph_weights(graph: OnnxGraph, convs: Sequence[Any], linears: Sequence[Any] = ()) -> list:
+    """Copy Conv and Gemm/MatMul weights from ``graph`` into ``convs`` / ``linears`` in graph order;
+    returns the tensors filled (a module built without initialisation checks it has them all).
 
     Conv nodes that reuse a weight (directly or through Identity) count once. A BatchNormalization
     that directly follows a Conv is folded into it. Every tensor's shape and every conv's stride,
     padding, dilation and groups are checked; the first mismatch raises :class:`ModelError`.
     """
+    filled: list = []
     conv_nodes = distinct_convs(graph)
     if len(conv_nodes) != len(convs):
         raise mismatch(graph, f"expected {len(convs)} convolutions, the graph has {len(conv_nodes)}")
@@ -50,8 +52,10 @@ def load_graph_weights(graph: OnnxGraph, convs: Sequence[Any], linears: Sequence
         if bn is not None:
             w, b = _fold_bn(graph, bn, w, b)
         _copy(graph, where + " weight", mod.weight, w)
+        filled.append(mod.weight)
         if mod.bias is not None:
             _copy(graph, where + " bias", mod.bias, b if b is not None else np.zeros(w.shape[0], np.float32))
+            filled.append(mod.bias)
         elif b is not None and np.any(b):
             raise mismatch(graph, f"{where}: the graph has a bias the module lacks")
     lin = _linear_weights(graph)
@@ -60,6 +64,8 @@ def load_graph_weights(graph: OnnxGraph, convs: Sequence[Any], linears: Sequence
     for i, ((where, w, b), mod) in enumerate(zip(lin, linears)):
         _copy(graph, f"Gemm #{i} ({where}) weight", mod.weight, w)
         _copy(graph, f"Gemm #{i} ({where}) bias", mod.bias, b if b is not None else np.zeros(w.shape[0], np.float32))
+        filled += [mod.weight, mod.bias]
+    return filled
 
 
 def distinct_convs(graph: OnnxGraph) -> list:
