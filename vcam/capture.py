@@ -20,9 +20,11 @@ Delivery (:func:`plan_delivery`, from ``[capture] pacing`` and the output): *rea
 paced at their frame rate and :class:`CaptureThread` keeps one slot, the consumer always getting the
 newest frame (frames replaced before being read are counted in ``dropped``), as a camera behaves;
 *lossless* sources are read on demand, one frame ahead of the consumer, so every frame is processed
-once and in order however slow the pipeline is, and no core is spent decoding frames nobody takes.
-A file, image or the demo going to a file output is lossless by default and plays once (every
-frame exactly once, no loop); cameras are always realtime (they pace themselves).
+once and in order however slow the pipeline is, and no core is spent decoding or generating frames
+nobody takes (the producer blocks on the slot; it never spins). Every non-camera source (file,
+image, demo, pattern) is lossless with ``pacing = "fast"`` (``--fast``) whatever the output, and by
+default when the output is a file, where it also plays once (every frame exactly once, no loop);
+cameras are always realtime (they pace themselves).
 """
 
 from __future__ import annotations

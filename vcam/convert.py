@@ -256,3 +256,168 @@ def detector_input(
             if scaled:
                 target *= scale_a
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenCV twins for the CPU path (``NumpyOps.to_bgr`` / ``NumpyOps.from_bgr``)
+#
+# The functions above stay the references (the CUDA kernels are checked against them). The twins
+# below give the same results through OpenCV's SIMD, multi-threaded colour conversions, which at
+# 720p take a fraction of a millisecond where the NumPy arithmetic takes several:
+#
+# - YUV -> BGR: ``cvtColor`` with COLOR_YUV2BGR_NV12 / _I420 / _YUYV, which is BT.601 limited range
+#   with nearest-neighbour chroma (each chroma sample covers its 2x2 or 2x1 block), as here. OpenCV
+#   computes in 20-bit fixed point and rounds differently, so results differ from the reference by
+#   at most one level. One real difference: OpenCV clamps Y below 16 ("footroom") to 16 before
+#   converting, the reference does not; pixels with Y < 16 are recomputed with the reference formula.
+# - BGR -> I420/NV12: luma from ``cvtColor(COLOR_BGR2YUV_I420)`` (BT.601 limited range, fixed
+#   point, within one level of the reference); OpenCV's chroma samples one pixel of each 2x2 block
+#   instead of averaging it, so the chroma planes are computed as in the reference (2x2 means, then
+#   the chroma matrix) on the quarter-size image.
+# - Channel shuffles (RGB, GRAY, BGRA/RGBA) through ``cvtColor``: exact.
+#
+# Anything else (MJPEG, unexpected shapes, odd 4:2:0 sizes, non-contiguous ``out``) is handed to
+# the reference, so errors and edge cases are the reference's own.
+
+_CV_FOOTROOM = 16  # OpenCV converts max(Y, 16); the reference converts Y as it is
+# Recomputing one footroom pixel costs about 7x what the reference spends on a pixel (gather,
+# arithmetic, scatter); past this share of the frame the whole frame goes to the reference instead.
+_CV_FOOTROOM_SHARE = 1 / 8
+
+
+def _cv_codes():
+    import cv2
+
+    return {
+        PixelFormat.YUYV: cv2.COLOR_YUV2BGR_YUYV,
+        PixelFormat.NV12: cv2.COLOR_YUV2BGR_NV12,
+        PixelFormat.I420: cv2.COLOR_YUV2BGR_I420,
+    }
+
+
+def _writable_bgr(out: np.ndarray | None, height: int, width: int) -> bool:
+    return (
+        out is None
+        or isinstance(out, np.ndarray)
+        and out.shape == (height, width, 3)
+        and out.dtype == np.uint8
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    )
+
+
+def _fix_footroom(out: np.ndarray, y: np.ndarray, chroma_at) -> bool:
+    """Recompute with the reference formula the pixels of ``out`` whose luma ``y`` (H, W) is below 16.
+
+    ``chroma_at(rows, cols)`` returns the (U, V) samples of those pixels. A frame with no such pixel
+    (the usual case: cameras keep Y within 16..235) costs one minimum over the luma plane. Returns
+    False, leaving ``out`` alone, when too many pixels need it (the caller then uses the reference).
+    """
+    if int(y.min()) >= _CV_FOOTROOM:
+        return True
+    low = y < _CV_FOOTROOM
+    count = int(np.count_nonzero(low))
+    if count > _CV_FOOTROOM_SHARE * low.size:
+        return False
+    idx = np.flatnonzero(low)
+    rows, cols = np.divmod(idx, y.shape[1])
+    u, v = chroma_at(rows, cols)
+    fixed = _yuv_to_bgr(y.reshape(-1)[idx], u, v, np.empty((count, 3), np.uint8))
+    out.reshape(-1, 3)[idx] = fixed
+    return True
+
+
+def to_bgr_cv(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`to_bgr` through OpenCV: the same accepted inputs, results and errors; YUV formats
+    within one level of the reference (BGR, RGB, GRAY and 4-channel inputs exactly equal)."""
+    import cv2
+
+    fmt = PixelFormat(fmt)
+    if fmt is PixelFormat.MJPEG or not _writable_bgr(out, height, width):
+        return to_bgr(data, fmt, width, height, out=out)
+    a = np.asarray(data)
+    if a.dtype != np.uint8:
+        return to_bgr(data, fmt, width, height, out=out)
+    if out is None:
+        out = np.empty((height, width, 3), dtype=np.uint8)
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB):
+        if a.ndim == 3 and a.shape[:2] == (height, width) and a.shape[2] in (3, 4):
+            if fmt is PixelFormat.BGR and a.shape[2] == 3:
+                np.copyto(out, a)
+            elif fmt is PixelFormat.RGB:
+                cv2.cvtColor(a, cv2.COLOR_RGB2BGR if a.shape[2] == 3 else cv2.COLOR_RGBA2BGR, dst=out)
+            else:
+                cv2.cvtColor(a, cv2.COLOR_BGRA2BGR, dst=out)
+            return out
+        return to_bgr(a, fmt, width, height, out=out)
+    if fmt is PixelFormat.GRAY:
+        if a.size == height * width:
+            cv2.cvtColor(a.reshape(height, width), cv2.COLOR_GRAY2BGR, dst=out)
+            return out
+        return to_bgr(a, fmt, width, height, out=out)
+    if fmt is PixelFormat.YUYV:
+        if width % 2 or a.size != height * width * 2:
+            return to_bgr(a, fmt, width, height, out=out)
+        packed = a.reshape(height, width, 2)  # Y0 U | Y1 V per pair of pixels
+        cv2.cvtColor(packed, _cv_codes()[fmt], dst=out)
+        if not _fix_footroom(out, packed[..., 0], lambda r, c: (packed[r, c & ~1, 1], packed[r, c | 1, 1])):
+            to_bgr(a, fmt, width, height, out=out)
+        return out
+    if fmt in (PixelFormat.NV12, PixelFormat.I420):
+        if width % 2 or height % 2 or a.size != height * width * 3 // 2:
+            return to_bgr(a, fmt, width, height, out=out)  # raises the reference's error for odd sizes
+        planes = a.reshape(height * 3 // 2, width)
+        cv2.cvtColor(planes, _cv_codes()[fmt], dst=out)
+        flat = planes.reshape(-1)
+        n, ch, cw = width * height, height // 2, width // 2
+        if fmt is PixelFormat.NV12:
+            uv = flat[n:].reshape(ch, cw, 2)
+
+            def chroma(r, c):
+                return uv[r // 2, c // 2, 0], uv[r // 2, c // 2, 1]
+        else:
+            u_plane = flat[n : n + ch * cw].reshape(ch, cw)
+            v_plane = flat[n + ch * cw :].reshape(ch, cw)
+
+            def chroma(r, c):
+                return u_plane[r // 2, c // 2], v_plane[r // 2, c // 2]
+
+        if not _fix_footroom(out, planes[:height], chroma):
+            to_bgr(a, fmt, width, height, out=out)
+        return out
+    return to_bgr(a, fmt, width, height, out=out)
+
+
+# The reference's chroma matrix padded to three output rows: OpenCV transforms 8-bit 3 -> 3 channels
+# in fixed point with SIMD, about 9x faster than its generic 3 -> 2 channel path (within one level).
+_UV3_MAT = np.concatenate([_UV_MAT, np.zeros((1, 4), np.float32)])
+
+
+def from_bgr_cv(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`from_bgr` through OpenCV: the same outputs within one level (luma from OpenCV's fixed
+    point; chroma the reference's 2x2 means), the same errors. BGR and RGB are the reference."""
+    import cv2
+
+    fmt = PixelFormat(fmt)
+    a = np.asarray(frame)
+    if fmt not in (PixelFormat.I420, PixelFormat.NV12) or a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
+        return from_bgr(frame, fmt, out=out)
+    h, w = a.shape[:2]
+    check_420_output(fmt, w, h)
+    shape = (h * 3 // 2, w)
+    if out is None:
+        out = np.empty(shape, dtype=np.uint8)
+    elif not (isinstance(out, np.ndarray) and out.shape == shape and out.dtype == np.uint8 and out.flags.c_contiguous):
+        return from_bgr(frame, fmt, out=out)
+    cv2.cvtColor(a, cv2.COLOR_BGR2YUV_I420, dst=out)  # the luma plane is kept; the chroma is rewritten below
+    small = cv2.resize(a, (w // 2, h // 2), interpolation=cv2.INTER_AREA)  # 2x2 means, rounded
+    uv = cv2.transform(small, _UV3_MAT)  # (H/2, W/2, 3): U, V, unused; 3 -> 3 channels is OpenCV's fast path
+    flat = out.reshape(-1)
+    n = (h // 2) * (w // 2)
+    # Channel copies through mixChannels: NumPy's strided copies of these views are ~10x slower.
+    if fmt is PixelFormat.I420:
+        planes = [flat[w * h : w * h + n].reshape(h // 2, w // 2), flat[w * h + n :].reshape(h // 2, w // 2)]
+        cv2.mixChannels([uv], planes, [0, 0, 1, 1])
+    else:
+        cv2.mixChannels([uv], [flat[w * h :].reshape(h // 2, w // 2, 2)], [0, 0, 1, 1])
+    return out

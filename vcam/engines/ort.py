@@ -76,6 +76,9 @@ class OrtEngine:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # Idle worker threads sleep instead of spinning between calls: on a small CPU a spinning
+        # worker held a whole core between frames (the daemon's frame rate swung 30-80 fps on 2 cores).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads:
             opts.intra_op_num_threads = int(threads)
             opts.inter_op_num_threads = 1
