@@ -554,7 +554,10 @@ def test_500_concurrent_clients_all_answered_while_frames_flow(tmp_path):
             f"publish gap p99: {p99_before * 1e3:.1f} ms before, {p99_during * 1e3:.1f} ms during 500 clients "
             f"({len(during)} frames in {t_end - t_storm:.1f}s)"
         )
-        assert len(during) >= 10  # the frame loop kept publishing
+        # The frame loop kept publishing: at least half the frames its rate before the storm predicts
+        # for the storm's length (a fixed count failed when the 500 clients were done in 0.4 s).
+        expected = (t_end - t_storm) / float(np.median(before))
+        assert len(during) >= max(3, 0.5 * expected - 1), (len(during), expected)
         assert p99_during < max(4 * p99_before, 0.25)  # loose: a 2-core machine runs the 500 clients too
         assert daemon.summary.error is None
     finally:
