@@ -11,6 +11,22 @@ from .state import Status, guard_text
 from .types import FrameStats
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (Linux: from /proc, so the interpreter and the imports
+    count too), or None where that cannot be read."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5): starttime, after pid and (comm)
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class RunSummary:
     """What ``vcam run`` prints when it stops."""
@@ -28,6 +44,7 @@ class RunSummary:
     seconds: float = 0.0
     device: str = "cpu"
     models: str = ""  # where each model ran (Assembly.describe)
+    first_frame_s: float | None = None  # process start -> first frame published (start-up, as a user waits)
     error: str | None = None
 
     def percentile(self, q: float) -> float:
@@ -44,6 +61,7 @@ class RunSummary:
             f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
             f"{self.dropped_latency} over the latency budget"
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
+            + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
         )
 
 
@@ -71,6 +89,8 @@ class LiveStats:
 
     def published(self, t_capture: float, t_pub: float) -> None:
         s = self.summary
+        if s.frames_out == 0:
+            s.first_frame_s = process_age()
         s.frames_out += 1
         self._out.append(t_pub)
         ms = (t_pub - t_capture) * 1000.0

@@ -6,8 +6,10 @@ Each configuration is started ``--runs`` times in a fresh process (`vcam run --i
 null --frames 1`): the first run may fill caches (CuPy's kernel cache, the model lock file), the
 later ones are the warm start a user sees every day. The wall time covers the whole process (the
 interpreter, imports, models, warm-up, one frame, shutdown), so it is an upper bound of the time to
-the first published frame. Configurations: the built-in classic swapper, and inswapper_128 (the
-full-size stand-in, the real architecture with random weights) with the recogniser in FP16 on CUDA.
+the first published frame; newer vcam also says when its first frame was published ("first frame
+X s after start", from the process start time), shown in its own column. Configurations: the
+built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
+random weights) with the recogniser in FP16 on CUDA.
 ``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
 session). ``--profile``: a cProfile of one warm inswapper start.
 """
@@ -45,6 +47,14 @@ def _start(args: list[str], env: dict, cwd: Path, profile: Path | None = None) -
     return time.perf_counter() - t0, r.returncode, (r.stdout + r.stderr).strip()[-600:]
 
 
+def _first_frame(text: str) -> float | None:
+    """The daemon's own "first frame X s after start" (newer vcam), else None."""
+    import re
+
+    m = re.search(r"first frame ([\d.]+) s after start", text)
+    return float(m.group(1)) if m else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -73,14 +83,15 @@ def main() -> int:
     for tree, root in trees.items():
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
         for label, cmd in configs.items():
-            times = []
+            times, firsts = [], []
             for _ in range(args.runs):
                 secs, rc, text = _start(cmd, env, root)
                 if rc != 0:
                     print(f"{tree} {label}: rc={rc}: {text}", flush=True)
                     break
                 times.append(secs)
-            row = {"tree": tree, "config": label, "seconds": [round(t, 2) for t in times]}
+                firsts.append(_first_frame(text))
+            row = {"tree": tree, "config": label, "seconds": [round(t, 2) for t in times], "first_frame_s": firsts}
             rows.append(row)
             print(f"{tree:7s} {label:20s} " + " ".join(f"{t:6.2f}s" for t in times), flush=True)
     if args.profile:
@@ -92,11 +103,18 @@ def main() -> int:
     from rich.table import Table
 
     t = Table(title=f"vcam run to the first frame ({args.device}, {args.runs} starts each; first = caches filled)")
-    for col in ("code", "config", "first start s", "warm start s (best)"):
+    for col in ("code", "config", "first start s", "warm start s (best)", "first frame s (daemon)"):
         t.add_column(col, justify="right")
     for r in rows:
         s = r["seconds"]
-        t.add_row(r["tree"], r["config"], f"{s[0]:.2f}" if s else "failed", f"{min(s[1:] or s):.2f}" if s else "")
+        ff = [f for f in r["first_frame_s"] if f is not None]
+        t.add_row(
+            r["tree"],
+            r["config"],
+            f"{s[0]:.2f}" if s else "failed",
+            f"{min(s[1:] or s):.2f}" if s else "",
+            ", ".join(f"{f:.1f}" for f in ff) or "-",
+        )
     Console(width=120).print(t)
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=2))
