@@ -23,6 +23,21 @@ def vcam_cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, "-m", "vcam", *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def two_people():
+    """A 960x480 frame with the astronaut on the left and Grace Hopper on the right, faces 160 px wide."""
+    from vcam import demo
+    from vcam.detect import RetinaFaceDetector
+
+    det = RetinaFaceDetector()
+    items = []
+    for name, cx in (("astronaut", 240), ("grace_hopper", 720)):
+        img = demo.portrait(name)
+        box = demo.face_box(img, det)
+        anchor = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+        items.append((img, demo.placement(anchor, (cx, 240), 160 / float(box[2] - box[0]), 0.0)))
+    return demo.compose((960, 480), items)
+
+
 def require(component, reason):
     req = {s.strip() for s in os.environ.get("VCAM_REQUIRE", "").split(",") if s.strip()}
     (pytest.fail if component in req else pytest.skip)(f"{component} unavailable: {reason}")

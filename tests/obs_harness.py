@@ -262,3 +262,20 @@ def demo_daemon_config(socket_path, obs=None):
         }
     )
     return cfg.replace(obs=obs) if obs is not None else cfg
+
+
+def with_map_targets(state):
+    """``state`` with a target loader, as a run started with [[swap.map]] has: targets 'ann' and 'ben'
+    can be loaded (anything else is unknown, as a bank would answer)."""
+    import numpy as np
+
+    from vcam.errors import FaceError
+    from vcam.types import SourceFace
+
+    def load_target(name: str) -> SourceFace:
+        if name not in ("ann", "ben"):
+            raise FaceError(f"unknown map target '{name}'", hint="known faces: ann, ben")
+        return SourceFace(name=name, image=np.zeros((128, 128, 3), np.uint8), embeddings={"r": np.ones(4, np.float32)})
+
+    state.set_target_loader(load_target)
+    return state

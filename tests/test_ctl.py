@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from vcam.cli.control import ctl_app
 from vcam.config import Config
 from vcam.control.local import ControlServer, handle_command, send_command
-from vcam.errors import ControlError, FaceError
+from vcam.errors import ControlError
 from vcam.state import RuntimeState, Status
 from vcam.types import SourceFace
 
@@ -222,17 +222,10 @@ def test_cli_uses_the_config_file_socket(tmp_path):
 
 
 def mapping_state() -> RuntimeState:
-    """make_state() with a target loader, as a run started with [[swap.map]] has: targets 'ann' and
-    'ben' can be loaded (anything else is unknown, as a bank would answer)."""
-    state = make_state()
+    """make_state() with the map targets 'ann' and 'ben' (obs_harness.with_map_targets)."""
+    from obs_harness import with_map_targets
 
-    def load_target(name: str) -> SourceFace:
-        if name not in ("ann", "ben"):
-            raise FaceError(f"unknown map target '{name}'", hint="known faces: ann, ben")
-        return SourceFace(name=name, image=np.zeros((128, 128, 3), np.uint8), embeddings={"r": np.ones(4, np.float32)})
-
-    state.set_target_loader(load_target)
-    return state
+    return with_map_targets(make_state())
 
 
 def test_map_and_unmap_over_the_socket(tmp_path):

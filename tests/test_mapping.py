@@ -7,6 +7,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from conftest import two_people
 
 from vcam import config as vconfig
 from vcam import demo
@@ -314,18 +315,6 @@ def loaded_state(bank_dir, recogniser) -> RuntimeState:
         st.add_face(bank.load(n, recogniser=recogniser, swappers=[swapper]))
     st.set_face("hopper")
     return st
-
-
-def two_people() -> np.ndarray:
-    """A frame with the astronaut on the left and Grace Hopper on the right."""
-    det = RetinaFaceDetector()
-    items = []
-    for name, cx in (("astronaut", 240), ("grace_hopper", 720)):
-        img = demo.portrait(name)
-        box = demo.face_box(img, det)
-        anchor = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
-        items.append((img, demo.placement(anchor, (cx, 240), 160 / float(box[2] - box[0]), 0.0)))
-    return demo.compose((960, 480), items)
 
 
 def test_load_mappings_then_each_person_in_frame_gets_their_face(bank_dir, models, detector, recogniser):

@@ -16,7 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import require
-from obs_harness import CapturingOutput, ObsInstance, colour_pixels, demo_daemon_config, free_port, missing_programs, solid_faces
+from obs_harness import (
+    CapturingOutput,
+    ObsInstance,
+    colour_pixels,
+    demo_daemon_config,
+    free_port,
+    missing_programs,
+    solid_faces,
+    with_map_targets,
+)
 
 import vcam
 from vcam.cli.control import obs_app
@@ -35,7 +44,6 @@ from vcam.control.obs import (
     setup_scene,
     show_hotkey,
 )
-from vcam.errors import FaceError
 from vcam.state import RuntimeState, Status
 from vcam.types import SourceFace
 
@@ -623,16 +631,8 @@ def test_a_damaged_face_from_obs_is_answered_and_the_connection_stays(controller
 
 
 def mapping_state(active: str = "alice") -> RuntimeState:
-    """make_state() with a target loader (a run started with [[swap.map]]): 'ann' and 'ben'."""
-    state = make_state(active)
-
-    def load_target(name: str) -> SourceFace:
-        if name not in ("ann", "ben"):
-            raise FaceError(f"unknown map target '{name}'", hint="known faces: ann, ben")
-        return SourceFace(name=name, image=np.zeros((128, 128, 3), np.uint8), embeddings={"r": np.ones(4, np.float32)})
-
-    state.set_target_loader(load_target)
-    return state
+    """make_state() with the map targets 'ann' and 'ben' (obs_harness.with_map_targets)."""
+    return with_map_targets(make_state(active))
 
 
 def chosen(client, scene: str, target: str) -> list[str]:

@@ -108,14 +108,10 @@ def test_each_person_gets_their_own_source_by_recogniser_similarity(tmp_path):
             "faces": {"dir": str(tmp_path / "faces")},
         }
     )
+    from conftest import two_people
+
     det = RetinaFaceDetector()
-    items = []
-    for name, cx in (("astronaut", 240), ("grace_hopper", 720)):
-        img = demo.portrait(name)
-        box = demo.face_box(img, det)
-        anchor = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
-        items.append((img, demo.placement(anchor, (cx, 240), 160 / float(box[2] - box[0]), 0.0)))
-    scene = demo.compose((960, 480), items)
+    scene = two_people()
     frames = [np.ascontiguousarray(np.roll(scene, i * 2, axis=1)) for i in range(4)]
 
     asm = assemble.build(cfg)

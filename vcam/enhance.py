@@ -83,20 +83,9 @@ def create_enhancer(
     download: bool | None = None,
 ) -> Enhancer:
     """Build the enhancer ``name`` (verified; downloaded when allowed) on ``device``."""
-    from .engines import create_engine
-    from .models.download import ModelStore
+    from .models import open_engine
 
-    spec = registry.get(name)
-    if spec.kind != "enhancer":
-        raise ModelError(
-            f"{name} is a {spec.kind}, not an enhancer",
-            hint="choose one of: " + ", ".join(m.name for m in registry.by_kind("enhancer")),
-        )
-    store = store or ModelStore.from_config(cfg)
-    path = store.ensure([name], download=download)[name]
-    engine = create_engine(
-        path, backend=backend or cfg.pipeline.backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces
-    )
+    spec, engine = open_engine(name, "enhancer", cfg, store=store, device=device, backend=backend, download=download)
     return Enhancer(spec, engine, ops=ops, amount=cfg.swap.enhancer_amount, blur=cfg.swap.blur, max_faces=cfg.pipeline.max_faces)
 
 

@@ -166,17 +166,9 @@ def create_landmarker(
     download: bool | None = None,
 ) -> Landmarker:
     """Build the landmarker ``name`` (verified; downloaded when allowed) on ``device``."""
-    from .engines import create_engine
-    from .models.download import ModelStore
+    from .models import open_engine
 
-    spec = registry.get(name)
-    if spec.kind != "landmarker":
-        raise _not_a_landmarker(spec)
-    store = store or ModelStore.from_config(cfg)
-    path = store.ensure([name], download=download)[name]
-    engine = create_engine(
-        path, backend=backend or cfg.pipeline.backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces
-    )
+    spec, engine = open_engine(name, "landmarker", cfg, store=store, device=device, backend=backend, download=download)
     return Landmarker(spec, engine, ops=ops, max_faces=cfg.pipeline.max_faces)
 
 

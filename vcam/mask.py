@@ -197,33 +197,8 @@ _ELLIPSE = np.stack(
 )
 
 
-def _affine_planes(local: np.ndarray, centre: np.ndarray, u: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
-    """Half-planes of a fixed local polygon mapped by ``p = centre + q_x * u + q_y * v`` into ``out``
-    (F, MAX_EDGES, 3): a local half-plane ``n . q + c <= 0`` becomes ``(A^-T n) . p + c - (A^-T n) .
-    centre <= 0`` with ``A = [u v]``, renormalised so the value is a distance. Vectorised over faces
-    with plain column arithmetic: the hot path builds these every frame. A degenerate map covers
-    nothing."""
-    a, c = u[:, 0:1], u[:, 1:2]  # A = [[a, b], [c, d]], columns u and v
-    b, d = v[:, 0:1], v[:, 1:2]
-    det = a * d - b * c
-    bad = np.abs(det[:, 0]) < 1e-9
-    det = np.where(np.abs(det) < 1e-9, 1.0, det)
-    lx, ly, lc = local[:, 0], local[:, 1], local[:, 2]
-    nx = (d * lx - c * ly) / det  # A^-T n = [[d, -c], [-b, a]] n / det
-    ny = (a * ly - b * lx) / det
-    cw = lc - nx * centre[:, 0:1] - ny * centre[:, 1:2]
-    norm = np.sqrt(nx * nx + ny * ny)
-    out[..., 0] = nx / norm
-    out[..., 1] = ny / norm
-    out[..., 2] = cw / norm
-    if bad.any():
-        out[bad] = (0.0, 0.0, -1e30)
-        out[bad, 0, 2] = 1e30
-
-
 _FACE_PLANES = half_planes(_FACE_5_RING).astype(np.float64)
 _MOUTH_PLANES = half_planes(_ELLIPSE).astype(np.float64)
-_PERP = np.array([-1.0, 1.0]) * (0.35 / 0.6)
 
 
 def shape_params(
@@ -236,33 +211,16 @@ def shape_params(
     feather: float = 0.12,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Half-planes (F, SHAPES, MAX_EDGES, 3) float32 and feathers (F, SHAPES) float32 (crop pixels)
-    for :func:`polygon_masks` from landmarks in crop coordinates (F, P, 2), all faces at once (the
-    shapes of :func:`face_polygon` and :func:`mouth_polygon`). A shape not asked for gets no edges
-    (covers everything) and feather 0."""
+    for :func:`polygon_masks` from landmarks in crop coordinates (F, P, 2), through the outlines
+    :func:`face_polygon` and :func:`mouth_polygon` (the 68-point path; for 5 points the stage uses
+    :func:`landmark_masks`, which computes the same shapes on the device). A shape not asked for
+    gets no edges (covers everything) and feather 0."""
     lms = np.asarray(landmarks_crop, np.float64)
     f = lms.shape[0]
     planes = np.zeros((f, SHAPES, MAX_EDGES, 3), np.float32)
     planes[..., 2] = -1e30
     feathers = np.zeros((f, SHAPES), np.float32)
-    if f == 0 or not (face or mouth):
-        return planes, feathers
-    if lms.shape[1] == 5:
-        eyes = (lms[:, 0] + lms[:, 1]) / 2
-        mouth_c = (lms[:, 3] + lms[:, 4]) / 2
-        v = mouth_c - eyes
-        width = np.hypot(v[:, 0], v[:, 1]) * float(feather)
-        if face:
-            u = lms[:, 1] - lms[:, 0]
-            centre = eyes + _FACE_CENTRE_5[0] * u + _FACE_CENTRE_5[1] * v
-            _affine_planes(_FACE_PLANES, centre, u * float(face_scale), v * float(face_scale), planes[:, 0])
-            feathers[:, 0] = width
-        if mouth:
-            along = (lms[:, 4] - lms[:, 3]) * 0.6 * float(mouth_scale)
-            across = along[:, ::-1] * _PERP  # (-y, x) of the corner line, 35% of the corner distance
-            _affine_planes(_MOUTH_PLANES, mouth_c, along, across, planes[:, 1])
-            feathers[:, 1] = width * 0.5
-        return planes, feathers
-    for i in range(f):  # 68 points: hulls, per face
+    for i in range(f):
         width = max(eye_mouth_distance(lms[i]) * float(feather), 0.0)
         if face:
             planes[i, 0] = half_planes(face_polygon(lms[i], face_scale))
@@ -317,7 +275,8 @@ def _local_planes() -> tuple[np.ndarray, np.ndarray]:
 
 def _mapped_planes(local: np.ndarray, cx, cy, a, b, c, d, empty_c: float) -> np.ndarray:
     """``local`` (16, 3) float32 half-planes mapped by ``p = (cx, cy) + [[a, b], [c, d]] q``, in the
-    float32 operation order of ``kernels/mask.cu`` (see :func:`_affine_planes` for the algebra). A
+    float32 operation order of ``kernels/mask.cu``: a local half-plane ``n . q + c <= 0`` becomes
+    ``(A^-T n) . p + c - (A^-T n) . centre <= 0``, renormalised so its value is a distance. A
     degenerate map gives an empty shape (a first plane with ``c = empty_c = 1e30``: covers nothing)."""
     f32 = np.float32
     det = a * d - b * c
@@ -591,35 +550,13 @@ def region_bits(regions: Sequence[str]) -> int:
 
 def create_masker(cfg: Any, crop_size: int, *, ops: Any, store: Any = None, device: str = "cpu") -> Masker:
     """The mask stage for ``cfg.mask`` (models verified and, if allowed, downloaded; engines on ``device``)."""
-    from .engines import create_engine
-    from .models import registry
-    from .models.download import ModelStore
+    from .models import open_engine
 
     mc = cfg.mask
     types = list(mc.types)
-    need = []
-    if "occlusion" in types:
-        need.append(mc.occluder)
-    if "region" in types:
-        need.append(mc.parser)
-    if mc.landmarker and ("face" in types or "mouth" in types):
-        need.append(mc.landmarker)
-    paths = {}
-    if need:
-        store = store or ModelStore.from_config(cfg)
-        paths = store.ensure(need)
 
     def engine(name: str, kind: str) -> tuple[Any, Any]:
-        spec = registry.get(name)
-        if spec.kind != kind:
-            raise ModelError(
-                f"{name} is a {spec.kind}, not a {kind}",
-                hint="choose one of: " + ", ".join(m.name for m in registry.by_kind(kind)) or "see `vcam models list`",
-            )
-        eng = create_engine(
-            paths[name], backend=cfg.pipeline.backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces
-        )
-        return spec, eng
+        return open_engine(name, kind, cfg, store=store, device=device)
 
     occluder = parser = landmarker = None
     if "occlusion" in types:

@@ -139,8 +139,7 @@ class Pipeline:
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
             clock.mark("detect_track")
-            mapping = getattr(snap, "mapping", ())
-            if snap.swap_enabled and (snap.face is not None or mapping) and tracks:
+            if snap.swap_enabled and (snap.face is not None or snap.mapping) and tracks:
                 host = self._host_frame(img)
                 chosen = self.face_filter(tracks, host)[: self.max_faces]
                 if self.assigner is not None:
@@ -155,15 +154,15 @@ class Pipeline:
                     faces = [src for _, src in pairs]
                     crops, mask = self.swapper.swap(img, mats, faces[0] if all(f is faces[0] for f in faces) else faces)
                     clock.mark("swap")
+                    lms = np.stack([tr.landmarks for tr, _ in pairs])
                     if self.masker is not None:
-                        lms = np.stack([tr.landmarks for tr, _ in pairs])
                         boxes = np.stack([tr.box for tr, _ in pairs])
                         with ops.activate():
                             mask = self.masker.masks(img, mats, lms, boxes, n, mask)
                     clock.mark("mask")
                     ops.paste_back(img, crops, mats, mask, n)
-                    if self.enhancer is not None:
-                        self.enhancer.enhance(img, np.stack([tr.landmarks for tr in chosen]))
+                    if self.enhancer is not None:  # the swapped faces only (a 'keep' face stays as it is)
+                        self.enhancer.enhance(img, lms)
                     clock.mark("blend")
                     stats.swapped = n
             if self._even is not None:
@@ -210,12 +209,11 @@ class Pipeline:
     def guarded_by_model(self) -> dict[str, int]:
         """The same count per model name (swapper, enhancer, mask models); a device read: call rarely."""
         out = {self.swapper.name: self.swapper.guarded()}
-        for stage in (self.enhancer, getattr(self, "masker", None)):
-            if stage is not None:
-                for name, count in (
-                    stage.guarded_by_model() if hasattr(stage, "guarded_by_model") else {stage.name: stage.guarded()}
-                ).items():
-                    out[name] = out.get(name, 0) + count
+        if self.enhancer is not None:
+            out[self.enhancer.name] = out.get(self.enhancer.name, 0) + self.enhancer.guarded()
+        if self.masker is not None:
+            for name, count in self.masker.guarded_by_model().items():
+                out[name] = out.get(name, 0) + count
         return out
 
 

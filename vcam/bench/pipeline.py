@@ -94,6 +94,7 @@ class _Snap:
     face: Any
     swap_enabled: bool = True
     version: int = 0
+    mapping: tuple = ()
 
 
 def _pct(v: list[float], q: float) -> float:

@@ -1,6 +1,45 @@
 """Neural face models: the registry (:mod:`.registry`), verified resumable downloads
 (:mod:`.download`), offline stand-ins (:mod:`.standin`) and the ``vcam models`` commands (:mod:`.cli`)."""
 
-from .registry import MODELS, ModelSpec, get
+from __future__ import annotations
 
-__all__ = ["MODELS", "ModelSpec", "get"]
+from typing import Any
+
+from ..errors import ModelError
+from .registry import MODELS, ModelSpec, by_kind, get
+
+
+def open_engine(
+    name: str,
+    kind: str,
+    cfg: Any,
+    *,
+    store: Any = None,
+    device: str = "cpu",
+    backend: str | None = None,
+    download: bool | None = None,
+) -> tuple[ModelSpec, Any]:
+    """The registry model ``name``, which must be a ``kind``, verified (downloaded when allowed) and
+    loaded on an engine on ``device`` with the config's backend, precision and face batch. A model of
+    another kind is refused before its file is touched."""
+    spec = get(name)
+    if spec.kind != kind:
+
+        def a(word: str) -> str:
+            return ("an " if word[:1] in "aeiou" else "a ") + word
+
+        raise ModelError(
+            f"{name} is {a(spec.kind)}, not {a(kind)}", hint="choose one of: " + ", ".join(m.name for m in by_kind(kind))
+        )
+    from ..engines import create_engine
+    from .download import ModelStore
+
+    store = store or ModelStore.from_config(cfg)
+    path = store.ensure([name], download=download)[name]
+    engine = create_engine(
+        path, backend=backend or cfg.pipeline.backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces
+    )
+    return spec, engine
+
+
+__all__ = ["MODELS", "ModelSpec", "get", "open_engine"]
