@@ -62,13 +62,13 @@ def clip(tmp_path_factory) -> Path:
 @pytest.fixture
 def slow_pipeline(monkeypatch):
     """Every frame takes at least 60 ms in the pipeline: slower than the clip's 30 fps."""
-    process = Pipeline.process
+    begin = Pipeline.begin
 
     def slow(self, frame, snap):
         time.sleep(0.06)
-        return process(self, frame, snap)
+        return begin(self, frame, snap)
 
-    monkeypatch.setattr(Pipeline, "process", slow)
+    monkeypatch.setattr(Pipeline, "begin", slow)
 
 
 def vcam_run(*args: str):

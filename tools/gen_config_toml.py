@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from vcam.config import describe, toml_value  # noqa: E402
+from vcam.config import StreamConfig, describe, toml_value  # noqa: E402
 
 lines = [
     "# FastSwap Cam configuration: every setting with its default.",
@@ -32,4 +32,27 @@ for table, key, default, doc in describe():
         ]
         continue
     lines.append(f"{key} = {toml_value(default)}")
+# Several streams: an array of tables at the top level, shown as a commented example (it must come
+# after every table: a [[streams]] table ends at the next header).
+lines += [
+    "",
+    "# Several streams in one daemon (`vcam run --stream INPUT=OUTPUT`, repeatable), one [[streams]]",
+    "# table each; the models are loaded once and the faces of all streams go through the swapper in",
+    "# one batch ([pipeline] batch_deadline). What a stream leaves out comes from [capture], [output],",
+    "# [swap] source and [pipeline] max_latency. Keys:",
+]
+for f in __import__("dataclasses").fields(StreamConfig):
+    lines.extend(textwrap.wrap(f"{f.name}: {f.metadata['doc']}", width=100, initial_indent="#   ", subsequent_indent="#     "))
+lines += [
+    "# [[streams]]",
+    '# name = "desk"',
+    '# input = "webcam:0"',
+    '# output = "vcam:FastSwap Cam"',
+    "# [[streams]]",
+    '# name = "side"',
+    '# input = "webcam:1"',
+    '# output = "vcam:FastSwap Cam 2"',
+    '# face = "alice"',
+    '# max_latency = "50ms"',
+]
 open(Path(__file__).resolve().parents[1] / "config.toml", "w").write("\n".join(lines) + "\n")

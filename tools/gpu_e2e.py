@@ -143,12 +143,50 @@ def main() -> int:
     run("inswapper_fp32_swapper_cuda", cuda + ["--model", "inswapper_128", "--fp32-swapper"])
     astronaut = ROOT / "vcam" / "assets" / "astronaut.jpg"
     run("classic_mapping_cuda", ["--device", "cuda", "--map", f"{photo}={astronaut}", "--map", f"{astronaut}={photo}"])
+    # Issue 12: two streams in one daemon (the faces of both in one swap batch), each written in full,
+    # each like the one-stream run of the same clip; the frame enhancer (x2 stand-in) on a stream.
+    streams_run(work, models, clip, photo, src, results)
     run("backend_onnxruntime_cuda", ["--device", "cuda", "--backend", "onnxruntime"], expect_ok=False)
     run("backend_tensorrt_cuda", ["--device", "cuda", "--backend", "tensorrt"], expect_ok=False)
     (out / "e2e.json").write_text(json.dumps(results, indent=2))
     bad = [r["label"] for r in results if not r["ok"]]
     print("e2e:", "all ok" if not bad else f"FAILED {bad}")
     return 1 if bad else 0
+
+
+def streams_run(work: Path, models: Path, clip: Path, photo: Path, src: list, results: list) -> None:
+    cfg = work / "streams.toml"
+    cfg.write_text(f"[models]\ndir = '{models}'\n")
+    outs = [work / "stream_a.mp4", work / "stream_b.mp4"]
+    for o in outs:
+        o.unlink(missing_ok=True)
+    args = ["run", "-c", str(cfg), "--quiet", "--device", "cuda", "--fp16", "--model", "inswapper_128", "--face", str(photo)]
+    for name, o in zip("ab", outs):
+        args += ["--stream", f"{clip}=file:{o},name={name}"]
+    rc, text, secs = vcam(args)
+    row = {"label": "inswapper_two_streams_cuda", "args": args[3:], "rc": rc, "seconds": round(secs, 1), "output": text[-2000:]}
+    alone = work / "inswapper_cuda_fp16.mp4"
+    ok = rc == 0
+    if ok:
+        ref = frames_of(alone) if alone.is_file() else None
+        for name, o in zip("ab", outs):
+            got = frames_of(o)
+            n = min(len(got), len(src))
+            row[f"{name}_frames"] = len(got)
+            row[f"{name}_changed_pct"] = round(
+                100.0 * float(np.mean([np.abs(got[i].astype(int) - src[i]).mean() > 1.0 for i in range(n)])), 1
+            )
+            if ref is not None:
+                m = min(len(ref), len(got))
+                row[f"{name}_vs_alone_mean_abs"] = round(
+                    float(np.mean([np.abs(got[i].astype(int) - ref[i]).mean() for i in range(m)])), 3
+                )
+            ok = ok and len(got) == len(src) and row[f"{name}_changed_pct"] > 90
+            ok = ok and row.get(f"{name}_vs_alone_mean_abs", 0.0) < 1.0
+    row["ok"] = ok
+    results.append(row)
+    last = [ln for ln in text.splitlines() if ln.strip()][-3:]
+    print(f"[{'ok' if ok else 'FAIL'}] inswapper_two_streams_cuda rc={rc} {secs:.1f}s | " + " | ".join(last), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,12 @@ ROLES: dict[str, bool] = {
     "occluder": True,
     "parser": True,
     "landmarker": True,
+    "upscaler": True,
     "recogniser": False,
 }
+
+#: Most faces one swapper call takes when several streams share it.
+MAX_BATCH = 32
 
 #: What the array stages (convert, warp, paste) run on, per device.
 PIXELS = {"cpu": "NumPy/OpenCV", "cuda": "CuPy kernels (kernels/*.cu)"}
@@ -89,6 +93,8 @@ def model_names(cfg: Config) -> dict[str, str]:
         out["parser"] = cfg.mask.parser
     if cfg.mask.landmarker and types & {"face", "mouth"}:
         out["landmarker"] = cfg.mask.landmarker
+    if cfg.upscale.model:
+        out["upscaler"] = cfg.upscale.model
     if neural or cfg.swap.faces == "reference" or cfg.swap.map:
         out["recogniser"] = DEFAULT_RECOGNISER
     return out
@@ -137,7 +143,14 @@ class Assembly:
     masker: Any = None
     assigner: Any = None
     store: Any = None
+    upscaler: Any = None
+    fps: float = 30.0
     placements: list[Placement] = field(default_factory=list)
+    #: Optional stages on/off by name (:data:`vcam.pipeline.OPTIONAL_STAGES`), shared by every
+    #: pipeline built here; the daemon's degradation under load changes it between frames.
+    stages_on: dict[str, bool] = field(default_factory=dict)
+    _pipelines: int = 0
+    _warm: set = field(default_factory=set)
 
     def describe(self) -> str:
         """One line: where each model runs."""
@@ -146,29 +159,52 @@ class Assembly:
     def make_pipeline(
         self, out_fmt: Any, width: int | None = None, height: int | None = None, in_fmt: Any = None, *, timing: bool = False
     ) -> Any:
-        """The pipeline over these stages, publishing ``out_fmt``. With the frame geometry given, its
+        """A pipeline over these stages, publishing ``out_fmt``. The first one uses :attr:`tracker`
+        and :attr:`assigner`; each further one (another stream) gets its own (tracks and their
+        identities are per stream; the models are shared). With the frame geometry given, its
         buffers are allocated and the detector's engine warmed up now, so the first frame pays for
         neither."""
         from .pipeline import Pipeline
 
+        tracker, assigner = self.tracker, self.assigner
+        if self._pipelines:
+            from .track import Tracker
+
+            tracker = Tracker(self.detector, self.cfg.track, max_faces=self.cfg.pipeline.max_faces, fps=self.fps)
+            if assigner is not None:
+                from .mapping import Assigner
+
+                assigner = Assigner(self.recogniser, self.cfg.swap.map_threshold, self.cfg.swap.unmatched)
+        self._pipelines += 1
         pipeline = Pipeline(
             ops=self.ops,
-            tracker=self.tracker,
+            tracker=tracker,
             swapper=self.swapper,
             out_fmt=out_fmt,
             enhancer=self.enhancer,
             masker=self.masker,
-            assigner=self.assigner,
+            assigner=assigner,
             face_filter=self.face_filter,
+            upscaler=self.upscaler,
+            stages_on=self.stages_on,
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
         )
         if width and height and in_fmt is not None:
-            self.ops.warmup()
             pipeline.configure(width, height, in_fmt)
-            self.detector.warmup(height, width)
-            self.ops.synchronize()
+            self.warmup(width, height)
         return pipeline
+
+    def warmup(self, width: int, height: int) -> None:
+        """Warm the kernels and the detector's engine up for ``width`` x ``height`` frames (once per size)."""
+        if (width, height) in self._warm:
+            return
+        self._warm.add((width, height))
+        self.ops.warmup()
+        self.detector.warmup(height, width)
+        if self.upscaler is not None:
+            self.upscaler.warmup(width, height)
+        self.ops.synchronize()
 
 
 def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
@@ -193,7 +229,7 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     needed: list[str] = [names["recogniser"]] if "recogniser" in names else []
     if cfg.swap.swapper not in BUILT_IN:
         needed += registry.requirements(cfg.swap.swapper)
-    for role in ("enhancer", "occluder", "parser", "landmarker"):
+    for role in ("enhancer", "occluder", "parser", "landmarker", "upscaler"):
         if role in names:
             needed += registry.requirements(names[role])
     if cfg.detect.model != EMBEDDED_DETECTOR:
@@ -203,6 +239,9 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         store.ensure(list(dict.fromkeys(needed)))
 
     ops = make_ops(device)
+    # The swapper's batch: every stream's faces of one round go through it together (capped; a
+    # larger round runs in chunks).
+    batch = min(cfg.pipeline.max_faces * max(1, len(cfg.streams)), MAX_BATCH)
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
     # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
     box = "box" in cfg.mask.types
@@ -229,17 +268,29 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
             seamless=cfg.swap.seamless,
             ops=ops,
             mask=mask,
-            max_faces=cfg.pipeline.max_faces,
+            max_faces=batch,
         )
     else:
         swapper = create_swapper(
-            cfg.swap.swapper, cfg, store=store, ops=ops, mask=mask, device=device, fp16=cfg.pipeline.fp16 and not cfg.swap.fp32
+            cfg.swap.swapper,
+            cfg,
+            store=store,
+            ops=ops,
+            mask=mask,
+            device=device,
+            fp16=cfg.pipeline.fp16 and not cfg.swap.fp32,
+            max_faces=batch,
         )
     enhancer = None
     if cfg.swap.enhancer:
         from .enhance import create_enhancer
 
         enhancer = create_enhancer(cfg.swap.enhancer, cfg, store=store, ops=ops, device=device)
+    upscaler = None
+    if cfg.upscale.model:
+        from .upscale import create_frame_enhancer
+
+        upscaler = create_frame_enhancer(cfg, store=store, ops=ops, device=device)
     masker = None
     if set(cfg.mask.types) - {"box"}:
         from .mask import create_masker
@@ -249,6 +300,7 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         "occluder": getattr(masker, "occluder", None),
         "parser": getattr(masker, "parser", None),
         "landmarker": getattr(masker, "landmarker", None),
+        "upscaler": upscaler,
     }
     for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), *mask_models.items()):
         engine = getattr(model, "engine", None)
@@ -298,6 +350,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         masker=masker,
         assigner=assigner,
         store=store,
+        upscaler=upscaler,
+        fps=fps,
         placements=placements,
     )
 
@@ -312,39 +366,100 @@ def _reference_filter(cfg: Config, detector: Any, recogniser: Any) -> Any:
     return reference_filter(recogniser, ref.embeddings[recogniser.name], cfg.swap.reference_threshold)
 
 
-def load_faces(asm: Assembly, state: RuntimeState, *, demo_input: bool) -> Any:
-    """The active face (``--face`` / ``[swap] source``, else the demo face for the demo input) and
-    every usable face of the bank, prepared for the swapper; later additions load on first use.
-    Returns the :class:`~vcam.faces.BankWatcher` that reloads bank faces replaced on disk (not
+class _States:
+    """Several streams' states as one for the bank watcher: a face reloaded goes to all of them."""
+
+    def __init__(self, states: list[RuntimeState]) -> None:
+        self.states = states
+
+    def add_face(self, face: Any, *, activate: bool | None = None) -> None:
+        for st in self.states:
+            st.add_face(face, activate=activate)
+
+
+def load_faces(
+    asm: Assembly,
+    state: RuntimeState,
+    *,
+    demo_input: bool,
+    source: str | None = None,
+    others: list[tuple[RuntimeState, str, bool]] = (),  # type: ignore[assignment]
+) -> Any:
+    """The active face (``source``, default ``--face`` / ``[swap] source``, else the demo face for
+    the demo input) and every usable face of the bank, prepared for the swapper; later additions
+    load on first use. ``others``: further streams as ``(state, source, demo_input)``, each with
+    its own active face and every bank face (each face is loaded once and shared). Returns the
+    :class:`~vcam.faces.BankWatcher` that reloads bank faces replaced on disk into every state (not
     started). A damaged face of the bank is skipped with a warning naming the fix."""
     from .faces import BankWatcher, FaceBank, face_from_image, load_face_arg
 
     cfg = asm.cfg
     kw = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
     bank = FaceBank(cfg.faces_dir)
-    watcher = BankWatcher(bank, state, lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]))
-    source = cfg.swap.source
-    if source and source in bank and not Path(source).expanduser().is_file():
-        state.add_face(watcher.load(source), activate=True)
-    elif source:
-        state.add_face(load_face_arg(source, faces_dir=cfg.faces_dir, **kw), activate=True)
-    elif demo_input:
-        from . import demo
+    streams = [(state, cfg.swap.source if source is None else source, demo_input), *others]
+    states = [st for st, _, _ in streams]
+    watcher = BankWatcher(
+        bank,
+        state if len(states) == 1 else _States(states),
+        lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]),
+    )
+    loaded: dict[str, Any] = {}  # what each active-face argument gave, loaded once
+    for st, src, demo in streams:
+        if src and src in bank and not Path(src).expanduser().is_file():
+            if src not in loaded:
+                loaded[src] = watcher.load(src)
+            st.add_face(loaded[src], activate=True)
+        elif src:
+            if src not in loaded:
+                loaded[src] = load_face_arg(src, faces_dir=cfg.faces_dir, **kw)
+            st.add_face(loaded[src], activate=True)
+        elif demo:
+            from . import demo as demo_mod
 
-        state.add_face(face_from_image(demo.portrait("astronaut"), "astronaut", **kw), activate=True)
-    state.set_loader(watcher.load)
+            if "<demo clip>" not in loaded:
+                loaded["<demo clip>"] = face_from_image(demo_mod.portrait("astronaut"), "astronaut", **kw)
+            st.add_face(loaded["<demo clip>"], activate=True)
+        st.set_loader(watcher.load)
     for name in bank.names():
-        if name in state.names:
-            continue
-        try:
-            state.add_face(watcher.load(name))
-        except VcamError as exc:
-            log.warning("face '%s' skipped: %s", name, exc)
+        face = loaded.get(name)
+        for st in states:
+            if name in st.names:
+                continue
+            if face is None:
+                try:
+                    face = loaded[name] = watcher.load(name)
+                except VcamError as exc:
+                    log.warning("face '%s' skipped: %s", name, exc)
+                    break
+            st.add_face(face)
     if cfg.swap.map:
         from .mapping import load_mappings
 
-        load_mappings(cfg, state, detector=asm.photo_detector, recogniser=asm.recogniser, swapper=asm.swapper)
+        for st in states:
+            load_mappings(cfg, st, detector=asm.photo_detector, recogniser=asm.recogniser, swapper=asm.swapper)
     return watcher
 
 
-__all__ = ["Assembly", "PIXELS", "Placement", "ROLES", "build", "load_faces", "model_names", "plan", "resolve_device"]
+def share_faces(state: RuntimeState, others: list[RuntimeState]) -> None:
+    """Give ``others`` every face of ``state`` (same objects), the same active face and loader."""
+    if not others:
+        return
+    faces = {n: f for n in state.names if (f := state.face(n)) is not None}
+    for other in others:
+        for face in faces.values():
+            other.add_face(face, activate=face.name == state.active)
+
+
+__all__ = [
+    "Assembly",
+    "MAX_BATCH",
+    "PIXELS",
+    "Placement",
+    "ROLES",
+    "build",
+    "load_faces",
+    "model_names",
+    "plan",
+    "resolve_device",
+    "share_faces",
+]

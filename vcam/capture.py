@@ -658,11 +658,21 @@ class CaptureThread:
     source has ended cleanly (after the last frame was taken), after :meth:`stop`, or when
     ``timeout`` passes without a frame — ``finished`` tells the end apart from a timeout. It raises
     the source's :class:`InputError` (other exceptions are wrapped in one) in the consumer's
-    thread. The thread owns the source and closes it when it ends.
+    thread. The thread owns the source and closes it when it ends. ``wake``: an event set whenever
+    a frame arrives or the source ends, so one consumer can wait for any of several threads.
     """
 
-    def __init__(self, source: Source, *, lossless: bool = False, name: str = "vcam-capture", fps_window: int = 30) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        lossless: bool = False,
+        name: str = "vcam-capture",
+        fps_window: int = 30,
+        wake: threading.Event | None = None,
+    ) -> None:
         self.source = source
+        self._wake = wake  # set whenever a frame arrives or the source ends (a consumer of several threads waits on it)
         self.lossless = bool(lossless)
         self._cond = threading.Condition()
         self._slot: Frame | None = None
@@ -731,6 +741,7 @@ class CaptureThread:
                     if frame is None:
                         self._eof = True
                         self._cond.notify_all()
+                        self._signal()
                         return
                     if self.lossless:
                         while self._slot is not None and not self._stop.is_set():
@@ -743,6 +754,7 @@ class CaptureThread:
                         self.dropped += 1
                     self._slot = frame
                     self._cond.notify_all()
+                self._signal()
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             with self._cond:
                 self._error = exc
@@ -752,6 +764,11 @@ class CaptureThread:
             with self._cond:
                 self._eof = True
                 self._cond.notify_all()
+            self._signal()
+
+    def _signal(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     # consumer --------------------------------------------------------------------------------
     def get(self, timeout: float | None = None) -> Frame | None:

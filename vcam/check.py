@@ -36,6 +36,7 @@ _OPTIONAL = [
     ("cupy", "the GPU pixel kernels", "pip install 'fastswap-cam[cuda13]' (or [cuda] for CUDA 12)"),
     ("torch", "the PyTorch engine (CUDA, or CPU)", "install PyTorch for your CUDA from pytorch.org"),
     ("tensorrt", "TensorRT engines", "pip install tensorrt-cu12 (needs NVIDIA's download servers)"),
+    ("pynvml", "GPU telemetry (NVML)", "pip install 'fastswap-cam[nvml]'"),
 ]
 
 
@@ -162,6 +163,24 @@ def check_models(cfg: Config) -> list[CheckItem]:
     return items
 
 
+def check_telemetry(cfg: Config) -> list[CheckItem]:
+    """The GPU's NVML reading now (temperature, clocks, power, memory, throttling), as `vcam run` sees it."""
+    from .telemetry import TelemetryUnavailable, probe, throttle_warning
+
+    mode = cfg.telemetry.enabled
+    if mode == "off":
+        return [CheckItem("gpu telemetry", "info", 'off ([telemetry] enabled = "off")')]
+    try:
+        sample = probe(0)
+    except TelemetryUnavailable as exc:
+        return [CheckItem("gpu telemetry", "warn" if mode == "on" else "info", exc.message, exc.fix)]
+    detail = f"{sample.name}: {sample.text()}" if sample.name else sample.text()
+    warning = throttle_warning(sample)
+    if warning is not None:
+        return [CheckItem("gpu telemetry", "warn", detail, warning)]
+    return [CheckItem("gpu telemetry", "ok", detail)]
+
+
 def check_obs(cfg: Config) -> list[CheckItem]:
     try:
         from .control.obs import obs_check  # type: ignore[import-not-found]
@@ -178,6 +197,7 @@ def run_checks(cfg: Config) -> list[CheckItem]:
     for fn in (
         check_python,
         lambda: check_device(cfg),
+        lambda: check_telemetry(cfg),
         lambda: check_virtual_camera(cfg),
         check_cameras,
         lambda: check_models(cfg),

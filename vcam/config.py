@@ -91,6 +91,13 @@ class PipelineConfig:
     fp16: bool = _opt(False, "Run neural models in FP16 (GPU only; warns and runs FP32 on the CPU).")
     max_latency: Duration = _opt(Duration(0.1), "Drop a frame older than this when it would be published (0: off).", min=0)
     max_faces: int = _opt(8, "Most faces swapped per frame.", min=1, max=64)
+    batch_deadline: Duration = _opt(
+        Duration(0.002),
+        "Several streams: how long the frame loop waits for the other streams' frames once one is ready, so that "
+        "their faces go through the swapper in one batch; a stream never waits longer (0: take what is ready).",
+        min=0,
+        max=0.1,
+    )
     compile: bool = _opt(
         False,
         "GPU: torch.compile the swap network (faster frames; minutes of compiling per batch size on the first start, "
@@ -230,6 +237,50 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class UpscaleConfig:
+    model: str = _opt(
+        "",
+        "Frame enhancer: a super-resolution model from `vcam models list --kind upscaler` run on the whole output "
+        "frame ('' : off; e.g. 'real_esrgan_x2'). The output is the input times the model's scale.",
+    )
+    tile: int = _opt(256, "Tile side in input pixels (memory is bounded by tile and batch, not the frame).", min=32, max=2048)
+    overlap: int = _opt(32, "Overlap of neighbouring tiles in input pixels, blended with feathered weights.", min=0, max=512)
+    batch: int = _opt(4, "Tiles per engine call.", min=1, max=64)
+    drop_first: bool = _opt(
+        True,
+        "When a frame would miss the latency budget, skip the enhancer for it (a plain resize to the output size) "
+        "before dropping frames.",
+    )
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    enabled: Literal["auto", "on", "off"] = _opt(
+        "auto",
+        "GPU telemetry through NVML (temperature, clocks, power, memory, utilisation, throttling): 'auto' when the "
+        "nvidia-ml-py package and an NVIDIA GPU are there, 'on' warns when they are not.",
+    )
+    interval: Duration = _opt(Duration(0.5), "How often NVML is sampled (off the frame loop).", min=0.1, max=60)
+
+
+@dataclass(frozen=True)
+class DegradeConfig:
+    enabled: bool = _opt(
+        True, "Under sustained overload or GPU throttling, turn optional stages off (in 'order') and back on with headroom."
+    )
+    order: list[Literal["upscale", "enhancer", "occlusion", "region"]] = _opt(
+        ["upscale", "enhancer", "occlusion", "region"],
+        "Which optional stages go first: 'upscale' the frame enhancer, 'enhancer' the face enhancer, 'occlusion' and "
+        "'region' the model masks.",
+    )
+    after: Duration = _opt(Duration(2.0), "Overload lasting this long turns the next stage off.", min=0.1)
+    recover: Duration = _opt(Duration(10.0), "Headroom lasting this long brings the last stage turned off back.", min=0.1)
+    headroom: float = _opt(
+        0.6, "Headroom: the frame time (p90) below this fraction of the latency budget (or the frame interval).", min=0.1, max=1.0
+    )
+
+
+@dataclass(frozen=True)
 class FacesConfig:
     dir: str = _opt("", "Face bank directory ('' : the user data dir).")
 
@@ -254,6 +305,17 @@ class ObsConfig:
     scene: str = _opt("FastSwap Faces", "Scene holding one image source per face.")
     status_source: str = _opt("FastSwap Status", "Text source updated with face, fps and latency ('' : off).")
 
+    def for_stream(self, name: str, count: int) -> ObsConfig:
+        """The OBS names of stream ``name`` when the daemon runs ``count`` streams: with several,
+        each stream has its own control scene and status source, '<scene> (<name>)'."""
+        if count <= 1:
+            return self
+        return dataclasses.replace(
+            self,
+            scene=f"{self.scene} ({name})",
+            status_source=f"{self.status_source} ({name})" if self.status_source else "",
+        )
+
 
 @dataclass(frozen=True)
 class ControlConfig:
@@ -270,6 +332,61 @@ class StatusConfig:
 
 
 @dataclass(frozen=True)
+class StreamConfig:
+    """One input/output pair of a daemon running several streams (``[[streams]]``); what a stream
+    leaves out comes from ``[capture]``, ``[output]``, ``[swap] source`` and ``[pipeline]``."""
+
+    name: str = _opt("", "Stream name for `vcam ctl --stream NAME` and its OBS scene ('' : s1, s2, ... by position).")
+    input: str = _opt("", "Its frame source, as [capture] input.")
+    output: str = _opt("", "Where its frames go, as [output] target; 'vcam:LABEL' picks the virtual camera labelled LABEL.")
+    face: str = _opt("", "Its starting face ('' : [swap] source).")
+    max_latency: str = _opt("", "Its latency budget, e.g. '33ms' ('' : [pipeline] max_latency).")
+
+
+STREAM_KEYS = tuple(f.name for f in dataclasses.fields(StreamConfig))
+_STREAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+
+
+def parse_streams(value: Any, origin: str) -> tuple[StreamConfig, ...]:
+    """``[[streams]]`` tables (or parsed ``--stream`` flags) -> validated :class:`StreamConfig` rows
+    with names filled in and checked unique."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{origin}: streams must be [[streams]] tables, got {value!r}", hint="see the shipped config.toml")
+    hints = get_type_hints(StreamConfig)
+    fields = {f.name: f for f in dataclasses.fields(StreamConfig)}
+    out = []
+    for i, entry in enumerate(value, 1):
+        where = f"{origin}: [[streams]] entry {i}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a table, got {entry!r}", hint="see the shipped config.toml")
+        for key in entry:
+            if key not in fields:
+                raise ConfigError(f"{where}: unknown key '{key}'{_nearest(key, list(fields))}", hint="fix or remove the key")
+        row = {k: _coerce(v, hints[k], dict(fields[k].metadata), f"{where} {k}") for k, v in entry.items()}
+        for need in ("input", "output"):
+            if not str(row.get(need, "")).strip():
+                raise ConfigError(f"{where}: '{need}' is missing", hint="every stream needs an input and an output")
+        if row.get("max_latency"):
+            try:
+                Duration.parse(row["max_latency"])
+            except ValueError:
+                raise ConfigError(
+                    f"{where} max_latency: expected a duration like '33ms', got {row['max_latency']!r}", hint="fix the value"
+                ) from None
+        name = str(row.get("name") or f"s{i}")
+        if not _STREAM_NAME.match(name):
+            raise ConfigError(f"{where}: stream name {name!r} is not a plain word", hint="use letters, digits, '_', '-', '.'")
+        row["name"] = name
+        out.append(StreamConfig(**row))
+    seen: set[str] = set()
+    for st in out:
+        if st.name in seen:
+            raise ConfigError(f"{origin}: two streams are named {st.name!r}", hint="give each stream its own name")
+        seen.add(st.name)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Config:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
@@ -283,6 +400,10 @@ class Config:
     obs: ObsConfig = field(default_factory=ObsConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     status: StatusConfig = field(default_factory=StatusConfig)
+    upscale: UpscaleConfig = field(default_factory=UpscaleConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    degrade: DegradeConfig = field(default_factory=DegradeConfig)
+    streams: tuple[StreamConfig, ...] = field(default=(), metadata={"array": True})
     source_path: str = field(default="", metadata={"internal": True})
 
     # Derived paths -------------------------------------------------------------------------
@@ -309,8 +430,33 @@ class Config:
     def replace(self, **sections: Any) -> Config:
         return dataclasses.replace(self, **sections)
 
+    def per_stream(self) -> list[tuple[str, Config]]:
+        """``(name, config)`` per stream: each ``[[streams]]`` row applied over this config (its input,
+        output, face and budget); without streams, this config alone as stream ``s1``."""
+        if not self.streams:
+            return [("s1", self)]
+        out = []
+        for st in self.streams:
+            target, device_name = st.output.strip(), self.output.device_name
+            if target.lower().startswith("vcam:"):
+                target, device_name = "vcam", target.split(":", 1)[1].strip() or device_name
+            cfg = dataclasses.replace(
+                self,
+                capture=dataclasses.replace(self.capture, input=st.input),
+                output=dataclasses.replace(self.output, target=target, device_name=device_name),
+                swap=dataclasses.replace(self.swap, source=st.face or self.swap.source),
+                pipeline=dataclasses.replace(
+                    self.pipeline,
+                    max_latency=Duration.parse(st.max_latency) if st.max_latency else self.pipeline.max_latency,
+                ),
+            )
+            out.append((st.name, cfg))
+        return out
 
-SECTIONS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(Config) if not f.metadata.get("internal")}
+
+SECTIONS: dict[str, type] = {
+    f.name: f.type for f in dataclasses.fields(Config) if not f.metadata.get("internal") and not f.metadata.get("array")
+}
 
 
 def _section_types() -> dict[str, type]:
@@ -428,6 +574,9 @@ def build(
     types = _section_types()
     sections: dict[str, Any] = {}
     for table, values in data.items():
+        if table == "streams":
+            sections["streams"] = parse_streams(values, origin)
+            continue
         if table not in types:
             raise ConfigError(f"{origin}: unknown table [{table}]{_nearest(table, list(types))}", hint="fix or remove the table")
         if not isinstance(values, dict):

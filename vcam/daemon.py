@@ -1,4 +1,4 @@
-"""The daemon: capture thread -> frame loop (the pipeline) -> publish, with live status and control.
+"""The daemon: capture threads -> frame loop (the pipeline) -> publish, with live status and control.
 
 Shaped like uvicorn's ``Server``: :meth:`Daemon.run` is startup (source, models via
 :mod:`vcam.assemble`, faces, output, control, capture thread), a short loop whose body is
@@ -9,6 +9,16 @@ loop drains and stops cleanly), a second sets ``force_exit`` and leaves at once.
 
 Latency: each frame carries its capture time; a frame older than ``pipeline.max_latency`` when it
 would be published is dropped and counted, and the status shows the budget being exceeded.
+
+Several streams (``[[streams]]``, ``--stream INPUT=OUTPUT``): one :class:`Stream` per input/output
+pair, each with its own capture thread, tracker, latency budget, state (face, swap on/off,
+mappings), status and summary; the models are loaded once. The frame loop takes the newest frame of
+every stream that has one; once the first is there it waits at most ``[pipeline] batch_deadline``
+for the others (not at all when every running stream has one), then runs each frame's stages up to
+the aligned faces, the faces of all of them through the swapper in one batch, and each frame's
+remaining stages, and publishes each to its own output. A stream that stalls (a camera unplugged, a
+file at its end) is simply not ready: it never holds the others past the deadline; one whose
+source fails is stopped with one error line while the others go on.
 """
 
 from __future__ import annotations
@@ -18,24 +28,50 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Config
 from .errors import VcamError
 from .state import RuntimeState, Status
 from .status import LiveStats, RunSummary
-from .types import Frame
+from .types import Frame, PixelFormat
 
 log = logging.getLogger(__name__)
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+@dataclass
+class Stream:
+    """One input/output pair of the daemon (see the module docstring)."""
+
+    name: str
+    cfg: Config
+    state: RuntimeState
+    summary: RunSummary = field(default_factory=RunSummary)
+    source: Any = None
+    output: Any = None
+    cap: Any = None
+    pipeline: Any = None
+    delivery: Any = None
+    live: LiveStats | None = None
+    last_pub: float = 0.0
+    done: bool = False  # its source ended (or failed): no more frames
+
+    @property
+    def budget(self) -> float:
+        """The latency budget in seconds (0: every frame is published, for lossless delivery)."""
+        return 0.0 if self.delivery.lossless else float(self.cfg.pipeline.max_latency)
+
+
 class Daemon:
     """Owns the threads of one run. ``run()`` blocks; ``start()``/``stop()`` run it in the background.
 
-    ``output``/``source``: given instead of opened from the config (tests, benchmarks).
-    ``on_status(status, active_face, swap_on)``: called at each status interval. ``control``: start
+    ``output``/``source``/``state``: given instead of opened from the config (tests, benchmarks),
+    for the first stream; ``outputs``/``sources``: the same by stream name. ``on_status(status,
+    active_face, swap_on)``: called at each status interval for the first stream;
+    ``on_stream_status(name, status, active_face, swap_on)`` for every stream. ``control``: start
     the local socket and OBS control.
     """
 
@@ -46,23 +82,37 @@ class Daemon:
         state: RuntimeState | None = None,
         output: Any = None,
         source: Any = None,
+        outputs: dict[str, Any] | None = None,
+        sources: dict[str, Any] | None = None,
         on_status: Callable[[Status, str | None, bool], None] | None = None,
+        on_stream_status: Callable[[str, Status, str | None, bool], None] | None = None,
         control: bool = True,
     ) -> None:
         self.cfg = cfg
         self.state = state or RuntimeState()
-        self._output = output
-        self._source = source
         self._on_status = on_status
+        self._on_stream_status = on_stream_status
         self._control = control
         self.should_exit = False
         self.force_exit = False
         self._thread: threading.Thread | None = None
-        self.summary = RunSummary()
+        self.streams: list[Stream] = [
+            Stream(name, scfg, self.state if i == 0 else RuntimeState()) for i, (name, scfg) in enumerate(cfg.per_stream())
+        ]
+        self.summary = self.streams[0].summary
+        first = self.streams[0].name
+        self._outputs = dict(outputs or {})
+        self._sources = dict(sources or {})
+        if output is not None:
+            self._outputs[first] = output
+        if source is not None:
+            self._sources[first] = source
         self.ready = threading.Event()
         self.assembly: Any = None
         self._components: list = []
-        self.delivery: Any = None  # capture.Delivery, set at start-up
+        self._wake = threading.Event()
+        self.telemetry: Any = None  # vcam.telemetry.Telemetry when NVML is there
+        self.degrader: Any = None  # vcam.degrade.Degrader, set at start-up
 
     @property
     def device(self) -> str:
@@ -71,6 +121,22 @@ class Daemon:
     @property
     def detector(self) -> Any:
         return self.assembly.detector if self.assembly is not None else None
+
+    @property
+    def delivery(self) -> Any:
+        return self.streams[0].delivery
+
+    @property
+    def pipeline(self) -> Any:
+        return self.streams[0].pipeline
+
+    @property
+    def output(self) -> Any:
+        return self.streams[0].output
+
+    @property
+    def summaries(self) -> dict[str, RunSummary]:
+        return {st.name: st.summary for st in self.streams}
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, **run_kwargs: Any) -> None:
@@ -88,11 +154,13 @@ class Daemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.should_exit = True
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
     def request_stop(self) -> None:
         self.should_exit = True
+        self._wake.set()
 
     def install_signal_handlers(self) -> Callable[[], None]:
         """SIGINT/SIGTERM -> :meth:`handle_exit` (main thread only); returns a function that restores
@@ -113,14 +181,16 @@ class Daemon:
             log.warning("forced exit")
             raise SystemExit(130)
         self.should_exit = True
+        self._wake.set()
 
     def run(self, *, max_frames: int | None = None, duration: float | None = None) -> RunSummary:
-        """Start up, run the loop until a limit, the end of the input or a stop request, shut down."""
+        """Start up, run the loop until a limit, the end of the input or a stop request, shut down.
+        Returns the first stream's summary (:attr:`summaries` has every stream's)."""
         restore = self.install_signal_handlers()
         self.summary.error = None
         try:
-            cap = self.startup(max_frames)
-            self.main_loop(cap, max_frames, duration)
+            self.startup(max_frames)
+            self.main_loop(max_frames, duration)
         except BaseException:
             self.shutdown(raise_errors=False)  # the error in flight is the one to report
             raise
@@ -131,47 +201,96 @@ class Daemon:
             self.ready.set()
         return self.summary
 
-    def startup(self, max_frames: int | None = None) -> Any:
+    def startup(self, max_frames: int | None = None) -> None:
         from . import assemble, capture, publish
 
         cfg = self.cfg
-        if self._output is None:
-            publish.refuse_overwriting_input(cfg.output.target, cfg.capture.input)
-        self.delivery = capture.plan_delivery(cfg.capture, "" if self._output is not None else cfg.output.target, max_frames)
-        source = self._source or capture.open_source(cfg.capture, delivery=self.delivery)
-        self._components.append(source)
-        fps = source.fps or cfg.capture.fps
+        for st in self.streams:
+            given_output = st.name in self._outputs
+            if not given_output:
+                publish.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
+            st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
+            st.source = self._sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery)
+            self._components.append(st.source)
+        fps = self.streams[0].source.fps or cfg.capture.fps
         asm = self.assembly = assemble.build(cfg, fps=fps)
-        self.summary.device = asm.device
-        self.summary.models = asm.describe()
+        for st in self.streams:
+            st.summary.device = asm.device
+            st.summary.models = asm.describe()
         log.info("models: %s", self.summary.models)
         if not self.state.names:
-            watcher = assemble.load_faces(asm, self.state, demo_input=cfg.capture.input == "demo")
+            watcher = assemble.load_faces(
+                asm,
+                self.state,
+                demo_input=self.streams[0].cfg.capture.input == "demo",
+                source=self.streams[0].cfg.swap.source,
+                others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in self.streams[1:]],
+            )
             watcher.start()
             self._components.append(watcher)
-        output = self._output
-        if output is None:
-            # Live input: stamp file frames by wall clock (plays at real speed even with drops);
-            # lossless input: by frame count, so the file keeps the input's rate and every frame.
-            timing = "frames" if self.delivery.lossless else "wall"
-            output = publish.open_output(cfg.output, source.width, source.height, cfg.output.fps or fps, file_timing=timing)
-        self._components.append(output)
-        self.output = output
-        self.pipeline = asm.make_pipeline(output.fmt, source.width, source.height, source.fmt)
+        else:  # faces given with the state (tests, embedding): every stream gets them
+            assemble.share_faces(self.state, [st.state for st in self.streams[1:]])
+        for st in self.streams:
+            src = st.source
+            st.pipeline = asm.make_pipeline(PixelFormat.BGR)  # its output format is the output's, below
+            out_w, out_h = st.pipeline.frame_size(src.width, src.height)
+            output = self._outputs.get(st.name)
+            if output is None:
+                # Live input: stamp file frames by wall clock (plays at real speed even with drops);
+                # lossless input: by frame count, so the file keeps the input's rate and every frame.
+                timing = "frames" if st.delivery.lossless else "wall"
+                output = publish.open_output(st.cfg.output, out_w, out_h, st.cfg.output.fps or src.fps or fps, file_timing=timing)
+            self._components.append(output)
+            st.output = output
+            st.pipeline.out_fmt = output.fmt
+            st.pipeline.configure(src.width, src.height, src.fmt)
+            asm.warmup(src.width, src.height)
+            if st.pipeline.upscaler is not None and cfg.upscale.drop_first:
+                st.pipeline.upscale_budget = st.budget or 1.0 / max(src.fps or fps, 1.0)
+            st.live = LiveStats(st.summary)
+        self._start_telemetry()
         self._start_control()
-        cap = capture.CaptureThread(source, lossless=self.delivery.lossless)
-        cap.start()
-        self._components.insert(0, cap)
+        for st in self.streams:
+            name = "vcam-capture" if len(self.streams) == 1 else f"vcam-capture-{st.name}"
+            st.cap = capture.CaptureThread(st.source, lossless=st.delivery.lossless, name=name, wake=self._wake)
+            st.cap.start()
+            self._components.insert(0, st.cap)
         self.ready.set()
-        return cap
+
+    def _start_telemetry(self) -> None:
+        """The GPU sampler (NVML, off the frame loop) and the degrader (one for the shared GPU:
+        its changes apply to every stream). A run where every stream converts a file (every frame
+        kept) never degrades."""
+        from .degrade import Degrader, available_stages
+        from .telemetry import open_telemetry
+
+        cfg = self.cfg
+        self.telemetry = open_telemetry(cfg.telemetry, self.assembly.device, gpu_index=0)
+        if self.telemetry is not None:
+            self._components.append(self.telemetry)
+        lossless = all(st.delivery.lossless for st in self.streams)
+        self.degrader = Degrader.from_config(cfg.degrade, available_stages(cfg), enabled=not lossless)
+
+    def _degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
+        """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""
+        if st.summary.frames_in <= 3:
+            return  # the first frames pay for warm-ups: not load
+        budget = st.budget or 1.0 / max(st.source.fps or self.cfg.capture.fps, 1.0)
+        sample = self.telemetry.latest() if self.telemetry is not None else None
+        throttled = bool(sample is not None and sample.forced_slowdown)
+        change = self.degrader.observe(now, frame_time=frame_time, budget=budget, dropped=dropped, throttled=throttled)
+        if change is not None:
+            log.warning("%s", change.line())
+            self.assembly.stages_on[change.stage] = change.on
 
     def _start_control(self) -> None:
         if not self._control:
             return
         from .control.local import ControlServer
 
+        states = {st.name: st.state for st in self.streams}
         try:
-            srv = ControlServer(self.cfg.socket_path, self.state)
+            srv = ControlServer(self.cfg.socket_path, self.state, streams=states if len(states) > 1 else None)
             srv.start()
             self._components.append(srv)
         except VcamError as exc:
@@ -179,61 +298,146 @@ class Daemon:
         if self.cfg.obs.enabled:
             from .control.obs import ObsController
 
-            obs = ObsController(self.cfg.obs, self.state)
-            obs.start()
-            self._components.append(obs)
+            for st in self.streams:
+                obs = ObsController(self.cfg.obs.for_stream(st.name, len(self.streams)), st.state)
+                obs.start()
+                self._components.append(obs)
 
     # -- the loop -------------------------------------------------------------------------------
-    def main_loop(self, cap: Any, max_frames: int | None, duration: float | None) -> None:
-        live = LiveStats(self.summary)
-        pipeline = self.pipeline
+    def main_loop(self, max_frames: int | None, duration: float | None) -> None:
         interval = float(self.cfg.status.interval)
         t_start = last_status = time.perf_counter()
-        self._last_pub = 0.0
         while not self.should_exit:
-            if max_frames is not None and self.summary.frames_in >= max_frames:
+            if max_frames is not None and all(st.summary.frames_in >= max_frames or st.done for st in self.streams):
                 break
             if duration is not None and time.perf_counter() - t_start >= duration:
                 break
-            frame = cap.get(timeout=0.5)
-            if frame is None:
-                if cap.finished:
+            ready = self.gather(max_frames)
+            if not ready:
+                if all(st.done for st in self.streams):
                     break
-                continue
-            self.on_frame(frame, pipeline, live)
+            else:
+                self.on_frames(ready)
             now = time.perf_counter()
             if now - last_status >= interval:
                 last_status = now
-                status = live.status(cap.dropped, pipeline.guarded_by_model())  # a device read, once per interval
-                self.state.publish_status(status)
-                if self._on_status is not None:
-                    self._on_status(status, self.state.active, self.state.swap_enabled)
-        live.finish(time.perf_counter() - t_start, cap.dropped, pipeline.guarded_by_model())
+                self._publish_status()
+        elapsed = time.perf_counter() - t_start
+        for st in self.streams:
+            st.live.finish(elapsed, st.cap.dropped, st.pipeline.guarded_by_model())
 
-    def on_frame(self, frame: Frame, pipeline: Any, live: LiveStats) -> None:
-        """One frame: process, pace to ``[output] fps``, drop if over the latency budget, publish."""
-        live.frame_in(frame.t_capture)
-        data, stats = pipeline.process(frame, self.state.snapshot())
+    def _publish_status(self) -> None:
+        guarded = None
+        gpu = self.telemetry.latest() if self.telemetry is not None else None
+        for i, st in enumerate(self.streams):
+            if guarded is None:
+                guarded = st.pipeline.guarded_by_model()  # a device read (shared models), once per interval
+            status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=self.degrader.off)
+            st.state.publish_status(status)
+            if i == 0 and self._on_status is not None:
+                self._on_status(status, st.state.active, st.state.swap_enabled)
+            if self._on_stream_status is not None:
+                self._on_stream_status(st.name, status, st.state.active, st.state.swap_enabled)
+
+    def gather(self, max_frames: int | None = None, timeout: float = 0.5) -> list[tuple[Stream, Frame]]:
+        """The newest frame of each stream that has one: waits up to ``timeout`` for the first, then
+        at most ``[pipeline] batch_deadline`` for the other running streams. A stream whose source
+        ended is marked done; one whose source failed too (one error line), unless it is the only
+        stream, whose error stops the daemon."""
+        ready: list[tuple[Stream, Frame]] = []
+        t0 = time.perf_counter()
+        first_at: float | None = None
+        deadline = float(self.cfg.pipeline.batch_deadline)
+        while not self.should_exit:
+            self._wake.clear()
+            for st in self.streams:
+                if st.done or any(s is st for s, _ in ready):
+                    continue
+                if max_frames is not None and st.summary.frames_in >= max_frames:
+                    continue
+                try:
+                    frame = st.cap.get(timeout=0)
+                except VcamError as exc:
+                    if len(self.streams) == 1:
+                        raise
+                    log.error("stream %s stopped: %s", st.name, exc)
+                    st.summary.error = str(exc)
+                    st.done = True
+                    continue
+                if frame is not None:
+                    ready.append((st, frame))
+                elif st.cap.finished:
+                    st.done = True
+            now = time.perf_counter()
+            waiting = [
+                st
+                for st in self.streams
+                if not st.done
+                and (max_frames is None or st.summary.frames_in < max_frames)
+                and not any(s is st for s, _ in ready)
+            ]
+            if ready:
+                first_at = first_at if first_at is not None else now
+                if not waiting or now - first_at >= deadline:
+                    break
+                self._wake.wait(first_at + deadline - now)
+            else:
+                if not waiting or now - t0 >= timeout:
+                    break
+                self._wake.wait(t0 + timeout - now)
+        return ready
+
+    def on_frames(self, ready: list[tuple[Stream, Frame]]) -> None:
+        """One frame of each ready stream: the stages up to the aligned faces per stream, the faces of
+        all of them through the swapper in one batch (chunks of the swapper's capacity), the rest
+        per stream, then pace, drop if over the stream's budget, publish."""
+        works = []
+        for st, frame in ready:
+            st.live.frame_in(frame.t_capture)
+            works.append((st, frame, st.pipeline.begin(frame, st.state.snapshot())))
+        swapper = self.assembly.swapper
+        slots = []
+        for chunk in _chunks([w for _, _, w in works], swapper.max_faces):
+            parts = [(w.img, w.mats) for w in chunk if w.n]
+            crops = mask = None
+            if parts:
+                crops, mask = swapper.swap_batch(parts, _row_sources([w for w in chunk if w.n]))
+            lo = 0
+            for w in chunk:
+                hi = lo + w.n
+                st = next(s for s, _, x in works if x is w)
+                m = mask[lo:hi] if (mask is not None and getattr(mask, "ndim", 2) == 3) else mask
+                slots.append((st, w, st.pipeline.finish(w, crops[lo:hi] if w.n else None, m)))
+                lo = hi
+        for st, _, slot in slots:
+            data, stats = st.pipeline.collect(slot)
+            self._publish(st, data, stats)
+
+    def _publish(self, st: Stream, data: Any, stats: Any) -> None:
+        live = st.live
         live.processed(stats)
-        if self.cfg.output.fps:
-            wait = self._last_pub + 1.0 / self.cfg.output.fps - time.perf_counter()
+        if st.cfg.output.fps:
+            wait = st.last_pub + 1.0 / st.cfg.output.fps - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-        budget = 0.0 if self.delivery.lossless else float(self.cfg.pipeline.max_latency)  # lossless: every frame
-        if budget > 0 and time.perf_counter() - frame.t_capture > budget:
+        budget = st.budget
+        now = time.perf_counter()
+        if budget > 0 and now - stats.t_capture > budget:
             live.dropped_late()
+            self._degrade(st, now, now - stats.t_capture, True)
             return
-        self.output.send(data)
-        if getattr(self.output, "user_closed", False):  # preview window closed by the user
+        st.output.send(data)
+        if getattr(st.output, "user_closed", False):  # preview window closed by the user
             self.should_exit = True
-        self._last_pub = time.perf_counter()
-        live.published(frame.t_capture, self._last_pub)
+        st.last_pub = time.perf_counter()
+        live.published(stats.t_capture, st.last_pub)
+        self._degrade(st, st.last_pub, st.last_pub - stats.t_capture, False)
 
     def shutdown(self, raise_errors: bool = False) -> None:
         """Stop and close every component, whatever one of them does; with ``raise_errors`` the first
         :class:`VcamError` a component raised (a file output that could not be finished) is raised
         once all are closed, otherwise it is logged as one line."""
-        # Order: capture thread first (stops reading), then the source, the output, control.
+        # Order: capture threads first (stop reading), then the sources, the outputs, control.
         first: VcamError | None = None
         for comp in self._components:
             fn = getattr(comp, "stop", None) or getattr(comp, "close", None)
@@ -253,4 +457,26 @@ class Daemon:
             raise first
 
 
-__all__ = ["Daemon"]
+def _chunks(works: list, capacity: int) -> list[list]:
+    """Consecutive groups of ``works`` whose faces fit ``capacity`` rows (a work is never split)."""
+    out: list[list] = [[]]
+    rows = 0
+    for w in works:
+        if out[-1] and rows + w.n > capacity:
+            out.append([])
+            rows = 0
+        out[-1].append(w)
+        rows += w.n
+    return out
+
+
+def _row_sources(works: list) -> Any:
+    """The swapper's ``faces`` for the rows of ``works``: the one face when every row has the same
+    (the swapper then uploads nothing per frame), else one per row."""
+    rows: list = []
+    for w in works:
+        rows.extend([w.sources] * w.n if not isinstance(w.sources, (list, tuple)) else w.sources)
+    return rows[0] if rows and all(f is rows[0] for f in rows) else rows
+
+
+__all__ = ["Daemon", "Stream"]

@@ -489,10 +489,24 @@ class Masker:
     def guarded_by_model(self) -> dict[str, int]:
         return {m.name: m.guarded() for m in (self.occluder, self.parser) if m is not None}
 
-    def masks(self, frame: Any, mats: np.ndarray, landmarks: np.ndarray, boxes: np.ndarray, n: int, base: Any) -> Any:
+    def masks(
+        self,
+        frame: Any,
+        mats: np.ndarray,
+        landmarks: np.ndarray,
+        boxes: np.ndarray,
+        n: int,
+        base: Any,
+        models: dict[str, bool] | None = None,
+    ) -> Any:
         """Paste masks for ``n`` faces: ``base`` (the swapper's mask, (S, S) or (F, S, S)) times every
-        configured mask. ``landmarks`` (F, 5, 2) and ``boxes`` (F, 4) are the tracks' (frame pixels)."""
-        if not self.active or n == 0:
+        configured mask. ``landmarks`` (F, 5, 2) and ``boxes`` (F, 4) are the tracks' (frame pixels).
+        ``models``: ``{"occlusion": False}`` / ``{"region": False}`` skips that model mask this frame
+        (the daemon's degradation under load)."""
+        models = models or {}
+        occluder = self.occluder if models.get("occlusion", True) else None
+        parser = self.parser if models.get("region", True) else None
+        if not (self.face or self.mouth or occluder is not None or parser is not None) or n == 0:
             return base
         ops = self.ops
         out = self._out[:n]
@@ -526,7 +540,7 @@ class Masker:
                 out[...] = base[:n]
             else:
                 out[...] = base[None]
-        for model in (self.occluder, self.parser):
+        for model in (occluder, parser):
             if model is not None:
                 model.apply(frame, mats[:n], self.crop_size, n, out)
         return out

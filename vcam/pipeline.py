@@ -1,20 +1,24 @@
 """The per-frame pipeline: the stage order, written once for every device.
 
     upload -> convert (to BGR) -> detect/track -> align -> swap (all faces, one batch) ->
-    masks -> paste-back [-> enhance] -> convert (output format) -> download
+    masks -> paste-back [-> face enhancer] [-> frame enhancer] -> convert (output format) -> download
 
 :class:`Pipeline` runs that order over an :class:`~vcam.ops.Ops` (NumPy on the CPU, CuPy kernels on
 CUDA) with stages that run on the same ops; nothing here branches on the device. It is built once
 with every stage chosen (:mod:`vcam.assemble` does that from the config) and its buffers sized for
 the frame; a frame of another size or format rebuilds them. ``submit`` queues a frame and returns
 its slot, ``collect`` waits for the slot's output: on CUDA, frame N+1 can be submitted before
-frame N is collected (its upload overlaps N's work); ``process`` is both in one call.
+frame N is collected (its upload overlaps N's work); ``process`` is both in one call. ``submit`` is
+``begin`` (up to the aligned faces), the swap, and ``finish`` (masks to download): a daemon running
+several streams calls ``begin`` on each stream's pipeline, swaps the faces of all of them in one
+batch (:meth:`~vcam.swap.Swapper.swap_batch`) and calls ``finish`` on each.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +33,30 @@ from .types import Frame, FrameStats, PixelFormat, Track
 #: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
 FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
 
-STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "convert_out")
+STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
+
+#: Optional stages the daemon may turn off under load (:mod:`vcam.degrade`), by name.
+OPTIONAL_STAGES = ("upscale", "enhancer", "occlusion", "region")
+
+
+@dataclass
+class Work:
+    """One frame between :meth:`Pipeline.begin` and :meth:`Pipeline.finish`: its slot, stats, the
+    converted frame (in the ops' memory), and the faces to swap: ``mats`` (n, 2, 3) crop-from-frame,
+    ``sources`` (one face, or one per row), their ``landmarks`` (n, 5, 2) and ``boxes`` (n, 4)."""
+
+    slot: int
+    stats: FrameStats
+    img: Any
+    mats: np.ndarray
+    sources: Any = None
+    landmarks: np.ndarray | None = None
+    boxes: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.mats.shape[0])
 
 
 def select_all(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
@@ -77,6 +104,8 @@ class Pipeline:
         masker: Any = None,
         assigner: Any = None,
         face_filter: FaceFilter | None = None,
+        upscaler: Any = None,
+        stages_on: dict[str, bool] | None = None,
         max_faces: int = 8,
         ring: int = 2,
         timing: bool = False,
@@ -87,6 +116,16 @@ class Pipeline:
         self.enhancer = enhancer
         self.masker = masker
         self.assigner = assigner
+        self.upscaler = upscaler
+        # Optional stages on/off (OPTIONAL_STAGES; missing = on): a dict the daemon's degrader changes
+        # between frames, shared by the pipelines of all streams.
+        self.stages_on: dict[str, bool] = stages_on if stages_on is not None else {}
+        #: The latency budget the frame enhancer must fit (seconds; 0: always enhance): a frame it
+        #: would push over the budget is resized instead (``[upscale] drop_first``).
+        self.upscale_budget = 0.0
+        self._upscale_cost: float | None = None  # EMA of the enhancer's own time (s)
+        self._base_latency: float | None = None  # EMA of a frame's latency without it (s)
+        self.upscale_skipped = 0
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -103,13 +142,22 @@ class Pipeline:
         """Allocate the frame ring and buffers for ``width`` x ``height`` frames in ``in_fmt``."""
         self.synchronize()
         ops = self.ops
-        ow, oh = output_size(self.out_fmt, width, height)
+        ow, oh = output_size(self.out_fmt, *self.frame_size(width, height))
         self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring)
         self._bgr = ops.empty((height, width, 3), np.uint8)
-        self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != (width, height) else None
+        self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
         self._clocks = ops.clocks(STAGES, self.ring, self.timing)
+        # The enhancer's own time is always measured (CUDA events: read at collect, no extra wait).
+        self._up_clocks = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
         self._geometry = (int(width), int(height), PixelFormat(in_fmt))
         self._slot = 0
+
+    def frame_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size of the frames this pipeline publishes for ``width`` x ``height`` input (the frame
+        enhancer's output size when there is one; before 4:2:0 rounding)."""
+        if self.upscaler is None:
+            return int(width), int(height)
+        return tuple(int(v) for v in self.upscaler.output_size(width, height))  # type: ignore[return-value]
 
     def host_slot(self) -> np.ndarray | None:
         """The host buffer the next frame is uploaded from (pinned, on CUDA), for zero-copy capture."""
@@ -118,6 +166,14 @@ class Pipeline:
     # -- one frame --------------------------------------------------------------------------------
     def submit(self, frame: Frame, snap: Snapshot) -> int:
         """Queue one frame; returns its slot for :meth:`collect`. Waits only for the detection readback."""
+        work = self.begin(frame, snap)
+        crops, mask = self.swapper.swap_batch([(work.img, work.mats)], work.sources) if work.n else (None, None)
+        return self.finish(work, crops, mask)
+
+    def begin(self, frame: Frame, snap: Snapshot) -> Work:
+        """The stages before the swap: upload, convert, detect/track, choose and align the faces.
+        The swap of :attr:`Work.mats` (possibly batched with other pipelines' faces, see
+        :meth:`~vcam.swap.Swapper.swap_batch`) and :meth:`finish` follow."""
         geometry = (int(frame.width), int(frame.height), PixelFormat(frame.fmt))
         if geometry != self._geometry:
             if PixelFormat(frame.fmt) is PixelFormat.MJPEG and self.ops.device != "cpu":
@@ -128,10 +184,11 @@ class Pipeline:
         self._slot = (slot + 1) % self.ring
         clock = self._clocks[slot]
         stats = FrameStats(seq=frame.seq, t_capture=frame.t_capture)
+        work = Work(slot=slot, stats=stats, img=None, mats=self._mats[:0])
         with ops.activate():
             clock.start()
             raw = self.io.upload(frame, slot)
-            img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr)
+            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr)
             self.io.release(slot)
             clock.mark("convert_in")
             tracks = self.tracker.update(img, frame.seq)
@@ -146,25 +203,49 @@ class Pipeline:
                     pairs = self.assigner.assign(chosen, host, snap)
                 else:
                     pairs = [(tr, snap.face) for tr in chosen] if snap.face is not None else []
-                n = len(pairs)
-                if n:
-                    mats = self._mats[:n]
+                if pairs:
+                    mats = self._mats[: len(pairs)]
                     for i, (tr, _) in enumerate(pairs):
                         mats[i] = align.estimate(tr.landmarks, self.swapper.template, self.swapper.crop_size)
+                    work.mats = mats
                     faces = [src for _, src in pairs]
-                    crops, mask = self.swapper.swap(img, mats, faces[0] if all(f is faces[0] for f in faces) else faces)
-                    clock.mark("swap")
-                    lms = np.stack([tr.landmarks for tr, _ in pairs])
-                    if self.masker is not None:
-                        boxes = np.stack([tr.box for tr, _ in pairs])
-                        with ops.activate():
-                            mask = self.masker.masks(img, mats, lms, boxes, n, mask)
-                    clock.mark("mask")
-                    ops.paste_back(img, crops, mats, mask, n)
-                    if self.enhancer is not None:  # the swapped faces only (a 'keep' face stays as it is)
-                        self.enhancer.enhance(img, lms)
-                    clock.mark("blend")
-                    stats.swapped = n
+                    work.sources = faces[0] if all(f is faces[0] for f in faces) else faces
+                    work.landmarks = np.stack([tr.landmarks for tr, _ in pairs])
+                    work.boxes = np.stack([tr.box for tr, _ in pairs])
+        return work
+
+    def finish(self, work: Work, crops: Any, mask: Any) -> int:
+        """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
+        paste-back, the enhancers, convert, download. Returns the slot for :meth:`collect`."""
+        ops = self.ops
+        slot, stats, img, n = work.slot, work.stats, work.img, work.n
+        clock = self._clocks[slot]
+        on = self.stages_on
+        with ops.activate():
+            if n:
+                clock.mark("swap")
+                if self.masker is not None:
+                    with ops.activate():
+                        mask = self.masker.masks(img, work.mats, work.landmarks, work.boxes, n, mask, models=on)
+                clock.mark("mask")
+                ops.paste_back(img, crops, work.mats, mask, n)
+                if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
+                    self.enhancer.enhance(img, work.landmarks)
+                clock.mark("blend")
+                stats.swapped = n
+            if self.upscaler is not None:
+                if on.get("upscale", True) and self.upscale_wanted(work.stats.t_capture):
+                    up = self._up_clocks[slot]
+                    up.start()
+                    img = self.upscaler.enhance(img)
+                    up.mark("upscale")
+                    stats.upscaled = True
+                else:
+                    if on.get("upscale", True):
+                        self.upscale_skipped += 1
+                        stats.upscale_skipped = True
+                    img = self.upscaler.resize(img)
+                clock.mark("upscale")
             if self._even is not None:
                 oh, ow = self._even.shape[:2]
                 ops.xp.copyto(self._even, img[:oh, :ow])
@@ -174,6 +255,22 @@ class Pipeline:
             self.io.download(slot)
         self._pending[slot] = stats
         return slot
+
+    def upscale_wanted(self, t_capture: float) -> bool:
+        """Run the frame enhancer on this frame? No when the frame would then miss the budget: the
+        latency of recent frames without the enhancer plus its measured cost (both running
+        averages; the first frames always run it)."""
+        if self.upscale_budget <= 0 or self._upscale_cost is None or self._base_latency is None:
+            return True
+        return self._base_latency + self._upscale_cost <= self.upscale_budget
+
+    def _learn_upscale(self, stats: FrameStats, slot: int) -> None:
+        cost = self._up_clocks[slot].durations().get("upscale", 0.0) if stats.upscaled else 0.0
+        base = max(0.0, stats.t_publish - stats.t_capture - cost)
+        a = 0.2
+        if stats.upscaled:
+            self._upscale_cost = cost if self._upscale_cost is None else (1 - a) * self._upscale_cost + a * cost
+        self._base_latency = base if self._base_latency is None else (1 - a) * self._base_latency + a * base
 
     def _host_frame(self, img: Any) -> Callable[[], np.ndarray]:
         """``host_frame()`` for the face filter and the assigner: one download, on first call only."""
@@ -192,6 +289,8 @@ class Pipeline:
         stats = self._pending.pop(slot)
         stats.stages = self._clocks[slot].durations()
         stats.t_publish = time.perf_counter()
+        if self.upscaler is not None:
+            self._learn_upscale(stats, slot)
         return out, stats
 
     def process(self, frame: Frame, snap: Snapshot) -> tuple[np.ndarray, FrameStats]:
@@ -211,10 +310,12 @@ class Pipeline:
         out = {self.swapper.name: self.swapper.guarded()}
         if self.enhancer is not None:
             out[self.enhancer.name] = out.get(self.enhancer.name, 0) + self.enhancer.guarded()
+        if self.upscaler is not None:
+            out[self.upscaler.name] = out.get(self.upscaler.name, 0) + self.upscaler.guarded()
         if self.masker is not None:
             for name, count in self.masker.guarded_by_model().items():
                 out[name] = out.get(name, 0) + count
         return out
 
 
-__all__ = ["FaceFilter", "Pipeline", "STAGES", "output_size", "select_all", "select_largest"]
+__all__ = ["FaceFilter", "OPTIONAL_STAGES", "Pipeline", "STAGES", "Work", "output_size", "select_all", "select_largest"]

@@ -59,6 +59,9 @@ class Status:
     faces: int = 0
     guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
     full_scans: int = 0
+    gpu: dict | None = None  # the newest GPU reading (vcam.telemetry.GpuSample.as_dict()), None without telemetry
+    upscale_skipped: int = 0  # frames resized instead of enhanced: the frame enhancer would have pushed them over the budget
+    degraded: tuple[str, ...] = ()  # optional stages turned off under load (vcam.degrade), in the order they went
 
     @property
     def guarded_total(self) -> int:
@@ -71,7 +74,20 @@ class Status:
     def as_dict(self) -> dict:
         out = dict(self.__dict__)
         out["guarded"] = dict(self.guarded)
+        out["gpu"] = _copy_gpu(self.gpu)
+        out["degraded"] = list(self.degraded)
         return out
+
+    def copy(self) -> Status:
+        """A copy sharing nothing mutable with this one."""
+        return replace(self, guarded=dict(self.guarded), gpu=_copy_gpu(self.gpu), degraded=tuple(self.degraded))
+
+
+def _copy_gpu(gpu: dict | None) -> dict | None:
+    """A GPU reading's dict, copied (its list of throttle reasons too); None stays None."""
+    if gpu is None:
+        return None
+    return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in gpu.items()}
 
 
 def guard_text(guarded: dict[str, int]) -> str:
@@ -110,11 +126,11 @@ class RuntimeState:
 
     def publish_status(self, status: Status) -> None:
         with self._status_lock:
-            self.status = replace(status, guarded=dict(status.guarded))
+            self.status = status.copy()
 
     def read_status(self) -> Status:
         with self._status_lock:
-            return replace(self.status, guarded=dict(self.status.guarded))
+            return self.status.copy()
 
     def _rebuild(self) -> None:
         """The next snapshot, after a change (call with the lock held)."""
@@ -168,6 +184,11 @@ class RuntimeState:
         the daemon runs); :meth:`set_face` calls it in the calling (control) thread, never the frame loop."""
         with self._lock:
             self._loader = loader
+
+    def face(self, name: str) -> SourceFace | None:
+        """The loaded face ``name`` (None when it is not loaded)."""
+        with self._lock:
+            return self._faces.get(name)
 
     def _ensure_face(self, name: str) -> None:
         """Load face ``name`` through the loader when it is not loaded yet (outside the lock: slow).

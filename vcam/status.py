@@ -36,6 +36,7 @@ class RunSummary:
     dropped_capture: int = 0
     dropped_latency: int = 0
     full_scans: int = 0
+    upscale_skipped: int = 0  # frames the frame enhancer would have pushed over the budget (resized instead)
     guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
     # Capture-to-publish latency of the most recent published frames (bounded: the daemon runs for
     # hours; 100k frames is about an hour at 30 fps).
@@ -61,6 +62,7 @@ class RunSummary:
             f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
             f"{self.dropped_latency} over the latency budget"
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
+            + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
         )
 
@@ -85,6 +87,7 @@ class LiveStats:
         for k, v in stats.stages.items():
             self._stage_sum[k] = self._stage_sum.get(k, 0.0) + v
         self.summary.full_scans += int(stats.full_scan)
+        self.summary.upscale_skipped += int(stats.upscale_skipped)
         self.faces = stats.faces
 
     def published(self, t_capture: float, t_pub: float) -> None:
@@ -102,20 +105,27 @@ class LiveStats:
         self.summary.dropped_latency += 1
         self._over = 30
 
-    def status(self, dropped_capture: int, guarded: dict[str, int]) -> Status:
-        """The live numbers; ``guarded``: model name -> faces it passed through (NaN/Inf) so far."""
+    def status(self, dropped_capture: int, guarded: dict[str, int], *, gpu=None, degraded=()) -> Status:
+        """The live numbers; ``guarded``: model name -> faces it passed through (NaN/Inf) so far;
+        ``gpu``: the newest GPU reading (a :class:`vcam.telemetry.GpuSample` or its dict, None
+        without telemetry); ``degraded``: the stages turned off under load (``Degrader.off``)."""
         s = self.summary
+        if gpu is not None and not isinstance(gpu, dict):
+            gpu = gpu.as_dict()
         st = Status(
             frames_in=s.frames_in,
             frames_out=s.frames_out,
             dropped_capture=dropped_capture,
             dropped_latency=s.dropped_latency,
             full_scans=s.full_scans,
+            upscale_skipped=s.upscale_skipped,
             fps_in=_rate(self._in),
             fps_out=_rate(self._out),
             over_budget=self._over > 0,
             faces=self.faces,
             guarded=dict(guarded),
+            gpu=dict(gpu) if gpu is not None else None,
+            degraded=tuple(degraded),
         )
         if self._lat:
             arr = np.fromiter(self._lat, dtype=np.float64)
@@ -133,11 +143,33 @@ class LiveStats:
         return s
 
 
+def status_parts(status: Status) -> list[str]:
+    """What a status shows beyond fps, latency and faces, each part a phrase: the per-model NaN/Inf
+    guard counts when any is non-zero, the GPU reading (``GPU 61°C 1980 MHz ...``) and the stages
+    turned off under load (``degraded: upscale, enhancer off``), each only when there is one."""
+    parts = []
+    if text := status.guard_text():
+        parts.append(text)
+    if status.gpu:
+        from .telemetry import gpu_text
+
+        parts.append(gpu_text(status.gpu))
+    if status.upscale_skipped:
+        parts.append(f"upscale skipped {status.upscale_skipped} (over budget)")
+    if status.degraded:
+        parts.append(degraded_text(status.degraded))
+    return parts
+
+
+def degraded_text(degraded) -> str:
+    """``degraded: upscale, enhancer off``, or '' when no stage is off."""
+    return f"degraded: {', '.join(degraded)} off" if degraded else ""
+
+
 def status_suffix(status: Status) -> str:
-    """What the live status line adds for ``status`` beyond fps, latency and faces: the per-model
-    NaN/Inf guard counts when any is non-zero (`` | NaN guard: inswapper_128 3``), else ''."""
-    text = status.guard_text()
-    return f" | {text}" if text else ""
+    """What the live status line adds for ``status`` beyond fps, latency and faces (:func:`status_parts`,
+    each after `` | ``: `` | NaN guard: inswapper_128 3 | GPU 61°C ... | degraded: upscale off``), else ''."""
+    return "".join(f" | {part}" for part in status_parts(status))
 
 
 def _rate(times: deque) -> float:
@@ -147,4 +179,4 @@ def _rate(times: deque) -> float:
     return (len(times) - 1) / span if span > 0 else 0.0
 
 
-__all__ = ["LiveStats", "RunSummary", "status_suffix"]
+__all__ = ["LiveStats", "RunSummary", "degraded_text", "status_parts", "status_suffix"]

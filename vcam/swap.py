@@ -76,6 +76,12 @@ class Swapper(Protocol):
         mask (S, S) or (F, S, S)), views of the swapper's buffers valid until the next call."""
         ...
 
+    def swap_batch(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        """The faces of several frames in one batch (several streams): ``parts`` = ``[(frame,
+        crop_from_frame (F_i, 2, 3)), ...]``; rows follow the parts in order (``faces`` as in
+        :meth:`swap`, one per row in all). Returns what :meth:`swap` returns for all rows."""
+        ...
+
     def guarded(self) -> int:
         """Faces passed through so far because the model produced NaN/Inf (reads a device counter:
         call it now and then, not per frame)."""
@@ -144,17 +150,32 @@ class _Base:
         return int(self.ops.to_host(self._guard).sum())
 
     def swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
-        with self.ops.activate():  # array-library calls of the swapper run on the ops' stream
-            return self._swap(frame, crop_from_frame, faces)
+        return self.swap_batch(((frame, crop_from_frame),), faces)
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
+    def swap_batch(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        parts = [(frame, np.asarray(mats, np.float64).reshape(-1, 2, 3)) for frame, mats in parts]
+        with self.ops.activate():  # array-library calls of the swapper run on the ops' stream
+            return self._swap(parts, faces)
+
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def _check(self, mats: np.ndarray) -> int:
-        n = int(np.asarray(mats).reshape(-1, 2, 3).shape[0])
+    def _check(self, parts: list[tuple[Any, np.ndarray]]) -> int:
+        n = sum(int(m.shape[0]) for _, m in parts)
         if n > self.max_faces:
             raise ValueError(f"{n} faces, the swapper was built for at most {self.max_faces}")
         return n
+
+    @staticmethod
+    def _rows(parts: list[tuple[Any, np.ndarray]]) -> list[tuple[Any, np.ndarray, int, int]]:
+        """``(frame, mats, first row, end row)`` of each part with faces."""
+        out, lo = [], 0
+        for frame, mats in parts:
+            hi = lo + int(mats.shape[0])
+            if hi > lo:
+                out.append((frame, mats, lo, hi))
+            lo = hi
+        return out
 
     def _changed_rows(self, faces: Sources, n: int) -> list[tuple[int, SourceFace]]:
         """The rows whose source differs from ``faces`` (one face: every row; a sequence: rows
@@ -331,14 +352,16 @@ class ClassicSwapper(_Base):
         self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
-        n = self._check(crop_from_frame)
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
         self._source(faces, n)
         masks = self._src_mask[:n]
         if n == 0 or not (self.color_match or self.seamless):
             return self._src_raw[:n], masks
         ops = self.ops
-        crops = ops.warp_crops(frame, crop_from_frame, self.crop_size, out=self._crops[:n])
+        for frame, mats, lo, hi in self._rows(parts):
+            ops.warp_crops(frame, mats, self.crop_size, out=self._crops[lo:hi])
+        crops = self._crops[:n]
         lab = ops.lab_from_bgr(crops, n, self._lab[:n])
         if self.color_match:
             mean, std = self._mean[:n], self._std[:n]
@@ -366,9 +389,11 @@ class IdentitySwapper(_Base):
 
     name = "identity"
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
-        n = self._check(crop_from_frame)
-        return self.ops.warp_crops(frame, crop_from_frame, self.crop_size, out=self._crops[:n]), self.mask
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
+        for frame, mats, lo, hi in self._rows(parts):
+            self.ops.warp_crops(frame, mats, self.crop_size, out=self._crops[lo:hi])
+        return self._crops[:n], self.mask
 
 
 class SolidSwapper(_Base):
@@ -381,8 +406,8 @@ class SolidSwapper(_Base):
         with self.ops.activate():
             self._crops[...] = self.ops.asarray(np.array(color, dtype=np.uint8))
 
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
-        return self._crops[: self._check(crop_from_frame)], self.mask
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        return self._crops[: self._check(parts)], self.mask
 
 
 def make_builtin(
@@ -573,14 +598,17 @@ class NeuralSwapper(_Base):
         self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
-    def _swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
-        n = self._check(crop_from_frame)
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
         self._source(faces, n)
+        if n == 0:
+            return self._crops[:0], self.mask if self._masks is None else self._masks[:0]
         feeds = self.engine.input_buffers(n)
         target = feeds["target"]
-        self.ops.warp_crops_normalized(
-            frame, crop_from_frame, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target
-        )
+        for frame, mats, lo, hi in self._rows(parts):
+            self.ops.warp_crops_normalized(
+                frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target[lo:hi]
+            )
         outs = self.engine.run_device(feeds, stream=self.ops.stream)
         crops = self.ops.crops_from_planar(
             outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
@@ -605,11 +633,13 @@ def create_swapper(
     backend: str | None = None,
     fp16: bool | None = None,
     download: bool | None = None,
+    max_faces: int | None = None,
 ) -> NeuralSwapper:
     """Build the registry swapper ``name`` (and its converter) from ``cfg``'s models dir on ``device``.
 
     Files are verified (and downloaded when allowed). The converter runs once per face switch, so it
-    stays on onnxruntime on the CPU.
+    stays on onnxruntime on the CPU. ``max_faces``: rows per call (default ``[pipeline] max_faces``;
+    more when several streams share the swapper).
     """
     from .engines import create_engine
     from .models.download import ModelStore
@@ -628,14 +658,16 @@ def create_swapper(
         backend=backend or cfg.pipeline.backend,
         device=device,
         fp16=cfg.pipeline.fp16 if fp16 is None else fp16,
-        max_batch=cfg.pipeline.max_faces,
+        max_batch=max_faces or cfg.pipeline.max_faces,
         compile=cfg.pipeline.compile,
     )
     emap = read_emap(paths[name]) if spec.source == "emap" else None
     converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
     if "NON-COMMERCIAL" in spec.licence.upper():
         log.warning("%s: %s", name, spec.licence)
-    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=cfg.pipeline.max_faces, emap=emap, converter=converter)
+    return NeuralSwapper(
+        spec, engine, ops=ops, mask=mask, max_faces=max_faces or cfg.pipeline.max_faces, emap=emap, converter=converter
+    )
 
 
 __all__ = [

@@ -108,6 +108,8 @@ class FrameStats:
     faces: int = 0
     swapped: int = 0
     full_scan: bool = False
+    upscaled: bool = False  # the frame enhancer ran on it
+    upscale_skipped: bool = False  # resized instead: the enhancer would have pushed it over the budget
 
     @property
     def latency(self) -> float:

@@ -113,9 +113,30 @@ def obs_status(config: Optional[Path] = ConfigOpt) -> None:
 # --- vcam ctl ----------------------------------------------------------------------------------
 
 
-def _send(config: Optional[Path], cmd: dict) -> dict:
+@ctl_app.callback()
+def ctl_main(
+    stream: Optional[str] = typer.Option(
+        None, "--stream", help="A daemon running several streams: act on stream NAME only (default: every stream)."
+    ),
+) -> None:
+    """Control a running `vcam run` without OBS (local socket)."""
+
+
+def _stream(ctx: typer.Context | None) -> str | None:
+    """The ``vcam ctl --stream NAME`` of this command line (None: every stream)."""
+    while ctx is not None:
+        if "stream" in ctx.params:
+            return ctx.params["stream"]
+        ctx = ctx.parent
+    return None
+
+
+def _send(config: Optional[Path], cmd: dict, ctx: typer.Context | None = None) -> dict:
     from ..control.local import send_command
 
+    stream = _stream(ctx)
+    if stream:
+        cmd = {**cmd, "stream": stream}
     try:
         cfg = _config(config)
         return send_command(cfg.socket_path, cmd)
@@ -125,18 +146,22 @@ def _send(config: Optional[Path], cmd: dict) -> dict:
 
 
 @ctl_app.command("face")
-def ctl_face(name: str = typer.Argument(..., help="A face name, 'next' or 'prev'."), config: Optional[Path] = ConfigOpt) -> None:
+def ctl_face(
+    ctx: typer.Context, name: str = typer.Argument(..., help="A face name, 'next' or 'prev'."), config: Optional[Path] = ConfigOpt
+) -> None:
     """Switch the active face."""
-    reply = _send(config, {"face": name})
+    reply = _send(config, {"face": name}, ctx)
     out.print(f"face: {reply['face']}", highlight=False)
 
 
 @ctl_app.command("swap")
-def ctl_swap(value: str = typer.Argument(..., help="on, off or toggle."), config: Optional[Path] = ConfigOpt) -> None:
+def ctl_swap(
+    ctx: typer.Context, value: str = typer.Argument(..., help="on, off or toggle."), config: Optional[Path] = ConfigOpt
+) -> None:
     """Turn swapping on or off (off passes the camera through)."""
     if value not in ("on", "off", "toggle"):
         _fail(ControlError(f"swap must be on, off or toggle, got '{value}'"))
-    reply = _send(config, {"swap": value})
+    reply = _send(config, {"swap": value}, ctx)
     out.print(f"swap: {reply['swap']}", highlight=False)
 
 
@@ -146,6 +171,7 @@ def _mapping_lines(mappings: dict) -> list[str]:
 
 @ctl_app.command("map")
 def ctl_map(
+    ctx: typer.Context,
     target: str = typer.Argument(..., help="The person: a target already mapped, a face-bank name or a photo of them."),
     source: str = typer.Argument(..., help="The face they get: a face-bank name."),
     config: Optional[Path] = ConfigOpt,
@@ -155,31 +181,46 @@ def ctl_map(
 
     if is_photo_arg(target) and Path(target).expanduser().is_file():
         target = str(Path(target).expanduser().resolve())  # the daemon runs in another folder
-    reply = _send(config, {"map": {"target": target, "source": source}})
+    reply = _send(config, {"map": {"target": target, "source": source}}, ctx)
     for line in _mapping_lines(reply.get("mappings", {})):
         out.print(line, highlight=False)
 
 
 @ctl_app.command("unmap")
 def ctl_unmap(
-    target: str = typer.Argument(..., help="A mapped target (see `vcam ctl status`)."), config: Optional[Path] = ConfigOpt
+    ctx: typer.Context,
+    target: str = typer.Argument(..., help="A mapped target (see `vcam ctl status`)."),
+    config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Drop a person's mapping: they follow the default again (swap.unmatched)."""
     from ..mapping import face_name
 
-    reply = _send(config, {"unmap": face_name(target)})  # a photo's target goes by its file name
+    reply = _send(config, {"unmap": face_name(target)}, ctx)  # a photo's target goes by its file name
     for line in _mapping_lines(reply.get("mappings", {})):
         out.print(line, highlight=False)
 
 
 @ctl_app.command("status")
-def ctl_status(config: Optional[Path] = ConfigOpt) -> None:
-    """Print the daemon's state, mappings and live numbers as JSON (NaN/Inf guard counts also on stderr)."""
+def ctl_status(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
+    """Print the daemon's state, mappings and live numbers as JSON (on stderr also: NaN/Inf guard
+    counts, the GPU reading and the stages turned off under load)."""
     from ..state import guard_text
+    from ..status import degraded_text
+    from ..telemetry import GpuSample, throttle_warning
 
-    reply = _send(config, {"status": True})
+    reply = _send(config, {"status": True}, ctx)
     reply.pop("ok", None)
     typer.echo(json.dumps(reply, indent=2))
-    guarded = reply.get("status", {}).get("guarded")
+    status = reply.get("status", {})
+    guarded = status.get("guarded")
     if isinstance(guarded, dict) and guard_text(guarded):
         err.print(f"note: {guard_text(guarded)} (faces passed through unswapped: the model produced NaN/Inf)")
+    gpu = status.get("gpu")
+    if isinstance(gpu, dict):
+        sample = GpuSample.from_dict(gpu)
+        err.print(f"note: {sample.name + ': ' if sample.name else ''}{sample.text()}")
+        if warning := throttle_warning(sample):
+            err.print(f"note: {warning}")
+    degraded = status.get("degraded")
+    if isinstance(degraded, list) and degraded:
+        err.print(f"note: {degraded_text(degraded)} (turned off under sustained load; back on once there is headroom)")

@@ -26,6 +26,38 @@ def _parse_maps(values: list[str]) -> list[dict]:
     return out
 
 
+STREAM_FORM = "INPUT=OUTPUT[,name=NAME][,face=FACE][,max_latency=33ms]"
+
+
+def parse_stream_flags(values: list[str]) -> list[dict]:
+    """``--stream`` values -> ``[[streams]]`` rows. ``INPUT=OUTPUT`` splits at the first '='; the
+    options are the trailing ``,key=value`` parts whose key is a stream key (so a path may hold
+    commas)."""
+    from ..config import STREAM_KEYS
+
+    rows = []
+    for v in values:
+        opts: dict[str, str] = {}
+        head = v
+        while True:
+            base, sep, tail = head.rpartition(",")
+            key, eq, val = tail.partition("=")
+            if not sep or not eq or key.strip() not in STREAM_KEYS or key.strip() in ("input", "output"):
+                break
+            opts[key.strip()] = val.strip()
+            head = base
+        inp, sep, outp = head.partition("=")
+        if not sep or not inp.strip() or not outp.strip():
+            fail(
+                VcamError(
+                    f"--stream: expected {STREAM_FORM}, got {v!r}",
+                    hint="e.g. --stream webcam:0=vcam --stream demo=file:out.mp4,name=demo",
+                )
+            )
+        rows.append({"input": inp.strip(), "output": outp.strip(), **opts})
+    return rows
+
+
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="webcam[:N] | PATH (video or image) | demo | pattern"),
@@ -41,6 +73,12 @@ def run(
     map_: Optional[list[str]] = typer.Option(
         None, "--map", help="TARGET=SOURCE: the person TARGET (bank name or photo) gets face SOURCE; repeatable."
     ),
+    stream: Optional[list[str]] = typer.Option(
+        None,
+        "--stream",
+        help=f"Several streams in one daemon, one flag each: {STREAM_FORM} (models shared, faces batched).",
+    ),
+    upscale: Optional[str] = typer.Option(None, "--upscale", help="Frame enhancer model, e.g. real_esrgan_x2 ('' : off)."),
     max_latency: Optional[str] = typer.Option(
         None, "--max-latency", help="Drop frames older than this at publish, e.g. 33ms (0: off)."
     ),
@@ -74,6 +112,7 @@ def run(
         ("swap", "fp32"): ("--fp32-swapper", True if fp32_swapper else None),
         ("mask", "types"): ("--mask", mask),
         ("swap", "map"): ("--map", _parse_maps(map_) if map_ else None),
+        ("upscale", "model"): ("--upscale", upscale),
         ("pipeline", "max_latency"): ("--max-latency", max_latency),
         ("pipeline", "device"): ("--device", device),
         ("pipeline", "backend"): ("--backend", backend),
@@ -87,7 +126,16 @@ def run(
         if value is not None:
             overrides.setdefault(table, {})[key] = value
             labels[(table, key)] = flag
+    if stream and (input is not None or output is not None):
+        fail(VcamError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
     cfg = load_config(config, overrides, labels)
+    if stream:
+        from ..config import parse_streams
+
+        try:
+            cfg = cfg.replace(streams=parse_streams(parse_stream_flags(stream), "--stream"))
+        except VcamError as err:
+            fail(err)
     try:
         dur = float(Duration.parse(duration)) if duration else None
     except ValueError:
@@ -98,8 +146,13 @@ def run(
     from ..errors import ModelError
 
     status_line = _StatusLine(enabled=not quiet)
+    several = len(cfg.streams) > 1
     for attempt in (1, 2):
-        daemon = Daemon(cfg, on_status=status_line.update)
+        daemon = Daemon(
+            cfg,
+            on_status=None if several else status_line.update,
+            on_stream_status=status_line.update_stream if several else None,
+        )
         try:
             with status_line:
                 summary = daemon.run(max_frames=frames, duration=dur)
@@ -113,7 +166,19 @@ def run(
             fail(err)
         except VcamError as err:
             fail(err)
-    console.print(summary.line(), highlight=False, soft_wrap=True)
+    if several:
+        for name, s in daemon.summaries.items():
+            console.print(escape(f"[{name}] {s.line()}"), highlight=False, soft_wrap=True)
+            if s.error:
+                console.print(escape(f"[{name}] error: {s.error}"), highlight=False, soft_wrap=True)
+        total = sum(s.frames_out for s in daemon.summaries.values())
+        secs = max((s.seconds for s in daemon.summaries.values()), default=0.0)
+        console.print(
+            f"all {len(daemon.summaries)} streams: {total} frames published ({total / secs if secs else 0:.1f} fps in all)",
+            highlight=False,
+        )
+    else:
+        console.print(summary.line(), highlight=False, soft_wrap=True)
     if summary.models:
         console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
 
@@ -124,6 +189,7 @@ class _StatusLine:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and console.is_terminal
         self._live = None
+        self._lines: dict[str, str] = {}
 
     def __enter__(self):
         if self.enabled:
@@ -138,11 +204,18 @@ class _StatusLine:
             self._live.__exit__(*exc)
 
     def update(self, status, active: str | None, swap: bool) -> None:
-        text = format_status(status, active, swap)
+        self._show(format_status(status, active, swap))
+
+    def update_stream(self, name: str, status, active: str | None, swap: bool) -> None:
+        """Several streams: one line each, named."""
+        self._lines[name] = f"[bold]{escape(name)}[/] " + format_status(status, active, swap)
+        self._show("\n".join(self._lines.values()), self._lines[name])
+
+    def _show(self, text: str, line: str | None = None) -> None:
         if self._live is not None:
             self._live.update(text)
         elif not console.is_terminal:
-            logging.getLogger("vcam.status").info("%s", text)
+            logging.getLogger("vcam.status").info("%s", line or text)
 
 
 def format_status(status, active: str | None, swap: bool) -> str:
@@ -204,4 +277,9 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
             if table == "obs" and f.name == "password" and v:
                 v = "***"
             out.print(f"{f.name} = {toml_value(v)}", highlight=False, markup=False)
+        out.print("")
+    for st in cfg.streams:
+        out.print("[[streams]]", highlight=False, markup=False)
+        for f in dataclasses.fields(st):
+            out.print(f"{f.name} = {toml_value(getattr(st, f.name))}", highlight=False, markup=False)
         out.print("")

@@ -103,7 +103,7 @@ def _socket_alive(path: Path) -> bool:
         return True
 
 
-COMMAND_KEYS = ("face", "swap", "map", "unmap", "status")
+COMMAND_KEYS = ("face", "swap", "map", "unmap", "status", "stream")
 
 
 def apply_control(state: RuntimeState, cmd: dict) -> dict:
@@ -116,6 +116,7 @@ def apply_control(state: RuntimeState, cmd: dict) -> dict:
         raise ControlError(
             f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, map, unmap or status"
         )
+    cmd = {k: v for k, v in cmd.items() if k != "stream"}
     if "map" in cmd:
         m = cmd["map"]
         if not (isinstance(m, dict) and set(m) == {"target", "source"} and all(isinstance(v, str) and v for v in m.values())):
@@ -134,10 +135,46 @@ def apply_control(state: RuntimeState, cmd: dict) -> dict:
     return reply
 
 
-def handle_command(state: RuntimeState, cmd) -> dict:
-    """One request -> one reply (never raises)."""
+def handle_command(state: RuntimeState, cmd, streams: dict[str, RuntimeState] | None = None) -> dict:
+    """One request -> one reply (never raises). ``streams`` (a daemon running several streams):
+    name -> state; ``{"stream": NAME, ...}`` acts on that stream, a command without it on every
+    stream (the reply then carries ``streams``: each one's face, swap and mappings, and status)."""
     if not isinstance(cmd, dict):
         return {"ok": False, "error": 'a command is a JSON object like {"face": "NAME"}'}
+    if streams:
+        return _handle_streams(streams, cmd)
+    if cmd.get("stream") is not None:
+        return {
+            "ok": False,
+            "error": f"this daemon runs one stream, there is no stream {cmd['stream']!r}",
+            "hint": "leave out --stream",
+        }
+    return _handle_one(state, cmd)
+
+
+def _handle_streams(streams: dict[str, RuntimeState], cmd: dict) -> dict:
+    name = cmd.get("stream")
+    if name is not None:
+        if name not in streams:
+            return {
+                "ok": False,
+                "error": f"no stream {name!r}",
+                "hint": "streams of this daemon: " + ", ".join(streams),
+            }
+        reply = _handle_one(streams[name], cmd)
+        reply["stream"] = name
+        return reply
+    replies = {n: _handle_one(st, cmd) for n, st in streams.items()}
+    first = next(iter(replies.values()))
+    bad = next((r for r in replies.values() if not r["ok"]), None)
+    reply = dict(bad or first)
+    reply["streams"] = {
+        n: {k: r[k] for k in ("ok", "face", "swap", "mappings", "status", "error") if k in r} for n, r in replies.items()
+    }
+    return reply
+
+
+def _handle_one(state: RuntimeState, cmd: dict) -> dict:
     try:
         reply = apply_control(state, cmd)
     except Exception as exc:
@@ -158,11 +195,13 @@ def handle_command(state: RuntimeState, cmd) -> dict:
 
 
 class ControlServer:
-    """Serve control commands for ``state`` on the Unix socket ``path`` (``start()``/``stop()``)."""
+    """Serve control commands for ``state`` on the Unix socket ``path`` (``start()``/``stop()``);
+    ``streams``: every stream's state by name, for a daemon running several."""
 
-    def __init__(self, path: str | os.PathLike, state: RuntimeState) -> None:
+    def __init__(self, path: str | os.PathLike, state: RuntimeState, *, streams: dict[str, RuntimeState] | None = None) -> None:
         self.path = Path(path)
         self.state = state
+        self.streams = dict(streams) if streams else None
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -350,7 +389,7 @@ class ControlServer:
         except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
             reply = {"ok": False, "error": "not JSON (or nested too deep): send one JSON object per line"}
         else:
-            reply = handle_command(self.state, cmd)
+            reply = handle_command(self.state, cmd, self.streams)
         return json.dumps(reply).encode() + b"\n"
 
 

@@ -815,8 +815,10 @@ class ObsController:
         mappings = self.state.mappings
         if mappings:
             extra += "  map: " + ", ".join(f"{t} -> {f}" for t, f in mappings.items())
-        if st.guard_text():
-            extra += f"  {st.guard_text()}"
+        from ..status import status_parts
+
+        for part in status_parts(st):  # NaN guard counts, the GPU reading, the stages off under load
+            extra += f"  {part}"
         head = f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
         return f"{head}{extra}  (at {stamp})"
 

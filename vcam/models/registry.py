@@ -24,6 +24,11 @@ probability out), ``parser`` (BiSeNet: ImageNet-normalised RGB crops in, 19 Cele
 logits per pixel out; :data:`PARSER_CLASSES` maps region names to class indices) and
 ``landmarker`` (2DFAN4: a box crop in, 68 points in 64-px heatmap units out; fan_68_5: 5 points in
 the unit ``ffhq_512`` frame in, 68 points in the same frame out).
+
+Frame upscalers (``upscaler``, the frame enhancer of :mod:`vcam.upscale`): Real-ESRGAN's RRDBNet,
+RGB in [0, 1] in, RGB in [0, 1] out at ``scale`` times the side. The rows declare the 256-px tile
+FaceFusion feeds them (its ``size`` (256, 16, 8)); the frame enhancer reads the loaded file's own
+input dims and uses any tile side when they are dynamic.
 """
 
 from __future__ import annotations
@@ -36,8 +41,18 @@ from ..errors import ModelError
 PRIMARY = "https://github.com/facefusion/facefusion-assets/releases/download/{base}/{file}"
 MIRROR = "https://huggingface.co/facefusion/{base}/resolve/main/{file}"
 
-Kind = Literal["detector", "recogniser", "swapper", "enhancer", "occluder", "parser", "landmarker", "converter"]
-KINDS: tuple[str, ...] = ("detector", "recogniser", "swapper", "enhancer", "occluder", "parser", "landmarker", "converter")
+Kind = Literal["detector", "recogniser", "swapper", "enhancer", "occluder", "parser", "landmarker", "converter", "upscaler"]
+KINDS: tuple[str, ...] = (
+    "detector",
+    "recogniser",
+    "swapper",
+    "enhancer",
+    "occluder",
+    "parser",
+    "landmarker",
+    "converter",
+    "upscaler",
+)
 
 #: The face parsers' 19 output classes, by index (CelebAMask-HQ order, as yakhyo/face-parsing's
 #: ``utils/prepare_labels.py`` numbers them: 0 is the background).
@@ -109,6 +124,7 @@ class ModelSpec:
     approx_mb: float = 0.0
     note: str = ""
     embedded: str | None = None  # "module:ATTRIBUTE" holding the ONNX bytes
+    scale: int = 1  # upscalers: output side / input side
 
     @property
     def hash_file(self) -> str | None:
@@ -429,6 +445,39 @@ _add(
         note="68 points from the 5 detector points, both in the unit ffhq_512 frame (no image)",
     )
 )
+
+# -- frame upscalers ----------------------------------------------------------------------------
+# Real-ESRGAN (xinntao; FaceFusion's exports): RRDBNet, 23 RRDB blocks of 64 features, growth 32;
+# RGB / 255 in, [0, 1] out. The x2 file pixel-unshuffles its input by 2 inside the graph (12 channels
+# into conv_first), as Real-ESRGAN x2plus does. The _fp16 files keep float32 inputs and outputs
+# (FaceFusion feeds every file float32). Shapes: the tile FaceFusion feeds (256 px, batch 1 there);
+# see the module docstring for dynamic files.
+_TILE = 256
+for _name, _scale, _mb in (
+    ("real_esrgan_x2", 2, 67.1),
+    ("real_esrgan_x2_fp16", 2, 33.6),
+    ("real_esrgan_x4", 4, 67.1),
+    ("real_esrgan_x4_fp16", 4, 33.6),
+):
+    _add(
+        ModelSpec(
+            name=_name,
+            kind="upscaler",
+            file=f"{_name}.onnx",
+            base="models-3.0.0",
+            inputs=(_IMG("input", _TILE),),
+            outputs=(_IMG("output", _TILE * _scale),),
+            licence="BSD-3-Clause (xinntao Real-ESRGAN)",
+            size=_TILE,
+            mean=(0.0,) * 3,
+            std=(1.0,) * 3,
+            rgb=True,
+            output="unit",
+            scale=_scale,
+            approx_mb=_mb,
+            note=f"frame super-resolution x{_scale} (RRDBNet); run tiled by the frame enhancer",
+        )
+    )
 
 
 def get(name: str) -> ModelSpec:

@@ -37,6 +37,19 @@ Conv weights are (Cout, Cin, kh, kw) with a bias (Cout,); Gemm weights are store
 scaled by 0.1 so tanh does not saturate), style Linear weights N(0, 0.3^2) with bias 1 for gamma
 and 0 for beta, zero conv biases: activations stay finite and the source visibly changes the output.
 
+Real-ESRGAN stand-ins (``upscaler``): the real architecture
+==========================================================
+RRDBNet as basicsr builds it (:func:`build_upscaler`): [x2: pixel-unshuffle by 2 (Reshape/Transpose,
+12 channels)] -> conv_first -> 23 RRDB blocks (3 residual dense blocks of 5 convs each, growth 32,
+LeakyReLU 0.2, residuals scaled by 0.2) -> conv_body, added to the trunk -> 2 x (nearest x2, conv,
+LeakyReLU) -> conv_hr, LeakyReLU -> conv_last; 64 features, all convs 3x3 with zero padding 1. Full
+size: 16,697,987 weights (x4), 16,703,171 (x2), as in RealESRGAN_x4plus / x2plus; ``--tiny``: one
+block, 16 features, growth 8. Weights: kaiming-normal times 0.1, zero biases (ESRGAN's initialisation
+of its dense blocks, which keeps the trunk stable), plus a pass-through of the picture on feature
+channels 0-2 (conv_first averages each colour's sub-pixels into them, the upsampling convs blur them
+with a [1 2 1] kernel, conv_hr and conv_last copy them), so the output is the input upscaled plus a
+random texture, and a tile's zero-padded border shows as it would in a trained network.
+
 Other stand-ins are small random networks with the real tensors (see :data:`BUILDERS`).
 """
 
@@ -389,6 +402,104 @@ def _build_fan_68_5(spec: registry.ModelSpec, *, seed: int = 0):
     return g.model([_vi(x)], [_vi(out)], spec.name)
 
 
+# -- Real-ESRGAN (RRDBNet) ----------------------------------------------------------------------
+def _pixel_unshuffle(g: _Graph, x: str, r: int) -> str:
+    """PyTorch's ``pixel_unshuffle(x, r)`` (channel ``c * r*r + dy * r + dx``) for dynamic H, W:
+    Reshape/Transpose only, so every backend runs it without shape arithmetic."""
+    h = g.op("Reshape", [x, g.const([0, 0, 0, -1, r])])  # N, C, H, W/r, dx
+    h = g.op("Transpose", [h], perm=[0, 1, 3, 4, 2])  # N, C, W/r, dx, H
+    h = g.op("Reshape", [h, g.const([0, 0, 0, 0, -1, r])])  # N, C, W/r, dx, H/r, dy
+    h = g.op("Transpose", [h], perm=[0, 4, 2, 1, 5, 3])  # N, H/r, W/r, C, dy, dx
+    h = g.op("Reshape", [h, g.const([0, 0, 0, -1])])  # N, H/r, W/r, C*r*r
+    return g.op("Transpose", [h], perm=[0, 3, 1, 2])
+
+
+def _esrgan_conv(
+    g: _Graph, x: str, cin: int, cout: int, tag: str, *, gain: float = 0.1, through: np.ndarray | None = None
+) -> str:
+    """3x3 conv, zero padding 1: kaiming-normal weights times ``gain``, zero bias, plus ``through``
+    (cout, cin, 3, 3) added (the pass-through part, see the module docstring)."""
+    w = g.rng.standard_normal((cout, cin, 3, 3), dtype=np.float32) * np.float32(gain * np.sqrt(2.0 / (cin * 9)))
+    if through is not None:
+        w += through.astype(np.float32)
+    wn = g.init(f"{tag}.weight", w)
+    bn = g.init(f"{tag}.bias", np.zeros((cout,), np.float32))
+    return g.op("Conv", [x, wn, bn], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+
+
+def _through(cout: int, cin: int, taps: np.ndarray, pairs) -> np.ndarray:
+    """A pass-through kernel: ``taps`` (3, 3) from input channel i to output channel o per (o, i)."""
+    w = np.zeros((cout, cin, 3, 3), np.float32)
+    for o, i in pairs:
+        w[o, i] += taps
+    return w
+
+
+def build_upscaler(spec: registry.ModelSpec, *, tiny: bool = False, seed: int = 0, dynamic: bool = False):
+    """Real-ESRGAN's RRDBNet for ``spec.scale`` (see the module docstring). ``dynamic``: the file
+    declares dynamic H and W (any tile side; the untiled baseline) instead of the registry's tile."""
+    feat, grow, blocks = (16, 8, 1) if tiny else (64, 32, 23)
+    scale = int(spec.scale)
+    if scale not in (1, 2, 4):
+        raise ModelError(f"{spec.name}: no RRDBNet stand-in for scale {scale}", hint="scales 1, 2 and 4 are built")
+    g = _Graph(seed)
+    x = spec.inputs[0]
+    unshuffle = {1: 4, 2: 2, 4: 1}[scale]
+    h = x.name if unshuffle == 1 else _pixel_unshuffle(g, x.name, unshuffle)
+    cin = 3 * unshuffle * unshuffle
+    dirac = np.zeros((3, 3), np.float32)
+    dirac[1, 1] = 1.0
+    blur = np.outer([1.0, 2.0, 1.0], [1.0, 2.0, 1.0]).astype(np.float32) / np.float32(16.0)
+    sub = unshuffle * unshuffle  # each colour's sub-pixels, averaged into its pass-through channel
+    first = _through(feat, cin, dirac / np.float32(sub), [(c, c * sub + k) for c in range(3) for k in range(sub)])
+    fea = _esrgan_conv(g, h, cin, feat, "conv_first", through=first)
+    trunk = fea
+    slope = g.const(np.float32(0.2), np.float32)
+    for b in range(blocks):
+        block_in = trunk
+        for r in range(3):
+            rdb_in = trunk
+            parts = [rdb_in]
+            for k in range(1, 6):
+                cat = parts[0] if len(parts) == 1 else g.op("Concat", list(parts), axis=1)
+                c_in = feat + grow * (k - 1)
+                y = _esrgan_conv(g, cat, c_in, grow if k < 5 else feat, f"body.{b}.rdb{r + 1}.conv{k}")
+                if k < 5:
+                    parts.append(g.lrelu(y))
+            trunk = g.op("Add", [g.op("Mul", [y, slope]), rdb_in])
+        trunk = g.op("Add", [g.op("Mul", [trunk, slope]), block_in])
+    # each RRDB returns about 1.2 times its input at this initialisation: conv_body undoes the growth
+    body = _esrgan_conv(g, trunk, feat, feat, "conv_body", gain=0.1 / 1.2**blocks)
+    h = g.op("Add", [fea, body])
+    keep = [(c, c) for c in range(3)]
+    scales = g.const(np.array([1, 1, 2, 2], np.float32), np.float32)
+    for k in (1, 2):
+        up = g.op("Resize", [h, "", scales], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        h = g.lrelu(_esrgan_conv(g, up, feat, feat, f"conv_up{k}", through=_through(feat, feat, blur, keep)))
+    h = g.lrelu(_esrgan_conv(g, h, feat, feat, "conv_hr", through=_through(feat, feat, dirac, keep)))
+    out_t = spec.outputs[0]
+    w = _through(3, feat, dirac, keep)
+    w += g.rng.standard_normal(w.shape, dtype=np.float32) * np.float32(0.1 * np.sqrt(2.0 / (feat * 9)))
+    g.op(
+        "Conv",
+        [h, g.init("conv_last.weight", w), g.init("conv_last.bias", np.zeros((3,), np.float32))],
+        out=out_t.name,
+        kernel_shape=[3, 3],
+        strides=[1, 1],
+        pads=[1, 1, 1, 1],
+    )
+    if dynamic:
+        x = registry.Tensor(x.name, (x.shape[0], 3, "H", "W"), x.dtype)
+        out_t = registry.Tensor(out_t.name, (out_t.shape[0], 3, f"H*{scale}", f"W*{scale}"), out_t.dtype)
+    kind = "tiny" if tiny else "full size"
+    return g.model(
+        [_vi(x)],
+        [_vi(out_t)],
+        spec.name,
+        f"vcam stand-in for {spec.name} ({kind}): Real-ESRGAN RRDBNet x{scale}, random weights with a pass-through",
+    )
+
+
 BUILDERS: dict[str, Callable] = {
     "detector": build_detector,
     "recogniser": build_recogniser,
@@ -398,6 +509,7 @@ BUILDERS: dict[str, Callable] = {
     "occluder": build_occluder,
     "parser": build_parser,
     "landmarker": build_landmarker,
+    "upscaler": build_upscaler,
 }
 
 

@@ -203,6 +203,31 @@ class Ops(Protocol):
 
     def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any: ...
 
+    def accumulate_tiles(
+        self,
+        output: Any,
+        count: int,
+        origins: np.ndarray,
+        flags: np.ndarray,
+        weights: Any,
+        acc: Any,
+        guard: Any,
+        frame: Any,
+        rgb: bool = True,
+    ) -> Any:
+        """Upscaled tiles (T, 3, S, S) in [0, 1], feathered by ``weights`` (4, S) float32 per side
+        ``flags``, added at ``origins`` (T, 2) (host, output pixels) to ``acc`` (sH, sW, 4) float32; a
+        NaN/Inf tile adds the resize of ``frame`` and counts in ``guard`` (:func:`vcam.upscale.accumulate_tiles`)."""
+        ...
+
+    def normalize_tiles(self, acc: Any, out: Any) -> Any:
+        """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR (:func:`vcam.upscale.normalize_tiles`)."""
+        ...
+
+    def resize_bilinear(self, frame: Any, out: Any) -> Any:
+        """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear (:func:`vcam.upscale.resize_bilinear`)."""
+        ...
+
 
 def cuda_status() -> tuple[bool, str]:
     """(True, "") when CuPy imports and sees a CUDA device, else (False, why)."""

@@ -93,6 +93,14 @@ LANDMARKS = np.dtype(
     },
     align=True,
 )
+MAX_TILES = 64  # tiles per launch of the accumulation (kernels/tiles.cu); larger batches loop
+TILES = np.dtype(
+    {
+        "names": ["x", "y", "flags", "count", "box"],
+        "formats": [("i4", (MAX_TILES,)), ("i4", (MAX_TILES,)), ("i4", (MAX_TILES,)), "i4", ("i4", (4,))],
+    },
+    align=True,
+)
 PASTE = np.dtype(
     {
         "names": ["crop_from_frame", "box", "count", "box_w", "box_h"],
@@ -727,6 +735,104 @@ class CudaOps:
             ),
         )
         return out
+
+    # -- frame enhancer (twins of vcam.upscale) ----------------------------------------------------
+    def accumulate_tiles(
+        self,
+        output: Any,
+        count: int,
+        origins: np.ndarray,
+        flags: np.ndarray,
+        weights: Any,
+        acc: Any,
+        guard: Any,
+        frame: Any,
+        rgb: bool = True,
+    ) -> Any:
+        """Add ``count`` upscaled tiles to ``acc`` (see :func:`vcam.upscale.accumulate_tiles`): per 64
+        tiles one guard launch (a block per tile) and one launch over the tiles' union, each thread
+        summing the tiles that cover its pixel in order (no atomics: the twin's order)."""
+        cp = self.xp
+        n = int(count)
+        if n <= 0:
+            return acc
+        with self.stream:  # a copy made here is ordered before the kernels
+            out = output if output.dtype in (cp.float16, cp.float32) else output.astype(cp.float32)
+            out = out if out.flags.c_contiguous else cp.ascontiguousarray(out)
+        suffix = "f16" if out.dtype == cp.float16 else "f32"
+        size = int(out.shape[-1])
+        out_h, out_w = int(acc.shape[0]), int(acc.shape[1])
+        h, w = int(frame.shape[0]), int(frame.shape[1])
+        origins = np.asarray(origins, np.int64).reshape(-1, 2)
+        flags = np.asarray(flags, np.int64).reshape(-1)
+        bad = self._tile_flags()
+        wts = self._dense(weights, np.float32)
+        dst = self._dense(acc, np.float32)
+        for s in range(0, n, MAX_TILES):
+            k = min(MAX_TILES, n - s)
+            o = origins[s : s + k]
+            p = np.zeros(1, dtype=TILES)
+            p["x"][0, :k], p["y"][0, :k], p["flags"][0, :k] = o[:, 0], o[:, 1], flags[s : s + k]
+            p["count"][0] = k
+            x0, y0 = max(0, int(o[:, 0].min())), max(0, int(o[:, 1].min()))
+            x1, y1 = min(out_w, int(o[:, 0].max()) + size), min(out_h, int(o[:, 1].max()) + size)
+            p["box"][0] = (x0, y0, x1, y1)
+            self._launch(
+                "tiles", f"tiles_guard_{suffix}", (k,), (out[s:], np.int32(k), np.int32(size), bad, guard[s:]), block=(512,)
+            )
+            if x1 <= x0 or y1 <= y0:
+                continue
+            self._launch(
+                "tiles",
+                f"tiles_accumulate_{suffix}",
+                (_grid((x1 - x0) * (y1 - y0)),),
+                (
+                    out[s:],
+                    bad,
+                    p,
+                    np.int32(size),
+                    wts,
+                    frame,
+                    np.int32(w),
+                    np.int32(h),
+                    np.float64(w / out_w),
+                    np.float64(h / out_h),
+                    np.int32(bool(rgb)),
+                    dst,
+                    np.int32(out_w),
+                ),
+            )
+        return acc
+
+    def normalize_tiles(self, acc: Any, out: Any) -> Any:
+        """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR; one thread per pixel."""
+        n = int(acc.shape[0]) * int(acc.shape[1])
+        self._launch(
+            "tiles", "tiles_normalize", (_grid(n),), (self._dense(acc, np.float32), np.int64(n), self._dense(out, np.uint8))
+        )
+        return out
+
+    def resize_bilinear(self, frame: Any, out: Any) -> Any:
+        """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear; one thread per output pixel."""
+        h, w = int(frame.shape[0]), int(frame.shape[1])
+        oh, ow = int(out.shape[0]), int(out.shape[1])
+        args = (
+            frame,
+            np.int32(w),
+            np.int32(h),
+            np.float64(w / ow),
+            np.float64(h / oh),
+            self._dense(out, np.uint8),
+            np.int32(ow),
+            np.int32(oh),
+        )
+        self._launch("tiles", "resize_bilinear", (_grid(ow * oh),), args)
+        return out
+
+    def _tile_flags(self) -> Any:
+        if getattr(self, "_tile_bad", None) is None:
+            self._tile_bad = self.empty((MAX_TILES,), np.int32)
+        return self._tile_bad
 
     def _no_guard(self) -> Any:
         if getattr(self, "_dummy_guard", None) is None:

@@ -169,5 +169,33 @@ class NumpyOps:
     def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> np.ndarray:
         return masks.parser_select(logits, count, classes, out, guard)
 
+    # -- frame enhancer (twins in vcam.upscale) -----------------------------------------------------
+    def accumulate_tiles(
+        self,
+        output: Any,
+        count: int,
+        origins: np.ndarray,
+        flags: np.ndarray,
+        weights: Any,
+        acc: Any,
+        guard: Any,
+        frame: Any,
+        rgb: bool = True,
+    ) -> np.ndarray:
+        from .. import upscale
+
+        return upscale.accumulate_tiles(output, count, origins, flags, weights, acc, guard, frame, rgb)
+
+    def normalize_tiles(self, acc: Any, out: Any) -> np.ndarray:
+        from .. import upscale
+
+        return upscale.normalize_tiles(acc, out)
+
+    def resize_bilinear(self, frame: Any, out: Any) -> np.ndarray:
+        """Through OpenCV (within one level of the exact :func:`vcam.upscale.resize_bilinear_exact`)."""
+        from .. import upscale
+
+        return upscale.resize_bilinear(frame, out)
+
 
 __all__ = ["NumpyOps"]

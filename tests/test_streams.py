@@ -1,0 +1,331 @@
+"""Several streams in one daemon (issue 12 part 1): config and flags, every stream published
+completely and exactly as it would be alone, faces of all streams in one swap batch, a stalled or
+failing stream never holding the others, and control per stream."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from vcam import demo
+from vcam.capture import DemoSource
+from vcam.cli import app
+from vcam.config import Config, ObsConfig, build, parse_streams
+from vcam.control.local import ControlServer, handle_command, send_command
+from vcam.daemon import Daemon
+from vcam.errors import ConfigError, InputError
+from vcam.publish import FileOutput, NullOutput
+from vcam.state import RuntimeState
+from vcam.status import status_suffix
+from vcam.swap import ClassicSwapper
+from vcam.types import PixelFormat
+
+W, H = 320, 240
+
+
+class Recorder(NullOutput):
+    """An output that keeps a copy of every frame it is sent."""
+
+    def __init__(self, width: int = W, height: int = H) -> None:
+        super().__init__(width, height)
+        self.got: list[np.ndarray] = []
+
+    def send(self, data) -> None:
+        super().send(data)
+        self.got.append(np.array(data, copy=True))
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    """A face photo (the source) and a 24-frame clip of another moving face, as files."""
+    d = tmp_path_factory.mktemp("media")
+    photo = d / "astronaut.png"
+    cv2.imwrite(str(photo), demo.portrait("astronaut"))
+    clip_path = d / "clip.mp4"
+    clip = demo.DemoClip(width=W, height=H, fps=30, seconds=0.8, seed=3)
+    with FileOutput(clip_path, W, H, 30, timing="frames") as out:
+        for i in range(clip.n_frames):
+            out.send(clip.frame(i))
+    return photo, clip_path
+
+
+def _cfg(streams: list[dict], **pipeline) -> Config:
+    return build(
+        {
+            "capture": {"width": W, "height": H, "pacing": "fast", "loop": False},
+            "pipeline": {"device": "cpu", **pipeline},
+            "streams": streams,
+        }
+    )
+
+
+# -- config and flags ------------------------------------------------------------------------------
+
+
+def test_streams_table_fills_names_and_inherits_the_rest():
+    cfg = build(
+        {
+            "pipeline": {"max_latency": "50ms"},
+            "swap": {"source": "alice"},
+            "streams": [
+                {"input": "demo", "output": "null"},
+                {"name": "desk", "input": "webcam:1", "output": "vcam:Studio B", "face": "bob", "max_latency": "20ms"},
+            ],
+        }
+    )
+    (n1, c1), (n2, c2) = cfg.per_stream()
+    assert (n1, c1.capture.input, c1.output.target, c1.swap.source) == ("s1", "demo", "null", "alice")
+    assert float(c1.pipeline.max_latency) == pytest.approx(0.05)
+    assert (n2, c2.capture.input, c2.output.target, c2.output.device_name) == ("desk", "webcam:1", "vcam", "Studio B")
+    assert c2.swap.source == "bob" and float(c2.pipeline.max_latency) == pytest.approx(0.02)
+    assert Config().per_stream() == [("s1", Config())]  # no streams: the config alone
+
+
+@pytest.mark.parametrize(
+    "rows, words",
+    [
+        ([{"input": "demo"}], "'output' is missing"),
+        ([{"input": "demo", "output": "null", "fps": 3}], "unknown key 'fps'"),
+        ([{"input": "demo", "output": "null", "name": "a b"}], "not a plain word"),
+        ([{"input": "demo", "output": "null", "max_latency": "soon"}], "a duration like"),
+        ([{"input": "demo", "output": "null", "name": "x"}, {"input": "demo", "output": "null", "name": "x"}], "two streams"),
+        ("demo=null", "[[streams]] tables"),
+    ],
+)
+def test_bad_streams_are_named(rows, words):
+    with pytest.raises(ConfigError) as err:
+        parse_streams(rows, "config.toml")
+    assert words in str(err.value) and "config.toml" in str(err.value)
+
+
+def test_stream_flags_read_naturally():
+    from vcam.cli.run import parse_stream_flags
+
+    rows = parse_stream_flags(["webcam:0=vcam", "clips/a,b.mp4=file:out.mp4,name=b,face=alice,max_latency=40ms"])
+    assert rows[0] == {"input": "webcam:0", "output": "vcam"}
+    assert rows[1] == {"input": "clips/a,b.mp4", "output": "file:out.mp4", "name": "b", "face": "alice", "max_latency": "40ms"}
+
+
+def test_stream_flag_errors_are_one_line():
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    for args, words in (
+        (["--stream", "demo"], "--stream: expected INPUT=OUTPUT"),
+        (["--stream", "demo=null", "--input", "demo"], "--stream replaces --input"),
+        (["--stream", "demo=null,name=x", "--stream", "demo=null,name=x"], "two streams are named 'x'"),
+    ):
+        r = runner.invoke(app, ["run", "--device", "cpu", "--quiet", *args])
+        lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+        assert r.exit_code != 0 and len(lines) == 1 and words in lines[0], r.output
+
+
+def test_obs_names_per_stream():
+    obs = ObsConfig()
+    assert obs.for_stream("s1", 1) == obs
+    two = obs.for_stream("desk", 2)
+    assert (two.scene, two.status_source) == ("FastSwap Faces (desk)", "FastSwap Status (desk)")
+
+
+# -- the frame loop --------------------------------------------------------------------------------
+
+
+def _run_alone(cfg: Config, name: str) -> list[np.ndarray]:
+    """The frames stream ``name`` of ``cfg`` publishes when it runs on its own."""
+    row = next(s for s in cfg.streams if s.name == name)
+    solo = cfg.replace(streams=parse_streams([{**row.__dict__}], "test"))
+    rec = Recorder()
+    Daemon(solo, outputs={name: rec}, control=False).run()
+    return rec.got
+
+
+def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch):
+    photo, clip = media
+    cfg = _cfg(
+        [
+            {"name": "demo", "input": "demo", "output": "null", "face": str(photo)},
+            {"name": "file", "input": str(clip), "output": "null", "face": str(photo)},
+        ]
+    )
+    calls: list[int] = []
+    batch = ClassicSwapper.swap_batch
+
+    def counted(self, parts, faces):
+        calls.append(len(parts))
+        return batch(self, parts, faces)
+
+    monkeypatch.setattr(ClassicSwapper, "swap_batch", counted)
+    recs = {"demo": Recorder(), "file": Recorder()}
+    daemon = Daemon(cfg, outputs=recs, control=False)
+    daemon.run(max_frames=24)
+    sums = daemon.summaries
+    assert [sums[n].frames_out for n in ("demo", "file")] == [24, 24], {n: s.line() for n, s in sums.items()}
+    assert all(s.dropped_capture == 0 and s.dropped_latency == 0 and s.error is None for s in sums.values())
+    # Faces of both streams went through the swapper together (both are read on demand: always ready).
+    assert max(calls) == 2 and calls.count(2) >= 20, calls
+    monkeypatch.setattr(ClassicSwapper, "swap_batch", batch)
+    for name, rec in recs.items():
+        alone = _run_alone(cfg, name)[:24]
+        assert len(alone) == 24
+        diff = max(int(np.abs(a.astype(np.int16) - b).max()) for a, b in zip(rec.got, alone))
+        assert diff == 0, f"stream {name}: differs from its run alone by up to {diff} levels"
+        # and the swap happened: the frames differ from the input
+    first_in = demo.DemoClip(width=W, height=H, fps=30).frame(0)
+    assert np.abs(recs["demo"].got[0].astype(np.int16) - first_in).max() > 50
+
+
+class Stalled:
+    """A source that never delivers a frame (a camera that hangs) until closed."""
+
+    width, height, fmt, fps = W, H, PixelFormat.BGR, 30.0
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def read(self):
+        self._closed.wait()
+        return None
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class Failing(DemoSource):
+    """The demo clip until frame 5, then the camera is unplugged."""
+
+    def read(self):
+        frame = super().read()
+        if frame is not None and frame.seq >= 5:
+            raise InputError("camera unplugged", hint="plug it back in")
+        return frame
+
+
+def test_a_stalled_stream_never_holds_the_others(media):
+    photo, _ = media
+    cfg = _cfg(
+        [
+            {"name": "live", "input": "demo", "output": "null", "face": str(photo)},
+            {"name": "hung", "input": "pattern", "output": "null"},
+        ]
+    )
+    live = Recorder()
+    daemon = Daemon(cfg, outputs={"live": live}, sources={"hung": Stalled()}, control=False)
+    daemon.start()
+    try:
+        t_end = time.monotonic() + 60
+        while len(live.got) < 30 and time.monotonic() < t_end and daemon._thread.is_alive():
+            time.sleep(0.05)
+        assert len(live.got) >= 30, daemon.summary.line()
+    finally:
+        daemon.stop()
+    assert daemon.summaries["hung"].frames_in == 0
+
+
+def test_a_failing_stream_stops_alone_with_its_error(media, caplog):
+    photo, clip = media
+    cfg = _cfg(
+        [
+            {"name": "good", "input": str(clip), "output": "null", "face": str(photo)},
+            {"name": "bad", "input": "demo", "output": "null"},
+        ]
+    )
+    bad = Failing(demo.DemoClip(width=W, height=H, fps=30), loop=False, realtime=False)
+    good = Recorder()
+    daemon = Daemon(cfg, outputs={"good": good}, sources={"bad": bad}, control=False)
+    daemon.run()
+    sums = daemon.summaries
+    assert sums["good"].frames_out == 24 and len(good.got) == 24
+    assert sums["bad"].frames_out == 5 and "camera unplugged" in (sums["bad"].error or "")
+    assert any("stream bad stopped: camera unplugged" in r.getMessage() for r in caplog.records)
+
+
+# -- control ---------------------------------------------------------------------------------------
+
+
+def _states():
+    from vcam.types import SourceFace
+
+    faces = {n: SourceFace(name=n, image=np.zeros((8, 8, 3), np.uint8)) for n in ("alice", "bob")}
+    return {"a": RuntimeState(dict(faces), active="alice"), "b": RuntimeState(dict(faces), active="alice")}
+
+
+def test_control_targets_one_stream_or_all():
+    streams = _states()
+    r = handle_command(streams["a"], {"stream": "b", "face": "bob"}, streams)
+    assert r["ok"] and r["stream"] == "b" and r["face"] == "bob"
+    assert (streams["a"].active, streams["b"].active) == ("alice", "bob")
+    r = handle_command(streams["a"], {"swap": "off"}, streams)
+    assert r["ok"] and {n: v["swap"] for n, v in r["streams"].items()} == {"a": "off", "b": "off"}
+    r = handle_command(streams["a"], {"stream": "nope", "face": "bob"}, streams)
+    assert not r["ok"] and "no stream 'nope'" in r["error"] and "a, b" in r["hint"]
+    r = handle_command(streams["a"], {"status": True}, streams)
+    assert set(r["streams"]) == {"a", "b"} and "status" in r["streams"]["b"]
+    one = RuntimeState()
+    r = handle_command(one, {"stream": "b", "swap": "on"})
+    assert not r["ok"] and "one stream" in r["error"]
+
+
+def test_ctl_stream_over_the_socket(tmp_path):
+    from typer.testing import CliRunner
+
+    streams = _states()
+    sock = tmp_path / "run" / "vcam.sock"
+    sock.parent.mkdir(mode=0o700)
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text(f'[control]\nsocket = "{sock}"\n')
+    with ControlServer(sock, streams["a"], streams=streams):
+        r = CliRunner().invoke(app, ["ctl", "--stream", "b", "face", "bob", "--config", str(cfg_file)])
+        assert r.exit_code == 0, r.output
+        assert (streams["a"].active, streams["b"].active) == ("alice", "bob")
+        r = CliRunner().invoke(app, ["ctl", "--stream", "zz", "face", "bob", "--config", str(cfg_file)])
+        assert r.exit_code != 0 and "no stream 'zz'" in r.output
+        assert send_command(sock, {"face": "bob"})["ok"]
+        assert (streams["a"].active, streams["b"].active) == ("bob", "bob")
+
+
+# -- degradation under load (issue 12 part 3, in the daemon) --------------------------------------
+
+
+def test_sustained_overload_turns_the_occlusion_mask_off_and_the_status_says_so(tmp_path, monkeypatch, caplog):
+    """A 30 fps camera-like source through an occluder that takes 60 ms a frame (over the 40 ms
+    budget): the daemon turns the occlusion mask off (the only optional stage configured), frames
+    come within the budget again, and the status names the stage."""
+    from vcam.mask import Masker
+    from vcam.models import standin
+
+    standin.write("xseg_1", tmp_path, tiny=True)
+    cfg = build(
+        {
+            "capture": {"input": "demo", "width": W, "height": H, "pacing": "realtime"},
+            "pipeline": {"device": "cpu", "max_latency": "40ms"},
+            "mask": {"types": ["box", "face", "occlusion"]},
+            "models": {"dir": str(tmp_path)},
+            "degrade": {"after": "0.3s", "recover": "30s"},
+            "status": {"interval": "0.1s"},
+        }
+    )
+    applied = []
+    masks = Masker.masks
+
+    def slow_masks(self, frame, mats, landmarks, boxes, n, base, models=None):
+        if self.occluder is not None and (models or {}).get("occlusion", True):
+            applied.append(time.perf_counter())
+            time.sleep(0.06)
+        return masks(self, frame, mats, landmarks, boxes, n, base, models)
+
+    monkeypatch.setattr(Masker, "masks", slow_masks)
+    statuses = []
+    daemon = Daemon(cfg, output=Recorder(), control=False, on_status=lambda s, a, w: statuses.append(s))
+    daemon.start(duration=2.5)
+    daemon._thread.join(60)
+    assert daemon.degrader.off == ("occlusion",), daemon.summary.line()
+    assert daemon.assembly.stages_on == {"occlusion": False}
+    assert any("degrade: occlusion off" in r.getMessage() for r in caplog.records)
+    assert statuses[-1].degraded == ("occlusion",) and "degraded: occlusion off" in status_suffix(statuses[-1])
+    # after the switch the occluder no longer ran, and frames were published within the budget again
+    t_off = applied[-1]
+    assert daemon.summary.frames_out > 20 and sum(1 for t in applied if t > t_off) == 0

@@ -1,0 +1,241 @@
+"""Several streams in one daemon against one process per stream (issue 12 part 1).
+
+    python -m vcam.bench.streams [--device cuda] [--streams 4] [--size 1080p] [--seconds 8]
+        [--swapper inswapper_128 --model-dir DIR] [--fp16] [--json bench_streams.json]
+
+Every stream plays the same one-face clip (the demo clip's first frames, rendered once and kept in
+memory, so the source costs nothing) to the null output. Four rows, all in the same run:
+
+- ``one daemon, flat out``: one ``vcam`` daemon with N streams read on demand: total frames
+  published per second, and each stream's capture-to-publish p50/p99;
+- ``N processes, flat out``: N separate daemon processes of one stream each (the naive baseline:
+  models, CUDA context and batches per process), started together and measured over the same time;
+- ``one daemon, paced`` / ``N processes, paced``: the same with every stream at the clip's 30 fps,
+  as cameras deliver (streams out of phase): the latency under real-time load.
+
+The processes are started first and wait at a barrier until every one has loaded its models, so
+start-up is not measured; each then runs for ``--seconds``. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ..capture import DemoSource
+from ..config import Config, build
+from ..daemon import Daemon
+from ..publish import NullOutput
+from . import write_report
+
+SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
+
+
+class _Frames:
+    """The first ``count`` frames of the demo clip, rendered once (a clip for :class:`DemoSource`)."""
+
+    def __init__(self, width: int, height: int, count: int = 30, fps: float = 30.0, seed: int = 0) -> None:
+        from ..demo import DemoClip
+
+        clip = DemoClip(width=width, height=height, fps=fps, seed=seed)
+        self.width, self.height, self.fps, self.n_frames = width, height, fps, count
+        self._frames = [clip.frame(i) for i in range(count)]
+
+    def frame(self, i: int) -> np.ndarray:
+        return self._frames[i % self.n_frames]
+
+
+def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
+    w, h = SIZES[args.size]
+    data: dict[str, Any] = {
+        "capture": {"width": w, "height": h, "pacing": "realtime" if paced else "fast", "loop": True},
+        "pipeline": {"device": args.device, "fp16": bool(args.fp16), "max_latency": 0, "max_faces": args.max_faces},
+        "swap": {"swapper": args.swapper},
+        "streams": [{"name": f"s{i + 1}", "input": "demo", "output": "null"} for i in range(streams)],
+        "status": {"interval": "1s"},
+    }
+    if args.model_dir:
+        data["models"] = {"dir": args.model_dir}
+    if args.deadline is not None:
+        data["pipeline"]["batch_deadline"] = args.deadline
+    return build(data)
+
+
+def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
+    cfg = _config(args, streams, paced)
+    w, h = SIZES[args.size]
+    frames = _Frames(w, h)
+    sources = {}
+    for i, (name, _) in enumerate(cfg.per_stream()):
+        src = DemoSource(frames, loop=True, realtime=paced)
+        sources[name] = src
+        if paced and streams > 1:  # cameras are not in phase: stagger the streams over a frame time
+            time.sleep(1.0 / frames.fps / streams * (i > 0))
+    outputs = {name: NullOutput(w, h) for name, _ in cfg.per_stream()}
+    return Daemon(cfg, sources=sources, outputs=outputs, control=False)
+
+
+def _measure(daemon: Daemon, seconds: float) -> dict:
+    daemon.main_loop(None, seconds)
+    rows = {}
+    for name, s in daemon.summaries.items():
+        rows[name] = {
+            "frames": s.frames_out,
+            "seconds": s.seconds,
+            "fps": s.fps,
+            "p50_ms": s.percentile(50),
+            "p99_ms": s.percentile(99),
+        }
+    return rows
+
+
+def _one_daemon(args: argparse.Namespace, paced: bool) -> dict:
+    daemon = _daemon(args, args.streams, paced)
+    daemon.startup()
+    try:
+        rows = _measure(daemon, args.seconds)
+    finally:
+        daemon.shutdown()
+    return _total(rows)
+
+
+def _total(rows: dict) -> dict:
+    lat50 = [r["p50_ms"] for r in rows.values()]
+    lat99 = [r["p99_ms"] for r in rows.values()]
+    return {
+        "streams": rows,
+        "total_fps": sum(r["fps"] for r in rows.values()),
+        "worst_p50_ms": max(lat50) if lat50 else 0.0,
+        "worst_p99_ms": max(lat99) if lat99 else 0.0,
+    }
+
+
+def _processes(args: argparse.Namespace, paced: bool) -> dict:
+    """N worker processes of one stream each, released together once all have started up."""
+    cmd = [sys.executable, "-m", "vcam.bench.streams", "--worker", "--size", args.size, "--device", args.device]
+    cmd += ["--swapper", args.swapper, "--seconds", str(args.seconds), "--max-faces", str(args.max_faces)]
+    cmd += ["--fp16"] if args.fp16 else []
+    cmd += ["--model-dir", args.model_dir] if args.model_dir else []
+    cmd += ["--paced"] if paced else []
+    procs = [
+        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        for _ in range(args.streams)
+    ]
+    try:
+        for p in procs:  # each says "ready" once its models are loaded
+            line = p.stdout.readline()
+            if line.strip() != "ready":
+                raise RuntimeError(f"a worker did not start: {line!r}")
+        for i, p in enumerate(procs):
+            if paced and i:
+                time.sleep(1.0 / 30.0 / args.streams)  # out of phase, as in the one-daemon row
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        rows = {}
+        for i, p in enumerate(procs):
+            out, _ = p.communicate(timeout=args.seconds + 120)
+            rows[f"p{i + 1}"] = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return _total(rows)
+
+
+def _worker(args: argparse.Namespace) -> None:
+    daemon = _daemon(args, 1, args.paced)
+    daemon.startup()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    try:
+        rows = _measure(daemon, args.seconds)
+    finally:
+        daemon.shutdown()
+    print(json.dumps(next(iter(rows.values()))), flush=True)
+
+
+def _gpu_memory() -> dict:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"torch_max_allocated_mb": torch.cuda.max_memory_allocated() / 2**20}
+    except ImportError:
+        pass
+    return {}
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--size", default="1080p", choices=sorted(SIZES))
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--swapper", default="classic")
+    ap.add_argument("--model-dir", default="")
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--max-faces", type=int, default=8)
+    ap.add_argument("--deadline", default=None, help="[pipeline] batch_deadline, e.g. 2ms")
+    ap.add_argument("--modes", default="daemon,processes,daemon-paced,processes-paced")
+    ap.add_argument("--json", default="bench_streams.json")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return None
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    results: dict[str, dict] = {}
+    for mode in modes:
+        paced = mode.endswith("-paced")
+        t0 = time.perf_counter()
+        if mode.startswith("daemon"):
+            results[mode] = _one_daemon(args, paced)
+        else:
+            results[mode] = _processes(args, paced)
+        results[mode]["wall_s"] = time.perf_counter() - t0
+    n = args.streams
+    fp = " fp16" if args.fp16 else ""
+    print(f"{n} streams of {args.size} one face, {args.swapper}{fp} on {args.device}, {args.seconds:g} s each")
+    print(f"{'mode':<28} {'total fps':>10} {'per stream fps':>16} {'worst p50 ms':>13} {'worst p99 ms':>13}")
+    labels = {
+        "daemon": f"one daemon, {n} streams",
+        "processes": f"{n} processes",
+        "daemon-paced": f"one daemon, {n} x 30 fps",
+        "processes-paced": f"{n} processes, 30 fps each",
+    }
+    for mode, r in results.items():
+        per = ", ".join(f"{s['fps']:.0f}" for s in r["streams"].values())
+        lat = f"{r['worst_p50_ms']:>13.2f} {r['worst_p99_ms']:>13.2f}"
+        print(f"{labels.get(mode, mode):<28} {r['total_fps']:>10.1f} {per:>16} {lat}")
+    if "daemon" in results and "processes" in results and results["processes"]["total_fps"] > 0:
+        ratio = results["daemon"]["total_fps"] / results["processes"]["total_fps"]
+        print(f"throughput, one daemon / {n} processes: {ratio:.2f}x")
+        results["throughput_ratio"] = ratio  # type: ignore[assignment]
+    payload = write_report(
+        args.json,
+        {
+            "streams": n,
+            "size": args.size,
+            "device": args.device,
+            "swapper": args.swapper,
+            "fp16": bool(args.fp16),
+            "seconds": args.seconds,
+            "results": results,
+            "gpu_memory": _gpu_memory(),
+            "threads": threading.active_count(),
+        },
+    )
+    return payload
+
+
+if __name__ == "__main__":
+    main()
