@@ -53,11 +53,11 @@ def media(tmp_path_factory):
     return photo, clip_path
 
 
-def _cfg(streams: list[dict], **pipeline) -> Config:
+def _cfg(streams: list[dict], device: str = "cpu", **pipeline) -> Config:
     return build(
         {
             "capture": {"width": W, "height": H, "pacing": "fast", "loop": False},
-            "pipeline": {"device": "cpu", **pipeline},
+            "pipeline": {"device": device, **pipeline},
             "streams": streams,
         }
     )
@@ -143,13 +143,16 @@ def _run_alone(cfg: Config, name: str) -> list[np.ndarray]:
     return rec.got
 
 
-def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch):
+def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch, device):
+    """On both devices (on CUDA: frames staged into pinned memory by the capture threads, downloads
+    not waited for until collect, the swap of both streams' faces in one call)."""
     photo, clip = media
     cfg = _cfg(
         [
             {"name": "demo", "input": "demo", "output": "null", "face": str(photo)},
             {"name": "file", "input": str(clip), "output": "null", "face": str(photo)},
-        ]
+        ],
+        device,
     )
     calls: list[int] = []
     batch = ClassicSwapper.swap_batch
@@ -172,7 +175,8 @@ def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch)
         alone = _run_alone(cfg, name)[:24]
         assert len(alone) == 24
         diff = max(int(np.abs(a.astype(np.int16) - b).max()) for a, b in zip(rec.got, alone))
-        assert diff == 0, f"stream {name}: differs from its run alone by up to {diff} levels"
+        # the CPU is exact; CuPy's reductions over a batch of 2 may round differently from 1
+        assert diff <= (0 if device == "cpu" else 2), f"stream {name}: differs from its run alone by up to {diff} levels"
         # and the swap happened: the frames differ from the input
     first_in = demo.DemoClip(width=W, height=H, fps=30).frame(0)
     assert np.abs(recs["demo"].got[0].astype(np.int16) - first_in).max() > 50
@@ -329,3 +333,25 @@ def test_sustained_overload_turns_the_occlusion_mask_off_and_the_status_says_so(
     # after the switch the occluder no longer ran, and frames were published within the budget again
     t_off = applied[-1]
     assert daemon.summary.frames_out > 20 and sum(1 for t in applied if t > t_off) == 0
+
+
+@pytest.mark.gpu
+def test_staged_frames_upload_exactly_and_their_buffers_are_reused_safely():
+    """Frames the capture thread copied into pinned staging buffers go up as they are, over more
+    frames than the ring holds (each buffer reused only after its upload)."""
+    from conftest import _make_ops
+
+    ops = _make_ops("cuda")
+    staging = ops.staging((H, W, 3), count=3)
+    io = ops.frame_io(PixelFormat.BGR, W, H, (H, W, 3), 2)
+    rng = np.random.default_rng(0)
+    for seq in range(12):
+        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        from vcam.types import Frame
+
+        frame = staging.stage(Frame(img, W, H, PixelFormat.BGR, 0.0, seq))
+        assert frame.data is staging.buffers[seq % 3]
+        dev = io.upload(frame, seq % 2)
+        io.release(seq % 2)
+        np.testing.assert_array_equal(ops.to_host(dev), img)
+    assert ops.transfers.h2d == 12

@@ -22,7 +22,7 @@ for step in $steps; do
       VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
         tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py \
         tests/test_mask.py tests/test_color.py tests/test_swap_classic.py tests/test_landmark.py \
-        tests/test_upscale.py tests/test_telemetry.py \
+        tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
@@ -30,6 +30,7 @@ for step in $steps; do
       timeout 200 python3 -m vcam.bench.detect --device cuda --json "$OUT/bench_detect_cuda.json" \
         2>&1 | tee "$OUT/bench_detect_cuda.txt" | tail -n 12 || rc=1 ;;
     streams)
+      mkdir -p /tmp/vcam-e2e/models
       python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
       python3 -m vcam models stand-in arcface_w600k_r50 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
       timeout ${STREAMS_TIMEOUT:-300} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-6} \

@@ -660,6 +660,8 @@ class CaptureThread:
     the source's :class:`InputError` (other exceptions are wrapped in one) in the consumer's
     thread. The thread owns the source and closes it when it ends. ``wake``: an event set whenever
     a frame arrives or the source ends, so one consumer can wait for any of several threads.
+    ``stage``: a function applied to each frame in the capture thread (the GPU path copies it into
+    a pinned buffer there, so the frame loop only starts its upload).
     """
 
     def __init__(
@@ -670,8 +672,10 @@ class CaptureThread:
         name: str = "vcam-capture",
         fps_window: int = 30,
         wake: threading.Event | None = None,
+        stage: Callable[[Frame], Frame] | None = None,
     ) -> None:
         self.source = source
+        self._stage = stage  # applied to each frame in this thread (e.g. a copy into pinned memory)
         self._wake = wake  # set whenever a frame arrives or the source ends (a consumer of several threads waits on it)
         self.lossless = bool(lossless)
         self._cond = threading.Condition()
@@ -737,6 +741,8 @@ class CaptureThread:
         try:
             while not self._stop.is_set():
                 frame = self.source.read()
+                if frame is not None and self._stage is not None:
+                    frame = self._stage(frame)
                 with self._cond:
                     if frame is None:
                         self._eof = True

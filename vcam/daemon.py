@@ -250,9 +250,15 @@ class Daemon:
             st.live = LiveStats(st.summary)
         self._start_telemetry()
         self._start_control()
+        from .convert import frame_shape
+
         for st in self.streams:
             name = "vcam-capture" if len(self.streams) == 1 else f"vcam-capture-{st.name}"
-            st.cap = capture.CaptureThread(st.source, lossless=st.delivery.lossless, name=name, wake=self._wake)
+            src = st.source
+            staging = asm.ops.staging(frame_shape(src.fmt, src.width, src.height)) if src.fmt != PixelFormat.MJPEG else None
+            st.cap = capture.CaptureThread(
+                src, lossless=st.delivery.lossless, name=name, wake=self._wake, stage=staging.stage if staging else None
+            )
             st.cap.start()
             self._components.insert(0, st.cap)
         self.ready.set()

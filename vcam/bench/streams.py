@@ -53,6 +53,20 @@ class _Frames:
         return self._frames[i % self.n_frames]
 
 
+class _Staggered(DemoSource):
+    """The demo source, its first frame ``delay`` seconds late (its pacing then runs from there)."""
+
+    def __init__(self, clip: _Frames, delay: float, **kw: Any) -> None:
+        super().__init__(clip, **kw)
+        self._delay = delay
+
+    def read(self) -> Any:
+        if self._delay:
+            time.sleep(self._delay)
+            self._delay = 0.0
+        return super().read()
+
+
 def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
     w, h = SIZES[args.size]
     data: dict[str, Any] = {
@@ -75,10 +89,9 @@ def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     frames = _Frames(w, h)
     sources = {}
     for i, (name, _) in enumerate(cfg.per_stream()):
-        src = DemoSource(frames, loop=True, realtime=paced)
-        sources[name] = src
-        if paced and streams > 1:  # cameras are not in phase: stagger the streams over a frame time
-            time.sleep(1.0 / frames.fps / streams * (i > 0))
+        # Cameras are not in phase: the streams start staggered over one frame time.
+        delay = i / frames.fps / streams if paced else 0.0
+        sources[name] = _Staggered(frames, delay, loop=True, realtime=paced)
     outputs = {name: NullOutput(w, h) for name, _ in cfg.per_stream()}
     return Daemon(cfg, sources=sources, outputs=outputs, control=False)
 

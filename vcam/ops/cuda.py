@@ -16,6 +16,7 @@ inputs, crops); a kernel never allocates. Every host<->device copy is counted in
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -124,6 +125,42 @@ def pinned(shape: tuple, dtype: Any = np.uint8) -> np.ndarray:
     return np.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
 
 
+def _get_async(src: Any, stream: Any, out: np.ndarray) -> None:
+    """Device -> pinned host copy queued on ``stream`` without waiting for it (CuPy >= 13; an older
+    CuPy waits)."""
+    try:
+        src.get(stream=stream, out=out, blocking=False)
+    except TypeError:  # pragma: no cover - CuPy < 13
+        src.get(stream=stream, out=out)
+
+
+class Staging:
+    """A ring of pinned host buffers a capture thread copies each frame into (off the frame loop),
+    so the upload is one DMA from it with no copy in the frame loop. Each buffer has an event
+    recorded after its upload; the capture thread waits on it before writing the buffer again."""
+
+    def __init__(self, ops: CudaOps, shape: tuple, count: int = 8) -> None:
+        import cupy
+
+        self.buffers = [pinned(shape) for _ in range(int(count))]
+        self.events = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
+        self._next = 0
+        for i, b in enumerate(self.buffers):
+            ops._staged[b.__array_interface__["data"][0]] = (self, i)
+
+    def stage(self, frame: Frame) -> Frame:
+        """``frame`` with its pixels copied into the next buffer (call in the capture thread)."""
+        i = self._next
+        self._next = (i + 1) % len(self.buffers)
+        buf = self.buffers[i]
+        data = np.asarray(frame.data)
+        if data.size != buf.size:
+            return frame  # another geometry: the frame loop copies it
+        self.events[i].synchronize()  # its last upload has left the buffer
+        np.copyto(buf, data.reshape(buf.shape))
+        return dataclasses.replace(frame, data=buf)
+
+
 class _DeviceIO:
     """Pinned host slots and device slots per direction, ``ring`` frames in flight (see the module
     docstring). Events order the copy stream against the compute stream."""
@@ -159,11 +196,17 @@ class _DeviceIO:
         ops = self.ops
         host = self._host_in[slot]
         data = np.asarray(frame.data)
-        if data.__array_interface__["data"][0] != host.__array_interface__["data"][0]:
+        ptr = data.__array_interface__["data"][0]
+        staged = ops._staged.get(ptr) if data.size == host.size else None
+        if staged is not None:  # already in pinned memory (a Staging buffer): one DMA from there
+            host = data.reshape(host.shape)
+        elif ptr != host.__array_interface__["data"][0]:
             self._up[slot].synchronize()
             np.copyto(host, data.reshape(host.shape))
         ops.copy.wait_event(self._in_free[slot])
         self._dev_in[slot].set(host, stream=ops.copy)
+        if staged is not None:
+            staged[0].events[staged[1]].record(ops.copy)
         ops.transfers.h2d += 1
         ops.transfers.h2d_bytes += host.nbytes
         self._up[slot].record(ops.copy)
@@ -182,7 +225,7 @@ class _DeviceIO:
         ops = self.ops
         self._out_ready[slot].record(ops.stream)
         ops.copy.wait_event(self._out_ready[slot])
-        self._dev_out[slot].get(stream=ops.copy, out=self._host_out[slot])
+        _get_async(self._dev_out[slot], ops.copy, self._host_out[slot])
         ops.transfers.d2h += 1
         ops.transfers.d2h_arrays += 1
         ops.transfers.d2h_bytes += self._host_out[slot].nbytes
@@ -236,6 +279,7 @@ class CudaOps:
         self.transfers = Transfers()
         self.kernels = Kernels()
         self._pinned: dict[tuple, np.ndarray] = {}
+        self._staged: dict[int, tuple[Staging, int]] = {}  # pinned staging buffer address -> (ring, index)
         self._read_done = cupy.cuda.Event(disable_timing=True)
         self._lm_params: np.ndarray | None = None
 
@@ -275,7 +319,7 @@ class CudaOps:
             if host is None:
                 host = self._pinned[key] = pinned(a.shape, a.dtype)
             src = a if a.flags.c_contiguous else self.xp.ascontiguousarray(a)
-            src.get(stream=self.stream, out=host)
+            _get_async(src, self.stream, host)
             self.transfers.d2h_bytes += host.nbytes
             out.append(host)
         self.transfers.d2h += 1
@@ -283,6 +327,10 @@ class CudaOps:
         self._read_done.record(self.stream)
         self._read_done.synchronize()
         return out
+
+    def staging(self, shape: tuple, count: int = 8) -> Staging:
+        """A :class:`Staging` ring for raw frames of ``shape`` (a capture thread fills it)."""
+        return Staging(self, shape, count)
 
     def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _DeviceIO:
         return _DeviceIO(self, in_fmt, width, height, out_shape, ring)

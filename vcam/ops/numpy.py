@@ -74,6 +74,10 @@ class NumpyOps:
     def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         return [np.asarray(a) for a in arrays]
 
+    def staging(self, shape: tuple, count: int = 8) -> None:
+        """No staging on the CPU: frames are read where they are."""
+        return None
+
     def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _HostIO:
         return _HostIO(out_shape, ring)
 

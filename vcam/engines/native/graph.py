@@ -487,6 +487,7 @@ class GraphModule(nn.Module):
             (n, [graph.resolve(x) if x else "" for x in n.input], list(n.output), attrs(n), HOST_ARGS.get(n.op_type, ()))
             for n in graph.nodes
         ]
+        self._drops = self._last_uses()
 
     def _value(self, env: dict[str, Value], name: str, host: bool) -> Value:
         if not name:
@@ -498,14 +499,32 @@ class GraphModule(nn.Module):
         arr = self._arrays[name]
         return float(arr.reshape(-1)[0]) if arr.dtype.kind == "f" and arr.size == 1 and not host else arr
 
+    def _last_uses(self) -> list[tuple[str, ...]]:
+        """Per node, the values computed in the graph whose last reader it is (not graph outputs):
+        :meth:`forward` drops them there, so a deep network holds only its live activations (the
+        peak memory of a CUDA graph capture is the widest cut, not the sum of every layer)."""
+        last: dict[str, int] = {}
+        for k, (_, ins, _, _, _) in enumerate(self._nodes):
+            for x in ins:
+                if x:
+                    last[x] = k
+        keep = set(self.output_names) | set(self._arrays)
+        out: list[list[str]] = [[] for _ in self._nodes]
+        for name, k in last.items():
+            if name not in keep:
+                out[k].append(name)
+        return [tuple(v) for v in out]
+
     def forward(self, *inputs: torch.Tensor) -> tuple:
         env: dict[str, Value] = dict(zip(self.input_names, inputs))
-        for node, ins, outs, a, host in self._nodes:
+        for (node, ins, outs, a, host), dead in zip(self._nodes, self._drops):
             res = OPS[node.op_type](node, [self._value(env, x, i in host) for i, x in enumerate(ins)], a)
             if isinstance(res, list):
                 env.update(zip(outs, res))
             else:
                 env[outs[0]] = res
+            for name in dead:
+                env.pop(name, None)
         return tuple(env[o] if o in env else self._value(env, o, False) for o in self.output_names)
 
 
