@@ -166,6 +166,11 @@ def visible_faces(client) -> list[str]:
     return sorted(n[len(FACE_PREFIX) :] for n, on in visible(client).items() if n.startswith(FACE_PREFIX) and on)
 
 
+def visible_faces_in(client, scene: str) -> list[str]:
+    shown = visible(client, scene)
+    return sorted(n[len(FACE_PREFIX) :] for n, on in shown.items() if n.startswith(FACE_PREFIX) and on)
+
+
 class EventRecorder:
     """A second websocket client that records CustomEvents (to read the controller's replies)."""
 
@@ -817,3 +822,51 @@ def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, mon
             if name in [s["sceneName"] for s in c.get_scene_list().scenes]:
                 c.remove_scene(name)
         c.disconnect()
+
+
+# --- several streams (issue 12): one control scene each ------------------------------------------
+
+
+def test_each_stream_has_its_own_obs_scene_and_hotkeys(obs_server, client, tmp_path, face_images, monkeypatch):
+    """`vcam obs setup` with two [[streams]] creates one scene per stream; in a running two-stream
+    daemon a hotkey of stream b's scene switches stream b only, and its frames show it."""
+    from typer.testing import CliRunner
+
+    from vcam.config import build, parse_streams
+    from vcam.daemon import Daemon
+
+    monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
+    cfg_file = tmp_path / "streams.toml"
+    cfg_file.write_text(
+        f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "Cams"\nstatus_source = "Cams Status"\n'
+        '[[streams]]\nname = "a"\ninput = "demo"\noutput = "null"\n'
+        '[[streams]]\nname = "b"\ninput = "demo"\noutput = "null"\n'
+    )
+    monkeypatch.setattr("vcam.cli.control.bank_images", lambda d: dict(face_images))
+    res = CliRunner().invoke(obs_app, ["setup", "--config", str(cfg_file)])
+    assert res.exit_code == 0, res.output
+    assert "scene 'Cams (a)' created" in res.output and "scene 'Cams (b)' created" in res.output, res.output
+    base = demo_daemon_config(tmp_path / "vcam.sock", obs=obs_cfg(obs_server, scene="Cams", status_source="Cams Status"))
+    cfg = base.replace(streams=parse_streams([{"name": n, "input": "demo", "output": "null"} for n in "ab"], "test"))
+    cfg = cfg.replace(capture=build({"capture": {"width": 320, "height": 240}}).capture)
+    state = RuntimeState(solid_faces(("alice", "bob")), active="bob")
+    outs = {"a": CapturingOutput(), "b": CapturingOutput()}
+    daemon = Daemon(cfg, state=state, outputs=outs)
+    daemon.start()
+    try:
+        assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
+        sa, sb = (st.state for st in daemon.streams)
+        assert wait_for(lambda: visible_faces_in(client, "Cams (b)") == ["bob"], 10) is not None
+        item = next(
+            it["sceneItemId"]
+            for it in client.get_scene_item_list("Cams (b)").scene_items
+            if it["sourceName"] == face_source_name("alice")
+        )
+        client.set_scene_item_enabled("Cams (b)", item, True)  # what the scene's hotkey does
+        assert wait_for(lambda: sb.active == "alice", 2) is not None, (sa.active, sb.active)
+        assert sa.active == "bob"
+        n = outs["b"].frames
+        assert wait_for(lambda: outs["b"].frames > n + 2 and colour_pixels(outs["b"].last, "alice") > 200, 10) is not None
+        assert colour_pixels(outs["a"].last, "bob") > 200 and colour_pixels(outs["a"].last, "alice") < 20
+    finally:
+        daemon.stop()

@@ -558,3 +558,18 @@ def test_an_enhancer_over_the_budget_is_skipped_before_frames_are_dropped(x2_mod
     assert "upscale skipped" in status_suffix(status) and "frame enhancer skipped on" in kept.line()
     plain, _ = runs[False]
     assert plain.upscale_skipped == 0 and plain.dropped_latency > 0.5 * plain.frames_in, plain.line()
+
+
+def test_frames_of_two_sizes_alternate_without_rebuilding():
+    """Two streams of different sizes share one enhancer: each size is configured once, then
+    frames alternate between them with the same results as alone."""
+    engine = _tiny_engine("real_esrgan_x2")
+    fe = FrameEnhancer("real_esrgan_x2", engine, tile=48, overlap=16, batch=4)
+    a, b = _picture(96, 80), _picture(64, 112)
+    want = {k: np.array(fe.enhance(img), copy=True) for k, img in (("a", a), ("b", b))}
+    bufs = {}
+    for k, img in (("a", a), ("b", b), ("a", a), ("b", b)):
+        got = fe.enhance(img)
+        bufs.setdefault(k, got)
+        assert got is bufs[k]  # the size's own buffer, not a new one
+        np.testing.assert_array_equal(got, want[k])

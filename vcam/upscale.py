@@ -178,6 +178,10 @@ def resize_bilinear_exact(frame: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 # -- the stage ------------------------------------------------------------------------------------
+#: Frame sizes whose buffers the frame enhancer keeps at once (one per stream size).
+MAX_SIZES = 4
+
+
 class FrameEnhancer:
     """Tiled super-resolution of whole frames with registry model ``spec`` (an ``upscaler``) on
     ``engine`` (see the module docstring).
@@ -186,7 +190,8 @@ class FrameEnhancer:
     unshuffle needs an even side; an engine whose file fixes the input size dictates it instead);
     ``overlap``: input pixels shared by neighbouring tiles (at most half a tile); ``batch``: tiles per
     engine call (at most the engine's ``max_batch``). Buffers are made for a frame size on its first
-    frame (or :meth:`configure`); then :meth:`enhance` allocates nothing and, on CUDA, never waits.
+    frame (or :meth:`configure`) and kept (up to :data:`MAX_SIZES` sizes, for streams of different
+    sizes); then :meth:`enhance` allocates nothing and, on CUDA, never waits.
     """
 
     def __init__(
@@ -230,6 +235,8 @@ class FrameEnhancer:
         self._weights = ops.asarray(feather_profile(self.tile * self.scale, self.overlap * self.scale))
         self._guard = ops.empty((self.batch,), np.int32)
         self._size: tuple[int, int] | None = None
+        # Buffers of each frame size seen (several streams of different sizes share the enhancer).
+        self._sizes: dict[tuple[int, int], tuple] = {}
         self._batches: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         self._feeds: dict[int, dict[str, Any]] = {}
         self._acc: Any = None
@@ -246,6 +253,12 @@ class FrameEnhancer:
         no-op for the size already configured."""
         if self._size == (width, height):
             return
+        cached = self._sizes.pop((width, height), None)
+        if cached is not None:  # another stream's size, configured before: switch to it
+            self._sizes[(width, height)] = cached
+            self._batches, self._feeds, self._acc, self._out, self.tiles = cached
+            self._size = (width, height)
+            return
         t, s = self.tile, self.scale
         origins, flags = tile_grid(width, height, t, self.overlap)
         batches = []
@@ -258,11 +271,14 @@ class FrameEnhancer:
         shapes = {self._input: (3, t, t)}
         feeds = {n: self.engine.input_buffers(n, shapes) for n in sorted({b[0] for b in batches})}
         ow, oh = self.output_size(width, height)
-        self._acc = self._out = None  # free the old size's buffers first
+        while len(self._sizes) >= MAX_SIZES:  # the least recently used size's buffers go first
+            self._sizes.pop(next(iter(self._sizes)))
+        self._acc = self._out = None
         self._acc = self.ops.empty((oh, ow, 4), np.float32)
         self._out = self.ops.empty((oh, ow, 3), np.uint8)
         self._batches, self._feeds, self._size = batches, feeds, (width, height)
         self.tiles = int(origins.shape[0])
+        self._sizes[(width, height)] = (batches, feeds, self._acc, self._out, self.tiles)
 
     def warmup(self, width: int, height: int) -> None:
         """Configure for this size and enhance one black frame (kernel builds, engine autotuning), so

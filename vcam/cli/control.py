@@ -52,7 +52,8 @@ def obs_setup(
     ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
-    """Create the "FastSwap Faces" scene (one source per face) and one per mapped person; print the hotkeys."""
+    """Create the "FastSwap Faces" scene (one source per face) and one per mapped person; print the
+    hotkeys. With several streams in the config, one "FastSwap Faces (NAME)" scene per stream."""
     from ..control.obs import connect, setup_scene
 
     try:
@@ -60,24 +61,34 @@ def obs_setup(
         faces = bank_images(cfg.faces_dir)
         if not faces:
             err.print("note: the face bank is empty; add faces with `vcam faces add PHOTO` and run this again")
-        device = None
-        if add_camera_source:
+
+        def camera_device(label: str) -> str | None:
+            if not add_camera_source:
+                return None
             from ..devices import find_virtual_camera
 
-            cam = find_virtual_camera(cfg.output.device_name)
-            device = cam.path if cam is not None else None
+            cam = find_virtual_camera(label)
+            return cam.path if cam is not None else None
+
         client = connect(cfg.obs)
+        reports = []
         try:
-            report = setup_scene(
-                client,
-                faces,
-                scene=cfg.obs.scene,
-                status_source=cfg.obs.status_source,
-                add_camera_source=add_camera_source,
-                camera_name=cfg.output.device_name,
-                camera_device=device,
-                targets=map_targets(cfg),
-            )
+            # One control scene per stream when the config runs several ([[streams]]).
+            streams = cfg.per_stream()
+            for name, scfg in streams:
+                obs = cfg.obs.for_stream(name, len(streams))
+                reports.append(
+                    setup_scene(
+                        client,
+                        faces,
+                        scene=obs.scene,
+                        status_source=obs.status_source,
+                        add_camera_source=add_camera_source,
+                        camera_name=scfg.output.device_name,
+                        camera_device=camera_device(scfg.output.device_name),
+                        targets=map_targets(cfg),
+                    )
+                )
         finally:
             client.disconnect()
     except VcamError as exc:
@@ -89,8 +100,9 @@ def obs_setup(
                 hint="check OBS is still running and try again",
             )
         )
-    for line in report.lines():
-        out.print(line, highlight=False)
+    for report in reports:
+        for line in report.lines():
+            out.print(line, highlight=False)
     if not cfg.obs.enabled:
         out.print("Then set [obs] enabled = true in config.toml so `vcam run` connects.", highlight=False)
 
