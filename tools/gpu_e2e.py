@@ -76,7 +76,7 @@ def main() -> int:
     models.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     names = ("inswapper_128", "arcface_w600k_r50", "hyperswap_1a_256", "simswap_256", "crossface_simswap", "gfpgan_1.4")
-    for name in names + ("xseg_1", "bisenet_resnet_34", "2dfan4"):
+    for name in names + ("xseg_1", "bisenet_resnet_34", "2dfan4", "real_esrgan_x2"):
         if not (models / f"{name}.onnx").is_file():
             rc, text, _ = vcam(["models", "stand-in", name, "--out", str(models)])
             assert rc == 0, text
@@ -146,6 +146,7 @@ def main() -> int:
     # Issue 12: two streams in one daemon (the faces of both in one swap batch), each written in full,
     # each like the one-stream run of the same clip; the frame enhancer (x2 stand-in) on a stream.
     streams_run(work, models, clip, photo, src, results)
+    upscale_run(work, models, clip, photo, results)
     run("backend_onnxruntime_cuda", ["--device", "cuda", "--backend", "onnxruntime"], expect_ok=False)
     run("backend_tensorrt_cuda", ["--device", "cuda", "--backend", "tensorrt"], expect_ok=False)
     (out / "e2e.json").write_text(json.dumps(results, indent=2))
@@ -187,6 +188,29 @@ def streams_run(work: Path, models: Path, clip: Path, photo: Path, src: list, re
     results.append(row)
     last = [ln for ln in text.splitlines() if ln.strip()][-3:]
     print(f"[{'ok' if ok else 'FAIL'}] inswapper_two_streams_cuda rc={rc} {secs:.1f}s | " + " | ".join(last), flush=True)
+
+
+def upscale_run(work: Path, models: Path, clip: Path, photo: Path, results: list) -> None:
+    """The frame enhancer on the 1080p clip to a file: 10 frames, every one enhanced (a file
+    conversion never skips it), written at 3840x2160."""
+    cfg = work / "upscale.toml"
+    cfg.write_text(f"[models]\ndir = '{models}'\n")
+    dst = work / "upscaled.mp4"
+    dst.unlink(missing_ok=True)
+    args = ["run", "-c", str(cfg), "--quiet", "--device", "cuda", "--fp16", "--input", str(clip), "--face", str(photo)]
+    args += ["--output", f"file:{dst}", "--frames", "10", "--upscale", "real_esrgan_x2"]
+    rc, text, secs = vcam(args)
+    row = {"label": "upscale_x2_cuda_fp16", "args": args[3:], "rc": rc, "seconds": round(secs, 1), "output": text[-2000:]}
+    got = frames_of(dst) if rc == 0 else []
+    row["frames_written"] = len(got)
+    row["size"] = list(got[0].shape[:2]) if got else None
+    row["ok"] = rc == 0 and len(got) == 10 and row["size"] == [2160, 3840] and "enhancer skipped" not in text
+    results.append(row)
+    last = [ln for ln in text.splitlines() if ln.strip()][-2:]
+    print(
+        f"[{'ok' if row['ok'] else 'FAIL'}] upscale_x2_cuda_fp16 rc={rc} {secs:.1f}s {row['size']} | " + " | ".join(last),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

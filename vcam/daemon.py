@@ -245,7 +245,7 @@ class Daemon:
             st.pipeline.out_fmt = output.fmt
             st.pipeline.configure(src.width, src.height, src.fmt)
             asm.warmup(src.width, src.height)
-            if st.pipeline.upscaler is not None and cfg.upscale.drop_first:
+            if st.pipeline.upscaler is not None and cfg.upscale.drop_first and not st.delivery.lossless:
                 st.pipeline.upscale_budget = st.budget or 1.0 / max(src.fps or fps, 1.0)
             st.live = LiveStats(st.summary)
         self._start_telemetry()
