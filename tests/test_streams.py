@@ -355,3 +355,45 @@ def test_staged_frames_upload_exactly_and_their_buffers_are_reused_safely():
         io.release(seq % 2)
         np.testing.assert_array_equal(ops.to_host(dev), img)
     assert ops.transfers.h2d == 12
+
+
+def test_a_file_conversion_keeps_its_stages_when_a_live_stream_degrades(media, tmp_path, monkeypatch):
+    """Stages turned off under load apply to live streams only: a stream converting a file (every
+    frame kept) still runs the occlusion mask on every frame."""
+    from vcam.mask import Masker
+    from vcam.models import standin
+
+    photo, clip = media
+    standin.write("xseg_1", tmp_path, tiny=True)
+    cfg = build(
+        {
+            "capture": {"width": 160, "height": 120},
+            "pipeline": {"device": "cpu"},
+            "mask": {"types": ["box", "face", "occlusion"]},
+            "models": {"dir": str(tmp_path)},
+            "streams": [
+                {"name": "live", "input": "demo", "output": "null", "face": str(photo)},
+                {"name": "file", "input": str(clip), "output": f"file:{tmp_path / 'out.mp4'}", "face": str(photo)},
+            ],
+        }
+    )
+    seen: list[tuple[int, bool]] = []
+    masks = Masker.masks
+
+    def record(self, frame, mats, landmarks, boxes, n, base, models=None):
+        seen.append((frame.shape[1], (models or {}).get("occlusion", True)))
+        return masks(self, frame, mats, landmarks, boxes, n, base, models)
+
+    monkeypatch.setattr(Masker, "masks", record)
+    daemon = Daemon(cfg, outputs={"live": Recorder(160, 120)}, control=False)
+    daemon.startup(24)
+    daemon.assembly.stages_on["occlusion"] = False  # as the degrader does
+    try:
+        daemon.main_loop(24, 60.0)
+    finally:
+        daemon.shutdown()
+    assert daemon.summaries["file"].frames_out == 24
+    live = [on for w, on in seen if w == 160]
+    conv = [on for w, on in seen if w == W]
+    assert live and not any(live), "the live stream still ran the occlusion mask"
+    assert len(conv) == 24 and all(conv), "the file conversion lost its occlusion mask"

@@ -243,6 +243,7 @@ class Daemon:
             self._components.append(output)
             st.output = output
             st.pipeline.out_fmt = output.fmt
+            st.pipeline.degradable = not st.delivery.lossless
             st.pipeline.configure(src.width, src.height, src.fmt)
             asm.warmup(src.width, src.height)
             if st.pipeline.upscaler is not None and cfg.upscale.drop_first and not st.delivery.lossless:

@@ -120,6 +120,9 @@ class Pipeline:
         # Optional stages on/off (OPTIONAL_STAGES; missing = on): a dict the daemon's degrader changes
         # between frames, shared by the pipelines of all streams.
         self.stages_on: dict[str, bool] = stages_on if stages_on is not None else {}
+        #: False for a stream whose every frame is kept (a file conversion): its optional stages stay
+        #: on whatever the load, so the file's quality does not change half-way.
+        self.degradable = True
         #: The latency budget the frame enhancer must fit (seconds; 0: always enhance): a frame it
         #: would push over the budget is resized instead (``[upscale] drop_first``).
         self.upscale_budget = 0.0
@@ -220,7 +223,7 @@ class Pipeline:
         ops = self.ops
         slot, stats, img, n = work.slot, work.stats, work.img, work.n
         clock = self._clocks[slot]
-        on = self.stages_on
+        on = self.stages_on if self.degradable else {}
         with ops.activate():
             if n:
                 clock.mark("swap")
