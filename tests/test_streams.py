@@ -397,3 +397,46 @@ def test_a_file_conversion_keeps_its_stages_when_a_live_stream_degrades(media, t
     conv = [on for w, on in seen if w == W]
     assert live and not any(live), "the live stream still ran the occlusion mask"
     assert len(conv) == 24 and all(conv), "the file conversion lost its occlusion mask"
+
+
+@pytest.mark.parametrize(
+    "rows, words",
+    [
+        ([{"input": "webcam:1", "output": "null"}, {"input": "webcam:1", "output": "null"}], "camera 'webcam:1'"),
+        ([{"input": "demo", "output": "file:same.mp4"}, {"input": "demo", "output": "file:./same.mp4"}], "the file"),
+        (
+            [{"input": "demo", "output": "vcam"}, {"input": "demo", "output": "vcam:FastSwap Cam"}],
+            "virtual camera 'FastSwap Cam'",
+        ),
+    ],
+)
+def test_two_streams_on_one_device_or_file_are_refused_in_one_line(rows, words, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    monkeypatch.chdir(tmp_path)
+    flags = [a for r in rows for a in ("--stream", f"{r['input']}={r['output']}")]
+    r = CliRunner().invoke(app, ["run", "--device", "cpu", "--quiet", *flags])
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and "streams s1 and s2 both use" in lines[0] and words in lines[0], r.output
+    assert not list(tmp_path.iterdir())  # nothing opened, nothing written
+
+
+def test_vcam_run_with_two_streams_prints_a_line_each(media, tmp_path):
+    """The real command: two --stream flags to two files, each written in full, a summary line each."""
+    import av
+    from conftest import vcam_cli
+
+    photo, clip = media
+    outs = [tmp_path / "a.mp4", tmp_path / "b.mp4"]
+    r = vcam_cli(
+        "run", "--device", "cpu", "--quiet", "--face", str(photo),
+        "--stream", f"{clip}=file:{outs[0]},name=left",
+        "--stream", f"{clip}=file:{outs[1]},name=right",
+    )  # fmt: skip
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text
+    assert "[left] stopped: 24 frames published of 24" in text and "[right] stopped: 24 frames published of 24" in text, text
+    assert "all 2 streams: 48 frames published" in text
+    for o in outs:
+        with av.open(str(o)) as c:
+            assert sum(1 for _ in c.decode(video=0)) == 24

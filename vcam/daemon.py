@@ -205,6 +205,7 @@ class Daemon:
         from . import assemble, capture, publish
 
         cfg = self.cfg
+        check_streams([(st.name, st.cfg) for st in self.streams if st.name not in self._sources], self._outputs)
         for st in self.streams:
             given_output = st.name in self._outputs
             if not given_output:
@@ -464,6 +465,39 @@ class Daemon:
             raise first
 
 
+def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, Any] | None = None) -> None:
+    """ConfigError when two streams would open the same camera, write the same file or publish to
+    the same virtual camera (``given_outputs``: streams whose output is given, not opened)."""
+    from .capture import parse_webcam_index
+    from .errors import ConfigError
+    from .publish import file_target
+
+    seen: dict[tuple[str, str], str] = {}
+    for name, cfg in streams:
+        keys = []
+        cam = parse_webcam_index(cfg.capture.input or "")
+        if cam is not None:
+            keys.append(("camera", f"webcam:{cam}"))
+        if name not in (given_outputs or {}):
+            target = (cfg.output.target or "").strip()
+            path = file_target(target)
+            if path is not None:
+                keys.append(("file", str(path.expanduser().resolve())))
+            elif target.lower() == "vcam":
+                keys.append(("virtual camera", cfg.output.device_name))
+        for key in keys:
+            other = seen.setdefault(key, name)
+            if other != name:
+                what, value = key
+                hint = {
+                    "camera": "give each stream its own camera (`vcam devices` lists them)",
+                    "file": "give each stream its own output file",
+                    "virtual camera": "give each stream its own virtual camera: output = 'vcam:LABEL' with another "
+                    "v4l2loopback label",
+                }[what]
+                raise ConfigError(f"streams {other} and {name} both use the {what} {value!r}", hint=hint)
+
+
 def _chunks(works: list, capacity: int) -> list[list]:
     """Consecutive groups of ``works`` whose faces fit ``capacity`` rows (a work is never split)."""
     out: list[list] = [[]]
@@ -486,4 +520,4 @@ def _row_sources(works: list) -> Any:
     return rows[0] if rows and all(f is rows[0] for f in rows) else rows
 
 
-__all__ = ["Daemon", "Stream"]
+__all__ = ["Daemon", "Stream", "check_streams"]
