@@ -440,3 +440,19 @@ def test_vcam_run_with_two_streams_prints_a_line_each(media, tmp_path):
     for o in outs:
         with av.open(str(o)) as c:
             assert sum(1 for _ in c.decode(video=0)) == 24
+
+
+def test_streams_bench_runs_and_reports(tmp_path):
+    """`python -m vcam.bench.streams` on the CPU, small: both rows measured, JSON written."""
+    import json
+
+    from vcam.bench import streams as bench
+
+    out = tmp_path / "b.json"
+    bench.main(["--streams", "2", "--size", "160x120", "--seconds", "1", "--modes", "daemon,processes", "--json", str(out)])
+    data = json.loads(out.read_text())
+    for mode in ("daemon", "processes"):
+        row = data["results"][mode]
+        assert len(row["streams"]) == 2 and row["total_fps"] > 0
+        assert all(s["frames"] > 0 for s in row["streams"].values())
+    assert data["results"]["throughput_ratio"] > 0

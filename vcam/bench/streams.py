@@ -13,6 +13,9 @@ memory, so the source costs nothing) to the null output. Four rows, all in the s
 - ``one daemon, paced`` / ``N processes, paced``: the same with every stream at the clip's 30 fps,
   as cameras deliver (streams out of phase): the latency under real-time load.
 
+On CUDA with NVML (``fastswap-cam[nvml]``) each row also has the GPU's mean utilisation and power
+over the measured seconds (the whole GPU, every process on it).
+
 The processes are started first and wait at a barrier until every one has loaded its models, so
 start-up is not measured; each then runs for ``--seconds``. Prints a table and writes JSON.
 """
@@ -37,6 +40,14 @@ from ..publish import NullOutput
 from . import write_report
 
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
+
+
+def _size(name: str) -> tuple[int, int]:
+    """``720p``/``1080p``/``4k`` or ``WxH``."""
+    if name in SIZES:
+        return SIZES[name]
+    w, _, h = name.lower().partition("x")
+    return int(w), int(h)
 
 
 class _Frames:
@@ -68,7 +79,7 @@ class _Staggered(DemoSource):
 
 
 def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
-    w, h = SIZES[args.size]
+    w, h = _size(args.size)
     data: dict[str, Any] = {
         "capture": {"width": w, "height": h, "pacing": "realtime" if paced else "fast", "loop": True},
         "pipeline": {"device": args.device, "fp16": bool(args.fp16), "max_latency": 0, "max_faces": args.max_faces},
@@ -85,7 +96,7 @@ def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
 
 def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     cfg = _config(args, streams, paced)
-    w, h = SIZES[args.size]
+    w, h = _size(args.size)
     frames = _Frames(w, h)
     sources = {}
     for i, (name, _) in enumerate(cfg.per_stream()):
@@ -114,10 +125,11 @@ def _one_daemon(args: argparse.Namespace, paced: bool) -> dict:
     daemon = _daemon(args, args.streams, paced)
     daemon.startup()
     try:
-        rows = _measure(daemon, args.seconds)
+        with _GpuLoad(args.device) as load:
+            rows = _measure(daemon, args.seconds)
     finally:
         daemon.shutdown()
-    return _total(rows)
+    return {**_total(rows), **load.result()}
 
 
 def _total(rows: dict) -> dict:
@@ -147,20 +159,21 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
             line = p.stdout.readline()
             if line.strip() != "ready":
                 raise RuntimeError(f"a worker did not start: {line!r}")
-        for i, p in enumerate(procs):
-            if paced and i:
-                time.sleep(1.0 / 30.0 / args.streams)  # out of phase, as in the one-daemon row
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        rows = {}
-        for i, p in enumerate(procs):
-            out, _ = p.communicate(timeout=args.seconds + 120)
-            rows[f"p{i + 1}"] = json.loads(out.strip().splitlines()[-1])
+        with _GpuLoad(args.device) as load:
+            for i, p in enumerate(procs):
+                if paced and i:
+                    time.sleep(1.0 / 30.0 / args.streams)  # out of phase, as in the one-daemon row
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            rows = {}
+            for i, p in enumerate(procs):
+                out, _ = p.communicate(timeout=args.seconds + 120)
+                rows[f"p{i + 1}"] = json.loads(out.strip().splitlines()[-1])
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    return _total(rows)
+    return {**_total(rows), **load.result()}
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -173,6 +186,48 @@ def _worker(args: argparse.Namespace) -> None:
     finally:
         daemon.shutdown()
     print(json.dumps(next(iter(rows.values()))), flush=True)
+
+
+class _GpuLoad:
+    """Mean GPU utilisation and power over a mode, read through NVML (:mod:`vcam.telemetry`) every
+    0.25 s; nothing when NVML is not there. The whole GPU: every process on it counts."""
+
+    def __init__(self, device: str) -> None:
+        self.util: list[float] = []
+        self.power: list[float] = []
+        self._stop = threading.Event()
+        self._tel = None
+        if device == "cuda":
+            from ..config import TelemetryConfig
+            from ..telemetry import open_telemetry
+
+            self._tel = open_telemetry(TelemetryConfig(enabled="auto", interval=0.2), "cuda", warn=None)
+        self._thread = threading.Thread(target=self._run, daemon=True) if self._tel is not None else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            s = self._tel.latest()
+            if s is not None and s.util_gpu_pct is not None:
+                self.util.append(float(s.util_gpu_pct))
+            if s is not None and s.power_w is not None:
+                self.power.append(float(s.power_w))
+
+    def __enter__(self) -> _GpuLoad:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        if self._tel is not None:
+            self._tel.stop()
+
+    def result(self) -> dict:
+        if not self.util:
+            return {}
+        return {"gpu_util_pct": float(np.mean(self.util)), "gpu_power_w": float(np.mean(self.power)) if self.power else None}
 
 
 def _gpu_memory() -> dict:
@@ -190,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--streams", type=int, default=4)
-    ap.add_argument("--size", default="1080p", choices=sorted(SIZES))
+    ap.add_argument("--size", default="1080p", help="720p, 1080p, 4k or WxH")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--swapper", default="classic")
     ap.add_argument("--model-dir", default="")
@@ -218,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     n = args.streams
     fp = " fp16" if args.fp16 else ""
     print(f"{n} streams of {args.size} one face, {args.swapper}{fp} on {args.device}, {args.seconds:g} s each")
-    print(f"{'mode':<28} {'total fps':>10} {'per stream fps':>16} {'worst p50 ms':>13} {'worst p99 ms':>13}")
+    print(f"{'mode':<28} {'total fps':>10} {'per stream fps':>16} {'worst p50 ms':>13} {'worst p99 ms':>13} {'GPU util %':>10}")
     labels = {
         "daemon": f"one daemon, {n} streams",
         "processes": f"{n} processes",
@@ -228,7 +283,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     for mode, r in results.items():
         per = ", ".join(f"{s['fps']:.0f}" for s in r["streams"].values())
         lat = f"{r['worst_p50_ms']:>13.2f} {r['worst_p99_ms']:>13.2f}"
-        print(f"{labels.get(mode, mode):<28} {r['total_fps']:>10.1f} {per:>16} {lat}")
+        util = f"{r['gpu_util_pct']:>10.0f}" if "gpu_util_pct" in r else f"{'-':>10}"
+        print(f"{labels.get(mode, mode):<28} {r['total_fps']:>10.1f} {per:>16} {lat} {util}")
     if "daemon" in results and "processes" in results and results["processes"]["total_fps"] > 0:
         ratio = results["daemon"]["total_fps"] / results["processes"]["total_fps"]
         print(f"throughput, one daemon / {n} processes: {ratio:.2f}x")
