@@ -299,6 +299,10 @@ def test_custom_events_switch_face_and_toggle_swap(controller, client, obs_serve
             client.broadcast_custom_event({"eventData": {"vcam": {"face": "prev"}}})
             assert wait_for(lambda: state.active == "carol", 2) is not None
             client.broadcast_custom_event({"eventData": {"other_tool": {"x": 1}}})  # not ours: ignored
+            # A stream name sent to a one-stream vcam: answered with the error, nothing changes.
+            client.broadcast_custom_event({"eventData": {"vcam": {"stream": "side", "face": "alice"}}})
+            assert wait_for(lambda: any("no stream 'side'" in r.get("error", "") for r in rec.replies()), 2) is not None
+            assert state.active == "carol"
         oks = [r for r in rec.replies() if r["ok"]]
         assert oks[0] == {"ok": True, "face": "carol", "swap": "on", "mappings": {}}
     finally:
@@ -868,5 +872,13 @@ def test_each_stream_has_its_own_obs_scene_and_hotkeys(obs_server, client, tmp_p
         n = outs["b"].frames
         assert wait_for(lambda: outs["b"].frames > n + 2 and colour_pixels(outs["b"].last, "alice") > 200, 10) is not None
         assert colour_pixels(outs["a"].last, "bob") > 200 and colour_pixels(outs["a"].last, "alice") < 20
+        # OBS custom events (a Stream Deck): {"stream": NAME} picks one stream, without it every stream.
+        client.broadcast_custom_event({"eventData": {"vcam": {"stream": "a", "face": "alice"}}})
+        assert wait_for(lambda: sa.active == "alice", 2) is not None and sb.active == "alice"
+        client.broadcast_custom_event({"eventData": {"vcam": {"stream": "b", "face": "bob"}}})
+        assert wait_for(lambda: sb.active == "bob", 2) is not None
+        assert sa.active == "alice"
+        client.broadcast_custom_event({"eventData": {"vcam": {"swap": "off"}}})
+        assert wait_for(lambda: not sa.swap_enabled and not sb.swap_enabled, 2) is not None
     finally:
         daemon.stop()

@@ -307,7 +307,10 @@ class Daemon:
             from .control.obs import ObsController
 
             for st in self.streams:
-                obs = ObsController(self.cfg.obs.for_stream(st.name, len(self.streams)), st.state)
+                several = len(self.streams) > 1
+                obs = ObsController(
+                    self.cfg.obs.for_stream(st.name, len(self.streams)), st.state, stream=st.name if several else None
+                )
                 obs.start()
                 self._components.append(obs)
 

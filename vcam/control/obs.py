@@ -424,9 +424,11 @@ class ObsController:
         request_timeout: float = 3.0,
         status_interval: float = 0.5,
         ping_interval: float = 2.0,
+        stream: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.state = state
+        self.stream = stream  # a daemon running several streams: the one this controller serves
         self.face_images = dict(face_images or {})
         self.retry_min, self.retry_max, self.auth_retry = retry_min, retry_max, auth_retry
         self.request_timeout = request_timeout
@@ -712,6 +714,12 @@ class ObsController:
             log.warning('ignored OBS custom event: \'vcam\' must be an object like {"face": "NAME"}')
             self._reply(False, error='\'vcam\' must be an object like {"face": "NAME"}')
             return
+        target = cmd.get("stream")
+        if target is not None and self.stream is not None and target != self.stream:
+            return  # another stream's controller answers it
+        if target is not None and self.stream is None:
+            self._reply(False, error=f"this vcam runs one stream, there is no stream {target!r}")
+            return
         error = None
         try:
             apply_control(self.state, cmd)
@@ -727,6 +735,8 @@ class ObsController:
             "swap": "on" if self.state.swap_enabled else "off",
             "mappings": self.state.mappings,
         }
+        if self.stream is not None:
+            body["stream"] = self.stream
         if error:
             body["error"] = error
         self._req.broadcast_custom_event({"eventData": {REPLY_KEY: body}})
