@@ -277,11 +277,12 @@ class Daemon:
         if self.telemetry is not None:
             self._components.append(self.telemetry)
         lossless = all(st.delivery.lossless for st in self.streams)
-        self.degrader = Degrader.from_config(cfg.degrade, available_stages(cfg), enabled=not lossless)
+        available = available_stages(cfg)
+        self.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
 
     def _degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
         """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""
-        if st.summary.frames_in <= 3:
+        if not self.degrader.enabled or st.summary.frames_in <= 3:
             return  # the first frames pay for warm-ups: not load
         budget = st.budget or 1.0 / max(st.source.fps or self.cfg.capture.fps, 1.0)
         sample = self.telemetry.latest() if self.telemetry is not None else None
@@ -338,11 +339,9 @@ class Daemon:
             st.live.finish(elapsed, st.cap.dropped, st.pipeline.guarded_by_model())
 
     def _publish_status(self) -> None:
-        guarded = None
+        guarded = self.streams[0].pipeline.guarded_by_model()  # a device read (shared models), once per interval
         gpu = self.telemetry.latest() if self.telemetry is not None else None
         for i, st in enumerate(self.streams):
-            if guarded is None:
-                guarded = st.pipeline.guarded_by_model()  # a device read (shared models), once per interval
             status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=self.degrader.off)
             st.state.publish_status(status)
             if i == 0 and self._on_status is not None:
@@ -356,15 +355,18 @@ class Daemon:
         ended is marked done; one whose source failed too (one error line), unless it is the only
         stream, whose error stops the daemon."""
         ready: list[tuple[Stream, Frame]] = []
+        taken: set[str] = set()
+
+        def wants(st: Stream) -> bool:
+            return not st.done and st.name not in taken and (max_frames is None or st.summary.frames_in < max_frames)
+
         t0 = time.perf_counter()
         first_at: float | None = None
         deadline = float(self.cfg.pipeline.batch_deadline)
         while not self.should_exit:
             self._wake.clear()
             for st in self.streams:
-                if st.done or any(s is st for s, _ in ready):
-                    continue
-                if max_frames is not None and st.summary.frames_in >= max_frames:
+                if not wants(st):
                     continue
                 try:
                     frame = st.cap.get(timeout=0)
@@ -377,16 +379,11 @@ class Daemon:
                     continue
                 if frame is not None:
                     ready.append((st, frame))
+                    taken.add(st.name)
                 elif st.cap.finished:
                     st.done = True
             now = time.perf_counter()
-            waiting = [
-                st
-                for st in self.streams
-                if not st.done
-                and (max_frames is None or st.summary.frames_in < max_frames)
-                and not any(s is st for s, _ in ready)
-            ]
+            waiting = any(wants(st) for st in self.streams)
             if ready:
                 first_at = first_at if first_at is not None else now
                 if not waiting or now - first_at >= deadline:
@@ -405,22 +402,21 @@ class Daemon:
         works = []
         for st, frame in ready:
             st.live.frame_in(frame.t_capture)
-            works.append((st, frame, st.pipeline.begin(frame, st.state.snapshot())))
+            works.append((st, st.pipeline.begin(frame, st.state.snapshot())))
         swapper = self.assembly.swapper
         slots = []
-        for chunk in _chunks([w for _, _, w in works], swapper.max_faces):
-            parts = [(w.img, w.mats) for w in chunk if w.n]
+        for chunk in _chunks(works, swapper.max_faces):
+            faced = [w for _, w in chunk if w.n]
             crops = mask = None
-            if parts:
-                crops, mask = swapper.swap_batch(parts, _row_sources([w for w in chunk if w.n]))
+            if faced:
+                crops, mask = swapper.swap_batch([(w.img, w.mats) for w in faced], _row_sources(faced))
             lo = 0
-            for w in chunk:
+            for st, w in chunk:
                 hi = lo + w.n
-                st = next(s for s, _, x in works if x is w)
-                m = mask[lo:hi] if (mask is not None and getattr(mask, "ndim", 2) == 3) else mask
-                slots.append((st, w, st.pipeline.finish(w, crops[lo:hi] if w.n else None, m)))
+                rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask  # per-face masks, or one shared
+                slots.append((st, st.pipeline.finish(w, crops[lo:hi] if w.n else None, rows)))
                 lo = hi
-        for st, _, slot in slots:
+        for st, slot in slots:
             data, stats = st.pipeline.collect(slot)
             self._publish(st, data, stats)
 
@@ -501,16 +497,18 @@ def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, An
                 raise ConfigError(f"streams {other} and {name} both use the {what} {value!r}", hint=hint)
 
 
-def _chunks(works: list, capacity: int) -> list[list]:
-    """Consecutive groups of ``works`` whose faces fit ``capacity`` rows (a work is never split)."""
-    out: list[list] = [[]]
+def _chunks(works: list[tuple[Stream, Any]], capacity: int) -> list[list[tuple[Stream, Any]]]:
+    """Consecutive groups of ``(stream, work)`` whose faces fit ``capacity`` rows (a frame's faces
+    are never split)."""
+    out: list[list[tuple[Stream, Any]]] = [[]]
     rows = 0
-    for w in works:
-        if out[-1] and rows + w.n > capacity:
+    for item in works:
+        n = item[1].n
+        if out[-1] and rows + n > capacity:
             out.append([])
             rows = 0
-        out[-1].append(w)
-        rows += w.n
+        out[-1].append(item)
+        rows += n
     return out
 
 

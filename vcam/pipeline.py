@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,6 @@ class Work:
     sources: Any = None
     landmarks: np.ndarray | None = None
     boxes: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -128,7 +127,6 @@ class Pipeline:
         self.upscale_budget = 0.0
         self._upscale_cost: float | None = None  # EMA of the enhancer's own time (s)
         self._base_latency: float | None = None  # EMA of a frame's latency without it (s)
-        self.upscale_skipped = 0
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -228,8 +226,7 @@ class Pipeline:
             if n:
                 clock.mark("swap")
                 if self.masker is not None:
-                    with ops.activate():
-                        mask = self.masker.masks(img, work.mats, work.landmarks, work.boxes, n, mask, models=on)
+                    mask = self.masker.masks(img, work.mats, work.landmarks, work.boxes, n, mask, models=on)
                 clock.mark("mask")
                 ops.paste_back(img, crops, work.mats, mask, n)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
@@ -237,16 +234,14 @@ class Pipeline:
                 clock.mark("blend")
                 stats.swapped = n
             if self.upscaler is not None:
-                if on.get("upscale", True) and self.upscale_wanted(work.stats.t_capture):
+                if on.get("upscale", True) and self.upscale_wanted():
                     up = self._up_clocks[slot]
                     up.start()
                     img = self.upscaler.enhance(img)
                     up.mark("upscale")
                     stats.upscaled = True
                 else:
-                    if on.get("upscale", True):
-                        self.upscale_skipped += 1
-                        stats.upscale_skipped = True
+                    stats.upscale_skipped = on.get("upscale", True)  # skipped for time, not turned off
                     img = self.upscaler.resize(img)
                 clock.mark("upscale")
             if self._even is not None:
@@ -259,7 +254,7 @@ class Pipeline:
         self._pending[slot] = stats
         return slot
 
-    def upscale_wanted(self, t_capture: float) -> bool:
+    def upscale_wanted(self) -> bool:
         """Run the frame enhancer on this frame? No when the frame would then miss the budget: the
         latency of recent frames without the enhancer plus its measured cost (both running
         averages; the first frames always run it)."""

@@ -34,7 +34,6 @@ the whole frame, to the same output size, when the daemon skips the stage (``[up
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -345,10 +344,10 @@ def create_frame_enhancer(
     name = cfg.upscale.model
     if not name:
         raise ConfigError("the frame enhancer is off ([upscale] model = '')", hint="set [upscale] model, e.g. real_esrgan_x2")
-    # open_engine sizes the engine's batch from pipeline.max_faces: here the tiles of one call
-    engine_cfg = replace(cfg, pipeline=replace(cfg.pipeline, max_faces=cfg.upscale.batch))
-    spec, engine = open_engine(name, "upscaler", engine_cfg, store=store, device=device, backend=backend, download=download)
     up = cfg.upscale
+    spec, engine = open_engine(
+        name, "upscaler", cfg, store=store, device=device, backend=backend, download=download, max_batch=up.batch
+    )
     return FrameEnhancer(spec, engine, ops=ops, tile=up.tile, overlap=up.overlap, batch=up.batch)
 
 

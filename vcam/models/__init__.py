@@ -18,10 +18,12 @@ def open_engine(
     device: str = "cpu",
     backend: str | None = None,
     download: bool | None = None,
+    max_batch: int | None = None,
 ) -> tuple[ModelSpec, Any]:
     """The registry model ``name``, which must be a ``kind``, verified (downloaded when allowed) and
-    loaded on an engine on ``device`` with the config's backend, precision and face batch. A model of
-    another kind is refused before its file is touched."""
+    loaded on an engine on ``device`` with the config's backend and precision; ``max_batch`` items a
+    call (default: the face batch, ``[pipeline] max_faces``). A model of another kind is refused
+    before its file is touched."""
     spec = get(name)
     if spec.kind != kind:
 
@@ -37,7 +39,11 @@ def open_engine(
     store = store or ModelStore.from_config(cfg)
     path = store.ensure([name], download=download)[name]
     engine = create_engine(
-        path, backend=backend or cfg.pipeline.backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces
+        path,
+        backend=backend or cfg.pipeline.backend,
+        device=device,
+        fp16=cfg.pipeline.fp16,
+        max_batch=max_batch or cfg.pipeline.max_faces,
     )
     return spec, engine
 
