@@ -388,8 +388,8 @@ def test_daemon_tracks_with_the_configured_detector(tmp_path, monkeypatch):
     from vcam.publish import NullOutput
 
     scans = []
-    real_detect = ScrfdDetector.detect
-    monkeypatch.setattr(ScrfdDetector, "detect", lambda self, frame: scans.append(frame.shape) or real_detect(self, frame))
+    real_scan = ScrfdDetector.launch_full  # the tracker's full scan (``detect`` is the same, waited for)
+    monkeypatch.setattr(ScrfdDetector, "launch_full", lambda self, frame: scans.append(frame.shape) or real_scan(self, frame))
     standin.write("scrfd_2.5g", tmp_path, tiny=True)
     cfg = detect_cfg(tmp_path, "scrfd_2.5g")
     cfg = cfg.replace(

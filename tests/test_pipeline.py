@@ -235,6 +235,74 @@ def test_one_upload_one_download_per_frame(detector):
     assert det_calls == 1 and down == 2  # steady state: one ROI pass per frame
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("predict", [False, True])
+def test_frames_submitted_ahead_equal_frames_one_at_a_time(detector, source_face, predict):
+    """Frame N+1 submitted before frame N is collected (on CUDA: its convert and detection on the
+    front stream while N swaps and pastes on the compute stream, each slot its own converted frame;
+    with prediction, N's own detection also runs beside N's swap and must read N before its
+    paste-back) gives exactly the outputs of one frame at a time: no frame reads or overwrites
+    another's pixels, no detection sees a pasted face."""
+    clip = DemoClip(width=1280, height=720, fps=30.0, seconds=1.0)
+    snap = state_with(source_face).snapshot()
+    frames = list(frames_of(clip, 16))
+    serial = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
+    serial.predict = predict
+    want = [serial.process(f, snap)[0].copy() for f in frames]
+    if predict:
+        assert serial.predicted >= 12
+    ahead = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
+    ahead.predict = predict
+    got, pending = [], None
+    for f in frames:
+        slot = ahead.submit(f, snap)
+        if pending is not None:
+            got.append(ahead.collect(pending)[0].copy())
+        pending = slot
+    got.append(ahead.collect(pending)[0].copy())
+    assert len(got) == len(want)
+    changed = 0
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert np.array_equal(a, b), f"frame {i}: differs by up to {np.abs(a.astype(np.int16) - b).max()} levels"
+        changed += bool(np.abs(b.astype(np.int16) - frames[i].data).max() > 20)
+    assert changed >= 14, "the face was not swapped"
+
+
+@pytest.mark.gpu
+def test_prediction_swaps_every_frame_without_waiting_and_stays_on_the_face(detector, source_face):
+    """[track] predict on (the default on CUDA): after the first frames every frame is swapped with
+    the tracks predicted for it while its detection runs, as many faces are swapped as when each
+    frame waits, and the boxes swapped stay on the face (IoU with that frame's own detection)."""
+    from vcam.detect import box_iou
+
+    clip = DemoClip(width=1280, height=720, fps=30.0, seconds=1.5)
+    snap = state_with(source_face).snapshot()
+    frames = list(frames_of(clip, 40))
+    results = {}
+    for predict in (False, True):
+        pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
+        pipe.predict = predict
+        swapped, boxes, detected = [], {}, {}
+        for f in frames:
+            out, stats = pipe.process(f, snap)
+            swapped.append(stats.swapped)
+            boxes[f.seq] = {t.id: t.box.copy() for t in pipe.last_tracks if t.missed == 0}
+            if pipe.tracker.last_seq is not None:
+                detected[pipe.tracker.last_seq] = {k: d.box for k, d in pipe.tracker.last_matched.items()}
+        ious = [
+            float(box_iou(b.reshape(1, 4), detected[seq][tid].reshape(1, 4))[0, 0])
+            for seq, faces in boxes.items()
+            for tid, b in faces.items()
+            if tid in detected.get(seq, {})
+        ]
+        results[predict] = (swapped, pipe.predicted, ious)
+    (sync_swapped, sync_predicted, sync_iou), (swapped, predicted, iou) = results[False], results[True]
+    assert sync_predicted == 0 and predicted >= len(frames) - 3, predicted
+    assert swapped == sync_swapped
+    assert len(iou) >= len(frames) - 3 and np.mean(iou) >= 0.88 and min(iou) >= 0.75, (np.mean(iou), min(iou))
+    assert np.mean(iou) >= np.mean(sync_iou) - 0.05  # one frame of prediction costs little over the smoothing
+
+
 class _SameTracks:
     """Gives both pipelines the same tracks per frame: the CPU detector's faces on that frame."""
 

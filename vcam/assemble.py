@@ -189,11 +189,19 @@ class Assembly:
             stages_on=self.stages_on,
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
+            predict=self.predicts,
         )
         if width and height and in_fmt is not None:
             pipeline.configure(width, height, in_fmt)
             self.warmup(width, height)
         return pipeline
+
+    @property
+    def predicts(self) -> bool:
+        """Whether pipelines swap with predicted tracks while the detection runs (``[track]
+        predict``: ``auto`` where the ops run work beside the host, i.e. CUDA)."""
+        mode = self.cfg.track.predict
+        return mode == "on" or (mode == "auto" and bool(getattr(self.ops, "concurrent", False)))
 
     def warmup(self, width: int, height: int) -> None:
         """Warm the kernels and the detector's engine up for ``width`` x ``height`` frames (once per size)."""

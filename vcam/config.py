@@ -155,6 +155,13 @@ class TrackConfig:
     roi_scale: float = _opt(2.0, "ROI side as a multiple of the tracked box's longer side.", min=1.0, max=6.0)
     roi_size: int = _opt(160, "Side the ROI crop is resized to for detection.", min=64, max=1024)
     max_missed: int = _opt(2, "Frames a track survives without a detection.", min=0)
+    predict: Literal["auto", "on", "off"] = _opt(
+        "auto",
+        "Swap a frame with its faces predicted from the frames before (their motion) while its own detection runs "
+        "beside the swap, correcting the next frame; only while every tracked face was found in the last frame (a new, "
+        "lost or first face waits for its detection). 'auto': where the device runs both at once (CUDA); 'on': also "
+        "on the CPU (no gain there); 'off': every frame waits for its own detection.",
+    )
     min_cutoff: float = _opt(1.0, "One-Euro filter minimum cutoff frequency (Hz): lower removes more jitter.", min=0.001)
     beta: float = _opt(0.05, "One-Euro filter speed coefficient: higher reduces lag on fast motion.", min=0.0)
 

@@ -19,6 +19,13 @@ the aligned faces, the faces of all of them through the swapper in one batch, an
 remaining stages, and publishes each to its own output. A stream that stalls (a camera unplugged, a
 file at its end) is simply not ready: it never holds the others past the deadline; one whose
 source fails is stopped with one error line while the others go on.
+
+Overlap: a round is collected (its outputs waited for and published) only after the next round,
+if its frames are already there, has been submitted, so on the GPU the next frames' upload,
+conversion and detection (the ops' front stream) run while this round swaps and downloads (the
+compute and copy streams). When no frame is waiting the round is collected at once, so frames
+that come one at a time (a camera) gain no latency. Frames are published in order per stream.
+On the CPU, where the work is done by the time a call returns, each round is collected at once.
 """
 
 from __future__ import annotations
@@ -319,21 +326,30 @@ class Daemon:
     def main_loop(self, max_frames: int | None, duration: float | None) -> None:
         interval = float(self.cfg.status.interval)
         t_start = last_status = time.perf_counter()
+        # The round submitted last, not yet collected: while it runs on the GPU, the next round's
+        # frames (those already there: no waiting for them) are submitted, so the upload, convert
+        # and detection of round k+1 overlap the swap and download of round k. With no frame
+        # waiting, round k is collected at once (no latency added when frames come one by one).
+        inflight: list[tuple[Stream, int]] = []
+        overlap = bool(getattr(self.assembly.ops, "concurrent", False))
         while not self.should_exit:
             if max_frames is not None and all(st.summary.frames_in >= max_frames or st.done for st in self.streams):
                 break
             if duration is not None and time.perf_counter() - t_start >= duration:
                 break
-            ready = self.gather(max_frames)
-            if not ready:
-                if all(st.done for st in self.streams):
-                    break
-            else:
-                self.on_frames(ready)
+            ready = self.gather(max_frames, timeout=0.0 if inflight else 0.5)
+            submitted = self.submit_round(ready) if ready else []
+            self.collect_round(inflight)
+            inflight = submitted
+            if not overlap:
+                self.collect_round(inflight)
+            if not ready and not inflight and all(st.done for st in self.streams):
+                break
             now = time.perf_counter()
             if now - last_status >= interval:
                 last_status = now
                 self._publish_status()
+        self.collect_round(inflight)  # the last round (a stop request keeps the frames in flight)
         elapsed = time.perf_counter() - t_start
         for st in self.streams:
             st.live.finish(elapsed, st.cap.dropped, st.pipeline.guarded_by_model())
@@ -396,9 +412,13 @@ class Daemon:
         return ready
 
     def on_frames(self, ready: list[tuple[Stream, Frame]]) -> None:
+        """One round without overlap: :meth:`submit_round` then :meth:`collect_round`."""
+        self.collect_round(self.submit_round(ready))
+
+    def submit_round(self, ready: list[tuple[Stream, Frame]]) -> list[tuple[Stream, int]]:
         """One frame of each ready stream: the stages up to the aligned faces per stream, the faces of
         all of them through the swapper in one batch (chunks of the swapper's capacity), the rest
-        per stream, then pace, drop if over the stream's budget, publish."""
+        per stream. Returns each stream's slot for :meth:`collect_round`."""
         works = []
         for st, frame in ready:
             st.live.frame_in(frame.t_capture)
@@ -416,9 +436,15 @@ class Daemon:
                 rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask  # per-face masks, or one shared
                 slots.append((st, st.pipeline.finish(w, crops[lo:hi] if w.n else None, rows)))
                 lo = hi
+        return slots
+
+    def collect_round(self, slots: list[tuple[Stream, int]]) -> None:
+        """Wait for each stream's output of a submitted round, then pace, drop if over the stream's
+        budget, publish (frames of a stream are published in order: rounds are collected in order)."""
         for st, slot in slots:
             data, stats = st.pipeline.collect(slot)
             self._publish(st, data, stats)
+        slots.clear()
 
     def _publish(self, st: Stream, data: Any, stats: Any) -> None:
         live = st.live

@@ -23,6 +23,7 @@ top-left), whatever region or input size the model saw.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -356,6 +357,41 @@ def decode_yoloface(out: np.ndarray, to_frame: tuple[float, float, float], cfg: 
     return _to_detections(boxes, pts, c[4], to_frame, cfg)
 
 
+class Pending:
+    """Detector calls queued on the device, decoded on demand: :meth:`result` waits for their
+    readbacks (once) and returns the detections, as the blocking call would have.
+
+    ``jobs``: ``(readback, decode)`` pairs (``decode(host outputs) -> part``), or ``parts``: other
+    pending calls (their results are the parts); ``combine(parts) -> result`` (default: the first
+    part)."""
+
+    def __init__(self, jobs: Sequence[tuple[Any, Any]] = (), combine: Any = None, *, parts: Sequence[Pending] = ()) -> None:
+        self._jobs = list(jobs)
+        self._parts = list(parts)
+        self._combine = combine or (lambda got: got[0])
+        self._result: Any = None
+        self._done = False
+
+    @classmethod
+    def done(cls, result: Any) -> Pending:
+        """A result already there (a blocking detector, or nothing to detect)."""
+        p = cls()
+        p._result, p._done = result, True
+        return p
+
+    def result(self) -> Any:
+        if not self._done:
+            got = [q.result() for q in self._parts]
+            for handle, decode in self._jobs:
+                try:
+                    got.append(decode(handle.wait()))
+                finally:
+                    handle.release()
+            self._result = self._combine(got)
+            self._done = True
+        return self._result
+
+
 class FaceDetector:
     """A face detector of any registry family on an engine and ops (see the module docstring).
 
@@ -484,13 +520,23 @@ class FaceDetector:
     def detect(self, frame_bgr: Any) -> list[Detection]:
         """Full scan: the coarse scan plus, on frames too large for it to see ``small_face``, the
         :meth:`tiles` (batched); merged with NMS, best first."""
+        return self.launch_full(frame_bgr).result()
+
+    def launch_full(self, frame_bgr: Any) -> Pending:
+        """:meth:`detect` queued on the device: its :meth:`Pending.result` waits and decodes."""
         frame = self._frame(frame_bgr)
-        found = self.detect_coarse(frame)
-        tiles = self.tiles(*frame.shape[:2])
+        height, width = frame.shape[:2]
+        coarse = self.launch_coarse(frame)
+        tiles = self.tiles(height, width)
         if not len(tiles):
-            return found
-        found += self.small_faces(self.detect_regions(frame, tiles), *frame.shape[:2])
-        return merge(found, self.cfg.nms_iou)
+            return coarse
+        regions = self.launch_regions(frame, tiles)
+
+        def combine(parts: list) -> list[Detection]:
+            found = parts[0] + self.small_faces(parts[1], height, width)
+            return merge(found, self.cfg.nms_iou)
+
+        return Pending(combine=combine, parts=[coarse, regions])
 
     def small_faces(self, per_tile: list[list[Detection]], height: int, width: int) -> list[Detection]:
         """The faces :meth:`tiles` are for: those up to twice the coarse scan's smallest. Larger ones
@@ -502,44 +548,71 @@ class FaceDetector:
     def detect_coarse(self, frame_bgr: Any) -> list[Detection]:
         """The whole frame letterboxed to ``[detect] size`` (padding right and bottom), one model
         call; best first."""
+        return self.launch_coarse(frame_bgr).result()
+
+    def launch_coarse(self, frame_bgr: Any) -> Pending:
+        """:meth:`detect_coarse` queued on the device."""
         frame = self._frame(frame_bgr)
         h, w = frame.shape[:2]
         size, in_h, in_w = self.scan_shape(h, w)
         side = float(max(h, w))
-        outs = self._run(frame, np.array([[0.0, 0.0, side]]), size, in_h, in_w)
-        return self._decode_image(self._image(outs, 0, 1), in_h, in_w, (0.0, 0.0, side / size))
+        handle = self._launch(frame, np.array([[0.0, 0.0, side]]), size, in_h, in_w)
+        return Pending([(handle, lambda outs: self._decode_image(self._image(outs, 0, 1), in_h, in_w, (0.0, 0.0, side / size)))])
 
     def detect_regions(self, frame_bgr: Any, rects: np.ndarray) -> list[list[Detection]]:
         """Detections inside each square region (R, 3) ``[x0, y0, side]``, in frame pixels, one list
         per region; the regions go through the engine in batches of up to its ``max_batch``."""
+        return self.launch_regions(frame_bgr, rects).result()
+
+    def launch_regions(self, frame_bgr: Any, rects: np.ndarray) -> Pending:
+        """:meth:`detect_regions` queued on the device (every batch launched, none waited for)."""
         rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
         if rects.shape[0] == 0:
-            return []
+            return Pending.done([])
         if not np.all(np.isfinite(rects)) or np.any(rects[:, 2] <= 0):
             raise ValueError(f"regions need finite x0, y0 and a positive side, got {rects.tolist()}")
         frame = self._frame(frame_bgr)
         size = self.region_size
         step = max(1, int(self.engine.max_batch))
-        found: list[list[Detection]] = []
+        jobs = []
         for start in range(0, rects.shape[0], step):
             part = rects[start : start + step]
-            outs = self._run(frame, part, size, size, size)
-            for r in range(part.shape[0]):
-                to_frame = (part[r, 0], part[r, 1], part[r, 2] / size)
-                found.append(self._decode_image(self._image(outs, r, part.shape[0]), size, size, to_frame))
-        return found
+            jobs.append((self._launch(frame, part, size, size, size), self._region_decoder(part, size)))
+        return Pending(jobs, lambda parts: [dets for per in parts for dets in per])
 
     # -- internals ------------------------------------------------------------------------------
+    def _region_decoder(self, part: np.ndarray, size: int) -> Any:
+        def decode_part(outs: list[np.ndarray]) -> list[list[Detection]]:
+            n = part.shape[0]
+            hits = self._candidates(outs, n)
+            return [
+                self._decode_image(self._image(outs, r, n), size, size, (part[r, 0], part[r, 1], part[r, 2] / size))
+                if hits is None or hits[r]
+                else []
+                for r in range(n)
+            ]
+
+        return decode_part
+
     def _frame(self, frame: Any) -> Any:
         return _as_bgr(frame) if self.ops.device == "cpu" else frame
 
     def _run(self, frame: Any, rects: np.ndarray, size: int, in_h: int, in_w: int) -> list[np.ndarray]:
-        """The regions into the engine's input, one engine call, one readback."""
+        """:meth:`_launch` and wait: the raw outputs on the host (copies)."""
+        handle = self._launch(frame, rects, size, in_h, in_w)
+        try:
+            return [np.array(a, copy=True) for a in handle.wait()]
+        finally:
+            handle.release()
+
+    def _launch(self, frame: Any, rects: np.ndarray, size: int, in_h: int, in_w: int) -> Any:
+        """The regions into the engine's input, one engine call, the outputs on their way to the
+        host (one readback, not waited for)."""
         n = rects.shape[0]
         feeds = self.engine.input_buffers(n, shapes={self._input_name: (3, in_h, in_w)})
         self.ops.detector_input(frame, rects, size, self._mean, out=feeds[self._input_name], scale=self._scale, rgb=self._rgb)
         outs = self.engine.run_device(feeds, stream=self.ops.stream)
-        return self.ops.readback(outs)
+        return self.ops.readback_async(outs)
 
     def _image(self, outs: list[np.ndarray], i: int, n: int) -> list[np.ndarray]:
         """Image ``i``'s slice of each batched output (batch-1 files may omit the batch axis)."""
@@ -560,6 +633,12 @@ class FaceDetector:
 
     def _decode_image(self, outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float]) -> list[Detection]:
         raise NotImplementedError
+
+    def _candidates(self, outs: list[np.ndarray], n: int) -> np.ndarray | None:
+        """Which of the ``n`` images of a batch have any candidate above the score threshold (the
+        rest decode to nothing and are skipped: most regions of a frame hold no face), or None
+        where the family cannot tell cheaply (every image is decoded)."""
+        return None
 
 
 class RetinaFaceDetector(FaceDetector):
@@ -597,6 +676,12 @@ class RetinaFaceDetector(FaceDetector):
         if p is None:
             p = self._priors[(h, w)] = priors(h, w)
         return p
+
+    def _candidates(self, outs, n):
+        (cand,) = outs
+        if cand.ndim != 3 or cand.shape[0] != n:
+            return None
+        return (cand[:, :, 0] >= self.cfg.score).any(axis=1)
 
     def _decode_image(self, outs, h, w, to_frame):
         (cand,) = outs

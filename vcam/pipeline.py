@@ -8,7 +8,9 @@ CUDA) with stages that run on the same ops; nothing here branches on the device.
 with every stage chosen (:mod:`vcam.assemble` does that from the config) and its buffers sized for
 the frame; a frame of another size or format rebuilds them. ``submit`` queues a frame and returns
 its slot, ``collect`` waits for the slot's output: on CUDA, frame N+1 can be submitted before
-frame N is collected (its upload overlaps N's work); ``process`` is both in one call. ``submit`` is
+frame N is collected; its upload, conversion and detection run on the ops' front stream beside
+frame N's swap and paste-back on the compute stream (each slot has its own converted frame, and
+events order the two streams); ``process`` is both in one call. ``submit`` is
 ``begin`` (up to the aligned faces), the swap, and ``finish`` (masks to download): a daemon running
 several streams calls ``begin`` on each stream's pipeline, swaps the faces of all of them in one
 batch (:meth:`~vcam.swap.Swapper.swap_batch`) and calls ``finish`` on each.
@@ -90,6 +92,8 @@ class Pipeline:
     optional, after the paste-back. ``out_fmt``: the publisher's pixel format. ``face_filter``: which tracks to swap
     (default: all). ``ring``: frames in flight; an output returned by :meth:`collect` is valid until
     ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
+    ``predict``: swap with the tracks predicted for the frame while its detection runs
+    (``[track] predict``, see :meth:`_track`).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class Pipeline:
         max_faces: int = 8,
         ring: int = 2,
         timing: bool = False,
+        predict: bool = False,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -137,6 +142,11 @@ class Pipeline:
         self._pending: dict[int, FrameStats] = {}
         self._slot = 0
         self.last_tracks: list[Track] = []
+        #: Swap with predicted tracks while the frame's detection runs (``[track] predict``; needs a
+        #: tracker with ``confident``/``predict``/``launch``/``complete``, see :mod:`vcam.track`).
+        self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
+        self._step: Any = None  # the tracker step of the frame before, applied at the next frame
+        self.predicted = 0  # frames swapped with predicted tracks
 
     # -- buffers ----------------------------------------------------------------------------------
     def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
@@ -145,7 +155,15 @@ class Pipeline:
         ops = self.ops
         ow, oh = output_size(self.out_fmt, *self.frame_size(width, height))
         self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring)
-        self._bgr = ops.empty((height, width, 3), np.uint8)
+        # One converted frame per slot: frame N+1 is converted and detected (front stream) while
+        # frame N is swapped and pasted (compute stream). Events per slot: ``_ready``, the frame is
+        # converted (the swap may read it); ``_seen``, the front stream's last read of it is queued
+        # before this point (its detection, which may still run beside the swap when predicted:
+        # the paste-back waits for it); ``_free``, the compute stream is done with it (reusable).
+        self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
+        self._ready = [ops.event() for _ in range(self.ring)]
+        self._seen = [ops.event() for _ in range(self.ring)]
+        self._free = [ops.event() for _ in range(self.ring)]
         self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
         self._clocks = ops.clocks(STAGES, self.ring, self.timing)
         # The enhancer's own time is always measured (CUDA events: read at collect, no extra wait).
@@ -186,13 +204,15 @@ class Pipeline:
         clock = self._clocks[slot]
         stats = FrameStats(seq=frame.seq, t_capture=frame.t_capture)
         work = Work(slot=slot, stats=stats, img=None, mats=self._mats[:0])
-        with ops.activate():
+        with ops.activate(), ops.front_stream():
+            ops.wait(self._free[slot])  # the frame that last used this slot has been pasted and converted
             clock.start()
             raw = self.io.upload(frame, slot)
-            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr)
+            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot])
             self.io.release(slot)
+            ops.record(self._ready[slot])
             clock.mark("convert_in")
-            tracks = self.tracker.update(img, frame.seq)
+            tracks = self._track(img, frame.seq)
             self.last_tracks = tracks
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
@@ -213,7 +233,26 @@ class Pipeline:
                     work.sources = faces[0] if all(f is faces[0] for f in faces) else faces
                     work.landmarks = np.stack([tr.landmarks for tr, _ in pairs])
                     work.boxes = np.stack([tr.box for tr, _ in pairs])
+            ops.record(self._seen[slot])
+        with ops.activate():
+            ops.wait(self._ready[slot])  # the swap and every later stage see the converted frame
         return work
+
+    def _track(self, img: Any, seq: int) -> list[Track]:
+        """This frame's tracks. With prediction on and the tracker confident, the tracks moved to
+        this frame, while the frame's own detection is queued (it runs beside the swap on the front
+        stream) and applied at the next frame; otherwise the frame waits for its detection. A
+        detection still pending from the frame before is applied first."""
+        tracker = self.tracker
+        if self._step is not None:
+            step, self._step = self._step, None
+            tracker.complete(step)
+        if self.predict and tracker.confident(img, seq):
+            tracks = tracker.predict(seq)
+            self._step = tracker.launch(img, seq, deferred=True)
+            self.predicted += 1
+            return tracks
+        return tracker.update(img, seq)
 
     def finish(self, work: Work, crops: Any, mask: Any) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
@@ -223,6 +262,7 @@ class Pipeline:
         clock = self._clocks[slot]
         on = self.stages_on if self.degradable else {}
         with ops.activate():
+            ops.wait(self._seen[slot])  # nothing is written into the frame before its detection has read it
             if n:
                 clock.mark("swap")
                 if self.masker is not None:
@@ -250,6 +290,7 @@ class Pipeline:
                 img = self._even
             ops.from_bgr(img, self.out_fmt, out=self.io.output(slot))
             clock.mark("convert_out")
+            ops.record(self._free[slot])
             self.io.download(slot)
         self._pending[slot] = stats
         return slot

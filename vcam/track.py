@@ -12,6 +12,12 @@ frame), and — while nothing is tracked — on every other frame (every frame w
 face (too small for the whole-frame input) looks in that face's region too before counting a miss. A new frame size or
 a sequence number going backwards (a restarted source) starts over.
 
+:meth:`Tracker.update` is :meth:`~Tracker.launch` (the detector calls queued on the device) then
+:meth:`~Tracker.complete` (wait, decode, match). A pipeline that does not want a frame's swap to wait
+for its detection asks :meth:`~Tracker.confident` (every tracked face found in the last frame), swaps
+with :meth:`~Tracker.predict`'s tracks (moved by their velocity), and completes that frame's
+detection when the next one comes (``[track] predict``).
+
 Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
 and a track survives ``max_missed`` frames without a detection. Boxes and landmarks are smoothed
 with a One-Euro filter (Casiez et al. 2012): a low-pass whose cutoff rises with speed, so a still
@@ -88,6 +94,8 @@ class _State:
     raw_box: np.ndarray  # last detected box (unsmoothed), float64
     seen_seq: int  # seq of that detection
     filter: OneEuroFilter
+    smooth_box: np.ndarray  # the filter's last box and landmarks (the track's, before any prediction)
+    smooth_landmarks: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))  # box change per frame
 
     def predict(self, seq: int) -> np.ndarray:
@@ -128,6 +136,39 @@ def associate(track_boxes: np.ndarray, det_boxes: np.ndarray) -> tuple[list[tupl
         used_d.add(d)
         matches.append((t, d))
     return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
+
+
+@dataclass
+class Step:
+    """One frame between :meth:`Tracker.launch` and :meth:`Tracker.complete`: the frame, its
+    detector calls in flight, and the boxes the tracks were expected at."""
+
+    frame: Any
+    seq: int
+    t: float
+    full: bool
+    predicted: np.ndarray
+    pending: Any = None
+    coarse: Any = None
+    regions: int = 0
+    deferred: bool = False
+
+
+def _launch(detector: Detector, kind: str, frame: Any, rects: np.ndarray | None = None) -> Any:
+    """A detector call queued (``launch_*`` of :class:`vcam.detect.FaceDetector`), or run at once
+    for a detector with only the blocking calls (wrapped so that ``result()`` gives it)."""
+    from .detect import Pending
+
+    if kind == "regions":
+        fn = getattr(detector, "launch_regions", None)
+        return fn(frame, rects) if fn is not None else Pending.done(detector.detect_regions(frame, rects))
+    if kind == "coarse":
+        fn = getattr(detector, "launch_coarse", None)
+        if fn is not None:
+            return fn(frame)
+        return Pending.done(getattr(detector, "detect_coarse", detector.detect)(frame))
+    fn = getattr(detector, "launch_full", None)
+    return fn(frame) if fn is not None else Pending.done(detector.detect(frame))
 
 
 class Tracker:
@@ -171,6 +212,7 @@ class Tracker:
         self.last_full_scan = False
         self.last_detections: list[Detection] = []
         self.last_matched: dict[int, Detection] = {}
+        self.last_seq: int | None = None  # the frame the last_* fields describe
 
     @property
     def tracks(self) -> list[Track]:
@@ -184,8 +226,17 @@ class Tracker:
         A track with ``missed > 0`` was not found in this frame and keeps its last smoothed box and
         landmarks. The same :class:`Track` object is returned for an id on every frame (its arrays
         are replaced, never written in place), so a caller may keep per-track data on it, such as
-        ``similarity``.
+        ``similarity``. :meth:`update` is :meth:`launch` then :meth:`complete`.
         """
+        return self.complete(self.launch(frame_bgr, seq, t))
+
+    def launch(self, frame_bgr: Any, seq: int, t: float | None = None, *, deferred: bool = False) -> Step:
+        """Queue frame ``seq``'s detector calls (the regions and rolling slice, or a full scan)
+        without waiting for them; :meth:`complete` applies them, and nothing else may reach the
+        tracker in between. The frame must stay unchanged until then (a lost track is looked for
+        again in it), unless ``deferred``: the frame may have changed by then (it was swapped with
+        :meth:`predict`'s tracks meanwhile), so a track its detection misses is counted as missed,
+        and the next frame, no longer :meth:`confident`, is scanned as :meth:`update` does."""
         seq = int(seq)
         t = seq / self.fps if t is None else float(t)
         shape = tuple(np.shape(frame_bgr))
@@ -196,18 +247,42 @@ class Tracker:
             self._shape = shape
             self._cycle = None
         self._last_seq = seq
+        full = self._scan_due(seq)
+        predicted = np.array([s.predict(seq) for s in self._states]).reshape(-1, 4)
+        step = Step(frame=frame_bgr, seq=seq, t=t, full=full, predicted=predicted, deferred=deferred)
+        if full:
+            step.pending = _launch(self.detector, "full", frame_bgr)
+        elif self._states:
+            # The tracks' regions, and this frame's slice of the rolling search for new faces (a
+            # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
+            # is found within ``rolling`` frames at a bounded cost per frame.
+            item = self._rolling_item(shape)
+            tiles = item if isinstance(item, np.ndarray) else None
+            rects = self._regions(predicted)
+            step.regions = len(rects)
+            if tiles is not None and len(tiles):
+                rects = np.concatenate([rects, tiles])
+            step.pending = _launch(self.detector, "regions", frame_bgr, rects)
+            self.roi_calls += 1
+            if isinstance(item, str):  # "coarse"
+                step.coarse = _launch(self.detector, "coarse", frame_bgr)
+        return step
+
+    def complete(self, step: Step) -> list[Track]:
+        """Apply the detections of a :meth:`launch` (waiting for them if they are not there yet);
+        returns live tracks, as :meth:`update` does."""
+        frame_bgr, seq, t, predicted = step.frame, step.seq, step.t, step.predicted
         self.frames += 1
         self.last_matched = {}
-        full = self._scan_due(seq)
+        full = step.full
         dets: list[Detection] | None = None
         matches: list[tuple[int, int]] = []
         lost: list[int] = []
         fresh: list[int] = []
-        predicted = np.array([s.predict(seq) for s in self._states]).reshape(-1, 4)
         if full:
-            dets = self.detector.detect(frame_bgr)
+            dets = list(step.pending.result())
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
-            if lost:
+            if lost and not step.deferred:
                 # The scheduled scan missed a tracked face (the whole-frame input may be too coarse
                 # for a small one): look where it should be before counting a miss.
                 extra = self._detect_regions(frame_bgr, predicted[lost])
@@ -216,17 +291,12 @@ class Tracker:
                     dets.append(extra[e])
                     matches.append((lost[k], len(dets) - 1))
                 lost = [lost[k] for k in lost_k]
-        elif self._states:
-            # The tracks' regions, and this frame's slice of the rolling search for new faces (a
-            # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
-            # is found within ``rolling`` frames at a bounded cost per frame.
-            item = self._rolling_item(shape)
-            tiles = item if isinstance(item, np.ndarray) else None
-            dets = self._detect_regions(frame_bgr, predicted, tiles)
-            if isinstance(item, str):  # "coarse"
-                dets = merge(dets + getattr(self.detector, "detect_coarse", self.detector.detect)(frame_bgr), 0.5)
+        elif step.pending is not None:
+            dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2])
+            if step.coarse is not None:
+                dets = merge(dets + step.coarse.result(), 0.5)
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
-            if lost:
+            if lost and not step.deferred:
                 # A track left its region (fast motion, occlusion, or it left the frame): look
                 # everywhere before counting a miss.
                 full = True
@@ -237,6 +307,7 @@ class Tracker:
             self._last_scan_seq = seq
         self.last_full_scan = full
         self.last_detections = list(dets or [])
+        self.last_seq = seq
 
         for ti, di in matches:
             self._apply(self._states[ti], dets[di], seq, t)  # type: ignore[index]
@@ -248,6 +319,34 @@ class Tracker:
         if dets:
             self._admit([dets[d] for d in fresh], seq, t)
         self._drop_duplicates()
+        return self.tracks
+
+    # -- prediction (the swap need not wait for the detection) --------------------------------
+    def confident(self, frame_bgr: Any, seq: int) -> bool:
+        """Can frame ``seq`` be swapped with :meth:`predict`'s tracks while its detection runs?
+        Yes when faces are tracked, each was found in the last frame applied, and this frame
+        continues that source (same size, later sequence number)."""
+        return (
+            bool(self._states)
+            and all(s.track.missed == 0 for s in self._states)
+            and tuple(np.shape(frame_bgr)) == self._shape
+            and self._last_seq is not None
+            and int(seq) > self._last_seq
+        )
+
+    def predict(self, seq: int) -> list[Track]:
+        """The live tracks moved to frame ``seq``: each box and its landmarks shifted and scaled by
+        the track's motion per frame since its last detection (constant velocity from the smoothed
+        position). Sets the tracks' arrays (replaced, not written in place) and returns them; the
+        detection of ``seq`` later corrects them (:meth:`complete`)."""
+        for s in self._states:
+            gap = max(0, int(seq) - s.seen_seq)
+            box = s.smooth_box + s.velocity * gap
+            old_c, new_c = (s.smooth_box[:2] + s.smooth_box[2:]) / 2, (box[:2] + box[2:]) / 2
+            old_side = max(_box_side(s.smooth_box), 1.0)
+            scale = max(_box_side(box), 1.0) / old_side
+            s.track.box = box.astype(np.float32)
+            s.track.landmarks = (new_c + (s.smooth_landmarks - old_c) * scale).astype(np.float32)
         return self.tracks
 
     # -- helpers -----------------------------------------------------------------------------
@@ -278,16 +377,18 @@ class Tracker:
         self._cursor += 1
         return item
 
-    def _detect_regions(self, frame: np.ndarray, predicted: np.ndarray, tiles: np.ndarray | None = None) -> list[Detection]:
+    def _detect_regions(self, frame: np.ndarray, predicted: np.ndarray) -> list[Detection]:
         rects = self._regions(predicted)
-        n = len(rects)
-        if tiles is not None and len(tiles):
-            rects = np.concatenate([rects, tiles])
         per_region = self.detector.detect_regions(frame, rects)
         self.roi_calls += 1
+        return self._found(per_region, len(rects), frame.shape[:2])
+
+    def _found(self, per_region: list[list[Detection]], n: int, hw: tuple) -> list[Detection]:
+        """The faces of a regions call: those of the ``n`` tracks' regions, and the small ones of
+        the tiles after them; each face once."""
         found = [d for dets in per_region[:n] for d in dets]
         if len(per_region) > n:
-            found += self.detector.small_faces(per_region[n:], *frame.shape[:2])
+            found += self.detector.small_faces(per_region[n:], *hw)
         if len(found) < 2:
             return found
         return merge(found, 0.5)  # overlapping regions can see the same face twice
@@ -301,6 +402,8 @@ class Tracker:
         state.seen_seq = seq
         pts = np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)])
         out = state.filter(pts, t)
+        state.smooth_landmarks = out[:5]
+        state.smooth_box = out[5:].reshape(4)
         tr = state.track
         tr.landmarks = out[:5].astype(np.float32)
         tr.box = out[5:].reshape(4).astype(np.float32)
@@ -324,7 +427,14 @@ class Tracker:
         )
         self._next_id += 1
         self.last_matched[track.id] = det
-        return _State(track=track, raw_box=box, seen_seq=seq, filter=flt)
+        return _State(
+            track=track,
+            raw_box=box,
+            seen_seq=seq,
+            filter=flt,
+            smooth_box=box.copy(),
+            smooth_landmarks=det.landmarks.astype(np.float64).copy(),
+        )
 
     def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
         """Start tracks for unmatched detections, keeping the ``max_faces`` largest faces."""

@@ -106,9 +106,30 @@ class Ops(Protocol):
     xp: Any
     stream: Any
     transfers: Transfers
+    #: True where calls queue work and return before it is done (CUDA), False where they return
+    #: with it done (the CPU).
+    concurrent: bool
 
     def activate(self) -> Any:
         """Context manager: array-library calls inside run on the ops' stream (CuPy's current stream)."""
+        ...
+
+    def front_stream(self) -> Any:
+        """Context manager: inside, the ops' calls queue on the front stream (a frame's convert and
+        detection), beside the compute stream where the swap and everything after it run; on the
+        CPU it changes nothing."""
+        ...
+
+    def event(self) -> Any:
+        """A reusable marker that orders one stream after a point of another (None on the CPU)."""
+        ...
+
+    def record(self, event: Any) -> None:
+        """Mark ``event`` at this point of the current stream."""
+        ...
+
+    def wait(self, event: Any) -> None:
+        """Make the current stream wait, on the device, until ``event``'s point is passed."""
         ...
 
     def synchronize(self) -> None:
@@ -126,6 +147,12 @@ class Ops(Protocol):
     def to_host(self, array: Any) -> np.ndarray: ...
 
     def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
+
+    def readback_async(self, arrays: Sequence[Any]) -> Any:
+        """The same without waiting: an object with ``wait() -> host arrays`` (one host wait) and
+        ``release()`` (after reading them); the arrays get host buffers of their own, so several
+        readbacks may be in flight."""
+        ...
 
     def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> FrameIO: ...
 

@@ -1,23 +1,31 @@
 """The CUDA ops: CuPy kernels from ``kernels/*.cu`` with the NumPy references' signatures.
 
-Streams: one compute stream (every kernel and every engine call of the pipeline) and one copy
-stream (frame uploads and downloads), ordered by events, never by a host synchronisation; the only
-host waits of a frame are the detection readback and the collection of the output.
+Streams, ordered by events, never by a host synchronisation:
+
+- the front stream: a frame's first stages (convert, detector input, detector, its readback), so
+  that the detection of frame N+1 never queues behind frame N's swap (:meth:`CudaOps.front_stream`);
+- the compute stream: everything after the detection (alignment crops, swapper, masks, paste-back,
+  enhancers, output colour);
+- one copy stream for uploads and one for downloads (an upload never waits behind a download).
+
+The only host waits of a frame are the detection readback (which waits for the front stream only)
+and the collection of the output.
 
 Per-frame parameters (matrices, regions, paste boxes) travel by value in kernel parameter blocks,
 so no kernel needs a host-to-device copy. Buffers are allocated at start (frame ring, engine
 inputs, crops); a kernel never allocates. Every host<->device copy is counted in ``transfers``.
 
-    host pinned slot --(copy stream, H2D)--> raw device slot --event--> compute stream:
-    to_bgr -> detector input -> detector (engine) -> [readback of a few KB] -> host track/align ->
-    warp -> swapper (engine) -> crops -> paste-back -> output colour --event--> copy stream:
-    D2H into the pinned output slot.
+    host pinned slot --(upload stream, H2D)--> raw device slot --event--> front stream:
+    to_bgr -> detector input -> detector (engine) -> [readback of a few KB] -> host track/align
+    --event--> compute stream: warp -> swapper (engine) -> crops -> paste-back -> output colour
+    --event--> download stream: D2H into the pinned output slot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,6 +169,37 @@ class Staging:
         return dataclasses.replace(frame, data=buf)
 
 
+class _Readback:
+    """Small device arrays on their way to pinned host buffers of their own (taken from the ops'
+    pool), queued on the current stream; :meth:`wait` waits for them once, :meth:`release` gives
+    the buffers back once the caller has read them."""
+
+    def __init__(self, ops: CudaOps, arrays: Sequence[Any]) -> None:
+        self.ops = ops
+        self.host: list[np.ndarray] = []
+        for a in arrays:
+            host = ops._take_pinned(tuple(a.shape), a.dtype)
+            src = a if a.flags.c_contiguous else ops.xp.ascontiguousarray(a)
+            _get_async(src, ops.stream, host)
+            ops.transfers.d2h_bytes += host.nbytes
+            self.host.append(host)
+        ops.transfers.d2h += 1
+        ops.transfers.d2h_arrays += len(self.host)
+        self.event = ops._events.pop() if ops._events else ops.event()
+        self.event.record(ops.stream)
+
+    def wait(self) -> list[np.ndarray]:
+        self.event.synchronize()
+        return self.host
+
+    def release(self) -> None:
+        pool = self.ops._pool
+        for h in self.host:
+            pool.setdefault((h.shape, h.dtype.str), []).append(h)
+        self.ops._events.append(self.event)
+        self.host = []
+
+
 class _DeviceIO:
     """Pinned host slots and device slots per direction, ``ring`` frames in flight (see the module
     docstring). Events order the copy stream against the compute stream."""
@@ -203,13 +242,13 @@ class _DeviceIO:
         elif ptr != host.__array_interface__["data"][0]:
             self._up[slot].synchronize()
             np.copyto(host, data.reshape(host.shape))
-        ops.copy.wait_event(self._in_free[slot])
-        self._dev_in[slot].set(host, stream=ops.copy)
+        ops.copy_in.wait_event(self._in_free[slot])
+        self._dev_in[slot].set(host, stream=ops.copy_in)
         if staged is not None:
-            staged[0].events[staged[1]].record(ops.copy)
+            staged[0].events[staged[1]].record(ops.copy_in)
         ops.transfers.h2d += 1
         ops.transfers.h2d_bytes += host.nbytes
-        self._up[slot].record(ops.copy)
+        self._up[slot].record(ops.copy_in)
         ops.stream.wait_event(self._up[slot])
         self._next = (slot + 1) % self.ring
         return self._dev_in[slot]
@@ -237,21 +276,22 @@ class _DeviceIO:
 
 
 class _EventClock:
-    """Stage times from CUDA events on the compute stream (device milliseconds, read at collect)."""
+    """Stage times from CUDA events on the ops' current stream (the front stream for the first
+    stages, the compute stream after; device milliseconds, read at collect)."""
 
-    def __init__(self, stream: Any, names: Sequence[str]) -> None:
+    def __init__(self, ops: CudaOps, names: Sequence[str]) -> None:
         import cupy
 
-        self.stream = stream
+        self.ops = ops
         self._events = {n: cupy.cuda.Event() for n in ("", *names)}
         self._order: list[str] = []
 
     def start(self) -> None:
         self._order = [""]
-        self._events[""].record(self.stream)
+        self._events[""].record(self.ops.stream)
 
     def mark(self, name: str) -> None:
-        self._events[name].record(self.stream)
+        self._events[name].record(self.ops.stream)
         self._order.append(name)
 
     def durations(self) -> dict[str, float]:
@@ -265,6 +305,8 @@ class CudaOps:
     """CuPy arrays on the current CUDA device (see the module docstring)."""
 
     device = "cuda"
+    #: Calls queue work and return: the host may prepare the next frame while the GPU runs this one.
+    concurrent = True
 
     def __init__(self) -> None:
         try:
@@ -274,17 +316,55 @@ class CudaOps:
                 "the GPU path needs CuPy", hint="pip install 'fastswap-cam[cuda13]' (or [cuda] for CUDA 12), or use --device cpu"
             ) from exc
         self.xp = cupy
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.copy = cupy.cuda.Stream(non_blocking=True)
+        #: The stream the ops' calls queue on now: :attr:`compute`, or :attr:`front` inside
+        #: :meth:`front_stream`.
+        self.stream = self.compute = cupy.cuda.Stream(non_blocking=True)
+        # The front stream has the device's highest priority: the host waits for its detection
+        # readback, so its small kernels go first when the swap of the previous frame fills the GPU.
+        try:
+            _, highest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+            self.front = cupy.cuda.Stream(non_blocking=True, priority=highest)
+        except Exception:  # pragma: no cover - priorities unsupported
+            self.front = cupy.cuda.Stream(non_blocking=True)
+        self.copy_in = cupy.cuda.Stream(non_blocking=True)
+        self.copy = cupy.cuda.Stream(non_blocking=True)  # downloads
         self.transfers = Transfers()
         self.kernels = Kernels()
         self._pinned: dict[tuple, np.ndarray] = {}
         self._staged: dict[int, tuple[Staging, int]] = {}  # pinned staging buffer address -> (ring, index)
         self._read_done = cupy.cuda.Event(disable_timing=True)
+        self._pool: dict[tuple, list[np.ndarray]] = {}  # pinned buffers of released readbacks
+        self._events: list[Any] = []
         self._lm_params: np.ndarray | None = None
 
     def activate(self) -> Any:
         return self.stream
+
+    @contextlib.contextmanager
+    def front_stream(self) -> Iterator[Any]:
+        """Inside: the ops' calls (kernels, engines, readbacks) queue on the front stream, so a
+        frame's detection runs beside the previous frame's swap; order the two with :meth:`event`,
+        :meth:`record` and :meth:`wait`."""
+        before = self.stream
+        self.stream = self.front
+        try:
+            with self.front:
+                yield self.front
+        finally:
+            self.stream = before
+
+    def event(self) -> Any:
+        """A reusable marker between streams (allocate once, at configure)."""
+        return self.xp.cuda.Event(disable_timing=True)
+
+    def record(self, event: Any) -> None:
+        """Mark ``event`` at this point of the current stream."""
+        event.record(self.stream)
+
+    def wait(self, event: Any) -> None:
+        """The current stream waits, on the device, for ``event`` (no host wait; an event never
+        recorded is passed at once)."""
+        self.stream.wait_event(event)
 
     def warmup(self) -> None:
         """Build every kernel module now (NVRTC, or CuPy's on-disk cache), not on the first frame."""
@@ -292,8 +372,8 @@ class CudaOps:
             self.kernels.module(name)
 
     def synchronize(self) -> None:
-        self.stream.synchronize()
-        self.copy.synchronize()
+        for s in (self.copy_in, self.front, self.compute, self.copy):
+            s.synchronize()
 
     # -- memory ---------------------------------------------------------------------------------
     def empty(self, shape: tuple, dtype: Any = np.uint8) -> Any:
@@ -309,6 +389,15 @@ class CudaOps:
         self.transfers.d2h += 1
         self.transfers.d2h_arrays += 1
         return array.get(stream=self.stream)
+
+    def readback_async(self, arrays: Sequence[Any]) -> _Readback:
+        """Queue small device arrays (detections) to pinned host buffers of their own without
+        waiting: ``wait()`` gives them (one host wait), ``release()`` returns the buffers."""
+        return _Readback(self, arrays)
+
+    def _take_pinned(self, shape: tuple, dtype: Any) -> np.ndarray:
+        free = self._pool.get((shape, np.dtype(dtype).str))
+        return free.pop() if free else pinned(shape, dtype)
 
     def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         """Small device arrays (detections) to pinned host buffers, then one wait: one readback."""
@@ -336,7 +425,7 @@ class CudaOps:
         return _DeviceIO(self, in_fmt, width, height, out_shape, ring)
 
     def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]:
-        return [_EventClock(self.stream, names) if timing else HostClock() for _ in range(ring)]
+        return [_EventClock(self, names) if timing else HostClock() for _ in range(ring)]
 
     # -- convert (twins of vcam.convert) --------------------------------------------------------
     def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> Any:

@@ -41,6 +41,19 @@ class _HostIO:
         pass
 
 
+class _Done:
+    """A readback that is already on the host (see ``CudaOps.readback_async``)."""
+
+    def __init__(self, host: list[np.ndarray]) -> None:
+        self.host = host
+
+    def wait(self) -> list[np.ndarray]:
+        return self.host
+
+    def release(self) -> None:
+        self.host = []
+
+
 class NumpyOps:
     """NumPy arrays in host memory; every method is the reference of the same name, except the two
     colour conversions, which go through OpenCV (``convert.to_bgr_cv`` / ``from_bgr_cv``: within
@@ -53,8 +66,24 @@ class NumpyOps:
     def __init__(self) -> None:
         self.transfers = Transfers()
 
+    #: Work is done when a call returns: a daemon gains nothing by submitting ahead.
+    concurrent = False
+
     def activate(self) -> contextlib.nullcontext:
         return contextlib.nullcontext()
+
+    def front_stream(self) -> contextlib.nullcontext:
+        """One thread, one order: nothing to separate on the CPU."""
+        return contextlib.nullcontext()
+
+    def event(self) -> None:
+        return None
+
+    def record(self, event: Any) -> None:
+        pass
+
+    def wait(self, event: Any) -> None:
+        pass
 
     def synchronize(self) -> None:
         pass
@@ -73,6 +102,10 @@ class NumpyOps:
 
     def readback(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         return [np.asarray(a) for a in arrays]
+
+    def readback_async(self, arrays: Sequence[Any]) -> _Done:
+        """The arrays copied now (engine outputs are reused by the next call)."""
+        return _Done([np.array(a, copy=True) for a in arrays])
 
     def staging(self, shape: tuple, count: int = 8) -> None:
         """No staging on the CPU: frames are read where they are."""

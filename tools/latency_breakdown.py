@@ -1,0 +1,121 @@
+"""Where one frame's capture-to-publish latency goes in the running daemon (one stream of the
+1080p one-face clip, paced like a camera or flat out): host timestamps at each phase of the frame
+loop, and the device-side stage times (CUDA events). Usage on the GPU:
+
+    python tools/latency_breakdown.py --model-dir DIR [--paced] [--seconds 4] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vcam.bench import streams as bench  # noqa: E402
+from vcam.daemon import Daemon  # noqa: E402
+from vcam.pipeline import Pipeline  # noqa: E402
+
+PHASES = ("gathered", "begun", "swapped", "finished", "collected", "published")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", default="")
+    ap.add_argument("--swapper", default="inswapper_128")
+    ap.add_argument("--size", default="1080p")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--paced", action="store_true")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    ns = argparse.Namespace(
+        size=args.size,
+        device=args.device,
+        fp16=args.device == "cuda",
+        max_faces=8,
+        swapper=args.swapper,
+        model_dir=args.model_dir,
+        deadline=None,
+    )
+    daemon = bench._daemon(ns, 1, args.paced)
+    daemon.startup()
+    st = daemon.streams[0]
+    st.pipeline.timing = True
+    st.pipeline.configure(st.source.width, st.source.height, st.source.fmt)
+    marks: dict[int, dict[str, float]] = {}
+    current: list[int] = []
+    gather, begin, finish, collect, publish = Daemon.gather, Pipeline.begin, Pipeline.finish, Pipeline.collect, daemon._publish
+    swap_batch = type(daemon.assembly.swapper).swap_batch
+    stages: list[dict[str, float]] = []
+
+    def now() -> float:
+        return time.perf_counter()
+
+    def g(self, *a, **k):
+        ready = gather(self, *a, **k)
+        for _, frame in ready:
+            marks[frame.seq] = {"capture": frame.t_capture, "gathered": now()}
+        return ready
+
+    def b(self, frame, snap):
+        work = begin(self, frame, snap)
+        marks[frame.seq]["begun"] = now()
+        current[:] = [frame.seq]
+        return work
+
+    def s(self, parts, faces):
+        out = swap_batch(self, parts, faces)
+        for q in current:
+            marks[q]["swapped"] = now()
+        return out
+
+    def f(self, work, crops, mask):
+        slot = finish(self, work, crops, mask)
+        marks[work.stats.seq]["finished"] = now()
+        return slot
+
+    def c(self, slot):
+        out, stats = collect(self, slot)
+        marks[stats.seq]["collected"] = now()
+        stages.append(dict(stats.stages))
+        return out, stats
+
+    def p(stream, data, stats):
+        publish(stream, data, stats)
+        marks[stats.seq]["published"] = now()
+
+    Daemon.gather, Pipeline.begin, Pipeline.finish, Pipeline.collect = g, b, f, c
+    type(daemon.assembly.swapper).swap_batch = s
+    daemon._publish = p
+    try:
+        daemon.main_loop(None, args.seconds)
+    finally:
+        daemon.shutdown()
+    rows = [m for m in marks.values() if all(k in m for k in PHASES)][10:]  # skip the first frames
+    result: dict[str, float] = {}
+    prev = "capture"
+    print(f"{len(rows)} frames, {'paced at 30 fps' if args.paced else 'flat out'}; host phases, median (p99) ms:")
+    for ph in PHASES:
+        d = np.array([(m[ph] - m[prev]) * 1e3 for m in rows])
+        result[f"{prev}->{ph}"] = float(np.median(d))
+        print(f"  {prev:>10s} -> {ph:<10s} {np.median(d):7.3f} ({np.percentile(d, 99):7.3f})")
+        prev = ph
+    total = np.array([(m["published"] - m["capture"]) * 1e3 for m in rows])
+    print(f"  capture -> published   {np.median(total):7.3f} ({np.percentile(total, 99):7.3f})")
+    print("device stage times (CUDA events), median ms:")
+    for name in stages[-1]:
+        vals = [x[name] * 1e3 for x in stages[10:] if name in x]
+        result[f"device {name}"] = float(np.median(vals))
+        print(f"  {name:<14s} {np.median(vals):7.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
