@@ -1,7 +1,11 @@
 """Benchmarks (not imported by the runtime modules): ``vcam bench`` (:mod:`.pipeline`, the pipeline
-against a naive loop on synthetic frames) and ``python -m vcam.bench.demo`` (:mod:`.demo`, the real
-daemon on the demo clip) and ``python -m vcam.bench.detect`` (:mod:`.detect`, small and new faces
-and what finding them costs)."""
+against a naive loop on synthetic frames), ``python -m vcam.bench.demo`` (:mod:`.demo`, the real
+daemon on the demo clip), ``python -m vcam.bench.detect`` (:mod:`.detect`, small and new faces
+and what finding them costs), ``python -m vcam.bench.streams`` (:mod:`.streams`, several streams
+in one daemon against one process each), ``python -m vcam.bench.upscale`` (:mod:`.upscale`, the
+frame enhancer), ``python -m vcam.bench.predict`` (:mod:`.predict`, swapping with predicted faces:
+time and accuracy), ``python -m vcam.bench.startup`` (:mod:`.startup`, start-up time) and
+``python -m vcam.bench.control`` (:mod:`.control`, control clients against a running daemon)."""
 
 from __future__ import annotations
 
