@@ -66,7 +66,7 @@ for step in $steps; do
     telemetry)
       python3 -m vcam check 2>&1 | tee "$OUT/check.txt" | grep -i "gpu telemetry" ;;
     e2e)
-      timeout ${E2E_TIMEOUT:-400} python3 tools/gpu_e2e.py "$OUT" 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
+      timeout ${E2E_TIMEOUT:-400} python3 tools/gpu_e2e.py "$OUT" ${E2E_SKIP:+--skip "$E2E_SKIP"} 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
   esac
 done
 exit $rc

@@ -68,7 +68,9 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--faces", type=int, default=4)
+    ap.add_argument("--skip", default="", help="comma list of run labels to leave out (a short device session)")
     args = ap.parse_args()
+    skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/vcam-e2e")
@@ -88,6 +90,9 @@ def main() -> int:
     results = []
 
     def run(label: str, extra: list[str], *, expect_ok: bool = True, config: str = "") -> None:
+        if label in skip:
+            print(f"[skipped] {label} (--skip)", flush=True)
+            return
         cfg = work / f"{label}.toml"
         cfg.write_text(f"[models]\ndir = '{models}'\n{config}")
         dst = work / f"{label}.mp4"
