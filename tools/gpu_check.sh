@@ -15,6 +15,13 @@ else
 fi
 OUT=${OUT:-/tmp/vcam-gpu}; mkdir -p "$OUT"
 steps=${*:-tests bench e2e}
+M=/tmp/vcam-e2e/models
+standins() {  # the full-size inswapper and arcface stand-ins the benchmarks load, made once
+  mkdir -p $M
+  for name in inswapper_128 arcface_w600k_r50; do
+    [ -f $M/$name.onnx ] || python3 -m vcam models stand-in $name --out $M >/dev/null 2>&1 || true
+  done
+}
 nvidia-smi -L | tee "$OUT/gpu.txt"
 rc=0
 for step in $steps; do
@@ -31,34 +38,27 @@ for step in $steps; do
       timeout 200 python3 -m vcam.bench.detect --device cuda --json "$OUT/bench_detect_cuda.json" \
         2>&1 | tee "$OUT/bench_detect_cuda.txt" | tail -n 12 || rc=1 ;;
     streams)
-      mkdir -p /tmp/vcam-e2e/models
-      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
-      python3 -m vcam models stand-in arcface_w600k_r50 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      standins
       timeout ${STREAMS_TIMEOUT:-300} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
-        --swapper inswapper_128 --model-dir /tmp/vcam-e2e/models --fp16 --json "$OUT/bench_streams.json" \
+        --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_streams.json" \
         2>&1 | tee "$OUT/bench_streams.txt" | tail -n 12 || rc=1 ;;
     daemon)
       # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
-      mkdir -p /tmp/vcam-e2e/models
-      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
-      python3 -m vcam models stand-in arcface_w600k_r50 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
+      standins
       timeout 200 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
-        --swapper inswapper_128 --model-dir /tmp/vcam-e2e/models --fp16 --modes daemon,daemon-paced --json "$OUT/bench_daemon.json" \
+        --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --json "$OUT/bench_daemon.json" \
         2>&1 | tee "$OUT/bench_daemon.txt" | tail -n 6 || rc=1 ;;
     profile)
-      mkdir -p /tmp/vcam-e2e/models
-      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
-      timeout 200 python3 tools/profile_streams.py "$OUT/profile" --model-dir /tmp/vcam-e2e/models --streams 1,4 --seconds 4 \
+      standins
+      timeout 200 python3 tools/profile_streams.py "$OUT/profile" --model-dir $M --streams 1,4 --seconds 4 \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/profile.txt" | tail -n 12 || rc=1 ;;
     predict)
       # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
       # and where a paced frame's latency goes in the real daemon.
-      mkdir -p /tmp/vcam-e2e/models
-      python3 -m vcam models stand-in inswapper_128 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
-      python3 -m vcam models stand-in arcface_w600k_r50 --out /tmp/vcam-e2e/models >/dev/null 2>&1 || true
-      timeout 200 python3 -m vcam.bench.predict --device cuda --fp16 --swapper inswapper_128 --model-dir /tmp/vcam-e2e/models \
+      standins
+      timeout 200 python3 -m vcam.bench.predict --device cuda --fp16 --swapper inswapper_128 --model-dir $M \
         --json "$OUT/bench_predict.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_predict.txt" | tail -n 4 || rc=1
-      timeout 120 python3 tools/latency_breakdown.py --model-dir /tmp/vcam-e2e/models --paced --json "$OUT/latency_paced.json" \
+      timeout 120 python3 tools/latency_breakdown.py --model-dir $M --paced --json "$OUT/latency_paced.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_paced.txt" | tail -n 16 || rc=1 ;;
     upscale)
       timeout ${UPSCALE_TIMEOUT:-200} python3 -m vcam.bench.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \

@@ -34,16 +34,15 @@ def main() -> None:
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
-    ns = argparse.Namespace(
+    daemon = bench.make_daemon(
+        streams=1,
+        paced=args.paced,
         size=args.size,
         device=args.device,
-        fp16=args.device == "cuda",
-        max_faces=8,
         swapper=args.swapper,
         model_dir=args.model_dir,
-        deadline=None,
+        fp16=args.device == "cuda",
     )
-    daemon = bench._daemon(ns, 1, args.paced)
     daemon.startup()
     st = daemon.streams[0]
     st.pipeline.timing = True

@@ -46,18 +46,9 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ns = argparse.Namespace(
-        size=args.size,
-        device="cuda",
-        fp16=True,
-        max_faces=8,
-        swapper=args.swapper,
-        model_dir=args.model_dir,
-        deadline=None,
-    )
     for n in [int(x) for x in args.streams.split(",")]:
         acc: dict[str, float] = defaultdict(float)
-        daemon = bench._daemon(ns, n, False)
+        daemon = bench.make_daemon(streams=n, size=args.size, swapper=args.swapper, model_dir=args.model_dir)
         daemon.startup()
         originals = {m: timed(Pipeline, m, acc) for m in ("begin", "finish", "collect")}
         sw = type(daemon.assembly.swapper)

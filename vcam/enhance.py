@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from .align import PlanarAffine, estimate
-from .errors import ModelError
 from .models import registry
 from .models.registry import ModelSpec
 
@@ -30,11 +29,7 @@ class Enhancer:
             from .ops.numpy import NumpyOps
 
             ops = NumpyOps()
-        self.spec = registry.get(spec) if isinstance(spec, str) else spec
-        if self.spec.kind != "enhancer":
-            raise ModelError(
-                f"{self.spec.name} is a {self.spec.kind}, not an enhancer", hint="see `vcam models list --kind enhancer`"
-            )
+        self.spec = registry.of_kind(spec, "enhancer")
         self.name = self.spec.name
         self.template = self.spec.template or "ffhq_512"
         self.crop_size = self.spec.size

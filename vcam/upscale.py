@@ -200,11 +200,7 @@ class FrameEnhancer:
             from .ops.numpy import NumpyOps
 
             ops = NumpyOps()
-        self.spec = registry.get(spec) if isinstance(spec, str) else spec
-        if self.spec.kind != "upscaler":
-            raise ModelError(
-                f"{self.spec.name} is a {self.spec.kind}, not an upscaler", hint="see `vcam models list --kind upscaler`"
-            )
+        self.spec = registry.of_kind(spec, "upscaler")
         if self.spec.output != "unit":
             raise ModelError(f"{self.spec.name}: the frame enhancer reads [0, 1] outputs, the row says {self.spec.output}")
         self.name = self.spec.name

@@ -107,6 +107,25 @@ def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     return Daemon(cfg, sources=sources, outputs=outputs, control=False)
 
 
+def make_daemon(
+    *,
+    streams: int,
+    paced: bool = False,
+    size: str = "1080p",
+    device: str = "cuda",
+    swapper: str = "inswapper_128",
+    model_dir: str = "",
+    fp16: bool = True,
+    max_faces: int = 8,
+) -> Daemon:
+    """The benchmark's daemon (``streams`` demo-clip streams to the null output) from keywords, for
+    tools that time its phases (tools/profile_streams.py, tools/latency_breakdown.py)."""
+    args = argparse.Namespace(
+        size=size, device=device, fp16=fp16, max_faces=max_faces, swapper=swapper, model_dir=model_dir, deadline=None
+    )
+    return _daemon(args, streams, paced)
+
+
 def _measure(daemon: Daemon, seconds: float) -> dict:
     daemon.main_loop(None, seconds)
     rows = {}

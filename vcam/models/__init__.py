@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ModelError
-from .registry import MODELS, ModelSpec, by_kind, get
+from .registry import MODELS, ModelSpec, get, of_kind
 
 
 def open_engine(
@@ -24,15 +23,7 @@ def open_engine(
     loaded on an engine on ``device`` with the config's backend and precision; ``max_batch`` items a
     call (default: the face batch, ``[pipeline] max_faces``). A model of another kind is refused
     before its file is touched."""
-    spec = get(name)
-    if spec.kind != kind:
-
-        def a(word: str) -> str:
-            return ("an " if word[:1] in "aeiou" else "a ") + word
-
-        raise ModelError(
-            f"{name} is {a(spec.kind)}, not {a(kind)}", hint="choose one of: " + ", ".join(m.name for m in by_kind(kind))
-        )
+    spec = of_kind(name, kind)
     from ..engines import create_engine
     from .download import ModelStore
 

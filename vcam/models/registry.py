@@ -496,6 +496,21 @@ def by_kind(kind: str) -> list[ModelSpec]:
     return [m for m in MODELS.values() if m.kind == kind]
 
 
+def of_kind(spec: ModelSpec | str, kind: str) -> ModelSpec:
+    """The row ``spec`` (or named so), which must be a ``kind``: ModelError naming the models of
+    that kind otherwise."""
+    row = get(spec) if isinstance(spec, str) else spec
+    if row.kind != kind:
+
+        def a(word: str) -> str:
+            return ("an " if word[:1] in "aeiou" else "a ") + word
+
+        raise ModelError(
+            f"{row.name} is {a(row.kind)}, not {a(kind)}", hint="choose one of: " + ", ".join(m.name for m in by_kind(kind))
+        )
+    return row
+
+
 def by_file(file: str) -> ModelSpec | None:
     for m in MODELS.values():
         if m.file == file:
