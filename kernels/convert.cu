@@ -52,6 +52,19 @@ extern "C" __global__ void bgr_from_packed(const unsigned char* __restrict__ src
     }
 }
 
+// Planar RGB (three width*height planes, R first: what nvJPEG decodes a JPEG to) -> BGR, one
+// thread per pixel.
+extern "C" __global__ void bgr_from_planar(const unsigned char* __restrict__ src, int width, int height,
+                                           unsigned char* __restrict__ dst) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    size_t n = (size_t)width * height;
+    if ((size_t)i >= n) return;
+    unsigned char* o = dst + (size_t)i * 3;
+    o[0] = src[2 * n + i];
+    o[1] = src[n + i];
+    o[2] = src[i];
+}
+
 // YUYV (Y0 U Y1 V per pixel pair) -> BGR, one thread per pixel.
 extern "C" __global__ void bgr_from_yuyv(const unsigned char* __restrict__ src, int width, int height,
                                          unsigned char* __restrict__ dst) {

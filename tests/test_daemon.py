@@ -71,7 +71,8 @@ def test_latency_budget_drops_and_counts():
     out = Capturing(640, 360)
     s = Daemon(cfg, output=out, control=False).run(max_frames=10)
     assert s.frames_in == 10
-    assert s.dropped_latency == 10 and s.frames_out == 0 and out.frames == 0
+    # only the early frames, published unswapped before the models were loaded, went out
+    assert s.dropped_latency == 10 and s.frames_out == 0 and out.frames == s.passed_through
 
 
 def test_status_line_shows_budget_exceeded():
@@ -435,3 +436,69 @@ def test_check_says_where_each_model_would_run(tiny_models, tmp_path):
     r = runner.invoke(app, ["check", "-c", str(cfg)])
     assert "FAIL swapper: hyperswap_1a_256 -> onnxruntime on cpu; files: hyperswap_1a_256 missing" in r.output
     assert "vcam models pull hyperswap_1a_256" in r.output
+
+
+# -- early frames: the camera published unswapped while the models load -----------------------------
+
+
+def _slow_models(monkeypatch, seconds: float = 0.6, fail: Exception | None = None):
+    """Loading the models takes ``seconds`` longer (or fails with ``fail``), as a GPU start does."""
+    from vcam import assemble
+
+    build = assemble.build
+
+    def slow(*a, **kw):
+        time.sleep(seconds)
+        if fail is not None:
+            raise fail
+        return build(*a, **kw)
+
+    monkeypatch.setattr(assemble, "build", slow)
+
+
+def test_a_live_run_publishes_the_camera_unswapped_while_the_models_load(monkeypatch):
+    from vcam.demo import DemoClip
+
+    _slow_models(monkeypatch)
+    cfg = demo_cfg(pacing="realtime")
+    out = Capturing(640, 360, fmt=PixelFormat.BGR)
+    t0 = time.perf_counter()
+    s = Daemon(cfg, output=out, control=False).run(max_frames=8)
+    took = time.perf_counter() - t0
+    # about 30 fps for the 0.6 s of loading; --frames counts the frames through the pipeline
+    assert 8 <= s.passed_through <= 60 and s.frames_out == 8 and s.frames_in == 8, s
+    assert len(out.frames_seen) == s.passed_through + 8
+    assert s.first_frame_s is not None and s.first_processed_s is not None
+    assert s.first_processed_s - s.first_frame_s >= 0.4, "the first frame did not come before the models"
+    assert "passed through unswapped while the models loaded" in s.line()
+    # the early frames are the camera's own frames (the demo clip's, in order), not swapped
+    clip = DemoClip(width=640, height=360, fps=30)
+    frames = [clip.frame(i) for i in range(int(took * 30) + 40)]
+    for got in out.frames_seen[: s.passed_through]:
+        assert any(np.array_equal(got, f) for f in frames), "an early frame is not a camera frame"
+    # the pipeline's frames are swapped: none of them is a clip frame as it was
+    assert not any(np.array_equal(out.frames_seen[-1], f) for f in frames)
+
+
+def test_no_early_frames_in_a_file_conversion_or_when_turned_off(monkeypatch):
+    _slow_models(monkeypatch, 0.3)
+    out = Capturing(640, 360)
+    s = Daemon(demo_cfg(pacing="fast"), output=out, control=False).run(max_frames=5)  # every frame kept: swapped
+    assert s.passed_through == 0 and len(out.frames_seen) == 5 and s.first_frame_s == s.first_processed_s
+    cfg = demo_cfg(pacing="realtime")
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, early_frames=False))
+    out = Capturing(640, 360)
+    s = Daemon(cfg, output=out, control=False).run(max_frames=5)
+    assert s.passed_through == 0 and len(out.frames_seen) == 5
+
+
+def test_models_that_fail_to_load_stop_the_early_frames_with_their_error(monkeypatch):
+    from vcam.errors import ModelError
+
+    _slow_models(monkeypatch, 0.3, fail=ModelError("the swapper model is broken", hint="run vcam models verify"))
+    out = Capturing(640, 360)
+    daemon = Daemon(demo_cfg(pacing="realtime"), output=out, control=False)
+    with pytest.raises(ModelError, match="broken"):
+        daemon.run(max_frames=5)
+    assert daemon.summary.passed_through >= 1 and daemon.summary.frames_out == 0
+    assert not any(t.name == "vcam-capture" and t.is_alive() for t in threading.enumerate())

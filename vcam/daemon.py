@@ -38,10 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .config import Config
 from .errors import VcamError
 from .state import RuntimeState, Status
-from .status import LiveStats, RunSummary
+from .status import LiveStats, RunSummary, process_age
 from .types import Frame, PixelFormat
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class Stream:
     pipeline: Any = None
     delivery: Any = None
     live: LiveStats | None = None
+    decoder: Any = None  # the MJPG decoder of its capture thread (vcam.decode), if the source sends MJPG
     last_pub: float = 0.0
     done: bool = False  # its source ended (or failed): no more frames
 
@@ -209,17 +212,60 @@ class Daemon:
         return self.summary
 
     def startup(self, max_frames: int | None = None) -> None:
-        from . import assemble, capture, publish
+        """Open the sources, load the models, open the outputs, start capture and control. With
+        early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
+        open first and the camera is published unswapped while the models load in a thread."""
+        from . import capture, publish
 
-        cfg = self.cfg
         check_streams([(st.name, st.cfg) for st in self.streams if st.name not in self._sources], self._outputs)
         for st in self.streams:
             given_output = st.name in self._outputs
             if not given_output:
                 publish.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
             st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
-            st.source = self._sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery)
+            st.source = self._sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
             self._components.append(st.source)
+        if self._early_frames():
+            for st in self.streams:
+                self._open_output(st, st.source.width, st.source.height)
+            self._start_capture(early=True)
+            self._load_while_passing_through()
+            for st in self.streams:
+                st.cap.stage = self._capture_stage(st)
+        else:
+            self._load()
+            self._start_capture(early=False)
+        self._start_telemetry()
+        self._start_control()
+        self.ready.set()
+
+    def _early_frames(self) -> bool:
+        """Publish the camera unswapped while the models load: on for live runs (a camera, paced
+        input), off when any stream keeps every frame (a file conversion must be swapped
+        throughout) or has a frame enhancer (its output size is known only once it is loaded)."""
+        if not self.cfg.pipeline.early_frames:
+            return False
+        return all(not st.delivery.lossless and not st.cfg.upscale.model for st in self.streams)
+
+    def _open_output(self, st: Stream, width: int, height: int) -> None:
+        from . import publish
+
+        output = self._outputs.get(st.name)
+        if output is None:
+            # Live input: stamp file frames by wall clock (plays at real speed even with drops);
+            # lossless input: by frame count, so the file keeps the input's rate and every frame.
+            timing = "frames" if st.delivery.lossless else "wall"
+            fps = st.cfg.output.fps or st.source.fps or self.cfg.capture.fps
+            output = publish.open_output(st.cfg.output, width, height, fps, file_timing=timing)
+        self._components.append(output)
+        st.output = output
+
+    def _load(self) -> None:
+        """The models (:mod:`vcam.assemble`), the faces, each stream's pipeline and output (opened
+        here unless early frames opened it), every buffer and CUDA graph warmed up."""
+        from . import assemble
+
+        cfg = self.cfg
         fps = self.streams[0].source.fps or cfg.capture.fps
         asm = self.assembly = assemble.build(cfg, fps=fps)
         for st in self.streams:
@@ -241,36 +287,91 @@ class Daemon:
         for st in self.streams:
             src = st.source
             st.pipeline = asm.make_pipeline(PixelFormat.BGR)  # its output format is the output's, below
-            out_w, out_h = st.pipeline.frame_size(src.width, src.height)
-            output = self._outputs.get(st.name)
-            if output is None:
-                # Live input: stamp file frames by wall clock (plays at real speed even with drops);
-                # lossless input: by frame count, so the file keeps the input's rate and every frame.
-                timing = "frames" if st.delivery.lossless else "wall"
-                output = publish.open_output(st.cfg.output, out_w, out_h, st.cfg.output.fps or src.fps or fps, file_timing=timing)
-            self._components.append(output)
-            st.output = output
-            st.pipeline.out_fmt = output.fmt
+            if st.output is None:
+                self._open_output(st, *st.pipeline.frame_size(src.width, src.height))
+            st.pipeline.out_fmt = st.output.fmt
             st.pipeline.degradable = not st.delivery.lossless
-            st.pipeline.configure(src.width, src.height, src.fmt)
+            # MJPG is decoded in the capture thread (vcam.decode): the pipeline gets BGR frames.
+            st.pipeline.configure(src.width, src.height, PixelFormat.BGR if src.fmt == PixelFormat.MJPEG else src.fmt)
             asm.warmup(src.width, src.height)
             if st.pipeline.upscaler is not None and cfg.upscale.drop_first and not st.delivery.lossless:
                 st.pipeline.upscale_budget = st.budget or 1.0 / max(src.fps or fps, 1.0)
             st.live = LiveStats(st.summary)
-        self._start_telemetry()
-        self._start_control()
-        from .convert import frame_shape
+
+    def _start_capture(self, early: bool) -> None:
+        """One capture thread per stream. Early (models still loading): an MJPG frame is decoded on
+        the CPU there; the final stage (:meth:`_capture_stage`) is set once the models are loaded."""
+        from . import capture
+        from .decode import CpuJpegDecoder
 
         for st in self.streams:
             name = "vcam-capture" if len(self.streams) == 1 else f"vcam-capture-{st.name}"
-            src = st.source
-            staging = asm.ops.staging(frame_shape(src.fmt, src.width, src.height)) if src.fmt != PixelFormat.MJPEG else None
-            st.cap = capture.CaptureThread(
-                src, lossless=st.delivery.lossless, name=name, wake=self._wake, stage=staging.stage if staging else None
-            )
+            if early:
+                stage = CpuJpegDecoder().decode if st.source.fmt == PixelFormat.MJPEG else None
+            else:
+                stage = self._capture_stage(st)
+            st.cap = capture.CaptureThread(st.source, lossless=st.delivery.lossless, name=name, wake=self._wake, stage=stage)
             st.cap.start()
             self._components.insert(0, st.cap)
-        self.ready.set()
+
+    def _load_while_passing_through(self) -> None:
+        """:meth:`_load` in a thread while this one publishes each stream's newest frame as it is
+        (converted on the CPU), so a video call sees the camera within a second of the start.
+        Those frames are counted in ``passed_through``, not in ``frames_in``/``frames_out``."""
+        from .convert import from_bgr_cv, to_bgr_cv
+
+        failure: list[BaseException] = []
+
+        def load() -> None:
+            try:
+                self._load()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the starting thread
+                failure.append(exc)
+            finally:
+                self._wake.set()
+
+        loader = threading.Thread(target=load, name="vcam-load", daemon=True)
+        t0 = time.perf_counter()
+        loader.start()
+        while loader.is_alive() and not self.should_exit:
+            for st, frame in self.gather(None, timeout=0.05):
+                if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
+                    break
+                bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
+                st.output.send(from_bgr_cv(bgr, st.output.fmt))
+                s = st.summary
+                if s.first_frame_s is None:
+                    s.first_frame_s = process_age()
+                s.passed_through += 1
+        loader.join()
+        if failure:
+            raise failure[0]
+        passed = sum(st.summary.passed_through for st in self.streams)
+        log.info("models loaded in %.1f s; %d frames passed through unswapped meanwhile", time.perf_counter() - t0, passed)
+
+    def _capture_stage(self, st: Stream) -> Callable[[Frame], Frame] | None:
+        """What the capture thread does to each frame before handing it over: an MJPG frame is
+        decoded (:mod:`vcam.decode`: on the GPU into device memory, or on the CPU); a frame on the
+        host is copied into pinned staging on the GPU path."""
+        from .convert import frame_shape
+        from .decode import open_decoder
+
+        ops, src = self.assembly.ops, st.source
+        fmt = src.fmt
+        decoder = None
+        if fmt == PixelFormat.MJPEG:
+            decoder = st.decoder = open_decoder(st.cfg.capture.decode, ops)
+            log.info("%s: MJPG decoded on the %s", st.name, "GPU (nvJPEG)" if decoder.device == "cuda" else "CPU")
+            if decoder.device == "cuda":
+                return decoder.decode
+            fmt = PixelFormat.BGR
+        staging = ops.staging(frame_shape(fmt, src.width, src.height))
+        if decoder is None:
+            return staging.stage if staging is not None else None
+        if staging is None:
+            return decoder.decode
+        decode, stage = decoder.decode, staging.stage
+        return lambda frame: stage(decode(frame))
 
     def _start_telemetry(self) -> None:
         """The GPU sampler (NVML, off the frame loop) and the degrader (one for the shared GPU:

@@ -196,7 +196,10 @@ class Pipeline:
         geometry = (int(frame.width), int(frame.height), PixelFormat(frame.fmt))
         if geometry != self._geometry:
             if PixelFormat(frame.fmt) is PixelFormat.MJPEG and self.ops.device != "cpu":
-                raise InputError("the GPU path takes raw frames, not MJPEG", hint="request fourcc = 'YUYV' or use --device cpu")
+                raise InputError(
+                    "the GPU pipeline takes decoded frames, not MJPEG",
+                    hint="decode them first with vcam.decode.open_decoder (the daemon does)",
+                )
             self.configure(*geometry)
         ops = self.ops
         slot = self._slot

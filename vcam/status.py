@@ -46,6 +46,8 @@ class RunSummary:
     device: str = "cpu"
     models: str = ""  # where each model ran (Assembly.describe)
     first_frame_s: float | None = None  # process start -> first frame published (start-up, as a user waits)
+    first_processed_s: float | None = None  # process start -> first frame published through the pipeline
+    passed_through: int = 0  # frames published unswapped while the models loaded (early frames)
     error: str | None = None
 
     def percentile(self, q: float) -> float:
@@ -64,6 +66,12 @@ class RunSummary:
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
+            + (
+                f" (through the pipeline {self.first_processed_s:.1f} s; {self.passed_through} frames passed through "
+                "unswapped while the models loaded)"
+                if self.passed_through and self.first_processed_s is not None
+                else ""
+            )
         )
 
 
@@ -93,7 +101,9 @@ class LiveStats:
     def published(self, t_capture: float, t_pub: float) -> None:
         s = self.summary
         if s.frames_out == 0:
-            s.first_frame_s = process_age()
+            s.first_processed_s = process_age()
+            if s.first_frame_s is None:
+                s.first_frame_s = s.first_processed_s
         s.frames_out += 1
         self._out.append(t_pub)
         ms = (t_pub - t_capture) * 1000.0

@@ -28,6 +28,7 @@ class PixelFormat(str, enum.Enum):
     NV12 = "NV12"  # (H * 3 // 2, W) uint8, Y plane then interleaved UV
     I420 = "I420"  # (H * 3 // 2, W) uint8, Y plane, U plane, V plane
     MJPEG = "MJPEG"  # 1-D uint8 JPEG bytes
+    RGBP = "RGBP"  # (3, H, W) uint8, planar RGB (a JPEG decoded on the GPU by nvJPEG)
 
 
 @dataclass(frozen=True, slots=True)

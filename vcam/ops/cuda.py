@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -169,6 +170,52 @@ class Staging:
         return dataclasses.replace(frame, data=buf)
 
 
+class DeviceRing:
+    """Device BGR frames a producer thread writes (the GPU JPEG decoder, :mod:`vcam.decode`) and the
+    pipeline reads as they are, with no upload. ``ready[i]``: buffer ``i`` is written (the upload
+    waits for it on the device); ``free[i]``: the pipeline's convert has read it (the producer
+    waits for it before writing it again). A buffer the pipeline has taken but not yet read is
+    never handed out again."""
+
+    def __init__(self, ops: CudaOps, shape: tuple, count: int) -> None:
+        import cupy
+
+        self.buffers = [cupy.zeros(shape, dtype=cupy.uint8) for _ in range(int(count))]
+        self.ready = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
+        self.free = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
+        self._claimed = [False] * len(self.buffers)
+        self._lock = threading.Lock()
+        self._next = 0
+        for i, b in enumerate(self.buffers):
+            ops._on_device[b.data.ptr] = (self, i)
+
+    def take(self) -> int:
+        """The next buffer to write (producer thread): not claimed, and read by its last reader."""
+        n = len(self.buffers)
+        with self._lock:
+            for _ in range(n):
+                i = self._next
+                self._next = (i + 1) % n
+                if not self._claimed[i]:
+                    break
+            else:  # pragma: no cover - the ring is larger than what the pipeline holds
+                raise RuntimeError("every device frame buffer is in use")
+        self.free[i].synchronize()
+        return i
+
+    def claim(self, i: int, stream: Any) -> None:
+        """The pipeline takes buffer ``i``: ``stream`` waits until it is written."""
+        with self._lock:
+            self._claimed[i] = True
+        stream.wait_event(self.ready[i])
+
+    def release(self, i: int, stream: Any) -> None:
+        """The pipeline's reads of buffer ``i`` are queued on ``stream``."""
+        self.free[i].record(stream)
+        with self._lock:
+            self._claimed[i] = False
+
+
 class _Readback:
     """Small device arrays on their way to pinned host buffers of their own (taken from the ops'
     pool), queued on the current stream; :meth:`wait` waits for them once, :meth:`release` gives
@@ -208,7 +255,10 @@ class _DeviceIO:
         import cupy
 
         if PixelFormat(in_fmt) is PixelFormat.MJPEG:
-            raise InputError("the GPU path takes raw frames, not MJPEG", hint="request fourcc = 'YUYV' or use --device cpu")
+            raise InputError(
+                "the GPU pipeline takes decoded frames, not MJPEG",
+                hint="decode them first with vcam.decode.open_decoder (the daemon does)",
+            )
         self.ops = ops
         self.ring = int(ring)
         in_shape = frame_shape(PixelFormat(in_fmt), width, height)
@@ -224,6 +274,7 @@ class _DeviceIO:
         self._in_free = [ev() for _ in range(self.ring)]  # compute is done with the raw slot
         self._out_ready = [ev() for _ in range(self.ring)]  # the output of the slot is written
         self._down = [ev() for _ in range(self.ring)]  # its download finished
+        self._ring_entry: list[tuple[DeviceRing, int] | None] = [None] * self.ring  # a device frame's buffer
         self._next = 0
 
     def host_slot(self) -> np.ndarray:
@@ -233,6 +284,13 @@ class _DeviceIO:
 
     def upload(self, frame: Frame, slot: int) -> Any:
         ops = self.ops
+        if isinstance(frame.data, ops.xp.ndarray):  # already on the device (a decoded JPEG): no copy
+            entry = ops._on_device.get(frame.data.data.ptr)
+            if entry is not None:
+                entry[0].claim(entry[1], ops.stream)
+            self._ring_entry[slot] = entry
+            self._next = (slot + 1) % self.ring
+            return frame.data
         host = self._host_in[slot]
         data = np.asarray(frame.data)
         ptr = data.__array_interface__["data"][0]
@@ -254,6 +312,10 @@ class _DeviceIO:
         return self._dev_in[slot]
 
     def release(self, slot: int) -> None:
+        entry, self._ring_entry[slot] = self._ring_entry[slot], None
+        if entry is not None:
+            entry[0].release(entry[1], self.ops.stream)
+            return
         self._in_free[slot].record(self.ops.stream)
 
     def output(self, slot: int) -> Any:
@@ -332,6 +394,7 @@ class CudaOps:
         self.kernels = Kernels()
         self._pinned: dict[tuple, np.ndarray] = {}
         self._staged: dict[int, tuple[Staging, int]] = {}  # pinned staging buffer address -> (ring, index)
+        self._on_device: dict[int, tuple[DeviceRing, int]] = {}  # device frame buffer address -> (ring, index)
         self._read_done = cupy.cuda.Event(disable_timing=True)
         self._pool: dict[tuple, list[np.ndarray]] = {}  # pinned buffers of released readbacks
         self._events: list[Any] = []
@@ -421,6 +484,10 @@ class CudaOps:
         """A :class:`Staging` ring for raw frames of ``shape`` (a capture thread fills it)."""
         return Staging(self, shape, count)
 
+    def device_ring(self, shape: tuple, count: int = 8) -> DeviceRing:
+        """A :class:`DeviceRing` of device frames of ``shape`` (a producer thread fills it)."""
+        return DeviceRing(self, shape, count)
+
     def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _DeviceIO:
         return _DeviceIO(self, in_fmt, width, height, out_shape, ring)
 
@@ -448,6 +515,10 @@ class CudaOps:
                 (_grid(n),),
                 (a, np.int32(width), np.int32(height), np.int32(ch), np.int32(fmt is PixelFormat.RGB), out),
             )
+        elif fmt is PixelFormat.RGBP:
+            if a.size != n * 3:
+                raise InputError(f"unexpected RGBP frame size {a.size} for {width}x{height}")
+            self._launch("convert", "bgr_from_planar", (_grid(n),), (a, np.int32(width), np.int32(height), out))
         elif fmt is PixelFormat.YUYV:
             if a.size != n * 2 or width % 2:
                 raise InputError(f"unexpected YUYV frame size {a.size} for {width}x{height} (even width needed)")
@@ -980,4 +1051,4 @@ class CudaOps:
         self.kernels.launch(module, kernel, grid, block, args, self.stream)
 
 
-__all__ = ["CudaOps", "pinned"]
+__all__ = ["CudaOps", "DeviceRing", "pinned"]
