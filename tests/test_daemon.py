@@ -72,7 +72,7 @@ def test_latency_budget_drops_and_counts():
     s = Daemon(cfg, output=out, control=False).run(max_frames=10)
     assert s.frames_in == 10
     # only the early frames, published unswapped before the models were loaded, went out
-    assert s.dropped_latency == 10 and s.frames_out == 0 and out.frames == s.passed_through
+    assert s.dropped_latency == 10 and s.frames_out == 0 and out.frames == s.early_frames
 
 
 def test_status_line_shows_budget_exceeded():
@@ -456,26 +456,33 @@ def _slow_models(monkeypatch, seconds: float = 0.6, fail: Exception | None = Non
     monkeypatch.setattr(assemble, "build", slow)
 
 
-def test_a_live_run_publishes_the_camera_unswapped_while_the_models_load(monkeypatch):
+@pytest.mark.parametrize("mode", ["pixelate", "camera"])
+def test_a_live_run_publishes_early_frames_while_the_models_load(monkeypatch, mode):
+    from vcam.daemon import pixelate
     from vcam.demo import DemoClip
 
     _slow_models(monkeypatch)
     cfg = demo_cfg(pacing="realtime")
+    if mode == "camera":
+        cfg = cfg.replace(pipeline=replace(cfg.pipeline, early_frames="camera"))
     out = Capturing(640, 360, fmt=PixelFormat.BGR)
     t0 = time.perf_counter()
     s = Daemon(cfg, output=out, control=False).run(max_frames=8)
     took = time.perf_counter() - t0
     # about 30 fps for the 0.6 s of loading; --frames counts the frames through the pipeline
-    assert 8 <= s.passed_through <= 60 and s.frames_out == 8 and s.frames_in == 8, s
-    assert len(out.frames_seen) == s.passed_through + 8
+    assert 8 <= s.early_frames <= 60 and s.frames_out == 8 and s.frames_in == 8, s
+    assert len(out.frames_seen) == s.early_frames + 8
     assert s.first_frame_s is not None and s.first_processed_s is not None
     assert s.first_processed_s - s.first_frame_s >= 0.4, "the first frame did not come before the models"
-    assert "passed through unswapped while the models loaded" in s.line()
-    # the early frames are the camera's own frames (the demo clip's, in order), not swapped
+    assert f"{s.early_frames} early frames while the models loaded" in s.line()
+    # the early frames are the camera's own frames (the demo clip's), pixelated by default: no face to see
     clip = DemoClip(width=640, height=360, fps=30)
     frames = [clip.frame(i) for i in range(int(took * 30) + 40)]
-    for got in out.frames_seen[: s.passed_through]:
-        assert any(np.array_equal(got, f) for f in frames), "an early frame is not a camera frame"
+    expected = [pixelate(f) for f in frames] if mode == "pixelate" else frames
+    for got in out.frames_seen[: s.early_frames]:
+        assert any(np.array_equal(got, f) for f in expected), "an early frame is not the camera's"
+        if mode == "pixelate":
+            assert len(np.unique(got.reshape(-1, 3), axis=0)) <= 24 * 14, "not coarse blocks"
     # the pipeline's frames are swapped: none of them is a clip frame as it was
     assert not any(np.array_equal(out.frames_seen[-1], f) for f in frames)
 
@@ -484,12 +491,12 @@ def test_no_early_frames_in_a_file_conversion_or_when_turned_off(monkeypatch):
     _slow_models(monkeypatch, 0.3)
     out = Capturing(640, 360)
     s = Daemon(demo_cfg(pacing="fast"), output=out, control=False).run(max_frames=5)  # every frame kept: swapped
-    assert s.passed_through == 0 and len(out.frames_seen) == 5 and s.first_frame_s == s.first_processed_s
+    assert s.early_frames == 0 and len(out.frames_seen) == 5 and s.first_frame_s == s.first_processed_s
     cfg = demo_cfg(pacing="realtime")
-    cfg = cfg.replace(pipeline=replace(cfg.pipeline, early_frames=False))
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, early_frames="off"))
     out = Capturing(640, 360)
     s = Daemon(cfg, output=out, control=False).run(max_frames=5)
-    assert s.passed_through == 0 and len(out.frames_seen) == 5
+    assert s.early_frames == 0 and len(out.frames_seen) == 5
 
 
 def test_models_that_fail_to_load_stop_the_early_frames_with_their_error(monkeypatch):
@@ -500,5 +507,5 @@ def test_models_that_fail_to_load_stop_the_early_frames_with_their_error(monkeyp
     daemon = Daemon(demo_cfg(pacing="realtime"), output=out, control=False)
     with pytest.raises(ModelError, match="broken"):
         daemon.run(max_frames=5)
-    assert daemon.summary.passed_through >= 1 and daemon.summary.frames_out == 0
+    assert daemon.summary.early_frames >= 1 and daemon.summary.frames_out == 0
     assert not any(t.name == "vcam-capture" and t.is_alive() for t in threading.enumerate())

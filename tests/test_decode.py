@@ -19,7 +19,7 @@ from test_capture import write_clip
 from vcam import decode, demo
 from vcam.capture import MAX_CORRUPT, CaptureThread, DemoSource, VideoSource, open_source
 from vcam.config import CaptureConfig, build
-from vcam.daemon import Daemon
+from vcam.daemon import Daemon, pixelate
 from vcam.errors import DeviceError, InputError
 from vcam.publish import NullOutput
 from vcam.types import Frame, PixelFormat
@@ -183,6 +183,27 @@ def test_the_capture_thread_skips_broken_jpegs_and_gives_up_on_a_broken_camera(m
 
 
 @pytest.mark.gpu
+def test_jpegs_nvjpeg_refuses_go_to_opencv_and_such_a_camera_to_the_cpu(ops, mjpeg_clip, monkeypatch, caplog):
+    if ops.device != "cuda":
+        pytest.skip("the GPU decoder's fallback")
+    _, jpegs, decoded = mjpeg_clip
+    dec = decode.open_decoder("gpu", ops)
+
+    def refuse(*a, **kw):
+        raise RuntimeError("Error while decoding JPEG images: unsupported")
+
+    monkeypatch.setattr(dec, "_decode_jpeg", refuse)
+    with caplog.at_level("WARNING", logger="vcam.decode"):
+        for i in range(decode.FALLBACK_AFTER + 2):
+            out = dec.decode(_frame(jpegs[i], seq=i))
+            assert isinstance(out.data, np.ndarray) and out.seq == i  # a host frame, OpenCV's
+            np.testing.assert_array_equal(out.data, decoded[i])
+    assert dec.fallbacks == decode.FALLBACK_AFTER and "decoding them on the CPU" in caplog.text
+    with pytest.raises(decode.CorruptFrame):  # what neither decodes is still a corrupt frame
+        dec.decode(_frame(b"\xff\xd8junk" * 20))
+
+
+@pytest.mark.gpu
 def test_the_device_ring_never_hands_out_a_buffer_the_pipeline_holds(ops):
     if ops.device != "cuda":
         pytest.skip("the device ring is the GPU decoder's")
@@ -252,9 +273,9 @@ def test_the_daemon_decodes_mjpg_in_the_capture_thread_as_if_decoded_before(devi
             assert mean <= 1.5 and far <= 0.02, f"frame {i}: mean diff {mean:.2f}, {far:.2%} of values off by > 8"
 
 
-def test_a_live_mjpg_camera_is_passed_through_decoded_on_the_cpu_then_decoded_on_the_device(device, mjpeg_clip, tmp_path):
+def test_a_live_mjpg_camera_is_early_frames_decoded_on_the_cpu_then_decoded_on_the_device(device, mjpeg_clip, tmp_path):
     """A camera (the file replayed at 30 fps): while the models load its JPEGs are decoded on the
-    CPU and published unswapped; then the capture thread decodes them on the pipeline's device."""
+    CPU and published pixelated; then the capture thread decodes them on the pipeline's device."""
     path, _, decoded = mjpeg_clip
     photo = tmp_path / "astronaut.png"
     cv2.imwrite(str(photo), demo.portrait("astronaut"))
@@ -269,9 +290,9 @@ def test_a_live_mjpg_camera_is_passed_through_decoded_on_the_cpu_then_decoded_on
     daemon = Daemon(cfg, output=rec, control=False)
     daemon.run(max_frames=12)
     s, stream = daemon.summary, daemon.streams[0]
-    assert s.frames_out == 12 and len(rec.got) == s.passed_through + 12, s.line()
+    assert s.frames_out == 12 and len(rec.got) == s.early_frames + 12, s.line()
     assert stream.decoder.device == device and stream.cap.stage == stream.decoder.decode
     if device == "cuda":
         assert stream.decoder.decoded >= 12
-    for got in rec.got[: s.passed_through]:  # early frames: the camera's JPEGs decoded by OpenCV, as they came
-        assert any(np.array_equal(got, d) for d in decoded)
+    for got in rec.got[: s.early_frames]:  # early frames: the camera's JPEGs decoded by OpenCV, pixelated
+        assert any(np.array_equal(got, pixelate(d)) for d in decoded)

@@ -14,6 +14,9 @@ else
   export PYTHONPATH=$PWD
 fi
 OUT=${OUT:-/tmp/vcam-gpu}; mkdir -p "$OUT"
+# The device image's site-packages hold no bytecode caches, so every fresh process compiled torch's
+# Python sources again (seconds of each start-up); a user's pip install writes them. Keep them here.
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/vcam-pycache}
 steps=${*:-tests bench e2e}
 M=/tmp/vcam-e2e/models
 standins() {  # the full-size inswapper and arcface stand-ins the benchmarks load, made once

@@ -257,10 +257,10 @@ def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -
     dst = work / "mjpeg_live.mp4"
     dst.unlink(missing_ok=True)
     rc, text, secs = vcam(base + ["--input", str(clip), "--realtime", "--frames", "45", "--output", f"file:{dst}"])
-    m = re.search(r"first frame ([\d.]+) s after start \(through the pipeline ([\d.]+) s; (\d+) frames passed", text)
+    m = re.search(r"first frame ([\d.]+) s after start \(through the pipeline ([\d.]+) s; (\d+) early frames", text)
     row = {"label": "mjpeg_live_early_frames_cuda", "rc": rc, "seconds": round(secs, 1), "output": text[-1500:]}
     if m:
-        row["first_frame_s"], row["first_processed_s"], row["passed_through"] = (
+        row["first_frame_s"], row["first_processed_s"], row["early_frames"] = (
             float(m.group(1)),
             float(m.group(2)),
             int(m.group(3)),

@@ -12,9 +12,12 @@ A :class:`Source` yields :class:`~vcam.types.Frame` objects; :func:`open_source`
 
 Pixel formats delivered: colour sources deliver ``BGR`` ``(H, W, 3)``; grayscale images and videos
 deliver ``GRAY`` ``(H, W)`` (the convert stage turns every format into BGR, so no source expands
-gray itself). Any size works, odd ones included. Every frame's buffer is a fresh C-contiguous array
-the consumer may modify. ``Frame.t_capture`` is ``time.perf_counter()`` when the frame was read and
-``Frame.seq`` counts the frames the source delivered (0, 1, 2, ...).
+gray itself). Opened with ``compressed=True`` (the daemon does), an MJPG camera and a Motion-JPEG
+video deliver each frame's JPEG undecoded (``MJPEG``, 1-D bytes) for the decode stage
+(:mod:`vcam.decode`, run in the capture thread). Any size works, odd ones included. Every frame's
+buffer is a fresh C-contiguous array the consumer may modify. ``Frame.t_capture`` is
+``time.perf_counter()`` when the frame was read and ``Frame.seq`` counts the frames the source
+delivered (0, 1, 2, ...).
 
 Delivery (:func:`plan_delivery`, from ``[capture] pacing`` and the output): *realtime* sources are
 paced at their frame rate and :class:`CaptureThread` keeps one slot, the consumer always getting the

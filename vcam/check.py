@@ -35,6 +35,7 @@ _REQUIRED = [
 _OPTIONAL = [
     ("cupy", "the GPU pixel kernels", "pip install 'fastswap-cam[cuda13]' (or [cuda] for CUDA 12)"),
     ("torch", "the PyTorch engine (CUDA, or CPU)", "install PyTorch for your CUDA from pytorch.org"),
+    ("torchvision", "a camera's MJPG decoded on the GPU (nvJPEG)", "pip install torchvision (the build matching your torch)"),
     ("tensorrt", "TensorRT engines", "pip install tensorrt-cu12 (needs NVIDIA's download servers)"),
     ("pynvml", "GPU telemetry (NVML)", "pip install 'fastswap-cam[nvml]'"),
 ]

@@ -104,10 +104,11 @@ class PipelineConfig:
         min=0,
         max=0.1,
     )
-    early_frames: bool = _opt(
-        True,
-        "Publish the camera unswapped while the models load, so a video call shows a picture within a second of the "
-        "start (live runs without a frame enhancer; a file conversion is swapped throughout).",
+    early_frames: Literal["pixelate", "camera", "off"] = _opt(
+        "pixelate",
+        "While the models load, publish the camera so a video call shows a picture within a second of the start: "
+        "'pixelate' in coarse blocks (no face can be recognised), 'camera' as it is (unswapped), 'off' nothing until "
+        "the first swapped frame. Live runs without a frame enhancer; a file conversion is swapped throughout.",
     )
     compile: bool = _opt(
         False,

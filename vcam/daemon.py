@@ -243,7 +243,7 @@ class Daemon:
         """Publish the camera unswapped while the models load: on for live runs (a camera, paced
         input), off when any stream keeps every frame (a file conversion must be swapped
         throughout) or has a frame enhancer (its output size is known only once it is loaded)."""
-        if not self.cfg.pipeline.early_frames:
+        if self.cfg.pipeline.early_frames == "off":
             return False
         return all(not st.delivery.lossless and not st.cfg.upscale.model for st in self.streams)
 
@@ -315,10 +315,13 @@ class Daemon:
             self._components.insert(0, st.cap)
 
     def _load_while_passing_through(self) -> None:
-        """:meth:`_load` in a thread while this one publishes each stream's newest frame as it is
-        (converted on the CPU), so a video call sees the camera within a second of the start.
-        Those frames are counted in ``passed_through``, not in ``frames_in``/``frames_out``."""
+        """:meth:`_load` in a thread while this one publishes each stream's newest frame, pixelated
+        (``early_frames = "pixelate"``) or as it is (``"camera"``), converted on the CPU, so a video
+        call sees the camera within a second of the start. Those frames are counted in
+        ``early_frames``, not in ``frames_in``/``frames_out``."""
         from .convert import from_bgr_cv, to_bgr_cv
+
+        pixelated = self.cfg.pipeline.early_frames == "pixelate"
 
         failure: list[BaseException] = []
 
@@ -338,16 +341,16 @@ class Daemon:
                 if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
                     break
                 bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
-                st.output.send(from_bgr_cv(bgr, st.output.fmt))
+                st.output.send(from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt))
                 s = st.summary
                 if s.first_frame_s is None:
                     s.first_frame_s = process_age()
-                s.passed_through += 1
+                s.early_frames += 1
         loader.join()
         if failure:
             raise failure[0]
-        passed = sum(st.summary.passed_through for st in self.streams)
-        log.info("models loaded in %.1f s; %d frames passed through unswapped meanwhile", time.perf_counter() - t0, passed)
+        passed = sum(st.summary.early_frames for st in self.streams)
+        log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
 
     def _capture_stage(self, st: Stream) -> Callable[[Frame], Frame] | None:
         """What the capture thread does to each frame before handing it over: an MJPG frame is
@@ -589,6 +592,18 @@ class Daemon:
         self._components.clear()
         if first is not None:
             raise first
+
+
+def pixelate(bgr: np.ndarray, blocks: int = 24) -> np.ndarray:
+    """``bgr`` in ``blocks`` coarse blocks across (square blocks): the scene's colours and movement,
+    no recognisable face (the early frames' default)."""
+    import cv2
+
+    h, w = bgr.shape[:2]
+    bw = max(1, min(blocks, w))
+    bh = max(1, min(h, round(bw * h / w)))
+    small = cv2.resize(bgr, (bw, bh), interpolation=cv2.INTER_AREA)
+    return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST)
 
 
 def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, Any] | None = None) -> None:

@@ -32,6 +32,8 @@ from .types import Frame, PixelFormat
 
 log = logging.getLogger(__name__)
 
+#: JPEGs in a row that nvJPEG refuses and OpenCV decodes before the GPU decoder gives the camera to the CPU.
+FALLBACK_AFTER = 5
 #: Device buffers in the GPU decoder's ring: more than the frames the pipeline can hold (its ring,
 #: one frame in the capture slot, one being decoded), so a buffer is never written while read.
 RING = 8
@@ -103,6 +105,11 @@ class CudaJpegDecoder:
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._torch_stream = torch.cuda.ExternalStream(self.stream.ptr, device=torch.device("cuda", cp.cuda.Device().id))
         self.decoded = 0
+        #: JPEGs nvJPEG refused but OpenCV decoded (some cameras' MJPG, e.g. without Huffman tables);
+        #: after :data:`FALLBACK_AFTER` in a row every frame is decoded on the CPU.
+        self.fallbacks = 0
+        self._refused = 0
+        self._cpu: CpuJpegDecoder | None = None
         self._check()
 
     def _check(self) -> None:
@@ -115,7 +122,7 @@ class CudaJpegDecoder:
             return
         probe = Frame(data=jpeg.reshape(-1), width=16, height=16, fmt=PixelFormat.MJPEG, t_capture=0.0, seq=-1)
         try:
-            self.decode(probe)
+            self._decode_gpu(probe)
         except CorruptFrame as exc:
             raise DeviceError(f"nvJPEG does not work here: {exc}", hint="set [capture] decode = 'cpu'") from None
         self.stream.synchronize()
@@ -128,6 +135,26 @@ class CudaJpegDecoder:
         return ring
 
     def decode(self, frame: Frame) -> Frame:
+        """``frame``'s JPEG on the device (BGR); a JPEG nvJPEG refuses is decoded by OpenCV (a host
+        frame, uploaded by the pipeline), and a camera whose JPEGs nvJPEG keeps refusing is
+        decoded on the CPU from then on (one log line)."""
+        if self._cpu is not None:
+            return self._cpu.decode(frame)
+        try:
+            out = self._decode_gpu(frame)
+        except CorruptFrame:
+            cpu = CpuJpegDecoder()
+            out = cpu.decode(frame)  # raises CorruptFrame when OpenCV cannot decode it either
+            self.fallbacks += 1
+            self._refused += 1
+            if self._refused >= FALLBACK_AFTER:
+                log.warning("nvJPEG cannot decode this camera's JPEGs (OpenCV can): decoding them on the CPU")
+                self._cpu = cpu
+            return out
+        self._refused = 0
+        return out
+
+    def _decode_gpu(self, frame: Frame) -> Frame:
         torch = self._torch
         jpeg = _jpeg(frame)
         data = torch.from_numpy(jpeg if jpeg.flags.writeable else jpeg.copy())
@@ -187,4 +214,13 @@ def open_decoder(mode: str, ops: Any) -> JpegDecoder:
         return CpuJpegDecoder()
 
 
-__all__ = ["RING", "CorruptFrame", "CpuJpegDecoder", "CudaJpegDecoder", "JpegDecoder", "nvjpeg_available", "open_decoder"]
+__all__ = [
+    "FALLBACK_AFTER",
+    "RING",
+    "CorruptFrame",
+    "CpuJpegDecoder",
+    "CudaJpegDecoder",
+    "JpegDecoder",
+    "nvjpeg_available",
+    "open_decoder",
+]

@@ -47,7 +47,7 @@ class RunSummary:
     models: str = ""  # where each model ran (Assembly.describe)
     first_frame_s: float | None = None  # process start -> first frame published (start-up, as a user waits)
     first_processed_s: float | None = None  # process start -> first frame published through the pipeline
-    passed_through: int = 0  # frames published unswapped while the models loaded (early frames)
+    early_frames: int = 0  # early frames: published (pixelated or as they came) while the models loaded
     error: str | None = None
 
     def percentile(self, q: float) -> float:
@@ -67,9 +67,9 @@ class RunSummary:
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
             + (
-                f" (through the pipeline {self.first_processed_s:.1f} s; {self.passed_through} frames passed through "
-                "unswapped while the models loaded)"
-                if self.passed_through and self.first_processed_s is not None
+                f" (through the pipeline {self.first_processed_s:.1f} s; {self.early_frames} early frames while the "
+                "models loaded)"
+                if self.early_frames and self.first_processed_s is not None
                 else ""
             )
         )

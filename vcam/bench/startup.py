@@ -8,8 +8,8 @@ later ones are the warm start a user sees every day. The wall time covers the wh
 interpreter, imports, models, warm-up, one frame, shutdown), so it is an upper bound of the time to
 the first published frame; newer vcam also says when its first frame was published ("first frame
 X s after start", from the process start time), shown in its own column. With early frames
-(``[pipeline] early_frames``) that first frame is the camera passed through unswapped while the
-models load; the next column is when the first frame went through the pipeline (``--frames 1``
+(``[pipeline] early_frames``) that first frame is the camera, pixelated by default, published while
+the models load; the next column is when the first frame went through the pipeline (``--frames 1``
 counts pipeline frames, so the wall time always includes loading the models). Configurations: the
 built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
 random weights) with the recogniser in FP16 on CUDA.

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..onnx_graph import OnnxGraph, as_graph, attrs, mismatch
-from .weights import distinct_convs, load_graph_weights
+from .weights import distinct_convs, load_graph_weights, materialize
 
 LATENT = 512
 
@@ -208,7 +208,7 @@ def load_inswapper_from_graph(graph: OnnxGraph) -> InSwapper:
     spec = spec_from_graph(graph)
     with torch.device("meta"):  # no random initialisation of 138 M weights that are overwritten next
         model = InSwapper(spec)
-    model = model.to_empty(device="cpu")
+    model = materialize(model)
     loaded = load_graph_weights(graph, model.convs(), model.linears())
     _check_all_loaded(model, loaded)
     return model.eval()
