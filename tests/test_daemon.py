@@ -509,3 +509,18 @@ def test_models_that_fail_to_load_stop_the_early_frames_with_their_error(monkeyp
         daemon.run(max_frames=5)
     assert daemon.summary.early_frames >= 1 and daemon.summary.frames_out == 0
     assert not any(t.name == "vcam-capture" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_stop_while_the_models_load_is_not_kept_waiting_for_them(monkeypatch):
+    _slow_models(monkeypatch, 4.0)
+    out = Capturing(640, 360)
+    daemon = Daemon(demo_cfg(pacing="realtime"), output=out, control=False)
+    daemon.start()
+    deadline = time.monotonic() + 3.0
+    while daemon.summary.early_frames < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert daemon.summary.early_frames >= 3
+    t0 = time.perf_counter()
+    daemon.stop(timeout=3.0)
+    assert time.perf_counter() - t0 < 1.5, "the stop waited for the models"
+    assert not daemon._thread.is_alive() and daemon.summary.frames_out == 0 and daemon.summary.error is None

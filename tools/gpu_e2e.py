@@ -57,6 +57,21 @@ def frames_of(path: Path) -> list[np.ndarray]:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
 
 
+def add_latency(row: dict, text: str) -> None:
+    """The run's capture-to-publish p50/p99 from its summary line, into ``row``."""
+    m = re.search(r"latency p50 ([\d.]+) ms, p99 ([\d.]+) ms", text)
+    if m:
+        row["latency_p50_ms"], row["latency_p99_ms"] = float(m.group(1)), float(m.group(2))
+
+
+def report(results: list, row: dict, text: str, detail: str = "", lines: int = 2) -> None:
+    """Keep ``row`` and print its one-line verdict with the run's last output lines."""
+    results.append(row)
+    last = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+    verdict = "ok" if row["ok"] else "FAIL"
+    print(f"[{verdict}] {row['label']} rc={row['rc']} {row['seconds']}s {detail}| " + " | ".join(last), flush=True)
+
+
 def vcam(args: list[str], timeout: float = 240) -> tuple[int, str, float]:
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "vcam", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -119,20 +134,12 @@ def main() -> int:
             row["changed_pct"] = round(
                 100.0 * float(np.mean([np.abs(got[i].astype(int) - src[i]).mean() > 1.0 for i in range(n)])), 1
             )
-            m = re.search(r"latency p50 ([\d.]+) ms, p99 ([\d.]+) ms", text)
-            if m:
-                row["latency_p50_ms"], row["latency_p99_ms"] = float(m.group(1)), float(m.group(2))
+            add_latency(row, text)
         # A file to a file is lossless by default: exactly the input's frames, however fast the GPU is.
         row["ok"] = (rc == 0) == expect_ok and (
             not expect_ok or (row.get("changed_pct", 0) > 90 and row.get("frames_written") == len(src))
         )
-        results.append(row)
-        last = [ln for ln in text.splitlines() if ln.strip()][-2:]
-        print(
-            f"[{'ok' if row['ok'] else 'FAIL'}] {label} rc={rc} {secs:.1f}s {row.get('frames_written', '')} frames, "
-            f"{row.get('changed_pct', '')}% changed | " + " | ".join(last),
-            flush=True,
-        )
+        report(results, row, text, f"{row.get('frames_written', '')} frames, {row.get('changed_pct', '')}% changed ")
 
     cuda = ["--device", "cuda", "--fp16"]
     run("inswapper_cuda_fp16", cuda + ["--model", "inswapper_128"])
@@ -237,9 +244,7 @@ def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -
             "changed_pct": round(changed, 1),
             "output": text[-1500:],
         }
-        m = re.search(r"latency p50 ([\d.]+) ms, p99 ([\d.]+) ms", text)
-        if m:
-            row["latency_p50_ms"], row["latency_p99_ms"] = float(m.group(1)), float(m.group(2))
+        add_latency(row, text)
         row["ok"] = rc == 0 and len(frames) == len(src) and changed > 90
         if dec == "cpu" and got["gpu"] and frames:
             m2 = min(len(frames), len(got["gpu"]))
@@ -247,13 +252,8 @@ def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -
                 float(np.mean([np.abs(frames[i].astype(int) - got["gpu"][i]).mean() for i in range(m2)])), 3
             )
             row["ok"] = row["ok"] and row["gpu_vs_cpu_decode_mean_abs"] < 1.5
-        results.append(row)
-        last = [ln for ln in text.splitlines() if ln.strip()][-2:]
-        print(
-            f"[{'ok' if row['ok'] else 'FAIL'}] {row['label']} rc={rc} {secs:.1f}s {len(frames)} frames, {row['changed_pct']}% "
-            f"changed {row.get('gpu_vs_cpu_decode_mean_abs', '')} | " + " | ".join(last),
-            flush=True,
-        )
+        detail = f"{len(frames)} frames, {row['changed_pct']}% changed {row.get('gpu_vs_cpu_decode_mean_abs', '')} "
+        report(results, row, text, detail)
     dst = work / "mjpeg_live.mp4"
     dst.unlink(missing_ok=True)
     rc, text, secs = vcam(base + ["--input", str(clip), "--realtime", "--frames", "45", "--output", f"file:{dst}"])
@@ -267,9 +267,7 @@ def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -
         )
     row["frames_written"] = len(frames_of(dst)) if rc == 0 else 0
     row["ok"] = rc == 0 and m is not None and row["first_frame_s"] < row["first_processed_s"] and row["frames_written"] >= 45
-    results.append(row)
-    last = [ln for ln in text.splitlines() if ln.strip()][-2:]
-    print(f"[{'ok' if row['ok'] else 'FAIL'}] {row['label']} rc={rc} {secs:.1f}s | " + " | ".join(last), flush=True)
+    report(results, row, text)
 
 
 def upscale_run(work: Path, models: Path, clip: Path, photo: Path, results: list) -> None:

@@ -229,11 +229,14 @@ class Daemon:
             for st in self.streams:
                 self._open_output(st, st.source.width, st.source.height)
             self._start_capture(early=True)
-            self._load_while_passing_through()
+            if not self._load_while_passing_through():
+                return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
             for st in self.streams:
                 st.cap.stage = self._capture_stage(st)
         else:
             self._load()
+            if self.assembly is None:
+                return  # stopped while loading
             self._start_capture(early=False)
         self._start_telemetry()
         self._start_control()
@@ -267,7 +270,10 @@ class Daemon:
 
         cfg = self.cfg
         fps = self.streams[0].source.fps or cfg.capture.fps
-        asm = self.assembly = assemble.build(cfg, fps=fps)
+        asm = assemble.build(cfg, fps=fps)
+        if self.should_exit:  # stopped while loading in the background (early frames): go no further
+            return
+        self.assembly = asm
         for st in self.streams:
             st.summary.device = asm.device
             st.summary.models = asm.describe()
@@ -314,11 +320,12 @@ class Daemon:
             st.cap.start()
             self._components.insert(0, st.cap)
 
-    def _load_while_passing_through(self) -> None:
+    def _load_while_passing_through(self) -> bool:
         """:meth:`_load` in a thread while this one publishes each stream's newest frame, pixelated
         (``early_frames = "pixelate"``) or as it is (``"camera"``), converted on the CPU, so a video
         call sees the camera within a second of the start. Those frames are counted in
-        ``early_frames``, not in ``frames_in``/``frames_out``."""
+        ``early_frames``, not in ``frames_in``/``frames_out``. False when a stop was requested before
+        the models were loaded (the loading thread is left to finish on its own)."""
         from .convert import from_bgr_cv, to_bgr_cv
 
         pixelated = self.cfg.pipeline.early_frames == "pixelate"
@@ -346,11 +353,15 @@ class Daemon:
                 if s.first_frame_s is None:
                     s.first_frame_s = process_age()
                 s.early_frames += 1
+        if loader.is_alive():  # a stop request: do not keep a Ctrl-C waiting for the models
+            log.info("stopped before the models were loaded")
+            return False
         loader.join()
         if failure:
             raise failure[0]
         passed = sum(st.summary.early_frames for st in self.streams)
         log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
+        return True
 
     def _capture_stage(self, st: Stream) -> Callable[[Frame], Frame] | None:
         """What the capture thread does to each frame before handing it over: an MJPG frame is
@@ -428,6 +439,8 @@ class Daemon:
 
     # -- the loop -------------------------------------------------------------------------------
     def main_loop(self, max_frames: int | None, duration: float | None) -> None:
+        if self.assembly is None or any(st.live is None for st in self.streams):
+            return  # stopped during start-up, before the models were loaded
         interval = float(self.cfg.status.interval)
         t_start = last_status = time.perf_counter()
         # The round submitted last, not yet collected: while it runs on the GPU, the next round's
