@@ -66,6 +66,7 @@ class Stream:
     delivery: Any = None
     live: LiveStats | None = None
     decoder: Any = None  # the MJPG decoder of its capture thread (vcam.decode), if the source sends MJPG
+    stage: Callable[[Frame], Frame] | None = None  # what its capture thread does to each frame (Daemon._capture_stage)
     last_pub: float = 0.0
     done: bool = False  # its source ended (or failed): no more frames
 
@@ -214,7 +215,8 @@ class Daemon:
     def startup(self, max_frames: int | None = None) -> None:
         """Open the sources, load the models, open the outputs, start capture and control. With
         early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
-        open first and the camera is published unswapped while the models load in a thread."""
+        open first and the camera is published (pixelated by default) while the models load in a
+        thread."""
         from . import capture, publish
 
         check_streams([(st.name, st.cfg) for st in self.streams if st.name not in self._sources], self._outputs)
@@ -232,7 +234,7 @@ class Daemon:
             if not self._load_while_passing_through():
                 return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
             for st in self.streams:
-                st.cap.stage = self._capture_stage(st)
+                st.cap.stage = st.stage
         else:
             self._load()
             if self.assembly is None:
@@ -243,8 +245,8 @@ class Daemon:
         self.ready.set()
 
     def _early_frames(self) -> bool:
-        """Publish the camera unswapped while the models load: on for live runs (a camera, paced
-        input), off when any stream keeps every frame (a file conversion must be swapped
+        """Publish the camera (pixelated, or as it is) while the models load: on for live runs (a
+        camera, paced input), off when any stream keeps every frame (a file conversion must be swapped
         throughout) or has a frame enhancer (its output size is known only once it is loaded)."""
         if self.cfg.pipeline.early_frames == "off":
             return False
@@ -302,11 +304,13 @@ class Daemon:
             asm.warmup(src.width, src.height)
             if st.pipeline.upscaler is not None and cfg.upscale.drop_first and not st.delivery.lossless:
                 st.pipeline.upscale_budget = st.budget or 1.0 / max(src.fps or fps, 1.0)
+            st.stage = self._capture_stage(st)  # the decoder is built here too, off the frame loop
             st.live = LiveStats(st.summary)
 
     def _start_capture(self, early: bool) -> None:
         """One capture thread per stream. Early (models still loading): an MJPG frame is decoded on
-        the CPU there; the final stage (:meth:`_capture_stage`) is set once the models are loaded."""
+        the CPU there; the stream's own stage (:meth:`_capture_stage`) is set once the models are
+        loaded."""
         from . import capture
         from .decode import CpuJpegDecoder
 
@@ -315,7 +319,7 @@ class Daemon:
             if early:
                 stage = CpuJpegDecoder().decode if st.source.fmt == PixelFormat.MJPEG else None
             else:
-                stage = self._capture_stage(st)
+                stage = st.stage
             st.cap = capture.CaptureThread(st.source, lossless=st.delivery.lossless, name=name, wake=self._wake, stage=stage)
             st.cap.start()
             self._components.insert(0, st.cap)

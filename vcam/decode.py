@@ -185,17 +185,6 @@ class CudaJpegDecoder:
         return Frame(data=out, width=width, height=height, fmt=PixelFormat.BGR, t_capture=frame.t_capture, seq=frame.seq)
 
 
-def nvjpeg_available() -> bool:
-    """torchvision with CUDA JPEG decoding imports here (not proof that it runs: see :func:`open_decoder`)."""
-    try:
-        import torch
-        from torchvision.io import decode_jpeg  # noqa: F401
-
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return False
-
-
 def open_decoder(mode: str, ops: Any) -> JpegDecoder:
     """The decoder for ``[capture] decode`` (``auto``, ``gpu`` or ``cpu``) on ``ops``' device.
     ``gpu`` where it cannot work raises :class:`DeviceError` naming the fix; ``auto`` falls back to
@@ -221,6 +210,5 @@ __all__ = [
     "CpuJpegDecoder",
     "CudaJpegDecoder",
     "JpegDecoder",
-    "nvjpeg_available",
     "open_decoder",
 ]
