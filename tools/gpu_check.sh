@@ -14,8 +14,10 @@ else
   export PYTHONPATH=$PWD
 fi
 OUT=${OUT:-/tmp/vcam-gpu}; mkdir -p "$OUT"
-# The device image's site-packages hold no bytecode caches, so every fresh process compiled torch's
-# Python sources again (seconds of each start-up); a user's pip install writes them. Keep them here.
+# Bytecode caches: on the device image every fresh process compiled torch's Python sources again
+# (2,000 compiles, about 4 s of each start-up, in a cProfile of `vcam run`), which a user's pip
+# install (it writes the caches) never pays. Allow them, and keep them here.
+unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/vcam-pycache}
 steps=${*:-tests bench e2e}
 M=/tmp/vcam-e2e/models
@@ -26,6 +28,7 @@ standins() {  # the full-size inswapper and arcface stand-ins the benchmarks loa
   done
 }
 nvidia-smi -L | tee "$OUT/gpu.txt"
+env | grep -i -E "^PYTHON(DONTWRITEBYTECODE|PYCACHEPREFIX)" >> "$OUT/gpu.txt"
 rc=0
 for step in $steps; do
   case $step in
