@@ -6,43 +6,23 @@ decoded beforehand."""
 from __future__ import annotations
 
 import time
-from fractions import Fraction
-from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
 from conftest import host
 from test_capture import write_clip
+from test_streams import Recorder
 
 from vcam import decode, demo
+from vcam.bench.mjpeg import write_mjpeg
 from vcam.capture import MAX_CORRUPT, CaptureThread, DemoSource, VideoSource, open_source
 from vcam.config import CaptureConfig, build
 from vcam.daemon import Daemon, pixelate
 from vcam.errors import DeviceError, InputError
-from vcam.publish import NullOutput
 from vcam.types import Frame, PixelFormat
 
 W, H, N = 320, 240, 24
-
-
-def write_mjpeg(path: Path, frames: list[np.ndarray], fps: int = 30) -> list[bytes]:
-    """A Motion-JPEG AVI of ``frames`` (BGR), as FFmpeg writes a camera recording; returns each
-    frame's JPEG as stored."""
-    h, w = frames[0].shape[:2]
-    with av.open(str(path), mode="w") as c:
-        s = c.add_stream("mjpeg", rate=fps)
-        s.width, s.height, s.pix_fmt = w, h, "yuvj420p"
-        for i, img in enumerate(frames):
-            vf = av.VideoFrame.from_ndarray(img, format="bgr24")
-            vf.pts, vf.time_base = i, Fraction(1, fps)
-            for p in s.encode(vf):
-                c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
-    with av.open(str(path)) as c:
-        return [bytes(p) for p in c.demux(video=0) if p.size]
 
 
 @pytest.fixture(scope="module")
@@ -217,16 +197,6 @@ def test_the_device_ring_never_hands_out_a_buffer_the_pipeline_holds(ops):
 
 
 # -- through the daemon ----------------------------------------------------------------------------
-
-
-class Recorder(NullOutput):
-    def __init__(self) -> None:
-        super().__init__(W, H)
-        self.got: list[np.ndarray] = []
-
-    def send(self, data) -> None:
-        super().send(data)
-        self.got.append(np.array(data, copy=True))
 
 
 class _Decoded:

@@ -213,17 +213,10 @@ def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -
     ``--decode cpu``: every frame written and swapped, the two within the decoders' difference; then
     paced like a camera (``--realtime``), where the first frames are published before the models
     are loaded."""
-    import av
+    from vcam.bench.mjpeg import write_mjpeg
 
     clip = work / "faces_mjpeg.avi"
-    with av.open(str(clip), mode="w") as c:
-        s = c.add_stream("mjpeg", rate=30)
-        s.width, s.height, s.pix_fmt = src[0].shape[1], src[0].shape[0], "yuvj420p"
-        for img in src:
-            for p in s.encode(av.VideoFrame.from_ndarray(img, format="bgr24")):
-                c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
+    write_mjpeg(clip, src)
     cfg = work / "mjpeg.toml"
     cfg.write_text(f"[models]\ndir = '{models}'\n")
     base = ["run", "-c", str(cfg), "--quiet", "--device", "cuda", "--fp16", "--model", "inswapper_128", "--face", str(photo)]

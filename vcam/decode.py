@@ -109,7 +109,8 @@ class CudaJpegDecoder:
         #: after :data:`FALLBACK_AFTER` in a row every frame is decoded on the CPU.
         self.fallbacks = 0
         self._refused = 0
-        self._cpu: CpuJpegDecoder | None = None
+        self._opencv = CpuJpegDecoder()
+        self._cpu_only = False
         self._check()
 
     def _check(self) -> None:
@@ -138,18 +139,17 @@ class CudaJpegDecoder:
         """``frame``'s JPEG on the device (BGR); a JPEG nvJPEG refuses is decoded by OpenCV (a host
         frame, uploaded by the pipeline), and a camera whose JPEGs nvJPEG keeps refusing is
         decoded on the CPU from then on (one log line)."""
-        if self._cpu is not None:
-            return self._cpu.decode(frame)
+        if self._cpu_only:
+            return self._opencv.decode(frame)
         try:
             out = self._decode_gpu(frame)
         except CorruptFrame:
-            cpu = CpuJpegDecoder()
-            out = cpu.decode(frame)  # raises CorruptFrame when OpenCV cannot decode it either
+            out = self._opencv.decode(frame)  # raises CorruptFrame when OpenCV cannot decode it either
             self.fallbacks += 1
             self._refused += 1
             if self._refused >= FALLBACK_AFTER:
                 log.warning("nvJPEG cannot decode this camera's JPEGs (OpenCV can): decoding them on the CPU")
-                self._cpu = cpu
+                self._cpu_only = True
             return out
         self._refused = 0
         return out

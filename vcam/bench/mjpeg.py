@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,32 +36,44 @@ from . import write_report
 from .streams import _Frames, _size
 
 
-def write_clip(path: Path, frames: _Frames, count: int, quality: int, noise: float = 0.0) -> list[bytes]:
-    """``count`` frames of ``frames`` as a Motion-JPEG AVI at JPEG ``quality``, with Gaussian
-    ``noise`` (levels) added as a camera sensor's; returns the JPEGs."""
+def write_mjpeg(path: Path, frames: Iterable[np.ndarray], fps: int = 30, quality: int | None = None) -> list[bytes]:
+    """``frames`` (BGR, one size) as a Motion-JPEG AVI, as FFmpeg writes a camera recording, at
+    JPEG ``quality`` (None: FFmpeg's default); returns each frame's JPEG as stored."""
     import av
 
     from ..capture import VideoSource
 
     with av.open(str(path), mode="w") as c:
-        s = c.add_stream("mjpeg", rate=int(frames.fps))
-        s.width, s.height, s.pix_fmt = frames.width, frames.height, "yuvj420p"
-        # FFmpeg's qscale from a JPEG quality, roughly: 90 -> 3, 75 -> 7.
-        s.codec_context.qmin = s.codec_context.qmax = max(2, round((100 - quality) / 3.5))
-        rng = np.random.default_rng(0)
-        for i in range(count):
-            img = frames.frame(i)
-            if noise:
-                img = np.clip(img + rng.normal(0, noise, img.shape), 0, 255).astype(np.uint8)
+        s = None
+        for img in frames:
+            if s is None:
+                s = c.add_stream("mjpeg", rate=int(fps))
+                s.width, s.height, s.pix_fmt = img.shape[1], img.shape[0], "yuvj420p"
+                if quality is not None:  # FFmpeg's qscale from a JPEG quality, roughly: 90 -> 3, 75 -> 7
+                    s.codec_context.qmin = s.codec_context.qmax = max(2, round((100 - quality) / 3.5))
             for p in s.encode(av.VideoFrame.from_ndarray(img, format="bgr24")):
                 c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
+        if s is not None:
+            for p in s.encode(None):
+                c.mux(p)
     with VideoSource(path, realtime=False, compressed=True) as src:
         out = []
         while (f := src.read()) is not None:
             out.append(bytes(f.data))
     return out
+
+
+def write_clip(path: Path, frames: _Frames, count: int, quality: int, noise: float = 0.0) -> list[bytes]:
+    """``count`` frames of ``frames`` as a Motion-JPEG AVI at JPEG ``quality``, with Gaussian
+    ``noise`` (levels) added as a camera sensor's; returns the JPEGs."""
+    rng = np.random.default_rng(0)
+
+    def noisy():
+        for i in range(count):
+            img = frames.frame(i)
+            yield np.clip(img + rng.normal(0, noise, img.shape), 0, 255).astype(np.uint8) if noise else img
+
+    return write_mjpeg(path, noisy(), fps=int(frames.fps), quality=quality)
 
 
 def _pct(times: list[float]) -> dict:
