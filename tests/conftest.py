@@ -54,6 +54,7 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
     (home / "run").mkdir(mode=0o700)
     monkeypatch.delenv("VCAM_CONFIG", raising=False)
+    monkeypatch.setenv("VCAM_ENGINE_CACHE", str(home / "engines"))  # not the checkout's engines/
     yield
 
 

@@ -120,9 +120,12 @@ def test_sha256_file_matches_hashlib(tmp_path):
     assert cache.sha256_file(path) == hashlib.sha256(data).hexdigest()
 
 
-def test_default_cache_dir_is_the_checkout_engines_folder():
+def test_default_cache_dir_is_the_checkout_engines_folder(monkeypatch, tmp_path):
     repo = Path(cache.__file__).resolve().parents[2]
+    monkeypatch.delenv("VCAM_ENGINE_CACHE")
     assert cache.default_cache_dir() == repo / "engines"
+    monkeypatch.setenv("VCAM_ENGINE_CACHE", str(tmp_path))
+    assert cache.default_cache_dir() == tmp_path
     assert cache.resolve_cache_dir("~/x") == Path.home() / "x"
 
 

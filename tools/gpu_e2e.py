@@ -165,6 +165,8 @@ def main() -> int:
     # camera published unswapped while the models load (early frames).
     if "mjpeg" not in skip:
         mjpeg_run(work, models, src, photo, results)
+    if "compiled_live_cuda" not in skip:
+        compiled_run(work, models, photo, results)
     run("backend_onnxruntime_cuda", ["--device", "cuda", "--backend", "onnxruntime"], expect_ok=False)
     run("backend_tensorrt_cuda", ["--device", "cuda", "--backend", "tensorrt"], expect_ok=False)
     (out / "e2e.json").write_text(json.dumps(results, indent=2))
@@ -206,6 +208,32 @@ def streams_run(work: Path, models: Path, clip: Path, photo: Path, src: list, re
     results.append(row)
     last = [ln for ln in text.splitlines() if ln.strip()][-3:]
     print(f"[{'ok' if ok else 'FAIL'}] inswapper_two_streams_cuda rc={rc} {secs:.1f}s | " + " | ".join(last), flush=True)
+
+
+def compiled_run(work: Path, models: Path, photo: Path, results: list) -> None:
+    """Issue 9 item 3: a live ``vcam run`` (one face, paced) with ``[pipeline] compile = "auto"``: the
+    compiled engines `vcam engines build` left in the engine cache are loaded while the first frames
+    run uncompiled, and put into use without a stop; with none built, one line says how to build."""
+    from vcam.engines.cache import default_cache_dir
+
+    clip = work / "one_face.mp4"
+    make_clip(clip, 60, 1)
+    cfg = work / "compiled.toml"
+    cfg.write_text(f"[models]\ndir = '{models}'\n")
+    built = sorted((default_cache_dir() / "compiled").glob("inswapper.fp16.b1.*.art"))
+    args = ["-v", "run", "-c", str(cfg), "--quiet", "--device", "cuda", "--fp16", "--model", "inswapper_128"]
+    args += ["--face", str(photo), "--input", str(clip), "--realtime", "--duration", "25s", "--output", "null"]
+    rc, text, secs = vcam(args)
+    loaded = re.search(r"compiled engine for batch 1 loaded in ([\d.]+) s", text)
+    row = {"label": "compiled_live_cuda", "rc": rc, "seconds": round(secs, 1), "built": [p.name for p in built]}
+    row["output"] = "\n".join(ln for ln in text.splitlines() if "compiled" in ln or "latency" in ln or "frames" in ln)[-1500:]
+    add_latency(row, text)
+    if built:
+        row["load_s"] = float(loaded.group(1)) if loaded else None
+        row["ok"] = rc == 0 and loaded is not None
+    else:
+        row["ok"] = rc == 0 and "vcam engines build" in text
+    report(results, row, text, f"built {len(built)}, loaded in {row.get('load_s')} s ")
 
 
 def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -> None:

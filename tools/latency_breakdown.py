@@ -44,6 +44,7 @@ def main() -> None:
         fp16=args.device == "cuda",
     )
     daemon.startup()
+    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
     st = daemon.streams[0]
     st.pipeline.timing = True
     st.pipeline.configure(st.source.width, st.source.height, st.source.fmt)

@@ -196,6 +196,12 @@ class Assembly:
             self.warmup(width, height)
         return pipeline
 
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait until the swapper's compiled engines (``[pipeline] compile = "auto"``) are loaded and in
+        use; call it from the thread that runs the frames (benchmarks: time the compiled swapper)."""
+        wait = getattr(getattr(self.swapper, "engine", None), "wait_compiled", None)
+        return wait(timeout) if wait is not None else True
+
     @property
     def predicts(self) -> bool:
         """Whether pipelines swap with predicted tracks while the detection runs (``[track]

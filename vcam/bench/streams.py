@@ -82,7 +82,13 @@ def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
     w, h = _size(args.size)
     data: dict[str, Any] = {
         "capture": {"width": w, "height": h, "pacing": "realtime" if paced else "fast", "loop": True},
-        "pipeline": {"device": args.device, "fp16": bool(args.fp16), "max_latency": 0, "max_faces": args.max_faces},
+        "pipeline": {
+            "device": args.device,
+            "fp16": bool(args.fp16),
+            "max_latency": 0,
+            "max_faces": args.max_faces,
+            "compile": getattr(args, "compile", "auto"),
+        },
         "swap": {"swapper": args.swapper},
         "streams": [{"name": f"s{i + 1}", "input": "demo", "output": "null"} for i in range(streams)],
         "status": {"interval": "1s"},
@@ -143,6 +149,7 @@ def _measure(daemon: Daemon, seconds: float) -> dict:
 def _one_daemon(args: argparse.Namespace, paced: bool) -> dict:
     daemon = _daemon(args, args.streams, paced)
     daemon.startup()
+    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
     try:
         with _GpuLoad(args.device) as load:
             rows = _measure(daemon, args.seconds)
@@ -166,6 +173,7 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
     """N worker processes of one stream each, released together once all have started up."""
     cmd = [sys.executable, "-m", "vcam.bench.streams", "--worker", "--size", args.size, "--device", args.device]
     cmd += ["--swapper", args.swapper, "--seconds", str(args.seconds), "--max-faces", str(args.max_faces)]
+    cmd += ["--compile", args.compile]
     cmd += ["--fp16"] if args.fp16 else []
     cmd += ["--model-dir", args.model_dir] if args.model_dir else []
     cmd += ["--paced"] if paced else []
@@ -198,6 +206,7 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
 def _worker(args: argparse.Namespace) -> None:
     daemon = _daemon(args, 1, args.paced)
     daemon.startup()
+    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
     print("ready", flush=True)
     sys.stdin.readline()
     try:
@@ -271,6 +280,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--max-faces", type=int, default=8)
     ap.add_argument("--deadline", default=None, help="[pipeline] batch_deadline, e.g. 2ms")
+    ap.add_argument("--compile", default="auto", choices=("auto", "off"), help="[pipeline] compile")
     ap.add_argument("--modes", default="daemon,processes,daemon-paced,processes-paced")
     ap.add_argument("--json", default="bench_streams.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -2,7 +2,7 @@
 
 Library code raises :class:`vcam.errors.VcamError`; only this package prints and picks exit codes
 (:func:`fail`). Each sub-module adds its commands to :data:`app`: ``run`` (run, check, devices,
-config), ``faces``, ``models``, ``control`` (obs, ctl) and ``bench``.
+config), ``faces``, ``models``, ``engines``, ``control`` (obs, ctl) and ``bench``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,14 @@ console = Console(stderr=True)
 out = Console()
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="config.toml to use (default: $VCAM_CONFIG or the user config dir).")
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what loads and when (INFO lines on stderr)."),
+) -> None:
+    if verbose:
+        logging.getLogger("vcam").setLevel(logging.INFO)
 
 
 def fail(err: VcamError) -> NoReturn:
@@ -51,7 +59,7 @@ def main() -> None:
         sys.exit(err.exit_code)
 
 
-from . import bench, control, faces, models, run  # noqa: E402  (each adds its commands to `app`)
+from . import bench, control, engines, faces, models, run  # noqa: E402  (each adds its commands to `app`)
 from .run import format_status  # noqa: E402
 
 __all__ = [
@@ -60,6 +68,7 @@ __all__ = [
     "bench",
     "control",
     "console",
+    "engines",
     "fail",
     "faces",
     "format_status",

@@ -16,8 +16,10 @@ def bench(
     frames: int = typer.Option(200, "--frames", help="Timed frames per configuration."),
     json_out: str = typer.Option("", "--json", help="Write the results as JSON to this path."),
     naive: bool = typer.Option(True, "--naive/--no-naive", help="Also time the naive loop."),
-    compile: bool = typer.Option(
-        False, "--compile/--no-compile", help="torch.compile the swapper (minutes per batch size on first use)."
+    compile: str = typer.Option(
+        "auto",
+        "--compile",
+        help="Compiled swapper: auto (the sizes `vcam engines build` built) | build (compile the missing ones) | off.",
     ),
     model: str = typer.Option("", "--model", help="An inswapper ONNX file (default: the full-size stand-in, built once)."),
 ) -> None:

@@ -85,6 +85,9 @@ def run(
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda"),
     backend: Optional[str] = typer.Option(None, "--backend", help="auto | tensorrt | torch | onnxruntime"),
     decode: Optional[str] = typer.Option(None, "--decode", help="Where MJPG input is decoded: auto | gpu | cpu."),
+    compile: Optional[str] = typer.Option(
+        None, "--compile", help="Compiled swap network: auto (when built) | build (compile what is missing) | off."
+    ),
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="Stop after this many input frames."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Stop after this long, e.g. 10s."),
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
@@ -118,6 +121,7 @@ def run(
         ("pipeline", "device"): ("--device", device),
         ("pipeline", "backend"): ("--backend", backend),
         ("capture", "decode"): ("--decode", decode),
+        ("pipeline", "compile"): ("--compile", compile),
         ("models", "allow_download"): ("--download", download),
     }
     if fast and realtime:

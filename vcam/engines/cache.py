@@ -6,7 +6,7 @@ facts; its :meth:`~EngineKey.digest` names the file, so a changed fact means a d
 rebuild, and an unchanged one means reuse. Each plan has a JSON sidecar with the key in clear text,
 checked again on load (a renamed or hand-copied file with a stale key is rebuilt, never trusted).
 
-Cache directory: an explicit ``cache_dir``; else ``engines/`` at the root of a source checkout
+Cache directory: an explicit ``cache_dir``; else ``$VCAM_ENGINE_CACHE``; else ``engines/`` at the root of a source checkout
 (the folder with ``engines/README.md`` next to the ``vcam`` package); else the user cache dir
 (platformdirs) ``.../vcam/engines``. Files are written to a temporary name and renamed, so a crash
 never leaves a half-written plan under the final name.
@@ -105,7 +105,10 @@ class EngineKey:
 
 
 def default_cache_dir() -> Path:
-    """``engines/`` of the source checkout this package runs from, else the user cache dir."""
+    """``$VCAM_ENGINE_CACHE``; else ``engines/`` of the source checkout this package runs from; else
+    the user cache dir."""
+    if os.environ.get("VCAM_ENGINE_CACHE"):
+        return Path(os.environ["VCAM_ENGINE_CACHE"]).expanduser()
     repo = Path(__file__).resolve().parents[2]
     if (repo / "engines" / "README.md").is_file() and (repo / "vcam").is_dir() and os.access(repo / "engines", os.W_OK):
         return repo / "engines"

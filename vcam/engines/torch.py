@@ -21,8 +21,10 @@ This module imports without PyTorch (so the package and its tests import everywh
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +34,7 @@ import numpy as np
 
 from ..errors import EngineUnavailable
 from . import TensorInfo, check_feeds, item_shapes
+from . import compiled as _compiled
 from .onnx_graph import ModelSource, OnnxGraph, recognise, source_name
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -71,16 +74,23 @@ class TorchEngine:
     """An ONNX model run by PyTorch (see the module docstring and :class:`vcam.engines.Engine`).
 
     ``device``: ``"cuda"`` or ``"cpu"``. ``fp16``: half precision (CUDA only; ignored with a log line
-    on the CPU). ``max_batch``: most items per call. ``cache_dir``: where ``torch.compile`` keeps its
-    Inductor cache. ``epilogue``: post-processing fused into the graph. ``cuda_graphs``: replay
-    captured CUDA graphs (default on CUDA). ``channels_last``: NHWC for the convolutions (None: on
-    for the native modules in FP16 on CUDA, where it measured faster). ``compile``:
-    ``torch.compile(mode="max-autotune-no-cudagraphs")`` before capture. ``warmup``: capture every
-    batch size at construction when all input dims are fixed. ``tf32``: allow TF32 convolutions.
+    on the CPU). ``max_batch``: most items per call. ``cache_dir``: the engine cache (compiled
+    artifacts, Inductor's own cache). ``epilogue``: post-processing fused into the graph.
+    ``cuda_graphs``: replay captured CUDA graphs (default on CUDA). ``channels_last``: NHWC for the
+    convolutions (None: on for the native modules in FP16 on CUDA, where it measured faster).
+    ``compile``: see below. ``warmup``: capture every batch size (and with ``compile``, build or
+    load its artifact) at construction when all input dims are fixed. ``tf32``: allow TF32 convolutions.
     ``autotune``: cuDNN benchmarks the convolution algorithms of every new input shape (about half a
     second each); None: only for models of :data:`AUTOTUNE_WEIGHTS` weights or more, where the
     chosen algorithm pays (the swappers), not for small networks run at many shapes (the detector's
     scan and region sizes times its batch sizes took ~17 s of every GPU start).
+
+    ``compile`` (:mod:`vcam.engines.compiled`, for models whose inputs have fixed item shapes):
+    ``"auto"``: each batch size whose compiled artifact is in the engine cache is loaded in a
+    background thread after :meth:`warmup` and replaces that size's uncompiled graph between two
+    calls (the first frames run uncompiled; a missing size stays uncompiled, with one log line that
+    names ``vcam engines build``); ``"build"`` (or True): missing artifacts are built now (minutes
+    each on CUDA), and every size is captured compiled; ``"off"`` (or False): never compiled.
     """
 
     backend = "torch"
@@ -108,7 +118,7 @@ class TorchEngine:
         epilogue: Any = None,
         cuda_graphs: bool = True,
         channels_last: bool | None = None,
-        compile: bool = False,
+        compile: bool | str = False,
         warmup: bool = True,
         tf32: bool = False,
         autotune: bool | None = None,
@@ -159,8 +169,15 @@ class TorchEngine:
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
         self.module = module
-        self.compiled = bool(compile)
-        self._fn = compile_module(module, cache_dir) if compile else module
+        self.compile_mode = _compiled.compile_mode(compile)
+        self._fn = module
+        self._structure: str | None = None
+        # A generic graph's artifacts are keyed by the file's bytes, hashed only when first needed.
+        self._model_digest = _digest_of(model) if isinstance(model, (bytes, bytearray)) else None
+        self._compiled_fns: dict[tuple, Any] = {}  # capture key -> loaded artifact, in use
+        self._ready: dict[tuple, Any] = {}  # capture key -> loaded by the background thread, not yet in a graph
+        self._loader: threading.Thread | None = None
+        self._closing = threading.Event()
         self.cuda_graphs = bool(cuda_graphs) and device == "cuda"
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
@@ -170,7 +187,8 @@ class TorchEngine:
         self._fast: dict[tuple, tuple] = {}
         self._streams: dict[int, Any] = {}
         self._contexts: dict[int, tuple[Any, Any]] = {}  # id(CuPy stream) -> (that stream, its torch StreamContext)
-        if warmup and self.cuda_graphs and all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs):
+        fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
+        if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()
 
     # -- construction helpers -----------------------------------------------------------------------
@@ -196,8 +214,30 @@ class TorchEngine:
 
     def describe(self) -> str:
         how = f"native {self.architecture}" if self.architecture else "generic graph"
-        extras = [how] + (["CUDA graphs"] if self.cuda_graphs else []) + (["compiled"] if self.compiled else [])
+        extras = [how] + (["CUDA graphs"] if self.cuda_graphs else [])
+        done = self.compiled_batches
+        if done:
+            extras.append("compiled batch " + ",".join(str(b) for b in done))
+        elif self._loader is not None and self._loader.is_alive():
+            extras.append("loading compiled")
         return f"torch {self.precision} on {self.device} ({', '.join(extras)})"
+
+    @property
+    def compiled(self) -> bool:
+        """Whether any batch size runs a compiled artifact."""
+        return bool(self._compiled_fns)
+
+    def compiled_for(self, n: int) -> bool:
+        """Whether a call of ``n`` items runs compiled now."""
+        try:
+            return self._padded(n) in self.compiled_batches
+        except ValueError:
+            return False
+
+    @property
+    def compiled_batches(self) -> tuple[int, ...]:
+        """The batch sizes that run compiled now."""
+        return tuple(sorted({k[0] for k in self._compiled_fns}))
 
     # -- buffers --------------------------------------------------------------------------------
 
@@ -210,7 +250,7 @@ class TorchEngine:
         return t
 
     def _padded(self, n: int) -> int:
-        if not self.cuda_graphs and self.item_batch is None:
+        if not self.cuda_graphs and self.item_batch is None and self.compile_mode == "off":
             return n
         for b in self.batch_sizes:
             if b >= n:
@@ -222,6 +262,8 @@ class TorchEngine:
         docstring. With CUDA graphs the graph for this batch size and these shapes is captured now."""
         if n > min(self.max_batch, self._cap) or n < 1:
             raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
+        if self._ready:
+            self._adopt()
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
         cap = self._captured_for(self._padded(step), items) if self.cuda_graphs else None
@@ -246,22 +288,168 @@ class TorchEngine:
     def warmup(self, shapes: dict[str, Sequence[int]] | None = None, batches: Sequence[int] | None = None) -> None:
         """Capture the CUDA graphs now (so no live frame pays for them): every batch size, or
         ``batches``, for the item ``shapes`` (default: the model's fixed dims)."""
-        if not self.cuda_graphs:
-            return
         items = item_shapes(self.inputs, shapes)
-        for b in batches or self.batch_sizes:
-            self._captured_for(self._padded(b), items)
+        sizes = [self._padded(b) for b in batches or self.batch_sizes]
+        if self.compile_mode == "build":
+            self.build_compiled(sizes, shapes)
+            self._load_compiled(sizes, items)
+        if self.cuda_graphs:
+            for b in sizes:
+                self._captured_for(b, items)
+        if self.compile_mode == "auto":
+            self._start_loader(sizes, items)
+
+    # -- compiled artifacts ---------------------------------------------------------------------
+
+    def _compile_target(self, b: int, items: dict[str, tuple]) -> tuple[Any, Any]:
+        """(key, path) of the artifact for batch ``b`` and these item shapes."""
+        if self._structure is None:
+            path = self.model_path
+            self._structure = _compiled.structure_digest(
+                self.module, self.architecture, lambda: self._model_digest or _digest_of(path)
+            )
+        key = _compiled.artifact_key(
+            self._structure,
+            device=self.device,
+            precision=self.precision,
+            channels_last=self.channels_last,
+            items={n: items[n] for n in self._in_names},
+            batch=b,
+        )
+        return key, _compiled.artifact_path(self.cache_dir, self.architecture or self.name, key, b)
+
+    def _call_args(self, b: int, items: dict[str, tuple]) -> list:
+        """The module's arguments for batch ``b`` from the static buffers, as ``_forward`` passes them."""
+        return self._module_args([self._storage_for(info, items[info.name])[:b] for info in self.inputs])
+
+    def _module_args(self, args: Sequence[Any]) -> list:
+        """Engine inputs (in ``self.inputs`` order) as the module takes them: its order, its layout."""
+        by_name = dict(zip(self._in_names, args))
+        call = [by_name[n] for n in self._call_order]
+        if not self.channels_last:
+            return call
+        return [a.contiguous(memory_format=_torch.channels_last) if a.dim() == 4 and a.is_floating_point() else a for a in call]
+
+    def build_compiled(
+        self, batches: Sequence[int] | None = None, shapes: dict[str, Sequence[int]] | None = None, progress: Any = None
+    ) -> list[tuple[int, str, float]]:
+        """Build the compiled artifact of each batch size (default: every captured size) unless the
+        cache has a good one; a stale or corrupt entry is rebuilt with one log line. ``progress``:
+        called as ``progress(batch, index, count)`` before each build. Returns ``(batch, "built" |
+        "cached", seconds)`` per size."""
+        items = item_shapes(self.inputs, shapes)
+        sizes = sorted({self._padded(b) for b in batches or self.batch_sizes})
+        _compiled.inductor_cache(self.cache_dir)
+        done = []
+        for i, b in enumerate(sizes):
+            key, path = self._compile_target(b, items)
+            if path.is_file():
+                try:
+                    if _compiled.read_meta(path) and path.stat().st_size > 0:
+                        done.append((b, "cached", 0.0))
+                        continue
+                except _compiled.ArtifactError as exc:
+                    log.warning("%s: rebuilding the compiled engine for batch %d (%s)", self.name, b, exc)
+                    _compiled.remove(path)
+            if progress is not None:
+                progress(b, i, len(sizes))
+            log.info("%s: compiling for batch %d (%d of %d; about two minutes each on a GPU)", self.name, b, i + 1, len(sizes))
+            with self._backend_flags():
+                seconds = _compiled.build(self.module, self._call_args(b, items), path, key, device=self.device)
+            log.info("%s: batch %d compiled in %.0f s into %s", self.name, b, seconds, path)
+            done.append((b, "built", seconds))
+        return done
+
+    def _load_one(self, b: int, items: dict[str, tuple], *, rebuild: bool) -> Any:
+        """The loaded artifact for batch ``b`` or None (not built; stale or corrupt: removed, and
+        rebuilt when ``rebuild``), with one log line for a bad entry."""
+        key, path = self._compile_target(b, items)
+        if not path.is_file():
+            return None
+        try:
+            return _compiled.load(path, key, self.module)
+        except _compiled.ArtifactError as exc:
+            _compiled.remove(path)
+            if not rebuild:
+                log.warning("%s: compiled engine for batch %d removed (%s); `vcam engines build` rebuilds it", self.name, b, exc)
+                return None
+            log.warning("%s: rebuilding the compiled engine for batch %d (%s)", self.name, b, exc)
+            self.build_compiled([b], items)
+            return _compiled.load(path, key, self.module)
+
+    def _load_compiled(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
+        _compiled.inductor_cache(self.cache_dir)
+        for b in sizes:
+            fn = self._load_one(b, items, rebuild=True)
+            if fn is not None:
+                self._compiled_fns[self._graph_key(b, items)] = fn
+
+    def _start_loader(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
+        """``compile="auto"``: load the built sizes in a background thread (see the class docstring)."""
+        todo = [b for b in sorted(set(sizes)) if self._compile_target(b, items)[1].is_file()]
+        missing = sorted(set(sizes) - set(todo))
+        if missing:
+            log.warning(
+                "%s: no compiled engine for batch %s on this GPU and torch; running uncompiled "
+                "(`vcam engines build` compiles them, about two minutes each)",
+                self.name,
+                ",".join(map(str, missing)),
+            )
+        if not todo:
+            return
+        _compiled.inductor_cache(self.cache_dir)
+        self._loader = threading.Thread(
+            target=self._load_in_background, args=(todo, items), name=f"{self.name}-compiled", daemon=True
+        )
+        self._loader.start()
+
+    def _load_in_background(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
+        torch = _torch
+        for b in sizes:
+            if self._closing.is_set():
+                return
+            t0 = _now()
+            try:
+                fn = self._load_one(b, items, rebuild=False)
+                if fn is None:
+                    continue
+                # The first call loads the Triton kernels: here, on a stream of this thread's own,
+                # not in the frame loop's capture.
+                side = torch.cuda.Stream(self._dev) if self.device == "cuda" else None
+                with torch.inference_mode(), self._backend_flags(), torch.cuda.stream(side) if side else contextlib.nullcontext():
+                    fn(*self._call_args(b, items))
+                if side is not None:
+                    side.synchronize()
+            except Exception as exc:  # never take the daemon down: that size stays uncompiled
+                log.warning("%s: the compiled engine for batch %d is not used (%s: %s)", self.name, b, type(exc).__name__, exc)
+                continue
+            self._ready[self._graph_key(b, items)] = fn
+            log.info("%s: compiled engine for batch %d loaded in %.1f s", self.name, b, _now() - t0)
+
+    def _adopt(self) -> None:
+        """Put the artifacts the background thread loaded into use (the calling thread captures their
+        graphs: the frame loop, between two calls)."""
+        while self._ready:
+            key, fn = self._ready.popitem()
+            self._compiled_fns[key] = fn
+            if self.cuda_graphs and key in self._graphs:
+                b, items = key[0], dict(zip([i.name for i in self.inputs], key[1:]))
+                self._graphs[key] = self._capture(b, items)
+        self._fast.clear()
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait for the background loads and put what they loaded into use now (benchmarks: call it
+        from the thread that runs the engine). True when no load is still running."""
+        if self._loader is not None:
+            self._loader.join(timeout)
+        if self._ready:
+            self._adopt()
+        return self._loader is None or not self._loader.is_alive()
 
     # -- calling --------------------------------------------------------------------------------
 
-    def _forward(self, args: Sequence[Any]) -> list:
-        by_name = dict(zip(self._in_names, args))
-        call = [by_name[n] for n in self._call_order]
-        if self.channels_last:
-            call = [
-                a.contiguous(memory_format=_torch.channels_last) if a.dim() == 4 and a.is_floating_point() else a for a in call
-            ]
-        res = self._fn(*call)
+    def _forward(self, args: Sequence[Any], fn: Any = None) -> list:
+        res = (fn or self._fn)(*self._module_args(args))
         if not isinstance(res, (tuple, list)):
             res = (res,)
         outs = [res[i].to(dtype=dt).contiguous() for i, dt in zip(self._out_index, self._out_dtypes)]
@@ -270,21 +458,27 @@ class TorchEngine:
     def _capture(self, b: int, items: dict[str, tuple]) -> _Captured:
         torch = _torch
         static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
+        fn = self._compiled_fns.get(self._graph_key(b, items))
         with torch.inference_mode(), self._backend_flags():
             side = torch.cuda.Stream(self._dev)
             side.wait_stream(torch.cuda.current_stream(self._dev))
             with torch.cuda.stream(side):
-                for _ in range(2):  # cuDNN autotune, lazy init and (with compile) the compilation itself
-                    self._forward(static)
+                for _ in range(2):  # cuDNN autotune, lazy init, a compiled artifact's kernels loaded
+                    self._forward(static, fn)
             torch.cuda.current_stream(self._dev).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                outputs = self._forward(static)
+            # thread_local: other threads (the capture thread's nvJPEG, the compiled engines' loader)
+            # may call the driver meanwhile; only this thread's calls would break the capture.
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                outputs = self._forward(static, fn)
         torch.cuda.synchronize(self._dev)
         return _Captured(graph, outputs)
 
+    def _graph_key(self, b: int, items: dict[str, tuple]) -> tuple:
+        return (b,) + tuple(tuple(items[i.name]) for i in self.inputs)
+
     def _captured_for(self, b: int, items: dict[str, tuple]) -> _Captured:
-        key = (b,) + tuple(items[i.name] for i in self.inputs)
+        key = self._graph_key(b, items)
         cap = self._graphs.get(key)
         if cap is None:
             cap = self._graphs[key] = self._capture(b, items)
@@ -309,7 +503,9 @@ class TorchEngine:
             outs = cap.outputs
         else:
             with _torch.inference_mode(), self._backend_flags():
-                outs = self._forward([s[:b] for s in static])
+                if self._ready:
+                    self._adopt()
+                outs = self._forward([s[:b] for s in static], self._compiled_fns.get(self._graph_key(b, items)))
         return outs if b == n else [o[:n] for o in outs]  # a batch-1 file's outputs may have no batch axis
 
     def _run_tensors(self, tensors: list, n: int) -> list:
@@ -418,7 +614,12 @@ class TorchEngine:
         return s
 
     def close(self) -> None:
-        """Drop the captured graphs and buffers (idempotent)."""
+        """Drop the captured graphs and buffers (idempotent); stops the compiled engines' loader."""
+        self._closing.set()
+        if self._loader is not None and self._loader is not threading.current_thread():
+            self._loader.join(timeout=10)  # it stops between two sizes
+        self._ready.clear()
+        self._compiled_fns.clear()
         self._graphs.clear()
         self._views.clear()
         self._fast.clear()
@@ -476,17 +677,19 @@ def _from_torch(t: Any, kind: str) -> Any:
     return cupy.from_dlpack(t)
 
 
-def compile_module(module: Any, cache_dir: str | os.PathLike | None = None) -> Any:
-    """``torch.compile`` for fixed shapes with Triton autotuning (max-autotune), leaving CUDA graphs to
-    the caller. The Inductor cache goes under ``cache_dir/inductor`` (default: the engine cache), so
-    only the first start pays the minutes of compiling."""
-    from .cache import resolve_cache_dir
+def _digest_of(model: ModelSource) -> str:
+    """SHA-256 of a model's bytes (the key of a generic graph's compiled artifacts)."""
+    if isinstance(model, (bytes, bytearray)):
+        return hashlib.sha256(bytes(model)).hexdigest()
+    from .cache import sha256_file
 
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        path = resolve_cache_dir(cache_dir) / "inductor"
-        path.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
-    return _torch.compile(module, mode="max-autotune-no-cudagraphs", dynamic=False)
+    return sha256_file(model)
 
 
-__all__ = ["TorchEngine", "batch_buckets", "compile_module"]
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
+
+
+__all__ = ["TorchEngine", "batch_buckets"]

@@ -1,0 +1,339 @@
+"""Compiled networks: a module compiled by TorchInductor once per GPU, library version, precision and
+batch size, saved in the engine cache and loaded on later starts without compiling.
+
+A build traces the module's forward with TorchDynamo (the parameters and buffers become inputs of
+the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile``
+(max-autotune Triton kernels on CUDA) and saves the artifact beside a JSON sidecar that holds its
+:class:`~vcam.engines.cache.EngineKey` and the order of its inputs. A load checks the sidecar,
+loads the artifact and binds the module's own tensors, so one artifact serves every weights file of
+the same architecture and shapes.
+
+The key's ``model_sha256`` is a digest of the structure, not of the weights: for the native
+architectures (:mod:`vcam.engines.native`) their source code and every parameter's name, shape
+and dtype; for any other graph (whose constants may be baked into the code) the model file's bytes.
+``library`` names torch, Triton and the build options, ``gpu`` the device. A changed fact means
+another file name; a sidecar that does not match (a copied or edited file) or an artifact that fails
+to load is an :class:`ArtifactError`, which the engine answers by rebuilding or by running
+uncompiled, with one log line: never a crash.
+
+Loading an artifact costs about 2 s and its first call some seconds more (Triton kernels are loaded,
+launch configurations read from the Inductor cache); :class:`~vcam.engines.torch.TorchEngine` does
+that off the frame loop (``compile="auto"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineUnavailable
+from .cache import EngineKey, resolve_cache_dir, sidecar
+
+log = logging.getLogger(__name__)
+
+#: Bump when what a build does changes in a way the other key fields do not show.
+BUILD_VERSION = 1
+SUFFIX = ".art"
+COMPILE_MODES = ("auto", "build", "off")
+
+
+class ArtifactError(Exception):
+    """A compiled artifact that cannot be used: missing, stale (its key differs) or corrupt."""
+
+
+def compile_mode(value: bool | str | None) -> str:
+    """``auto`` | ``build`` | ``off`` from a config value (``true`` is ``build``, ``false`` ``off``)."""
+    if value is True:
+        return "build"
+    if value is False or value is None:
+        return "off"
+    v = str(value).strip().lower()
+    if v in ("true", "on", "yes"):
+        return "build"
+    if v in ("false", "no"):
+        return "off"
+    if v not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)} (got {value!r})")
+    return v
+
+
+def inductor_cache(cache_dir: str | os.PathLike | None) -> Path:
+    """Point Inductor's own cache (Triton kernels, launch configurations) at ``<engine cache>/inductor``
+    unless the user set ``TORCHINDUCTOR_CACHE_DIR``; returns the directory in use."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        path = resolve_cache_dir(cache_dir) / "inductor"
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+
+def build_options(device: str) -> dict[str, Any]:
+    """Inductor options of a build: Triton autotuning on CUDA; the defaults on the CPU."""
+    import torch
+
+    if device == "cuda":
+        return dict(torch._inductor.list_mode_options("max-autotune-no-cudagraphs"))
+    return {}
+
+
+def library_of(device: str, channels_last: bool) -> str:
+    import torch
+
+    parts = [f"torch {torch.__version__}"]
+    if device == "cuda":
+        import triton
+
+        parts.append(f"triton {triton.__version__}")
+    parts.append(f"build {BUILD_VERSION}")
+    if channels_last:
+        parts.append("channels-last")
+    return ", ".join(parts)
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        return f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
+    return f"cpu {platform.machine()}"
+
+
+def structure_digest(module: Any, architecture: str | None, model_digest: Callable[[], str]) -> str:
+    """What the artifact's code depends on besides shapes and libraries (see the module docstring)."""
+    if architecture is None:
+        return model_digest()
+    h = hashlib.sha256(f"native {architecture}\n".encode())
+    h.update(inspect.getsource(type(module)).encode())
+    h.update(inspect.getsource(inspect.getmodule(type(module))).encode())
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        h.update(f"{name} {tuple(t.shape)} {t.dtype}\n".encode())
+    return h.hexdigest()
+
+
+def artifact_key(
+    structure: str, *, device: str, precision: str, channels_last: bool, items: dict[str, tuple], batch: int
+) -> EngineKey:
+    """The key of one batch size's artifact (``items``: each input's shape without the batch)."""
+    shapes = {n: (batch, *s) for n, s in items.items()}
+    return EngineKey.make(
+        model_sha256=structure,
+        gpu=device_name(device),
+        library=library_of(device, channels_last),
+        precision=precision,
+        profile={n: (s, s, s) for n, s in shapes.items()},
+    )
+
+
+def artifact_path(cache_dir: str | os.PathLike | None, name: str, key: EngineKey, batch: int) -> Path:
+    """``<cache>/compiled/<name>.<precision>.b<batch>.<digest>.art``; ``name``: the native
+    architecture (one artifact serves every file of it) or the model file's name."""
+    stem = Path(name).stem
+    return resolve_cache_dir(cache_dir) / "compiled" / f"{stem}.{key.precision}.b{batch}.{key.digest()}{SUFFIX}"
+
+
+def trace(module: Any, args: Sequence[Any]) -> tuple[Any, list, list[str]]:
+    """TorchDynamo's graph of ``module(*args)`` with parameters and buffers as inputs; returns the
+    graph, its example inputs and their names (``@i`` for the i-th call argument)."""
+    import torch
+
+    seen: dict[str, Any] = {}
+
+    def grab(gm: Any, example_inputs: list) -> Any:
+        seen["gm"], seen["inputs"] = gm, list(example_inputs)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        torch.compile(module, backend=grab, fullgraph=True, dynamic=False)(*args)
+    torch._dynamo.reset()
+    named = {id(t): n for n, t in list(module.named_parameters()) + list(module.named_buffers())}
+    by_arg = {id(a): i for i, a in enumerate(args)}
+    names = []
+    for t in seen["inputs"]:
+        if id(t) in by_arg:
+            names.append(f"@{by_arg[id(t)]}")
+        elif id(t) in named:
+            names.append(named[id(t)])
+        else:
+            raise ArtifactError("the traced graph takes a tensor that is neither an argument nor a module tensor")
+    return seen["gm"], seen["inputs"], names
+
+
+def prebuild(
+    model: str | os.PathLike,
+    *,
+    device: str = "cuda",
+    fp16: bool = True,
+    max_batch: int = 8,
+    batches: Sequence[int] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> tuple[str, list[tuple[int, str, float]]]:
+    """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
+    batch size of ``max_batch``). Returns the engine's description and ``(batch, "built" | "cached",
+    seconds)`` per size."""
+    from .torch import TorchEngine
+
+    engine = TorchEngine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="auto", warmup=False)
+    try:
+        done = engine.build_compiled(batches, progress=progress)
+    except (ArtifactError, RuntimeError, AssertionError, TypeError, ValueError) as exc:  # Inductor's failures
+        raise EngineUnavailable(
+            f"compiling {engine.name} failed ({type(exc).__name__}: {str(exc)[:300]})",
+            hint='run without compiled engines ([pipeline] compile = "off") and report the error',
+        ) from exc
+    finally:
+        engine.close()
+    return engine.describe(), done
+
+
+def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, device: str) -> float:
+    """Compile ``module`` for these ``args`` and save the artifact at ``path`` with its sidecar (both
+    written to temporary names, then renamed: a crash leaves no half-written entry). Returns seconds."""
+    import torch
+
+    t0 = time.perf_counter()
+    gm, inputs, names = trace(module, args)
+    with torch.inference_mode():
+        art = torch._inductor.standalone_compile(
+            gm, inputs, dynamic_shapes="from_example_inputs", options={"config_patches": build_options(device)}
+        )
+        art(*inputs)  # the first call tunes launch configurations into the Inductor cache, once
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        art.save(path=str(tmp), format="binary")
+        meta = {"key": key.to_json(), "inputs": names, "built_s": round(time.perf_counter() - t0, 1), "built": time.time()}
+        tmp_meta = sidecar(tmp)
+        tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+        os.replace(tmp_meta, sidecar(path))
+    finally:
+        for p in (tmp, sidecar(tmp)):
+            if p.exists():
+                p.unlink()
+    return time.perf_counter() - t0
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """The sidecar of ``path``; raises :class:`ArtifactError` when absent or unreadable."""
+    try:
+        meta = json.loads(sidecar(path).read_text())
+        EngineKey.from_json(meta["key"])
+        if not isinstance(meta["inputs"], list):
+            raise TypeError("inputs")
+        return meta
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path.name} has no sidecar") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"{sidecar(path).name} is unreadable ({type(exc).__name__}: {exc})") from exc
+
+
+def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
+    """The artifact at ``path`` as ``fn(*args)`` calling the compiled code with ``module``'s tensors.
+    Raises :class:`ArtifactError` when it is missing, stale or corrupt."""
+    import torch
+
+    if not path.is_file():
+        raise ArtifactError(f"{path.name} is not built")
+    meta = read_meta(path)
+    if EngineKey.from_json(meta["key"]) != key:
+        raise ArtifactError(f"{path.name} was built for other inputs, GPU or libraries")
+    tensors = dict(list(module.named_parameters()) + list(module.named_buffers()))
+    names: list[str] = meta["inputs"]
+    try:
+        bound = [None if n.startswith("@") else tensors[n] for n in names]
+        slots = [(i, int(n[1:])) for i, n in enumerate(names) if n.startswith("@")]
+    except (KeyError, ValueError) as exc:
+        raise ArtifactError(f"{path.name} names a tensor this module lacks ({exc})") from exc
+    try:
+        fn = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+    except Exception as exc:  # a truncated or foreign file fails deep inside Inductor, in many ways
+        raise ArtifactError(f"{path.name} does not load ({type(exc).__name__}: {str(exc)[:160]})") from exc
+
+    def call(*args: Any) -> Any:
+        feed = list(bound)
+        for i, a in slots:
+            feed[i] = args[a]
+        return fn(*feed)
+
+    return call
+
+
+def remove(path: Path) -> None:
+    """Delete an entry and its sidecar (a stale or corrupt one)."""
+    for p in (path, sidecar(path)):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def here() -> set[tuple[str, str]]:
+    """``(gpu, "torch <version>")`` pairs this machine builds for (the CPU, and CUDA when torch sees it)."""
+    try:
+        import torch
+    except ImportError:
+        return set()
+    lib = f"torch {torch.__version__}"
+    out = {(device_name("cpu"), lib)}
+    if torch.cuda.is_available():
+        out.add((device_name("cuda"), lib))
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One artifact in the cache, for ``vcam engines list``."""
+
+    path: Path
+    size: int
+    key: EngineKey | None
+    built_s: float | None
+    problem: str | None  # None when readable
+
+
+def entries(cache_dir: str | os.PathLike | None) -> list[Entry]:
+    """Every artifact under ``<cache>/compiled``, readable or not."""
+    root = resolve_cache_dir(cache_dir) / "compiled"
+    out = []
+    for path in sorted(root.glob(f"*{SUFFIX}")) if root.is_dir() else []:
+        try:
+            meta = read_meta(path)
+            out.append(Entry(path, path.stat().st_size, EngineKey.from_json(meta["key"]), meta.get("built_s"), None))
+        except ArtifactError as exc:
+            out.append(Entry(path, path.stat().st_size, None, None, str(exc)))
+    return out
+
+
+__all__ = [
+    "COMPILE_MODES",
+    "ArtifactError",
+    "Entry",
+    "artifact_key",
+    "artifact_path",
+    "build",
+    "build_options",
+    "compile_mode",
+    "device_name",
+    "entries",
+    "here",
+    "inductor_cache",
+    "library_of",
+    "load",
+    "prebuild",
+    "read_meta",
+    "remove",
+    "structure_digest",
+    "trace",
+]
