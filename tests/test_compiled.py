@@ -258,3 +258,17 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
     assert seen == {False, True} or auto.compiled_for(2)
     assert auto.compiled_batches == (1, 2)
     auto.close()
+
+
+def test_a_generic_graph_runs_uncompiled_with_one_line(tmp_path, caplog):
+    from vcam.engines.torch import TorchEngine
+
+    if torch is None:
+        require("torch", "PyTorch is not installed")
+    path = standin.write("simswap_256", tmp_path / "simswap.onnx", tiny=True, seed=1)
+    with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
+        engine = TorchEngine(path, device="cpu", max_batch=1, compile="build", cache_dir=tmp_path / "engines")
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "native architectures" in lines[0]
+    assert engine.architecture is None and engine.compile_mode == "off" and engine.compiled_batches == ()
+    assert not (tmp_path / "engines").exists()

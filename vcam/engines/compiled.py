@@ -8,9 +8,10 @@ the graph, so the artifact holds code, not weights), compiles it with ``standalo
 loads the artifact and binds the module's own tensors, so one artifact serves every weights file of
 the same architecture and shapes.
 
-The key's ``model_sha256`` is a digest of the structure, not of the weights: for the native
-architectures (:mod:`vcam.engines.native`) their source code and every parameter's name, shape
-and dtype; for any other graph (whose constants may be baked into the code) the model file's bytes.
+Only the native architectures (:mod:`vcam.engines.native`: the inswapper generator) compile: a
+generic ONNX graph reads shape tensors on the host, which TorchDynamo cannot trace into one graph.
+The key's ``model_sha256`` is a digest of the structure, not of the weights: the architecture's
+source code and every parameter's name, shape and dtype (no weights file is hashed at start).
 ``library`` names torch, Triton and the build options, ``gpu`` the device. A changed fact means
 another file name; a sidecar that does not match (a copied or edited file) or an artifact that fails
 to load is an :class:`ArtifactError`, which the engine answers by rebuilding or by running
@@ -108,10 +109,8 @@ def device_name(device: str) -> str:
     return f"cpu {platform.machine()}"
 
 
-def structure_digest(module: Any, architecture: str | None, model_digest: Callable[[], str]) -> str:
+def structure_digest(module: Any, architecture: str) -> str:
     """What the artifact's code depends on besides shapes and libraries (see the module docstring)."""
-    if architecture is None:
-        return model_digest()
     h = hashlib.sha256(f"native {architecture}\n".encode())
     h.update(inspect.getsource(type(module)).encode())
     h.update(inspect.getsource(inspect.getmodule(type(module))).encode())

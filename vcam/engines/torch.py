@@ -21,7 +21,6 @@ This module imports without PyTorch (so the package and its tests import everywh
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import threading
@@ -66,6 +65,11 @@ class _Captured:
         self.graph, self.outputs = graph, outputs
 
 
+#: CUDA graph captures and the first calls of loaded compiled engines exclude each other, across
+#: threads and engines: a first call may synchronise the device (Triton's kernel loading and launch
+#: tuning), which is illegal while any stream captures and would void that capture.
+_CAPTURE_LOCK = threading.RLock()
+
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
 
@@ -87,7 +91,7 @@ class TorchEngine:
 
     ``compile`` (:mod:`vcam.engines.compiled`, for models whose inputs have fixed item shapes):
     ``"auto"``: each batch size whose compiled artifact is in the engine cache is loaded in a
-    background thread after :meth:`warmup` and replaces that size's uncompiled graph between two
+    background thread from the first call on and replaces that size's uncompiled graph between two
     calls (the first frames run uncompiled; a missing size stays uncompiled, with one log line that
     names ``vcam engines build``); ``"build"`` (or True): missing artifacts are built now (minutes
     each on CUDA), and every size is captured compiled; ``"off"`` (or False): never compiled.
@@ -172,11 +176,16 @@ class TorchEngine:
         self.compile_mode = _compiled.compile_mode(compile)
         self._fn = module
         self._structure: str | None = None
-        # A generic graph's artifacts are keyed by the file's bytes, hashed only when first needed.
-        self._model_digest = _digest_of(model) if isinstance(model, (bytes, bytearray)) else None
+        if self.compile_mode != "off" and self.architecture is None:
+            # Only the native modules trace into one graph (a generic graph reads shapes on the host).
+            (log.warning if self.compile_mode == "build" else log.debug)(
+                "%s: compiled engines are for the native architectures (inswapper); running uncompiled", self.name
+            )
+            self.compile_mode = "off"
         self._compiled_fns: dict[tuple, Any] = {}  # capture key -> loaded artifact, in use
         self._ready: dict[tuple, Any] = {}  # capture key -> loaded by the background thread, not yet in a graph
         self._loader: threading.Thread | None = None
+        self._to_load: tuple | None = None  # (sizes, items) the loader takes once frames flow
         self._closing = threading.Event()
         self.cuda_graphs = bool(cuda_graphs) and device == "cuda"
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
@@ -263,7 +272,9 @@ class TorchEngine:
         if n > min(self.max_batch, self._cap) or n < 1:
             raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
         if self._ready:
-            self._adopt()
+            self._adopt(wait=False)
+        elif self._to_load is not None:
+            self._start_loading()
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
         cap = self._captured_for(self._padded(step), items) if self.cuda_graphs else None
@@ -304,10 +315,7 @@ class TorchEngine:
     def _compile_target(self, b: int, items: dict[str, tuple]) -> tuple[Any, Any]:
         """(key, path) of the artifact for batch ``b`` and these item shapes."""
         if self._structure is None:
-            path = self.model_path
-            self._structure = _compiled.structure_digest(
-                self.module, self.architecture, lambda: self._model_digest or _digest_of(path)
-            )
+            self._structure = _compiled.structure_digest(self.module, self.architecture)
         key = _compiled.artifact_key(
             self._structure,
             device=self.device,
@@ -385,7 +393,8 @@ class TorchEngine:
                 self._compiled_fns[self._graph_key(b, items)] = fn
 
     def _start_loader(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        """``compile="auto"``: load the built sizes in a background thread (see the class docstring)."""
+        """``compile="auto"``: the built sizes are loaded in a background thread, started by the first
+        call after the warm-ups (so their captures never wait for it)."""
         todo = [b for b in sorted(set(sizes)) if self._compile_target(b, items)[1].is_file()]
         missing = sorted(set(sizes) - set(todo))
         if missing:
@@ -395,8 +404,12 @@ class TorchEngine:
                 self.name,
                 ",".join(map(str, missing)),
             )
-        if not todo:
-            return
+        if todo:
+            self._to_load = (todo, items)
+
+    def _start_loading(self) -> None:
+        todo, items = self._to_load
+        self._to_load = None
         _compiled.inductor_cache(self.cache_dir)
         self._loader = threading.Thread(
             target=self._load_in_background, args=(todo, items), name=f"{self.name}-compiled", daemon=True
@@ -410,25 +423,40 @@ class TorchEngine:
                 return
             t0 = _now()
             try:
-                fn = self._load_one(b, items, rebuild=False)
-                if fn is None:
-                    continue
                 # The first call loads the Triton kernels: here, on a stream of this thread's own,
-                # not in the frame loop's capture.
-                side = torch.cuda.Stream(self._dev) if self.device == "cuda" else None
-                with torch.inference_mode(), self._backend_flags(), torch.cuda.stream(side) if side else contextlib.nullcontext():
-                    fn(*self._call_args(b, items))
-                if side is not None:
-                    side.synchronize()
+                # while no graph is being captured.
+                with _CAPTURE_LOCK:
+                    fn = self._load_one(b, items, rebuild=False)
+                    if fn is None:
+                        continue
+                    side = torch.cuda.Stream(self._dev) if self.device == "cuda" else None
+                    with (
+                        torch.inference_mode(),
+                        self._backend_flags(),
+                        torch.cuda.stream(side) if side else contextlib.nullcontext(),
+                    ):
+                        fn(*self._call_args(b, items))
+                    if side is not None:
+                        side.synchronize()
             except Exception as exc:  # never take the daemon down: that size stays uncompiled
                 log.warning("%s: the compiled engine for batch %d is not used (%s: %s)", self.name, b, type(exc).__name__, exc)
                 continue
             self._ready[self._graph_key(b, items)] = fn
             log.info("%s: compiled engine for batch %d loaded in %.1f s", self.name, b, _now() - t0)
 
-    def _adopt(self) -> None:
+    def _adopt(self, wait: bool = True) -> None:
         """Put the artifacts the background thread loaded into use (the calling thread captures their
-        graphs: the frame loop, between two calls)."""
+        graphs: the frame loop, between two calls). Without ``wait`` nothing happens while the loader
+        holds the capture lock (the next call tries again)."""
+        if self.cuda_graphs and not _CAPTURE_LOCK.acquire(blocking=wait):
+            return
+        try:
+            self._adopt_ready()
+        finally:
+            if self.cuda_graphs:
+                _CAPTURE_LOCK.release()
+
+    def _adopt_ready(self) -> None:
         while self._ready:
             key, fn = self._ready.popitem()
             self._compiled_fns[key] = fn
@@ -440,6 +468,8 @@ class TorchEngine:
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait for the background loads and put what they loaded into use now (benchmarks: call it
         from the thread that runs the engine). True when no load is still running."""
+        if self._to_load is not None:
+            self._start_loading()
         if self._loader is not None:
             self._loader.join(timeout)
         if self._ready:
@@ -459,7 +489,7 @@ class TorchEngine:
         torch = _torch
         static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
         fn = self._compiled_fns.get(self._graph_key(b, items))
-        with torch.inference_mode(), self._backend_flags():
+        with _CAPTURE_LOCK, torch.inference_mode(), self._backend_flags():
             side = torch.cuda.Stream(self._dev)
             side.wait_stream(torch.cuda.current_stream(self._dev))
             with torch.cuda.stream(side):
@@ -467,8 +497,8 @@ class TorchEngine:
                     self._forward(static, fn)
             torch.cuda.current_stream(self._dev).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            # thread_local: other threads (the capture thread's nvJPEG, the compiled engines' loader)
-            # may call the driver meanwhile; only this thread's calls would break the capture.
+            # thread_local: other threads (the capture thread's nvJPEG) may call the driver meanwhile;
+            # only this thread's calls would break the capture.
             with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 outputs = self._forward(static, fn)
         torch.cuda.synchronize(self._dev)
@@ -505,6 +535,8 @@ class TorchEngine:
             with _torch.inference_mode(), self._backend_flags():
                 if self._ready:
                     self._adopt()
+                elif self._to_load is not None:
+                    self._start_loading()
                 outs = self._forward([s[:b] for s in static], self._compiled_fns.get(self._graph_key(b, items)))
         return outs if b == n else [o[:n] for o in outs]  # a batch-1 file's outputs may have no batch axis
 
@@ -675,15 +707,6 @@ def _from_torch(t: Any, kind: str) -> Any:
     import cupy
 
     return cupy.from_dlpack(t)
-
-
-def _digest_of(model: ModelSource) -> str:
-    """SHA-256 of a model's bytes (the key of a generic graph's compiled artifacts)."""
-    if isinstance(model, (bytes, bytearray)):
-        return hashlib.sha256(bytes(model)).hexdigest()
-    from .cache import sha256_file
-
-    return sha256_file(model)
 
 
 def _now() -> float:
