@@ -55,15 +55,19 @@ for step in $steps; do
       timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
         --batch ${COMPILED_BATCHES:-1,8} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 8 || rc=1
       COLUMNS=200 python3 -m vcam engines list 2>&1 | tee "$OUT/engines_list.txt" | tail -n 8
-      [ "${COMPILED_BENCH:-1}" = 1 ] && timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile auto \
-        --json "$OUT/bench_compiled.json" 2>&1 | tee "$OUT/bench_compiled.txt" | tail -n 12 || rc=1
+      if [ "${COMPILED_BENCH:-1}" = 1 ]; then
+        timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile auto \
+          --json "$OUT/bench_compiled.json" 2>&1 | tee "$OUT/bench_compiled.txt" | tail -n 12 || rc=1
+      fi
       for c in auto off; do
         timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
           --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile $c \
           --json "$OUT/bench_daemon_$c.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_$c.txt" | tail -n 5 || rc=1
       done
-      [ "${COMPILED_BENCH:-1}" = 1 ] && timeout 100 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile off --no-naive \
-        --json "$OUT/bench_cudnn.json" 2>&1 | tee "$OUT/bench_cudnn.txt" | tail -n 8 || rc=1 ;;
+      if [ "${COMPILED_BENCH:-1}" = 1 ]; then
+        timeout 100 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile off --no-naive \
+          --json "$OUT/bench_cudnn.json" 2>&1 | tee "$OUT/bench_cudnn.txt" | tail -n 8 || rc=1
+      fi ;;
     daemon)
       # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
       standins
