@@ -311,44 +311,45 @@ def test_cli_status_names_nan_guard_counts_per_model():
 # --- other users -----------------------------------------------------------------------------
 
 
-def _connect_as_nobody(path: Path, payload: bytes) -> tuple[str, bytes]:
-    """Fork a child that drops to uid/gid 65534 and tries the socket; returns (outcome, reply)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 0
+def _nobody_connects(path: str, payload: bytes, conn) -> None:
+    """In a spawned interpreter: drop to uid/gid 65534 and try the socket; send (outcome, reply)."""
+    try:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(2)
         try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(2)
+            s.connect(path)
             try:
-                s.connect(str(path))
-                try:
-                    s.sendall(payload)
-                except BrokenPipeError:
-                    pass  # refused and closed before we wrote: the refusal is still there to read
-                data = s.recv(4096)
-                os.write(w, b"connected:" + data)
-            except PermissionError:
-                os.write(w, b"permission:")
-            except ConnectionRefusedError:
-                os.write(w, b"refused:")
-        except BaseException as exc:  # report anything else to the parent
-            os.write(w, b"error:" + repr(exc).encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 4096):
-        chunks.append(chunk)
-    os.close(r)
-    os.waitpid(pid, 0)
-    outcome, _, reply = b"".join(chunks).partition(b":")
-    return outcome.decode(), reply
+                s.sendall(payload)
+            except BrokenPipeError:
+                pass  # refused and closed before we wrote: the refusal is still there to read
+            conn.send(("connected", s.recv(4096)))
+        except PermissionError:
+            conn.send(("permission", b""))
+        except ConnectionRefusedError:
+            conn.send(("refused", b""))
+    except BaseException as exc:  # report anything else to the parent
+        conn.send(("error", repr(exc).encode()))
+
+
+def _connect_as_nobody(path: Path, payload: bytes) -> tuple[str, bytes]:
+    """A fresh interpreter that drops to uid/gid 65534 and tries the socket; returns (outcome, reply).
+    Spawned, not forked: a forked child of a process with threads can deadlock on a lock one held."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_nobody_connects, args=(str(path), payload, child))
+    proc.start()
+    child.close()
+    try:
+        return parent.recv() if parent.poll(60) else ("error", b"no reply in 60 s")
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
 
 
 @pytest.fixture
@@ -597,6 +598,23 @@ def test_without_a_runtime_dir_the_socket_is_private_under_home(tmp_path, monkey
     assert state.active == "carol" and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
 
 
+def _hostile_child(home: str, conn) -> None:
+    """In a spawned interpreter: become uid/gid 65534 with no runtime dir, start control, switch a face."""
+    try:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME"):
+            os.environ.pop(k, None)
+        os.environ["HOME"] = home
+        path = Config().socket_path
+        with ControlServer(path, make_state()):
+            reply = send_command(path, {"face": "bob"}, timeout=5)
+        conn.send(json.dumps({"path": str(path), "face": reply["face"]}))
+    except BaseException as exc:
+        conn.send(json.dumps({"error": repr(exc)}))
+
+
 def test_as_another_user_a_hostile_tmp_runtime_dir_changes_nothing(tmp_path):
     """Run as uid 65534 without XDG_RUNTIME_DIR while /tmp/runtime-65534 belongs to root (mode
     0700, so that user cannot even look inside): control starts under that user's home."""
@@ -610,34 +628,23 @@ def test_as_another_user_a_hostile_tmp_runtime_dir_changes_nothing(tmp_path):
     hostile.mkdir(mode=0o700)
     home = Path(tempfile.mkdtemp(prefix="vcam-nobody-"))
     os.chown(home, 65534, 65534)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME"):
-                os.environ.pop(k, None)
-            os.environ["HOME"] = str(home)
-            path = Config().socket_path
-            st = make_state()
-            with ControlServer(path, st):
-                reply = send_command(path, {"face": "bob"}, timeout=5)
-            os.write(w, json.dumps({"path": str(path), "face": reply["face"]}).encode())
-        except BaseException as exc:
-            os.write(w, json.dumps({"error": repr(exc)}).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 4096):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    shutil.rmtree(home, ignore_errors=True)
-    hostile.rmdir()
+    # A fresh interpreter (spawned as root, then dropping to that user), not a fork of this one: a
+    # forked child of a process with threads, such as torch's, can deadlock on a lock one held.
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_hostile_child, args=(str(home), child))
+    try:
+        proc.start()
+        child.close()
+        data = parent.recv() if parent.poll(60) else json.dumps({"error": "no reply in 60 s"})
+        proc.join(10)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        shutil.rmtree(home, ignore_errors=True)
+        hostile.rmdir()
     got = json.loads(data)
     assert got.get("face") == "bob", got
     assert got["path"] == f"{home}/.local/state/vcam/run/vcam.sock"
