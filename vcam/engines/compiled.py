@@ -82,7 +82,10 @@ def build_options(device: str) -> dict[str, Any]:
     import torch
 
     if device == "cuda":
-        return dict(torch._inductor.list_mode_options("max-autotune-no-cudagraphs"))
+        opts = dict(torch._inductor.list_mode_options("max-autotune-no-cudagraphs"))
+        if hasattr(torch._inductor.config, "autotune_num_choices_displayed"):
+            opts["autotune_num_choices_displayed"] = 0  # no tables of every layer's candidates on stderr
+        return opts
     return {}
 
 
