@@ -88,6 +88,21 @@ class FixedTracker:
         self.last_detections = self.detector.detect_regions(frame, self.rects)
         return self.tracks
 
+    # ``[track] predict`` (what `vcam run` does on CUDA): the frame is swapped with the tracks while
+    # its detection runs on the front stream, and that detection is read at the next frame.
+    def confident(self, frame: Any, seq: int) -> bool:
+        return True
+
+    def predict(self, seq: int) -> list[Track]:
+        return self.tracks
+
+    def launch(self, frame: Any, seq: int, t: float | None = None, *, deferred: bool = False) -> Any:
+        return self.detector.launch_regions(frame, self.rects)
+
+    def complete(self, step: Any) -> list[Track]:
+        self.last_detections = step.result()
+        return self.tracks
+
 
 @dataclass
 class _Snap:
@@ -129,6 +144,7 @@ def bench_gpu(
     max_faces: int | None = None,
     compile: str = "auto",
     masks: tuple[str, ...] = ("box", "face"),
+    predict: bool = True,
 ) -> dict:
     """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine,
     pasted with ``masks`` (shapes only: no mask model)."""
@@ -163,7 +179,9 @@ def bench_gpu(
     sw = NeuralSwapper("inswapper_128", engine, ops=ops, max_faces=mf, emap=read_emap(model))
     tracker = FixedTracker(det, synthetic_faces(faces, width, height))
     masker = Masker(masks, sw.crop_size, ops=ops, max_faces=mf) if set(masks) - {"box"} else None
-    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True, masker=masker)
+    pipe = Pipeline(
+        ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True, masker=masker, predict=predict
+    )
     pipe.configure(width, height, in_fmt)
     ops.synchronize()
     face = SourceFace(
@@ -220,6 +238,7 @@ def bench_gpu(
         "guarded": pipe.guarded(),
         "engines": {"detector": det.engine.describe(), "swapper": engine.describe()},
         "compiled": engine.compiled_for(faces),
+        "predicted_frames": pipe.predicted,
     }
     ops.synchronize()
     engine.close()
@@ -475,8 +494,11 @@ def run(
     json_path: str | None = None,
     naive: bool = True,
     console: Any = None,
+    predict: bool = True,
 ) -> dict:
-    """Run the benchmark; returns (and optionally writes) the results as a dict."""
+    """Run the benchmark; returns (and optionally writes) the results as a dict. ``predict``: swap
+    with the tracks while each frame's detection runs (``[track] predict``, on for `vcam run` on
+    CUDA); off: every frame waits for its detection."""
     if device == "cpu":
         return _run_cpu(
             faces=faces,
@@ -510,6 +532,7 @@ def run(
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d"),
         "swapper": model or "inswapper_128 stand-in (real architecture, random weights)",
+        "predict": predict,
     }
     results: dict[str, Any] = {"info": info, "gpu": [], "naive": []}
     for s in sizes:
@@ -527,6 +550,7 @@ def run(
                 out_fmt=PixelFormat(out_fmt),
                 fp16=fp16,
                 compile=compile,
+                predict=predict,
             )
             results["gpu"].append(r)
             if n == 1:
@@ -534,7 +558,7 @@ def run(
                 # box): a single run of each swings by a few tenths of a millisecond with the GPU clocks.
                 kw = dict(
                     model=path, frames=frames, in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16,
-                    compile=compile,
+                    compile=compile, predict=predict,
                 )  # fmt: skip
                 box = [bench_gpu(w, h, 1, masks=("box",), **kw)]
                 masked = [r, bench_gpu(w, h, 1, masks=("box", "face"), **kw)]
@@ -603,7 +627,8 @@ def _run_cpu(*, faces, sizes, frames, naive_frames, in_fmt, out_fmt, json_path, 
 def table(results: dict) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"vcam bench — {results['info'].get('gpu', '?')}")
+    how = {True: " (detection beside the swap: [track] predict)", False: " (every frame waits for its detection)"}
+    t = Table(title=f"vcam bench — {results['info'].get('gpu', '?')}{how.get(results['info'].get('predict'), '')}")
     for col in (
         "size",
         "faces",

@@ -22,6 +22,11 @@ def bench(
         help="Compiled swapper: auto (the sizes `vcam engines build` built) | build (compile the missing ones) | off.",
     ),
     model: str = typer.Option("", "--model", help="An inswapper ONNX file (default: the full-size stand-in, built once)."),
+    predict: bool = typer.Option(
+        True,
+        "--predict/--no-predict",
+        help="CUDA: swap with the tracks while each frame's detection runs, as `vcam run` does ([track] predict).",
+    ),
 ) -> None:
     """Time the pipeline on synthetic frames against the naive loop; prints a table, writes JSON."""
     from ..bench.pipeline import run, table
@@ -37,6 +42,7 @@ def bench(
             console=out,
             compile=compile,
             model=model or None,
+            predict=predict,
         )
     except VcamError as err:
         fail(err)
