@@ -88,6 +88,7 @@ def test_build_writes_one_artifact_per_batch_size_and_matches_eager(built, model
         assert meta["key"]["precision"] == "fp32" and meta["key"]["gpu"].startswith("cpu ")
         assert "torch " + torch.__version__ in meta["key"]["library"]
         assert "@0" in meta["inputs"] and "@1" in meta["inputs"]
+        assert Path(str(f) + ".log").is_file()  # what the compiler said, not on the user's terminal
     assert engine.compiled_batches == (1, 2) and "compiled batch 1,2" in engine.describe()
     eager = TorchEngine(models[0], device="cpu", max_batch=2)
     for n in (1, 2):
@@ -156,7 +157,7 @@ def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, capl
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "batch 1" in warnings[0] and "vcam engines build" in warnings[0], warnings
     assert engine.compiled_batches == (2,) and np.isfinite(out).all()
-    assert not bad.exists() and not meta_path.exists()  # removed, never trusted
+    assert not bad.exists() and not meta_path.exists() and not Path(str(bad) + ".log").exists()  # removed, never trusted
     engine.close()
     if damage != "truncated":
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -17,7 +18,7 @@ from . import fail, load_config
 app = typer.Typer(no_args_is_help=True, help="Compiled engines: build them once, list the cache.")
 root.add_typer(app, name="engines", help="Compiled engines: build (once per GPU and torch), list.")
 out = Console(soft_wrap=True, highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(file=sys.stderr, highlight=False)  # bound now: a build sends sys.stderr to its log
 
 
 def _batches(text: str) -> list[int] | None:
@@ -71,7 +72,7 @@ def build(
     for b, state, seconds in done:
         table.add_row(str(b), state, f"{seconds:.0f}" if state == "built" else "-")
     out.print(table)
-    out.print(f"{path.name}: {how}; {time.perf_counter() - started:.0f} s")
+    out.print(f"{path.name}: {how}; {time.perf_counter() - started:.0f} s (compiler reports: *.art.log beside the engines)")
 
 
 @app.command("list")

@@ -24,6 +24,7 @@ that off the frame loop (``compile="auto"``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -205,13 +206,14 @@ def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, devic
     import torch
 
     t0 = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
     gm, inputs, names = trace(module, args)
-    with torch.inference_mode():
+    # Inductor writes its autotuning reports and warnings to stderr: into the entry's build log.
+    with open(build_log(path), "w") as report, contextlib.redirect_stderr(report), torch.inference_mode():
         art = torch._inductor.standalone_compile(
             gm, inputs, dynamic_shapes="from_example_inputs", options={"config_patches": build_options(device)}
         )
         art(*inputs)  # the first call tunes launch configurations into the Inductor cache, once
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         art.save(path=str(tmp), format="binary")
@@ -225,6 +227,11 @@ def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, devic
             if p.exists():
                 p.unlink()
     return time.perf_counter() - t0
+
+
+def build_log(path: Path) -> Path:
+    """What the compiler reported while building ``path``."""
+    return path.with_name(path.name + ".log")
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -273,8 +280,8 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
 
 
 def remove(path: Path) -> None:
-    """Delete an entry and its sidecar (a stale or corrupt one)."""
-    for p in (path, sidecar(path)):
+    """Delete an entry, its sidecar and its build log (a stale or corrupt one)."""
+    for p in (path, sidecar(path), build_log(path)):
         try:
             p.unlink()
         except FileNotFoundError:
@@ -325,6 +332,7 @@ __all__ = [
     "artifact_key",
     "artifact_path",
     "build",
+    "build_log",
     "build_options",
     "compile_mode",
     "device_name",
