@@ -37,6 +37,22 @@ def _cuda_ms(torch, fn, n: int = 50) -> float:
     return times[len(times) // 2]
 
 
+def _captured(torch, fn):
+    """``fn()`` warmed up on a side stream, then captured in a CUDA graph: (graph, its output)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    side.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        out = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph, out
+
+
 def _first(y):
     return y[0] if isinstance(y, (tuple, list)) else y
 
@@ -63,15 +79,7 @@ def child(mode: str, model: str, pkg: str, batch: int) -> dict:
         ref = _first(m(x, s)).float()
         if mode == "cudnn":
             r["eager_ms"] = _cuda_ms(torch, lambda: m(x, s))
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    m(x, s)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                m(x, s)
+            graph, _ = _captured(torch, lambda: m(x, s))
             r["graph_ms"] = _cuda_ms(torch, graph.replay)
             return r
         t0 = time.perf_counter()
@@ -87,17 +95,7 @@ def child(mode: str, model: str, pkg: str, batch: int) -> dict:
             r["host_ms_per_call"] = (time.perf_counter() - t0) / 50 * 1e3
             torch.cuda.synchronize()
             return r
-        cap = torch.cuda.Stream()
-        cap.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(cap):
-            for _ in range(3):
-                fn(x, s)
-        cap.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=cap):
-            yg = fn(x, s)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph, yg = _captured(torch, lambda: fn(x, s))
         r["max_abs_err"] = float((_first(yg).float() - ref).abs().max())
         r["ms"] = _cuda_ms(torch, graph.replay)
         return r

@@ -21,41 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _cuda_ms(torch, fn, n: int = 50) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def _first(y):
-    return y[0] if isinstance(y, (tuple, list)) else y
-
-
-def _setup(model: str, batch: int):
-    import torch
-
-    from vcam.engines.native.inswapper import load_inswapper_from_graph
-    from vcam.engines.onnx_graph import OnnxGraph
-
-    torch.backends.cudnn.benchmark = True
-    m = load_inswapper_from_graph(OnnxGraph.load(model)).eval().requires_grad_(False).cuda().half()
-    m = m.to(memory_format=torch.channels_last)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(batch, 3, 128, 128, device="cuda", dtype=torch.half, generator=g)
-    x = x.contiguous(memory_format=torch.channels_last)
-    s = torch.randn(batch, 512, device="cuda", dtype=torch.half, generator=g)
-    return torch, m, x, s
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from aot_probe import _captured, _cuda_ms, _first, _setup  # noqa: E402  (the same model, inputs and timing)
 
 
 def _graph_of(torch, m, x, s):
@@ -86,15 +53,7 @@ def child(mode: str, model: str, art: str, batch: int) -> dict:
     with torch.inference_mode():
         ref = _first(m(x, s)).float()
         if mode == "cudnn":
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    m(x, s)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                m(x, s)
+            graph, _ = _captured(torch, lambda: m(x, s))
             r["graph_ms"] = _cuda_ms(torch, graph.replay)
             return r
         names = json.loads(Path(art + ".json").read_text())
@@ -121,17 +80,7 @@ def child(mode: str, model: str, art: str, batch: int) -> dict:
             r["host_ms_per_call"] = round((time.perf_counter() - t0) / 50 * 1e3, 3)
             torch.cuda.synchronize()
             return r
-        cap = torch.cuda.Stream()
-        cap.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(cap):
-            for _ in range(3):
-                fn(*args)
-        cap.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=cap):
-            yg = fn(*args)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph, yg = _captured(torch, lambda: fn(*args))
         r["graph_max_abs_err"] = float((_first(yg).float() - ref).abs().max())
         r["ms"] = _cuda_ms(torch, graph.replay)
         return r
@@ -139,6 +88,7 @@ def child(mode: str, model: str, art: str, batch: int) -> dict:
 
 def build(model: str, art: Path, batch: int) -> dict:
     torch, m, x, s = _setup(model, batch)
+    m.requires_grad_(False)
     t0 = time.perf_counter()
     gm, inputs, names = _graph_of(torch, m, x, s)
     trace_s = time.perf_counter() - t0
