@@ -579,9 +579,13 @@ def _drop(ctl: ObsController) -> None:
 
 @contextlib.contextmanager
 def _away(ctl: ObsController):
-    """Cut the connection and hold the reconnect until the block is done, so what the block changes
-    happens while vcam is away however slow the machine (a reconnect in the middle of the user's
-    clicks merged half of them once in a loaded suite run)."""
+    """Once both sides agree (the controller's last sync finished: a drop in the middle of the first
+    one leaves no common state to merge from, and vcam's then wins), cut the connection and hold the
+    reconnect until the block is done, so what the block changes happens while vcam is away however
+    slow the machine."""
+    st = ctl.state
+    agreed = wait_for(lambda: ctl._synced == (st.active, st.swap_enabled, st.mappings), 5)
+    assert agreed is not None, (ctl._synced, st.active, st.swap_enabled, st.mappings)
     gate = threading.Event()
     connect = ctl._connect
 
@@ -796,7 +800,7 @@ def test_a_mapping_chosen_in_obs_while_vcam_was_away_is_adopted(obs_server, clie
                 client.set_scene_item_enabled("Merge Map: ann", it["sceneItemId"], it["sourceName"] == "Face for ann: carol")
             state.set_mapping("ben", "bob")  # and `vcam ctl map ben bob` meanwhile
         assert ctl.connected.wait(10)
-        assert wait_for(lambda: state.mappings == {"ben": "bob", "ann": "carol"}, 3) is not None
+        assert wait_for(lambda: state.mappings == {"ben": "bob", "ann": "carol"}, 3) is not None, state.mappings
         assert wait_for(lambda: chosen(client, scene, "ben") == ["bob"], 3) is not None
         assert chosen(client, scene, "ann") == ["carol"]
     finally:

@@ -174,6 +174,23 @@ def _request_failed(exc: BaseException) -> bool:
 # --- scene setup -----------------------------------------------------------------------------
 
 
+def _ensure_scene(client: Any, scene: str, report: Any, *, tries: int = 40) -> list:
+    """The items of ``scene``, created first when it does not exist. A scene the user just removed
+    can still be listed for a moment while OBS tears it down (reading it then fails; creating it
+    fails while it is listed): look again until one of the two works."""
+    for _ in range(tries):
+        try:
+            if scene not in _scene_names(client):
+                client.create_scene(scene)
+                report.scene_created = True
+            return list(client.get_scene_item_list(scene).scene_items)
+        except Exception as exc:
+            if not _request_failed(exc):
+                raise
+            time.sleep(0.05)
+    raise ControlError(f"OBS keeps refusing scene '{scene}'", hint="remove it in OBS, then run `vcam obs setup` again")
+
+
 @dataclass
 class SetupReport:
     """What :func:`setup_scene` did. Lists hold OBS source names."""
@@ -276,13 +293,10 @@ def setup_scene(
     (see the module docstring), showing that face, or ``(default)``, when it shows nothing yet.
     """
     report = SetupReport(scene=scene)
-    if scene not in _scene_names(client):
-        client.create_scene(scene)
-        report.scene_created = True
     names = list(faces)
     shown = [
         it["sourceName"]
-        for it in client.get_scene_item_list(scene).scene_items
+        for it in _ensure_scene(client, scene, report)
         if it["sourceName"].startswith(FACE_PREFIX) and it["sceneItemEnabled"]
     ]
     if shown:
@@ -659,7 +673,13 @@ class ObsController:
     def _refresh(self) -> None:
         self._items = {}
         for scene in self._scenes():
-            for it in self._req.get_scene_item_list(scene).scene_items:
+            try:
+                items = self._req.get_scene_item_list(scene).scene_items
+            except Exception as exc:
+                if not _request_failed(exc):
+                    raise
+                continue  # listed while OBS removes it (the user deleted it): its events refresh again
+            for it in items:
                 self._items[(scene, int(it["sceneItemId"]))] = it["sourceName"]
         self._has_status = bool(self.cfg.status_source) and _input_settings(self._req, self.cfg.status_source) is not None
 
