@@ -396,6 +396,7 @@ def test_password_never_logged(obs_server, scene, caplog, capsys, monkeypatch):
 def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
     _need_obs()
     caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="vcam.control.obs")  # a failure shows why a connection ended
     hook_calls = []
     monkeypatch.setattr(threading, "excepthook", lambda args: hook_calls.append(args))
     inst = ObsInstance(tmp_path)
@@ -421,7 +422,9 @@ def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
             assert ctl.connections == 2
             c = connect(cfg)
             try:
-                assert wait_for(lambda: visible_faces(c) == ["carol"], 3) is not None  # state mirrored after reconnect
+                # State mirrored after reconnect. A fresh OBS under load can drop the first connection
+                # again (seen once in CI); the controller then reconnects by itself: give it the time.
+                assert wait_for(lambda: visible_faces(c) == ["carol"], 15) is not None, ctl.last_error
                 c.trigger_hot_key_by_name(show_hotkey("Face: bob"))
                 assert wait_for(lambda: state.active == "bob", 2) is not None
                 assert wait_for(lambda: visible_faces(c) == ["bob"], 2) is not None
