@@ -50,7 +50,7 @@ def build(
     cfg = load_config(config)
     try:
         path = Path(model).expanduser()
-        if not path.suffix == ".onnx":
+        if path.suffix != ".onnx":
             from ..models import registry
             from ..models.download import ModelStore
 

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -308,7 +309,7 @@ class TorchEngine:
             for b in sizes:
                 self._captured_for(b, items)
         if self.compile_mode == "auto":
-            self._start_loader(sizes, items)
+            self._plan_loads(sizes, items)
 
     # -- compiled artifacts ---------------------------------------------------------------------
 
@@ -353,7 +354,8 @@ class TorchEngine:
             key, path = self._compile_target(b, items)
             if path.is_file():
                 try:
-                    if _compiled.read_meta(path) and path.stat().st_size > 0:
+                    _compiled.read_meta(path)
+                    if path.stat().st_size > 0:
                         done.append((b, "cached", 0.0))
                         continue
                 except _compiled.ArtifactError as exc:
@@ -392,7 +394,7 @@ class TorchEngine:
             if fn is not None:
                 self._compiled_fns[self._graph_key(b, items)] = fn
 
-    def _start_loader(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
+    def _plan_loads(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
         """``compile="auto"``: the built sizes are loaded in a background thread, started by the first
         call after the warm-ups (so their captures never wait for it)."""
         todo = [b for b in sorted(set(sizes)) if self._compile_target(b, items)[1].is_file()]
@@ -421,7 +423,7 @@ class TorchEngine:
         for b in sizes:
             if self._closing.is_set():
                 return
-            t0 = _now()
+            t0 = time.perf_counter()
             try:
                 # The first call loads the Triton kernels: here, on a stream of this thread's own,
                 # while no graph is being captured.
@@ -442,7 +444,7 @@ class TorchEngine:
                 log.warning("%s: the compiled engine for batch %d is not used (%s: %s)", self.name, b, type(exc).__name__, exc)
                 continue
             self._ready[self._graph_key(b, items)] = fn
-            log.info("%s: compiled engine for batch %d loaded in %.1f s", self.name, b, _now() - t0)
+            log.info("%s: compiled engine for batch %d loaded in %.1f s", self.name, b, time.perf_counter() - t0)
 
     def _adopt(self, wait: bool = True) -> None:
         """Put the artifacts the background thread loaded into use (the calling thread captures their
@@ -707,12 +709,6 @@ def _from_torch(t: Any, kind: str) -> Any:
     import cupy
 
     return cupy.from_dlpack(t)
-
-
-def _now() -> float:
-    import time
-
-    return time.perf_counter()
 
 
 __all__ = ["TorchEngine", "batch_buckets"]
