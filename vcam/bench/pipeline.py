@@ -131,13 +131,30 @@ def _inswapper_file(model: str | None) -> Path:
     return path
 
 
-def bench_gpu(
+@dataclass
+class GpuRig:
+    """The bench's CUDA pipeline, built and warmed up (:func:`gpu_rig`): ``frame(seq)`` writes the
+    synthetic frame into the pipeline's next pinned host slot (the camera's write) and returns it."""
+
+    pipe: Any
+    snap: Any
+    frame: Any
+    ops: Any
+    engine: Any
+    detector: Any
+    free0: int
+
+    def close(self) -> None:
+        self.ops.synchronize()
+        self.engine.close()
+
+
+def gpu_rig(
     width: int,
     height: int,
     faces: int,
     *,
     model: Path,
-    frames: int = 200,
     in_fmt: PixelFormat = PixelFormat.NV12,
     out_fmt: PixelFormat = PixelFormat.I420,
     fp16: bool = True,
@@ -145,9 +162,9 @@ def bench_gpu(
     compile: str = "auto",
     masks: tuple[str, ...] = ("box", "face"),
     predict: bool = True,
-) -> dict:
+) -> GpuRig:
     """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine,
-    pasted with ``masks`` (shapes only: no mask model)."""
+    pasted with ``masks`` (shapes only: no mask model), ten frames run through it."""
     import cupy
     import torch
 
@@ -199,6 +216,33 @@ def bench_gpu(
 
     for i in range(10):
         pipe.process(frame(i), snap)
+    return GpuRig(pipe=pipe, snap=snap, frame=frame, ops=ops, engine=engine, detector=det, free0=free0)
+
+
+def bench_gpu(
+    width: int,
+    height: int,
+    faces: int,
+    *,
+    model: Path,
+    frames: int = 200,
+    in_fmt: PixelFormat = PixelFormat.NV12,
+    out_fmt: PixelFormat = PixelFormat.I420,
+    fp16: bool = True,
+    max_faces: int | None = None,
+    compile: str = "auto",
+    masks: tuple[str, ...] = ("box", "face"),
+    predict: bool = True,
+) -> dict:
+    """Time :func:`gpu_rig`'s pipeline: latency frame by frame, then throughput pipelined."""
+    import cupy
+    import torch
+
+    rig = gpu_rig(
+        width, height, faces, model=model, in_fmt=in_fmt, out_fmt=out_fmt, fp16=fp16, max_faces=max_faces,
+        compile=compile, masks=masks, predict=predict,
+    )  # fmt: skip
+    pipe, snap, frame, ops, engine = rig.pipe, rig.snap, rig.frame, rig.ops, rig.engine
     lat, stages = [], {}
     c0 = ops.transfers.snapshot()
     for i in range(frames):
@@ -220,7 +264,7 @@ def bench_gpu(
     pipe.collect(prev)
     fps = frames / (time.perf_counter() - t0)
     free1 = cupy.cuda.runtime.memGetInfo()[0]
-    peak = torch.cuda.max_memory_reserved() + pool.total_bytes()
+    peak = torch.cuda.max_memory_reserved() + cupy.get_default_memory_pool().total_bytes()
     res = {
         "size": f"{width}x{height}",
         "faces": faces,
@@ -234,14 +278,13 @@ def bench_gpu(
         "stages_ms": {k: float(np.median(v) * 1e3) for k, v in stages.items()},
         "copies_per_frame": {"h2d": (c1[0] - c0[0]) / frames, "d2h": (c1[1] - c0[1]) / frames},
         "peak_gpu_mb_allocators": peak / 2**20,
-        "gpu_mb_in_use_device": (free0 - free1) / 2**20,
+        "gpu_mb_in_use_device": (rig.free0 - free1) / 2**20,
         "guarded": pipe.guarded(),
-        "engines": {"detector": det.engine.describe(), "swapper": engine.describe()},
+        "engines": {"detector": rig.detector.engine.describe(), "swapper": engine.describe()},
         "compiled": engine.compiled_for(faces),
         "predicted_frames": pipe.predicted,
     }
-    ops.synchronize()
-    engine.close()
+    rig.close()
     return res
 
 
