@@ -99,10 +99,16 @@ def test_build_writes_one_artifact_per_batch_size_and_matches_eager(built, model
 
 
 def test_auto_loads_built_sizes_in_the_background(cache, models):
+    """The built sizes load in a background thread and are adopted at a call; the interpreter's
+    switch interval, shortened while they load, is the same again afterwards."""
+    import sys
+
     from vcam.engines.torch import TorchEngine
 
+    interval = sys.getswitchinterval()
     engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
     assert engine.wait_compiled(timeout=120)
+    assert sys.getswitchinterval() == interval
     f = feeds(2, seed=7)
     out = engine.run(f)[0]  # the call adopts what the loader finished
     assert engine.compiled_batches == (1, 2)

@@ -384,25 +384,56 @@ def test_sustained_overload_turns_the_occlusion_mask_off_and_the_status_says_so(
 
 
 @pytest.mark.gpu
-def test_staged_frames_upload_exactly_and_their_buffers_are_reused_safely():
+@pytest.mark.parametrize("size", [(W, H), (1920, 1080)])
+def test_staged_frames_upload_exactly_and_their_buffers_are_reused_safely(size):
     """Frames the capture thread copied into pinned staging buffers go up as they are, over more
-    frames than the ring holds (each buffer reused only after its upload)."""
+    frames than the ring holds (each buffer reused only after its upload); a 1080p frame is
+    copied in parts by the staging's threads."""
     from conftest import _make_ops
 
-    ops = _make_ops("cuda")
-    staging = ops.staging((H, W, 3), count=3)
-    io = ops.frame_io(PixelFormat.BGR, W, H, (H, W, 3), 2)
-    rng = np.random.default_rng(0)
-    for seq in range(12):
-        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-        from vcam.types import Frame
+    from vcam.types import Frame
 
-        frame = staging.stage(Frame(img, W, H, PixelFormat.BGR, 0.0, seq))
-        assert frame.data is staging.buffers[seq % 3]
-        dev = io.upload(frame, seq % 2)
-        io.release(seq % 2)
-        np.testing.assert_array_equal(ops.to_host(dev), img)
-    assert ops.transfers.h2d == 12
+    w, h = size
+    ops = _make_ops("cuda")
+    staging = ops.staging((h, w, 3), count=3)
+    io = ops.frame_io(PixelFormat.BGR, w, h, (h, w, 3), 2)
+    rng = np.random.default_rng(0)
+    try:
+        for seq in range(12):
+            img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            frame = staging.stage(Frame(img, w, h, PixelFormat.BGR, 0.0, seq))
+            assert frame.data is staging.buffers[seq % 3]
+            dev = io.upload(frame, seq % 2)
+            io.release(seq % 2)
+            np.testing.assert_array_equal(ops.to_host(dev), img)
+        assert ops.transfers.h2d == 12
+        assert (staging._pool is not None) == (img.nbytes >= staging.PARALLEL_BYTES and staging.COPY_PARTS > 1)
+    finally:
+        staging.close()
+
+
+@pytest.mark.parametrize("parts", [1, 3, 4])
+def test_staging_copies_a_large_frame_in_parts_exactly(parts):
+    """The staging copy of a large frame, split over ``parts`` threads, is the frame, byte for byte
+    (sizes that do not divide evenly included); the threads stop with :meth:`Staging.close`."""
+    from vcam.ops.cuda import Staging
+
+    staging = object.__new__(Staging)  # the copy alone: no pinned buffers needed
+    staging._pool = None
+    staging.COPY_PARTS = parts
+    rng = np.random.default_rng(parts)
+    for shape in [(1080, 1920, 3), ((1 << 20) + 7,), (100, 100, 3)]:
+        data = rng.integers(0, 256, shape, dtype=np.uint8)
+        buf = np.zeros(data.size, np.uint8).reshape(shape)
+        staging._copy(buf, data)
+        np.testing.assert_array_equal(buf, data)
+    assert (staging._pool is not None) == (parts > 1)
+    threads = [t for t in threading.enumerate() if t.name.startswith("vcam-stage")]
+    staging.close()
+    staging.close()
+    for t in threads:
+        t.join(2.0)
+        assert not t.is_alive()
 
 
 def test_a_file_conversion_keeps_its_stages_when_a_live_stream_degrades(media, tmp_path, monkeypatch):

@@ -384,6 +384,8 @@ class Daemon:
                 return decoder.decode
             fmt = PixelFormat.BGR
         staging = ops.staging(frame_shape(fmt, src.width, src.height))
+        if staging is not None and hasattr(staging, "close"):
+            self._components.append(staging)  # its copy threads stop with the daemon
         if decoder is None:
             return staging.stage if staging is not None else None
         if staging is None:

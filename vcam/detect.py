@@ -449,6 +449,10 @@ class FaceDetector:
         self._rgb = bool(spec.rgb)
         self._priors: dict[tuple[int, int], np.ndarray] = {}
         self._tiles: dict[tuple[int, int], np.ndarray] = {}
+        # The last call's end (its readback queued): calls on other streams (a frame's own detection
+        # on the front stream, a predicted frame's on the back stream, several cameras' pipelines)
+        # wait for it, so no call overwrites the engine's buffers while another still reads them.
+        self._last_call = self.ops.event()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec.name!r}, {self.engine.describe()})"
@@ -608,11 +612,15 @@ class FaceDetector:
     def _launch(self, frame: Any, rects: np.ndarray, size: int, in_h: int, in_w: int) -> Any:
         """The regions into the engine's input, one engine call, the outputs on their way to the
         host (one readback, not waited for)."""
+        ops = self.ops
         n = rects.shape[0]
+        ops.wait(self._last_call)
         feeds = self.engine.input_buffers(n, shapes={self._input_name: (3, in_h, in_w)})
-        self.ops.detector_input(frame, rects, size, self._mean, out=feeds[self._input_name], scale=self._scale, rgb=self._rgb)
-        outs = self.engine.run_device(feeds, stream=self.ops.stream)
-        return self.ops.readback_async(outs)
+        ops.detector_input(frame, rects, size, self._mean, out=feeds[self._input_name], scale=self._scale, rgb=self._rgb)
+        outs = self.engine.run_device(feeds, stream=ops.stream)
+        handle = ops.readback_async(outs)
+        ops.record(self._last_call)
+        return handle
 
     def _image(self, outs: list[np.ndarray], i: int, n: int) -> list[np.ndarray]:
         """Image ``i``'s slice of each batched output (batch-1 files may omit the batch axis)."""

@@ -10,7 +10,9 @@ the frame; a frame of another size or format rebuilds them. ``submit`` queues a 
 its slot, ``collect`` waits for the slot's output: on CUDA, frame N+1 can be submitted before
 frame N is collected; its upload, conversion and detection run on the ops' front stream beside
 frame N's swap and paste-back on the compute stream (each slot has its own converted frame, and
-events order the two streams); ``process`` is both in one call. ``submit`` is
+events order the two streams); ``process`` is both in one call. A frame swapped with predicted
+faces (``[track] predict``) has its detection queued after its swap, on the ops' back stream
+(lowest priority), reading a copy of the frame; the next frame applies it. ``submit`` is
 ``begin`` (up to the aligned faces), the swap, and ``finish`` (masks to download): a daemon running
 several streams calls ``begin`` on each stream's pipeline, swaps the faces of all of them in one
 batch (:meth:`~vcam.swap.Swapper.swap_batch`) and calls ``finish`` on each.
@@ -54,6 +56,8 @@ class Work:
     sources: Any = None
     landmarks: np.ndarray | None = None
     boxes: np.ndarray | None = None
+    #: Swapped with predicted tracks: its detection is queued by :meth:`Pipeline.finish`, after the swap.
+    detect_later: bool = False
 
     @property
     def n(self) -> int:
@@ -157,10 +161,12 @@ class Pipeline:
         self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring)
         # One converted frame per slot: frame N+1 is converted and detected (front stream) while
         # frame N is swapped and pasted (compute stream). Events per slot: ``_ready``, the frame is
-        # converted (the swap may read it); ``_seen``, the front stream's last read of it is queued
-        # before this point (its detection, which may still run beside the swap when predicted:
-        # the paste-back waits for it); ``_free``, the compute stream is done with it (reusable).
+        # converted (the swap may read it); ``_seen``, the detection's last read of it is queued
+        # before this point (its detection on the front stream; for a predicted frame, the back
+        # stream's copy of it: the paste-back waits for that); ``_free``, the compute stream is done
+        # with it (reusable).
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
+        self._det_frame: Any = None  # see _detect_later
         self._ready = [ops.event() for _ in range(self.ring)]
         self._seen = [ops.event() for _ in range(self.ring)]
         self._free = [ops.event() for _ in range(self.ring)]
@@ -215,7 +221,7 @@ class Pipeline:
             self.io.release(slot)
             ops.record(self._ready[slot])
             clock.mark("convert_in")
-            tracks = self._track(img, frame.seq)
+            tracks, work.detect_later = self._track(img, frame.seq)
             self.last_tracks = tracks
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
@@ -236,26 +242,47 @@ class Pipeline:
                     work.sources = faces[0] if all(f is faces[0] for f in faces) else faces
                     work.landmarks = np.stack([tr.landmarks for tr, _ in pairs])
                     work.boxes = np.stack([tr.box for tr, _ in pairs])
-            ops.record(self._seen[slot])
+            if not work.detect_later:
+                ops.record(self._seen[slot])
         with ops.activate():
             ops.wait(self._ready[slot])  # the swap and every later stage see the converted frame
         return work
 
-    def _track(self, img: Any, seq: int) -> list[Track]:
-        """This frame's tracks. With prediction on and the tracker confident, the tracks moved to
-        this frame, while the frame's own detection is queued (it runs beside the swap on the front
-        stream) and applied at the next frame; otherwise the frame waits for its detection. A
-        detection still pending from the frame before is applied first."""
+    def _track(self, img: Any, seq: int) -> tuple[list[Track], bool]:
+        """This frame's tracks, and whether its detection is still to be queued. With prediction on
+        and the tracker confident: the tracks moved to this frame, and the frame's own detection is
+        queued after its swap (:meth:`finish`: on the back stream, beside the swap and after it) and
+        applied at the next frame; otherwise the frame waits for its detection. A detection still
+        pending from the frame before is applied first."""
         tracker = self.tracker
         if self._step is not None:
             step, self._step = self._step, None
             tracker.complete(step)
         if self.predict and tracker.confident(img, seq):
-            tracks = tracker.predict(seq)
-            self._step = tracker.launch(img, seq, deferred=True)
             self.predicted += 1
-            return tracks
-        return tracker.update(img, seq)
+            return tracker.predict(seq), True
+        return tracker.update(img, seq), False
+
+    def _copy_for_detection(self, work: Work) -> Any:
+        """The frame a predicted frame's detection reads (:meth:`_detect_later`). On CUDA, a copy
+        made on the back stream once the frame is converted: the paste-back waits for that copy
+        (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself."""
+        ops = self.ops
+        if not ops.concurrent:
+            return work.img
+        with ops.back_stream():
+            ops.wait(self._ready[work.slot])
+            if self._det_frame is None or self._det_frame.shape != work.img.shape:
+                self._det_frame = ops.empty(work.img.shape, np.uint8)  # once, at the first predicted frame
+            ops.xp.copyto(self._det_frame, work.img)
+            ops.record(self._seen[work.slot])
+        return self._det_frame
+
+    def _detect_later(self, work: Work, frame: Any) -> None:
+        """Queue the detection of a frame swapped with predicted tracks on the back stream (lowest
+        priority: it takes what the swap leaves of the GPU); the next frame applies it."""
+        with self.ops.back_stream():
+            self._step = self.tracker.launch(frame, work.stats.seq, deferred=True)
 
     def finish(self, work: Work, crops: Any, mask: Any) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
@@ -264,6 +291,12 @@ class Pipeline:
         slot, stats, img, n = work.slot, work.stats, work.img, work.n
         clock = self._clocks[slot]
         on = self.stages_on if self.degradable else {}
+        detect = None
+        if work.detect_later:
+            detect = self._copy_for_detection(work)
+            if not ops.concurrent:  # the CPU runs in order: the detection reads the frame before the paste
+                self._detect_later(work, detect)
+                detect = None
         with ops.activate():
             ops.wait(self._seen[slot])  # nothing is written into the frame before its detection has read it
             if n:
@@ -295,6 +328,8 @@ class Pipeline:
             clock.mark("convert_out")
             ops.record(self._free[slot])
             self.io.download(slot)
+        if detect is not None:  # queued after this frame's GPU work, so the host queues that first
+            self._detect_later(work, detect)
         self._pending[slot] = stats
         return slot
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +44,9 @@ except ImportError:  # pragma: no cover - exercised where torch is absent
     _torch = None
 
 log = logging.getLogger(__name__)
+
+#: The interpreter's switch interval (s) while compiled engines load in the background.
+_LOAD_SWITCH_INTERVAL = 0.0005
 
 TORCH_HINT = (
     "install PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]'), or use --backend onnxruntime"
@@ -73,6 +77,32 @@ _CAPTURE_LOCK = threading.RLock()
 
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
+
+
+class _OnStream:
+    """``torch.cuda.StreamContext`` for the hot path: the stream's ids are read once, and entering
+    and leaving are one call into torch each (StreamContext looks the device index up in Python on
+    every entry: tens of microseconds a replay, twice a frame). For a stream of the current device."""
+
+    __slots__ = ("_ids", "_prev")
+
+    def __init__(self, stream: Any) -> None:
+        self._ids = (int(stream.stream_id), int(stream.device_index), int(stream.device_type))
+        self._prev: Any = None
+
+    @staticmethod
+    def usable() -> bool:
+        c = _torch._C
+        return hasattr(c, "_cuda_getCurrentStream") and hasattr(c, "_cuda_setStream")
+
+    def __enter__(self) -> None:
+        sid, idx, kind = self._ids
+        self._prev = _torch._C._cuda_getCurrentStream(idx)
+        _torch._C._cuda_setStream(stream_id=sid, device_index=idx, device_type=kind)
+
+    def __exit__(self, *exc: object) -> None:
+        sid, idx, kind = self._prev
+        _torch._C._cuda_setStream(stream_id=sid, device_index=idx, device_type=kind)
 
 
 class TorchEngine:
@@ -419,6 +449,18 @@ class TorchEngine:
         self._loader.start()
 
     def _load_in_background(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
+        # Loading runs Python for seconds (the artifact, then the Triton kernels at the first call):
+        # meanwhile the interpreter hands its lock over every 0.5 ms instead of every 5 ms, so the
+        # frame loop, which takes the lock back after each CUDA call, does not stall behind it.
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(min(before, _LOAD_SWITCH_INTERVAL))
+        try:
+            self._load_sizes(sizes, items)
+        finally:
+            if sys.getswitchinterval() == min(before, _LOAD_SWITCH_INTERVAL):  # not changed since
+                sys.setswitchinterval(before)
+
+    def _load_sizes(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
         torch = _torch
         for b in sizes:
             if self._closing.is_set():
@@ -618,12 +660,14 @@ class TorchEngine:
         return [np.concatenate(r, axis=0) if len(r) > 1 else r[0] for r in results]
 
     def _context_for(self, stream: Any) -> Any:
-        """A reusable ``torch.cuda.StreamContext`` for a CuPy ``stream`` (or None: CuPy's current
-        one): building one costs about 30 us of device-index bookkeeping, on every graph replay."""
+        """A reusable context that makes a CuPy ``stream`` (or None: CuPy's current one) torch's
+        current stream for a graph replay (:class:`_OnStream`; ``torch.cuda.StreamContext`` where
+        torch lacks what it uses): building one costs about 30 us of device-index bookkeeping."""
         key = id(stream) if stream is not None else None
         ctx = self._contexts.get(key) if key is not None else None
         if ctx is None or ctx[0] is not stream:
-            ctx = (stream, _torch.cuda.StreamContext(self._stream_for(stream, "cupy")))
+            target = self._stream_for(stream, "cupy")
+            ctx = (stream, _OnStream(target) if _OnStream.usable() else _torch.cuda.StreamContext(target))
             if key is not None:
                 self._contexts[key] = ctx
         return ctx[1]

@@ -120,6 +120,12 @@ class Ops(Protocol):
         CPU it changes nothing."""
         ...
 
+    def back_stream(self) -> Any:
+        """Context manager: inside, the ops' calls queue on the back stream (the detection of a
+        frame swapped with predicted faces, which nothing waits for): the lowest priority, so it
+        fills what the swap leaves of the device; on the CPU it changes nothing."""
+        ...
+
     def event(self) -> Any:
         """A reusable marker that orders one stream after a point of another (None on the CPU)."""
         ...

@@ -6,6 +6,9 @@ Streams, ordered by events, never by a host synchronisation:
   that the detection of frame N+1 never queues behind frame N's swap (:meth:`CudaOps.front_stream`);
 - the compute stream: everything after the detection (alignment crops, swapper, masks, paste-back,
   enhancers, output colour);
+- the back stream, lowest priority: the detection of a frame swapped with predicted faces
+  (``[track] predict``), queued after its swap and read at the next frame
+  (:meth:`CudaOps.back_stream`), so it fills what the swap leaves of the GPU;
 - one copy stream for uploads and one for downloads (an upload never waits behind a download).
 
 The only host waits of a frame are the detection readback (which waits for the front stream only)
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -146,7 +150,17 @@ def _get_async(src: Any, stream: Any, out: np.ndarray) -> None:
 class Staging:
     """A ring of pinned host buffers a capture thread copies each frame into (off the frame loop),
     so the upload is one DMA from it with no copy in the frame loop. Each buffer has an event
-    recorded after its upload; the capture thread waits on it before writing the buffer again."""
+    recorded after its upload; the capture thread waits on it before writing the buffer again.
+
+    The copy counts in the frame's latency (the clock starts when the source hands the frame over)
+    and a 1080p BGR frame from main memory takes about a millisecond on one core, so a large frame
+    is copied in :data:`COPY_PARTS` contiguous parts by as many threads (NumPy releases the GIL
+    while it copies)."""
+
+    #: Parts a large frame is copied in, by a pool of that many threads (1: the capture thread alone).
+    COPY_PARTS = max(1, min(4, (os.cpu_count() or 1) // 2))
+    #: Frames smaller than this are copied by the capture thread alone.
+    PARALLEL_BYTES = 1 << 20
 
     def __init__(self, ops: CudaOps, shape: tuple, count: int = 8) -> None:
         import cupy
@@ -154,6 +168,7 @@ class Staging:
         self.buffers = [pinned(shape) for _ in range(int(count))]
         self.events = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
         self._next = 0
+        self._pool: Any = None
         for i, b in enumerate(self.buffers):
             ops._staged[b.__array_interface__["data"][0]] = (self, i)
 
@@ -166,8 +181,29 @@ class Staging:
         if data.size != buf.size:
             return frame  # another geometry: the frame loop copies it
         self.events[i].synchronize()  # its last upload has left the buffer
-        np.copyto(buf, data.reshape(buf.shape))
+        self._copy(buf, data)
         return dataclasses.replace(frame, data=buf)
+
+    def _copy(self, buf: np.ndarray, data: np.ndarray) -> None:
+        parts = self.COPY_PARTS
+        if parts < 2 or data.nbytes < self.PARALLEL_BYTES or not data.flags.c_contiguous:
+            np.copyto(buf, data.reshape(buf.shape))
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(parts, thread_name_prefix="vcam-stage")
+        src, dst = data.reshape(-1), buf.reshape(-1)
+        cuts = [len(src) * k // parts for k in range(parts + 1)]
+        jobs = [self._pool.submit(np.copyto, dst[a:b], src[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+        for job in jobs:
+            job.result()
+
+    def close(self) -> None:
+        """Stop the copy threads (idempotent)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
 
 class DeviceRing:
@@ -380,14 +416,20 @@ class CudaOps:
         self.xp = cupy
         #: The stream the ops' calls queue on now: :attr:`compute`, or :attr:`front` inside
         #: :meth:`front_stream`.
-        self.stream = self.compute = cupy.cuda.Stream(non_blocking=True)
-        # The front stream has the device's highest priority: the host waits for its detection
-        # readback, so its small kernels go first when the swap of the previous frame fills the GPU.
+        # Priorities (lower number: higher). The front stream has the device's highest: the host waits
+        # for its detection readback, so its small kernels go first when the swap of the previous
+        # frame fills the GPU. The compute stream comes next, and the back stream (the detection of
+        # a frame swapped with predicted faces, which no one waits for) last: it takes what the swap
+        # leaves of the device instead of slowing it down. A CUDA graph replayed on a stream runs at
+        # that stream's priority.
         try:
-            _, highest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
-            self.front = cupy.cuda.Stream(non_blocking=True, priority=highest)
+            least, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
         except Exception:  # pragma: no cover - priorities unsupported
-            self.front = cupy.cuda.Stream(non_blocking=True)
+            least = greatest = 0
+        middle = max(greatest, least - 1)
+        self.stream = self.compute = cupy.cuda.Stream(non_blocking=True, priority=middle)
+        self.front = cupy.cuda.Stream(non_blocking=True, priority=greatest)
+        self.back = cupy.cuda.Stream(non_blocking=True, priority=least)
         self.copy_in = cupy.cuda.Stream(non_blocking=True)
         self.copy = cupy.cuda.Stream(non_blocking=True)  # downloads
         self.transfers = Transfers()
@@ -416,6 +458,18 @@ class CudaOps:
         finally:
             self.stream = before
 
+    @contextlib.contextmanager
+    def back_stream(self) -> Iterator[Any]:
+        """Inside: the ops' calls queue on the back stream (lowest priority): the detection of a
+        frame that was swapped with predicted faces runs there, in what the swap leaves of the GPU."""
+        before = self.stream
+        self.stream = self.back
+        try:
+            with self.back:
+                yield self.back
+        finally:
+            self.stream = before
+
     def event(self) -> Any:
         """A reusable marker between streams (allocate once, at configure)."""
         return self.xp.cuda.Event(disable_timing=True)
@@ -435,7 +489,7 @@ class CudaOps:
             self.kernels.module(name)
 
     def synchronize(self) -> None:
-        for s in (self.copy_in, self.front, self.compute, self.copy):
+        for s in (self.copy_in, self.front, self.compute, self.back, self.copy):
             s.synchronize()
 
     # -- memory ---------------------------------------------------------------------------------

@@ -76,6 +76,9 @@ class NumpyOps:
         """One thread, one order: nothing to separate on the CPU."""
         return contextlib.nullcontext()
 
+    def back_stream(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
     def event(self) -> None:
         return None
 
