@@ -90,7 +90,7 @@ for step in $steps; do
       for n in ${DIAG_FACES:-1 8}; do
         pace=""; [ "$n" = 1 ] && pace="--pace 30"
         timeout 200 python3 tools/timeline.py "$OUT/timeline_$n" --model $M/inswapper_128.onnx --faces $n $pace \
-          2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_$n.txt" | head -n 60 || rc=1
+          2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_$n.txt" | sed -n 1,60p || rc=1
       done
       for extra in "--paced" "--paced --switch-interval 0.0005" ""; do
         timeout 120 python3 tools/latency_breakdown.py --model-dir $M $extra \
@@ -107,7 +107,7 @@ for step in $steps; do
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces ${BENCH_FACES:-1,8} --frames 300 \
         --json "$OUT/bench_latency.json" 2>&1 | tee "$OUT/bench_latency.txt" | tail -n 14 || rc=1
       timeout 200 python3 tools/timeline.py "$OUT/timeline_1" --model $M/inswapper_128.onnx --faces 1 --pace 30 --cprofile ${TIMELINE_CPROFILE:-300} \
-        2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_1.txt" | head -n 24 || rc=1
+        2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_1.txt" | sed -n 1,24p || rc=1
       for extra in "--paced" ""; do
         timeout 120 python3 tools/latency_breakdown.py --model-dir $M $extra \
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown.txt" | tail -n 16 || rc=1

@@ -460,7 +460,7 @@ class Daemon:
                 break
             if duration is not None and time.perf_counter() - t_start >= duration:
                 break
-            ready = self.gather(max_frames, timeout=0.0 if inflight else 0.5)
+            ready = self.gather(max_frames, timeout=0.0 if inflight else 0.5, settle=True)
             submitted = self.submit_round(ready) if ready else []
             self.collect_round(inflight)
             inflight = submitted
@@ -488,11 +488,12 @@ class Daemon:
             if self._on_stream_status is not None:
                 self._on_stream_status(st.name, status, st.state.active, st.state.swap_enabled)
 
-    def gather(self, max_frames: int | None = None, timeout: float = 0.5) -> list[tuple[Stream, Frame]]:
+    def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Frame]]:
         """The newest frame of each stream that has one: waits up to ``timeout`` for the first, then
         at most ``[pipeline] batch_deadline`` for the other running streams. A stream whose source
         ended is marked done; one whose source failed too (one error line), unless it is the only
-        stream, whose error stops the daemon."""
+        stream, whose error stops the daemon. With ``settle`` (the frame loop, models loaded), the
+        time spent waiting applies the detections still pending (:meth:`Pipeline.settle`)."""
         ready: list[tuple[Stream, Frame]] = []
         taken: set[str] = set()
 
@@ -531,7 +532,10 @@ class Daemon:
             else:
                 if not waiting or now - t0 >= timeout:
                     break
-                self._wake.wait(t0 + timeout - now)
+                # Idle: apply the detections still pending (each stream's last predicted frame) now,
+                # not at the next frame; until they have all arrived, look again every 0.5 ms.
+                settled = not settle or all(st.pipeline.settle() for st in self.streams)
+                self._wake.wait(t0 + timeout - now if settled else min(t0 + timeout - now, 0.0005))
         return ready
 
     def on_frames(self, ready: list[tuple[Stream, Frame]]) -> None:

@@ -379,6 +379,12 @@ class Pending:
         p._result, p._done = result, True
         return p
 
+    def ready(self) -> bool:
+        """:meth:`result` would not wait for the device (its readbacks have landed)."""
+        if self._done:
+            return True
+        return all(q.ready() for q in self._parts) and all(getattr(h, "ready", lambda: True)() for h, _ in self._jobs)
+
     def result(self) -> Any:
         if not self._done:
             got = [q.result() for q in self._parts]

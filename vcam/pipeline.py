@@ -151,6 +151,7 @@ class Pipeline:
         self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
         self._step: Any = None  # the tracker step of the frame before, applied at the next frame
         self.predicted = 0  # frames swapped with predicted tracks
+        self.settled = 0  # their detections applied by settle(), before the next frame came
 
     # -- buffers ----------------------------------------------------------------------------------
     def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
@@ -262,6 +263,22 @@ class Pipeline:
             self.predicted += 1
             return tracker.predict(seq), True
         return tracker.update(img, seq), False
+
+    def settle(self) -> bool:
+        """Apply the detection of the last predicted frame now, if it has arrived (never waits): the
+        daemon calls this while it waits for the next frame, so that frame's :meth:`begin` does not
+        pay for decoding and matching it (a scheduled full scan: milliseconds). True when no
+        detection is pending any more."""
+        step = self._step
+        if step is None:
+            return True
+        ready = getattr(step, "ready", None)
+        if ready is not None and not ready():
+            return False
+        self._step = None
+        self.tracker.complete(step)
+        self.settled += 1
+        return True
 
     def _copy_for_detection(self, work: Work) -> Any:
         """The frame a predicted frame's detection reads (:meth:`_detect_later`). On CUDA, a copy

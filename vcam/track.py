@@ -153,6 +153,10 @@ class Step:
     regions: int = 0
     deferred: bool = False
 
+    def ready(self) -> bool:
+        """Its detector calls have finished on the device: :meth:`Tracker.complete` will not wait."""
+        return all(getattr(p, "ready", lambda: True)() for p in (self.pending, self.coarse) if p is not None)
+
 
 def _launch(detector: Detector, kind: str, frame: Any, rects: np.ndarray | None = None) -> Any:
     """A detector call queued (``launch_*`` of :class:`vcam.detect.FaceDetector`), or run at once

@@ -275,6 +275,10 @@ class _Readback:
         self.event.synchronize()
         return self.host
 
+    def ready(self) -> bool:
+        """The copies have landed (no wait)."""
+        return bool(self.event.done)
+
     def release(self) -> None:
         pool = self.ops._pool
         for h in self.host:
