@@ -384,7 +384,7 @@ class Daemon:
                 return decoder.decode
             fmt = PixelFormat.BGR
         staging = ops.staging(frame_shape(fmt, src.width, src.height))
-        if staging is not None and hasattr(staging, "close"):
+        if staging is not None:
             self._components.append(staging)  # its copy threads stop with the daemon
         if decoder is None:
             return staging.stage if staging is not None else None
@@ -534,7 +534,7 @@ class Daemon:
                     break
                 # Idle: apply the detections still pending (each stream's last predicted frame) now,
                 # not at the next frame; until they have all arrived, look again every 0.5 ms.
-                settled = not settle or all(st.pipeline.settle() for st in self.streams)
+                settled = not settle or all([st.pipeline.settle() for st in self.streams])  # each, every time
                 self._wake.wait(t0 + timeout - now if settled else min(t0 + timeout - now, 0.0005))
         return ready
 

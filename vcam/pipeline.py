@@ -289,8 +289,8 @@ class Pipeline:
             return work.img
         with ops.back_stream():
             ops.wait(self._ready[work.slot])
-            if self._det_frame is None or self._det_frame.shape != work.img.shape:
-                self._det_frame = ops.empty(work.img.shape, np.uint8)  # once, at the first predicted frame
+            if self._det_frame is None:  # once per configure(), at the first predicted frame
+                self._det_frame = ops.empty(work.img.shape, np.uint8)
             ops.xp.copyto(self._det_frame, work.img)
             ops.record(self._seen[work.slot])
         return self._det_frame

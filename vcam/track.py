@@ -155,7 +155,7 @@ class Step:
 
     def ready(self) -> bool:
         """Its detector calls have finished on the device: :meth:`Tracker.complete` will not wait."""
-        return all(getattr(p, "ready", lambda: True)() for p in (self.pending, self.coarse) if p is not None)
+        return all(p.ready() for p in (self.pending, self.coarse) if p is not None)
 
 
 def _launch(detector: Detector, kind: str, frame: Any, rects: np.ndarray | None = None) -> Any:

@@ -134,7 +134,8 @@ def _inswapper_file(model: str | None) -> Path:
 @dataclass
 class GpuRig:
     """The bench's CUDA pipeline, built and warmed up (:func:`gpu_rig`): ``frame(seq)`` writes the
-    synthetic frame into the pipeline's next pinned host slot (the camera's write) and returns it."""
+    synthetic frame into the pipeline's next pinned host slot (the camera's write) and returns it;
+    the formats, precision and masks it was built with are kept for the report."""
 
     pipe: Any
     snap: Any
@@ -143,6 +144,10 @@ class GpuRig:
     engine: Any
     detector: Any
     free0: int
+    in_fmt: PixelFormat
+    out_fmt: PixelFormat
+    fp16: bool
+    masks: tuple[str, ...]
 
     def close(self) -> None:
         self.ops.synchronize()
@@ -216,32 +221,19 @@ def gpu_rig(
 
     for i in range(10):
         pipe.process(frame(i), snap)
-    return GpuRig(pipe=pipe, snap=snap, frame=frame, ops=ops, engine=engine, detector=det, free0=free0)
+    return GpuRig(
+        pipe=pipe, snap=snap, frame=frame, ops=ops, engine=engine, detector=det, free0=free0,
+        in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16, masks=tuple(masks),
+    )  # fmt: skip
 
 
-def bench_gpu(
-    width: int,
-    height: int,
-    faces: int,
-    *,
-    model: Path,
-    frames: int = 200,
-    in_fmt: PixelFormat = PixelFormat.NV12,
-    out_fmt: PixelFormat = PixelFormat.I420,
-    fp16: bool = True,
-    max_faces: int | None = None,
-    compile: str = "auto",
-    masks: tuple[str, ...] = ("box", "face"),
-    predict: bool = True,
-) -> dict:
-    """Time :func:`gpu_rig`'s pipeline: latency frame by frame, then throughput pipelined."""
+def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, **rig_options: Any) -> dict:
+    """Time the pipeline of :func:`gpu_rig` (``rig_options``: its keyword arguments): latency frame
+    by frame, then throughput pipelined."""
     import cupy
     import torch
 
-    rig = gpu_rig(
-        width, height, faces, model=model, in_fmt=in_fmt, out_fmt=out_fmt, fp16=fp16, max_faces=max_faces,
-        compile=compile, masks=masks, predict=predict,
-    )  # fmt: skip
+    rig = gpu_rig(width, height, faces, **rig_options)
     pipe, snap, frame, ops, engine = rig.pipe, rig.snap, rig.frame, rig.ops, rig.engine
     lat, stages = [], {}
     c0 = ops.transfers.snapshot()
@@ -268,10 +260,10 @@ def bench_gpu(
     res = {
         "size": f"{width}x{height}",
         "faces": faces,
-        "in_fmt": in_fmt.value,
-        "out_fmt": out_fmt.value,
-        "fp16": fp16,
-        "masks": ",".join(masks),
+        "in_fmt": rig.in_fmt.value,
+        "out_fmt": rig.out_fmt.value,
+        "fp16": rig.fp16,
+        "masks": ",".join(rig.masks),
         "p50_ms": _pct(lat, 50),
         "p99_ms": _pct(lat, 99),
         "fps_pipelined": fps,

@@ -226,7 +226,7 @@ class TorchEngine:
         self._views: dict[tuple, Any] = {}
         self._fast: dict[tuple, tuple] = {}
         self._streams: dict[int, Any] = {}
-        self._contexts: dict[int, tuple[Any, Any]] = {}  # id(CuPy stream) -> (that stream, its torch StreamContext)
+        self._contexts: dict[int, tuple[Any, Any]] = {}  # id(CuPy stream) -> (that stream, its _OnStream)
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()

@@ -449,28 +449,24 @@ class CudaOps:
     def activate(self) -> Any:
         return self.stream
 
-    @contextlib.contextmanager
-    def front_stream(self) -> Iterator[Any]:
+    def front_stream(self) -> contextlib.AbstractContextManager[Any]:
         """Inside: the ops' calls (kernels, engines, readbacks) queue on the front stream, so a
         frame's detection runs beside the previous frame's swap; order the two with :meth:`event`,
         :meth:`record` and :meth:`wait`."""
-        before = self.stream
-        self.stream = self.front
-        try:
-            with self.front:
-                yield self.front
-        finally:
-            self.stream = before
+        return self._queue_on(self.front)
 
-    @contextlib.contextmanager
-    def back_stream(self) -> Iterator[Any]:
+    def back_stream(self) -> contextlib.AbstractContextManager[Any]:
         """Inside: the ops' calls queue on the back stream (lowest priority): the detection of a
         frame that was swapped with predicted faces runs there, in what the swap leaves of the GPU."""
+        return self._queue_on(self.back)
+
+    @contextlib.contextmanager
+    def _queue_on(self, stream: Any) -> Iterator[Any]:
         before = self.stream
-        self.stream = self.back
+        self.stream = stream
         try:
-            with self.back:
-                yield self.back
+            with stream:
+                yield stream
         finally:
             self.stream = before
 
