@@ -531,3 +531,66 @@ def test_plan_delivery(inp, pacing, target, frames, expect):
 
     got = plan_delivery(CaptureConfig(input=inp, pacing=pacing), target, frames)
     assert {k: getattr(got, k) for k in expect} == expect
+
+
+# -- reading into the caller's buffer (the GPU path's pinned staging) --------------------------
+
+
+def _sources(tmp_path: Path) -> dict:
+    path = tmp_path / "clip.mp4"
+    write_clip(path, 4, width=64, height=48)
+    still = tmp_path / "still.png"
+    cv2.imwrite(str(still), np.random.default_rng(1).integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    return {
+        "video": lambda: open_source(cfg(input=str(path))),
+        "image": lambda: open_source(cfg(input=str(still)), delivery=None),
+        "pattern": lambda: PatternSource(64, 48, realtime=False),
+        "demo": lambda: open_source(cfg(input="demo", width=64, height=48), demo_clip_factory=TinyClip),
+    }
+
+
+@pytest.mark.parametrize("kind", ["video", "image", "pattern", "demo"])
+def test_read_into_writes_the_frame_into_the_given_buffer(tmp_path, kind):
+    """``read_into(buf)`` is ``read()`` with the pixels in ``buf`` (the frame's data is ``buf``
+    itself, the same pixels, frame numbers and format), so the GPU path's upload needs no copy;
+    a buffer of another shape is left alone and the frame keeps its own array."""
+    make = _sources(tmp_path)[kind]
+    with make() as plain, make() as into:
+        for _ in range(3):
+            buf = np.zeros((48, 64, 3), np.uint8)
+            a, b = plain.read(), into.read_into(buf)
+            assert b.data is buf and np.array_equal(a.data, b.data)
+            assert (a.seq, a.fmt, a.width, a.height) == (b.seq, b.fmt, b.width, b.height)
+        other = np.zeros((10, 10, 3), np.uint8)
+        c = into.read_into(other)
+        assert c.data is not other and c.data.shape == (48, 64, 3) and not other.any()
+
+
+def test_read_into_gives_a_still_image_its_own_copy_when_the_buffer_does_not_fit(tmp_path):
+    """A still image's frames never share the source's array (the consumer may write into them),
+    with or without a buffer to read into."""
+    still = tmp_path / "still.png"
+    cv2.imwrite(str(still), np.full((48, 64, 3), 7, np.uint8))
+    with open_source(cfg(input=str(still))) as src:
+        f1 = src.read_into(np.zeros((2, 2, 3), np.uint8))
+        f1.data[:] = 0
+        f2 = src.read()
+    assert f2.data.min() == 7
+
+
+def test_capture_thread_reads_each_frame_into_the_target_buffer():
+    """With ``target`` the capture thread has the source write each frame into the buffer it
+    gives (a ring here), in order, every frame delivered (lossless)."""
+    ring = [np.zeros((30, 40, 3), np.uint8) for _ in range(3)]
+    given = []
+
+    def target() -> np.ndarray:
+        given.append(ring[len(given) % len(ring)])
+        return given[-1]
+
+    src = DemoSource(TinyClip(width=40, height=30, fps=30.0), loop=False, realtime=False)
+    cap = CaptureThread(src, lossless=True, target=target).start()
+    frames = []
+    while (f := cap.get(timeout=2)) is not None:
+        frames.append((f.data is given[f.seq], int(f.data[0, 0, 0])))
+    assert frames == [(True, i) for i in range(4)]

@@ -270,21 +270,26 @@ def test_frames_submitted_ahead_equal_frames_one_at_a_time(detector, source_face
 
 def test_settling_the_pending_detection_between_frames_changes_nothing(detector, source_face):
     """:meth:`Pipeline.settle` (the daemon calls it while it waits for the next frame) applies the
-    last predicted frame's detection before the next frame comes instead of at its start: the
-    outputs, the predicted frames and the tracks are those of the pipeline that does not."""
+    last predicted frame's detection before the next frame comes instead of at its start, and the
+    daemon queues that detection only once the frame is collected (``detect_now=False``, then
+    :meth:`Pipeline.launch_detection`; or nobody does, and the next frame's start queues it): the
+    outputs, the predicted frames and the tracks are those of the pipeline that does neither."""
     import time
 
     clip = DemoClip(width=640, height=360, fps=30.0, seconds=1.0)
     snap = state_with(source_face).snapshot()
     frames = list(frames_of(clip, 14))
     runs = {}
-    for settle in (False, True):
+    for mode in ("plain", "settle", "launch after collect, settle", "launch at the next frame"):
         pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
         pipe.predict = True
         outs, settled = [], 0
         for f in frames:
-            outs.append(pipe.process(f, snap)[0].copy())
-            if settle:
+            later = mode.startswith("launch")
+            outs.append(pipe.collect(pipe.submit(f, snap, detect_now=not later))[0].copy())
+            if mode == "launch after collect, settle":
+                pipe.launch_detection()
+            if mode.endswith("settle"):
                 pending = pipe._step is not None
                 deadline = time.monotonic() + 2.0
                 while not pipe.settle():  # on CUDA the detection may still run on the back stream
@@ -292,16 +297,19 @@ def test_settling_the_pending_detection_between_frames_changes_nothing(detector,
                     time.sleep(0.0005)
                 assert pipe._step is None
                 settled += pending
-        while not pipe.settle():  # the last frame's detection, for both (then compare the tracks)
+        pipe.launch_detection()
+        while not pipe.settle():  # the last frame's detection, for all (then compare the tracks)
             time.sleep(0.0005)
-        runs[settle] = (outs, pipe.predicted, [(t.id, t.box.copy()) for t in pipe.tracker.tracks], settled)
-    (outs, predicted, tracks, _), (outs_s, predicted_s, tracks_s, settled) = runs[False], runs[True]
-    assert predicted == predicted_s >= 10 and settled >= 10
-    for i, (a, b) in enumerate(zip(outs, outs_s)):
-        assert np.array_equal(a, b), f"frame {i} differs"
-    assert [i for i, _ in tracks] == [i for i, _ in tracks_s]
-    for (_, a), (_, b) in zip(tracks, tracks_s):
-        np.testing.assert_array_equal(a, b)
+        runs[mode] = (outs, pipe.predicted, [(t.id, t.box.copy()) for t in pipe.tracker.tracks], settled)
+    outs, predicted, tracks, _ = runs.pop("plain")
+    for mode, (outs_s, predicted_s, tracks_s, settled) in runs.items():
+        assert predicted == predicted_s >= 10, mode
+        assert settled >= 10 or not mode.endswith("settle"), mode
+        for i, (a, b) in enumerate(zip(outs, outs_s)):
+            assert np.array_equal(a, b), f"{mode}: frame {i} differs"
+        assert [i for i, _ in tracks] == [i for i, _ in tracks_s], mode
+        for (_, a), (_, b) in zip(tracks, tracks_s):
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.gpu

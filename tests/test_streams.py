@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import cv2
 import numpy as np
@@ -388,7 +389,8 @@ def test_sustained_overload_turns_the_occlusion_mask_off_and_the_status_says_so(
 def test_staged_frames_upload_exactly_and_their_buffers_are_reused_safely(size):
     """Frames the capture thread copied into pinned staging buffers go up as they are, over more
     frames than the ring holds (each buffer reused only after its upload); a 1080p frame is
-    copied in parts by the staging's threads."""
+    copied in parts by the staging's threads. A frame the source wrote into a buffer it claimed
+    (``read_into``) is staged as it is, with no copy."""
     from conftest import _make_ops
 
     from vcam.types import Frame
@@ -401,7 +403,13 @@ def test_staged_frames_upload_exactly_and_their_buffers_are_reused_safely(size):
     try:
         for seq in range(12):
             img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-            frame = staging.stage(Frame(img, w, h, PixelFormat.BGR, 0.0, seq))
+            if seq % 2:  # as a source with read_into does: the pixels written into a claimed buffer
+                buf = staging.claim()
+                np.copyto(buf, img)
+                frame = staging.stage(Frame(buf, w, h, PixelFormat.BGR, 0.0, seq))
+                assert frame.data is buf
+            else:
+                frame = staging.stage(Frame(img, w, h, PixelFormat.BGR, 0.0, seq))
             assert frame.data is staging.buffers[seq % 3]
             dev = io.upload(frame, seq % 2)
             io.release(seq % 2)
@@ -535,3 +543,40 @@ def test_streams_bench_runs_and_reports(tmp_path):
         assert len(row["streams"]) == 2 and row["total_fps"] > 0
         assert all(s["frames"] > 0 for s in row["streams"].values())
     assert data["results"]["throughput_ratio"] > 0
+
+
+def test_a_predicted_frame_is_published_before_its_detection_is_queued(media, device):
+    """The daemon queues a predicted frame's detection (``[track] predict``) once the frame is
+    published, so the host's time queueing it is not in the frame's latency; on the CPU, which runs
+    in order, the detection reads the frame before the paste-back, so before the publish. Every
+    frame is published either way."""
+    photo, _ = media
+    cfg = _cfg([{"name": "demo", "input": "demo", "output": "null", "face": str(photo)}], device)
+    cfg = cfg.replace(capture=replace(cfg.capture, pacing="realtime", fps=20.0), track=replace(cfg.track, predict="on"))
+    events: list[tuple[str, int]] = []
+    daemon = Daemon(cfg, outputs={"demo": Recorder()}, control=False)
+    daemon.startup()
+    pipe = daemon.streams[0].pipeline
+    queue, publish = pipe._detect_later, daemon._publish
+
+    def queued(work, frame):
+        events.append(("detection", work.stats.seq))
+        queue(work, frame)
+
+    def published(st, data, stats):
+        publish(st, data, stats)
+        events.append(("published", stats.seq))
+
+    pipe._detect_later, daemon._publish = queued, published
+    try:
+        daemon.main_loop(12, None)
+    finally:
+        daemon.shutdown()
+    order = {e: i for i, e in enumerate(events)}
+    detected = [seq for kind, seq in events if kind == "detection"]
+    assert daemon.summaries["demo"].frames_out == 12 and pipe.predicted >= 6 and len(detected) >= 6, events
+    for seq in detected:
+        if device == "cuda":
+            assert order[("published", seq)] < order[("detection", seq)], events
+        else:
+            assert order[("detection", seq)] < order[("published", seq)], events

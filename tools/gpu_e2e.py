@@ -27,25 +27,14 @@ sys.path.insert(0, str(ROOT))
 
 def make_clip(path: Path, frames: int, faces: int, width: int = 1920, height: int = 1080) -> None:
     """A clip with ``faces`` portraits on a grid, each drifting a little per frame."""
-    from vcam.demo import compose, gradient, placement, portrait
+    from vcam.demo import gradient, group_frame
     from vcam.publish import FileOutput
 
-    srcs = [portrait("grace_hopper"), portrait("astronaut")]
-    cols = int(np.ceil(np.sqrt(faces)))
-    rows = int(np.ceil(faces / cols))
     bg = gradient(width, height)
     out = FileOutput(path, width, height, 30.0, timing="frames")
     try:
         for i in range(frames):
-            items = []
-            for k in range(faces):
-                img = srcs[k % 2]
-                r, c = divmod(k, cols)
-                cx = (c + 0.5) * width / cols + 20 * np.sin(i / 9 + k)
-                cy = (r + 0.5) * height / rows + 12 * np.cos(i / 7 + k)
-                s = 0.75 * (height / rows) / img.shape[0]
-                items.append((img, placement((img.shape[1] / 2, img.shape[0] / 2), (cx, cy), s, 3 * np.sin(i / 11 + k))))
-            out.send_bgr(compose((width, height), items, background=bg))
+            out.send_bgr(group_frame(width, height, faces, i, period=frames, background=bg))
     finally:
         out.close()
 

@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--size", default="1080p")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--paced", action="store_true")
+    ap.add_argument("--faces", type=int, default=1, help="faces in each frame")
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (s) for the run; 0: Python's")
@@ -45,6 +46,7 @@ def main() -> None:
         swapper=args.swapper,
         model_dir=args.model_dir,
         fp16=args.device == "cuda",
+        faces=args.faces,
     )
     daemon.startup()
     daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
@@ -81,8 +83,8 @@ def main() -> None:
             marks[q]["swapped"] = now()
         return out
 
-    def f(self, work, crops, mask):
-        slot = finish(self, work, crops, mask)
+    def f(self, work, crops, mask, **kw):
+        slot = finish(self, work, crops, mask, **kw)
         marks[work.stats.seq]["finished"] = now()
         return slot
 

@@ -126,9 +126,29 @@ class _SourceBase:
     def __init__(self) -> None:
         self._seq = 0
         self._closed = False
+        self._into: np.ndarray | None = None  # see read_into
 
-    def _emit(self, data: np.ndarray, fmt: PixelFormat | None = None) -> Frame:
+    def read_into(self, buf: np.ndarray) -> Frame | None:
+        """:meth:`read`, the frame's pixels written into ``buf`` (the capture thread's next pinned
+        staging buffer, :class:`CaptureThread` ``target``) before its clock starts, as a camera's
+        driver writes them into its buffer: the upload then needs no copy. A frame of another
+        shape or type keeps its own array."""
+        self._into = buf
+        try:
+            return self.read()
+        finally:
+            self._into = None
+
+    def _emit(self, data: np.ndarray, fmt: PixelFormat | None = None, *, shared: bool = False) -> Frame:
+        """The next frame of ``data``; ``shared``: the source keeps ``data`` (a still image, a clip's
+        frame), so the frame gets a copy: the buffer of :meth:`read_into`, else a new array."""
         fmt = fmt or self.fmt
+        into = self._into
+        if into is not None and data is not into and data.shape == into.shape and data.dtype == into.dtype:
+            np.copyto(into, data)
+            data = into
+        elif shared:
+            data = data.copy()
         frame = Frame(
             data=data, width=int(data.shape[1]), height=int(data.shape[0]), fmt=fmt, t_capture=time.perf_counter(), seq=self._seq
         )
@@ -238,7 +258,8 @@ class WebcamSource(_SourceBase):
 
     def read(self) -> Frame | None:  # pragma: no cover - needs a real camera
         while True:
-            ok, img = self._cap.read()
+            into = self._into if self.fmt is not PixelFormat.MJPEG else None
+            ok, img = self._cap.read(into) if into is not None else self._cap.read()  # OpenCV writes into ``into`` when it fits
             if ok and img is not None:
                 break
             self._failures += 1
@@ -486,7 +507,7 @@ class ImageSource(_SourceBase):
         if self._closed or (self.frames is not None and self._seq >= self.frames):
             return None
         self._pacer.wait(self._seq / self.fps)
-        return self._emit(self._image.copy())
+        return self._emit(self._image, shared=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -578,7 +599,7 @@ class DemoSource(_SourceBase):
             return None
         self._pacer.wait(i / self.fps)
         img = np.ascontiguousarray(self.clip.frame(i % self._n), dtype=np.uint8)
-        return self._emit(img.copy() if not img.flags.writeable else img)
+        return self._emit(img, shared=not img.flags.writeable)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -705,6 +726,8 @@ class CaptureThread:
     a pinned buffer there, so the frame loop only starts its upload; an MJPG frame is decoded
     there, :mod:`vcam.decode`). A frame the stage finds corrupt (:class:`vcam.decode.CorruptFrame`)
     is skipped and counted in ``corrupt``; :data:`MAX_CORRUPT` in a row end the source with that error.
+    ``target``: gives the buffer the next frame is read into, for a source with ``read_into``
+    (the GPU path's next pinned staging buffer: the frame is written there once, by the source).
     """
 
     def __init__(
@@ -716,8 +739,11 @@ class CaptureThread:
         fps_window: int = 30,
         wake: threading.Event | None = None,
         stage: Callable[[Frame], Frame] | None = None,
+        target: Callable[[], np.ndarray] | None = None,
     ) -> None:
         self.source = source
+        #: The buffer the next frame is read into (see the class docstring); replaced with ``stage``.
+        self.target = target
         #: Applied to each frame in this thread (a copy into pinned memory, an MJPG decode); may be
         #: replaced while the thread runs (the daemon does once its models are loaded).
         self.stage = stage
@@ -786,8 +812,10 @@ class CaptureThread:
     def _run(self) -> None:
         try:
             bad = 0
+            read_into = getattr(self.source, "read_into", None)
             while not self._stop.is_set():
-                frame = self.source.read()
+                target = self.target
+                frame = read_into(target()) if target is not None and read_into is not None else self.source.read()
                 stage = self.stage
                 if frame is not None and stage is not None:
                     try:

@@ -67,6 +67,7 @@ class Stream:
     live: LiveStats | None = None
     decoder: Any = None  # the MJPG decoder of its capture thread (vcam.decode), if the source sends MJPG
     stage: Callable[[Frame], Frame] | None = None  # what its capture thread does to each frame (Daemon._capture_stage)
+    target: Callable[[], np.ndarray] | None = None  # the buffer its capture thread reads the next frame into
     last_pub: float = 0.0
     done: bool = False  # its source ended (or failed): no more frames
 
@@ -234,7 +235,7 @@ class Daemon:
             if not self._load_while_passing_through():
                 return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
             for st in self.streams:
-                st.cap.stage = st.stage
+                st.cap.stage, st.cap.target = st.stage, st.target
         else:
             self._load()
             if self.assembly is None:
@@ -320,7 +321,10 @@ class Daemon:
                 stage = CpuJpegDecoder().decode if st.source.fmt == PixelFormat.MJPEG else None
             else:
                 stage = st.stage
-            st.cap = capture.CaptureThread(st.source, lossless=st.delivery.lossless, name=name, wake=self._wake, stage=stage)
+            target = None if early else st.target
+            st.cap = capture.CaptureThread(
+                st.source, lossless=st.delivery.lossless, name=name, wake=self._wake, stage=stage, target=target
+            )
             st.cap.start()
             self._components.insert(0, st.cap)
 
@@ -370,7 +374,8 @@ class Daemon:
     def _capture_stage(self, st: Stream) -> Callable[[Frame], Frame] | None:
         """What the capture thread does to each frame before handing it over: an MJPG frame is
         decoded (:mod:`vcam.decode`: on the GPU into device memory, or on the CPU); a frame on the
-        host is copied into pinned staging on the GPU path."""
+        host is put in pinned staging on the GPU path: read into it by the source where it can
+        (``st.target``), else copied."""
         from .convert import frame_shape
         from .decode import open_decoder
 
@@ -387,6 +392,7 @@ class Daemon:
         if staging is not None:
             self._components.append(staging)  # its copy threads stop with the daemon
         if decoder is None:
+            st.target = staging.claim if staging is not None else None
             return staging.stage if staging is not None else None
         if staging is None:
             return decoder.decode
@@ -561,16 +567,19 @@ class Daemon:
             for st, w in chunk:
                 hi = lo + w.n
                 rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask  # per-face masks, or one shared
-                slots.append((st, st.pipeline.finish(w, crops[lo:hi] if w.n else None, rows)))
+                slots.append((st, st.pipeline.finish(w, crops[lo:hi] if w.n else None, rows, detect_now=False)))
                 lo = hi
         return slots
 
     def collect_round(self, slots: list[tuple[Stream, int]]) -> None:
         """Wait for each stream's output of a submitted round, then pace, drop if over the stream's
-        budget, publish (frames of a stream are published in order: rounds are collected in order)."""
+        budget, publish (frames of a stream are published in order: rounds are collected in order).
+        Then the stream's predicted frame's detection is queued (left by :meth:`submit_round`):
+        after the publish, so its host time is not in the frame's latency."""
         for st, slot in slots:
             data, stats = st.pipeline.collect(slot)
             self._publish(st, data, stats)
+            st.pipeline.launch_detection()
         slots.clear()
 
     def _publish(self, st: Stream, data: Any, stats: Any) -> None:

@@ -117,6 +117,24 @@ def compose(
     return frame
 
 
+def group_frame(width: int, height: int, faces: int, i: int, period: int, background: np.ndarray | None = None) -> np.ndarray:
+    """Frame ``i`` of a clip of ``faces`` portraits on a grid, each drifting and turning a little;
+    the motion repeats every ``period`` frames, so the clip loops without a jump."""
+    srcs = [portrait("grace_hopper"), portrait("astronaut")]
+    cols = int(math.ceil(math.sqrt(faces)))
+    rows = int(math.ceil(faces / cols))
+    t = 2 * math.pi * (i % period) / period
+    items = []
+    for k in range(faces):
+        img = srcs[k % 2]
+        r, c = divmod(k, cols)
+        cx = (c + 0.5) * width / cols + 0.01 * width * math.sin(t + k)
+        cy = (r + 0.5) * height / rows + 0.01 * height * math.cos(t + k)
+        scale = 0.75 * (height / rows) / img.shape[0]
+        items.append((img, placement((img.shape[1] / 2, img.shape[0] / 2), (cx, cy), scale, 3 * math.sin(t + 2 * k))))
+    return compose((width, height), items, background=background if background is not None else gradient(width, height))
+
+
 def faces_scene(
     size: tuple[int, int],
     image: np.ndarray,

@@ -150,12 +150,14 @@ class Pipeline:
         #: tracker with ``confident``/``predict``/``launch``/``complete``, see :mod:`vcam.track`).
         self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
         self._step: Any = None  # the tracker step of the frame before, applied at the next frame
+        self._later: tuple[Work, Any] | None = None  # a detection finish() left to launch_detection()
         self.predicted = 0  # frames swapped with predicted tracks
         self.settled = 0  # their detections applied by settle(), before the next frame came
 
     # -- buffers ----------------------------------------------------------------------------------
     def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
         """Allocate the frame ring and buffers for ``width`` x ``height`` frames in ``in_fmt``."""
+        self.launch_detection()
         self.synchronize()
         ops = self.ops
         ow, oh = output_size(self.out_fmt, *self.frame_size(width, height))
@@ -190,11 +192,12 @@ class Pipeline:
         return self.io.host_slot() if self._geometry is not None else None
 
     # -- one frame --------------------------------------------------------------------------------
-    def submit(self, frame: Frame, snap: Snapshot) -> int:
-        """Queue one frame; returns its slot for :meth:`collect`. Waits only for the detection readback."""
+    def submit(self, frame: Frame, snap: Snapshot, *, detect_now: bool = True) -> int:
+        """Queue one frame; returns its slot for :meth:`collect`. Waits only for the detection
+        readback. ``detect_now``: see :meth:`finish`."""
         work = self.begin(frame, snap)
         crops, mask = self.swapper.swap_batch([(work.img, work.mats)], work.sources) if work.n else (None, None)
-        return self.finish(work, crops, mask)
+        return self.finish(work, crops, mask, detect_now=detect_now)
 
     def begin(self, frame: Frame, snap: Snapshot) -> Work:
         """The stages before the swap: upload, convert, detect/track, choose and align the faces.
@@ -254,8 +257,10 @@ class Pipeline:
         and the tracker confident: the tracks moved to this frame, and the frame's own detection is
         queued after its swap (:meth:`finish`: on the back stream, beside the swap and after it) and
         applied at the next frame; otherwise the frame waits for its detection. A detection still
-        pending from the frame before is applied first."""
+        pending from the frame before is applied first (launched first, if the caller of
+        :meth:`finish` has not)."""
         tracker = self.tracker
+        self.launch_detection()
         if self._step is not None:
             step, self._step = self._step, None
             tracker.complete(step)
@@ -301,9 +306,14 @@ class Pipeline:
         with self.ops.back_stream():
             self._step = self.tracker.launch(frame, work.stats.seq, deferred=True)
 
-    def finish(self, work: Work, crops: Any, mask: Any) -> int:
+    def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
-        paste-back, the enhancers, convert, download. Returns the slot for :meth:`collect`."""
+        paste-back, the enhancers, convert, download. Returns the slot for :meth:`collect`.
+
+        A predicted frame's detection is queued after all of that; with ``detect_now=False`` it is
+        left to :meth:`launch_detection` (the daemon calls it once the frame is published, so the
+        host's half millisecond of queueing it is not in the frame's latency; the next
+        :meth:`begin` calls it if nobody has)."""
         ops = self.ops
         slot, stats, img, n = work.slot, work.stats, work.img, work.n
         clock = self._clocks[slot]
@@ -346,9 +356,17 @@ class Pipeline:
             ops.record(self._free[slot])
             self.io.download(slot)
         if detect is not None:  # queued after this frame's GPU work, so the host queues that first
-            self._detect_later(work, detect)
+            self._later = (work, detect)
+            if detect_now:
+                self.launch_detection()
         self._pending[slot] = stats
         return slot
+
+    def launch_detection(self) -> None:
+        """Queue the detection :meth:`finish` left (see there); nothing when there is none."""
+        if self._later is not None:
+            (work, frame), self._later = self._later, None
+            self._detect_later(work, frame)
 
     def upscale_wanted(self) -> bool:
         """Run the frame enhancer on this frame? No when the frame would then miss the budget: the

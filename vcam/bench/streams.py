@@ -51,14 +51,22 @@ def _size(name: str) -> tuple[int, int]:
 
 
 class _Frames:
-    """The first ``count`` frames of the demo clip, rendered once (a clip for :class:`DemoSource`)."""
+    """A clip for :class:`DemoSource`, rendered once: ``count`` frames of the demo clip (one face),
+    or of ``faces`` portraits on a grid (:func:`vcam.demo.group_frame`). Either loops without a
+    jump (the demo clip's ``count`` frames are one whole pan cycle), as a camera's face never
+    jumps: a jump loses the track and costs a full scan, which would measure the loop, not the
+    daemon."""
 
-    def __init__(self, width: int, height: int, count: int = 30, fps: float = 30.0, seed: int = 0) -> None:
-        from ..demo import DemoClip
+    def __init__(self, width: int, height: int, count: int = 150, fps: float = 30.0, seed: int = 0, faces: int = 1) -> None:
+        from ..demo import DemoClip, gradient, group_frame
 
-        clip = DemoClip(width=width, height=height, fps=fps, seed=seed)
         self.width, self.height, self.fps, self.n_frames = width, height, fps, count
-        self._frames = [clip.frame(i) for i in range(count)]
+        if faces == 1:
+            clip = DemoClip(width=width, height=height, fps=fps, seconds=count / fps, seed=seed)
+            self._frames = [clip.frame(i) for i in range(count)]
+        else:
+            bg = gradient(width, height)
+            self._frames = [group_frame(width, height, faces, i, count, background=bg) for i in range(count)]
 
     def frame(self, i: int) -> np.ndarray:
         return self._frames[i % self.n_frames]
@@ -103,7 +111,7 @@ def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
 def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     cfg = _config(args, streams, paced)
     w, h = _size(args.size)
-    frames = _Frames(w, h)
+    frames = _Frames(w, h, faces=getattr(args, "faces", 1))
     sources = {}
     for i, (name, _) in enumerate(cfg.per_stream()):
         # Cameras are not in phase: the streams start staggered over one frame time.
@@ -123,11 +131,12 @@ def make_daemon(
     model_dir: str = "",
     fp16: bool = True,
     max_faces: int = 8,
+    faces: int = 1,
 ) -> Daemon:
     """The benchmark's daemon (``streams`` demo-clip streams to the null output) from keywords, for
     tools that time its phases (tools/profile_streams.py, tools/latency_breakdown.py)."""
     args = argparse.Namespace(
-        size=size, device=device, fp16=fp16, max_faces=max_faces, swapper=swapper, model_dir=model_dir, deadline=None
+        size=size, device=device, fp16=fp16, max_faces=max_faces, swapper=swapper, model_dir=model_dir, deadline=None, faces=faces
     )
     return _daemon(args, streams, paced)
 
@@ -173,7 +182,7 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
     """N worker processes of one stream each, released together once all have started up."""
     cmd = [sys.executable, "-m", "vcam.bench.streams", "--worker", "--size", args.size, "--device", args.device]
     cmd += ["--swapper", args.swapper, "--seconds", str(args.seconds), "--max-faces", str(args.max_faces)]
-    cmd += ["--compile", args.compile]
+    cmd += ["--compile", args.compile, "--faces", str(args.faces)]
     cmd += ["--fp16"] if args.fp16 else []
     cmd += ["--model-dir", args.model_dir] if args.model_dir else []
     cmd += ["--paced"] if paced else []
@@ -279,6 +288,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--model-dir", default="")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--max-faces", type=int, default=8)
+    ap.add_argument("--faces", type=int, default=1, help="faces in each frame (1: the demo clip; more: portraits on a grid)")
     ap.add_argument("--deadline", default=None, help="[pipeline] batch_deadline, e.g. 2ms")
     ap.add_argument("--compile", default="auto", choices=("auto", "off"), help="[pipeline] compile")
     ap.add_argument("--modes", default="daemon,processes,daemon-paced,processes-paced")
@@ -301,7 +311,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         results[mode]["wall_s"] = time.perf_counter() - t0
     n = args.streams
     fp = " fp16" if args.fp16 else ""
-    print(f"{n} streams of {args.size} one face, {args.swapper}{fp} on {args.device}, {args.seconds:g} s each")
+    faces = f"{args.faces} face{'s' if args.faces > 1 else ''}"
+    print(f"{n} streams of {args.size} {faces}, {args.swapper}{fp} on {args.device}, {args.seconds:g} s each")
     print(f"{'mode':<28} {'total fps':>10} {'per stream fps':>16} {'worst p50 ms':>13} {'worst p99 ms':>13} {'GPU util %':>10}")
     labels = {
         "daemon": f"one daemon, {n} streams",

@@ -169,18 +169,28 @@ class Staging:
         self.events = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
         self._next = 0
         self._pool: Any = None
+        self._ptrs = {b.__array_interface__["data"][0] for b in self.buffers}
         for i, b in enumerate(self.buffers):
             ops._staged[b.__array_interface__["data"][0]] = (self, i)
 
-    def stage(self, frame: Frame) -> Frame:
-        """``frame`` with its pixels copied into the next buffer (call in the capture thread)."""
+    def claim(self) -> np.ndarray:
+        """The next buffer, once its last upload has left it (call in the capture thread): a source
+        with ``read_into`` writes the next frame there itself (:class:`~vcam.capture.CaptureThread`
+        ``target``), and :meth:`stage` then has nothing to copy."""
         i = self._next
         self._next = (i + 1) % len(self.buffers)
-        buf = self.buffers[i]
+        self.events[i].synchronize()
+        return self.buffers[i]
+
+    def stage(self, frame: Frame) -> Frame:
+        """``frame`` with its pixels in a buffer of this ring: as it is when the source wrote them
+        into one (:meth:`claim`), else copied into the next (call in the capture thread)."""
         data = np.asarray(frame.data)
-        if data.size != buf.size:
+        if data.size != self.buffers[0].size:
             return frame  # another geometry: the frame loop copies it
-        self.events[i].synchronize()  # its last upload has left the buffer
+        if data.__array_interface__["data"][0] in self._ptrs:
+            return frame
+        buf = self.claim()
         self._copy(buf, data)
         return dataclasses.replace(frame, data=buf)
 

@@ -1,0 +1,100 @@
+"""Where a compiled swapper engine's load time goes: the artifact's load and its first call, each
+timed and profiled (cProfile) in a fresh process, with the engine cache as `vcam engines build`
+left it. Usage on the GPU, after `vcam engines build --model MODEL --fp16 --batch 1`:
+
+    python tools/load_probe.py MODEL OUT [--variants default,threads1]
+
+Variants (each a child process): ``default``; ``threads1``: ``TORCHINDUCTOR_COMPILE_THREADS=1``
+(no pool of compile workers is started). Prints one line per variant and the top of each profile;
+writes OUT/load_<variant>.prof and OUT/load_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+VARIANTS = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
+
+
+def child(model: str, out: Path, variant: str) -> dict:
+    t0 = time.perf_counter()
+    import torch
+
+    from vcam.engines import compiled, item_shapes
+    from vcam.engines.torch import TorchEngine
+
+    t_import = time.perf_counter() - t0
+    engine = TorchEngine(model, device="cuda", fp16=True, max_batch=1, compile="off", warmup=False)
+    items = item_shapes(engine.inputs, None)
+    key, path = engine._compile_target(1, items)
+    compiled.inductor_cache(engine.cache_dir)
+    args = engine._call_args(1, items)
+    prof = cProfile.Profile()
+    t1 = time.perf_counter()
+    prof.enable()
+    fn = compiled.load(path, key, engine.module)
+    t2 = time.perf_counter()
+    with torch.inference_mode(), engine._backend_flags():
+        fn(*args)
+    torch.cuda.synchronize()
+    prof.disable()
+    t3 = time.perf_counter()
+    with torch.inference_mode(), engine._backend_flags():
+        fn(*args)
+    torch.cuda.synchronize()
+    t4 = time.perf_counter()
+    prof.dump_stats(str(out / f"load_{variant}.prof"))
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(28)
+    (out / f"load_{variant}.txt").write_text(text.getvalue())
+    engine.close()
+    return {
+        "variant": variant,
+        "import_s": round(t_import, 2),
+        "load_s": round(t2 - t1, 2),
+        "first_call_s": round(t3 - t2, 2),
+        "second_call_ms": round((t4 - t3) * 1e3, 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--variants", default="default,threads1")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.child:
+        print(json.dumps(child(args.model, out, args.child)), flush=True)
+        return
+    rows = []
+    for v in [x for x in args.variants.split(",") if x]:
+        env = {**os.environ, **VARIANTS[v]}
+        cmd = [sys.executable, __file__, args.model, str(out), "--child", v]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        row = json.loads(lines[-1]) if lines else {"variant": v, "error": (r.stderr or r.stdout)[-800:]}
+        rows.append(row)
+        print(row, flush=True)
+        top = out / f"load_{v}.txt"
+        if top.is_file():
+            print("\n".join(top.read_text().splitlines()[:48]))
+    (out / "load_probe.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
