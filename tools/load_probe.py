@@ -5,8 +5,11 @@ left it. Usage on the GPU, after `vcam engines build --model MODEL --fp16 --batc
     python tools/load_probe.py MODEL OUT [--variants default,threads1]
 
 Variants (each a child process): ``default``; ``threads1``: ``TORCHINDUCTOR_COMPILE_THREADS=1``
-(no pool of compile workers is started). Prints one line per variant and the top of each profile;
-writes OUT/load_<variant>.prof and OUT/load_probe.json.
+(no pool of compile workers is started); ``record``: as default, then the cache artifacts recorded
+since the load (the first call's autotuning results) saved to OUT/tune.bin; ``replay``: those
+loaded (``torch.compiler.load_cache_artifacts``) before the artifact. Each line counts the kernel
+benchmarks the first call ran and the ``.best_config`` files in the Inductor cache. Prints one line
+per variant and the top of each profile; writes OUT/load_<variant>.prof and OUT/load_probe.json.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-VARIANTS = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
+VARIANTS = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}, "record": {}, "replay": {}}
+
+
+def _best_configs() -> int:
+    root = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/nonexistent"))
+    return sum(1 for _ in root.rglob("*.best_config")) if root.is_dir() else 0
 
 
 def child(model: str, out: Path, variant: str) -> dict:
@@ -41,6 +49,10 @@ def child(model: str, out: Path, variant: str) -> dict:
     key, path = engine._compile_target(1, items)
     compiled.inductor_cache(engine.cache_dir)
     args = engine._call_args(1, items)
+    best_before = _best_configs()
+    tune = out / "tune.bin"
+    if variant == "replay" and tune.is_file():
+        torch.compiler.load_cache_artifacts(tune.read_bytes())
     prof = cProfile.Profile()
     t1 = time.perf_counter()
     prof.enable()
@@ -55,9 +67,17 @@ def child(model: str, out: Path, variant: str) -> dict:
         fn(*args)
     torch.cuda.synchronize()
     t4 = time.perf_counter()
+    recorded = ""
+    if variant == "record":
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            tune.write_bytes(saved[0])
+            recorded = str(saved[1])[:300]
     prof.dump_stats(str(out / f"load_{variant}.prof"))
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(28)
+    stats = pstats.Stats(prof, stream=text)
+    benches = sum(v[1] for k, v in stats.stats.items() if k[2] == "benchmark_gpu")
+    stats.sort_stats("cumulative").print_stats(28)
     (out / f"load_{variant}.txt").write_text(text.getvalue())
     engine.close()
     return {
@@ -66,6 +86,10 @@ def child(model: str, out: Path, variant: str) -> dict:
         "load_s": round(t2 - t1, 2),
         "first_call_s": round(t3 - t2, 2),
         "second_call_ms": round((t4 - t3) * 1e3, 2),
+        "kernel_benchmarks": benches,
+        "best_configs_before_after": [best_before, _best_configs()],
+        "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "recorded": recorded,
     }
 
 
@@ -73,7 +97,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("out")
-    ap.add_argument("--variants", default="default,threads1")
+    ap.add_argument("--variants", default="default,record,replay")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = Path(args.out)
@@ -92,7 +116,7 @@ def main() -> None:
         print(row, flush=True)
         top = out / f"load_{v}.txt"
         if top.is_file():
-            print("\n".join(top.read_text().splitlines()[:48]))
+            print("\n".join(top.read_text().splitlines()[:30]))
     (out / "load_probe.json").write_text(json.dumps(rows, indent=1))
 
 
