@@ -64,7 +64,7 @@ def probe(batch: int, width: int = 1024, side: int = 32) -> dict:
     w8t = (wm.float() / w_scale).to(f8).t()  # (cin*9, cout), column-major as _scaled_mm wants
 
     def fp8():
-        cols = F.unfold(xp, 3).transpose(1, 2).reshape(-1, wm.shape[1])  # (b*L, cin*9)
+        cols = F.unfold(xp, 3).transpose(1, 2).reshape(-1, wm.shape[1]).contiguous()  # (b*L, cin*9), row-major
         x_scale = (cols.abs().amax().float() / fmax).clamp(min=1e-12)
         a8 = (cols.float() / x_scale).to(f8)
         out = torch._scaled_mm(a8, w8t, scale_a=x_scale, scale_b=w_scale, out_dtype=torch.float16)

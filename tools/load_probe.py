@@ -5,7 +5,8 @@ left it. Usage on the GPU, after `vcam engines build --model MODEL --fp16 --batc
     python tools/load_probe.py MODEL OUT [--variants default,threads1]
 
 Variants (each a child process): ``default``; ``threads1``: ``TORCHINDUCTOR_COMPILE_THREADS=1``
-(no pool of compile workers is started); ``record``: as default, then the cache artifacts recorded
+(no pool of compile workers is started); ``gemm_build`` then ``gemm``: an artifact built with
+:func:`gemm_only_options` into OUT/gemm, then loaded; ``record``: as default, then the cache artifacts recorded
 since the load (the first call's autotuning results) saved to OUT/tune.bin; ``replay``: those
 loaded (``torch.compiler.load_cache_artifacts``) before the artifact. Each line counts the kernel
 benchmarks the first call ran and the ``.best_config`` files in the Inductor cache. Prints one line
@@ -28,7 +29,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-VARIANTS = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}, "record": {}, "replay": {}}
+VARIANTS: dict[str, dict[str, str]] = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
+VARIANTS.update({"record": {}, "replay": {}, "gemm_build": {}, "gemm": {}})
+
+
+def gemm_only_options(device: str) -> dict:
+    """Build options of the ``gemm`` variants: Triton templates for the convolutions and products
+    chosen at build time (``max_autotune_gemm``), one heuristic launch configuration for every other
+    kernel (no ``max_autotune``, no coordinate descent), so nothing is benchmarked at the first call."""
+    return {"max_autotune": False, "max_autotune_gemm": True, "coordinate_descent_tuning": False, "triton.cudagraphs": False}
+
+
+def _swap_ms(torch, fn, args, n: int = 30) -> float:
+    times = []
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn(*args)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[n // 2]
 
 
 def _best_configs() -> int:
@@ -44,11 +65,17 @@ def child(model: str, out: Path, variant: str) -> dict:
     from vcam.engines.torch import TorchEngine
 
     t_import = time.perf_counter() - t0
-    engine = TorchEngine(model, device="cuda", fp16=True, max_batch=1, compile="off", warmup=False)
+    cache = out / "gemm" if variant.startswith("gemm") else None
+    engine = TorchEngine(model, device="cuda", fp16=True, max_batch=1, compile="off", warmup=False, cache_dir=cache)
     items = item_shapes(engine.inputs, None)
     key, path = engine._compile_target(1, items)
     compiled.inductor_cache(engine.cache_dir)
     args = engine._call_args(1, items)
+    if variant == "gemm_build":
+        compiled.build_options = gemm_only_options  # what build() passes to Inductor
+        with engine._backend_flags():
+            seconds = compiled.build(engine.module, args, path, key, device="cuda")
+        return {"variant": variant, "build_s": round(seconds, 1)}
     best_before = _best_configs()
     tune = out / "tune.bin"
     if variant == "replay" and tune.is_file():
@@ -67,6 +94,8 @@ def child(model: str, out: Path, variant: str) -> dict:
         fn(*args)
     torch.cuda.synchronize()
     t4 = time.perf_counter()
+    with torch.inference_mode(), engine._backend_flags():
+        swap_ms = _swap_ms(torch, fn, args)
     recorded = ""
     if variant == "record":
         saved = torch.compiler.save_cache_artifacts()
@@ -87,6 +116,7 @@ def child(model: str, out: Path, variant: str) -> dict:
         "first_call_s": round(t3 - t2, 2),
         "second_call_ms": round((t4 - t3) * 1e3, 2),
         "kernel_benchmarks": benches,
+        "call_ms_cuda_events": round(swap_ms, 3),
         "best_configs_before_after": [best_before, _best_configs()],
         "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "recorded": recorded,
