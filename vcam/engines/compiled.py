@@ -2,9 +2,9 @@
 batch size, saved in the engine cache and loaded on later starts without compiling.
 
 A build traces the module's forward with TorchDynamo (the parameters and buffers become inputs of
-the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile``
-(max-autotune Triton kernels on CUDA) and saves the artifact beside a JSON sidecar that holds its
-:class:`~vcam.engines.cache.EngineKey` and the order of its inputs. A load checks the sidecar,
+the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile`` (on
+CUDA the convolutions tuned at build time, see :func:`build_options`) and saves the artifact beside
+a JSON sidecar that holds its :class:`~vcam.engines.cache.EngineKey` and the order of its inputs. A load checks the sidecar,
 loads the artifact and binds the module's own tensors, so one artifact serves every weights file of
 the same architecture and shapes.
 
@@ -17,9 +17,10 @@ another file name; a sidecar that does not match (a copied or edited file) or an
 to load is an :class:`ArtifactError`, which the engine answers by rebuilding or by running
 uncompiled, with one log line: never a crash.
 
-Loading an artifact costs about 2 s and its first call some seconds more (Triton kernels are loaded,
-launch configurations read from the Inductor cache); :class:`~vcam.engines.torch.TorchEngine` does
-that off the frame loop (``compile="auto"``).
+Loading an artifact costs about 3.5 s on the H200 (most of it importing Inductor's runtime) and its
+first call a quarter of a second (the Triton kernels are loaded; nothing is tuned then, see
+:func:`build_options`); :class:`~vcam.engines.torch.TorchEngine` does that off the frame loop
+(``compile="auto"``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .cache import EngineKey, resolve_cache_dir, sidecar
 log = logging.getLogger(__name__)
 
 #: Bump when what a build does changes in a way the other key fields do not show.
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: no runtime autotuning (build_options)
 SUFFIX = ".art"
 COMPILE_MODES = ("auto", "build", "off")
 
@@ -79,11 +80,22 @@ def inductor_cache(cache_dir: str | os.PathLike | None) -> Path:
 
 
 def build_options(device: str) -> dict[str, Any]:
-    """Inductor options of a build: Triton autotuning on CUDA; the defaults on the CPU."""
+    """Inductor options of a build. On CUDA the convolutions' and products' kernels are chosen by
+    benchmarking at build time (``max_autotune_gemm``: Triton templates against cuDNN/cuBLAS), and
+    every other kernel gets one launch configuration. Full ``max-autotune`` also gives those other
+    kernels several configurations, and benchmarks them again at the first call of every process
+    that loads the artifact (their tuning is not cached for a loaded artifact): about 120 kernels,
+    7-9 s of every start on the H200, for no faster network (``tools/load_probe.py``). The CPU
+    takes the defaults."""
     import torch
 
     if device == "cuda":
-        opts = dict(torch._inductor.list_mode_options("max-autotune-no-cudagraphs"))
+        opts: dict[str, Any] = {
+            "max_autotune": False,
+            "max_autotune_gemm": True,
+            "coordinate_descent_tuning": False,
+            "triton.cudagraphs": False,
+        }
         if hasattr(torch._inductor.config, "autotune_num_choices_displayed"):
             opts["autotune_num_choices_displayed"] = 0  # no tables of every layer's candidates on stderr
         return opts
