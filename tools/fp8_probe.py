@@ -16,23 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-
-def _ms(torch, fn, n: int = 50) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from aot_probe import _cuda_ms  # noqa: E402  (CUDA-event median after warm-up)
 
 
 def probe(batch: int, width: int = 1024, side: int = 32) -> dict:
@@ -73,7 +61,7 @@ def probe(batch: int, width: int = 1024, side: int = 32) -> dict:
     ref = conv16().float()
     row = {"batch": batch, "gflop": 2 * batch * width * width * 9 * side * side / 1e9}
     for name, fn in (("conv_fp16_ms", conv16), ("im2col_fp16_ms", im2col16), ("im2col_fp8_ms", fp8)):
-        row[name] = round(_ms(torch, fn), 4)
+        row[name] = round(_cuda_ms(torch, fn), 4)
     for name, fn in (("im2col_fp16", im2col16), ("im2col_fp8", fp8)):
         d = (fn().float() - ref).abs()
         row[f"{name}_max_abs_err"] = float(d.max())

@@ -28,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+from aot_probe import _cuda_ms  # noqa: E402  (CUDA-event median after warm-up)
 
 VARIANTS: dict[str, dict[str, str]] = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
 VARIANTS.update({"record": {}, "replay": {}, "gemm_build": {}, "gemm": {}})
@@ -38,18 +40,6 @@ def gemm_only_options(device: str) -> dict:
     chosen at build time (``max_autotune_gemm``), one heuristic launch configuration for every other
     kernel (no ``max_autotune``, no coordinate descent), so nothing is benchmarked at the first call."""
     return {"max_autotune": False, "max_autotune_gemm": True, "coordinate_descent_tuning": False, "triton.cudagraphs": False}
-
-
-def _swap_ms(torch, fn, args, n: int = 30) -> float:
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(*args)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[n // 2]
 
 
 def _best_configs() -> int:
@@ -95,7 +85,7 @@ def child(model: str, out: Path, variant: str) -> dict:
     torch.cuda.synchronize()
     t4 = time.perf_counter()
     with torch.inference_mode(), engine._backend_flags():
-        swap_ms = _swap_ms(torch, fn, args)
+        swap_ms = _cuda_ms(torch, lambda: fn(*args), n=30)
     recorded = ""
     if variant == "record":
         saved = torch.compiler.save_cache_artifacts()
