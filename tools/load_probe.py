@@ -5,8 +5,8 @@ left it. Usage on the GPU, after `vcam engines build --model MODEL --fp16 --batc
     python tools/load_probe.py MODEL OUT [--variants default,threads1]
 
 Variants (each a child process): ``default``; ``threads1``: ``TORCHINDUCTOR_COMPILE_THREADS=1``
-(no pool of compile workers is started); ``gemm_build`` then ``gemm``: an artifact built with
-:func:`gemm_only_options` into OUT/gemm, then loaded; ``record``: as default, then the cache artifacts recorded
+(no pool of compile workers is started); ``full_build`` then ``full``: an artifact built with
+:func:`full_autotune_options` (build 1's) into OUT/full, then loaded; ``record``: as default, then the cache artifacts recorded
 since the load (the first call's autotuning results) saved to OUT/tune.bin; ``replay``: those
 loaded (``torch.compiler.load_cache_artifacts``) before the artifact. Each line counts the kernel
 benchmarks the first call ran and the ``.best_config`` files in the Inductor cache. Prints one line
@@ -32,14 +32,16 @@ sys.path.insert(0, str(ROOT / "tools"))
 from aot_probe import _cuda_ms  # noqa: E402  (CUDA-event median after warm-up)
 
 VARIANTS: dict[str, dict[str, str]] = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
-VARIANTS.update({"record": {}, "replay": {}, "gemm_build": {}, "gemm": {}})
+VARIANTS.update({"record": {}, "replay": {}, "full_build": {}, "full": {}})
 
 
-def gemm_only_options(device: str) -> dict:
-    """Build options of the ``gemm`` variants: Triton templates for the convolutions and products
-    chosen at build time (``max_autotune_gemm``), one heuristic launch configuration for every other
-    kernel (no ``max_autotune``, no coordinate descent), so nothing is benchmarked at the first call."""
-    return {"max_autotune": False, "max_autotune_gemm": True, "coordinate_descent_tuning": False, "triton.cudagraphs": False}
+def full_autotune_options(device: str) -> dict:
+    """Build options of the ``full`` variants: build 1's, Inductor's whole ``max-autotune`` (every
+    kernel given several launch configurations, benchmarked at the first call of each process that
+    loads the artifact), to compare with :func:`vcam.engines.compiled.build_options`."""
+    import torch
+
+    return dict(torch._inductor.list_mode_options("max-autotune-no-cudagraphs"))
 
 
 def _best_configs() -> int:
@@ -55,14 +57,14 @@ def child(model: str, out: Path, variant: str) -> dict:
     from vcam.engines.torch import TorchEngine
 
     t_import = time.perf_counter() - t0
-    cache = out / "gemm" if variant.startswith("gemm") else None
+    cache = out / "full" if variant.startswith("full") else None
     engine = TorchEngine(model, device="cuda", fp16=True, max_batch=1, compile="off", warmup=False, cache_dir=cache)
     items = item_shapes(engine.inputs, None)
     key, path = engine._compile_target(1, items)
     compiled.inductor_cache(engine.cache_dir)
     args = engine._call_args(1, items)
-    if variant == "gemm_build":
-        compiled.build_options = gemm_only_options  # what build() passes to Inductor
+    if variant == "full_build":
+        compiled.build_options = full_autotune_options  # what build() passes to Inductor
         with engine._backend_flags():
             seconds = compiled.build(engine.module, args, path, key, device="cuda")
         return {"variant": variant, "build_s": round(seconds, 1)}

@@ -88,8 +88,8 @@ class FixedTracker:
         self.last_detections = self.detector.detect_regions(frame, self.rects)
         return self.tracks
 
-    # ``[track] predict`` (what `vcam run` does on CUDA): the frame is swapped with the tracks while
-    # its detection runs on the front stream, and that detection is read at the next frame.
+    # ``[track] predict`` (what `vcam run` does on CUDA): the frame is swapped with the tracks, its
+    # detection runs after its swap on the back stream, and that detection is read at the next frame.
     def confident(self, frame: Any, seq: int) -> bool:
         return True
 

@@ -111,7 +111,7 @@ def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
 def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     cfg = _config(args, streams, paced)
     w, h = _size(args.size)
-    frames = _Frames(w, h, faces=getattr(args, "faces", 1))
+    frames = _Frames(w, h, faces=args.faces)
     sources = {}
     for i, (name, _) in enumerate(cfg.per_stream()):
         # Cameras are not in phase: the streams start staggered over one frame time.

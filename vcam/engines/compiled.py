@@ -4,9 +4,9 @@ batch size, saved in the engine cache and loaded on later starts without compili
 A build traces the module's forward with TorchDynamo (the parameters and buffers become inputs of
 the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile`` (on
 CUDA the convolutions tuned at build time, see :func:`build_options`) and saves the artifact beside
-a JSON sidecar that holds its :class:`~vcam.engines.cache.EngineKey` and the order of its inputs. A load checks the sidecar,
-loads the artifact and binds the module's own tensors, so one artifact serves every weights file of
-the same architecture and shapes.
+a JSON sidecar that holds its :class:`~vcam.engines.cache.EngineKey` and the order of its inputs.
+A load checks the sidecar, loads the artifact and binds the module's own tensors, so one artifact
+serves every weights file of the same architecture and shapes.
 
 Only the native architectures (:mod:`vcam.engines.native`: the inswapper generator) compile: a
 generic ONNX graph reads shape tensors on the host, which TorchDynamo cannot trace into one graph.
@@ -225,7 +225,7 @@ def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, devic
         art = torch._inductor.standalone_compile(
             gm, inputs, dynamic_shapes="from_example_inputs", options={"config_patches": build_options(device)}
         )
-        art(*inputs)  # the first call tunes launch configurations into the Inductor cache, once
+        art(*inputs)  # the artifact runs before it is saved (nothing is tuned at a call: build_options)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         art.save(path=str(tmp), format="binary")
