@@ -423,8 +423,14 @@ def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
             c = connect(cfg)
             try:
                 # State mirrored after reconnect. A fresh OBS under load can drop the first connection
-                # again (seen once in CI); the controller then reconnects by itself: give it the time.
-                assert wait_for(lambda: visible_faces(c) == ["carol"], 15) is not None, ctl.last_error
+                # again (seen once in CI, and once in a local suite run: there the reconnect after the
+                # drop came only at the end of 15 s, each request of a just-started OBS answered slowly
+                # on 2 busy cores); the controller then reconnects by itself: give it the time.
+                assert wait_for(lambda: visible_faces(c) == ["carol"], 30) is not None, (
+                    ctl.last_error,
+                    ctl.connections,
+                    state.active,
+                )
                 c.trigger_hot_key_by_name(show_hotkey("Face: bob"))
                 assert wait_for(lambda: state.active == "bob", 2) is not None
                 assert wait_for(lambda: visible_faces(c) == ["bob"], 2) is not None
