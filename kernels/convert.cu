@@ -2,7 +2,12 @@
 // and the fused detector-input kernel (all regions of a frame in one launch).
 //
 // Twins (same arithmetic, float32 pixels, float64 coordinates): vcam/convert.py to_bgr, from_bgr,
-// detector_input. BT.601 limited range. Compiled with --fmad=false so the float order of operations
+// detector_input.
+//
+// The frame kernels convert the rows row0 .. row0+rows of the frame only (a band: the rows around the
+// faces go first, the rest of the frame beside the swap, see vcam/pipeline.py); every row depends on
+// its own source rows alone (4:2:0 chroma is nearest, not interpolated), so bands of even rows put
+// together give the whole frame's result exactly. BT.601 limited range. Compiled with --fmad=false so the float order of operations
 // matches NumPy's (no fused multiply-add), which keeps rounding differences below one level.
 #include <cuda_fp16.h>
 
@@ -38,9 +43,11 @@ __device__ __forceinline__ void yuv_to_bgr(float y, float u, float v, unsigned c
 // Packed 8-bit input with `channels` per pixel (1: gray, 3: BGR/RGB, 4: BGRA/RGBA) -> BGR.
 // `swap_rb` != 0 reads R first (RGB/RGBA input).
 extern "C" __global__ void bgr_from_packed(const unsigned char* __restrict__ src, int width, int height,
-                                           int channels, int swap_rb, unsigned char* __restrict__ dst) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width * height) return;
+                                           int row0, int rows, int channels, int swap_rb,
+                                           unsigned char* __restrict__ dst) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= width * rows) return;
+    size_t i = (size_t)row0 * width + k;
     const unsigned char* p = src + (size_t)i * channels;
     unsigned char* o = dst + (size_t)i * 3;
     if (channels == 1) {
@@ -55,10 +62,11 @@ extern "C" __global__ void bgr_from_packed(const unsigned char* __restrict__ src
 // Planar RGB (three width*height planes, R first: what nvJPEG decodes a JPEG to) -> BGR, one
 // thread per pixel.
 extern "C" __global__ void bgr_from_planar(const unsigned char* __restrict__ src, int width, int height,
-                                           unsigned char* __restrict__ dst) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+                                           int row0, int rows, unsigned char* __restrict__ dst) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= width * rows) return;
     size_t n = (size_t)width * height;
-    if ((size_t)i >= n) return;
+    size_t i = (size_t)row0 * width + k;
     unsigned char* o = dst + (size_t)i * 3;
     o[0] = src[2 * n + i];
     o[1] = src[n + i];
@@ -67,20 +75,22 @@ extern "C" __global__ void bgr_from_planar(const unsigned char* __restrict__ src
 
 // YUYV (Y0 U Y1 V per pixel pair) -> BGR, one thread per pixel.
 extern "C" __global__ void bgr_from_yuyv(const unsigned char* __restrict__ src, int width, int height,
-                                         unsigned char* __restrict__ dst) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width * height) return;
-    int row = i / width, col = i - row * width;
+                                         int row0, int rows, unsigned char* __restrict__ dst) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= width * rows) return;
+    int row = row0 + k / width, col = k % width;
+    size_t i = (size_t)row * width + col;
     const unsigned char* pair = src + (size_t)row * width * 2 + (size_t)(col >> 1) * 4;
     yuv_to_bgr((float)pair[(col & 1) * 2], (float)pair[1], (float)pair[3], dst + (size_t)i * 3);
 }
 
-// NV12 (nv12 != 0) or I420 -> BGR, one thread per pixel; even width and height.
-extern "C" __global__ void bgr_from_420(const unsigned char* __restrict__ src, int width, int height, int nv12,
-                                        unsigned char* __restrict__ dst) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width * height) return;
-    int row = i / width, col = i - row * width;
+// NV12 (nv12 != 0) or I420 -> BGR, one thread per pixel; even width, height and row0.
+extern "C" __global__ void bgr_from_420(const unsigned char* __restrict__ src, int width, int height, int row0,
+                                        int rows, int nv12, unsigned char* __restrict__ dst) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= width * rows) return;
+    int row = row0 + k / width, col = k % width;
+    size_t i = (size_t)row * width + col;
     int cw = width >> 1, ch = height >> 1;
     size_t plane = (size_t)width * height;
     size_t ci = (size_t)(row >> 1) * cw + (col >> 1);
@@ -96,23 +106,26 @@ extern "C" __global__ void bgr_from_420(const unsigned char* __restrict__ src, i
 }
 
 // BGR -> RGB (also serves BGR -> BGR with swap_rb = 0).
-extern "C" __global__ void bgr_to_packed(const unsigned char* __restrict__ src, int width, int height, int swap_rb,
-                                         unsigned char* __restrict__ dst) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width * height) return;
+extern "C" __global__ void bgr_to_packed(const unsigned char* __restrict__ src, int width, int height, int row0,
+                                         int rows, int swap_rb, unsigned char* __restrict__ dst) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= width * rows) return;
+    size_t i = (size_t)row0 * width + k;
     const unsigned char* p = src + (size_t)i * 3;
     unsigned char* o = dst + (size_t)i * 3;
     if (swap_rb) { o[0] = p[2]; o[1] = p[1]; o[2] = p[0]; }
     else { o[0] = p[0]; o[1] = p[1]; o[2] = p[2]; }
 }
 
-// BGR -> I420 / NV12, one thread per 2x2 block: four luma samples and one chroma pair.
-extern "C" __global__ void bgr_to_420(const unsigned char* __restrict__ src, int width, int height, int nv12,
-                                      unsigned char* __restrict__ dst) {
+// BGR -> I420 / NV12, one thread per 2x2 block: four luma samples and one chroma pair; even row0
+// and rows.
+extern "C" __global__ void bgr_to_420(const unsigned char* __restrict__ src, int width, int height, int row0,
+                                      int rows, int nv12, unsigned char* __restrict__ dst) {
     int cw = width >> 1, ch = height >> 1;
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= cw * ch) return;
-    int by = i / cw, bx = i - by * cw;
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= cw * (rows >> 1)) return;
+    int by = (row0 >> 1) + t / cw, bx = t % cw;
+    int i = by * cw + bx;
     float rs = 0.0f, gs = 0.0f, bs = 0.0f;
     // Same summation order as NumPy's mean over the (2, 2) axes: rows of the block, then columns.
     float r4[4], g4[4], b4[4];

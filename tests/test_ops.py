@@ -87,6 +87,90 @@ def test_from_bgr(ops, fmt, w, h):
     assert np.abs(back.astype(int) - smooth).max() <= (0 if fmt in ("BGR", "RGB") else 4)
 
 
+def _frame_in(rng, fmt, w, h):
+    if fmt == "BGRA":
+        return rng.integers(0, 256, (h, w, 4), dtype=np.uint8), PixelFormat.BGR
+    if fmt == "GRAY":
+        return rng.integers(0, 256, (h, w), dtype=np.uint8), PixelFormat.GRAY
+    pf = PixelFormat(fmt)
+    return rng.integers(0, 256, convert.frame_shape(pf, w, h), dtype=np.uint8), pf
+
+
+@pytest.mark.parametrize("w,h", [(64, 48), (1920, 1080), (98, 130)])
+@pytest.mark.parametrize("fmt", ["BGR", "RGB", "GRAY", "BGRA", "RGBP", "YUYV", "NV12", "I420"])
+def test_to_bgr_by_rows(ops, fmt, w, h):
+    """A frame converted in row bands (the band around the faces first, then the rows above and
+    below it: the pipeline's banded frames) equals the whole frame converted at once, exactly; a
+    band writes its rows only; and the rows agree with the NumPy reference (the parity test on
+    CUDA)."""
+    rng = np.random.default_rng(w * 3 + h)
+    data, pf = _frame_in(rng, fmt, w, h)
+    y0, y1 = 2 * (h // 7), 2 * (h // 3) + 2
+    whole = host(ops, ops.to_bgr(_dev(ops, data), pf, w, h))
+    dev = _dev(ops, data)
+    out = ops.asarray(np.zeros((h, w, 3), np.uint8))
+    ops.to_bgr(dev, pf, w, h, out=out, rows=(y0, y1))
+    band = host(ops, out)
+    np.testing.assert_array_equal(band[y0:y1], whole[y0:y1])
+    assert not band[:y0].any() and not band[y1:].any(), "a band wrote rows outside it"
+    for rows in ((0, y0), (y1, h), (y1, y1)):
+        ops.to_bgr(dev, pf, w, h, out=out, rows=rows)
+    np.testing.assert_array_equal(host(ops, out), whole)
+    _close_u8(band[y0:y1], convert.to_bgr(data, pf, w, h)[y0:y1])
+
+
+@pytest.mark.parametrize("w,h", [(64, 48), (1920, 1080), (98, 130)])
+@pytest.mark.parametrize("fmt", ["BGR", "RGB", "I420", "NV12"])
+def test_from_bgr_by_rows(ops, fmt, w, h):
+    """The output format written in row bands equals the whole frame converted at once, exactly; a
+    band writes its own rows of every plane only; the rows agree with the NumPy reference."""
+    rng = np.random.default_rng(w + 5 * h)
+    frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    pf = PixelFormat(fmt)
+    y0, y1 = 2 * (h // 5), 2 * (h // 3) + 2
+    whole = host(ops, ops.from_bgr(_dev(ops, frame), pf))
+    dev = _dev(ops, frame)
+    out = ops.asarray(np.zeros(whole.shape, np.uint8))
+    ops.from_bgr(dev, pf, out=out, rows=(y0, y1))
+    got = host(ops, out).reshape(-1)
+    written = np.zeros(got.size, bool)
+    for lo, hi in convert.band_bytes(pf, w, h, (y0, y1)):
+        written[lo:hi] = True
+    np.testing.assert_array_equal(got[written], whole.reshape(-1)[written])
+    assert not got[~written].any(), "a band wrote outside its rows"
+    ref = convert.from_bgr(frame, pf).reshape(-1)
+    _close_u8(got[written], ref[written])
+    for rows in ((0, y0), (y1, h)):
+        ops.from_bgr(dev, pf, out=out, rows=rows)
+    np.testing.assert_array_equal(host(ops, out), whole)
+
+
+def test_rows_outside_the_frame_or_odd_in_420_are_refused(ops):
+    frame = ops.asarray(np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match="even bounds"):
+        ops.from_bgr(frame, PixelFormat.I420, rows=(1, 4))
+    with pytest.raises(ValueError, match="not within"):
+        ops.to_bgr(ops.asarray(np.zeros((12, 8), np.uint8)), PixelFormat.NV12, 8, 8, rows=(2, 10))
+    with pytest.raises(ValueError, match="not within"):
+        ops.from_bgr(frame, PixelFormat.BGR, rows=(5, 3))
+
+
+def test_frame_rows_and_put_rows_round_trip():
+    """:func:`vcam.convert.frame_rows` cuts rows out of a frame as a frame of their own (every
+    layout), and :func:`vcam.convert.put_rows` writes them back where they came from."""
+    rng = np.random.default_rng(3)
+    w, h = 10, 8
+    for fmt in ("BGR", "GRAY", "BGRA", "RGBP", "YUYV", "NV12", "I420"):
+        data, pf = _frame_in(rng, fmt, w, h)
+        part = convert.frame_rows(data, pf, w, h, (2, 6))
+        assert part.size == data.size // 2, fmt
+        back = np.zeros(convert.frame_shape(pf, w, h), np.uint8) if fmt not in ("BGRA", "GRAY") else None
+        if back is not None:
+            convert.put_rows(part, back, pf, w, h, (2, 6))
+            for lo, hi in convert.band_bytes(pf, w, h, (2, 6)):
+                np.testing.assert_array_equal(back.reshape(-1)[lo:hi], data.reshape(-1)[lo:hi])
+
+
 def _regions(rng, w, h, count):
     """The full-frame letterbox, then regions inside, straddling the border and outside."""
     rects = [[0, 0, max(h, w)]]

@@ -268,6 +268,109 @@ def test_frames_submitted_ahead_equal_frames_one_at_a_time(detector, source_face
     assert changed >= 14, "the face was not swapped"
 
 
+@pytest.mark.parametrize("fmts", [("NV12", "I420"), ("BGR", "BGR"), ("YUYV", "NV12")])
+def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
+    """``[pipeline] band`` (the default): a predicted frame's band (the rows its faces' crops cover)
+    is uploaded and converted first and swapped, the other rows follow beside the swap and are
+    converted out and downloaded before the paste-back ends. The outputs, one at a time and with
+    the next frame submitted ahead, and the tracks are exactly those of whole frames; a face
+    filter that asks for the host frame gets the whole converted frame."""
+    from vcam import convert
+
+    in_fmt, out_fmt = PixelFormat(fmts[0]), PixelFormat(fmts[1])
+    clip = DemoClip(width=640, height=360, fps=30.0, seconds=1.0)
+    snap = state_with(source_face).snapshot()
+    frames = []
+    for i in range(14):
+        img = clip.frame(i)
+        data = img if in_fmt is PixelFormat.BGR else convert.from_bgr(img, PixelFormat.I420)
+        if in_fmt is PixelFormat.YUYV:  # (H, W, 2): Y0 U Y1 V per pair, from the I420 planes
+            y, u, v = data[:360], data[360:450].reshape(180, 320), data[450:].reshape(180, 320)
+            pairs = np.empty((360, 320, 4), np.uint8)
+            pairs[..., 0], pairs[..., 2] = y[:, 0::2], y[:, 1::2]
+            pairs[..., 1], pairs[..., 3] = np.repeat(u, 2, 0), np.repeat(v, 2, 0)
+            data = pairs.reshape(360, 640, 2)
+        elif in_fmt is PixelFormat.NV12:
+            data = convert.from_bgr(img, PixelFormat.NV12)
+        frames.append(Frame(data, 640, 360, in_fmt, 0.0, i))
+    seen: dict[str, list] = {}
+
+    def run(band, ahead=False, name=""):
+        hosts = seen.setdefault(name, [])
+
+        def keep_host(tracks, host_frame):
+            hosts.append(host_frame().copy())
+            return tracks
+
+        pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops), out_fmt=out_fmt)
+        pipe.predict, pipe.band = True, band
+        if name:
+            pipe.face_filter = keep_host
+        outs, pending = [], None
+        for f in frames:
+            if not ahead:
+                outs.append(pipe.process(f, snap)[0].copy())
+                continue
+            slot = pipe.submit(f, snap)
+            if pending is not None:
+                outs.append(pipe.collect(pending)[0].copy())
+            pending = slot
+        if ahead:
+            outs.append(pipe.collect(pending)[0].copy())
+        pipe.launch_detection()
+        pipe.synchronize()
+        while not pipe.settle():
+            pass
+        # The last frame's detection as matched to the tracks (settle also predicts the tracks of a
+        # next frame, which moves their boxes: compare what the detections made of them).
+        return outs, pipe, sorted((k, d.box.copy()) for k, d in pipe.tracker.last_matched.items())
+
+    whole, p0, tracks0 = run(False)
+    assert p0.banded == 0 and p0.predicted >= 10
+    transfers = detector.ops.transfers
+    for label, kw in (("one at a time", {}), ("ahead", {"ahead": True}), ("host frame", {"name": "band"})):
+        up, up_bytes = transfers.h2d, transfers.h2d_bytes
+        outs, pipe, tracks = run(True, **kw)
+        assert pipe.banded >= 10, f"{label}: only {pipe.banded} of {len(frames)} frames moved in bands"
+        if detector.ops.device == "cuda":  # every byte of every frame uploaded once, one upload a frame
+            assert transfers.h2d - up == len(frames), label
+            assert transfers.h2d_bytes - up_bytes == sum(f.data.nbytes for f in frames), label
+        for i, (a, b) in enumerate(zip(whole, outs)):
+            assert np.array_equal(a, b), f"{label}: frame {i} differs by up to {np.abs(a.astype(int) - b).max()} levels"
+        assert [i for i, _ in tracks] == [i for i, _ in tracks0], label
+        for (_, a), (_, b) in zip(tracks0, tracks):
+            np.testing.assert_array_equal(a, b)
+    run(False, name="whole")
+    assert len(seen["band"]) == len(seen["whole"]) >= 12
+    for i, (a, b) in enumerate(zip(seen["band"], seen["whole"])):
+        assert np.array_equal(a, b), f"the host frame of frame {i} differs"
+    changed = sum(bool(np.abs(o.astype(int) - w).max()) for o, w in zip(whole, whole[1:]))
+    assert changed >= 10
+
+
+def test_the_band_covers_the_crops_and_is_even(detector, source_face):
+    """The band is the rows of every face's crop (one crop pixel wider), two more each way, rounded
+    out to even rows and clipped to the frame; none when it would be most of the frame."""
+    pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
+    sw = pipe.swapper
+    lm = np.array([[300, 150], [340, 150], [320, 175], [305, 195], [335, 195]], np.float32)
+    from vcam.types import Track
+
+    def band(*offsets_y, height=360):
+        tracks = [Track(id=i, box=np.zeros(4, np.float32), landmarks=lm + [0, dy], score=1.0) for i, dy in enumerate(offsets_y)]
+        return pipe._band_rows(tracks, height)
+
+    y0, y1 = band(0)
+    assert y0 % 2 == 0 and y1 % 2 == 0
+    inv = align.invert(align.estimate(lm, sw.template, sw.crop_size))
+    ys = align.apply(inv, np.array([[0, 0], [sw.crop_size, 0], [0, sw.crop_size], [sw.crop_size, sw.crop_size]]))[:, 1]
+    assert y0 <= ys.min() - 2 and y1 >= ys.max() + 2 and y1 - y0 <= ys.max() - ys.min() + 2 * 20
+    top = band(-140)
+    assert top is not None and top[0] == 0
+    assert band(-150, 150) is None  # two faces far apart: most of the frame
+    assert band(-110, height=120) is None  # one face filling a small frame
+
+
 def test_settling_the_pending_detection_between_frames_changes_nothing(detector, source_face):
     """:meth:`Pipeline.settle` (the daemon calls it while it waits for the next frame) applies the
     last predicted frame's detection before the next frame comes instead of at its start, and the

@@ -7,7 +7,8 @@ operations with where they start; writes the Chrome trace and the summary as JSO
     python tools/timeline.py OUT_DIR [--faces 1] [--frames 40] [--compile auto] [--no-predict]
         [--pace FPS] [--model FILE]
 
-``--pace 30`` sleeps between frames as a 30 fps camera would (the GPU idles between them), and
+``--pace 30`` waits between frames as a 30 fps camera would (the GPU idles between them), applying
+the pending detection and planning the next frame meanwhile as the daemon does (``settle``), and
 also times that many frames unprofiled, against flat out.
 """
 
@@ -39,6 +40,15 @@ def mark(obj, name: str, label: str, rf) -> None:
     setattr(obj, name, wrapped)
 
 
+def idle(pipe, until: float) -> None:
+    """Wait for the next paced frame as the daemon does: apply the pending detection (and plan the
+    next frame) as soon as it arrives, looking every 0.5 ms, then sleep."""
+    settled = False
+    while (left := until - time.perf_counter()) > 0:
+        settled = settled or pipe.settle()
+        time.sleep(left if settled else min(left, 0.0005))
+
+
 def latencies(rig, frames: int, pace: float) -> list[float]:
     out = []
     for i in range(frames):
@@ -47,7 +57,7 @@ def latencies(rig, frames: int, pace: float) -> list[float]:
         rig.pipe.process(f, rig.snap)
         out.append((time.perf_counter() - t0) * 1e3)
         if pace:
-            time.sleep(max(0.0, 1.0 / pace - (time.perf_counter() - t0)))
+            idle(rig.pipe, t0 + 1.0 / pace)
     return out
 
 
@@ -195,7 +205,7 @@ def main() -> None:
                 with record_function("frame"):
                     pipe.process(f, rig.snap)
                 if pace:
-                    time.sleep(max(0.0, 1.0 / pace - (time.perf_counter() - t0)))
+                    idle(pipe, t0 + 1.0 / pace)
             torch.cuda.synchronize()
         path = out / f"trace_{label}.json"
         prof.export_chrome_trace(str(path))

@@ -190,6 +190,7 @@ class Assembly:
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
             predict=self.predicts,
+            band=self.cfg.pipeline.band,
         )
         if width and height and in_fmt is not None:
             pipeline.configure(width, height, in_fmt)

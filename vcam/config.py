@@ -117,6 +117,13 @@ class PipelineConfig:
         "while the first frames run uncompiled; 'build' compiles the missing ones before swapping (about two minutes "
         "each on a GPU, once); 'off' never. Flag: --compile.",
     )
+    band: bool = _opt(
+        True,
+        "Move a frame swapped with predicted faces in two row bands: the rows around the faces are uploaded and "
+        "converted first and the swap starts on them, while the rest of the frame is uploaded, converted and "
+        "downloaded beside the swap (on a GPU most of a 1080p frame's transfers leave its latency); false: whole "
+        "frames.",
+    )
 
 
 @dataclass(frozen=True)

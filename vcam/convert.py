@@ -50,6 +50,73 @@ def frame_shape(fmt: PixelFormat, width: int, height: int) -> tuple[int, ...]:
     return ()
 
 
+def plane_layout(fmt: PixelFormat, width: int, height: int) -> tuple[tuple[int, int, int], ...]:
+    """Where the rows of a ``width`` x ``height`` frame in ``fmt`` (laid out as :func:`frame_shape`)
+    lie: per plane, (byte offset, bytes per plane row, frame rows per plane row)."""
+    fmt = PixelFormat(fmt)
+    n = width * height
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB):
+        return ((0, width * 3, 1),)
+    if fmt is PixelFormat.GRAY:
+        return ((0, width, 1),)
+    if fmt is PixelFormat.YUYV:
+        return ((0, width * 2, 1),)
+    if fmt is PixelFormat.RGBP:
+        return ((0, width, 1), (n, width, 1), (2 * n, width, 1))
+    if fmt is PixelFormat.NV12:
+        return ((0, width, 1), (n, width, 2))
+    if fmt is PixelFormat.I420:
+        return ((0, width, 1), (n, width // 2, 2), (n + n // 4, width // 2, 2))
+    raise InputError(f"{fmt.value} frames have no fixed row layout")
+
+
+def check_rows(fmt: PixelFormat, height: int, rows: tuple[int, int] | None) -> tuple[int, int]:
+    """``rows`` (y0, y1) of a frame of ``height`` rows checked (ValueError: outside the frame, or odd
+    bounds in a 4:2:0 format, whose chroma rows cover two frame rows); None is the whole frame."""
+    if rows is None:
+        return 0, int(height)
+    y0, y1 = int(rows[0]), int(rows[1])
+    if not 0 <= y0 <= y1 <= height:
+        raise ValueError(f"rows {y0}..{y1} are not within a frame of {height} rows")
+    if PixelFormat(fmt) in (PixelFormat.NV12, PixelFormat.I420) and (y0 % 2 or y1 % 2):
+        raise ValueError(f"{PixelFormat(fmt).value} rows need even bounds, got {y0}..{y1}")
+    return y0, y1
+
+
+def band_bytes(fmt: PixelFormat, width: int, height: int, rows: tuple[int, int]) -> list[tuple[int, int]]:
+    """The byte ranges [start, stop) of a frame buffer in ``fmt`` that hold ``rows`` (one per plane)."""
+    y0, y1 = check_rows(fmt, height, rows)
+    return [(off + (y0 // sub) * size, off + (y1 // sub) * size) for off, size, sub in plane_layout(fmt, width, height)]
+
+
+def frame_rows(data: np.ndarray, fmt: PixelFormat, width: int, height: int, rows: tuple[int, int]) -> np.ndarray:
+    """``rows`` (y0, y1) of a frame as a frame of their own, y1 - y0 rows high in the same format and
+    layout (:func:`frame_shape`; a copy for the planar formats). A packed frame of 1 or 4 channels
+    (GRAY as (H, W, 1), BGRA) keeps its channels."""
+    fmt = PixelFormat(fmt)
+    y0, y1 = check_rows(fmt, height, rows)
+    a = np.asarray(data)
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY, PixelFormat.YUYV):
+        per_row = a.size // height
+        shape = (y1 - y0, width, per_row // width) if per_row > width else (y1 - y0, width)
+        return a.reshape(height, per_row)[y0:y1].reshape(shape)
+    flat = a.reshape(-1)
+    parts = [flat[lo:hi] for lo, hi in band_bytes(fmt, width, height, (y0, y1))]
+    return np.concatenate(parts).reshape(frame_shape(fmt, width, y1 - y0))
+
+
+def put_rows(band: np.ndarray, out: np.ndarray, fmt: PixelFormat, width: int, height: int, rows: tuple[int, int]) -> np.ndarray:
+    """Write ``band``, the output of ``rows`` (y0, y1) as a frame of its own in ``fmt``, into those
+    rows of ``out``, a ``width`` x ``height`` frame in ``fmt`` (the inverse of :func:`frame_rows`)."""
+    src = np.asarray(band).reshape(-1)
+    dst = out.reshape(-1)
+    at = 0
+    for lo, hi in band_bytes(fmt, width, height, rows):
+        dst[lo:hi] = src[at : at + hi - lo]
+        at += hi - lo
+    return out
+
+
 def to_bgr(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.ndarray | None = None) -> np.ndarray:
     """Convert a camera frame to (height, width, 3) uint8 BGR, written to ``out`` if given.
 

@@ -175,7 +175,7 @@ class CudaJpegDecoder:
                 "bgr_from_planar",
                 ((n + 255) // 256,),
                 (256,),
-                (cp.from_dlpack(rgb), np.int32(width), np.int32(height), out),
+                (cp.from_dlpack(rgb), np.int32(width), np.int32(height), np.int32(0), np.int32(height), out),
                 self.stream,
             )
             ring.ready[i].record(self.stream)

@@ -16,6 +16,14 @@ faces (``[track] predict``) has its detection queued after its swap, on the ops'
 ``begin`` (up to the aligned faces), the swap, and ``finish`` (masks to download): a daemon running
 several streams calls ``begin`` on each stream's pipeline, swaps the faces of all of them in one
 batch (:meth:`~vcam.swap.Swapper.swap_batch`) and calls ``finish`` on each.
+
+A predicted frame moves in two row bands (``band``, on by default): its faces are known before the
+frame is uploaded, so the rows their crops cover (the band) are uploaded and converted first and
+the swap starts on them; the other rows are uploaded, converted, converted to the output format and
+downloaded beside the swap, and after the paste-back only the band is converted and downloaded.
+On a 1080p frame this takes most of the frame's transfers off its critical path. A frame that waits
+for its detection, and a pipeline with an enhancer (which reaches past the swap's crops or changes
+the whole frame), moves whole.
 """
 
 from __future__ import annotations
@@ -58,10 +66,22 @@ class Work:
     boxes: np.ndarray | None = None
     #: Swapped with predicted tracks: its detection is queued by :meth:`Pipeline.finish`, after the swap.
     detect_later: bool = False
+    #: The rows (y0, y1) the swap reads and the paste-back writes, moved and converted first; the
+    #: rest of the frame follows beside the swap (:meth:`Pipeline.finish`). None: the whole frame.
+    band: tuple[int, int] | None = None
+    #: (frame, its raw device copy) while its rows outside ``band`` are still to be uploaded and
+    #: converted.
+    rest: tuple[Frame, Any] | None = None
 
     @property
     def n(self) -> int:
         return int(self.mats.shape[0])
+
+
+def _arrived(step: Any) -> bool:
+    """Has a tracker step's detection arrived (no wait; a step that cannot tell has)."""
+    ready = getattr(step, "ready", None)
+    return ready is None or bool(ready())
 
 
 def select_all(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
@@ -97,7 +117,8 @@ class Pipeline:
     (default: all). ``ring``: frames in flight; an output returned by :meth:`collect` is valid until
     ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
     ``predict``: swap with the tracks predicted for the frame while its detection runs
-    (``[track] predict``, see :meth:`_track`).
+    (``[track] predict``, see :meth:`_track`). ``band``: move such a frame in two row bands (see
+    the module docstring).
     """
 
     def __init__(
@@ -117,6 +138,7 @@ class Pipeline:
         ring: int = 2,
         timing: bool = False,
         predict: bool = False,
+        band: bool = True,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -149,9 +171,17 @@ class Pipeline:
         #: Swap with predicted tracks while the frame's detection runs (``[track] predict``; needs a
         #: tracker with ``confident``/``predict``/``launch``/``complete``, see :mod:`vcam.track`).
         self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
+        #: Move a predicted frame in two row bands (see the module docstring).
+        self.band = bool(band)
+        self.banded = 0  # frames moved in bands
         self._step: Any = None  # the tracker step of the frame before, applied at the next frame
         self._later: tuple[Work, Any] | None = None  # a detection finish() left to launch_detection()
         self.predicted = 0  # frames swapped with predicted tracks
+        # The next frame's predicted tracks and band, worked out while the daemon waits for it
+        # (:meth:`settle`): (seq, tracks or None when not confident, band). Dropped whenever the
+        # tracker moves on.
+        self._planned: tuple[int, list[Track] | None, tuple[int, int] | None] | None = None
+        self._next_seq: int | None = None
         self.settled = 0  # their detections applied by settle(), before the next frame came
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -161,7 +191,7 @@ class Pipeline:
         self.synchronize()
         ops = self.ops
         ow, oh = output_size(self.out_fmt, *self.frame_size(width, height))
-        self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring)
+        self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring, out_fmt=self.out_fmt)
         # One converted frame per slot: frame N+1 is converted and detected (front stream) while
         # frame N is swapped and pasted (compute stream). Events per slot: ``_ready``, the frame is
         # converted (the swap may read it); ``_seen``, the detection's last read of it is queued
@@ -171,6 +201,7 @@ class Pipeline:
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
         self._det_frame: Any = None  # see _detect_later
         self._ready = [ops.event() for _ in range(self.ring)]
+        self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
         self._seen = [ops.event() for _ in range(self.ring)]
         self._free = [ops.event() for _ in range(self.ring)]
         self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
@@ -179,6 +210,7 @@ class Pipeline:
         self._up_clocks = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
         self._geometry = (int(width), int(height), PixelFormat(in_fmt))
         self._slot = 0
+        self._planned = None
 
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         """The size of the frames this pipeline publishes for ``width`` x ``height`` input (the frame
@@ -220,18 +252,31 @@ class Pipeline:
         with ops.activate(), ops.front_stream():
             ops.wait(self._free[slot])  # the frame that last used this slot has been pasted and converted
             clock.start()
-            raw = self.io.upload(frame, slot)
-            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot])
-            self.io.release(slot)
-            ops.record(self._ready[slot])
+            # A predicted frame's faces are known before its pixels: its band goes first.
+            plan = self._plan(frame.seq) if self._bands(snap) else None
+            ahead, work.band = plan if plan is not None else (None, None)
+            self._planned, self._next_seq = None, frame.seq + 1
+            raw = self.io.upload(frame, slot, rows=work.band)
+            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
+            if work.band is None:
+                self.io.release(slot)
+                ops.record(self._ready[slot])
+            else:
+                ops.record(self._band_ready[slot])
+                work.rest = (frame, raw)
+                self.banded += 1
             clock.mark("convert_in")
-            tracks, work.detect_later = self._track(img, frame.seq)
+            if ahead is not None:
+                tracks, work.detect_later = ahead, True
+            else:
+                tracks, work.detect_later = self._track(img, frame.seq)
+            self.predicted += work.detect_later
             self.last_tracks = tracks
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
             clock.mark("detect_track")
             if snap.swap_enabled and (snap.face is not None or snap.mapping) and tracks:
-                host = self._host_frame(img)
+                host = self._host_frame(img, work)
                 chosen = self.face_filter(tracks, host)[: self.max_faces]
                 if self.assigner is not None:
                     pairs = self.assigner.assign(chosen, host, snap)
@@ -249,40 +294,123 @@ class Pipeline:
             if not work.detect_later:
                 ops.record(self._seen[slot])
         with ops.activate():
-            ops.wait(self._ready[slot])  # the swap and every later stage see the converted frame
+            # The swap and every later stage see the converted frame (a banded frame: its band).
+            ops.wait(self._ready[slot] if work.band is None else self._band_ready[slot])
         return work
+
+    def _bands(self, snap: Snapshot) -> bool:
+        """Can this frame move in bands, if its tracks are predicted? (Something to swap, and no stage
+        that reads or writes past the swap's crops.)"""
+        return (
+            self.band
+            and self.predict
+            and snap.swap_enabled
+            and (snap.face is not None or bool(snap.mapping))
+            and self.enhancer is None
+            and self.upscaler is None
+            and self._even is None
+        )
+
+    #: A band covering more of the frame than this moves the frame whole (nothing to gain).
+    BAND_MAX_SHARE = 0.8
+
+    def _band_rows(self, tracks: list[Track], height: int) -> tuple[int, int] | None:
+        """The rows every stage of the swap reads or writes for ``tracks``: each face's crop square,
+        one crop pixel wider on each side (a mask model's larger crop reaches half a pixel past it),
+        mapped into the frame, two rows more each way for the bilinear taps, rounded out to even rows
+        (4:2:0 chroma rows cover two). None when that is most of the frame."""
+        size = self.swapper.crop_size
+        corners = np.array([[-1.0, -1.0], [size, -1.0], [-1.0, size], [size, size]])
+        lo, hi = float(height), 0.0
+        for tr in tracks:
+            frame_from_crop = align.invert(align.estimate(tr.landmarks, self.swapper.template, size))
+            ys = align.apply(frame_from_crop, corners)[:, 1]
+            lo, hi = min(lo, float(ys.min())), max(hi, float(ys.max()))
+        y0 = max(0, int(np.floor(lo)) - 2)
+        y1 = min(int(height), int(np.ceil(hi)) + 3)
+        y0 -= y0 % 2
+        y1 = min(int(height), y1 + y1 % 2)
+        if y1 <= y0 or y1 - y0 > self.BAND_MAX_SHARE * height:
+            return None
+        return y0, y1
+
+    def _convert_rest(self, work: Work) -> None:
+        """A banded frame's other rows: uploaded and converted on the front stream (then the whole
+        frame is ready: ``_ready``), and, as the paste-back leaves them as they are, converted to the
+        output format and downloaded there too, beside the swap. Nothing for a frame moved whole or
+        already completed."""
+        rest, work.rest = work.rest, None
+        if rest is None:
+            return
+        frame, raw = rest
+        ops, slot = self.ops, work.slot
+        y0, y1 = work.band  # type: ignore[misc]
+        outside = [r for r in ((0, y0), (y1, int(frame.height))) if r[1] > r[0]]
+        with ops.activate(), ops.front_stream():
+            self.io.upload_rest(slot)
+            for rows in outside:
+                ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=work.img, rows=rows)
+            self.io.release(slot)
+            ops.record(self._ready[slot])
+            out = self.io.output(slot)
+            for rows in outside:
+                ops.from_bgr(work.img, self.out_fmt, out=out, rows=rows)
+            self.io.download(slot, outside, last=False)
 
     def _track(self, img: Any, seq: int) -> tuple[list[Track], bool]:
         """This frame's tracks, and whether its detection is still to be queued. With prediction on
         and the tracker confident: the tracks moved to this frame, and the frame's own detection is
         queued after its swap (:meth:`finish`: on the back stream, beside the swap and after it) and
-        applied at the next frame; otherwise the frame waits for its detection. A detection still
-        pending from the frame before is applied first (launched first, if the caller of
-        :meth:`finish` has not)."""
+        applied at the next frame; otherwise the frame waits for its detection."""
+        tracks = self._predicted(img, seq)
+        if tracks is not None:
+            return tracks, True
+        return self.tracker.update(img, seq), False
+
+    def _predicted(self, img: Any, seq: int) -> list[Track] | None:
+        """The tracks predicted for frame ``seq`` when prediction is on and the tracker is confident
+        (which looks at ``img``'s shape only, so it may be asked before the frame's pixels arrive),
+        else None. A detection still pending from the frame before is applied first (launched
+        first, if the caller of :meth:`finish` has not)."""
         tracker = self.tracker
         self.launch_detection()
         if self._step is not None:
             step, self._step = self._step, None
             tracker.complete(step)
         if self.predict and tracker.confident(img, seq):
-            self.predicted += 1
-            return tracker.predict(seq), True
-        return tracker.update(img, seq), False
+            return tracker.predict(seq)
+        return None
+
+    def _plan(self, seq: int) -> tuple[list[Track] | None, tuple[int, int] | None] | None:
+        """(the tracks predicted for frame ``seq`` or None, their band or None), as :meth:`settle`
+        planned them or worked out now; None, leaving everything as it is, while the detection of
+        the frame before has not arrived (the frame then moves whole and waits for it after its
+        upload is queued, as a frame always did)."""
+        planned = self._planned
+        if planned is not None and planned[0] == seq:
+            return planned[1], planned[2]
+        if self._later is not None or (self._step is not None and not _arrived(self._step)):
+            return None
+        tracks = self._predicted(self._bgr[self._slot], seq)  # the slot the frame will take
+        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._geometry else None
+        self._planned = (seq, tracks, band)
+        return tracks, band
 
     def settle(self) -> bool:
-        """Apply the detection of the last predicted frame now, if it has arrived (never waits): the
-        daemon calls this while it waits for the next frame, so that frame's :meth:`begin` does not
-        pay for decoding and matching it (a scheduled full scan: milliseconds). True when no
+        """Apply the detection of the last predicted frame now, if it has arrived (never waits), and
+        work out the next frame's predicted tracks and band: the daemon calls this while it waits
+        for the next frame, so that frame's :meth:`begin` does not pay for decoding and matching the
+        detection (a scheduled full scan: milliseconds) and moves its band at once. True when no
         detection is pending any more."""
         step = self._step
-        if step is None:
-            return True
-        ready = getattr(step, "ready", None)
-        if ready is not None and not ready():
-            return False
-        self._step = None
-        self.tracker.complete(step)
-        self.settled += 1
+        if step is not None:
+            if not _arrived(step):
+                return False
+            self._step, self._planned = None, None
+            self.tracker.complete(step)
+            self.settled += 1
+        if self.band and self.predict and self._next_seq is not None and self._geometry is not None:
+            self._plan(self._next_seq)
         return True
 
     def _copy_for_detection(self, work: Work) -> Any:
@@ -318,6 +446,7 @@ class Pipeline:
         slot, stats, img, n = work.slot, work.stats, work.img, work.n
         clock = self._clocks[slot]
         on = self.stages_on if self.degradable else {}
+        self._convert_rest(work)  # a banded frame: the rows outside the band, beside the swap
         detect = None
         if work.detect_later:
             detect = self._copy_for_detection(work)
@@ -351,10 +480,10 @@ class Pipeline:
                 oh, ow = self._even.shape[:2]
                 ops.xp.copyto(self._even, img[:oh, :ow])
                 img = self._even
-            ops.from_bgr(img, self.out_fmt, out=self.io.output(slot))
+            ops.from_bgr(img, self.out_fmt, out=self.io.output(slot), rows=work.band)
             clock.mark("convert_out")
             ops.record(self._free[slot])
-            self.io.download(slot)
+            self.io.download(slot, None if work.band is None else [work.band])
         if detect is not None:  # queued after this frame's GPU work, so the host queues that first
             self._later = (work, detect)
             if detect_now:
@@ -384,12 +513,14 @@ class Pipeline:
             self._upscale_cost = cost if self._upscale_cost is None else (1 - a) * self._upscale_cost + a * cost
         self._base_latency = base if self._base_latency is None else (1 - a) * self._base_latency + a * base
 
-    def _host_frame(self, img: Any) -> Callable[[], np.ndarray]:
-        """``host_frame()`` for the face filter and the assigner: one download, on first call only."""
+    def _host_frame(self, img: Any, work: Work) -> Callable[[], np.ndarray]:
+        """``host_frame()`` for the face filter and the assigner: one download, on first call only
+        (of a banded frame, once its other rows are converted)."""
         cache: list[np.ndarray] = []
 
         def host() -> np.ndarray:
             if not cache:
+                self._convert_rest(work)
                 cache.append(self.ops.to_host(img))
             return cache[0]
 

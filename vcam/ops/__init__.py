@@ -49,16 +49,24 @@ class FrameIO(Protocol):
         a camera frame straight into it; None where uploads need no staging (the CPU)."""
         ...
 
-    def upload(self, frame: Frame, slot: int) -> Any:
-        """The raw frame of ``slot`` in the ops' memory (on CUDA: one async upload)."""
+    def upload(self, frame: Frame, slot: int, rows: tuple[int, int] | None = None) -> Any:
+        """The raw frame of ``slot`` in the ops' memory (on CUDA: one async upload; the current
+        stream waits for it). With ``rows`` (y0, y1) only those rows are moved now, and
+        :meth:`upload_rest` moves the others."""
+        ...
+
+    def upload_rest(self, slot: int) -> None:
+        """Move the rows an :meth:`upload` with ``rows`` left (nothing after a whole upload)."""
         ...
 
     def output(self, slot: int) -> Any:
         """The output buffer of ``slot`` (the converted frame is written here)."""
         ...
 
-    def download(self, slot: int) -> None:
-        """Start moving the output of ``slot`` to the host (on CUDA: one async download)."""
+    def download(self, slot: int, parts: Sequence[tuple[int, int]] | None = None, *, last: bool = True) -> None:
+        """Start moving the output of ``slot`` to the host (on CUDA: async, after the current
+        stream's work so far). ``parts``: only these row ranges (y0, y1) of the frame; ``last``:
+        this call completes the frame (:meth:`result` waits for every part)."""
         ...
 
     def result(self, slot: int) -> np.ndarray:
@@ -160,7 +168,9 @@ class Ops(Protocol):
         readbacks may be in flight."""
         ...
 
-    def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> FrameIO: ...
+    def frame_io(
+        self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int, out_fmt: PixelFormat | None = None
+    ) -> FrameIO: ...
 
     def staging(self, shape: tuple, count: int = 8) -> Any:
         """A ring of pinned buffers with ``stage(frame) -> frame`` for a capture thread to copy raw
@@ -169,9 +179,11 @@ class Ops(Protocol):
 
     def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]: ...
 
-    def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> Any: ...
+    def to_bgr(
+        self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
+    ) -> Any: ...
 
-    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None) -> Any: ...
+    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any: ...
 
     def detector_input(
         self, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False

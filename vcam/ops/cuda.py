@@ -37,7 +37,7 @@ import numpy as np
 
 from ..align import PlanarAffine, invert
 from ..blend import paste_boxes
-from ..convert import check_420_output, frame_shape
+from ..convert import band_bytes, check_420_output, check_rows, frame_shape
 from ..errors import DeviceError, InputError
 from ..types import Frame, PixelFormat
 from . import Clock, HostClock, Transfers
@@ -299,9 +299,19 @@ class _Readback:
 
 class _DeviceIO:
     """Pinned host slots and device slots per direction, ``ring`` frames in flight (see the module
-    docstring). Events order the copy stream against the compute stream."""
+    docstring). Events order the copy stream against the compute stream. A frame may move in row
+    bands (``rows``/``parts``): one async copy per plane and band, from and to the same slots."""
 
-    def __init__(self, ops: CudaOps, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> None:
+    def __init__(
+        self,
+        ops: CudaOps,
+        in_fmt: PixelFormat,
+        width: int,
+        height: int,
+        out_shape: tuple,
+        ring: int,
+        out_fmt: PixelFormat | None = None,
+    ) -> None:
         import cupy
 
         if PixelFormat(in_fmt) is PixelFormat.MJPEG:
@@ -311,20 +321,29 @@ class _DeviceIO:
             )
         self.ops = ops
         self.ring = int(ring)
-        in_shape = frame_shape(PixelFormat(in_fmt), width, height)
+        self.in_fmt, self.width, self.height = PixelFormat(in_fmt), int(width), int(height)
+        self.out_fmt = None if out_fmt is None else PixelFormat(out_fmt)
+        in_shape = frame_shape(self.in_fmt, width, height)
         self._host_in = [pinned(in_shape) for _ in range(self.ring)]
         self._host_out = [pinned(out_shape) for _ in range(self.ring)]
         self._dev_in = [cupy.empty(in_shape, dtype=cupy.uint8) for _ in range(self.ring)]
         self._dev_out = [cupy.empty(out_shape, dtype=cupy.uint8) for _ in range(self.ring)]
+        if self.out_fmt in (PixelFormat.I420, PixelFormat.NV12):
+            self._out_size = (int(out_shape[1]), int(out_shape[0]) * 2 // 3)
+        else:
+            self._out_size = (int(out_shape[1]), int(out_shape[0]))
 
         def ev() -> Any:
             return cupy.cuda.Event(disable_timing=True)
 
         self._up = [ev() for _ in range(self.ring)]  # upload of the slot finished
+        self._up_band = [ev() for _ in range(self.ring)]  # upload of its first band finished
         self._in_free = [ev() for _ in range(self.ring)]  # compute is done with the raw slot
         self._out_ready = [ev() for _ in range(self.ring)]  # the output of the slot is written
         self._down = [ev() for _ in range(self.ring)]  # its download finished
         self._ring_entry: list[tuple[DeviceRing, int] | None] = [None] * self.ring  # a device frame's buffer
+        # An upload that moved one band only: (host buffer, staging entry, the band's rows).
+        self._partial: list[tuple[np.ndarray, tuple[Staging, int] | None, tuple[int, int]] | None] = [None] * self.ring
         self._next = 0
 
     def host_slot(self) -> np.ndarray:
@@ -332,8 +351,9 @@ class _DeviceIO:
         self._up[slot].synchronize()  # its previous upload has left the buffer
         return self._host_in[slot]
 
-    def upload(self, frame: Frame, slot: int) -> Any:
+    def upload(self, frame: Frame, slot: int, rows: tuple[int, int] | None = None) -> Any:
         ops = self.ops
+        self._partial[slot] = None
         if isinstance(frame.data, ops.xp.ndarray):  # already on the device (a decoded JPEG): no copy
             entry = ops._on_device.get(frame.data.data.ptr)
             if entry is not None:
@@ -351,15 +371,47 @@ class _DeviceIO:
             self._up[slot].synchronize()
             np.copyto(host, data.reshape(host.shape))
         ops.copy_in.wait_event(self._in_free[slot])
-        self._dev_in[slot].set(host, stream=ops.copy_in)
-        if staged is not None:
-            staged[0].events[staged[1]].record(ops.copy_in)
         ops.transfers.h2d += 1
-        ops.transfers.h2d_bytes += host.nbytes
+        self._next = (slot + 1) % self.ring
+        if rows is None or tuple(rows) == (0, self.height):
+            self._copy_in(slot, host, None)
+            self._uploaded(slot, staged)
+        else:
+            self._copy_in(slot, host, [rows])
+            self._up_band[slot].record(ops.copy_in)
+            ops.stream.wait_event(self._up_band[slot])
+            self._partial[slot] = (host, staged, (int(rows[0]), int(rows[1])))
+        return self._dev_in[slot]
+
+    def upload_rest(self, slot: int) -> None:
+        part, self._partial[slot] = self._partial[slot], None
+        if part is None:
+            return
+        host, staged, (y0, y1) = part
+        self._copy_in(slot, host, [(0, y0), (y1, self.height)])
+        self._uploaded(slot, staged)
+
+    def _copy_in(self, slot: int, host: np.ndarray, parts: Sequence[tuple[int, int]] | None) -> None:
+        import cupy
+
+        ops, dev = self.ops, self._dev_in[slot]
+        if parts is None:
+            dev.set(host, stream=ops.copy_in)
+            ops.transfers.h2d_bytes += host.nbytes
+            return
+        src, dst, kind = host.ctypes.data, dev.data.ptr, cupy.cuda.runtime.memcpyHostToDevice
+        for rows in parts:
+            for lo, hi in band_bytes(self.in_fmt, self.width, self.height, rows):
+                if hi > lo:
+                    cupy.cuda.runtime.memcpyAsync(dst + lo, src + lo, hi - lo, kind, ops.copy_in.ptr)
+                    ops.transfers.h2d_bytes += hi - lo
+
+    def _uploaded(self, slot: int, staged: tuple[Staging, int] | None) -> None:
+        ops = self.ops
+        if staged is not None:  # the capture thread may write the buffer again after this
+            staged[0].events[staged[1]].record(ops.copy_in)
         self._up[slot].record(ops.copy_in)
         ops.stream.wait_event(self._up[slot])
-        self._next = (slot + 1) % self.ring
-        return self._dev_in[slot]
 
     def release(self, slot: int) -> None:
         entry, self._ring_entry[slot] = self._ring_entry[slot], None
@@ -372,15 +424,31 @@ class _DeviceIO:
         self.ops.stream.wait_event(self._down[slot])  # the previous download from this slot has left
         return self._dev_out[slot]
 
-    def download(self, slot: int) -> None:
+    def download(self, slot: int, parts: Sequence[tuple[int, int]] | None = None, *, last: bool = True) -> None:
+        import cupy
+
         ops = self.ops
         self._out_ready[slot].record(ops.stream)
         ops.copy.wait_event(self._out_ready[slot])
-        _get_async(self._dev_out[slot], ops.copy, self._host_out[slot])
-        ops.transfers.d2h += 1
-        ops.transfers.d2h_arrays += 1
-        ops.transfers.d2h_bytes += self._host_out[slot].nbytes
-        self._down[slot].record(ops.copy)
+        host, dev = self._host_out[slot], self._dev_out[slot]
+        if parts is None:
+            _get_async(dev, ops.copy, host)
+            ops.transfers.d2h_bytes += host.nbytes
+        else:
+            if self.out_fmt is None:
+                raise ValueError("a download in parts needs the output format (frame_io(..., out_fmt=))")
+            width, height = self._out_size
+            for rows in parts:
+                for lo, hi in band_bytes(self.out_fmt, width, height, rows):
+                    if hi > lo:
+                        cupy.cuda.runtime.memcpyAsync(
+                            host.ctypes.data + lo, dev.data.ptr + lo, hi - lo, cupy.cuda.runtime.memcpyDeviceToHost, ops.copy.ptr
+                        )
+                        ops.transfers.d2h_bytes += hi - lo
+        if last:
+            ops.transfers.d2h += 1
+            ops.transfers.d2h_arrays += 1
+            self._down[slot].record(ops.copy)
 
     def result(self, slot: int) -> np.ndarray:
         self._down[slot].synchronize()
@@ -552,15 +620,20 @@ class CudaOps:
         """A :class:`DeviceRing` of device frames of ``shape`` (a producer thread fills it)."""
         return DeviceRing(self, shape, count)
 
-    def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _DeviceIO:
-        return _DeviceIO(self, in_fmt, width, height, out_shape, ring)
+    def frame_io(
+        self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int, out_fmt: PixelFormat | None = None
+    ) -> _DeviceIO:
+        return _DeviceIO(self, in_fmt, width, height, out_shape, ring, out_fmt)
 
     def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]:
         return [_EventClock(self, names) if timing else HostClock() for _ in range(ring)]
 
     # -- convert (twins of vcam.convert) --------------------------------------------------------
-    def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> Any:
-        """Camera frame on the device -> (height, width, 3) uint8 BGR."""
+    def to_bgr(
+        self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
+    ) -> Any:
+        """Camera frame on the device -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
+        those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.convert.band`)."""
         cp = self.xp
         fmt = PixelFormat(fmt)
         if out is None:
@@ -569,52 +642,47 @@ class CudaOps:
         if a.dtype != cp.uint8:
             raise InputError(f"frames must be uint8, got {a.dtype}")
         n = width * height
+        y0, y1 = check_rows(fmt, height, rows)
+        band = (np.int32(width), np.int32(height), np.int32(y0), np.int32(y1 - y0))
+        grid = (_grid(width * (y1 - y0)),)
         if fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY):
             ch = 1 if (a.ndim == 2 or (a.ndim == 3 and a.shape[2] == 1)) else int(a.shape[2])
             if a.size != n * ch or ch not in (1, 3, 4):
                 raise InputError(f"unexpected frame shape {a.shape} for {fmt.value} {width}x{height}")
-            self._launch(
-                "convert",
-                "bgr_from_packed",
-                (_grid(n),),
-                (a, np.int32(width), np.int32(height), np.int32(ch), np.int32(fmt is PixelFormat.RGB), out),
-            )
+            self._launch("convert", "bgr_from_packed", grid, (a, *band, np.int32(ch), np.int32(fmt is PixelFormat.RGB), out))
         elif fmt is PixelFormat.RGBP:
             if a.size != n * 3:
                 raise InputError(f"unexpected RGBP frame size {a.size} for {width}x{height}")
-            self._launch("convert", "bgr_from_planar", (_grid(n),), (a, np.int32(width), np.int32(height), out))
+            self._launch("convert", "bgr_from_planar", grid, (a, *band, out))
         elif fmt is PixelFormat.YUYV:
             if a.size != n * 2 or width % 2:
                 raise InputError(f"unexpected YUYV frame size {a.size} for {width}x{height} (even width needed)")
-            self._launch("convert", "bgr_from_yuyv", (_grid(n),), (a, np.int32(width), np.int32(height), out))
+            self._launch("convert", "bgr_from_yuyv", grid, (a, *band, out))
         elif fmt in (PixelFormat.NV12, PixelFormat.I420):
             if width % 2 or height % 2:
                 raise InputError(f"{fmt.value} needs an even width and height, got {width}x{height}")
             if a.size != n * 3 // 2:
                 raise InputError(f"unexpected {fmt.value} frame size {a.size} for {width}x{height}")
-            self._launch(
-                "convert",
-                "bgr_from_420",
-                (_grid(n),),
-                (a, np.int32(width), np.int32(height), np.int32(fmt is PixelFormat.NV12), out),
-            )
+            self._launch("convert", "bgr_from_420", grid, (a, *band, np.int32(fmt is PixelFormat.NV12), out))
         else:
             raise InputError(f"unsupported input pixel format {fmt.value} on the GPU", hint="use --device cpu")
         return out
 
-    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None) -> Any:
-        """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W)."""
+    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any:
+        """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1)
+        only the output of those rows is written (even bounds for 4:2:0)."""
         cp = self.xp
         fmt = PixelFormat(fmt)
         h, w = frame.shape[:2]
+        y0, y1 = check_rows(fmt, h, rows)
         if fmt in (PixelFormat.BGR, PixelFormat.RGB):
             if out is None:
                 out = cp.empty((h, w, 3), dtype=cp.uint8)
             self._launch(
                 "convert",
                 "bgr_to_packed",
-                (_grid(h * w),),
-                (frame, np.int32(w), np.int32(h), np.int32(fmt is PixelFormat.RGB), out),
+                (_grid(w * (y1 - y0)),),
+                (frame, np.int32(w), np.int32(h), np.int32(y0), np.int32(y1 - y0), np.int32(fmt is PixelFormat.RGB), out),
             )
             return out
         check_420_output(fmt, w, h)
@@ -623,8 +691,8 @@ class CudaOps:
         self._launch(
             "convert",
             "bgr_to_420",
-            (_grid((h // 2) * (w // 2)),),
-            (frame, np.int32(w), np.int32(h), np.int32(fmt is PixelFormat.NV12), out),
+            (_grid(((y1 - y0) // 2) * (w // 2)),),
+            (frame, np.int32(w), np.int32(h), np.int32(y0), np.int32(y1 - y0), np.int32(fmt is PixelFormat.NV12), out),
         )
         return out
 

@@ -25,13 +25,16 @@ class _HostIO:
     def host_slot(self) -> np.ndarray | None:
         return None
 
-    def upload(self, frame: Frame, slot: int) -> Any:
+    def upload(self, frame: Frame, slot: int, rows: tuple[int, int] | None = None) -> Any:
         return np.asarray(frame.data)
+
+    def upload_rest(self, slot: int) -> None:
+        pass
 
     def output(self, slot: int) -> Any:
         return self._out[slot]
 
-    def download(self, slot: int) -> None:
+    def download(self, slot: int, parts: Sequence[tuple[int, int]] | None = None, *, last: bool = True) -> None:
         pass
 
     def result(self, slot: int) -> np.ndarray:
@@ -117,19 +120,41 @@ class NumpyOps:
         """No staging on the CPU: frames are read where they are."""
         return None
 
-    def frame_io(self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int) -> _HostIO:
+    def frame_io(
+        self, in_fmt: PixelFormat, width: int, height: int, out_shape: tuple, ring: int, out_fmt: PixelFormat | None = None
+    ) -> _HostIO:
         return _HostIO(out_shape, ring)
 
     def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]:
         return [HostClock() for _ in range(ring)]
 
-    def to_bgr(self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None) -> np.ndarray:
-        """The reference's results through OpenCV (:func:`vcam.convert.to_bgr_cv`: YUV within one level)."""
-        return convert.to_bgr_cv(data, fmt, width, height, out=out)
+    def to_bgr(
+        self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
+    ) -> np.ndarray:
+        """The reference's results through OpenCV (:func:`vcam.convert.to_bgr_cv`: YUV within one
+        level); with ``rows`` (y0, y1) only those rows of ``out`` are written."""
+        if rows is None:
+            return convert.to_bgr_cv(data, fmt, width, height, out=out)
+        y0, y1 = convert.check_rows(fmt, height, rows)
+        if out is None:
+            out = np.empty((height, width, 3), np.uint8)
+        if y1 > y0:
+            part = convert.frame_rows(data, fmt, width, height, (y0, y1))
+            out[y0:y1] = convert.to_bgr_cv(part, fmt, width, y1 - y0)
+        return out
 
-    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None) -> np.ndarray:
-        """The reference's results through OpenCV (:func:`vcam.convert.from_bgr_cv`: 4:2:0 within one level)."""
-        return convert.from_bgr_cv(frame, fmt, out=out)
+    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """The reference's results through OpenCV (:func:`vcam.convert.from_bgr_cv`: 4:2:0 within one
+        level); with ``rows`` (y0, y1) only the output of those rows is written."""
+        if rows is None:
+            return convert.from_bgr_cv(frame, fmt, out=out)
+        h, w = frame.shape[:2]
+        y0, y1 = convert.check_rows(fmt, h, rows)
+        if out is None:
+            out = np.empty(convert.frame_shape(fmt, w, h), np.uint8)
+        if y1 > y0:
+            convert.put_rows(convert.from_bgr_cv(frame[y0:y1], fmt), out, fmt, w, h, (y0, y1))
+        return out
 
     def detector_input(
         self, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
