@@ -307,14 +307,19 @@ def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
         if name:
             pipe.face_filter = keep_host
         outs, pending = [], None
-        for f in frames:
+        for i, f in enumerate(frames):
             if not ahead:
                 outs.append(pipe.process(f, snap)[0].copy())
-                continue
-            slot = pipe.submit(f, snap)
-            if pending is not None:
-                outs.append(pipe.collect(pending)[0].copy())
-            pending = slot
+            else:
+                slot = pipe.submit(f, snap)
+                if pending is not None:
+                    outs.append(pipe.collect(pending)[0].copy())
+                pending = slot
+            # Wait for the detection as the daemon does between frames (settle: then the next frame
+            # is planned and moves in bands; on CUDA a frame whose detection is still running moves
+            # whole); ahead, every other frame, so banded and whole frames overlap.
+            while (not ahead or i % 2) and not pipe.settle():
+                pass
         if ahead:
             outs.append(pipe.collect(pending)[0].copy())
         pipe.launch_detection()
@@ -331,7 +336,8 @@ def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
     for label, kw in (("one at a time", {}), ("ahead", {"ahead": True}), ("host frame", {"name": "band"})):
         up, up_bytes = transfers.h2d, transfers.h2d_bytes
         outs, pipe, tracks = run(True, **kw)
-        assert pipe.banded >= 10, f"{label}: only {pipe.banded} of {len(frames)} frames moved in bands"
+        least = 5 if kw.get("ahead") else 10
+        assert pipe.banded >= least, f"{label}: only {pipe.banded} of {len(frames)} frames moved in bands"
         if detector.ops.device == "cuda":  # every byte of every frame uploaded once, one upload a frame
             assert transfers.h2d - up == len(frames), label
             assert transfers.h2d_bytes - up_bytes == sum(f.data.nbytes for f in frames), label

@@ -252,9 +252,11 @@ class Pipeline:
         with ops.activate(), ops.front_stream():
             ops.wait(self._free[slot])  # the frame that last used this slot has been pasted and converted
             clock.start()
-            # A predicted frame's faces are known before its pixels: its band goes first.
-            plan = self._plan(frame.seq) if self._bands(snap) else None
-            ahead, work.band = plan if plan is not None else (None, None)
+            # A predicted frame's faces are known before its pixels (planned while the daemon waited
+            # for it, or now): its band goes first.
+            plan = self._plan(frame.seq) if self.predict else None
+            ahead, band = plan if plan is not None else (None, None)
+            work.band = band if snap.swap_enabled and (snap.face is not None or bool(snap.mapping)) else None
             self._planned, self._next_seq = None, frame.seq + 1
             raw = self.io.upload(frame, slot, rows=work.band)
             img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
@@ -298,18 +300,10 @@ class Pipeline:
             ops.wait(self._ready[slot] if work.band is None else self._band_ready[slot])
         return work
 
-    def _bands(self, snap: Snapshot) -> bool:
-        """Can this frame move in bands, if its tracks are predicted? (Something to swap, and no stage
-        that reads or writes past the swap's crops.)"""
-        return (
-            self.band
-            and self.predict
-            and snap.swap_enabled
-            and (snap.face is not None or bool(snap.mapping))
-            and self.enhancer is None
-            and self.upscaler is None
-            and self._even is None
-        )
+    def _bands(self) -> bool:
+        """Can predicted frames move in bands? (On, and no stage that reads or writes past the swap's
+        crops, nor a crop of odd frames to even 4:2:0 outputs.)"""
+        return self.band and self.enhancer is None and self.upscaler is None and self._even is None
 
     #: A band covering more of the frame than this moves the frame whole (nothing to gain).
     BAND_MAX_SHARE = 0.8
@@ -392,7 +386,7 @@ class Pipeline:
         if self._later is not None or (self._step is not None and not _arrived(self._step)):
             return None
         tracks = self._predicted(self._bgr[self._slot], seq)  # the slot the frame will take
-        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._geometry else None
+        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._geometry and self._bands() else None
         self._planned = (seq, tracks, band)
         return tracks, band
 
@@ -409,7 +403,7 @@ class Pipeline:
             self._step, self._planned = None, None
             self.tracker.complete(step)
             self.settled += 1
-        if self.band and self.predict and self._next_seq is not None and self._geometry is not None:
+        if self.predict and self._next_seq is not None and self._geometry is not None:
             self._plan(self._next_seq)
         return True
 

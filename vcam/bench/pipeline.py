@@ -621,8 +621,10 @@ def run(
                 }
                 results["mask_overhead"] = over
                 # Whole frames against frames moved in bands (the default), alternated the same way.
-                whole = [bench_gpu(w, h, 1, band=False, **kw)]
-                banded = [*masked, bench_gpu(w, h, 1, **kw)]
+                whole, banded = [], list(masked)
+                for _ in range(2):
+                    whole.append(bench_gpu(w, h, 1, band=False, **kw))
+                    banded.append(bench_gpu(w, h, 1, **kw))
                 whole.append(bench_gpu(w, h, 1, band=False, **kw))
                 r1 = dict(whole[-1])
                 r1["p50_ms"] = float(np.median([b["p50_ms"] for b in whole]))
