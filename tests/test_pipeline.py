@@ -354,6 +354,24 @@ def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
     assert changed >= 10
 
 
+def test_mjpeg_frames_on_the_cpu_move_whole(photo_detector, source_face):
+    """A JPEG has no rows to move apart: the CPU pipeline decodes MJPEG frames whole, prediction
+    and bands on."""
+    import cv2
+
+    clip = DemoClip(width=640, height=360, fps=30.0, seconds=1.0)
+    snap = state_with(source_face).snapshot()
+    pipe = make_pipeline(photo_detector, ClassicSwapper())
+    pipe.predict = True
+    swapped = 0
+    for i in range(8):
+        jpeg = cv2.imencode(".jpg", clip.frame(i))[1].reshape(-1)
+        out, stats = pipe.process(Frame(jpeg, 640, 360, PixelFormat.MJPEG, 0.0, i), snap)
+        assert out.shape == (360, 640, 3)
+        swapped += stats.swapped
+    assert pipe.banded == 0 and pipe.predicted >= 5 and swapped >= 7
+
+
 def test_the_band_covers_the_crops_and_is_even(detector, source_face):
     """The band is the rows of every face's crop (one crop pixel wider), two more each way, rounded
     out to even rows and clipped to the frame; none when it would be most of the frame."""

@@ -301,9 +301,16 @@ class Pipeline:
         return work
 
     def _bands(self) -> bool:
-        """Can predicted frames move in bands? (On, and no stage that reads or writes past the swap's
-        crops, nor a crop of odd frames to even 4:2:0 outputs.)"""
-        return self.band and self.enhancer is None and self.upscaler is None and self._even is None
+        """Can predicted frames move in bands? (On, frames with rows (not MJPEG), and no stage that
+        reads or writes past the swap's crops, nor a crop of odd frames to even 4:2:0 outputs.)"""
+        return (
+            self.band
+            and self.enhancer is None
+            and self.upscaler is None
+            and self._even is None
+            and self._geometry is not None
+            and self._geometry[2] is not PixelFormat.MJPEG
+        )
 
     #: A band covering more of the frame than this moves the frame whole (nothing to gain).
     BAND_MAX_SHARE = 0.8
@@ -385,7 +392,7 @@ class Pipeline:
             return planned[1], planned[2]
         if self._later is not None or (self._step is not None and not _arrived(self._step)):
             return None
-        tracks = self._predicted(self._bgr[self._slot], seq)  # the slot the frame will take
+        tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
         band = self._band_rows(tracks, self._geometry[1]) if tracks and self._geometry and self._bands() else None
         self._planned = (seq, tracks, band)
         return tracks, band

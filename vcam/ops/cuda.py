@@ -354,6 +354,8 @@ class _DeviceIO:
     def upload(self, frame: Frame, slot: int, rows: tuple[int, int] | None = None) -> Any:
         ops = self.ops
         self._partial[slot] = None
+        if self._ring_entry[slot] is not None:  # a frame that never finished (an error): give its buffer back
+            self.release(slot)
         if isinstance(frame.data, ops.xp.ndarray):  # already on the device (a decoded JPEG): no copy
             entry = ops._on_device.get(frame.data.data.ptr)
             if entry is not None:
