@@ -182,6 +182,8 @@ class Pipeline:
         # tracker moves on.
         self._planned: tuple[int, list[Track] | None, tuple[int, int] | None] | None = None
         self._next_seq: int | None = None
+        # id(track) -> (its landmarks, (template, crop size), crop-from-frame): see _crop_from_frame.
+        self._aligned: dict[int, tuple[np.ndarray, tuple[str, int], np.ndarray]] = {}
         self.settled = 0  # their detections applied by settle(), before the next frame came
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -256,7 +258,8 @@ class Pipeline:
             # for it, or now): its band goes first.
             plan = self._plan(frame.seq) if self.predict else None
             ahead, band = plan if plan is not None else (None, None)
-            work.band = band if snap.swap_enabled and (snap.face is not None or bool(snap.mapping)) else None
+            swapping = snap.swap_enabled and (snap.face is not None or bool(snap.mapping))
+            work.band = band if swapping else None
             self._planned, self._next_seq = None, frame.seq + 1
             raw = self.io.upload(frame, slot, rows=work.band)
             img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
@@ -277,7 +280,7 @@ class Pipeline:
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
             clock.mark("detect_track")
-            if snap.swap_enabled and (snap.face is not None or snap.mapping) and tracks:
+            if swapping and tracks:
                 host = self._host_frame(img, work)
                 chosen = self.face_filter(tracks, host)[: self.max_faces]
                 if self.assigner is not None:
@@ -287,7 +290,7 @@ class Pipeline:
                 if pairs:
                     mats = self._mats[: len(pairs)]
                     for i, (tr, _) in enumerate(pairs):
-                        mats[i] = align.estimate(tr.landmarks, self.swapper.template, self.swapper.crop_size)
+                        mats[i] = self._crop_from_frame(tr)
                     work.mats = mats
                     faces = [src for _, src in pairs]
                     work.sources = faces[0] if all(f is faces[0] for f in faces) else faces
@@ -295,6 +298,7 @@ class Pipeline:
                     work.boxes = np.stack([tr.box for tr, _ in pairs])
             if not work.detect_later:
                 ops.record(self._seen[slot])
+        self._aligned.clear()  # the plan's alignments serve this frame only
         with ops.activate():
             # The swap and every later stage see the converted frame (a banded frame: its band).
             ops.wait(self._ready[slot] if work.band is None else self._band_ready[slot])
@@ -323,9 +327,9 @@ class Pipeline:
         size = self.swapper.crop_size
         corners = np.array([[-1.0, -1.0], [size, -1.0], [-1.0, size], [size, size]])
         lo, hi = float(height), 0.0
+        self._aligned.clear()
         for tr in tracks:
-            frame_from_crop = align.invert(align.estimate(tr.landmarks, self.swapper.template, size))
-            ys = align.apply(frame_from_crop, corners)[:, 1]
+            ys = align.apply(align.invert(self._crop_from_frame(tr)), corners)[:, 1]
             lo, hi = min(lo, float(ys.min())), max(hi, float(ys.max()))
         y0 = max(0, int(np.floor(lo)) - 2)
         y1 = min(int(height), int(np.ceil(hi)) + 3)
@@ -334,6 +338,18 @@ class Pipeline:
         if y1 <= y0 or y1 - y0 > self.BAND_MAX_SHARE * height:
             return None
         return y0, y1
+
+    def _crop_from_frame(self, tr: Track) -> np.ndarray:
+        """The swapper's alignment of ``tr`` (crop-from-frame), worked out once per predicted
+        position: :meth:`_band_rows` aligns the planned tracks, and :meth:`begin` reuses that while
+        the track still has those landmarks and the swapper the same template and size."""
+        sw = self.swapper
+        hit = self._aligned.get(id(tr))
+        if hit is not None and hit[0] is tr.landmarks and hit[1] == (sw.template, sw.crop_size):
+            return hit[2]
+        mat = align.estimate(tr.landmarks, sw.template, sw.crop_size)
+        self._aligned[id(tr)] = (tr.landmarks, (sw.template, sw.crop_size), mat)
+        return mat
 
     def _convert_rest(self, work: Work) -> None:
         """A banded frame's other rows: uploaded and converted on the front stream (then the whole
@@ -393,7 +409,7 @@ class Pipeline:
         if self._later is not None or (self._step is not None and not _arrived(self._step)):
             return None
         tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
-        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._geometry and self._bands() else None
+        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._bands() else None
         self._planned = (seq, tracks, band)
         return tracks, band
 

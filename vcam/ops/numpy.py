@@ -138,9 +138,8 @@ class NumpyOps:
         y0, y1 = convert.check_rows(fmt, height, rows)
         if out is None:
             out = np.empty((height, width, 3), np.uint8)
-        if y1 > y0:
-            part = convert.frame_rows(data, fmt, width, height, (y0, y1))
-            out[y0:y1] = convert.to_bgr_cv(part, fmt, width, y1 - y0)
+        if y1 > y0:  # rows of a C-contiguous frame: a contiguous view, converted in place
+            convert.to_bgr_cv(convert.frame_rows(data, fmt, width, height, (y0, y1)), fmt, width, y1 - y0, out=out[y0:y1])
         return out
 
     def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> np.ndarray:
