@@ -278,6 +278,122 @@ def test_a_stalled_stream_never_holds_the_others(media):
     assert daemon.summaries["hung"].frames_in == 0
 
 
+class Queued:
+    """A camera whose frames the test hands over one by one, with the capture times it chooses."""
+
+    width, height, fmt, fps = W, H, PixelFormat.BGR, 30.0
+
+    def __init__(self) -> None:
+        import queue
+
+        self.q: queue.Queue = queue.Queue()
+        self.seq = 0
+
+    def push(self, t_capture: float) -> None:
+        from vcam.types import Frame
+
+        self.q.put(Frame(np.zeros((H, W, 3), np.uint8), W, H, PixelFormat.BGR, t_capture, self.seq))
+        self.seq += 1
+
+    def read(self):
+        return self.q.get()
+
+    def close(self) -> None:
+        self.q.put(None)
+
+
+def _fed(src: Queued, cap, *stamps: float) -> None:
+    """Hand ``src``'s capture thread frames captured at ``stamps`` and take each as it arrives."""
+    for t in stamps:
+        src.push(t)
+        assert cap.get(timeout=5) is not None
+
+
+def _stop(*caps) -> None:
+    for cap in caps:
+        cap.source.close()  # ends its blocking read
+        cap.stop()
+
+
+def test_a_camera_says_when_its_next_frame_is_due():
+    from vcam.capture import CaptureThread
+
+    src = Queued()
+    cap = CaptureThread(src).start()
+    try:
+        _fed(src, cap, 10.0, 10.02)
+        assert cap.expects_by(0.0, now=0.0), "two frames tell no interval: always expected"
+        _fed(src, cap, 10.04, 10.06, 10.08)
+        # due at 10.10 (the median interval is 20 ms)
+        assert cap.expects_by(10.101, now=10.09) and cap.expects_by(10.10, now=10.11)
+        assert not cap.expects_by(10.099, now=10.09), "due after the deadline"
+        assert not cap.expects_by(11.0, now=10.121), "overdue by more than an interval: stalled"
+    finally:
+        _stop(cap)
+    on_demand = CaptureThread(Queued(), lossless=True)
+    assert on_demand.expects_by(0.0, now=99.0), "a source read on demand is always expected"
+
+
+def _two_cameras(deadline: str):
+    """A daemon of two streams on :class:`Queued` cameras, its capture threads running (not its loop)."""
+    from vcam.capture import CaptureThread
+
+    cfg = _cfg(
+        [{"name": "a", "input": "pattern", "output": "null"}, {"name": "b", "input": "pattern", "output": "null"}],
+        batch_deadline=deadline,
+    )
+    daemon = Daemon(cfg, control=False)
+    srcs = {}
+    for st in daemon.streams:
+        srcs[st.name] = Queued()
+        st.cap = CaptureThread(srcs[st.name], wake=daemon._wake).start()
+    calls = {"b": 0}
+    get_b = daemon.streams[1].cap.get
+
+    def counted(timeout=None):
+        calls["b"] += 1
+        return get_b(timeout)
+
+    daemon.streams[1].cap.get = counted
+    return daemon, srcs, calls
+
+
+@pytest.mark.parametrize("case", ["due later", "stalled"])
+def test_a_camera_due_after_the_batch_deadline_is_not_waited_for(case):
+    """Cameras out of phase: the frame that is ready goes on alone at once, not after the deadline
+    (stream b's frames come every 200 ms, the next due 200 ms from now, or long overdue)."""
+    daemon, srcs, calls = _two_cameras("50ms")
+    a, b = (st.cap for st in daemon.streams)
+    try:
+        t0 = time.perf_counter() - (0.0 if case == "due later" else 1.0)
+        _fed(srcs["b"], b, *(t0 + 0.2 * k for k in (-2, -1, 0)))
+        srcs["a"].push(time.perf_counter())
+        while not a._slot:
+            time.sleep(0.001)
+        calls["b"] = 0
+        ready = daemon.gather(timeout=1.0)
+        assert [st.name for st, _ in ready] == ["a"]
+        assert calls["b"] == 1, "the loop waited for stream b's frame"
+    finally:
+        _stop(a, b)
+
+
+def test_a_camera_due_within_the_batch_deadline_is_waited_for_and_batched():
+    daemon, srcs, calls = _two_cameras("100ms")
+    a, b = (st.cap for st in daemon.streams)
+    try:
+        t0 = time.perf_counter()
+        _fed(srcs["b"], b, *(t0 - 0.005 + 0.005 * k for k in (-2, -1, 0)))  # every 5 ms, the next one due now
+        srcs["a"].push(time.perf_counter())
+        while not a._slot:
+            time.sleep(0.001)
+        threading.Timer(0.005, srcs["b"].push, (time.perf_counter() + 0.005,)).start()
+        ready = daemon.gather(timeout=1.0)
+        assert sorted(st.name for st, _ in ready) == ["a", "b"], "stream b's frame was not waited for"
+    finally:
+        _stop(a, b)
+
+
 def test_a_failing_stream_stops_alone_with_its_error(media, caplog):
     photo, clip = media
     cfg = _cfg(

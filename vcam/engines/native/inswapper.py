@@ -5,7 +5,7 @@ Conv3x3/2 256->512, Conv3x3/2 512->1024 (LeakyReLU 0.2) -> six residual blocks a
 [ReflectPad1, Conv3x3, AdaIN, ReLU, ReflectPad1, Conv3x3, AdaIN] -> decoder bilinear x2,
 Conv 1024->512, x2, Conv 512->256, Conv 256->128, ReflectPad3 Conv7x7 128->3, tanh, (x+1)/2.
 AdaIN: per-channel ``(x - mean) / sqrt(var + 1e-8) * gamma + beta`` with ``gamma, beta`` the two
-halves of ``Linear(512 -> 2C)(source)``.
+halves of ``Linear(512 -> 2C)(source)``; the module computes the twelve Linears as one (``style``).
 
 Inputs: ``target`` (N, 3, 128, 128) RGB in [0, 1] and ``source`` (N, 512) (the latent
 ``normalize(e) @ emap``, normalised); output (N, 3, 128, 128) in [0, 1].
@@ -104,15 +104,15 @@ class _PlainConv(nn.Module):
 
 
 class AdaIN(nn.Module):
-    """Adaptive instance norm; statistics accumulate in float32 also for half inputs."""
+    """Adaptive instance norm with its style given; statistics accumulate in float32 also for half
+    inputs."""
 
-    def __init__(self, channels: int, latent: int, eps: float) -> None:
+    def __init__(self, eps: float) -> None:
         super().__init__()
-        self.linear = nn.Linear(latent, 2 * channels)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
-        style = self.linear(latent).float()
+    def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        """``style``: (N, 2C) float32, gamma then beta."""
         gamma, beta = style.chunk(2, dim=1)
         var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True, correction=0)
         scale = gamma[:, :, None, None] * torch.rsqrt(var.float() + self.eps)
@@ -120,40 +120,55 @@ class AdaIN(nn.Module):
 
 
 class ResBlock(nn.Module):
-    def __init__(self, width: int, latent: int, reflect: int, eps: float) -> None:
+    def __init__(self, width: int, reflect: int, eps: float) -> None:
         super().__init__()
         self.reflect = reflect
         pad = 0 if reflect else 1
         self.conv1 = nn.Conv2d(width, width, 3, padding=pad)
-        self.norm1 = AdaIN(width, latent, eps)
+        self.norm1 = AdaIN(eps)
         self.conv2 = nn.Conv2d(width, width, 3, padding=pad)
-        self.norm2 = AdaIN(width, latent, eps)
+        self.norm2 = AdaIN(eps)
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
         return F.pad(x, (self.reflect,) * 4, mode="reflect") if self.reflect else x
 
-    def forward(self, x: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
-        y = F.relu(self.norm1(self.conv1(self._pad(x)), latent))
-        y = self.norm2(self.conv2(self._pad(y)), latent)
+    def forward(self, x: torch.Tensor, style1: torch.Tensor, style2: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.norm1(self.conv1(self._pad(x)), style1))
+        y = self.norm2(self.conv2(self._pad(y)), style2)
         return x + y
 
 
+@dataclass(frozen=True)
+class StyleRows:
+    """One AdaIN's Linear (latent -> 2C) as rows of the network's fused style layer: views, which the
+    loader fills and the random initialisation scales in place."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+
 class InSwapper(nn.Module):
-    """``forward(target, source) -> output``; see the module docstring for shapes."""
+    """``forward(target, source) -> output``; see the module docstring for shapes.
+
+    Every AdaIN's Linear depends on the source alone, so all of them are one Linear, ``style``
+    (latent -> 2 x 2C per block), applied once at the start: one matrix product a call instead of
+    twelve small ones, the same arithmetic per output. :meth:`linears` gives each layer's rows."""
 
     def __init__(self, spec: InSwapperSpec) -> None:
         super().__init__()
         self.spec = spec
         self.encoder = nn.ModuleList(_PlainConv(s) for s in spec.encoder)
-        self.blocks = nn.ModuleList(ResBlock(spec.width, spec.latent, spec.block_reflect, spec.eps) for _ in range(spec.blocks))
+        self.style = nn.Linear(spec.latent, 2 * 2 * spec.width * spec.blocks)
+        self.blocks = nn.ModuleList(ResBlock(spec.width, spec.block_reflect, spec.eps) for _ in range(spec.blocks))
         self.decoder = nn.ModuleList(_PlainConv(s) for s in spec.decoder)
 
     def forward(self, target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        styles = self.style(source).float().split(2 * self.spec.width, dim=1)
         x = target
         for layer in self.encoder:
             x = layer(x)
-        for block in self.blocks:
-            x = block(x, source)
+        for i, block in enumerate(self.blocks):
+            x = block(x, styles[2 * i], styles[2 * i + 1])
         for layer in self.decoder:
             x = layer(x)
         return (x + 1.0) * 0.5
@@ -165,12 +180,11 @@ class InSwapper(nn.Module):
             out += [b.conv1, b.conv2]
         return out + [layer.conv for layer in self.decoder]
 
-    def linears(self) -> list[nn.Linear]:
-        """AdaIN linears in block order (graph order of the Gemm nodes)."""
-        out = []
-        for b in self.blocks:
-            out += [b.norm1.linear, b.norm2.linear]
-        return out
+    def linears(self) -> list[StyleRows]:
+        """Each AdaIN's Linear (its rows of ``style``) in block order (graph order of the Gemm nodes)."""
+        rows = 2 * self.spec.width
+        w, b = self.style.weight, self.style.bias
+        return [StyleRows(w[i * rows : (i + 1) * rows], b[i * rows : (i + 1) * rows]) for i in range(2 * self.spec.blocks)]
 
 
 def build_inswapper(seed: int = 0, width_div: int = 1) -> InSwapper:
@@ -187,11 +201,10 @@ def build_inswapper(seed: int = 0, width_div: int = 1) -> InSwapper:
                 fan_in = m.weight[0].numel()
                 m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (1.0 / fan_in) ** 0.5)
                 m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.01)
-        for b in model.blocks:
-            for norm in (b.norm1, b.norm2):  # gamma around 1, beta around 0
-                c = norm.linear.out_features // 2
-                norm.linear.weight.mul_(0.1)
-                norm.linear.bias[:c].add_(1.0)
+        c = model.spec.width
+        for rows in model.linears():  # gamma around 1, beta around 0
+            rows.weight.mul_(0.1)
+            rows.bias[:c].add_(1.0)
     return model.eval()
 
 
@@ -210,7 +223,8 @@ def load_inswapper_from_graph(graph: OnnxGraph) -> InSwapper:
         model = InSwapper(spec)
     model = materialize(model)
     loaded = load_graph_weights(graph, model.convs(), model.linears())
-    _check_all_loaded(model, loaded)
+    # The layers' rows partition ``style`` and each was filled (a count that differs raised above).
+    _check_all_loaded(model, [*loaded, model.style.weight, model.style.bias])
     return model.eval()
 
 
