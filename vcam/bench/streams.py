@@ -132,11 +132,21 @@ def make_daemon(
     fp16: bool = True,
     max_faces: int = 8,
     faces: int = 1,
+    compile: str = "auto",
+    deadline: str | None = None,
 ) -> Daemon:
     """The benchmark's daemon (``streams`` demo-clip streams to the null output) from keywords, for
     tools that time its phases (tools/profile_streams.py, tools/latency_breakdown.py)."""
     args = argparse.Namespace(
-        size=size, device=device, fp16=fp16, max_faces=max_faces, swapper=swapper, model_dir=model_dir, deadline=None, faces=faces
+        size=size,
+        device=device,
+        fp16=fp16,
+        max_faces=max_faces,
+        swapper=swapper,
+        model_dir=model_dir,
+        deadline=deadline,
+        faces=faces,
+        compile=compile,
     )
     return _daemon(args, streams, paced)
 
