@@ -91,7 +91,10 @@ for step in $steps; do
         --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
       timeout ${STREAMS_TIMEOUT:-200} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --compile auto --json "$OUT/bench_streams.json" \
-        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams.txt" | tail -n 8 || rc=1 ;;
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams.txt" | tail -n 8 || rc=1
+      timeout ${STREAMS_TIMEOUT:-200} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        --swapper inswapper_128 --model-dir $M --fp16 --compile auto --phases in --modes daemon-paced,processes-paced \
+        --json "$OUT/bench_streams_in_step.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams_in_step.txt" | tail -n 4 || rc=1 ;;
     streamdiag)
       # Issue 12: where a paced stream's latency goes with several streams in one daemon (against one),
       # and the same without the batch deadline.

@@ -11,7 +11,9 @@ memory, so the source costs nothing) to the null output. Four rows, all in the s
 - ``N processes, flat out``: N separate daemon processes of one stream each (the naive baseline:
   models, CUDA context and batches per process), started together and measured over the same time;
 - ``one daemon, paced`` / ``N processes, paced``: the same with every stream at the clip's 30 fps,
-  as cameras deliver (streams out of phase): the latency under real-time load.
+  as cameras deliver: the latency under real-time load. The streams' frames come out of step, evenly
+  over one frame time, on fixed slots of the shared clock (``--phases in``: all at once, the
+  worst case).
 
 On CUDA with NVML (``fastswap-cam[nvml]``) each row also has the GPU's mean utilisation and power
 over the measured seconds (the whole GPU, every process on it).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -72,18 +75,35 @@ class _Frames:
         return self._frames[i % self.n_frames]
 
 
-class _Staggered(DemoSource):
-    """The demo source, its first frame ``delay`` seconds late (its pacing then runs from there)."""
+class _Camera(DemoSource):
+    """The demo clip delivered like a camera: frame slots at ``phase + k / fps`` on the shared
+    monotonic clock (``time.perf_counter``, the same in every process), a read waits for the next
+    slot, and a late read takes the next free slot: like a camera, it drops frames but never drifts
+    out of its phase (a pacer that restarts its clock after a stall, as during start-up, would let
+    the streams fall into step)."""
 
-    def __init__(self, clip: _Frames, delay: float, **kw: Any) -> None:
-        super().__init__(clip, **kw)
-        self._delay = delay
+    def __init__(self, clip: _Frames, phase: float, **kw: Any) -> None:
+        super().__init__(clip, realtime=False, **kw)
+        self._phase, self._period = phase, 1.0 / clip.fps
+        self._slot: int | None = None
 
     def read(self) -> Any:
-        if self._delay:
-            time.sleep(self._delay)
-            self._delay = 0.0
+        now = time.perf_counter()
+        k = math.ceil((now - self._phase) / self._period)
+        if self._slot is not None:
+            k = max(k, self._slot + 1)
+        self._slot = k
+        due = self._phase + k * self._period
+        if due > now:
+            time.sleep(due - now)
         return super().read()
+
+
+def _phase(args: argparse.Namespace, index: int, streams: int) -> float:
+    """Stream ``index``'s first frame slot: out of phase, evenly over one frame time (cameras are
+    not synchronised), or with ``--phases in`` all at once (the worst case for one GPU)."""
+    offset = 0.0 if getattr(args, "phases", "out") == "in" else index / 30.0 / streams
+    return float(args.epoch) + offset
 
 
 def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
@@ -112,11 +132,13 @@ def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     cfg = _config(args, streams, paced)
     w, h = _size(args.size)
     frames = _Frames(w, h, faces=args.faces)
-    sources = {}
+    sources: dict[str, DemoSource] = {}
     for i, (name, _) in enumerate(cfg.per_stream()):
-        # Cameras are not in phase: the streams start staggered over one frame time.
-        delay = i / frames.fps / streams if paced else 0.0
-        sources[name] = _Staggered(frames, delay, loop=True, realtime=paced)
+        if paced:
+            index, of = (i, streams) if getattr(args, "index", None) is None else (args.index, args.of)
+            sources[name] = _Camera(frames, _phase(args, index, of), loop=True)
+        else:
+            sources[name] = DemoSource(frames, loop=True, realtime=False)
     outputs = {name: NullOutput(w, h) for name, _ in cfg.per_stream()}
     return Daemon(cfg, sources=sources, outputs=outputs, control=False)
 
@@ -140,6 +162,7 @@ def make_daemon(
     args = argparse.Namespace(
         size=size,
         device=device,
+        epoch=time.perf_counter(),
         fp16=fp16,
         max_faces=max_faces,
         swapper=swapper,
@@ -195,10 +218,11 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
     cmd += ["--compile", args.compile, "--faces", str(args.faces)]
     cmd += ["--fp16"] if args.fp16 else []
     cmd += ["--model-dir", args.model_dir] if args.model_dir else []
-    cmd += ["--paced"] if paced else []
+    cmd += ["--paced", "--phases", args.phases, "--epoch", repr(args.epoch), "--of", str(args.streams)] if paced else []
+    env = dict(os.environ)
     procs = [
-        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
-        for _ in range(args.streams)
+        subprocess.Popen(cmd + ["--index", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        for i in range(args.streams)
     ]
     try:
         for p in procs:  # each says "ready" once its models are loaded
@@ -206,9 +230,7 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
             if line.strip() != "ready":
                 raise RuntimeError(f"a worker did not start: {line!r}")
         with _GpuLoad(args.device) as load:
-            for i, p in enumerate(procs):
-                if paced and i:
-                    time.sleep(1.0 / 30.0 / args.streams)  # out of phase, as in the one-daemon row
+            for p in procs:  # each stream's frames come in its own phase (_Camera)
                 p.stdin.write("go\n")
                 p.stdin.flush()
             rows = {}
@@ -304,8 +326,14 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--modes", default="daemon,processes,daemon-paced,processes-paced")
     ap.add_argument("--json", default="bench_streams.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--phases", default="out", choices=("out", "in"), help="paced streams' frames out of step, or all at once")
     ap.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--epoch", type=float, default=None, help=argparse.SUPPRESS)  # the paced frame slots' origin
+    ap.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)  # a worker's stream, of --of
+    ap.add_argument("--of", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.epoch is None:
+        args.epoch = time.perf_counter()
     if args.worker:
         _worker(args)
         return None
@@ -327,8 +355,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     labels = {
         "daemon": f"one daemon, {n} streams",
         "processes": f"{n} processes",
-        "daemon-paced": f"one daemon, {n} x 30 fps",
-        "processes-paced": f"{n} processes, 30 fps each",
+        "daemon-paced": f"one daemon, {n} x 30 fps{' in step' if args.phases == 'in' else ''}",
+        "processes-paced": f"{n} processes, 30 fps{' in step' if args.phases == 'in' else ''}",
     }
     for mode, r in results.items():
         per = ", ".join(f"{s['fps']:.0f}" for s in r["streams"].values())
@@ -348,6 +376,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "swapper": args.swapper,
             "fp16": bool(args.fp16),
             "seconds": args.seconds,
+            "phases": args.phases,
             "results": results,
             "gpu_memory": _gpu_memory(),
             "threads": threading.active_count(),
