@@ -101,10 +101,10 @@ class _Camera(DemoSource):
         return super().read()
 
 
-def _phase(args: argparse.Namespace, index: int, streams: int) -> float:
+def _phase(args: argparse.Namespace, index: int, streams: int, fps: float) -> float:
     """Stream ``index``'s first frame slot: out of phase, evenly over one frame time (cameras are
     not synchronised), or with ``--phases in`` all at once (the worst case for one GPU)."""
-    offset = 0.0 if getattr(args, "phases", "out") == "in" else index / 30.0 / streams
+    offset = 0.0 if getattr(args, "phases", "out") == "in" else index / fps / streams
     return float(args.epoch) + offset
 
 
@@ -138,7 +138,7 @@ def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
     for i, (name, _) in enumerate(cfg.per_stream()):
         if paced:
             index, of = (i, streams) if getattr(args, "index", None) is None else (args.index, args.of)
-            sources[name] = _Camera(frames, _phase(args, index, of), loop=True)
+            sources[name] = _Camera(frames, _phase(args, index, of, frames.fps), loop=True)
         else:
             sources[name] = DemoSource(frames, loop=True, realtime=False)
     outputs = {name: NullOutput(w, h) for name, _ in cfg.per_stream()}

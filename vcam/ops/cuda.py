@@ -635,7 +635,7 @@ class CudaOps:
         self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
     ) -> Any:
         """Camera frame on the device -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
-        those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.convert.band`)."""
+        those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.convert.check_rows`)."""
         cp = self.xp
         fmt = PixelFormat(fmt)
         if out is None:
