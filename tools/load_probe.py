@@ -4,7 +4,8 @@ left it. Usage on the GPU, after `vcam engines build --model MODEL --fp16 --batc
 
     python tools/load_probe.py MODEL OUT [--variants default,threads1]
 
-Variants (each a child process): ``default``; ``threads1``: ``TORCHINDUCTOR_COMPILE_THREADS=1``
+Variants (each a child process): ``default``; ``prepared``: :func:`vcam.engines.compiled.prepare_load`
+first (timed apart, as the engine does while the models load); ``threads1``: ``TORCHINDUCTOR_COMPILE_THREADS=1``
 (no pool of compile workers is started); ``full_build`` then ``full``: an artifact built with
 :func:`full_autotune_options` (build 1's) into OUT/full, then loaded; ``record``: as default, then the cache artifacts recorded
 since the load (the first call's autotuning results) saved to OUT/tune.bin; ``replay``: those
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 from aot_probe import _cuda_ms  # noqa: E402  (CUDA-event median after warm-up)
 
-VARIANTS: dict[str, dict[str, str]] = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
+VARIANTS: dict[str, dict[str, str]] = {"default": {}, "threads1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}, "prepared": {}}
 VARIANTS.update({"record": {}, "replay": {}, "full_build": {}, "full": {}})
 
 
@@ -72,6 +73,7 @@ def child(model: str, out: Path, variant: str) -> dict:
     tune = out / "tune.bin"
     if variant == "replay" and tune.is_file():
         torch.compiler.load_cache_artifacts(tune.read_bytes())
+    prepare_s = compiled.prepare_load() if variant == "prepared" else 0.0
     prof = cProfile.Profile()
     t1 = time.perf_counter()
     prof.enable()
@@ -104,6 +106,7 @@ def child(model: str, out: Path, variant: str) -> dict:
     return {
         "variant": variant,
         "import_s": round(t_import, 2),
+        "prepare_s": round(prepare_s, 2),
         "load_s": round(t2 - t1, 2),
         "first_call_s": round(t3 - t2, 2),
         "second_call_ms": round((t4 - t3) * 1e3, 2),

@@ -291,6 +291,40 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
     return call
 
 
+#: What :func:`load` imports on its first use in a process: Inductor's compiler front and caches,
+#: AOTAutograd's cache, the runtime of Triton kernels. Seconds of Python on every start.
+LOAD_IMPORTS = (
+    "torch._inductor.standalone_compile",
+    "torch._inductor.compile_fx",
+    "torch._inductor.codecache",
+    "torch._functorch._aot_autograd.autograd_cache",
+    "torch._inductor.async_compile",
+    "torch._inductor.runtime.triton_heuristics",
+)
+
+
+def prepare_load() -> float:
+    """Import what :func:`load` needs and compute torch's source key (both kept for the process), so
+    a later load costs only the artifact's own work. No CUDA call: a thread may run it while another
+    captures CUDA graphs. Returns seconds."""
+    import importlib
+
+    t0 = time.perf_counter()
+    for name in LOAD_IMPORTS:
+        importlib.import_module(name)
+    from torch._inductor.codecache import torch_key
+
+    torch_key()
+    return time.perf_counter() - t0
+
+
+def built_any(cache_dir: str | os.PathLike | None, name: str, precision: str) -> bool:
+    """Whether the cache holds any artifact of ``name`` at this precision (for any batch, GPU or
+    library: a cheap test made before the module exists, to start :func:`prepare_load` early)."""
+    root = resolve_cache_dir(cache_dir) / "compiled"
+    return root.is_dir() and any(root.glob(f"{Path(name).stem}.{precision}.b*{SUFFIX}"))
+
+
 def remove(path: Path) -> None:
     """Delete an entry, its sidecar and its build log (a stale or corrupt one)."""
     for p in (path, sidecar(path), build_log(path)):
@@ -346,6 +380,7 @@ __all__ = [
     "build",
     "build_log",
     "build_options",
+    "built_any",
     "compile_mode",
     "device_name",
     "entries",
@@ -353,7 +388,9 @@ __all__ = [
     "inductor_cache",
     "library_of",
     "load",
+    "LOAD_IMPORTS",
     "prebuild",
+    "prepare_load",
     "read_meta",
     "remove",
     "structure_digest",

@@ -178,6 +178,19 @@ class TorchEngine:
 
         graph = OnnxGraph.load(model, name)
         self.architecture = recognise(graph)
+        self.compile_mode = _compiled.compile_mode(compile)
+        if self.compile_mode != "off" and self.architecture is None:
+            # Only the native modules trace into one graph (a generic graph reads shapes on the host).
+            (log.warning if self.compile_mode == "build" else log.debug)(
+                "%s: compiled engines are for the native architectures (inswapper); running uncompiled", self.name
+            )
+            self.compile_mode = "off"
+        self._prepared: threading.Thread | None = None
+        if self.compile_mode == "auto" and _compiled.built_any(cache_dir, self.architecture or "", self.precision):
+            # Inductor's imports take seconds: made now, while this thread builds the module and
+            # captures its graphs, so the load that starts with the frames has only the artifact left.
+            self._prepared = threading.Thread(target=self._prepare_load, name=f"{self.name}-inductor", daemon=True)
+            self._prepared.start()
         self.inputs = [TensorInfo(n, s, d) for n, s, d in graph.inputs]
         raw_outputs = [TensorInfo(n, s, d) for n, s, d in graph.outputs]
         self._in_names = [i.name for i in self.inputs]
@@ -204,19 +217,13 @@ class TorchEngine:
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
         self.module = module
-        self.compile_mode = _compiled.compile_mode(compile)
         self._fn = module
         self._structure: str | None = None
-        if self.compile_mode != "off" and self.architecture is None:
-            # Only the native modules trace into one graph (a generic graph reads shapes on the host).
-            (log.warning if self.compile_mode == "build" else log.debug)(
-                "%s: compiled engines are for the native architectures (inswapper); running uncompiled", self.name
-            )
-            self.compile_mode = "off"
         self._compiled_fns: dict[tuple, Any] = {}  # capture key -> loaded artifact, in use
         self._ready: dict[tuple, Any] = {}  # capture key -> loaded by the background thread, not yet in a graph
         self._loader: threading.Thread | None = None
         self._to_load: tuple | None = None  # (sizes, items) the loader takes once frames flow
+        self._load_started = 0.0  # when the loader started (perf_counter)
         self._closing = threading.Event()
         self.cuda_graphs = bool(cuda_graphs) and device == "cuda"
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
@@ -442,11 +449,20 @@ class TorchEngine:
     def _start_loading(self) -> None:
         todo, items = self._to_load
         self._to_load = None
+        self._load_started = time.perf_counter()
         _compiled.inductor_cache(self.cache_dir)
         self._loader = threading.Thread(
             target=self._load_in_background, args=(todo, items), name=f"{self.name}-compiled", daemon=True
         )
         self._loader.start()
+
+    def _prepare_load(self) -> None:
+        try:
+            seconds = _compiled.prepare_load()
+        except Exception as exc:  # the load itself will say what is wrong
+            log.debug("%s: preparing the compiled engines' load failed (%s: %s)", self.name, type(exc).__name__, exc)
+            return
+        log.info("%s: Inductor imported for the compiled engines in %.1f s", self.name, seconds)
 
     def _load_in_background(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
         # Loading runs Python for seconds (the artifact, then the Triton kernels at the first call):
@@ -462,6 +478,8 @@ class TorchEngine:
 
     def _load_sizes(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
         torch = _torch
+        if self._prepared is not None:
+            self._prepared.join()
         for b in sizes:
             if self._closing.is_set():
                 return
@@ -507,6 +525,12 @@ class TorchEngine:
             if self.cuda_graphs and key in self._graphs:
                 b, items = key[0], dict(zip([i.name for i in self.inputs], key[1:]))
                 self._graphs[key] = self._capture(b, items)
+            log.info(
+                "%s: compiled engine for batch %d in use %.2f s after the first call",
+                self.name,
+                key[0],
+                time.perf_counter() - self._load_started,
+            )
         self._fast.clear()
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
