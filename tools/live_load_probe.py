@@ -4,14 +4,13 @@ frames: each variant is a fresh `vcam -v run --device cuda --fp16 --model inswap
 engine cache. Usage on the GPU (after `vcam engines build --model DIR/inswapper_128.onnx --fp16
 --batch 1`):
 
-    python tools/live_load_probe.py DIR OUT [--variants plain,prepared,early] [--seconds 12]
+    python tools/live_load_probe.py DIR OUT [--variants now,late,plain] [--seconds 12]
 
-Variants: ``prepared``: vcam as it is (Inductor imported in a thread while the models load, the
-artifact loaded from the first swapped frame on); ``plain``: no early import (the load imports
-Inductor itself, as before 2026-12-01); ``early``: as ``prepared``, and the artifact's load starts
-as soon as the swapper's warm-up ends instead of at the first swapped frame. Prints one row per
-variant (first frame, first swapped frame, Inductor import, load, in use, latency, drops) and
-writes OUT/live_load.json.
+Variants: ``now``: vcam as it is (Inductor imported in a thread from the swapper's construction on,
+the artifact loaded from the end of its warm-up on); ``late``: the load starts at the first
+swapped frame instead; ``plain``: that, and no early import (the load imports Inductor itself: as
+before 2026-12-01). Prints one row per variant (first frame, first swapped frame, Inductor import,
+load, in use, calls run uncompiled, latency, drops) and writes OUT/live_load.json.
 """
 
 from __future__ import annotations
@@ -28,18 +27,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+_LATE = (
+    "from vcam.engines.torch import TorchEngine as T\n"
+    "_plan = T._plan_loads\n"
+    "def _late(self, sizes, items):\n"
+    "    start = T._start_loading\n"
+    "    T._start_loading = lambda self: None\n"
+    "    try:\n"
+    "        _plan(self, sizes, items)\n"
+    "    finally:\n"
+    "        T._start_loading = start\n"
+    "T._plan_loads = _late\n"
+)
 PATCHES = {
-    "prepared": "",
-    "plain": "import vcam.engines.compiled as c; c.built_any = lambda *a, **k: False\n",
-    "early": (
-        "from vcam.engines.torch import TorchEngine as T\n"
-        "_plan = T._plan_loads\n"
-        "def _early(self, sizes, items):\n"
-        "    _plan(self, sizes, items)\n"
-        "    if self._to_load is not None:\n"
-        "        self._start_loading()\n"
-        "T._plan_loads = _early\n"
-    ),
+    "now": "",
+    "late": _LATE,
+    "plain": _LATE + "import vcam.engines.compiled as c; c.built_any = lambda *a, **k: False\n",
 }
 
 FIELDS = {
@@ -48,7 +51,8 @@ FIELDS = {
     "early_frames": r"(\d+) early frames",
     "import_s": r"Inductor imported for the compiled engines in ([\d.]+) s",
     "loaded_s": r"compiled engine for batch 1 loaded in ([\d.]+) s",
-    "in_use_s": r"compiled engine for batch 1 in use ([\d.]+) s after the first call",
+    "in_use_s": r"compiled engine for batch 1 in use ([\d.]+) s after its load started",
+    "uncompiled_calls": r"(\d+) earlier calls ran uncompiled",
     "p50_ms": r"latency p50 ([\d.]+) ms",
     "p99_ms": r"latency p50 [\d.]+ ms, p99 ([\d.]+) ms",
     "dropped_capture": r"dropped (\d+) at capture",
@@ -85,7 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models")
     ap.add_argument("out")
-    ap.add_argument("--variants", default="plain,prepared,early")
+    ap.add_argument("--variants", default="now,late,plain,now")
     ap.add_argument("--seconds", type=float, default=12.0)
     args = ap.parse_args()
     out = Path(args.out)
@@ -93,7 +97,7 @@ def main() -> None:
     work = Path("/tmp/vcam-live-load")
     work.mkdir(parents=True, exist_ok=True)
     rows = [run(v, Path(args.models), work, args.seconds) for v in args.variants.split(",") if v]
-    cols = ["first_frame_s", "first_swapped_s", "import_s", "loaded_s", "in_use_s", "p50_ms", "p99_ms"]
+    cols = ["first_frame_s", "first_swapped_s", "import_s", "loaded_s", "in_use_s", "uncompiled_calls", "p50_ms", "p99_ms"]
     cols += ["dropped_capture", "dropped_late"]
     print(f"{'variant':<10} " + " ".join(f"{c:>16}" for c in cols))
     for row in rows:

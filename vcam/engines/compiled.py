@@ -278,7 +278,10 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
     except (KeyError, ValueError) as exc:
         raise ArtifactError(f"{path.name} names a tensor this module lacks ({exc})") from exc
     try:
-        fn = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+        # One thread: every kernel is in the artifact, so a pool of compile workers (processes that
+        # import torch, one per core, started by the first Triton kernel) would only take CPU.
+        with torch._inductor.config.patch(compile_threads=1):
+            fn = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
     except Exception as exc:  # a truncated or foreign file fails deep inside Inductor, in many ways
         raise ArtifactError(f"{path.name} does not load ({type(exc).__name__}: {str(exc)[:160]})") from exc
 
@@ -304,10 +307,12 @@ LOAD_IMPORTS = (
 
 
 def prepare_load() -> float:
-    """Import what :func:`load` needs and compute torch's source key (both kept for the process), so
-    a later load costs only the artifact's own work. No CUDA call: a thread may run it while another
-    captures CUDA graphs. Returns seconds."""
+    """Import what :func:`load` needs and compute the keys it checks (torch's and Triton's sources:
+    kept for the process), so a later load costs only the artifact's own work. Nothing runs on a
+    stream: a thread may run it while another captures CUDA graphs. Returns seconds."""
     import importlib
+
+    import torch
 
     t0 = time.perf_counter()
     for name in LOAD_IMPORTS:
@@ -315,6 +320,10 @@ def prepare_load() -> float:
     from torch._inductor.codecache import torch_key
 
     torch_key()
+    if torch.cuda.is_available():
+        from torch.utils._triton import triton_hash_with_backend
+
+        triton_hash_with_backend()  # Triton's sources hashed and ptxas asked its version: 0.4 s on the H200
     return time.perf_counter() - t0
 
 

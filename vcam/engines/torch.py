@@ -224,6 +224,7 @@ class TorchEngine:
         self._loader: threading.Thread | None = None
         self._to_load: tuple | None = None  # (sizes, items) the loader takes once frames flow
         self._load_started = 0.0  # when the loader started (perf_counter)
+        self._uncompiled_calls = 0  # calls made while a load was under way, before any size ran compiled
         self._closing = threading.Event()
         self.cuda_graphs = bool(cuda_graphs) and device == "cuda"
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
@@ -309,10 +310,7 @@ class TorchEngine:
         docstring. With CUDA graphs the graph for this batch size and these shapes is captured now."""
         if n > min(self.max_batch, self._cap) or n < 1:
             raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
-        if self._ready:
-            self._adopt(wait=False)
-        elif self._to_load is not None:
-            self._start_loading()
+        self._take_loaded(wait=False)
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
         cap = self._captured_for(self._padded(step), items) if self.cuda_graphs else None
@@ -432,8 +430,9 @@ class TorchEngine:
                 self._compiled_fns[self._graph_key(b, items)] = fn
 
     def _plan_loads(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        """``compile="auto"``: the built sizes are loaded in a background thread, started by the first
-        call after the warm-ups (so their captures never wait for it)."""
+        """``compile="auto"``: the built sizes are loaded in a background thread, started now, at the
+        end of the warm-up: while the rest of the pipeline loads, so the first frames usually find
+        them ready (each first call waits for the other engines' graph captures, and they for it)."""
         todo = [b for b in sorted(set(sizes)) if self._compile_target(b, items)[1].is_file()]
         missing = sorted(set(sizes) - set(todo))
         if missing:
@@ -445,8 +444,11 @@ class TorchEngine:
             )
         if todo:
             self._to_load = (todo, items)
+            self._start_loading()
 
     def _start_loading(self) -> None:
+        if self._loader is not None and self._loader.is_alive():
+            return  # one loader at a time: the next call starts this one
         todo, items = self._to_load
         self._to_load = None
         self._load_started = time.perf_counter()
@@ -485,12 +487,14 @@ class TorchEngine:
                 return
             t0 = time.perf_counter()
             try:
-                # The first call loads the Triton kernels: here, on a stream of this thread's own,
-                # while no graph is being captured.
+                # Python, file reads and the kernels' modules: nothing on a stream, so no lock (other
+                # threads' captures are thread-local).
+                fn = self._load_one(b, items, rebuild=False)
+                if fn is None:
+                    continue
+                # The first call tunes cuDNN's convolutions and may synchronise the device: here, on
+                # a stream of this thread's own, while no graph is being captured.
                 with _CAPTURE_LOCK:
-                    fn = self._load_one(b, items, rebuild=False)
-                    if fn is None:
-                        continue
                     side = torch.cuda.Stream(self._dev) if self.device == "cuda" else None
                     with (
                         torch.inference_mode(),
@@ -505,6 +509,16 @@ class TorchEngine:
                 continue
             self._ready[self._graph_key(b, items)] = fn
             log.info("%s: compiled engine for batch %d loaded in %.1f s", self.name, b, time.perf_counter() - t0)
+
+    def _take_loaded(self, wait: bool) -> None:
+        """At a call: put what the loader finished into use (see :meth:`_adopt`), or start a load
+        still planned; counts the calls made uncompiled while a load was under way."""
+        if self._ready:
+            self._adopt(wait=wait)
+        elif self._to_load is not None:
+            self._start_loading()
+        if self._loader is not None and not self._compiled_fns:
+            self._uncompiled_calls += 1
 
     def _adopt(self, wait: bool = True) -> None:
         """Put the artifacts the background thread loaded into use (the calling thread captures their
@@ -526,10 +540,11 @@ class TorchEngine:
                 b, items = key[0], dict(zip([i.name for i in self.inputs], key[1:]))
                 self._graphs[key] = self._capture(b, items)
             log.info(
-                "%s: compiled engine for batch %d in use %.2f s after the first call",
+                "%s: compiled engine for batch %d in use %.2f s after its load started; %d earlier calls ran uncompiled",
                 self.name,
                 key[0],
                 time.perf_counter() - self._load_started,
+                self._uncompiled_calls,
             )
         self._fast.clear()
 
@@ -601,10 +616,7 @@ class TorchEngine:
             outs = cap.outputs
         else:
             with _torch.inference_mode(), self._backend_flags():
-                if self._ready:
-                    self._adopt()
-                elif self._to_load is not None:
-                    self._start_loading()
+                self._take_loaded(wait=True)
                 outs = self._forward([s[:b] for s in static], self._compiled_fns.get(self._graph_key(b, items)))
         return outs if b == n else [o[:n] for o in outs]  # a batch-1 file's outputs may have no batch axis
 
