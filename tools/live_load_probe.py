@@ -7,7 +7,8 @@ engine cache. Usage on the GPU (after `vcam engines build --model DIR/inswapper_
     python tools/live_load_probe.py DIR OUT [--variants now,late,plain] [--seconds 12]
 
 Variants: ``now``: vcam as it is (Inductor imported in a thread from the swapper's construction on,
-the artifact loaded from the end of its warm-up on); ``late``: the load starts at the first
+the artifact loaded from the end of its warm-up on); ``now01``: as ``now``, with a switch interval of
+0.1 ms (not 0.5) while loading; ``late``: the load starts at the first
 swapped frame instead; ``plain``: that, and no early import (the load imports Inductor itself: as
 before 2026-12-01). Prints one row per variant (first frame, first swapped frame, Inductor import,
 load, in use, calls run uncompiled, latency, drops) and writes OUT/live_load.json.
@@ -41,9 +42,17 @@ _LATE = (
 )
 PATCHES = {
     "now": "",
+    "now01": "import vcam.engines.torch as t; t._QUICK_SWITCHES.seconds = 0.0001\n",
     "late": _LATE,
     "plain": _LATE + "import vcam.engines.compiled as c; c.built_any = lambda *a, **k: False\n",
 }
+#: Every INFO line of vcam's loggers, stamped with milliseconds since logging was imported.
+TIMELINE = (
+    "import logging, sys\n"
+    "_h = logging.StreamHandler(sys.stderr)\n"
+    "_h.setFormatter(logging.Formatter('T+%(relativeCreated)d ms %(threadName)s %(name)s: %(message)s'))\n"
+    "logging.getLogger('vcam').addHandler(_h)\n"
+)
 
 FIELDS = {
     "first_frame_s": r"first frame ([\d.]+) s after start",
@@ -68,7 +77,7 @@ def run(variant: str, models: Path, work: Path, seconds: float) -> dict:
         make_clip(clip, 60, 1)
     cfg = work / "live_load.toml"
     cfg.write_text(f"[models]\ndir = '{models}'\n")
-    code = PATCHES[variant] + "import sys\nfrom vcam.cli import main\nsys.argv[0] = 'vcam'\nmain()\n"
+    code = TIMELINE + PATCHES[variant] + "import sys\nfrom vcam.cli import main\nsys.argv[0] = 'vcam'\nmain()\n"
     args = ["-v", "run", "-c", str(cfg), "--quiet", "--device", "cuda", "--fp16", "--model", "inswapper_128"]
     args += ["--face", str(photo), "--input", str(clip), "--realtime", "--duration", f"{seconds:g}s", "--output", "null"]
     t0 = time.perf_counter()
@@ -80,6 +89,7 @@ def run(variant: str, models: Path, work: Path, seconds: float) -> dict:
         row[key] = float(m.group(1)) if m else None
     keep = ("compiled", "Inductor", "first frame")
     row["lines"] = [ln.strip()[:240] for ln in text.splitlines() if any(k in ln for k in keep)][:8]
+    row["timeline"] = [ln[:200] for ln in text.splitlines() if ln.startswith("T+")][:40]
     if r.returncode:
         row["tail"] = text[-1500:]
     return row
@@ -89,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models")
     ap.add_argument("out")
-    ap.add_argument("--variants", default="now,late,plain,now")
+    ap.add_argument("--variants", default="plain,now,now01,late,plain,now,now01")
     ap.add_argument("--seconds", type=float, default=12.0)
     args = ap.parse_args()
     out = Path(args.out)

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,37 @@ except ImportError:  # pragma: no cover - exercised where torch is absent
 
 log = logging.getLogger(__name__)
 
-#: The interpreter's switch interval (s) while compiled engines load in the background.
-_LOAD_SWITCH_INTERVAL = 0.0005
+
+class _QuickSwitches:
+    """The interpreter's switch interval, shortened while any background load runs (Inductor's
+    imports, an artifact's load: seconds of Python). A thread that released the interpreter's lock
+    for a CUDA call (the frame loop, the warm-ups) waits up to one interval to take it back from a
+    thread running Python: 0.5 ms instead of Python's 5 ms. Counted, since loads overlap; the
+    interval is process state, so this is one object for the process."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._users = 0
+        self._before = 0.0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._before, self.seconds))
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and sys.getswitchinterval() == min(self._before, self.seconds):  # not changed since
+                    sys.setswitchinterval(self._before)
+
+
+_QUICK_SWITCHES = _QuickSwitches(0.0005)
 
 TORCH_HINT = (
     "install PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]'), or use --backend onnxruntime"
@@ -460,23 +489,16 @@ class TorchEngine:
 
     def _prepare_load(self) -> None:
         try:
-            seconds = _compiled.prepare_load()
+            with _QUICK_SWITCHES.held():
+                seconds = _compiled.prepare_load()
         except Exception as exc:  # the load itself will say what is wrong
             log.debug("%s: preparing the compiled engines' load failed (%s: %s)", self.name, type(exc).__name__, exc)
             return
         log.info("%s: Inductor imported for the compiled engines in %.1f s", self.name, seconds)
 
     def _load_in_background(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        # Loading runs Python for seconds (the artifact, then the Triton kernels at the first call):
-        # meanwhile the interpreter hands its lock over every 0.5 ms instead of every 5 ms, so the
-        # frame loop, which takes the lock back after each CUDA call, does not stall behind it.
-        before = sys.getswitchinterval()
-        sys.setswitchinterval(min(before, _LOAD_SWITCH_INTERVAL))
-        try:
+        with _QUICK_SWITCHES.held():  # a second of Python, beside the warm-ups or the first frames
             self._load_sizes(sizes, items)
-        finally:
-            if sys.getswitchinterval() == min(before, _LOAD_SWITCH_INTERVAL):  # not changed since
-                sys.setswitchinterval(before)
 
     def _load_sizes(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
         torch = _torch
