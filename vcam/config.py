@@ -114,8 +114,8 @@ class PipelineConfig:
         "auto",
         "Compiled swap network (the inswapper on the PyTorch backend; on an H200 1.0 ms a face instead of 1.9): "
         "'auto' uses the batch sizes `vcam engines build` compiled for this GPU and torch, loaded in the background "
-        "while the first frames run uncompiled; 'build' compiles the missing ones before swapping (about two minutes "
-        "each on a GPU, once); 'off' never. Flag: --compile.",
+        "while the rest of the pipeline loads (a frame that comes first runs uncompiled); 'build' compiles the "
+        "missing ones before swapping (about two minutes each on a GPU, once); 'off' never. Flag: --compile.",
     )
     band: bool = _opt(
         True,

@@ -17,10 +17,11 @@ another file name; a sidecar that does not match (a copied or edited file) or an
 to load is an :class:`ArtifactError`, which the engine answers by rebuilding or by running
 uncompiled, with one log line: never a crash.
 
-Loading an artifact costs about 3.5 s on the H200 (most of it importing Inductor's runtime) and its
-first call a quarter of a second (the Triton kernels are loaded; nothing is tuned then, see
-:func:`build_options`); :class:`~vcam.engines.torch.TorchEngine` does that off the frame loop
-(``compile="auto"``).
+Loading an artifact costs about 4 s on the H200 in a fresh process: 2.2-2.4 s of imports and
+source keys (:func:`prepare_load`, which the engine runs in a thread while the module is built),
+then 0.7-1.0 s of the artifact's own load, and its first call 0.2-0.4 s (cuDNN tunes the
+convolutions left to it; no Triton kernel is tuned, see :func:`build_options`);
+:class:`~vcam.engines.torch.TorchEngine` does all of it off the frame loop (``compile="auto"``).
 """
 
 from __future__ import annotations

@@ -151,9 +151,10 @@ class TorchEngine:
 
     ``compile`` (:mod:`vcam.engines.compiled`, for models whose inputs have fixed item shapes):
     ``"auto"``: each batch size whose compiled artifact is in the engine cache is loaded in a
-    background thread from the first call on and replaces that size's uncompiled graph between two
-    calls (the first frames run uncompiled; a missing size stays uncompiled, with one log line that
-    names ``vcam engines build``); ``"build"`` (or True): missing artifacts are built now (minutes
+    background thread from the end of the warm-up on (Inductor's imports from the construction on)
+    and replaces that size's uncompiled graph between two calls (a call before that runs
+    uncompiled; a missing size stays uncompiled, with one log line that names ``vcam engines
+    build``); ``"build"`` (or True): missing artifacts are built now (minutes
     each on CUDA), and every size is captured compiled; ``"off"`` (or False): never compiled.
     """
 
