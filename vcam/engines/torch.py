@@ -218,7 +218,7 @@ class TorchEngine:
         self._prepared: threading.Thread | None = None
         if self.compile_mode == "auto" and _compiled.built_any(cache_dir, self.architecture or "", self.precision):
             # Inductor's imports take seconds: made now, while this thread builds the module and
-            # captures its graphs, so the load that starts with the frames has only the artifact left.
+            # captures its graphs, so the load that follows the warm-up has only the artifact left.
             self._prepared = threading.Thread(target=self._prepare_load, name=f"{self.name}-inductor", daemon=True)
             self._prepared.start()
         self.inputs = [TensorInfo(n, s, d) for n, s, d in graph.inputs]
@@ -252,7 +252,7 @@ class TorchEngine:
         self._compiled_fns: dict[tuple, Any] = {}  # capture key -> loaded artifact, in use
         self._ready: dict[tuple, Any] = {}  # capture key -> loaded by the background thread, not yet in a graph
         self._loader: threading.Thread | None = None
-        self._to_load: tuple | None = None  # (sizes, items) the loader takes once frames flow
+        self._to_load: tuple | None = None  # (sizes, items) planned while a load ran: the next call starts it
         self._load_started = 0.0  # when the loader started (perf_counter)
         self._uncompiled_calls = 0  # calls made while a load was under way, before any size ran compiled
         self._closing = threading.Event()
