@@ -153,8 +153,12 @@ def artifact_key(
 def artifact_path(cache_dir: str | os.PathLike | None, name: str, key: EngineKey, batch: int) -> Path:
     """``<cache>/compiled/<name>.<precision>.b<batch>.<digest>.art``; ``name``: the native
     architecture (one artifact serves every file of it) or the model file's name."""
-    stem = Path(name).stem
-    return resolve_cache_dir(cache_dir) / "compiled" / f"{stem}.{key.precision}.b{batch}.{key.digest()}{SUFFIX}"
+    return resolve_cache_dir(cache_dir) / "compiled" / f"{_stem(name, key.precision)}{batch}.{key.digest()}{SUFFIX}"
+
+
+def _stem(name: str, precision: str) -> str:
+    """What every artifact of ``name`` at ``precision`` is named with, up to its batch size."""
+    return f"{Path(name).stem}.{precision}.b"
 
 
 def trace(module: Any, args: Sequence[Any]) -> tuple[Any, list, list[str]]:
@@ -332,7 +336,7 @@ def built_any(cache_dir: str | os.PathLike | None, name: str, precision: str) ->
     """Whether the cache holds any artifact of ``name`` at this precision (for any batch, GPU or
     library: a cheap test made before the module exists, to start :func:`prepare_load` early)."""
     root = resolve_cache_dir(cache_dir) / "compiled"
-    return root.is_dir() and any(root.glob(f"{Path(name).stem}.{precision}.b*{SUFFIX}"))
+    return root.is_dir() and any(root.glob(f"{_stem(name, precision)}*{SUFFIX}"))
 
 
 def remove(path: Path) -> None:

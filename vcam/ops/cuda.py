@@ -297,6 +297,20 @@ class _Readback:
         self.host = []
 
 
+def _copy_ranges(dst: int, src: int, ranges: Sequence[tuple[int, int]], kind: int, stream: Any) -> int:
+    """One async copy on ``stream`` per byte range [lo, hi) from ``src + lo`` to ``dst + lo`` (the
+    same layout both sides: a frame's rows moved between its host and device slots). Returns the
+    bytes queued."""
+    import cupy
+
+    moved = 0
+    for lo, hi in ranges:
+        if hi > lo:
+            cupy.cuda.runtime.memcpyAsync(dst + lo, src + lo, hi - lo, kind, stream.ptr)
+            moved += hi - lo
+    return moved
+
+
 class _DeviceIO:
     """Pinned host slots and device slots per direction, ``ring`` frames in flight (see the module
     docstring). Events order the copy stream against the compute stream. A frame may move in row
@@ -401,12 +415,9 @@ class _DeviceIO:
             dev.set(host, stream=ops.copy_in)
             ops.transfers.h2d_bytes += host.nbytes
             return
-        src, dst, kind = host.ctypes.data, dev.data.ptr, cupy.cuda.runtime.memcpyHostToDevice
-        for rows in parts:
-            for lo, hi in band_bytes(self.in_fmt, self.width, self.height, rows):
-                if hi > lo:
-                    cupy.cuda.runtime.memcpyAsync(dst + lo, src + lo, hi - lo, kind, ops.copy_in.ptr)
-                    ops.transfers.h2d_bytes += hi - lo
+        ranges = [r for rows in parts for r in band_bytes(self.in_fmt, self.width, self.height, rows)]
+        kind = cupy.cuda.runtime.memcpyHostToDevice
+        ops.transfers.h2d_bytes += _copy_ranges(dev.data.ptr, host.ctypes.data, ranges, kind, ops.copy_in)
 
     def _uploaded(self, slot: int, staged: tuple[Staging, int] | None) -> None:
         ops = self.ops
@@ -439,14 +450,9 @@ class _DeviceIO:
         else:
             if self.out_fmt is None:
                 raise ValueError("a download in parts needs the output format (frame_io(..., out_fmt=))")
-            width, height = self._out_size
-            for rows in parts:
-                for lo, hi in band_bytes(self.out_fmt, width, height, rows):
-                    if hi > lo:
-                        cupy.cuda.runtime.memcpyAsync(
-                            host.ctypes.data + lo, dev.data.ptr + lo, hi - lo, cupy.cuda.runtime.memcpyDeviceToHost, ops.copy.ptr
-                        )
-                        ops.transfers.d2h_bytes += hi - lo
+            ranges = [r for rows in parts for r in band_bytes(self.out_fmt, *self._out_size, rows)]
+            kind = cupy.cuda.runtime.memcpyDeviceToHost
+            ops.transfers.d2h_bytes += _copy_ranges(host.ctypes.data, dev.data.ptr, ranges, kind, ops.copy)
         if last:
             ops.transfers.d2h += 1
             ops.transfers.d2h_arrays += 1
