@@ -25,8 +25,8 @@ def vcam_cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProc
 
 def two_people():
     """A 960x480 frame with the astronaut on the left and Grace Hopper on the right, faces 160 px wide."""
-    from vcam import demo
-    from vcam.detect import RetinaFaceDetector
+    from vcam.stages import demo
+    from vcam.stages.detect import RetinaFaceDetector
 
     det = RetinaFaceDetector()
     items = []

@@ -45,17 +45,17 @@ for step in $steps; do
       standins
       timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1 --frames 300 \
         --json "$OUT/bench_quick.json" 2>&1 | tee "$OUT/bench_quick.txt" | tail -n 14 || rc=1
-      timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+      timeout 120 python3 -m benchmarks.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
         --json "$OUT/bench_daemon_quick.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_quick.txt" | tail -n 5 || rc=1 ;;
     bench)
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces 1,4,8 --frames 200 --json "$OUT/bench_1080p.json" \
         2>&1 | tee "$OUT/bench_1080p.txt" | tail -n 16 || rc=1
-      timeout 200 python3 -m vcam.bench.detect --device cuda --json "$OUT/bench_detect_cuda.json" \
+      timeout 200 python3 -m benchmarks.detect --device cuda --json "$OUT/bench_detect_cuda.json" \
         2>&1 | tee "$OUT/bench_detect_cuda.txt" | tail -n 12 || rc=1 ;;
     streams)
       standins
-      timeout ${STREAMS_TIMEOUT:-300} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
+      timeout ${STREAMS_TIMEOUT:-300} python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
         --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_streams.json" \
         2>&1 | tee "$OUT/bench_streams.txt" | tail -n 12 || rc=1 ;;
     compiled)
@@ -70,7 +70,7 @@ for step in $steps; do
           --json "$OUT/bench_compiled.json" 2>&1 | tee "$OUT/bench_compiled.txt" | tail -n 12 || rc=1
       fi
       for c in auto off; do
-        timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        timeout 120 python3 -m benchmarks.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
           --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile $c \
           --json "$OUT/bench_daemon_$c.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_$c.txt" | tail -n 5 || rc=1
       done
@@ -86,13 +86,13 @@ for step in $steps; do
         --batch ${COMPILED_BATCHES:-1,4} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
       timeout 200 python3 -m vcam bench --device cuda --size 1080p --faces 1 --frames 300 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -n 14 || rc=1
-      timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+      timeout 120 python3 -m benchmarks.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
         --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
-      timeout ${STREAMS_TIMEOUT:-200} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+      timeout ${STREAMS_TIMEOUT:-200} python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --compile auto --json "$OUT/bench_streams.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams.txt" | tail -n 8 || rc=1
-      timeout ${STREAMS_TIMEOUT:-200} python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+      timeout ${STREAMS_TIMEOUT:-200} python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --compile auto --phases in --modes daemon-paced,processes-paced \
         --json "$OUT/bench_streams_in_step.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams_in_step.txt" | tail -n 4 || rc=1 ;;
     streamdiag)
@@ -103,14 +103,14 @@ for step in $steps; do
         timeout 120 python3 tools/latency_breakdown.py --model-dir $M --paced --streams $n --compile ${DIAG_COMPILE:-off} \
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_streams.txt" | tail -n 22 || rc=1
       done
-      timeout 120 python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+      timeout 120 python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon-paced --compile ${DIAG_COMPILE:-off} --deadline 0 \
         --json "$OUT/bench_streams_nodeadline.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams_nodeadline.txt" | tail -n 4 || rc=1 ;;
     paced)
       # Issue 12: four paced streams in one daemon against four processes, out of step and in step.
       standins
       for ph in out in; do
-        timeout 100 python3 -m vcam.bench.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        timeout 100 python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
           --swapper inswapper_128 --model-dir $M --fp16 --compile ${PACED_COMPILE:-auto} --phases $ph \
           --modes daemon-paced,processes-paced --json "$OUT/bench_paced_$ph.json" 2>&1 | grep -v NON-COMMERCIAL \
           | tee "$OUT/bench_paced_$ph.txt" | tail -n 3 || rc=1
@@ -120,7 +120,7 @@ for step in $steps; do
       standins
       timeout ${COMPILED_BUILD_TIMEOUT:-200} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
         --batch 1 2>&1 | tail -n 1 || rc=1
-      timeout 90 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
+      timeout 90 python3 -m benchmarks.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon-paced --compile auto \
         --json "$OUT/bench_daemon_paced.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_paced.txt" | tail -n 3 || rc=1 ;;
     engines)
@@ -133,7 +133,7 @@ for step in $steps; do
     daemon)
       # The one-stream daemon on the 1080p one-face clip (issue 9's daemon figures), flat out and at 30 fps.
       standins
-      timeout 200 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
+      timeout 200 python3 -m benchmarks.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-6} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --json "$OUT/bench_daemon.json" \
         2>&1 | tee "$OUT/bench_daemon.txt" | tail -n 6 || rc=1 ;;
     profile)
@@ -175,7 +175,7 @@ for step in $steps; do
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown.txt" | tail -n 16 || rc=1
       done
       if [ "${LATENCY_STREAMS:-1}" = 1 ]; then
-        timeout 120 python3 -m vcam.bench.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+        timeout 120 python3 -m benchmarks.streams --device cuda --streams 1 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
           --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
           --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
       fi ;;
@@ -205,7 +205,7 @@ for step in $steps; do
         2>&1 | tail -n 2
       timeout 150 python3 tools/latency_breakdown.py --model-dir $M --paced --faces 6 \
         2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown_6.txt" | tail -n 18 || rc=1
-      timeout 150 python3 -m vcam.bench.streams --device cuda --streams 1 --faces 6 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
+      timeout 150 python3 -m benchmarks.streams --device cuda --streams 1 --faces 6 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
         --json "$OUT/bench_daemon_6.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_6.txt" | tail -n 5 || rc=1 ;;
     fp8)
@@ -214,22 +214,22 @@ for step in $steps; do
       # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
       # and where a paced frame's latency goes in the real daemon.
       standins
-      timeout 200 python3 -m vcam.bench.predict --device cuda --fp16 --swapper inswapper_128 --model-dir $M \
+      timeout 200 python3 -m benchmarks.predict --device cuda --fp16 --swapper inswapper_128 --model-dir $M \
         --json "$OUT/bench_predict.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_predict.txt" | tail -n 4 || rc=1
       timeout 120 python3 tools/latency_breakdown.py --model-dir $M --paced --json "$OUT/latency_paced.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_paced.txt" | tail -n 16 || rc=1 ;;
     upscale)
-      timeout ${UPSCALE_TIMEOUT:-200} python3 -m vcam.bench.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
+      timeout ${UPSCALE_TIMEOUT:-200} python3 -m benchmarks.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
         2>&1 | tee "$OUT/bench_upscale.txt" | tail -n 12 || rc=1 ;;
     mjpeg)
       # A camera's MJPG decoded on the GPU (nvJPEG) against the CPU, alone and in the real daemon (issue 9 item 6).
       standins
-      timeout ${MJPEG_TIMEOUT:-300} python3 -m vcam.bench.mjpeg --device cuda --size 1080p --seconds ${MJPEG_SECONDS:-5} \
+      timeout ${MJPEG_TIMEOUT:-300} python3 -m benchmarks.mjpeg --device cuda --size 1080p --seconds ${MJPEG_SECONDS:-5} \
         --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_mjpeg.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_mjpeg.txt" | tail -n 12 || rc=1 ;;
     startup)
       # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start.
-      timeout ${STARTUP_TIMEOUT:-300} python3 -m vcam.bench.startup --device cuda --runs ${STARTUP_RUNS:-2} \
+      timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} \
         --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 12 || rc=1 ;;
     telemetry)

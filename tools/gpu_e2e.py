@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 def make_clip(path: Path, frames: int, faces: int, width: int = 1920, height: int = 1080) -> None:
     """A clip with ``faces`` portraits on a grid, each drifting a little per frame."""
-    from vcam.demo import gradient, group_frame
-    from vcam.publish import FileOutput
+    from vcam.stages.demo import gradient, group_frame
+    from vcam.stages.publish import FileOutput
 
     bg = gradient(width, height)
     out = FileOutput(path, width, height, 30.0, timing="frames")
@@ -239,7 +239,7 @@ def mjpeg_run(work: Path, models: Path, src: list, photo: Path, results: list) -
     ``--decode cpu``: every frame written and swapped, the two within the decoders' difference; then
     paced like a camera (``--realtime``), where the first frames are published before the models
     are loaded."""
-    from vcam.bench.mjpeg import write_mjpeg
+    from benchmarks.mjpeg import write_mjpeg
 
     clip = work / "faces_mjpeg.avi"
     write_mjpeg(clip, src)

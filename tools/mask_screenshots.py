@@ -20,9 +20,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vcam import assemble, demo  # noqa: E402
 from vcam.config import Config, build  # noqa: E402
-from vcam.faces import face_from_image  # noqa: E402
+from vcam.runtime import assemble  # noqa: E402
+from vcam.stages import demo  # noqa: E402
+from vcam.stages.faces import face_from_image  # noqa: E402
 from vcam.state import RuntimeState  # noqa: E402
 from vcam.types import Frame, PixelFormat  # noqa: E402
 
@@ -102,7 +103,7 @@ def main() -> None:
     box = tuple(int(v) for v in (max(cx - side / 2, 0), max(cy - side / 2, 0), min(cx + side / 2, 1280), min(cy + side / 2, 720)))
     cv2.imwrite(str(out / "masks_demo.png"), sheet(frame, box, 200, old), [cv2.IMWRITE_PNG_COMPRESSION, 9])
     img = demo.portrait("grace_hopper")
-    from vcam.detect import RetinaFaceDetector
+    from vcam.stages.detect import RetinaFaceDetector
 
     fbox = demo.face_box(img, RetinaFaceDetector())
     scene, _ = demo.faces_scene((1280, 720), img, fbox, [(150, (300, 330)), (110, (640, 300)), (190, (980, 360))])

@@ -1,3 +1,3 @@
-from .cli import main
+from vcam.cli import main
 
 main()

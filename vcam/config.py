@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from .errors import ConfigError
+from vcam.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -10,7 +10,7 @@ Per-person mapping (``[[swap.map]]``, ``vcam ctl map``): the state keeps target 
 face name and the targets' reference faces (each with its recogniser embedding). The snapshot
 carries them resolved to faces (:class:`Mapping`), so a face replaced on disk and reloaded is what
 its mappings use from the next frame on. Which track gets which source is decided by
-:class:`vcam.mapping.Assigner`.
+:class:`vcam.stages.mapping.Assigner`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .errors import ControlError, FaceError
-from .types import SourceFace
+from vcam.errors import ControlError, FaceError
+from vcam.types import SourceFace
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Status:
     full_scans: int = 0
     gpu: dict | None = None  # the newest GPU reading (vcam.telemetry.GpuSample.as_dict()), None without telemetry
     upscale_skipped: int = 0  # frames resized instead of enhanced: the frame enhancer would have pushed them over the budget
-    degraded: tuple[str, ...] = ()  # optional stages turned off under load (vcam.degrade), in the order they went
+    degraded: tuple[str, ...] = ()  # optional stages turned off under load (vcam.runtime.degrade), in the order they went
 
     @property
     def guarded_total(self) -> int:
@@ -250,7 +250,7 @@ class RuntimeState:
     # -- per-person mapping (control side) ---------------------------------------------------
     def set_target_loader(self, loader: Callable[[str], SourceFace] | None) -> None:
         """``loader(name_or_photo)`` loads a target reference face with the run's recogniser
-        embedding (:func:`vcam.mapping.load_mappings` sets it when a recogniser is loaded). Without
+        embedding (:func:`vcam.stages.mapping.load_mappings` sets it when a recogniser is loaded). Without
         one, :meth:`set_mapping` only accepts targets already registered, and says how to turn
         mapping on when there are none."""
         with self._lock:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .state import Status, guard_text
-from .types import FrameStats
+from vcam.state import Status, guard_text
+from vcam.types import FrameStats
 
 
 def process_age() -> float | None:
@@ -161,7 +161,7 @@ def status_parts(status: Status) -> list[str]:
     if text := status.guard_text():
         parts.append(text)
     if status.gpu:
-        from .telemetry import gpu_text
+        from vcam.telemetry import gpu_text
 
         parts.append(gpu_text(status.gpu))
     if status.upscale_skipped:

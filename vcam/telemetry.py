@@ -86,7 +86,7 @@ class GpuSample:
     @property
     def forced_slowdown(self) -> bool:
         """Clocks forced down by heat (sw/hw_thermal) or a hardware signal (hw_slowdown,
-        hw_power_brake): what the :class:`vcam.degrade.Degrader` should be told as ``throttled``."""
+        hw_power_brake): what the :class:`vcam.runtime.degrade.Degrader` should be told as ``throttled``."""
         return any(r in FORCED for r in self.throttle)
 
     def text(self) -> str:

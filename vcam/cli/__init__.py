@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import VcamError
+from vcam.errors import VcamError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="FastSwap Cam: live face swap as a virtual camera.")
 console = Console(stderr=True)
@@ -41,7 +41,7 @@ def fail(err: VcamError) -> NoReturn:
 
 def load_config(config: Optional[Path] = None, overrides: dict | None = None, labels: dict | None = None) -> Any:
     """The one Config: defaults, the file (``--config``, ``$VCAM_CONFIG`` or the user's), overrides."""
-    from .. import config as config_mod
+    from vcam import config as config_mod
 
     try:
         return config_mod.load(config, overrides, labels)
@@ -59,8 +59,8 @@ def main() -> None:
         sys.exit(err.exit_code)
 
 
-from . import bench, control, engines, faces, models, run  # noqa: E402  (each adds its commands to `app`)
-from .run import format_status  # noqa: E402
+from vcam.cli import bench, control, engines, faces, models, run  # noqa: E402  (each adds its commands to `app`)
+from vcam.cli.run import format_status  # noqa: E402
 
 __all__ = [
     "ConfigOpt",

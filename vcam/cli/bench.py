@@ -1,11 +1,11 @@
-"""``vcam bench``: the pipeline against the naive loop (see :mod:`vcam.bench.pipeline`)."""
+"""``vcam bench``: the pipeline against the naive loop (see :mod:`vcam.runtime.bench`)."""
 
 from __future__ import annotations
 
 import typer
 
-from ..errors import VcamError
-from . import app, fail, out
+from vcam.cli import app, fail, out
+from vcam.errors import VcamError
 
 
 @app.command("bench")
@@ -29,7 +29,7 @@ def bench(
     ),
 ) -> None:
     """Time the pipeline on synthetic frames against the naive loop; prints a table, writes JSON."""
-    from ..bench.pipeline import run, table
+    from vcam.runtime.bench import run, table
 
     try:
         res = run(

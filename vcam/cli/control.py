@@ -9,10 +9,10 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..errors import ControlError, VcamError
-from . import ConfigOpt, app
-from . import fail as _fail
-from . import load_config as _config
+from vcam.cli import ConfigOpt, app
+from vcam.cli import fail as _fail
+from vcam.cli import load_config as _config
+from vcam.errors import ControlError, VcamError
 
 obs_app = typer.Typer(no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5).")
 ctl_app = typer.Typer(no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket).")
@@ -27,7 +27,7 @@ err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
 def bank_images(faces_dir: Path) -> dict[str, Path]:
     """Face name -> photo path for every usable face of the bank (empty when there is none); a
     damaged face is named on stderr with its fix and left out."""
-    from ..faces import FaceBank
+    from vcam.stages.faces import FaceBank
 
     entries, damaged = FaceBank(faces_dir).scan()
     for exc in damaged.values():
@@ -37,7 +37,7 @@ def bank_images(faces_dir: Path) -> dict[str, Path]:
 
 def map_targets(cfg) -> dict[str, str]:
     """Mapped person -> the face the config gives them (``[[swap.map]]``), by the names vcam uses."""
-    from ..mapping import face_name
+    from vcam.stages.mapping import face_name
 
     return {face_name(e["target"]): face_name(e["source"]) for e in cfg.swap.map}
 
@@ -54,7 +54,7 @@ def obs_setup(
 ) -> None:
     """Create the "FastSwap Faces" scene (one source per face) and one per mapped person; print the
     hotkeys. With several streams in the config, one "FastSwap Faces (NAME)" scene per stream."""
-    from ..control.obs import connect, setup_scene
+    from vcam.control.obs import connect, setup_scene
 
     try:
         cfg = _config(config)
@@ -65,7 +65,7 @@ def obs_setup(
         def camera_device(label: str) -> str | None:
             if not add_camera_source:
                 return None
-            from ..devices import find_virtual_camera
+            from vcam.devices import find_virtual_camera
 
             cam = find_virtual_camera(label)
             return cam.path if cam is not None else None
@@ -110,7 +110,7 @@ def obs_setup(
 @obs_app.command("status")
 def obs_status(config: Optional[Path] = ConfigOpt) -> None:
     """Say whether OBS is reachable and the control scene is set up."""
-    from ..control.obs import obs_check
+    from vcam.control.obs import obs_check
 
     try:
         cfg = _config(config)
@@ -144,7 +144,7 @@ def _stream(ctx: typer.Context | None) -> str | None:
 
 
 def _send(config: Optional[Path], cmd: dict, ctx: typer.Context | None = None) -> dict:
-    from ..control.local import send_command
+    from vcam.control.local import send_command
 
     stream = _stream(ctx)
     if stream:
@@ -189,7 +189,7 @@ def ctl_map(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Give one person in frame their own face (needs a run started with --map or swap.map entries)."""
-    from ..mapping import is_photo_arg
+    from vcam.stages.mapping import is_photo_arg
 
     if is_photo_arg(target) and Path(target).expanduser().is_file():
         target = str(Path(target).expanduser().resolve())  # the daemon runs in another folder
@@ -205,7 +205,7 @@ def ctl_unmap(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Drop a person's mapping: they follow the default again (swap.unmatched)."""
-    from ..mapping import face_name
+    from vcam.stages.mapping import face_name
 
     reply = _send(config, {"unmap": face_name(target)}, ctx)  # a photo's target goes by its file name
     for line in _mapping_lines(reply.get("mappings", {})):
@@ -216,9 +216,9 @@ def ctl_unmap(
 def ctl_status(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
     """Print the daemon's state, mappings and live numbers as JSON (on stderr also: NaN/Inf guard
     counts, the GPU reading and the stages turned off under load)."""
-    from ..state import guard_text
-    from ..status import degraded_text
-    from ..telemetry import GpuSample, throttle_warning
+    from vcam.state import guard_text
+    from vcam.status import degraded_text
+    from vcam.telemetry import GpuSample, throttle_warning
 
     reply = _send(config, {"status": True}, ctx)
     reply.pop("ok", None)

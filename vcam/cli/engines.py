@@ -11,9 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import VcamError
-from . import app as root
-from . import fail, load_config
+from vcam.cli import app as root
+from vcam.cli import fail, load_config
+from vcam.errors import VcamError
 
 app = typer.Typer(no_args_is_help=True, help="Compiled engines: build them once, list the cache.")
 root.add_typer(app, name="engines", help="Compiled engines: build (once per GPU and torch), list.")
@@ -44,15 +44,15 @@ def build(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="config.toml to use."),
 ) -> None:
     """Compile the swap network for this GPU, torch and precision, once per batch size."""
-    from ..engines.compiled import prebuild
+    from vcam.engines.compiled import prebuild
 
     sizes = _batches(batch)
     cfg = load_config(config)
     try:
         path = Path(model).expanduser()
         if path.suffix != ".onnx":
-            from ..models import registry
-            from ..models.download import ModelStore
+            from vcam.models import registry
+            from vcam.models.download import ModelStore
 
             name = model or (cfg.swap.swapper if cfg.swap.swapper in registry.MODELS else "inswapper_128")
             path = ModelStore.from_config(cfg).ensure([name])[name]
@@ -80,8 +80,8 @@ def list_engines(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Engine cache (default: the one `vcam run` uses)."),
 ) -> None:
     """The compiled engines in the cache, and whether this machine can use them."""
-    from ..engines.cache import resolve_cache_dir
-    from ..engines.compiled import entries, here
+    from vcam.engines.cache import resolve_cache_dir
+    from vcam.engines.compiled import entries, here
 
     current = here()
     table = Table()

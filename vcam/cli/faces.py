@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from ..faces import FaceBank
-from . import app, load_config
-from . import fail as _fail
+from vcam.cli import app, load_config
+from vcam.cli import fail as _fail
+from vcam.stages.faces import FaceBank
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def faces_list(ctx: typer.Context) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..errors import VcamError
+    from vcam.errors import VcamError
 
     try:
         cfg = _config(ctx)
@@ -63,17 +63,17 @@ def faces_add(
     """Add the face in PHOTO to the bank."""
     from rich.console import Console
 
-    from ..errors import ModelError, VcamError
+    from vcam.errors import ModelError, VcamError
 
     try:
         cfg = _config(ctx)
-        from ..detect import RetinaFaceDetector
+        from vcam.stages.detect import RetinaFaceDetector
 
         detector = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
         recogniser = None
         try:  # the embedding is cached now when the recogniser is already on disk
-            from ..models.download import ModelStore
-            from ..recognize import DEFAULT_RECOGNISER, create_recogniser
+            from vcam.models.download import ModelStore
+            from vcam.stages.recognize import DEFAULT_RECOGNISER, create_recogniser
 
             store = ModelStore.from_config(cfg, progress=False)
             if store.path(DEFAULT_RECOGNISER).is_file():
@@ -91,7 +91,7 @@ def faces_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Face 
     """Remove a face from the bank (its folder and cached embeddings)."""
     from rich.console import Console
 
-    from ..errors import VcamError
+    from vcam.errors import VcamError
 
     try:
         FaceBank.from_config(_config(ctx)).remove(name)

@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import VcamError
-from ..models import registry
-from . import app as root
-from . import fail as _fail
-from . import load_config
+from vcam.cli import app as root
+from vcam.cli import fail as _fail
+from vcam.cli import load_config
+from vcam.errors import VcamError
+from vcam.models import registry
 
 app = typer.Typer(no_args_is_help=True, help="Face models: list, download, verify, stand-ins.")
 root.add_typer(app, name="models", help="Model files: list, pull, verify, stand-ins.")
@@ -22,7 +22,7 @@ out = Console(soft_wrap=True, highlight=False)
 
 
 def _store(ctx: typer.Context, mirror: list[str] | None = None, progress: bool = True):
-    from ..models.download import ModelStore
+    from vcam.models.download import ModelStore
 
     return ModelStore.from_config(load_config(), mirrors=list(mirror or []), progress=progress)
 
@@ -126,7 +126,7 @@ def stand_in(
     seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
 ) -> None:
     """Write an ONNX stand-in with NAME's real tensors and random weights (not a trained model)."""
-    from ..models.standin import write
+    from vcam.models.standin import write
 
     try:
         p = write(name, out_path, tiny=tiny, seed=seed)

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from ..errors import VcamError
-from . import ConfigOpt, app, console, fail, load_config, out
+from vcam.cli import ConfigOpt, app, console, fail, load_config, out
+from vcam.errors import VcamError
 
 
 def _parse_maps(values: list[str]) -> list[dict]:
@@ -33,7 +33,7 @@ def parse_stream_flags(values: list[str]) -> list[dict]:
     """``--stream`` values -> ``[[streams]]`` rows. ``INPUT=OUTPUT`` splits at the first '='; the
     options are the trailing ``,key=value`` parts whose key is a stream key (so a path may hold
     commas)."""
-    from ..config import STREAM_KEYS
+    from vcam.config import STREAM_KEYS
 
     rows = []
     for v in values:
@@ -100,8 +100,8 @@ def run(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
-    from ..config import Duration
-    from ..daemon import Daemon
+    from vcam.config import Duration
+    from vcam.runtime.daemon import Daemon
 
     # Each flag names the config key it overrides; a flag left out keeps the file's value.
     flags = {
@@ -136,7 +136,7 @@ def run(
         fail(VcamError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
     cfg = load_config(config, overrides, labels)
     if stream:
-        from ..config import parse_streams
+        from vcam.config import parse_streams
 
         try:
             cfg = cfg.replace(streams=parse_streams(parse_stream_flags(stream), "--stream"))
@@ -149,7 +149,7 @@ def run(
 
     from dataclasses import replace
 
-    from ..errors import ModelError
+    from vcam.errors import ModelError
 
     status_line = _StatusLine(enabled=not quiet)
     several = len(cfg.streams) > 1
@@ -225,7 +225,7 @@ class _StatusLine:
 
 
 def format_status(status, active: str | None, swap: bool) -> str:
-    from ..status import status_suffix
+    from vcam.status import status_suffix
 
     budget = " [bold red]OVER LATENCY BUDGET[/]" if status.over_budget else ""
     face = active or "none (pass-through)"
@@ -239,7 +239,7 @@ def format_status(status, active: str | None, swap: bool) -> str:
 @app.command()
 def check(config: Optional[Path] = ConfigOpt) -> None:
     """Check dependencies, GPU, virtual camera, cameras, models and OBS; print the fix for each failure."""
-    from ..check import run_checks
+    from vcam.runtime.check import run_checks
 
     cfg = load_config(config)
     failed = 0
@@ -254,7 +254,7 @@ def check(config: Optional[Path] = ConfigOpt) -> None:
 @app.command()
 def devices() -> None:
     """List cameras and virtual cameras."""
-    from ..devices import list_video_devices
+    from vcam.devices import list_video_devices
 
     devs = list_video_devices()
     if not devs:
@@ -273,7 +273,7 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
     cfg = load_config(config)
     if cfg.source_path:
         out.print(f"# from {cfg.source_path}", highlight=False)
-    from ..config import SECTIONS, toml_value
+    from vcam.config import SECTIONS, toml_value
 
     for table in SECTIONS:
         out.print(f"[{table}]", highlight=False, markup=False)

@@ -6,8 +6,8 @@ command means the same thing whichever way it arrives.
 
 from __future__ import annotations
 
-from ..errors import ControlError
-from ..state import RuntimeState
+from vcam.errors import ControlError
+from vcam.state import RuntimeState
 
 
 def apply_command(state: RuntimeState, cmd: dict) -> dict:

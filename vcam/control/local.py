@@ -11,7 +11,7 @@ object per line back.
                                  {"ok": true, ..., "mappings": {"alice": "grace"}}
     {"unmap": "alice"}           {"ok": true, ..., "mappings": {}}
 
-Every reply carries ``mappings`` (target -> source face, see :mod:`vcam.mapping`).
+Every reply carries ``mappings`` (target -> source face, see :mod:`vcam.stages.mapping`).
 
 Only the user can connect: the socket file is created with mode 0600 (umask set around ``bind``,
 then ``chmod``), a parent directory created here gets 0700, a parent that someone else owns or can
@@ -41,9 +41,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ControlError, VcamError
-from ..state import RuntimeState
-from . import apply_command
+from vcam.control import apply_command
+from vcam.errors import ControlError, VcamError
+from vcam.state import RuntimeState
 
 log = logging.getLogger(__name__)
 

@@ -57,10 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ObsConfig
-from ..errors import ControlError, FaceError
-from ..state import RuntimeState, Snapshot
-from .local import apply_control
+from vcam.config import Config, ObsConfig
+from vcam.control.local import apply_control
+from vcam.errors import ControlError, FaceError
+from vcam.state import RuntimeState, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -845,7 +845,7 @@ class ObsController:
         mappings = self.state.mappings
         if mappings:
             extra += "  map: " + ", ".join(f"{t} -> {f}" for t, f in mappings.items())
-        from ..status import status_parts
+        from vcam.status import status_parts
 
         for part in status_parts(st):  # NaN guard counts, the GPU reading, the stages off under load
             extra += f"  {part}"

@@ -37,8 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import EngineUnavailable, ModelError
-from .onnx_graph import ModelSource, source_name
+from vcam.engines.onnx_graph import ModelSource, source_name
+from vcam.errors import EngineUnavailable, ModelError
 
 log = logging.getLogger(__name__)
 

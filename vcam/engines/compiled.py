@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineUnavailable
-from .cache import EngineKey, resolve_cache_dir, sidecar
+from vcam.engines.cache import EngineKey, resolve_cache_dir, sidecar
+from vcam.errors import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def prebuild(
     """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
     batch size of ``max_batch``). Returns the engine's description and ``(batch, "built" | "cached",
     seconds)`` per size."""
-    from .torch import TorchEngine
+    from vcam.engines.torch import TorchEngine
 
     engine = TorchEngine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="auto", warmup=False)
     try:

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from ..errors import ModelError
+from vcam.errors import ModelError
 
 ModelSource = Union[str, "os.PathLike[str]", bytes]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineUnavailable, ModelError
-from . import TensorInfo, check_feeds, item_shapes
-from .onnx_graph import ModelSource, source_name
+from vcam.engines import TensorInfo, check_feeds, item_shapes
+from vcam.engines.onnx_graph import ModelSource, source_name
+from vcam.errors import EngineUnavailable, ModelError
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineUnavailable, ModelError
-from . import cache
-from .onnx_graph import ModelSource, OnnxGraph, load_onnx, source_name
+from vcam.engines import cache
+from vcam.engines.onnx_graph import ModelSource, OnnxGraph, load_onnx, source_name
+from vcam.errors import EngineUnavailable, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class _Arrays:
 
     def empty(self, shape: tuple, dtype: np.dtype) -> Any:
         if self.kind == "torch":
-            from .torch import _torch_dtype
+            from vcam.engines.torch import _torch_dtype
 
             return self.torch.empty(shape, dtype=_torch_dtype(dtype), device="cuda")
         return self.cupy.empty(shape, dtype=dtype)
@@ -182,14 +182,14 @@ class _Arrays:
 
     def contiguous_as(self, arr: Any, dtype: np.dtype) -> Any:
         if self.kind == "torch":
-            from .torch import _torch_dtype
+            from vcam.engines.torch import _torch_dtype
 
             return arr.to(dtype=_torch_dtype(dtype)).contiguous()
         return self.cupy.ascontiguousarray(arr, dtype=dtype)
 
     def is_ready(self, arr: Any, dtype: np.dtype) -> bool:
         if self.kind == "torch":
-            from .torch import _torch_dtype
+            from vcam.engines.torch import _torch_dtype
 
             return arr.is_contiguous() and arr.dtype == _torch_dtype(dtype)
         return bool(arr.flags.c_contiguous) and arr.dtype == dtype
@@ -292,7 +292,7 @@ class TensorRTEngine:
         self.skipped: list[str] = []
         self._arrays = _Arrays.pick()
 
-        from . import TensorInfo
+        from vcam.engines import TensorInfo
 
         graph = OnnxGraph(load_onnx(model, name, external_data=False), name=self.name)
         self.profile = cache.profile_for({n: s for n, s, _ in graph.inputs}, self.max_batch, dynamic=dynamic)
@@ -351,7 +351,7 @@ class TensorRTEngine:
 
     def input_buffers(self, n: int, shapes: dict[str, Any] | None = None) -> dict[str, Any]:
         """Device arrays ``[:n]`` (CuPy when installed, else torch), reused across calls."""
-        from . import item_shapes
+        from vcam.engines import item_shapes
 
         items = item_shapes(self.inputs, shapes)
         arrays = _Arrays("cupy") if _has_cupy() else self._arrays

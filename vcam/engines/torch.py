@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineUnavailable
-from . import TensorInfo, check_feeds, item_shapes
-from . import compiled as _compiled
-from .onnx_graph import ModelSource, OnnxGraph, recognise, source_name
+from vcam.engines import TensorInfo, check_feeds, item_shapes
+from vcam.engines import compiled as _compiled
+from vcam.engines.onnx_graph import ModelSource, OnnxGraph, recognise, source_name
+from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
     import torch as _torch
@@ -273,14 +273,14 @@ class TorchEngine:
 
     def _build_module(self, graph: OnnxGraph) -> tuple[Any, list[str], list[str]]:
         if self.architecture == "inswapper":
-            from .native.inswapper import load_inswapper_from_graph
+            from vcam.engines.native.inswapper import load_inswapper_from_graph
 
             return load_inswapper_from_graph(graph), ["target", "source"], list(graph.output_names)
         if self.architecture == "retinaface":
-            from .native.retinaface import load_retinaface_from_graph
+            from vcam.engines.native.retinaface import load_retinaface_from_graph
 
             return load_retinaface_from_graph(graph), ["input"], ["loc", "conf", "landmarks"]
-        from .native.graph import GraphModule
+        from vcam.engines.native.graph import GraphModule
 
         module = GraphModule(graph)
         return module, list(self._in_names), list(graph.output_names)

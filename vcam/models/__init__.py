@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import MODELS, ModelSpec, get, of_kind
+from vcam.models.registry import MODELS, ModelSpec, get, of_kind
 
 
 def open_engine(
@@ -24,8 +24,8 @@ def open_engine(
     call (default: the face batch, ``[pipeline] max_faces``). A model of another kind is refused
     before its file is touched."""
     spec = of_kind(name, kind)
-    from ..engines import create_engine
-    from .download import ModelStore
+    from vcam.engines import create_engine
+    from vcam.models.download import ModelStore
 
     store = store or ModelStore.from_config(cfg)
     path = store.ensure([name], download=download)[name]

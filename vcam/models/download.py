@@ -32,9 +32,9 @@ from datetime import datetime, timezone
 from http.client import HTTPException, IncompleteRead
 from pathlib import Path
 
-from ..errors import ModelError
-from . import registry
-from .registry import ModelSpec
+from vcam.errors import ModelError
+from vcam.models import registry
+from vcam.models.registry import ModelSpec
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ logits per pixel out; :data:`PARSER_CLASSES` maps region names to class indices)
 ``landmarker`` (2DFAN4: a box crop in, 68 points in 64-px heatmap units out; fan_68_5: 5 points in
 the unit ``ffhq_512`` frame in, 68 points in the same frame out).
 
-Frame upscalers (``upscaler``, the frame enhancer of :mod:`vcam.upscale`): Real-ESRGAN's RRDBNet,
+Frame upscalers (``upscaler``, the frame enhancer of :mod:`vcam.stages.upscale`): Real-ESRGAN's RRDBNet,
 RGB in [0, 1] in, RGB in [0, 1] out at ``scale`` times the side. The rows declare the 256-px tile
 FaceFusion feeds them (its ``size`` (256, 16, 8)); the frame enhancer reads the loaded file's own
 input dims and uses any tile side when they are dynamic.
@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import ModelError
+from vcam.errors import ModelError
 
 PRIMARY = "https://github.com/facefusion/facefusion-assets/releases/download/{base}/{file}"
 MIRROR = "https://huggingface.co/facefusion/{base}/resolve/main/{file}"

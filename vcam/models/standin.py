@@ -62,8 +62,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelError
-from . import registry
+from vcam.errors import ModelError
+from vcam.models import registry
 
 OPSET = 17
 IR_VERSION = 8
@@ -383,7 +383,7 @@ def build_landmarker(spec: registry.ModelSpec, *, tiny: bool = False, seed: int 
 
 
 def _build_fan_68_5(spec: registry.ModelSpec, *, seed: int = 0):
-    from ..align import TEMPLATES, apply, umeyama
+    from vcam.align import TEMPLATES, apply, umeyama
 
     g = _Graph(seed)
     x, out = spec.inputs[0], spec.outputs[0]

@@ -1,10 +1,10 @@
 """Array operations of the pipeline, one implementation per device.
 
-The stage order (:mod:`vcam.pipeline`) is written once over an :class:`Ops` object; everything that
+The stage order (:mod:`vcam.pipeline.pipeline`) is written once over an :class:`Ops` object; everything that
 depends on where pixels live is here:
 
-- :class:`~vcam.ops.numpy.NumpyOps`: NumPy/OpenCV. The references in :mod:`vcam.convert`,
-  :mod:`vcam.align` and :mod:`vcam.blend` are both the CPU implementation and the test oracle.
+- :class:`~vcam.ops.numpy.NumpyOps`: NumPy/OpenCV. The references in :mod:`vcam.kernels.convert`,
+  :mod:`vcam.align` and :mod:`vcam.kernels.paste` are both the CPU implementation and the test oracle.
 - :class:`~vcam.ops.cuda.CudaOps`: CuPy kernels (``kernels/*.cu``) with the same signatures, a
   compute stream and a copy stream, pinned host rings and device buffers, counted transfers.
 
@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..align import PlanarAffine
-from ..types import Frame, PixelFormat
+from vcam.align import PlanarAffine
+from vcam.types import Frame, PixelFormat
 
 
 @dataclass
@@ -207,12 +207,12 @@ class Ops(Protocol):
     ) -> Any: ...
 
     def lab_from_bgr(self, crops: Any, count: int, out: Any) -> Any:
-        """Crops (F, S, S, 3) uint8 BGR -> CIE L*a*b* (F, S, S, 3) float32 (:func:`vcam.color.lab_from_bgr`)."""
+        """Crops (F, S, S, 3) uint8 BGR -> CIE L*a*b* (F, S, S, 3) float32 (:func:`vcam.kernels.color.lab_from_bgr`)."""
         ...
 
     def bgr_from_lab(self, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
         """``lab * scale[f] + shift[f]`` (+ the upsampled ``membrane``) -> uint8 BGR; ``scale``/``shift``
-        (F, 3) float32 in the ops' memory (:func:`vcam.color.bgr_from_lab`)."""
+        (F, 3) float32 in the ops' memory (:func:`vcam.kernels.color.bgr_from_lab`)."""
         ...
 
     def lab_membrane(
@@ -227,7 +227,7 @@ class Ops(Protocol):
         sigma: float = 2.0,
         clip: float = 12.0,
     ) -> Any:
-        """The seamless offset grid (F, G, G, 3) float32 (:func:`vcam.color.lab_membrane`)."""
+        """The seamless offset grid (F, G, G, 3) float32 (:func:`vcam.kernels.color.lab_membrane`)."""
         ...
 
     def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any: ...
@@ -267,15 +267,15 @@ class Ops(Protocol):
     ) -> Any:
         """Upscaled tiles (T, 3, S, S) in [0, 1], feathered by ``weights`` (4, S) float32 per side
         ``flags``, added at ``origins`` (T, 2) (host, output pixels) to ``acc`` (sH, sW, 4) float32; a
-        NaN/Inf tile adds the resize of ``frame`` and counts in ``guard`` (:func:`vcam.upscale.accumulate_tiles`)."""
+        NaN/Inf tile adds the resize of ``frame`` and counts in ``guard`` (:func:`vcam.stages.upscale.accumulate_tiles`)."""
         ...
 
     def normalize_tiles(self, acc: Any, out: Any) -> Any:
-        """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR (:func:`vcam.upscale.normalize_tiles`)."""
+        """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR (:func:`vcam.stages.upscale.normalize_tiles`)."""
         ...
 
     def resize_bilinear(self, frame: Any, out: Any) -> Any:
-        """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear (:func:`vcam.upscale.resize_bilinear`)."""
+        """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear (:func:`vcam.stages.upscale.resize_bilinear`)."""
         ...
 
 
@@ -297,10 +297,10 @@ def cuda_status() -> tuple[bool, str]:
 def make_ops(device: str) -> Ops:
     """The ops for ``"cpu"`` or ``"cuda"`` (DeviceError when CUDA cannot run here)."""
     if device == "cuda":
-        from .cuda import CudaOps
+        from vcam.ops.cuda import CudaOps
 
         return CudaOps()
-    from .numpy import NumpyOps
+    from vcam.ops.numpy import NumpyOps
 
     return NumpyOps()
 

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from ..align import PlanarAffine, invert
-from ..blend import paste_boxes
-from ..convert import band_bytes, check_420_output, check_rows, frame_shape
-from ..errors import DeviceError, InputError
-from ..types import Frame, PixelFormat
-from . import Clock, HostClock, Transfers
-from .kernels import Kernels
+from vcam.align import PlanarAffine, invert
+from vcam.errors import DeviceError, InputError
+from vcam.kernels.build import Kernels
+from vcam.kernels.convert import band_bytes, check_420_output, check_rows, frame_shape
+from vcam.kernels.paste import paste_boxes
+from vcam.ops import Clock, HostClock, Transfers
+from vcam.types import Frame, PixelFormat
 
 BLOCK = 256
 MAX_FACES = 32  # faces per launch (kernels/warp.cu, kernels/paste.cu); larger batches loop
@@ -175,7 +175,7 @@ class Staging:
 
     def claim(self) -> np.ndarray:
         """The next buffer, once its last upload has left it (call in the capture thread): a source
-        with ``read_into`` writes the next frame there itself (:class:`~vcam.capture.CaptureThread`
+        with ``read_into`` writes the next frame there itself (:class:`~vcam.stages.capture.CaptureThread`
         ``target``), and :meth:`stage` then has nothing to copy."""
         i = self._next
         self._next = (i + 1) % len(self.buffers)
@@ -217,7 +217,7 @@ class Staging:
 
 
 class DeviceRing:
-    """Device BGR frames a producer thread writes (the GPU JPEG decoder, :mod:`vcam.decode`) and the
+    """Device BGR frames a producer thread writes (the GPU JPEG decoder, :mod:`vcam.stages.decode`) and the
     pipeline reads as they are, with no upload. ``ready[i]``: buffer ``i`` is written (the upload
     waits for it on the device); ``free[i]``: the pipeline's convert has read it (the producer
     waits for it before writing it again). A buffer the pipeline has taken but not yet read is
@@ -331,7 +331,7 @@ class _DeviceIO:
         if PixelFormat(in_fmt) is PixelFormat.MJPEG:
             raise InputError(
                 "the GPU pipeline takes decoded frames, not MJPEG",
-                hint="decode them first with vcam.decode.open_decoder (the daemon does)",
+                hint="decode them first with vcam.stages.decode.open_decoder (the daemon does)",
             )
         self.ops = ops
         self.ring = int(ring)
@@ -636,12 +636,12 @@ class CudaOps:
     def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]:
         return [_EventClock(self, names) if timing else HostClock() for _ in range(ring)]
 
-    # -- convert (twins of vcam.convert) --------------------------------------------------------
+    # -- convert (twins of vcam.kernels.convert) --------------------------------------------------------
     def to_bgr(
         self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
     ) -> Any:
         """Camera frame on the device -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
-        those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.convert.check_rows`)."""
+        those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.kernels.convert.check_rows`)."""
         cp = self.xp
         fmt = PixelFormat(fmt)
         if out is None:
@@ -835,7 +835,7 @@ class CudaOps:
         )
         return crops
 
-    # -- colour (twins of vcam.color) -----------------------------------------------------------
+    # -- colour (twins of vcam.kernels.color) -----------------------------------------------------------
     def _color_params(self, ref: Any, scale: Any, shift: Any) -> tuple[Any, Any, np.int32]:
         """(scale, shift, affine flag) kernel arguments: (F, 3) float32 device arrays, or ``ref``
         (any valid device array, never read) twice and 0 when there is no affine."""
@@ -902,7 +902,7 @@ class CudaOps:
         clip: float = 12.0,
     ) -> Any:
         """The seamless offset grid (F, G, G, 3) float32; one block of 256 threads per face."""
-        from ..color import MAX_GRID
+        from vcam.kernels.color import MAX_GRID
 
         n = int(count)
         if n <= 0:
@@ -923,7 +923,7 @@ class CudaOps:
         self._launch("color", "lab_membrane", (n,), args)
         return out
 
-    # -- blend (twin of vcam.blend.paste_back) --------------------------------------------------
+    # -- blend (twin of vcam.kernels.paste.paste_back) --------------------------------------------------
     def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
         """Blend ``count`` crops (F, S, S, 3) into ``frame`` in place; ``mask`` (S, S) or (F, S, S)
         float32 on the device. One launch per 32 faces; faces blend in order."""
@@ -959,12 +959,12 @@ class CudaOps:
             )
         return frame
 
-    # -- mask stage (twins of vcam.mask) --------------------------------------------------------
+    # -- mask stage (twins of vcam.stages.mask) --------------------------------------------------------
     def polygon_masks(
         self, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
     ) -> Any:
         """Face/mouth shapes times ``base`` into ``out`` (F, S, S) float32; shapes by value, one launch
-        per 8 faces (see :func:`vcam.mask.polygon_masks`)."""
+        per 8 faces (see :func:`vcam.stages.mask.polygon_masks`)."""
         n = int(count)
         size = int(out.shape[-1])
         per_face = base.ndim == 3
@@ -998,13 +998,13 @@ class CudaOps:
         feather: float = 0.12,
     ) -> Any:
         """Face/mouth shapes from 5 crop-space points (F, 5, 2), geometry on the device: the host
-        fills one cached parameter block (see :func:`vcam.mask.landmark_masks`); one launch per 32 faces."""
+        fills one cached parameter block (see :func:`vcam.stages.mask.landmark_masks`); one launch per 32 faces."""
         n = int(count)
         size = int(out.shape[-1])
         per_face = base.ndim == 3
         p = self._lm_params
         if p is None:
-            from ..mask import _FACE_CENTRE_5, _local_planes
+            from vcam.stages.mask import _FACE_CENTRE_5, _local_planes
 
             p = self._lm_params = np.zeros(1, dtype=LANDMARKS)
             p["face_local"][0], p["mouth_local"][0] = _local_planes()
@@ -1026,7 +1026,7 @@ class CudaOps:
         return out
 
     def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any:
-        """``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (see :func:`vcam.mask.resample_masks`)."""
+        """``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (see :func:`vcam.stages.mask.resample_masks`)."""
         cp = self.xp
         n = int(count)
         if n <= 0:
@@ -1060,7 +1060,7 @@ class CudaOps:
         return out
 
     def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any:
-        """Arg-max class in the bit set ``classes`` -> 1, else 0 (see :func:`vcam.mask.parser_select`)."""
+        """Arg-max class in the bit set ``classes`` -> 1, else 0 (see :func:`vcam.stages.mask.parser_select`)."""
         cp = self.xp
         n = int(count)
         if n <= 0:
@@ -1084,7 +1084,7 @@ class CudaOps:
         )
         return out
 
-    # -- frame enhancer (twins of vcam.upscale) ----------------------------------------------------
+    # -- frame enhancer (twins of vcam.stages.upscale) ----------------------------------------------------
     def accumulate_tiles(
         self,
         output: Any,
@@ -1097,7 +1097,7 @@ class CudaOps:
         frame: Any,
         rgb: bool = True,
     ) -> Any:
-        """Add ``count`` upscaled tiles to ``acc`` (see :func:`vcam.upscale.accumulate_tiles`): per 64
+        """Add ``count`` upscaled tiles to ``acc`` (see :func:`vcam.stages.upscale.accumulate_tiles`): per 64
         tiles one guard launch (a block per tile) and one launch over the tiles' union, each thread
         summing the tiles that cover its pixel in order (no atomics: the twin's order)."""
         cp = self.xp

@@ -8,11 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import align, blend, convert
-from .. import mask as masks
-from ..align import PlanarAffine
-from ..types import Frame, PixelFormat
-from . import Clock, HostClock, Transfers
+from vcam import align
+from vcam.align import PlanarAffine
+from vcam.kernels import convert
+from vcam.kernels import paste as blend
+from vcam.ops import Clock, HostClock, Transfers
+from vcam.stages import mask as masks
+from vcam.types import Frame, PixelFormat
 
 
 class _HostIO:
@@ -131,7 +133,7 @@ class NumpyOps:
     def to_bgr(
         self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
     ) -> np.ndarray:
-        """The reference's results through OpenCV (:func:`vcam.convert.to_bgr_cv`: YUV within one
+        """The reference's results through OpenCV (:func:`vcam.kernels.convert.to_bgr_cv`: YUV within one
         level); with ``rows`` (y0, y1) only those rows of ``out`` are written."""
         if rows is None:
             return convert.to_bgr_cv(data, fmt, width, height, out=out)
@@ -143,7 +145,7 @@ class NumpyOps:
         return out
 
     def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> np.ndarray:
-        """The reference's results through OpenCV (:func:`vcam.convert.from_bgr_cv`: 4:2:0 within one
+        """The reference's results through OpenCV (:func:`vcam.kernels.convert.from_bgr_cv`: 4:2:0 within one
         level); with ``rows`` (y0, y1) only the output of those rows is written."""
         if rows is None:
             return convert.from_bgr_cv(frame, fmt, out=out)
@@ -181,14 +183,14 @@ class NumpyOps:
         return align.crops_from_planar(output, inputs, count, crops, guard, affine, rgb)
 
     def lab_from_bgr(self, crops: Any, count: int, out: Any) -> np.ndarray:
-        from .. import color
+        from vcam.kernels import color
 
         return color.lab_from_bgr(crops, count, out)
 
     def bgr_from_lab(
         self, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None
     ) -> np.ndarray:
-        from .. import color
+        from vcam.kernels import color
 
         return color.bgr_from_lab(lab, count, out, scale, shift, membrane)
 
@@ -204,7 +206,7 @@ class NumpyOps:
         sigma: float = 2.0,
         clip: float = 12.0,
     ) -> np.ndarray:
-        from .. import color
+        from vcam.kernels import color
 
         return color.lab_membrane(target, source, weight, count, out, scale, shift, sigma, clip)
 
@@ -236,7 +238,7 @@ class NumpyOps:
     def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> np.ndarray:
         return masks.parser_select(logits, count, classes, out, guard)
 
-    # -- frame enhancer (twins in vcam.upscale) -----------------------------------------------------
+    # -- frame enhancer (twins in vcam.stages.upscale) -----------------------------------------------------
     def accumulate_tiles(
         self,
         output: Any,
@@ -249,18 +251,18 @@ class NumpyOps:
         frame: Any,
         rgb: bool = True,
     ) -> np.ndarray:
-        from .. import upscale
+        from vcam.stages import upscale
 
         return upscale.accumulate_tiles(output, count, origins, flags, weights, acc, guard, frame, rgb)
 
     def normalize_tiles(self, acc: Any, out: Any) -> np.ndarray:
-        from .. import upscale
+        from vcam.stages import upscale
 
         return upscale.normalize_tiles(acc, out)
 
     def resize_bilinear(self, frame: Any, out: Any) -> np.ndarray:
-        """Through OpenCV (within one level of the exact :func:`vcam.upscale.resize_bilinear_exact`)."""
-        from .. import upscale
+        """Through OpenCV (within one level of the exact :func:`vcam.stages.upscale.resize_bilinear_exact`)."""
+        from vcam.stages import upscale
 
         return upscale.resize_bilinear(frame, out)
 

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import EngineUnavailable
-from ..onnx_graph import OnnxGraph, attrs
+from vcam.engines.onnx_graph import OnnxGraph, attrs
+from vcam.errors import EngineUnavailable
 
 Value = Any  # a torch.Tensor, a NumPy array (host integers) or a Python number
 

@@ -14,7 +14,7 @@ The loader reads the per-conv details (reflect or zero padding, stride, the acti
 where the upsampling sits and its mode) from the graph and the weights from its initializers in
 graph order (Conv nodes in architecture order; one Gemm per AdaIN Linear, in block order), checking
 every shape. ``emap`` is the graph's last initializer and is not part of the module
-(:func:`vcam.swap.read_emap`).
+(:func:`vcam.stages.swap.read_emap`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..onnx_graph import OnnxGraph, as_graph, attrs, mismatch
-from .weights import distinct_convs, load_graph_weights, materialize
+from vcam.engines.native.weights import distinct_convs, load_graph_weights, materialize
+from vcam.engines.onnx_graph import OnnxGraph, as_graph, attrs, mismatch
 
 LATENT = 512
 

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..onnx_graph import OnnxGraph, as_graph, attrs, mismatch
-from .weights import load_graph_weights
+from vcam.engines.native.weights import load_graph_weights
+from vcam.engines.onnx_graph import OnnxGraph, as_graph, attrs, mismatch
 
 LEAKY = 0.1
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..onnx_graph import OnnxGraph, attrs, mismatch
+from vcam.engines.onnx_graph import OnnxGraph, attrs, mismatch
 
 
 def materialize(model: Any, device: str = "cpu") -> Any:

@@ -1,0 +1,148 @@
+"""Start-up benchmark: how long `vcam run` takes to publish its first frame, as a user starts it.
+
+    python -m benchmarks.startup [--device cuda] [--runs 3] [--json OUT] [--before DIR] [--profile OUT.prof]
+
+Each configuration is started ``--runs`` times in a fresh process (`vcam run --input demo --output
+null --frames 1`): the first run may fill caches (CuPy's kernel cache, the model lock file), the
+later ones are the warm start a user sees every day. The wall time covers the whole process (the
+interpreter, imports, models, warm-up, one frame, shutdown), so it is an upper bound of the time to
+the first published frame; newer vcam also says when its first frame was published ("first frame
+X s after start", from the process start time), shown in its own column. With early frames
+(``[pipeline] early_frames``) that first frame is the camera, pixelated by default, published while
+the models load; the next column is when the first frame went through the pipeline (``--frames 1``
+counts pipeline frames, so the wall time always includes loading the models). Configurations: the
+built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
+random weights) with the recogniser in FP16 on CUDA.
+``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
+session). ``--profile``: a cProfile of one warm inswapper start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _models(root: Path) -> Path:
+    """A models dir with the full-size inswapper and recogniser stand-ins (built once)."""
+    from vcam.models import registry, standin
+    from vcam.models.download import crc32_text
+
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("inswapper_128", "arcface_w600k_r50"):
+        spec = registry.get(name)
+        path = root / spec.file
+        if not path.is_file():
+            standin.write(name, path)
+            (root / spec.hash_file).write_text(crc32_text(path.read_bytes()))
+    return root
+
+
+def _start(args: list[str], env: dict, cwd: Path, profile: Path | None = None) -> tuple[float, int, str]:
+    cmd = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "vcam", *args]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return time.perf_counter() - t0, r.returncode, (r.stdout + r.stderr).strip()[-600:]
+
+
+def _first_frame(text: str) -> float | None:
+    """The daemon's own "first frame X s after start" (newer vcam), else None."""
+    import re
+
+    m = re.search(r"first frame ([\d.]+) s after start", text)
+    return float(m.group(1)) if m else None
+
+
+def _first_processed(text: str) -> float | None:
+    """When the first frame went through the pipeline ("through the pipeline X s", when frames were
+    published unswapped before: early frames); else the first frame's time."""
+    import re
+
+    m = re.search(r"through the pipeline ([\d.]+) s", text)
+    return float(m.group(1)) if m else _first_frame(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--before", default="", help="another checkout to time the same way (a baseline)")
+    ap.add_argument("--profile", default="", help="write a cProfile of one warm inswapper start here")
+    args = ap.parse_args()
+    import platformdirs
+
+    work = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "startup"
+    models = _models(work / "models")
+    face = Path(__file__).resolve().parents[1] / "vcam" / "assets" / "grace_hopper.jpg"
+    cfg = work / "config.toml"
+    cfg.write_text(f"[models]\ndir = '{models}'\n")
+    base = ["run", "-c", str(cfg), "--device", args.device, "--input", "demo", "--output", "null", "--frames", "1", "--quiet"]
+    configs = {
+        "classic": base,
+        "inswapper_128 fp16": base + ["--model", "inswapper_128", "--fp16", "--face", str(face)],
+    }
+    here = Path(__file__).resolve().parents[1]
+    trees = {"now": here}
+    if args.before:
+        trees = {"before": Path(args.before).resolve(), **trees}
+    rows = []
+    for tree, root in trees.items():
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
+        for label, cmd in configs.items():
+            times, firsts, processed = [], [], []
+            for _ in range(args.runs):
+                secs, rc, text = _start(cmd, env, root)
+                if rc != 0:
+                    print(f"{tree} {label}: rc={rc}: {text}", flush=True)
+                    break
+                times.append(secs)
+                firsts.append(_first_frame(text))
+                processed.append(_first_processed(text))
+            row = {
+                "tree": tree,
+                "config": label,
+                "seconds": [round(t, 2) for t in times],
+                "first_frame_s": firsts,
+                "first_processed_s": processed,
+            }
+            rows.append(row)
+            print(f"{tree:7s} {label:20s} " + " ".join(f"{t:6.2f}s" for t in times), flush=True)
+    if args.profile:
+        path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
+        _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile))
+        import pstats
+
+        pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"vcam run to the first frame ({args.device}, {args.runs} starts each; first = caches filled)")
+    cols = ("code", "config", "first start s", "warm start s (best)", "first frame s (daemon)", "through the pipeline s")
+    for col in cols:
+        t.add_column(col, justify="right")
+    for r in rows:
+        s = r["seconds"]
+        ff = [f for f in r["first_frame_s"] if f is not None]
+        fp = [f for f in r.get("first_processed_s", []) if f is not None]
+        t.add_row(
+            r["tree"],
+            r["config"],
+            f"{s[0]:.2f}" if s else "failed",
+            f"{min(s[1:] or s):.2f}" if s else "",
+            ", ".join(f"{f:.1f}" for f in ff) or "-",
+            ", ".join(f"{f:.1f}" for f in fp) or "-",
+        )
+    Console(width=120).print(t)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": args.device, "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+from pathlib import Path
+
+import pytest
+
+from vcam import config as C
+from vcam.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path, text):
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p
+
+
+def test_shipped_config_documents_every_default():
+    cfg = C.load(ROOT / "config.toml")
+    assert cfg.replace(source_path="") == C.Config()
+    text = (ROOT / "config.toml").read_text()
+    documented, table, comment = {}, None, []
+    for line in text.splitlines():
+        if line.startswith("# [["):  # a list of tables, documented by a commented example
+            documented[tuple(line[4:].strip("[]").split("."))] = " ".join(comment)
+            comment = []
+        elif line.startswith("["):
+            table, comment = line.strip("[]"), []
+        elif line.startswith("# "):
+            comment.append(line[2:])
+        elif " = " in line and table:
+            documented[(table, line.split(" = ")[0])] = " ".join(comment)
+            comment = []
+        else:
+            comment = []
+    for table, key, _default, doc in C.describe():
+        assert documented.get((table, key)) == doc, (table, key)  # regenerate: python tools/gen_config_toml.py
+    assert max(len(line) for line in text.splitlines()) <= 102
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("33ms", 0.033),
+        ("0.5s", 0.5),
+        ("2", 2.0),
+        ("1.5m", 90.0),
+        ("250us", 0.00025),
+    ],
+)
+def test_duration_parse(text, needle):
+    assert C.Duration.parse(text) == pytest.approx(needle)
+
+
+def test_cli_overrides_win_over_file(tmp_path):
+    p = write(tmp_path, '[pipeline]\nmax_latency = "50ms"\nmax_faces = 3\n')
+    cfg = C.load(p, {"pipeline": {"max_latency": "33ms"}})
+    assert cfg.pipeline.max_latency == pytest.approx(0.033)
+    assert cfg.pipeline.max_faces == 3
+    assert cfg.source_path == str(p)
+
+
+def test_unknown_key_names_file_table_and_nearest(tmp_path):
+    p = write(tmp_path, "[pipeline]\nmax_latncy = '33ms'\n")
+    with pytest.raises(
+        ConfigError, match=r"config\.toml: unknown key 'max_latncy' in \[pipeline\]; did you mean 'max_latency'\?"
+    ):
+        C.load(p)
+
+
+def test_unknown_table_suggests(tmp_path):
+    p = write(tmp_path, "[captur]\ninput = 'demo'\n")
+    with pytest.raises(ConfigError, match=r"unknown table \[captur\]; did you mean 'capture'\?"):
+        C.load(p)
+
+
+def test_wrong_type(tmp_path):
+    p = write(tmp_path, "[capture]\nwidth = 'wide'\n")
+    with pytest.raises(ConfigError, match=r"\[capture\] width: expected an integer, got 'wide'"):
+        C.load(p)
+
+
+def test_out_of_range(tmp_path):
+    p = write(tmp_path, "[pipeline]\nmax_faces = 0\n")
+    with pytest.raises(ConfigError, match=r"\[pipeline\] max_faces: expected a value between 1 and 64, got 0"):
+        C.load(p)
+
+
+def test_bad_choice_and_duration(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[pipeline\] device: expected one of 'auto', 'cpu', 'cuda', got 'gpu'"):
+        C.load(write(tmp_path, "[pipeline]\ndevice = 'gpu'\n"))
+    with pytest.raises(ConfigError, match=r"max_latency: expected a duration like '33ms'"):
+        C.load(None, {"pipeline": {"max_latency": "fast"}})
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        C.load(write(tmp_path, "[pipeline\n"))
+    with pytest.raises(ConfigError, match="config file not found"):
+        C.load(tmp_path / "nope.toml")
+
+
+def test_user_config_dir_and_env(tmp_path, monkeypatch):
+    user = C.default_config_path()
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text("[capture]\ninput = 'pattern'\n")
+    assert C.load().capture.input == "pattern"
+    other = write(tmp_path, "[capture]\ninput = 'demo'\n")
+    monkeypatch.setenv("VCAM_CONFIG", str(other))
+    assert C.load().capture.input == "demo"
+
+
+def test_config_is_immutable():
+    cfg = C.Config()
+    with pytest.raises(Exception):
+        cfg.capture.width = 5  # type: ignore[misc]

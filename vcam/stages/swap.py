@@ -1,0 +1,685 @@
+"""Swap stage: the Swapper interface, the model-free swappers and the neural (registry) swapper.
+
+A swapper gets the frame and the ``crop_from_frame`` matrix of every face to swap, and returns the
+swapped crops and the mask to paste them with, all faces at once (one batched model call). It runs
+on an :class:`~vcam.ops.Ops` (NumPy or CUDA), so one class serves both devices; its buffers are
+allocated at construction for ``max_faces``. Source preparation (embeddings, latents, colour
+statistics, face-region masks) happens in :meth:`Swapper.prepare`, off the frame loop. Each face of
+a batch may have its own source (per-person mapping): the swapper keeps one source row per face slot
+and writes a row only when the face assigned to it changes, so a steady assignment costs nothing
+per frame and a switch is one upload per changed row, never a per-frame copy.
+
+- :class:`ClassicSwapper` (the built-in default; needs no downloaded model): the source photo's
+  aligned face, only inside the source's own face region (a landmark polygon, feathered inwards),
+  its colours moved to each target's statistics in CIE L*a*b* (mean and spread per channel inside
+  the face region, :mod:`vcam.kernels.color`), optionally with the seamless offset membrane
+  (:func:`vcam.kernels.color.lab_membrane`) that carries the target's lighting across the face.
+- :class:`NeuralSwapper`: every registry swapper family (inswapper, hyperswap, simswap) on an
+  inference :class:`~vcam.engines.Engine`; the registry row says the template, crop size,
+  normalisation, output range and source recipe. A face whose output holds NaN/Inf is passed
+  through unchanged and counted (:meth:`NeuralSwapper.guarded`).
+- :class:`IdentitySwapper` returns the target crops unchanged (tests: the geometry round-trips).
+- :class:`SolidSwapper` fills each crop with one colour (tests: only the paste box changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, Union, runtime_checkable
+
+import numpy as np
+
+from vcam.align import TEMPLATES, PlanarAffine
+from vcam.errors import ConfigError, FaceError, ModelError
+from vcam.kernels import color
+from vcam.models import registry
+from vcam.models.registry import ModelSpec
+from vcam.stages.recognize import normalize
+from vcam.types import SourceFace
+
+log = logging.getLogger(__name__)
+
+BUILT_IN = ("classic", "identity", "solid")
+
+#: One source for every face, or one per face (row ``i`` of the batch gets ``faces[i]``).
+Sources = Union[SourceFace, Sequence[SourceFace]]
+
+#: Crop pixels by which the classic swap's source region stays inside the face outline, so that no
+#: bilinear footprint of a pasted pixel (photo -> aligned crop, crop -> frame) reaches a pixel
+#: outside the outline: the hat, hair, collar and backdrop of the source photo never show.
+SOURCE_MARGIN = 3.0
+
+
+@runtime_checkable
+class Swapper(Protocol):
+    """Batched swapper on an ops object. Crops are (F, S, S, 3) uint8 BGR aligned with ``template``
+    at ``crop_size``; masks (S, S) or (F, S, S) float32; both in the ops' memory."""
+
+    name: str
+    template: str
+    crop_size: int
+
+    def prepare(self, face: SourceFace) -> SourceFace:
+        """Return ``face`` with ``latents[self.name]`` filled. May be slow; never called per frame."""
+        ...
+
+    def swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
+        """Swap the F faces at ``crop_from_frame`` (F, 2, 3) of ``frame`` (H, W, 3).
+
+        ``faces``: one :class:`SourceFace` that every face gets, or a sequence of exactly F of them,
+        face ``i`` getting ``faces[i]`` (prepared with :meth:`prepare`; an unprepared face is
+        prepared on its switch, slowly). Sources are compared by identity: the swapper uploads a
+        face's data only when the face assigned to a row changes. Returns (crops (F, S, S, 3),
+        mask (S, S) or (F, S, S)), views of the swapper's buffers valid until the next call."""
+        ...
+
+    def swap_batch(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        """The faces of several frames in one batch (several streams): ``parts`` = ``[(frame,
+        crop_from_frame (F_i, 2, 3)), ...]``; rows follow the parts in order (``faces`` as in
+        :meth:`swap`, one per row in all). Returns what :meth:`swap` returns for all rows."""
+        ...
+
+    def guarded(self) -> int:
+        """Faces passed through so far because the model produced NaN/Inf (reads a device counter:
+        call it now and then, not per frame)."""
+        ...
+
+
+def face_region(
+    landmarks: np.ndarray, size: int, *, margin: float = 0.0, scale: float = 1.0, feather: float = 0.12
+) -> np.ndarray:
+    """Face-region weight (size, size) float32 in [0, 1] from landmarks in crop pixels (5 or 68, (P, 2)).
+
+    The face outline of :func:`vcam.stages.mask.face_polygon` drawn with :func:`vcam.stages.mask.polygon_masks`,
+    moved ``margin`` pixels inwards and feathered inwards by ``feather`` eye-to-mouth distances: 0
+    on and outside the moved outline, 1 deeper inside than the feather.
+    """
+    from vcam.stages import mask
+
+    lm = np.asarray(landmarks, np.float64).reshape(1, -1, 2)
+    planes, feathers = mask.shape_params(lm, face=True, mouth=False, face_scale=scale, feather=feather)
+    edges = planes[0, 0]
+    live = edges[:, 2] > np.float32(-1e29)
+    edges[live, 2] += np.float32(margin)  # unit normals: + margin moves every edge inwards
+    out = np.empty((1, size, size), np.float32)
+    mask.polygon_masks(planes, feathers, np.ones((size, size), np.float32), 1, out)
+    return out[0]
+
+
+def _resize_crop(img: np.ndarray, size: int) -> np.ndarray:
+    if img.shape[0] == size and img.shape[1] == size:
+        return img
+    import cv2
+
+    interp = cv2.INTER_AREA if img.shape[0] > size else cv2.INTER_CUBIC
+    return cv2.resize(img, (size, size), interpolation=interp)
+
+
+def _ops(ops: Any) -> Any:
+    if ops is not None:
+        return ops
+    from vcam.ops.numpy import NumpyOps
+
+    return NumpyOps()
+
+
+class _Base:
+    """Buffers and bookkeeping every swapper shares: crops, the paste mask, the per-face guard, the
+    source assigned to each row."""
+
+    name = ""
+    template = "arcface_128"
+
+    def __init__(self, crop_size: int, *, ops: Any = None, mask: Any = None, max_faces: int = 8) -> None:
+        from vcam.kernels.paste import box_mask
+
+        self.ops = _ops(ops)
+        self.crop_size = int(crop_size)
+        self.max_faces = int(max_faces)
+        self.mask = self.ops.asarray(box_mask(self.crop_size)) if mask is None else mask
+        s = self.crop_size
+        self._crops = self.ops.empty((self.max_faces, s, s, 3), np.uint8)
+        self._guard = self.ops.empty((self.max_faces,), np.int32)
+        self._face_key: Any = None  # the one face every row holds, when it was given alone
+        self._row_faces: list[SourceFace | None] = [None] * self.max_faces
+
+    def guarded(self) -> int:
+        return int(self.ops.to_host(self._guard).sum())
+
+    def swap(self, frame: Any, crop_from_frame: np.ndarray, faces: Sources) -> tuple[Any, Any]:
+        return self.swap_batch(((frame, crop_from_frame),), faces)
+
+    def swap_batch(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        parts = [(frame, np.asarray(mats, np.float64).reshape(-1, 2, 3)) for frame, mats in parts]
+        with self.ops.activate():  # array-library calls of the swapper run on the ops' stream
+            return self._swap(parts, faces)
+
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _check(self, parts: list[tuple[Any, np.ndarray]]) -> int:
+        n = sum(int(m.shape[0]) for _, m in parts)
+        if n > self.max_faces:
+            raise ValueError(f"{n} faces, the swapper was built for at most {self.max_faces}")
+        return n
+
+    @staticmethod
+    def _rows(parts: list[tuple[Any, np.ndarray]]) -> list[tuple[Any, np.ndarray, int, int]]:
+        """``(frame, mats, first row, end row)`` of each part with faces."""
+        out, lo = [], 0
+        for frame, mats in parts:
+            hi = lo + int(mats.shape[0])
+            if hi > lo:
+                out.append((frame, mats, lo, hi))
+            lo = hi
+        return out
+
+    def _changed_rows(self, faces: Sources, n: int) -> list[tuple[int, SourceFace]]:
+        """The rows whose source differs from ``faces`` (one face: every row; a sequence: rows
+        ``0..n-1``), as ``(row, face)``; empty when nothing changed (the per-frame case). Call
+        :meth:`_commit` once the rows are written."""
+        if isinstance(faces, SourceFace):
+            if self._face_key is faces:
+                return []
+            want: Sequence[SourceFace] = [faces] * self.max_faces
+        else:
+            want = faces
+            if len(want) != n:
+                raise ValueError(f"{len(want)} source faces for {n} faces: give one source, or one per face")
+            if not all(isinstance(f, SourceFace) for f in want):
+                raise TypeError("faces must be SourceFace objects")
+        rows = [(i, f) for i, f in enumerate(want) if self._row_faces[i] is not f]
+        if not rows and isinstance(faces, SourceFace):
+            self._face_key = faces  # every row holds it already
+        return rows
+
+    def _commit(self, faces: Sources, rows: list[tuple[int, SourceFace]]) -> None:
+        for i, f in rows:
+            self._row_faces[i] = f
+        self._face_key = faces if isinstance(faces, SourceFace) else None
+
+    def prepare(self, face: SourceFace) -> SourceFace:
+        return face
+
+
+def _weighted_stats(xp: Any, x: Any, w: Any, wsum: float, tmp: Any, mean: Any, std: Any) -> None:
+    """Per-channel mean and std of float crops ``x`` (F, S, S, 3) weighted by ``w`` (1, S, S, 1), into
+    ``mean``/``std`` (F, 1, 1, 3) (std + 1e-3); ``tmp`` is scratch like ``x``. ``xp``: NumPy or CuPy."""
+    xp.multiply(x, w, out=tmp)
+    tmp.sum(axis=(1, 2), keepdims=True, out=mean)
+    mean /= wsum
+    xp.subtract(x, mean, out=tmp)
+    tmp *= tmp
+    tmp *= w
+    tmp.sum(axis=(1, 2), keepdims=True, out=std)
+    std /= wsum
+    xp.sqrt(std, out=std)
+    std += 1e-3
+
+
+def _crop_landmarks(face: SourceFace, size: int, template: str) -> np.ndarray:
+    """The source's landmarks (P, 2) in the pixels of its crop resized to ``size``; without landmarks
+    the image is taken as aligned with ``template`` (the face bank's crops are)."""
+    h, w = face.image.shape[:2]
+    if face.landmarks is None:
+        return TEMPLATES[template] * size
+    lm = np.asarray(face.landmarks, np.float64).reshape(-1, 2)
+    return (lm + 0.5) * np.array([size / w, size / h]) - 0.5  # pixel centres, as cv2.resize maps them
+
+
+class ClassicSwapper(_Base):
+    """Model-free swap (see the module docstring): the source's face region only, colour-matched
+    in L*a*b* to each target, optionally seamless.
+
+    Per face slot (row) it keeps the source's normalised L*a*b* crop, its raw crop and its paste
+    mask (the box mask times the source's face region, so nothing outside the source's own face is
+    ever pasted, even where the target's face is larger); rows change only when the assignment does.
+    Per frame, on the ops' device with preallocated buffers and no host wait: warp the targets,
+    convert them to L*a*b*, weigh their statistics inside the template's face region, and convert
+    ``source_norm * std_t + mean_t`` (plus the membrane when seamless) back to BGR.
+
+    ``color_match=False`` pastes the raw source crop (still only its face region); with
+    ``seamless`` it gets the membrane on its own colours. ``sigma``: the membrane's blur in grid
+    cells (about 8 crop pixels each); ``clip``: the largest L*a*b* difference one band pixel adds.
+    """
+
+    name = "classic"
+
+    def __init__(
+        self,
+        crop_size: int = 128,
+        color_match: bool = True,
+        *,
+        seamless: bool = False,
+        sigma: float = 2.5,
+        clip: float = 12.0,
+        ops: Any = None,
+        mask: Any = None,
+        max_faces: int = 8,
+    ) -> None:
+        super().__init__(crop_size, ops=ops, mask=mask, max_faces=max_faces)
+        self.color_match = bool(color_match)
+        self.seamless = bool(seamless)
+        self.sigma, self.clip = float(sigma), float(clip)
+        ops = self.ops
+        s, f = self.crop_size, self.max_faces
+        self._box = np.asarray(ops.to_host(self.mask) if mask is not None else _box(s), np.float32)
+        if self._box.shape != (s, s):
+            raise ValueError(f"the paste mask is {self._box.shape}, the crop is {s} x {s}")
+        # Target statistics: weighted by the face region of the template, where every aligned target
+        # face lies (the target's own landmarks are the mask stage's business).
+        weight = face_region(TEMPLATES[self.template] * s, s, margin=SOURCE_MARGIN)
+        self._wsum = float(weight.sum())
+        self._w = ops.asarray(weight[None, :, :, None])
+        # Source rows (written on an assignment change only).
+        self._src_norm = ops.empty((f, s, s, 3), np.float32)
+        self._src_raw = ops.empty((f, s, s, 3), np.uint8)
+        self._src_mask = ops.empty((f, s, s), np.float32)
+        self._src_stats = ops.empty((2, f, 3), np.float32)  # the source's own mean, std per row
+        self._band = ops.empty((f, s, s), np.float32) if self.seamless else None
+        # Per-frame scratch.
+        lab = self.color_match or self.seamless
+        self._lab = ops.empty((f, s, s, 3), np.float32) if lab else None
+        self._tmp = ops.empty((f, s, s, 3), np.float32) if self.color_match else None
+        self._mean = ops.empty((f, 1, 1, 3), np.float32)
+        self._std = ops.empty((f, 1, 1, 3), np.float32)
+        g = color.membrane_grid(s)
+        self._membrane = ops.empty((f, g, g, 3), np.float32) if self.seamless else None
+        self._out = ops.empty((f, s, s, 3), np.uint8)
+
+    # -- source side (off the frame loop) ---------------------------------------------------------
+    def prepare(self, face: SourceFace) -> SourceFace:
+        """Fill ``latents``: ``classic`` the normalised L*a*b* crop (S, S, 3), ``classic.raw`` the
+        crop, ``classic.mask`` the paste mask (S, S), ``classic.stats`` its mean and std (2, 3)."""
+        s = self.crop_size
+        img = np.ascontiguousarray(face.image)
+        if img.ndim != 3 or img.shape[2] != 3:
+            raise ConfigError(f"source face '{face.name}' image has shape {img.shape}, expected (S, S, 3)")
+        crop = _resize_crop(img, s)
+        lms = _crop_landmarks(face, s, self.template)
+        region = face_region(lms, s, margin=SOURCE_MARGIN * max(1.0, s / min(img.shape[:2])))
+        wsum = float(region.sum())
+        if wsum <= 0:
+            raise FaceError(f"source face '{face.name}': its landmarks give no face region", hint="use another photo")
+        lab = color.lab_from_bgr(crop[None], 1, np.empty((1, s, s, 3), np.float32))
+        mean, std = np.empty((1, 1, 1, 3), np.float32), np.empty((1, 1, 1, 3), np.float32)
+        _weighted_stats(np, lab, region[None, :, :, None], wsum, np.empty_like(lab), mean, std)
+        latents = dict(face.latents)
+        latents[self.name] = ((lab[0] - mean[0]) / std[0]).astype(np.float32)
+        latents[self.name + ".raw"] = crop
+        latents[self.name + ".mask"] = (self._box * region).astype(np.float32)
+        latents[self.name + ".stats"] = np.concatenate([mean.reshape(1, 3), std.reshape(1, 3)]).astype(np.float32)
+        return dataclasses.replace(face, latents=latents)
+
+    def _prepared(self, face: SourceFace) -> SourceFace:
+        lat = face.latents
+        s = self.crop_size
+        ok = all(k in lat for k in (self.name, self.name + ".raw", self.name + ".mask", self.name + ".stats"))
+        if ok and np.shape(lat[self.name]) == (s, s, 3) and np.shape(lat[self.name + ".mask"]) == (s, s):
+            return face
+        return self.prepare(face)  # not prepared (or for another crop size): slow, once per switch
+
+    def _source(self, faces: Sources, n: int) -> None:
+        rows = self._changed_rows(faces, n)
+        if not rows:
+            return
+        ops = self.ops
+        uploaded: dict[int, tuple[Any, ...]] = {}
+        for _, face in rows:  # every face prepared (it may raise) before any row changes
+            if id(face) not in uploaded:
+                lat = self._prepared(face).latents
+                m = np.asarray(lat[self.name + ".mask"], np.float32)
+                host = [
+                    np.asarray(lat[self.name], np.float32),
+                    np.asarray(lat[self.name + ".raw"], np.uint8),
+                    m,
+                    np.asarray(lat[self.name + ".stats"], np.float32),
+                ]
+                if self.seamless:
+                    host.append((np.float32(4) * m * (np.float32(1) - m)).astype(np.float32))  # the band: 1 mid-ramp
+                uploaded[id(face)] = tuple(ops.asarray(np.ascontiguousarray(a)) for a in host)
+        for i, face in rows:
+            dev = uploaded[id(face)]
+            self._src_norm[i] = dev[0]
+            self._src_raw[i] = dev[1]
+            self._src_mask[i] = dev[2]
+            self._src_stats[:, i] = dev[3]
+            if self._band is not None:
+                self._band[i] = dev[4]
+        self._commit(faces, rows)
+
+    # -- frame side -------------------------------------------------------------------------------
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
+        self._source(faces, n)
+        masks = self._src_mask[:n]
+        if n == 0 or not (self.color_match or self.seamless):
+            return self._src_raw[:n], masks
+        ops = self.ops
+        for frame, mats, lo, hi in self._rows(parts):
+            ops.warp_crops(frame, mats, self.crop_size, out=self._crops[lo:hi])
+        crops = self._crops[:n]
+        lab = ops.lab_from_bgr(crops, n, self._lab[:n])
+        if self.color_match:
+            mean, std = self._mean[:n], self._std[:n]
+            _weighted_stats(ops.xp, lab, self._w, self._wsum, self._tmp[:n], mean, std)
+            scale, shift = std.reshape(n, 3), mean.reshape(n, 3)
+        else:  # the source's own colours: norm * std_s + mean_s
+            scale, shift = self._src_stats[1, :n], self._src_stats[0, :n]
+        membrane = None
+        if self.seamless:
+            membrane = ops.lab_membrane(
+                lab, self._src_norm[:n], self._band[:n], n, self._membrane[:n], scale, shift, self.sigma, self.clip
+            )
+        out = ops.bgr_from_lab(self._src_norm[:n], n, self._out[:n], scale, shift, membrane)
+        return out, masks
+
+
+def _box(size: int) -> np.ndarray:
+    from vcam.kernels.paste import box_mask
+
+    return box_mask(size)
+
+
+class IdentitySwapper(_Base):
+    """Returns the target crops unchanged."""
+
+    name = "identity"
+
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
+        for frame, mats, lo, hi in self._rows(parts):
+            self.ops.warp_crops(frame, mats, self.crop_size, out=self._crops[lo:hi])
+        return self._crops[:n], self.mask
+
+
+class SolidSwapper(_Base):
+    """Fills every crop with one BGR colour."""
+
+    name = "solid"
+
+    def __init__(self, crop_size: int = 128, color: tuple[int, int, int] = (255, 0, 255), **kw: Any) -> None:
+        super().__init__(crop_size, **kw)
+        with self.ops.activate():
+            self._crops[...] = self.ops.asarray(np.array(color, dtype=np.uint8))
+
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        return self._crops[: self._check(parts)], self.mask
+
+
+def make_builtin(
+    name: str,
+    *,
+    crop_size: int = 128,
+    color_match: bool = True,
+    seamless: bool = False,
+    ops: Any = None,
+    mask: Any = None,
+    max_faces: int = 8,
+) -> _Base:
+    """A built-in swapper by name: 'classic', 'identity' or 'solid' (``color_match`` and ``seamless``
+    are the classic swap's ``[swap]`` keys)."""
+    kw = {"ops": ops, "mask": mask, "max_faces": max_faces}
+    if name == "classic":
+        return ClassicSwapper(crop_size, color_match, seamless=seamless, **kw)
+    if name == "identity":
+        return IdentitySwapper(crop_size, **kw)
+    if name == "solid":
+        return SolidSwapper(crop_size, **kw)
+    raise ConfigError(f"unknown built-in swapper '{name}'", hint="use 'classic' or a model from `vcam models list`")
+
+
+# -- neural swappers ------------------------------------------------------------------------------
+
+
+def read_emap(model_path: str | Path) -> np.ndarray:
+    """The (512, 512) ``emap`` matrix: the LAST initializer of an inswapper ONNX graph.
+
+    Reading it means parsing the whole file (1.4 s for 560 MB at every start), so it is kept in the
+    user cache dir (``.../vcam/emap``) under the file's name, size and modification time, the facts
+    the model lock trusts too; a changed file gets a new entry, an unreadable entry is rebuilt."""
+    import io
+
+    import platformdirs
+
+    from vcam.engines.cache import _atomic_write
+
+    path = Path(model_path)
+    st = path.stat()
+    cached = Path(platformdirs.user_cache_dir("vcam")) / "emap" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.npy"
+    try:
+        emap = np.load(cached, allow_pickle=False)
+        if emap.shape == (512, 512) and emap.dtype == np.float32:
+            return emap
+    except (OSError, ValueError, EOFError):
+        pass
+    emap = _emap_from_onnx(path)
+    buf = io.BytesIO()
+    np.save(buf, emap, allow_pickle=False)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cached, buf.getvalue())
+    except OSError as exc:  # a read-only cache costs the parse at every start, nothing more
+        log.debug("emap cache not written (%s): %s", cached, exc)
+    return emap
+
+
+def _emap_from_onnx(model_path: Path) -> np.ndarray:
+    from onnx import numpy_helper
+
+    from vcam.engines.onnx_graph import load_onnx
+
+    model = load_onnx(model_path, external_data=False)
+    if not model.graph.initializer:
+        raise ModelError(f"{Path(model_path).name} has no initializers, so no emap", hint="this is not an inswapper model")
+    emap = numpy_helper.to_array(model.graph.initializer[-1]).astype(np.float32)
+    if emap.shape != (512, 512):
+        raise ModelError(
+            f"{Path(model_path).name}: last initializer has shape {emap.shape}, expected emap (512, 512)",
+            hint="this is not an inswapper model",
+        )
+    return emap
+
+
+def inswapper_latent(embedding: np.ndarray, emap: np.ndarray) -> np.ndarray:
+    """``latent = normalize(e) @ emap; latent /= ||latent||`` -> (512,) float32."""
+    lat = normalize(np.asarray(embedding, np.float32).reshape(-1)) @ np.asarray(emap, np.float32)
+    return normalize(lat)
+
+
+class NeuralSwapper(_Base):
+    """A registry swapper on an engine (see the module docstring).
+
+    ``emap``: required for ``source == "emap"`` (see :func:`read_emap`); ``converter``: an engine for
+    ``source == "converted"``. A model with a second image output of one channel (hyperswap's
+    ``mask``) has it combined with the box mask (the smaller of the two wins) for the paste-back.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec | str,
+        engine: Any,
+        *,
+        ops: Any = None,
+        mask: Any = None,
+        max_faces: int = 8,
+        emap: np.ndarray | None = None,
+        converter: Any = None,
+    ) -> None:
+        self.spec = registry.get(spec) if isinstance(spec, str) else spec
+        if self.spec.kind != "swapper":
+            raise ModelError(f"{self.spec.name} is a {self.spec.kind}, not a swapper", hint="see `vcam models list`")
+        super().__init__(self.spec.size, ops=ops, mask=mask, max_faces=max_faces)
+        self.name = self.spec.name
+        self.template = self.spec.template or "arcface_128"
+        self.recogniser = self.spec.recogniser
+        self.engine = engine
+        names = [t.name for t in engine.inputs]
+        want = [t.name for t in self.spec.inputs]
+        if sorted(names) != sorted(want):
+            raise ModelError(
+                f"{self.name}: the model has inputs {names}, expected {want}",
+                hint="this file is not the model the registry describes",
+            )
+        outs = list(engine.outputs)
+        if not outs:
+            raise ModelError(f"{self.name}: the model has no outputs", hint="this file is not the model the registry describes")
+        self._image_index = 0
+        self._mask_index = next((i for i, o in enumerate(outs[1:], 1) if len(o.shape) == 4 and o.shape[1] == 1), None)
+        if self.spec.source == "emap":
+            if emap is None:
+                raise ModelError(
+                    f"{self.name} needs its emap matrix", hint="build it with create_swapper or pass emap=read_emap(path)"
+                )
+            self.emap = np.asarray(emap, np.float32)
+        self.converter = converter
+        if self.spec.source == "converted" and converter is None:
+            raise ModelError(
+                f"{self.name} needs the {self.spec.converter} embedding converter",
+                hint=f"run `vcam models pull {self.spec.converter}`",
+            )
+        self._mean255, self._std255 = self.spec.input_mean_std_255
+        self._affine = PlanarAffine.for_model(self.spec.mean, self.spec.std, self.spec.output)
+        s = self.crop_size
+        self._masks = self.ops.empty((self.max_faces, s, s), np.float32) if self._mask_index is not None else None
+
+    # -- source side (off the frame loop) ---------------------------------------------------------
+    def source_latent(self, embedding: np.ndarray) -> np.ndarray:
+        """The (512,) float32 source input for a raw recogniser embedding."""
+        e = np.asarray(embedding, np.float32).reshape(-1)
+        if self.spec.source == "emap":
+            return inswapper_latent(e, self.emap)
+        if self.spec.source == "normed":
+            return normalize(e)
+        if self.spec.source == "converted":
+            conv_in = self.converter.inputs[0].name
+            out = np.asarray(self.converter.run({conv_in: e[None]})[0], np.float32).reshape(-1)
+            return normalize(out)
+        raise ModelError(f"{self.name}: unknown source recipe {self.spec.source!r}")
+
+    def prepare(self, face: SourceFace) -> SourceFace:
+        emb = face.embeddings.get(self.recogniser)
+        if emb is None:
+            raise FaceError(
+                f"face '{face.name}' has no {self.recogniser} embedding",
+                hint="load it from the face bank with a recogniser (FaceBank.load(name, recogniser=...))",
+            )
+        latents = dict(face.latents)
+        latents[self.name] = self.source_latent(emb)
+        return dataclasses.replace(face, latents=latents)
+
+    def _source(self, faces: Sources, n: int) -> None:
+        """Each face's latent into its row of the engine's source buffer, only where the assignment
+        changed (one face: every row, once per switch)."""
+        rows = self._changed_rows(faces, n)
+        if not rows:
+            return
+        latents = {}
+        for _, face in rows:  # all checked before any row is written
+            latent = face.latents.get(self.name)
+            if latent is None:
+                raise FaceError(
+                    f"face '{face.name}' is not prepared for {self.name}",
+                    hint="call swapper.prepare(face) when the face is added",
+                )
+            latents[id(face)] = latent
+        buf = self.engine.input_buffers(self.max_faces)["source"]
+        width = int(np.prod(buf.shape[1:]))
+        if len(rows) == self.max_faces and len(latents) == 1:  # one face everywhere: one upload
+            row = np.asarray(next(iter(latents.values())), np.float32).reshape(1, width)
+            buf[...] = self.ops.asarray(np.ascontiguousarray(np.broadcast_to(row, (self.max_faces, width)), dtype=buf.dtype))
+        else:
+            for i, face in rows:
+                row = np.asarray(latents[id(face)], np.float32).reshape(buf.shape[1:])
+                buf[i] = self.ops.asarray(np.ascontiguousarray(row, dtype=buf.dtype))
+        self._commit(faces, rows)
+
+    # -- frame side -------------------------------------------------------------------------------
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
+        self._source(faces, n)
+        if n == 0:
+            return self._crops[:0], self.mask if self._masks is None else self._masks[:0]
+        feeds = self.engine.input_buffers(n)
+        target = feeds["target"]
+        for frame, mats, lo, hi in self._rows(parts):
+            self.ops.warp_crops_normalized(
+                frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target[lo:hi]
+            )
+        outs = self.engine.run_device(feeds, stream=self.ops.stream)
+        crops = self.ops.crops_from_planar(
+            outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
+        )
+        if self._masks is None:
+            return crops[:n], self.mask
+        xp = self.ops.xp
+        masks = self._masks[:n]
+        xp.fmin(outs[self._mask_index][:n, 0], self.mask, out=masks)  # NaN in the model mask: the box wins
+        xp.clip(masks, 0.0, 1.0, out=masks)
+        return crops[:n], masks
+
+
+def create_swapper(
+    name: str,
+    cfg: Any,
+    *,
+    store: Any = None,
+    ops: Any = None,
+    mask: Any = None,
+    device: str = "cpu",
+    backend: str | None = None,
+    fp16: bool | None = None,
+    download: bool | None = None,
+    max_faces: int | None = None,
+) -> NeuralSwapper:
+    """Build the registry swapper ``name`` (and its converter) from ``cfg``'s models dir on ``device``.
+
+    Files are verified (and downloaded when allowed). The converter runs once per face switch, so it
+    stays on onnxruntime on the CPU. ``max_faces``: rows per call (default ``[pipeline] max_faces``;
+    more when several streams share the swapper).
+    """
+    from vcam.engines import create_engine
+    from vcam.models.download import ModelStore
+
+    spec = registry.get(name)
+    if spec.kind != "swapper":
+        raise ModelError(
+            f"{name} is a {spec.kind}, not a swapper",
+            hint="choose one of: " + ", ".join(m.name for m in registry.by_kind("swapper")),
+        )
+    store = store or ModelStore.from_config(cfg)
+    wanted = [name] + ([spec.converter] if spec.converter else [])
+    paths = store.ensure(wanted, download=download)
+    engine = create_engine(
+        paths[name],
+        backend=backend or cfg.pipeline.backend,
+        device=device,
+        fp16=cfg.pipeline.fp16 if fp16 is None else fp16,
+        max_batch=max_faces or cfg.pipeline.max_faces,
+        compile=cfg.pipeline.compile,
+    )
+    emap = read_emap(paths[name]) if spec.source == "emap" else None
+    converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
+    if "NON-COMMERCIAL" in spec.licence.upper():
+        log.warning("%s: %s", name, spec.licence)
+    return NeuralSwapper(
+        spec, engine, ops=ops, mask=mask, max_faces=max_faces or cfg.pipeline.max_faces, emap=emap, converter=converter
+    )
+
+
+__all__ = [
+    "BUILT_IN",
+    "ClassicSwapper",
+    "IdentitySwapper",
+    "NeuralSwapper",
+    "SolidSwapper",
+    "Swapper",
+    "create_swapper",
+    "face_region",
+    "inswapper_latent",
+    "make_builtin",
+    "read_emap",
+]

@@ -1,0 +1,470 @@
+"""Track stage: follow faces across frames with few full-frame scans, stable IDs and smooth landmarks.
+
+Per frame, :class:`Tracker` either scans the whole frame or, between scans, runs the detector only
+inside one square region around each track's predicted position (all regions in one batched call),
+plus one slice of a rolling search for new faces: over ``rolling`` frames it covers the coarse scan
+and every tile a full scan uses (:meth:`vcam.stages.detect.FaceDetector.tiles`), so a face entering
+anywhere is found within ``rolling`` frames while the cost per frame stays bounded.
+A full scan (:meth:`vcam.stages.detect.FaceDetector.detect`: the coarse pass plus the tiles) happens on
+the first frame, every ``rescan_every`` frames, whenever a track is not found in its region (same
+frame), and — while nothing is tracked — on every other frame (every frame with ``rescan_every =
+1``), so a face that comes back is found within two frames. A scheduled scan that misses a tracked
+face (too small for the whole-frame input) looks in that face's region too before counting a miss. A new frame size or
+a sequence number going backwards (a restarted source) starts over.
+
+:meth:`Tracker.update` is :meth:`~Tracker.launch` (the detector calls queued on the device) then
+:meth:`~Tracker.complete` (wait, decode, match). A pipeline that does not want a frame's swap to wait
+for its detection asks :meth:`~Tracker.confident` (every tracked face found in the last frame), swaps
+with :meth:`~Tracker.predict`'s tracks (moved by their velocity), and completes that frame's
+detection when the next one comes (``[track] predict``).
+
+Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
+and a track survives ``max_missed`` frames without a detection. Boxes and landmarks are smoothed
+with a One-Euro filter (Casiez et al. 2012): a low-pass whose cutoff rises with speed, so a still
+face stops jittering while a moving one is followed closely.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vcam.config import TrackConfig
+from vcam.stages.detect import Detector, box_iou, merge
+from vcam.types import Detection, Track
+
+_MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
+_MATCH_DIST = 0.5  # or: centre distance below this fraction of the track's box side
+_DUPLICATE_IOU = 0.6  # two tracks this overlapped follow one face: the younger one goes
+_KEEP_BONUS = 1.5  # an existing track keeps its slot unless a new face is this much larger
+_VEL_GAIN = 0.6  # weight of the newest motion in the velocity estimate
+
+
+class OneEuroFilter:
+    """One-Euro filter over an array of 2-D points (N, 2), one cutoff per point.
+
+    ``min_cutoff`` (Hz): cutoff at rest, lower removes more jitter; ``beta``: how fast the cutoff
+    rises with speed (pixels/s), higher reduces lag; ``d_cutoff`` (Hz): smoothing of the speed.
+    """
+
+    def __init__(self, min_cutoff: float, beta: float, d_cutoff: float = 1.0) -> None:
+        self.min_cutoff = float(min_cutoff)
+        self.beta = float(beta)
+        self.d_cutoff = float(d_cutoff)
+        self._x: np.ndarray | None = None
+        self._dx: np.ndarray | None = None
+        self._t = 0.0
+
+    @staticmethod
+    def _alpha(dt: float, cutoff: np.ndarray | float) -> np.ndarray | float:
+        tau = 1.0 / (2.0 * math.pi * cutoff)
+        return 1.0 / (1.0 + tau / dt)
+
+    def reset(self, x: np.ndarray, t: float) -> np.ndarray:
+        self._x = np.asarray(x, dtype=np.float64).copy()
+        self._dx = np.zeros_like(self._x)
+        self._t = float(t)
+        return self._x.copy()
+
+    def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
+        """Filter the new sample ``x`` (N, 2) taken at time ``t`` (seconds); returns the estimate."""
+        x = np.asarray(x, dtype=np.float64)
+        if self._x is None or self._dx is None:
+            return self.reset(x, t)
+        dt = float(t) - self._t
+        if dt <= 0:
+            dt = 1e-3
+        dx = (x - self._x) / dt
+        self._dx = self._dx + self._alpha(dt, self.d_cutoff) * (dx - self._dx)
+        speed = np.linalg.norm(self._dx, axis=-1, keepdims=True)
+        a = self._alpha(dt, self.min_cutoff + self.beta * speed)
+        self._x = self._x + a * (x - self._x)
+        self._t = float(t)
+        return self._x.copy()
+
+
+@dataclass
+class _State:
+    """Tracker-private state of one track (the public view is ``track``)."""
+
+    track: Track
+    raw_box: np.ndarray  # last detected box (unsmoothed), float64
+    seen_seq: int  # seq of that detection
+    filter: OneEuroFilter
+    smooth_box: np.ndarray  # the filter's last box and landmarks (the track's, before any prediction)
+    smooth_landmarks: np.ndarray
+    velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))  # box change per frame
+
+    def predict(self, seq: int) -> np.ndarray:
+        """Box expected at ``seq`` (constant velocity from the last detection)."""
+        return self.raw_box + self.velocity * max(0, seq - self.seen_seq)
+
+
+def _box_side(box: np.ndarray) -> float:
+    return float(max(box[2] - box[0], box[3] - box[1]))
+
+
+def associate(track_boxes: np.ndarray, det_boxes: np.ndarray) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """Greedy one-to-one matching of detections to tracks.
+
+    A pair qualifies when IoU >= 0.3 or the centre distance is below half the track box's longer
+    side; pairs are taken by IoU, then by distance. Returns (matches (track, det), unmatched tracks,
+    unmatched detections).
+    """
+    nt, nd = len(track_boxes), len(det_boxes)
+    if nt == 0 or nd == 0:
+        return [], list(range(nt)), list(range(nd))
+    tb = np.asarray(track_boxes, dtype=np.float64).reshape(-1, 4)
+    db = np.asarray(det_boxes, dtype=np.float64).reshape(-1, 4)
+    iou = box_iou(tb, db)
+    tc = (tb[:, :2] + tb[:, 2:]) / 2
+    dc = (db[:, :2] + db[:, 2:]) / 2
+    side = np.maximum(tb[:, 2] - tb[:, 0], tb[:, 3] - tb[:, 1]).clip(1.0)
+    dist = np.linalg.norm(tc[:, None] - dc[None], axis=-1) / side[:, None]
+    ok = (iou >= _MATCH_IOU) | (dist < _MATCH_DIST)
+    ti, di = np.nonzero(ok)
+    order = np.lexsort((dist[ti, di], -iou[ti, di]))
+    used_t, used_d, matches = set(), set(), []
+    for k in order:
+        t, d = int(ti[k]), int(di[k])
+        if t in used_t or d in used_d:
+            continue
+        used_t.add(t)
+        used_d.add(d)
+        matches.append((t, d))
+    return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
+
+
+@dataclass
+class Step:
+    """One frame between :meth:`Tracker.launch` and :meth:`Tracker.complete`: the frame, its
+    detector calls in flight, and the boxes the tracks were expected at."""
+
+    frame: Any
+    seq: int
+    t: float
+    full: bool
+    predicted: np.ndarray
+    pending: Any = None
+    coarse: Any = None
+    regions: int = 0
+    deferred: bool = False
+
+    def ready(self) -> bool:
+        """Its detector calls have finished on the device: :meth:`Tracker.complete` will not wait."""
+        return all(p.ready() for p in (self.pending, self.coarse) if p is not None)
+
+
+def _launch(detector: Detector, kind: str, frame: Any, rects: np.ndarray | None = None) -> Any:
+    """A detector call queued (``launch_*`` of :class:`vcam.stages.detect.FaceDetector`), or run at once
+    for a detector with only the blocking calls (wrapped so that ``result()`` gives it)."""
+    from vcam.stages.detect import Pending
+
+    if kind == "regions":
+        fn = getattr(detector, "launch_regions", None)
+        return fn(frame, rects) if fn is not None else Pending.done(detector.detect_regions(frame, rects))
+    if kind == "coarse":
+        fn = getattr(detector, "launch_coarse", None)
+        if fn is not None:
+            return fn(frame)
+        return Pending.done(getattr(detector, "detect_coarse", detector.detect)(frame))
+    fn = getattr(detector, "launch_full", None)
+    return fn(frame) if fn is not None else Pending.done(detector.detect(frame))
+
+
+class Tracker:
+    """Faces across frames: ROI detection between full scans, stable IDs, One-Euro smoothing.
+
+    ``detector``: a :class:`vcam.stages.detect.Detector`; ``track_cfg``: scan interval, ROI size and scale,
+    misses allowed, filter settings; ``max_faces``: most tracks kept (largest faces first).
+    ``fps``: frame rate used for the filter's clock when :meth:`update` gets no timestamp.
+
+    After each :meth:`update`: ``last_full_scan`` (whether this frame was scanned whole),
+    ``frames`` and ``full_scans`` (counts since start), ``roi_calls`` (batched region calls),
+    ``last_detections`` (detections of this frame, frame pixels) and ``last_matched``
+    (track id -> the raw detection that updated it this frame).
+    """
+
+    def __init__(
+        self, detector: Detector, track_cfg: TrackConfig | None = None, max_faces: int = 8, *, fps: float = 30.0
+    ) -> None:
+        if max_faces < 1:
+            raise ValueError(f"max_faces must be at least 1, got {max_faces}")
+        if fps <= 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self.detector = detector
+        self.cfg = track_cfg or TrackConfig()
+        self.max_faces = int(max_faces)
+        self.fps = float(fps)
+        self._next_id = 1
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every track and counter (IDs keep increasing)."""
+        self._states: list[_State] = []
+        self._cycle: list | None = None  # the rolling search's slices for this frame size
+        self._cursor = 0
+        self._last_scan_seq: int | None = None
+        self._shape: tuple[int, ...] | None = None
+        self._last_seq: int | None = None
+        self.frames = 0
+        self.full_scans = 0
+        self.roi_calls = 0
+        self.last_full_scan = False
+        self.last_detections: list[Detection] = []
+        self.last_matched: dict[int, Detection] = {}
+        self.last_seq: int | None = None  # the frame the last_* fields describe
+
+    @property
+    def tracks(self) -> list[Track]:
+        """Live tracks, by id."""
+        return [s.track for s in self._states]
+
+    # -- the per-frame step ------------------------------------------------------------------
+    def update(self, frame_bgr: np.ndarray, seq: int, t: float | None = None) -> list[Track]:
+        """Process frame ``seq`` (timestamp ``t`` seconds, default ``seq / fps``); returns live tracks.
+
+        A track with ``missed > 0`` was not found in this frame and keeps its last smoothed box and
+        landmarks. The same :class:`Track` object is returned for an id on every frame (its arrays
+        are replaced, never written in place), so a caller may keep per-track data on it, such as
+        ``similarity``. :meth:`update` is :meth:`launch` then :meth:`complete`.
+        """
+        return self.complete(self.launch(frame_bgr, seq, t))
+
+    def launch(self, frame_bgr: Any, seq: int, t: float | None = None, *, deferred: bool = False) -> Step:
+        """Queue frame ``seq``'s detector calls (the regions and rolling slice, or a full scan)
+        without waiting for them; :meth:`complete` applies them, and nothing else may reach the
+        tracker in between. The frame must stay unchanged until then (a lost track is looked for
+        again in it), unless ``deferred``: the frame may have changed by then (it was swapped with
+        :meth:`predict`'s tracks meanwhile), so a track its detection misses is counted as missed,
+        and the next frame, no longer :meth:`confident`, is scanned as :meth:`update` does."""
+        seq = int(seq)
+        t = seq / self.fps if t is None else float(t)
+        shape = tuple(np.shape(frame_bgr))
+        if shape != self._shape or (self._last_seq is not None and seq < self._last_seq):
+            # A new source, a new size, or a restarted one (a looping file): old positions mean nothing.
+            self._states = []
+            self._last_scan_seq = None
+            self._shape = shape
+            self._cycle = None
+        self._last_seq = seq
+        full = self._scan_due(seq)
+        predicted = np.array([s.predict(seq) for s in self._states]).reshape(-1, 4)
+        step = Step(frame=frame_bgr, seq=seq, t=t, full=full, predicted=predicted, deferred=deferred)
+        if full:
+            step.pending = _launch(self.detector, "full", frame_bgr)
+        elif self._states:
+            # The tracks' regions, and this frame's slice of the rolling search for new faces (a
+            # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
+            # is found within ``rolling`` frames at a bounded cost per frame.
+            item = self._rolling_item(shape)
+            tiles = item if isinstance(item, np.ndarray) else None
+            rects = self._regions(predicted)
+            step.regions = len(rects)
+            if tiles is not None and len(tiles):
+                rects = np.concatenate([rects, tiles])
+            step.pending = _launch(self.detector, "regions", frame_bgr, rects)
+            self.roi_calls += 1
+            if isinstance(item, str):  # "coarse"
+                step.coarse = _launch(self.detector, "coarse", frame_bgr)
+        return step
+
+    def complete(self, step: Step) -> list[Track]:
+        """Apply the detections of a :meth:`launch` (waiting for them if they are not there yet);
+        returns live tracks, as :meth:`update` does."""
+        frame_bgr, seq, t, predicted = step.frame, step.seq, step.t, step.predicted
+        self.frames += 1
+        self.last_matched = {}
+        full = step.full
+        dets: list[Detection] | None = None
+        matches: list[tuple[int, int]] = []
+        lost: list[int] = []
+        fresh: list[int] = []
+        if full:
+            dets = list(step.pending.result())
+            matches, lost, fresh = associate(predicted, [d.box for d in dets])
+            if lost and not step.deferred:
+                # The scheduled scan missed a tracked face (the whole-frame input may be too coarse
+                # for a small one): look where it should be before counting a miss.
+                extra = self._detect_regions(frame_bgr, predicted[lost])
+                found, lost_k, _ = associate(predicted[lost], [d.box for d in extra])
+                for k, e in found:
+                    dets.append(extra[e])
+                    matches.append((lost[k], len(dets) - 1))
+                lost = [lost[k] for k in lost_k]
+        elif step.pending is not None:
+            dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2])
+            if step.coarse is not None:
+                dets = merge(dets + step.coarse.result(), 0.5)
+            matches, lost, fresh = associate(predicted, [d.box for d in dets])
+            if lost and not step.deferred:
+                # A track left its region (fast motion, occlusion, or it left the frame): look
+                # everywhere before counting a miss.
+                full = True
+                dets = self.detector.detect(frame_bgr)
+                matches, lost, fresh = associate(predicted, [d.box for d in dets])
+        if full:
+            self.full_scans += 1
+            self._last_scan_seq = seq
+        self.last_full_scan = full
+        self.last_detections = list(dets or [])
+        self.last_seq = seq
+
+        for ti, di in matches:
+            self._apply(self._states[ti], dets[di], seq, t)  # type: ignore[index]
+        for ti in lost:
+            self._states[ti].track.missed += 1
+        for s in self._states:
+            s.track.age += 1
+        self._states = [s for s in self._states if s.track.missed <= self.cfg.max_missed]
+        if dets:
+            self._admit([dets[d] for d in fresh], seq, t)
+        self._drop_duplicates()
+        return self.tracks
+
+    # -- prediction (the swap need not wait for the detection) --------------------------------
+    def confident(self, frame_bgr: Any, seq: int) -> bool:
+        """Can frame ``seq`` be swapped with :meth:`predict`'s tracks while its detection runs?
+        Yes when faces are tracked, each was found in the last frame applied, and this frame
+        continues that source (same size, later sequence number)."""
+        return (
+            bool(self._states)
+            and all(s.track.missed == 0 for s in self._states)
+            and tuple(np.shape(frame_bgr)) == self._shape
+            and self._last_seq is not None
+            and int(seq) > self._last_seq
+        )
+
+    def predict(self, seq: int) -> list[Track]:
+        """The live tracks moved to frame ``seq``: each box and its landmarks shifted and scaled by
+        the track's motion per frame since its last detection (constant velocity from the smoothed
+        position). Sets the tracks' arrays (replaced, not written in place) and returns them; the
+        detection of ``seq`` later corrects them (:meth:`complete`)."""
+        for s in self._states:
+            gap = max(0, int(seq) - s.seen_seq)
+            box = s.smooth_box + s.velocity * gap
+            old_c, new_c = (s.smooth_box[:2] + s.smooth_box[2:]) / 2, (box[:2] + box[2:]) / 2
+            old_side = max(_box_side(s.smooth_box), 1.0)
+            scale = max(_box_side(box), 1.0) / old_side
+            s.track.box = box.astype(np.float32)
+            s.track.landmarks = (new_c + (s.smooth_landmarks - old_c) * scale).astype(np.float32)
+        return self.tracks
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _scan_due(self, seq: int) -> bool:
+        if self._last_scan_seq is None:
+            return True
+        since = seq - self._last_scan_seq
+        if not self._states:  # nothing to track: look again soon (every other frame at most)
+            return since >= min(2, self.cfg.rescan_every)
+        return since >= self.cfg.rescan_every
+
+    def _regions(self, boxes: np.ndarray) -> np.ndarray:
+        centre = (boxes[:, :2] + boxes[:, 2:]) / 2
+        side = self.cfg.roi_scale * np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]).clip(1.0)
+        return np.column_stack([centre - side[:, None] / 2, side])
+
+    def _rolling_item(self, shape: tuple) -> Any:
+        """This frame's slice of the rolling search: ``"coarse"``, an array of tiles, or None."""
+        if self.cfg.rolling <= 0:
+            return None
+        if self._cycle is None:
+            tiles_of = getattr(self.detector, "tiles", None)
+            tiles = tiles_of(shape[0], shape[1]) if tiles_of is not None else np.zeros((0, 3))
+            parts = self.cfg.rolling - 1
+            chunks = [c for c in np.array_split(tiles, parts) if len(c)] if parts and len(tiles) else []
+            self._cycle = ["coarse", *chunks] + [None] * (self.cfg.rolling - 1 - len(chunks))
+        item = self._cycle[self._cursor % len(self._cycle)]
+        self._cursor += 1
+        return item
+
+    def _detect_regions(self, frame: np.ndarray, predicted: np.ndarray) -> list[Detection]:
+        rects = self._regions(predicted)
+        per_region = self.detector.detect_regions(frame, rects)
+        self.roi_calls += 1
+        return self._found(per_region, len(rects), frame.shape[:2])
+
+    def _found(self, per_region: list[list[Detection]], n: int, hw: tuple) -> list[Detection]:
+        """The faces of a regions call: those of the ``n`` tracks' regions, and the small ones of
+        the tiles after them; each face once."""
+        found = [d for dets in per_region[:n] for d in dets]
+        if len(per_region) > n:
+            found += self.detector.small_faces(per_region[n:], *hw)
+        if len(found) < 2:
+            return found
+        return merge(found, 0.5)  # overlapping regions can see the same face twice
+
+    def _apply(self, state: _State, det: Detection, seq: int, t: float) -> None:
+        box = det.box.astype(np.float64)
+        gap = max(1, seq - state.seen_seq)
+        step = (box - state.raw_box) / gap
+        state.velocity = state.velocity + _VEL_GAIN * (step - state.velocity)
+        state.raw_box = box
+        state.seen_seq = seq
+        pts = np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)])
+        out = state.filter(pts, t)
+        state.smooth_landmarks = out[:5]
+        state.smooth_box = out[5:].reshape(4)
+        tr = state.track
+        tr.landmarks = out[:5].astype(np.float32)
+        tr.box = out[5:].reshape(4).astype(np.float32)
+        tr.score = float(det.score)
+        tr.missed = 0
+        tr.last_seen = seq
+        self.last_matched[tr.id] = det
+
+    def _new_state(self, det: Detection, seq: int, t: float) -> _State:
+        flt = OneEuroFilter(self.cfg.min_cutoff, self.cfg.beta)
+        box = det.box.astype(np.float64)
+        flt.reset(np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)]), t)
+        track = Track(
+            id=self._next_id,
+            box=det.box.astype(np.float32).copy(),
+            landmarks=det.landmarks.astype(np.float32).copy(),
+            score=float(det.score),
+            age=0,
+            missed=0,
+            last_seen=seq,
+        )
+        self._next_id += 1
+        self.last_matched[track.id] = det
+        return _State(
+            track=track,
+            raw_box=box,
+            seen_seq=seq,
+            filter=flt,
+            smooth_box=box.copy(),
+            smooth_landmarks=det.landmarks.astype(np.float64).copy(),
+        )
+
+    def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
+        """Start tracks for unmatched detections, keeping the ``max_faces`` largest faces."""
+        if not candidates:
+            return
+        pool: list[tuple[float, _State | Detection]] = [(_area(s.track.box) * _KEEP_BONUS, s) for s in self._states]
+        pool += [(d.area, d) for d in candidates]
+        pool.sort(key=lambda p: -p[0])
+        kept = [item for _, item in pool[: self.max_faces]]
+        states = [k for k in kept if isinstance(k, _State)]
+        states += [self._new_state(k, seq, t) for k in kept if isinstance(k, Detection)]
+        self._states = sorted(states, key=lambda s: s.track.id)
+
+    def _drop_duplicates(self) -> None:
+        if len(self._states) < 2:
+            return
+        boxes = np.array([s.track.box for s in self._states])
+        iou = box_iou(boxes, boxes)
+        drop = set()
+        for i in range(len(self._states)):
+            for j in range(i + 1, len(self._states)):
+                if i not in drop and j not in drop and iou[i, j] > _DUPLICATE_IOU:
+                    drop.add(j)  # states are in id order: j is the younger track
+        if drop:
+            self._states = [s for k, s in enumerate(self._states) if k not in drop]
+
+
+def _area(box: np.ndarray) -> float:
+    return float(max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1]))
