@@ -31,11 +31,11 @@ from obs_harness import (
 import vcam
 from vcam.cli.control import obs_app
 from vcam.config import ObsConfig
-from vcam.control.obs import (
+from vcam.control.obs import ObsController
+from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
     FACE_PREFIX,
     SWAP_SOURCE,
-    ObsController,
     connect,
     face_source_name,
     map_choice,

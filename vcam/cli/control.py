@@ -54,7 +54,7 @@ def obs_setup(
 ) -> None:
     """Create the "FastSwap Faces" scene (one source per face) and one per mapped person; print the
     hotkeys. With several streams in the config, one "FastSwap Faces (NAME)" scene per stream."""
-    from vcam.control.obs import connect, setup_scene
+    from vcam.control.obs_scene import connect, setup_scene
 
     try:
         cfg = _config(config)
@@ -110,7 +110,7 @@ def obs_setup(
 @obs_app.command("status")
 def obs_status(config: Optional[Path] = ConfigOpt) -> None:
     """Say whether OBS is reachable and the control scene is set up."""
-    from vcam.control.obs import obs_check
+    from vcam.control.obs_scene import obs_check
 
     try:
         cfg = _config(config)

@@ -53,352 +53,30 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from vcam.config import Config, ObsConfig
+from vcam.config import ObsConfig
 from vcam.control.local import apply_control
+from vcam.control.obs_scene import (
+    DEFAULT_CHOICE,
+    FACE_PREFIX,
+    REPLY_KEY,
+    SWAP_SOURCE,
+    ObsAuthError,
+    connect,
+    face_source_name,
+    input_settings,
+    map_choice,
+    map_source_name,
+    map_target,
+    request_failed,
+    scene_names,
+    setup_scene,
+)
 from vcam.errors import ControlError, FaceError
 from vcam.state import RuntimeState, Snapshot
 
 log = logging.getLogger(__name__)
-
-FACE_PREFIX = "Face: "
-SWAP_SOURCE = "FastSwap: Swap"
-CAMERA_SOURCE = "FastSwap Cam"
-TEXT_KIND = "text_ft2_source_v2"
-REPLY_KEY = "vcam_reply"
-MAP_PREFIX = "Face for "
-DEFAULT_CHOICE = "(default)"  # in a map scene: the person follows [swap] unmatched
-
-
-def face_source_name(face: str) -> str:
-    return f"{FACE_PREFIX}{face}"
-
-
-def map_scene_name(scene: str, target: str) -> str:
-    """The scene of one mapped person: ``FastSwap Faces: alice``."""
-    return f"{scene}: {target}"
-
-
-def map_source_name(target: str, face: str) -> str:
-    """The source that gives ``target`` the face ``face`` (or :data:`DEFAULT_CHOICE`)."""
-    return f"{MAP_PREFIX}{target}: {face}"
-
-
-def map_target(scene: str, name: str) -> str | None:
-    """The target whose map scene ``name`` is (for the control scene ``scene``), else None."""
-    prefix = f"{scene}: "
-    return (name[len(prefix) :] or None) if name.startswith(prefix) else None
-
-
-def map_choice(target: str, source: str) -> str | None:
-    """The face (or :data:`DEFAULT_CHOICE`) the source ``source`` of ``target``'s scene stands for."""
-    prefix = map_source_name(target, "")
-    return (source[len(prefix) :] or None) if source.startswith(prefix) else None
-
-
-def show_hotkey(source: str) -> str:
-    """The libobs hotkey name that shows ``source`` (bindable in OBS, triggerable over the websocket)."""
-    return f"libobs.show_scene_item.{source}"
-
-
-def obs_password(cfg: ObsConfig) -> str:
-    """The websocket password: ``[obs] password``, else the environment variable it names."""
-    if cfg.password:
-        return cfg.password
-    return os.environ.get(cfg.password_env, "") if cfg.password_env else ""
-
-
-def quiet_obsws_logger() -> None:
-    """obsws-python logs the password at INFO and expected request misses at ERROR: silence both."""
-    lg = logging.getLogger("obsws_python")
-    if lg.level < logging.CRITICAL:
-        lg.setLevel(logging.CRITICAL)
-
-
-# --- connecting ------------------------------------------------------------------------------
-
-
-class ObsAuthError(ControlError):
-    """OBS refused the websocket password (or none was given while OBS wants one)."""
-
-
-def _auth_error(cfg: ObsConfig, given: bool) -> ObsAuthError:
-    what = "rejected the websocket password" if given else "asks for a websocket password and none is set"
-    return ObsAuthError(
-        f"OBS at {cfg.host}:{cfg.port} {what}",
-        hint=f"set ${cfg.password_env} (or [obs] password) to the password in OBS: Tools -> WebSocket Server Settings",
-    )
-
-
-def _unreachable(cfg: ObsConfig, exc: BaseException) -> ControlError:
-    return ControlError(
-        f"OBS is not reachable at {cfg.host}:{cfg.port} ({type(exc).__name__})",
-        hint="start OBS and enable Tools -> WebSocket Server Settings -> Enable WebSocket server, or fix [obs] host/port",
-    )
-
-
-def connect(cfg: ObsConfig, *, events: bool = False, timeout: float = 3.0):
-    """Open an obsws-python ``ReqClient`` (or ``EventClient`` when ``events``); raise ControlError.
-
-    Raises :class:`ObsAuthError` for a refused password and :class:`ControlError` when nothing
-    answers. The returned client's requests time out after ``timeout`` seconds.
-    """
-    quiet_obsws_logger()
-    import obsws_python as obsws
-    from obsws_python.error import OBSSDKError
-    from websocket import WebSocketException
-
-    password = obs_password(cfg)
-    kind = obsws.EventClient if events else obsws.ReqClient
-    try:
-        return kind(host=cfg.host, port=cfg.port, password=password, timeout=timeout)
-    except OBSSDKError as exc:
-        text = str(exc)
-        if "no password" in text or "identify" in text:
-            raise _auth_error(cfg, bool(password)) from None
-        raise ControlError(f"OBS at {cfg.host}:{cfg.port} refused the connection: {text}") from None
-    except (OSError, WebSocketException, ValueError) as exc:
-        raise _unreachable(cfg, exc) from None
-
-
-def _request_failed(exc: BaseException) -> bool:
-    """True for an OBS-side 'no such thing' answer (the connection itself is fine)."""
-    from obsws_python.error import OBSSDKRequestError
-
-    return isinstance(exc, OBSSDKRequestError)
-
-
-# --- scene setup -----------------------------------------------------------------------------
-
-
-def _ensure_scene(client: Any, scene: str, report: Any, *, tries: int = 40) -> list:
-    """The items of ``scene``, created first when it does not exist. A scene the user just removed
-    can still be listed for a moment while OBS tears it down (reading it then fails; creating it
-    fails while it is listed): look again until one of the two works."""
-    for _ in range(tries):
-        try:
-            if scene not in _scene_names(client):
-                client.create_scene(scene)
-                report.scene_created = True
-            return list(client.get_scene_item_list(scene).scene_items)
-        except Exception as exc:
-            if not _request_failed(exc):
-                raise
-            time.sleep(0.05)
-    raise ControlError(f"OBS keeps refusing scene '{scene}'", hint="remove it in OBS, then run `vcam obs setup` again")
-
-
-@dataclass
-class SetupReport:
-    """What :func:`setup_scene` did. Lists hold OBS source names."""
-
-    scene: str
-    scene_created: bool = False
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    hotkeys: list[tuple[str, str]] = field(default_factory=list)  # (hotkey name, what OBS shows)
-    notes: list[str] = field(default_factory=list)
-    map_scenes: dict[str, bool] = field(default_factory=dict)  # map scene -> created now
-    map_hotkeys: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # map scene -> its hotkeys
-
-    def lines(self) -> list[str]:
-        out = [f"scene '{self.scene}'" + (" created" if self.scene_created else " already there")]
-        out.extend(f"scene '{name}'" + (" created" if new else " already there") for name, new in self.map_scenes.items())
-        for label, names in (("created", self.created), ("updated", self.updated), ("unchanged", self.kept)):
-            if names:
-                out.append(f"{label}: {', '.join(names)}")
-        out.extend(self.notes)
-        if self.hotkeys:
-            out.append(f"Bind these in OBS: Settings -> Hotkeys, under the scene '{self.scene}':")
-            out.extend(f"  {shown}" for _, shown in self.hotkeys)
-        for name, keys in self.map_hotkeys.items():
-            if keys:
-                out.append(f"and, to choose one person's face, under the scene '{name}':")
-                out.extend(f"  {shown}" for _, shown in keys)
-        return out
-
-
-def _scene_names(client) -> list[str]:
-    return [s["sceneName"] for s in client.get_scene_list().scenes]
-
-
-def _input_settings(client, name: str) -> dict | None:
-    try:
-        return client.get_input_settings(name).input_settings
-    except Exception as exc:
-        if _request_failed(exc):
-            return None
-        raise
-
-
-def _input_kind(client, name: str) -> str | None:
-    for inp in client.get_input_list().inputs:
-        if inp["inputName"] == name:
-            return inp["inputKind"]
-    return None
-
-
-def _ensure_input(
-    client, report: SetupReport, scene: str, name: str, kind: str, settings: dict, enabled: bool, *, update: dict | None = None
-) -> None:
-    """Create input ``name`` in ``scene`` or make sure the existing one is in it (never deletes)."""
-    have_kind = _input_kind(client, name)
-    if have_kind is None:
-        client.create_input(scene, name, kind, settings, enabled)
-        report.created.append(name)
-        return
-    changed = False
-    if have_kind.split("_v")[0] != kind.split("_v")[0]:
-        report.notes.append(f"'{name}' exists as a {have_kind} source, not {kind}; left as it is")
-    elif update:
-        current = _input_settings(client, name) or {}
-        if any(current.get(k) != v for k, v in update.items()):
-            client.set_input_settings(name, update, True)
-            changed = True
-    try:
-        client.get_scene_item_id(scene, name)
-    except Exception as exc:
-        if not _request_failed(exc):
-            raise
-        client.create_scene_item(scene, name, enabled)
-        changed = True
-    (report.updated if changed else report.kept).append(name)
-
-
-def setup_scene(
-    client,
-    faces: dict[str, str | os.PathLike],
-    *,
-    scene: str = "FastSwap Faces",
-    status_source: str = "FastSwap Status",
-    active: str | None = None,
-    add_camera_source: bool = False,
-    camera_name: str = CAMERA_SOURCE,
-    camera_device: str | None = None,
-    targets: dict[str, str | None] | None = None,
-) -> SetupReport:
-    """Create (idempotently) the control scene in OBS through a connected obsws-python ReqClient.
-
-    ``faces``: face name -> image file shown by its ``Face: <name>`` image source. Existing sources
-    are kept as they are, visibility included (their image file is updated); nothing is ever
-    removed. New face sources are created hidden, except ``active`` (default: the first name) when
-    the scene shows no face yet: re-running setup while vcam runs never shows a second face.
-    ``add_camera_source`` adds a Video Capture Device source named ``camera_name`` for
-    ``camera_device`` (``/dev/videoN``; left empty if None) to the current program scene.
-    ``targets``: mapped person -> the face the config gives them (or None); each gets a map scene
-    (see the module docstring), showing that face, or ``(default)``, when it shows nothing yet.
-    """
-    report = SetupReport(scene=scene)
-    names = list(faces)
-    shown = [
-        it["sourceName"]
-        for it in _ensure_scene(client, scene, report)
-        if it["sourceName"].startswith(FACE_PREFIX) and it["sceneItemEnabled"]
-    ]
-    if shown:
-        active = None  # a face is shown already (vcam's choice): leave it the only one
-    elif active is None and names:
-        active = names[0]
-    for name in names:
-        path = str(Path(faces[name]).expanduser().resolve())
-        if not Path(path).is_file():
-            report.notes.append(f"face '{name}': image {path} not found; the source shows nothing")
-        src = face_source_name(name)
-        _ensure_input(client, report, scene, src, "image_source", {"file": path}, name == active, update={"file": path})
-        report.hotkeys.append((show_hotkey(src), f"Show '{src}'"))
-    _ensure_input(client, report, scene, SWAP_SOURCE, TEXT_KIND, {"text": "face swap on"}, True)
-    report.hotkeys.append((show_hotkey(SWAP_SOURCE), f"Show '{SWAP_SOURCE}' (swap on)"))
-    report.hotkeys.append((f"libobs.hide_scene_item.{SWAP_SOURCE}", f"Hide '{SWAP_SOURCE}' (swap off)"))
-    if status_source:
-        _ensure_input(client, report, scene, status_source, TEXT_KIND, {"text": "FastSwap Cam"}, True)
-    known = {face_source_name(n) for n in names}
-    for item in client.get_scene_item_list(scene).scene_items:
-        src = item["sourceName"]
-        if src.startswith(FACE_PREFIX) and src not in known:
-            report.notes.append(f"'{src}' has no face in the face bank (remove it in OBS if it is not wanted)")
-    for target, source in (targets or {}).items():
-        _setup_map_scene(client, report, scene, target, source, faces)
-    if add_camera_source:
-        current = client.get_current_program_scene().current_program_scene_name
-        settings = {"device_id": camera_device} if camera_device else {}
-        _ensure_input(client, report, current, camera_name, "v4l2_input", settings, True, update=settings or None)
-        if not camera_device:
-            report.notes.append(
-                f"'{camera_name}' has no device yet: start `vcam run`, then pick the device in the source's properties"
-            )
-    return report
-
-
-def _setup_map_scene(
-    client, report: SetupReport, scene: str, target: str, source: str | None, faces: dict[str, str | os.PathLike]
-) -> None:
-    """The scene of one mapped person: a ``Face for <target>: <face>`` image source per face and a
-    ``(default)`` one; ``source`` (else ``(default)``) is shown if the scene shows no choice yet."""
-    name = map_scene_name(scene, target)
-    created = name not in _scene_names(client)
-    if created:
-        client.create_scene(name)
-    report.map_scenes[name] = created
-    shown = [
-        it["sourceName"]
-        for it in client.get_scene_item_list(name).scene_items
-        if map_choice(target, it["sourceName"]) is not None and it["sceneItemEnabled"]
-    ]
-    initial = None if shown else (source if source in faces else DEFAULT_CHOICE)
-    keys = report.map_hotkeys.setdefault(name, [])
-    for face in faces:
-        path = str(Path(faces[face]).expanduser().resolve())
-        src = map_source_name(target, face)
-        _ensure_input(client, report, name, src, "image_source", {"file": path}, face == initial, update={"file": path})
-        keys.append((show_hotkey(src), f"Show '{src}'"))
-    src = map_source_name(target, DEFAULT_CHOICE)
-    text = f"{target}: the default face"
-    _ensure_input(client, report, name, src, TEXT_KIND, {"text": text}, initial == DEFAULT_CHOICE)
-    keys.append((show_hotkey(src), f"Show '{src}' (no face of their own)"))
-
-
-# --- vcam check ------------------------------------------------------------------------------
-
-
-def obs_check(cfg: Config | ObsConfig, *, timeout: float = 2.0) -> tuple[bool, str]:
-    """For ``vcam check``: is OBS reachable and is the control scene there? Returns (ok, message)."""
-    ocfg = cfg.obs if isinstance(cfg, Config) else cfg
-    try:
-        client = connect(ocfg, timeout=timeout)
-    except ObsAuthError as exc:
-        return False, str(exc)
-    except ControlError as exc:
-        if not ocfg.enabled:
-            return True, "not configured"
-        return False, str(exc)
-    try:
-        version = client.get_version()
-        scenes = _scene_names(client)
-        where = f"OBS {version.obs_version} (websocket {version.obs_web_socket_version}) at {ocfg.host}:{ocfg.port}"
-        note = "" if ocfg.enabled else "; [obs] enabled = false, so `vcam run` will not connect"
-        if ocfg.scene not in scenes:
-            return False, f"{where}: scene '{ocfg.scene}' is missing; run `vcam obs setup`{note}"
-        items = client.get_scene_item_list(ocfg.scene).scene_items
-        faces = [i["sourceName"][len(FACE_PREFIX) :] for i in items if i["sourceName"].startswith(FACE_PREFIX)]
-        if not faces:
-            return False, f"{where}: scene '{ocfg.scene}' has no 'Face: ...' sources; run `vcam obs setup`{note}"
-        targets = [t for n in scenes if (t := map_target(ocfg.scene, n)) is not None]
-        maps = f"; map scenes for {', '.join(targets)}" if targets else ""
-        return ocfg.enabled, f"{where}: scene '{ocfg.scene}' with faces {', '.join(faces)}{maps}{note}"
-    except Exception as exc:  # the connection dropped half-way
-        return False, f"OBS at {ocfg.host}:{ocfg.port} stopped answering ({type(exc).__name__})"
-    finally:
-        try:
-            client.disconnect()
-        except Exception:
-            pass
-
-
-# --- the controller --------------------------------------------------------------------------
 
 
 class _Lost(Exception):
@@ -571,7 +249,7 @@ class ObsController:
         self._ev = connect(self.cfg, events=True, timeout=self.request_timeout)
         self._ev.callback.register(self._callbacks())
         self._refresh()
-        if self.face_images and self.cfg.scene in _scene_names(self._req):
+        if self.face_images and self.cfg.scene in scene_names(self._req):
             have = {name for (scene, _), name in self._items.items() if scene == self.cfg.scene}
             missing = {n: p for n, p in self.face_images.items() if face_source_name(n) not in have}
             if missing:
@@ -648,7 +326,7 @@ class ObsController:
         try:
             fn(*args)
         except Exception as exc:
-            if not _request_failed(exc):
+            if not request_failed(exc):
                 raise
             log.debug("OBS request failed: %s", exc)
             self._refresh()
@@ -667,7 +345,7 @@ class ObsController:
 
     def _scenes(self) -> list[str]:
         """The control scene (if it exists) and the map scenes."""
-        names = _scene_names(self._req)
+        names = scene_names(self._req)
         return [n for n in names if n == self.cfg.scene or map_target(self.cfg.scene, n) is not None]
 
     def _refresh(self) -> None:
@@ -676,12 +354,12 @@ class ObsController:
             try:
                 items = self._req.get_scene_item_list(scene).scene_items
             except Exception as exc:
-                if not _request_failed(exc):
+                if not request_failed(exc):
                     raise
                 continue  # listed while OBS removes it (the user deleted it): its events refresh again
             for it in items:
                 self._items[(scene, int(it["sceneItemId"]))] = it["sourceName"]
-        self._has_status = bool(self.cfg.status_source) and _input_settings(self._req, self.cfg.status_source) is not None
+        self._has_status = bool(self.cfg.status_source) and input_settings(self._req, self.cfg.status_source) is not None
 
     def _on_item(self, scene: str, item_id: int, enabled: bool) -> None:
         key = (scene, int(item_id))
@@ -800,7 +478,7 @@ class ObsController:
         try:
             return int(self._req.get_stats().render_total_frames)
         except Exception as exc:
-            if not _request_failed(exc) and not isinstance(exc, (AttributeError, TypeError, ValueError)):
+            if not request_failed(exc) and not isinstance(exc, (AttributeError, TypeError, ValueError)):
                 raise
             return None
 
@@ -859,7 +537,7 @@ class ObsController:
         try:
             self._req.set_input_settings(self.cfg.status_source, {"text": text}, True)
         except Exception as exc:
-            if not _request_failed(exc):
+            if not request_failed(exc):
                 raise
             self._has_status = False  # removed in OBS; looked up again on the next refresh
             return True

@@ -184,7 +184,7 @@ def check_telemetry(cfg: Config) -> list[CheckItem]:
 
 def check_obs(cfg: Config) -> list[CheckItem]:
     try:
-        from vcam.control.obs import obs_check  # type: ignore[import-not-found]
+        from vcam.control.obs_scene import obs_check  # type: ignore[import-not-found]
     except ImportError:
         return [CheckItem("OBS", "info", "not configured")]
     ok, message = obs_check(cfg.obs)
