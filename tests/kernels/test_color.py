@@ -26,11 +26,11 @@ def _cie_lab(bgr: np.ndarray) -> np.ndarray:
 
 
 def _lab(crops: np.ndarray) -> np.ndarray:
-    return color.lab_from_bgr(crops, crops.shape[0], np.empty(crops.shape, np.float32))
+    return color.lab_from_bgr_ref(crops, crops.shape[0], np.empty(crops.shape, np.float32))
 
 
 def _bgr(lab: np.ndarray, **kw) -> np.ndarray:
-    return color.bgr_from_lab(lab, lab.shape[0], np.empty(lab.shape, np.uint8), **kw)
+    return color.bgr_from_lab_ref(lab, lab.shape[0], np.empty(lab.shape, np.uint8), **kw)
 
 
 def _colours(n: int = 4096, seed: int = 0) -> np.ndarray:
@@ -120,7 +120,7 @@ def test_membrane_spreads_a_constant_difference():
     diff = np.array([[5.0, -3.0, 2.0], [30.0, -30.0, 0.0]], np.float32)
     tgt = (src + diff[:, None, None, :]).astype(np.float32)
     g = color.membrane_grid(size)
-    out = color.lab_membrane(tgt, src, _ring(size, n), n, np.empty((n, g, g, 3), np.float32), sigma=2.0, clip=12.0)
+    out = color.lab_membrane_ref(tgt, src, _ring(size, n), n, np.empty((n, g, g, 3), np.float32), sigma=2.0, clip=12.0)
     centre = out[:, g // 2 - 1 : g // 2 + 1, g // 2 - 1 : g // 2 + 1].reshape(n, -1, 3)
     np.testing.assert_allclose(centre[0], np.broadcast_to(diff[0], centre[0].shape), rtol=2e-3, atol=1e-3)
     np.testing.assert_allclose(centre[1], np.broadcast_to([12.0, -12.0, 0.0], centre[1].shape), rtol=2e-3, atol=1e-3)
@@ -135,7 +135,7 @@ def test_membrane_rejects_a_grid_too_large():
     t = np.zeros((1, 8, 8, 3), np.float32)
     too = np.empty((1, color.MAX_GRID + 1, color.MAX_GRID + 1, 3), np.float32)
     with pytest.raises(ValueError, match="membrane grid"):
-        color.lab_membrane(t, t, np.zeros((1, 8, 8), np.float32), 1, too)
+        color.lab_membrane_ref(t, t, np.zeros((1, 8, 8), np.float32), 1, too)
 
 
 # -- the ops: NumPy is the reference itself; CUDA its parity ---------------------------------------
@@ -151,8 +151,8 @@ def _close_f(got, ref, atol):
 def test_ops_lab_from_bgr(ops, size, faces, count):
     rng = np.random.default_rng(size + faces)
     crops = rng.integers(0, 256, (faces, size, size, 3), dtype=np.uint8)
-    ref = color.lab_from_bgr(crops, count, np.full(crops.shape, np.nan, np.float32))
-    got = host(ops, ops.lab_from_bgr(ops.asarray(crops), count, poisoned(ops, crops.shape, np.float32)))
+    ref = color.lab_from_bgr_ref(crops, count, np.full(crops.shape, np.nan, np.float32))
+    got = host(ops, color.lab_from_bgr(ops, ops.asarray(crops), count, poisoned(ops, crops.shape, np.float32)))
     _close_f(got[:count], ref[:count], atol=2e-3)
     assert np.isnan(got[count:]).all(), "rows past count were written"
 
@@ -171,9 +171,9 @@ def test_ops_bgr_from_lab(ops, size, faces, count, affine, with_membrane):
     if with_membrane:
         g = color.membrane_grid(size)
         kw["membrane"] = rng.uniform(-8, 8, (faces, g, g, 3)).astype(np.float32)
-    ref = color.bgr_from_lab(lab, count, np.full(lab.shape, 77, np.uint8), **kw)
+    ref = color.bgr_from_lab_ref(lab, count, np.full(lab.shape, 77, np.uint8), **kw)
     dev_kw = {k: ops.asarray(v) for k, v in kw.items()}
-    got = host(ops, ops.bgr_from_lab(ops.asarray(lab), count, poisoned(ops, lab.shape, np.uint8), **dev_kw))
+    got = host(ops, color.bgr_from_lab(ops, ops.asarray(lab), count, poisoned(ops, lab.shape, np.uint8), **dev_kw))
     d = np.abs(got[:count].astype(np.int16) - ref[:count])
     assert d.max() <= 1, f"max diff {d.max()} at {np.unravel_index(d.argmax(), d.shape)}"
     assert np.all(got[count:] == 77), "rows past count were written"
@@ -191,8 +191,9 @@ def test_ops_lab_membrane(ops, size, faces, count, affine):
         kw["scale"] = rng.uniform(0.5, 1.5, (faces, 3)).astype(np.float32)
         kw["shift"] = rng.uniform(-10, 10, (faces, 3)).astype(np.float32)
     g = color.membrane_grid(size)
-    ref = color.lab_membrane(tgt, src, w, count, np.full((faces, g, g, 3), np.nan, np.float32), sigma=2.5, clip=12.0, **kw)
-    got = ops.lab_membrane(
+    ref = color.lab_membrane_ref(tgt, src, w, count, np.full((faces, g, g, 3), np.nan, np.float32), sigma=2.5, clip=12.0, **kw)
+    got = color.lab_membrane(
+        ops,
         ops.asarray(tgt),
         ops.asarray(src),
         ops.asarray(w),

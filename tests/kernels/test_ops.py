@@ -15,7 +15,7 @@ from conftest import host, poisoned
 
 from vcam import align
 from vcam.align import PlanarAffine
-from vcam.kernels import convert
+from vcam.kernels import convert, detect, warp
 from vcam.kernels import paste as blend
 from vcam.types import PixelFormat
 
@@ -55,13 +55,13 @@ def test_to_bgr(ops, fmt, w, h):
     else:
         pf = PixelFormat(fmt)
         data = rng.integers(0, 256, convert.frame_shape(pf, w, h), dtype=np.uint8)
-    got = host(ops, ops.to_bgr(_dev(ops, data), pf, w, h, out=poisoned(ops, (h, w, 3), np.uint8)))
+    got = host(ops, convert.to_bgr(ops, _dev(ops, data), pf, w, h, out=poisoned(ops, (h, w, 3), np.uint8)))
     if fmt in ("BGR", "RGB", "BGRA", "GRAY"):  # exact: a channel shuffle
         src = data[..., :3] if fmt != "GRAY" else np.repeat(data[..., None], 3, axis=2)
         np.testing.assert_array_equal(got, src[..., ::-1] if fmt == "RGB" else src)
     if fmt == "RGBP":  # exact: planes to pixels
         np.testing.assert_array_equal(got, data.transpose(1, 2, 0)[..., ::-1])
-    _close_u8(got, convert.to_bgr(data, pf, w, h))
+    _close_u8(got, convert.to_bgr_ref(data, pf, w, h))
 
 
 def test_yuv_limited_range_golden(ops):
@@ -69,7 +69,7 @@ def test_yuv_limited_range_golden(ops):
     w, h = 4, 2
     i420 = np.full((h * 3 // 2, w), 128, np.uint8)
     i420[:h, :2], i420[:h, 2:] = 16, 235
-    got = host(ops, ops.to_bgr(_dev(ops, i420), PixelFormat.I420, w, h))
+    got = host(ops, convert.to_bgr(ops, _dev(ops, i420), PixelFormat.I420, w, h))
     assert got[:, :2].max() == 0 and got[:, 2:].min() == 255
 
 
@@ -79,13 +79,13 @@ def test_from_bgr(ops, fmt, w, h):
     rng = np.random.default_rng(w + h)
     frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     pf = PixelFormat(fmt)
-    ref = convert.from_bgr(frame, pf)
-    got = host(ops, ops.from_bgr(_dev(ops, frame), pf, out=poisoned(ops, ref.shape, np.uint8)))
+    ref = convert.from_bgr_ref(frame, pf)
+    got = host(ops, convert.from_bgr(ops, _dev(ops, frame), pf, out=poisoned(ops, ref.shape, np.uint8)))
     _close_u8(got, ref)
     # A smooth frame survives the round trip through 4:2:0 within a few levels.
     smooth = np.stack([*np.meshgrid(np.linspace(60, 90, w), np.linspace(80, 110, h)), np.full((h, w), 120.0)], -1)
     smooth = smooth.astype(np.uint8)
-    back = host(ops, ops.to_bgr(ops.from_bgr(_dev(ops, smooth), pf), pf, w, h))
+    back = host(ops, convert.to_bgr(ops, convert.from_bgr(ops, _dev(ops, smooth), pf), pf, w, h))
     assert np.abs(back.astype(int) - smooth).max() <= (0 if fmt in ("BGR", "RGB") else 4)
 
 
@@ -108,17 +108,17 @@ def test_to_bgr_by_rows(ops, fmt, w, h):
     rng = np.random.default_rng(w * 3 + h)
     data, pf = _frame_in(rng, fmt, w, h)
     y0, y1 = 2 * (h // 7), 2 * (h // 3) + 2
-    whole = host(ops, ops.to_bgr(_dev(ops, data), pf, w, h))
+    whole = host(ops, convert.to_bgr(ops, _dev(ops, data), pf, w, h))
     dev = _dev(ops, data)
     out = ops.asarray(np.zeros((h, w, 3), np.uint8))
-    ops.to_bgr(dev, pf, w, h, out=out, rows=(y0, y1))
+    convert.to_bgr(ops, dev, pf, w, h, out=out, rows=(y0, y1))
     band = host(ops, out)
     np.testing.assert_array_equal(band[y0:y1], whole[y0:y1])
     assert not band[:y0].any() and not band[y1:].any(), "a band wrote rows outside it"
     for rows in ((0, y0), (y1, h), (y1, y1)):
-        ops.to_bgr(dev, pf, w, h, out=out, rows=rows)
+        convert.to_bgr(ops, dev, pf, w, h, out=out, rows=rows)
     np.testing.assert_array_equal(host(ops, out), whole)
-    _close_u8(band[y0:y1], convert.to_bgr(data, pf, w, h)[y0:y1])
+    _close_u8(band[y0:y1], convert.to_bgr_ref(data, pf, w, h)[y0:y1])
 
 
 @pytest.mark.parametrize("w,h", [(64, 48), (1920, 1080), (98, 130)])
@@ -130,31 +130,31 @@ def test_from_bgr_by_rows(ops, fmt, w, h):
     frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     pf = PixelFormat(fmt)
     y0, y1 = 2 * (h // 5), 2 * (h // 3) + 2
-    whole = host(ops, ops.from_bgr(_dev(ops, frame), pf))
+    whole = host(ops, convert.from_bgr(ops, _dev(ops, frame), pf))
     dev = _dev(ops, frame)
     out = ops.asarray(np.zeros(whole.shape, np.uint8))
-    ops.from_bgr(dev, pf, out=out, rows=(y0, y1))
+    convert.from_bgr(ops, dev, pf, out=out, rows=(y0, y1))
     got = host(ops, out).reshape(-1)
     written = np.zeros(got.size, bool)
     for lo, hi in convert.band_bytes(pf, w, h, (y0, y1)):
         written[lo:hi] = True
     np.testing.assert_array_equal(got[written], whole.reshape(-1)[written])
     assert not got[~written].any(), "a band wrote outside its rows"
-    ref = convert.from_bgr(frame, pf).reshape(-1)
+    ref = convert.from_bgr_ref(frame, pf).reshape(-1)
     _close_u8(got[written], ref[written])
     for rows in ((0, y0), (y1, h)):
-        ops.from_bgr(dev, pf, out=out, rows=rows)
+        convert.from_bgr(ops, dev, pf, out=out, rows=rows)
     np.testing.assert_array_equal(host(ops, out), whole)
 
 
 def test_rows_outside_the_frame_or_odd_in_420_are_refused(ops):
     frame = ops.asarray(np.zeros((8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match="even bounds"):
-        ops.from_bgr(frame, PixelFormat.I420, rows=(1, 4))
+        convert.from_bgr(ops, frame, PixelFormat.I420, rows=(1, 4))
     with pytest.raises(ValueError, match="not within"):
-        ops.to_bgr(ops.asarray(np.zeros((12, 8), np.uint8)), PixelFormat.NV12, 8, 8, rows=(2, 10))
+        convert.to_bgr(ops, ops.asarray(np.zeros((12, 8), np.uint8)), PixelFormat.NV12, 8, 8, rows=(2, 10))
     with pytest.raises(ValueError, match="not within"):
-        ops.from_bgr(frame, PixelFormat.BGR, rows=(5, 3))
+        convert.from_bgr(ops, frame, PixelFormat.BGR, rows=(5, 3))
 
 
 def test_frame_rows_and_put_rows_round_trip():
@@ -190,10 +190,12 @@ def test_detector_input(ops, w, h, dtype):
     rects = _regions(rng, w, h, 35)  # 35 > 32: two launches on CUDA
     mean, scale = (104.0, 117.0, 123.0), (1 / 128, 1 / 64, 1 / 32)
     for size, rgb in ((160, False), (97, True)):
-        ref = convert.detector_input(frame, rects, size, mean, scale=scale, rgb=rgb)
+        ref = detect.detector_input_ref(frame, rects, size, mean, scale=scale, rgb=rgb)
         got = host(
             ops,
-            ops.detector_input(_dev(ops, frame), rects, size, mean, scale=scale, rgb=rgb, out=poisoned(ops, ref.shape, dtype)),
+            detect.detector_input(
+                ops, _dev(ops, frame), rects, size, mean, scale=scale, rgb=rgb, out=poisoned(ops, ref.shape, dtype)
+            ),
         )
         if dtype == "float16":
             _close_f(got, ref.astype(np.float16), atol=0.01)
@@ -202,7 +204,8 @@ def test_detector_input(ops, w, h, dtype):
         # A window of the resized region is its top-left corner (a full scan feeds only that).
         win = host(
             ops,
-            ops.detector_input(
+            detect.detector_input(
+                ops,
                 _dev(ops, frame),
                 rects[:1],
                 size,
@@ -222,8 +225,8 @@ def test_detector_input_golden(ops):
     frame = rng.integers(0, 256, (40, 64, 3), dtype=np.uint8)
     got = host(
         ops,
-        ops.detector_input(
-            _dev(ops, frame), np.array([[0.0, 0.0, 64.0]]), 64, (10.0, 20.0, 30.0), scale=(0.5, 0.25, 2.0), rgb=True
+        detect.detector_input(
+            ops, _dev(ops, frame), np.array([[0.0, 0.0, 64.0]]), 64, (10.0, 20.0, 30.0), scale=(0.5, 0.25, 2.0), rgb=True
         ),
     )
     want = (frame.astype(np.float32) - [10, 20, 30]) * np.float32([0.5, 0.25, 2.0])
@@ -250,12 +253,12 @@ def test_warp_crops(ops, w, h, n):
     frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     for size in (128, 111):
         m = _random_mats(rng, n, w, h, size)
-        ref = align.warp_crops(frame, m, size)
-        got = host(ops, ops.warp_crops(_dev(ops, frame), m, size, out=poisoned(ops, ref.shape, np.uint8)))
+        ref = warp.warp_crops_ref(frame, m, size)
+        got = host(ops, warp.warp_crops(ops, _dev(ops, frame), m, size, out=poisoned(ops, ref.shape, np.uint8)))
         _close_u8(got, ref)
     # Golden: the identity and a whole-pixel shift copy the frame exactly.
     eye = np.array([[[1.0, 0, 0], [0, 1.0, 0]], [[1.0, 0, -7.0], [0, 1.0, -3.0]]])
-    got = host(ops, ops.warp_crops(_dev(ops, frame), eye, 64))
+    got = host(ops, warp.warp_crops(ops, _dev(ops, frame), eye, 64))
     np.testing.assert_array_equal(got[0], frame[:64, :64])
     np.testing.assert_array_equal(got[1], frame[3:67, 7:71])
 
@@ -269,14 +272,16 @@ def test_warp_crops_normalized(ops, w, h, n, dtype, rgb):
     mean, std = (127.5, 120.0, 110.0), (127.5, 64.0, 255.0)
     for size in (112, 128, 75):
         m = _random_mats(rng, n, w, h, size)
-        ref = align.warp_crops_normalized(frame, m, size, mean, std, rgb)
-        got = host(ops, ops.warp_crops_normalized(_dev(ops, frame), m, size, mean, std, rgb, out=poisoned(ops, ref.shape, dtype)))
+        ref = warp.warp_crops_normalized_ref(frame, m, size, mean, std, rgb)
+        got = host(
+            ops, warp.warp_crops_normalized(ops, _dev(ops, frame), m, size, mean, std, rgb, out=poisoned(ops, ref.shape, dtype))
+        )
         if dtype == "float16":
             _close_f(got, ref.astype(np.float16), atol=5e-3)
         else:
             _close_f(got, ref, atol=1e-4)
     eye = np.array([[[1.0, 0, 0], [0, 1.0, 0]]])
-    got = host(ops, ops.warp_crops_normalized(_dev(ops, frame), eye, 32, mean, std, rgb))
+    got = host(ops, warp.warp_crops_normalized(ops, _dev(ops, frame), eye, 32, mean, std, rgb))
     want = (frame[:32, :32].astype(np.float32)[..., :: -1 if rgb else 1] - np.float32(mean)) / np.float32(std)
     np.testing.assert_allclose(got[0], want.transpose(2, 0, 1), rtol=0, atol=1e-5)
 
@@ -295,10 +300,10 @@ def test_crops_from_planar(ops, out_dtype, in_dtype):
     out[2, 1, 5, 7] = np.nan
     out[3, 0, 0, 0] = np.inf
     ref_c, ref_g = np.zeros((4, size, size, 3), np.uint8), np.zeros(4, np.int32)
-    align.crops_from_planar(out, inp, 4, ref_c, ref_g, aff, True)
+    warp.crops_from_planar_ref(out, inp, 4, ref_c, ref_g, aff, True)
     crops, guard = poisoned(ops, (4, size, size, 3), np.uint8), ops.asarray(np.zeros(4, np.int32))
     for _ in range(2):
-        ops.crops_from_planar(_dev(ops, out), _dev(ops, inp), 4, crops, guard, aff, True)
+        warp.crops_from_planar(ops, _dev(ops, out), _dev(ops, inp), 4, crops, guard, aff, True)
     _close_u8(host(ops, crops), ref_c)
     assert host(ops, guard).tolist() == [0, 0, 2, 2] and ref_g.tolist() == [0, 0, 1, 1]
     # Golden, face 0 (RGB model, BGR crop): value = clip(out * std + mean, 0, 1) * 255, rounded.
@@ -343,9 +348,9 @@ def test_paste_back(ops, w, h, n, per_face):
     mask = blend.box_mask(size, 0.3)
     if per_face:  # one mask per face: the box mask scaled differently per face
         mask = (mask[None] * rng.uniform(0.2, 1.0, (n, 1, 1))).astype(np.float32)
-    ref = blend.paste_back(frame.copy(), crops, mats, mask, n)
+    ref = blend.paste_back_ref(frame.copy(), crops, mats, mask, n)
     dframe = _dev(ops, frame)
-    ops.paste_back(dframe, _dev(ops, crops), mats, _dev(ops, mask), n)
+    blend.paste_back(ops, dframe, _dev(ops, crops), mats, _dev(ops, mask), n)
     got = host(ops, dframe)
     _close_u8(got, ref)
     # Pixels outside every paste box are untouched, bit for bit.
@@ -365,7 +370,7 @@ def test_paste_back_golden(ops):
     mask[1:-1, 1:-1] = 1.0
     m = np.array([[[1.0, 0, -10.0], [0, 1.0, -12.0]]])  # crop pixel (u, v) is frame (u + 10, v + 12)
     d = _dev(ops, frame)
-    ops.paste_back(d, _dev(ops, crop), m, _dev(ops, mask), 1)
+    blend.paste_back(ops, d, _dev(ops, crop), m, _dev(ops, mask), 1)
     got = host(ops, d)
     assert (got[13:27, 11:25] == 200).all() and (got[:12] == 50).all() and (got[:, :10] == 50).all()
     assert (got[12, 10:26] == 50).all()  # the mask's zero ring

@@ -50,7 +50,7 @@ def test_yuv_to_bgr_within_one_level_of_the_reference(fmt, w, h):
     out = np.full((h, w, 3), 77, np.uint8)
     got = convert.to_bgr_cv(data, pf, w, h, out=out)
     assert got is out
-    assert _diff(got, convert.to_bgr(data, pf, w, h)) <= CV_LEVELS
+    assert _diff(got, convert.to_bgr_ref(data, pf, w, h)) <= CV_LEVELS
     flat = convert.to_bgr_cv(data.reshape(-1), pf, w, h)  # flat buffers are accepted too
     assert _diff(flat, got) == 0
 
@@ -66,7 +66,7 @@ def test_footroom_luma_is_converted_as_the_reference_does(fmt):
     y[2, 6] = 12
     u, v = np.full((h, w), 128, np.uint8), np.full((h, w), 255, np.uint8)
     data = _pack(pf, y, u, v)
-    ref = convert.to_bgr(data, pf, w, h)
+    ref = convert.to_bgr_ref(data, pf, w, h)
     got = convert.to_bgr_cv(data, pf, w, h)
     assert abs(int(got[1, 3, 2]) - 184) <= CV_LEVELS and ref[1, 3, 2] == 184
     raw = cv2.cvtColor(data.reshape(h * 3 // 2, w) if fmt != "YUYV" else data, _cv_code(pf))
@@ -83,7 +83,7 @@ def test_a_dark_frame_is_converted_by_the_reference(fmt):
     y = rng.integers(0, 16, (h, w), dtype=np.uint8)
     u, v = rng.integers(0, 256, (2, h, w), dtype=np.uint8)
     data = _pack(pf, y, u, v)
-    np.testing.assert_array_equal(convert.to_bgr_cv(data, pf, w, h), convert.to_bgr(data, pf, w, h))
+    np.testing.assert_array_equal(convert.to_bgr_cv(data, pf, w, h), convert.to_bgr_ref(data, pf, w, h))
 
 
 def _pack(pf: PixelFormat, y, u, v) -> np.ndarray:
@@ -133,7 +133,7 @@ def test_channel_shuffles_are_exact(fmt, channels, w, h):
     out = np.full((h, w, 3), 77, np.uint8)
     got = convert.to_bgr_cv(data, pf, w, h, out=out)
     assert got is out
-    np.testing.assert_array_equal(got, convert.to_bgr(data, pf, w, h))
+    np.testing.assert_array_equal(got, convert.to_bgr_ref(data, pf, w, h))
 
 
 def test_the_references_errors_and_edge_cases_are_kept():
@@ -146,14 +146,14 @@ def test_the_references_errors_and_edge_cases_are_kept():
     img = np.random.default_rng(1).integers(0, 256, (16, 24, 3), dtype=np.uint8)
     jpeg = cv2.imencode(".jpg", img)[1].reshape(-1)
     np.testing.assert_array_equal(
-        convert.to_bgr_cv(jpeg, PixelFormat.MJPEG, 24, 16), convert.to_bgr(jpeg, PixelFormat.MJPEG, 24, 16)
+        convert.to_bgr_cv(jpeg, PixelFormat.MJPEG, 24, 16), convert.to_bgr_ref(jpeg, PixelFormat.MJPEG, 24, 16)
     )
     # An ``out`` OpenCV cannot write into (a strided view) is filled by the reference.
     nv12 = np.random.default_rng(2).integers(16, 236, (24, 16), dtype=np.uint8)
     big = np.zeros((16, 32, 3), np.uint8)
     view = big[:, ::2]
     assert convert.to_bgr_cv(nv12, PixelFormat.NV12, 16, 16, out=view) is view
-    assert _diff(view, convert.to_bgr(nv12, PixelFormat.NV12, 16, 16)) <= CV_LEVELS
+    assert _diff(view, convert.to_bgr_ref(nv12, PixelFormat.NV12, 16, 16)) <= CV_LEVELS
 
 
 # -- BGR -> 4:2:0 ----------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_the_references_errors_and_edge_cases_are_kept():
 def test_bgr_to_420_within_one_level_of_the_reference(fmt, w, h):
     pf = PixelFormat(fmt)
     frame = np.random.default_rng(w * h).integers(0, 256, (h, w, 3), dtype=np.uint8)
-    ref = convert.from_bgr(frame, pf)
+    ref = convert.from_bgr_ref(frame, pf)
     out = np.full(ref.shape, 77, np.uint8)
     got = convert.from_bgr_cv(frame, pf, out=out)
     assert got is out
@@ -180,14 +180,14 @@ def test_420_chroma_is_the_mean_of_each_block(fmt):
     mean = np.full((1, 1, 3), (0, 0, 64), np.uint8)  # (0 + 0 + 0 + 255) / 4, rounded
     block = cv2.transform(mean, convert._UV_MAT).reshape(-1)  # the reference's U, V
     assert _diff(got[2:].reshape(-1), block) <= CV_LEVELS
-    assert _diff(got, convert.from_bgr(frame, pf)) <= CV_LEVELS
+    assert _diff(got, convert.from_bgr_ref(frame, pf)) <= CV_LEVELS
     assert _diff(cv2.cvtColor(frame, cv2.COLOR_BGR2YUV_I420)[2:].reshape(-1)[:1], block[:1]) > 5
 
 
 def test_from_bgr_keeps_the_references_behaviour():
     frame = np.random.default_rng(3).integers(0, 256, (18, 34, 3), dtype=np.uint8)
     for pf in (PixelFormat.BGR, PixelFormat.RGB):
-        np.testing.assert_array_equal(convert.from_bgr_cv(frame, pf), convert.from_bgr(frame, pf))
+        np.testing.assert_array_equal(convert.from_bgr_cv(frame, pf), convert.from_bgr_ref(frame, pf))
     with pytest.raises(ValueError, match="I420 needs an even width and height, got 33x18"):
         convert.from_bgr_cv(frame[:, :33], PixelFormat.I420)
 
@@ -196,9 +196,11 @@ def test_numpy_ops_convert_through_opencv():
     ops = NumpyOps()
     rng = np.random.default_rng(4)
     nv12 = rng.integers(0, 256, (72, 64), dtype=np.uint8)
-    np.testing.assert_array_equal(ops.to_bgr(nv12, PixelFormat.NV12, 64, 48), convert.to_bgr_cv(nv12, PixelFormat.NV12, 64, 48))
+    np.testing.assert_array_equal(
+        convert.to_bgr(ops, nv12, PixelFormat.NV12, 64, 48), convert.to_bgr_cv(nv12, PixelFormat.NV12, 64, 48)
+    )
     frame = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
-    np.testing.assert_array_equal(ops.from_bgr(frame, PixelFormat.I420), convert.from_bgr_cv(frame, PixelFormat.I420))
+    np.testing.assert_array_equal(convert.from_bgr(ops, frame, PixelFormat.I420), convert.from_bgr_cv(frame, PixelFormat.I420))
 
 
 # -- on-demand delivery ----------------------------------------------------------------------------

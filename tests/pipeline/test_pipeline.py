@@ -212,7 +212,7 @@ def test_one_upload_one_download_per_frame(detector):
 
     cfg = Config()
     h, w = 480, 640
-    raw = convert.from_bgr(_scene(w, h), PixelFormat.NV12)
+    raw = convert.from_bgr_ref(_scene(w, h), PixelFormat.NV12)
     counting = _Counting(detector)
     pipe = Pipeline(
         ops=ops,
@@ -284,7 +284,7 @@ def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
     frames = []
     for i in range(14):
         img = clip.frame(i)
-        data = img if in_fmt is PixelFormat.BGR else convert.from_bgr(img, PixelFormat.I420)
+        data = img if in_fmt is PixelFormat.BGR else convert.from_bgr_ref(img, PixelFormat.I420)
         if in_fmt is PixelFormat.YUYV:  # (H, W, 2): Y0 U Y1 V per pair, from the I420 planes
             y, u, v = data[:360], data[360:450].reshape(180, 320), data[450:].reshape(180, 320)
             pairs = np.empty((360, 320, 4), np.uint8)
@@ -292,7 +292,7 @@ def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
             pairs[..., 1], pairs[..., 3] = np.repeat(u, 2, 0), np.repeat(v, 2, 0)
             data = pairs.reshape(360, 640, 2)
         elif in_fmt is PixelFormat.NV12:
-            data = convert.from_bgr(img, PixelFormat.NV12)
+            data = convert.from_bgr_ref(img, PixelFormat.NV12)
         frames.append(Frame(data, 640, 360, in_fmt, 0.0, i))
     seen: dict[str, list] = {}
 

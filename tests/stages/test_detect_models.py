@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from vcam.cli import app
 from vcam.config import Config, DetectConfig
 from vcam.errors import ConfigError, ModelError
-from vcam.kernels.convert import detector_input
+from vcam.kernels.detect import detector_input_ref
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore
 from vcam.stages.detect import (
@@ -231,10 +231,10 @@ def test_preprocessing_follows_the_registry_normalisation():
     rng = np.random.default_rng(1)
     frame = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
     rects = np.array([[0.0, 0.0, 64.0]])
-    raw = detector_input(frame, rects, 64, (0.0, 0.0, 0.0))
+    raw = detector_input_ref(frame, rects, 64, (0.0, 0.0, 0.0))
     np.testing.assert_array_equal(raw[0, :, :48], frame.transpose(2, 0, 1).astype(np.float32))
     assert not raw[0, :, 48:].any()
-    default = detector_input(frame, rects, 64)  # RetinaFace's: BGR minus (104, 117, 123), padding 0
+    default = detector_input_ref(frame, rects, 64)  # RetinaFace's: BGR minus (104, 117, 123), padding 0
     np.testing.assert_array_equal(default[0, :, :48], raw[0, :, :48] - np.float32([104, 117, 123]).reshape(3, 1, 1))
     assert not default[0, :, 48:].any()
     seen = {}

@@ -13,9 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from vcam import config as vconfig
-from vcam.align import TEMPLATES, estimate, warp_crops
+from vcam.align import TEMPLATES, estimate
 from vcam.cli.faces import faces_app
 from vcam.errors import FaceError
+from vcam.kernels.warp import warp_crops_ref
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore, crc32_text
 from vcam.pipeline.pipeline import Pipeline
@@ -96,7 +97,7 @@ def test_add_stores_photo_crops_meta_and_cached_embedding(tmp_path, detector, re
     np.testing.assert_array_equal(face.image, crop128)
     # the crop is the photo aligned at arcface_128 / 128, the classic swapper's source image
     img = cv2.imread(str(ASSETS / "astronaut.jpg"))
-    expected = warp_crops(img, estimate(np.asarray(meta["landmarks"]), "arcface_128", 128)[None], 128)[0]
+    expected = warp_crops_ref(img, estimate(np.asarray(meta["landmarks"]), "arcface_128", 128)[None], 128)[0]
     assert np.abs(face.image.astype(int) - expected.astype(int)).max() <= 1
     np.testing.assert_allclose(face.landmarks, TEMPLATES["arcface_128"] * 128, rtol=1e-6)
     direct = recogniser.embed(img, np.asarray(meta["landmarks"], np.float32)[None])[0]

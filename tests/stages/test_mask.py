@@ -9,6 +9,7 @@ import pytest
 from vcam import align
 from vcam.config import Config, build
 from vcam.errors import ConfigError
+from vcam.kernels import mask as kmask
 from vcam.kernels import paste as blend
 from vcam.models import registry, standin
 from vcam.stages import mask
@@ -42,7 +43,7 @@ def test_face_shape_covers_the_landmarks_and_is_zero_outside(angle):
     assert (_inside(poly, lm) > 5).all()  # eyes, nose and mouth well inside
     planes, feathers = mask.shape_params(lm[None], face=True, mouth=False)
     out = np.zeros((1, S, S), np.float32)
-    mask.polygon_masks(planes, feathers, np.ones((S, S), np.float32), 1, out)
+    kmask.polygon_masks_ref(planes, feathers, np.ones((S, S), np.float32), 1, out)
     dist = _inside(poly, _grid(S)).reshape(S, S)
     assert out[0][dist < 0].max() == 0.0  # nothing outside the outline
     assert (out[0][dist > feathers[0, 0] + 1] == 1.0).all()  # full weight deeper than the feather
@@ -71,7 +72,7 @@ def test_68_point_shapes_follow_jaw_brows_and_lips():
     )
     lm[48:60] = lips
     face = mask.face_polygon(lm)
-    assert len(face) <= mask.MAX_EDGES
+    assert len(face) <= kmask.MAX_EDGES
     # at most 16 edges: vertices dropped for that cut the outline by little (the hull only shrinks)
     assert (_inside(face, jaw[2:-2]) > -2.0).all()
     assert _inside(face, [(64.0, 60.0)])[0] > 25
@@ -93,7 +94,7 @@ def test_mouth_mask_keeps_the_target_mouth_untouched():
     crops = np.full((1, S, S, 3), 255, np.uint8)
     masker = mask.Masker(["box", "face", "mouth"], S, ops=ops, max_faces=2)
     m = masker.masks(frame, mats, lm[None], np.array([[0, 0, 1, 1]], np.float32), 1, blend.box_mask(S))
-    ops.paste_back(frame, crops, mats, m, 1)
+    blend.paste_back(ops, frame, crops, mats, m, 1)
     # the mouth opening in frame pixels, shrunk by its feather (crop pixels mapped by the scale)
     poly = mask.mouth_polygon(lm)
     feather = mask.eye_mouth_distance(lm) * masker.feather * 0.5
@@ -142,10 +143,10 @@ def test_polygon_masks_parity(ops, size, count):
     planes, feathers = mask.shape_params(lms, face=True, mouth=True, feather=0.15)
     feathers[0, 1] = 0.0  # a hard edge too
     for base in (blend.box_mask(size), rng.uniform(0, 1, (count, size, size)).astype(np.float32)):
-        want = mask.polygon_masks(planes, feathers, base, count, np.zeros((count, size, size), np.float32), True)
+        want = kmask.polygon_masks_ref(planes, feathers, base, count, np.zeros((count, size, size), np.float32), True)
         out = ops.empty((count, size, size), np.float32)
         with ops.activate():
-            got = ops.to_host(ops.polygon_masks(planes, feathers, ops.asarray(base), count, out, True))
+            got = ops.to_host(kmask.polygon_masks(ops, planes, feathers, ops.asarray(base), count, out, True))
         np.testing.assert_allclose(got, want, atol=1e-3)
         assert want.max() > 0.99 and want.min() == 0.0
 
@@ -157,7 +158,7 @@ def test_resample_masks_parity(ops, dtype):
     src[2, 5, 7] = np.nan
     base = rng.uniform(0.5, 1, (3, 37, 37)).astype(np.float32)
     guard = np.zeros(3, np.int32)
-    want = mask.resample_masks(src, 3, base.copy(), 0.5, 1.0, guard)
+    want = kmask.resample_masks_ref(src, 3, base.copy(), 0.5, 1.0, guard)
     assert guard.tolist() == [0, 0, 1]
     # the reference is OpenCV's INTER_LINEAR resize (an independent oracle) where all is finite
     cv = cv2.resize(src[0].astype(np.float32), (37, 37), interpolation=cv2.INTER_LINEAR)
@@ -165,7 +166,7 @@ def test_resample_masks_parity(ops, dtype):
     out = ops.asarray(base.copy())
     g = ops.empty((3,), np.int32)
     with ops.activate():
-        got = ops.to_host(ops.resample_masks(ops.asarray(src), 3, out, 0.5, 1.0, g))
+        got = ops.to_host(kmask.resample_masks(ops, ops.asarray(src), 3, out, 0.5, 1.0, g))
     np.testing.assert_allclose(got, want, atol=1e-3)
     assert ops.to_host(g).tolist() == [0, 0, 1]
 
@@ -177,7 +178,7 @@ def test_parser_select_parity(ops, dtype):
     logits[1, 3, 4, 5] = np.inf
     bits = mask.region_bits(["skin", "nose", "lips"])
     guard = np.zeros(2, np.int32)
-    want = mask.parser_select(logits, 2, bits, np.zeros((2, 33, 35), np.float32), guard)
+    want = kmask.parser_select_ref(logits, 2, bits, np.zeros((2, 33, 35), np.float32), guard)
     arg = np.argmax(logits.astype(np.float32), axis=1)
     keep = np.isin(arg, [c for r in ("skin", "nose", "lips") for c in registry.PARSER_CLASSES[r]])
     assert np.array_equal(want[0] > 0, keep[0])
@@ -185,7 +186,7 @@ def test_parser_select_parity(ops, dtype):
     g = ops.empty((2,), np.int32)
     out = ops.empty((2, 33, 35), np.float32)
     with ops.activate():
-        got = ops.to_host(ops.parser_select(ops.asarray(logits), 2, bits, out, g))
+        got = ops.to_host(kmask.parser_select(ops, ops.asarray(logits), 2, bits, out, g))
     np.testing.assert_array_equal(got, want)
     assert ops.to_host(g).tolist() == [0, 1]
 
@@ -263,7 +264,7 @@ def test_dense_landmarks_shape_the_face_and_mouth(ops, device, tmp_path, landmar
         dense = masker.landmarker.landmarks(dev, box, five=lm)
     assert dense.shape == (1, 68, 2)
     planes, feathers = mask.shape_params(mask.to_crop(dense, mats), face=True, mouth=True, feather=masker.feather)
-    want = mask.polygon_masks(planes, feathers, base, 1, np.zeros((1, S, S), np.float32), True)
+    want = kmask.polygon_masks_ref(planes, feathers, base, 1, np.zeros((1, S, S), np.float32), True)
     np.testing.assert_allclose(got, want, atol=1e-3)
     five, _ = mask.shape_params(mask.to_crop(lm, mats), face=True, mouth=True)
     assert not np.allclose(planes, five)  # not the 5-point shapes
@@ -279,12 +280,12 @@ def test_landmark_masks_parity(ops, size, count, face, mouth):
     lms[-1] = lms[-1, :1]  # a degenerate face (every point the same): the face covers nothing
     base = blend.box_mask(size)
     kw = dict(face_scale=1.1, mouth_scale=0.8, feather=0.15)
-    want = mask.landmark_masks(lms, count, base, np.zeros((count, size, size), np.float32), face, mouth, **kw)
+    want = kmask.landmark_masks_ref(lms, count, base, np.zeros((count, size, size), np.float32), face, mouth, **kw)
     planes, feathers = mask.shape_params(lms[:-1], face=face, mouth=mouth, **kw)
-    hosted = mask.polygon_masks(planes, feathers, base, count - 1, np.zeros((count - 1, size, size), np.float32), mouth)
+    hosted = kmask.polygon_masks_ref(planes, feathers, base, count - 1, np.zeros((count - 1, size, size), np.float32), mouth)
     np.testing.assert_allclose(want[:-1], hosted, atol=1e-4)
     assert want[-1].max() == (0.0 if face else base.max())
     out = ops.empty((count, size, size), np.float32)
     with ops.activate():
-        got = ops.to_host(ops.landmark_masks(lms, count, ops.asarray(base), out, face, mouth, **kw))
+        got = ops.to_host(kmask.landmark_masks(ops, lms, count, ops.asarray(base), out, face, mouth, **kw))
     np.testing.assert_allclose(got, want, atol=1e-3)

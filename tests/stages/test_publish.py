@@ -20,7 +20,7 @@ from pyvirtualcam.util import decode_fourcc, encode_fourcc
 
 from vcam.config import OutputConfig
 from vcam.errors import OutputError
-from vcam.kernels.convert import from_bgr, to_bgr
+from vcam.kernels.convert import from_bgr_ref, to_bgr_ref
 from vcam.stages.publish import FileOutput, NullOutput, VirtualCamOutput, open_output, prepare
 from vcam.types import PixelFormat
 
@@ -121,8 +121,8 @@ def test_vcam_delivers_configured_format_size_and_count(fmt, backend, sysfs):
     assert len(rec["frames"]) == 6 and rec["closed"] == 1
     shape = (48 * 3 // 2, 64) if fmt != "RGB" else (48, 64, 3)
     for got, f in zip(rec["frames"], frames):
-        np.testing.assert_array_equal(got, from_bgr(f, PixelFormat(fmt)).reshape(-1))
-        back = to_bgr(got.reshape(shape), PixelFormat(fmt), 64, 48)
+        np.testing.assert_array_equal(got, from_bgr_ref(f, PixelFormat(fmt)).reshape(-1))
+        back = to_bgr_ref(got.reshape(shape), PixelFormat(fmt), 64, 48)
         assert np.abs(back.astype(int) - f.astype(int)).mean() < 3  # the format means what it says
 
 
@@ -165,7 +165,7 @@ def test_vcam_odd_size(fmt, size, backend, sysfs):
         out.send_bgr(f)
     rec = sink[0]
     assert (rec["width"], rec["height"]) == size
-    np.testing.assert_array_equal(rec["frames"][0], from_bgr(f[: size[1], : size[0]], PixelFormat(fmt)).reshape(-1))
+    np.testing.assert_array_equal(rec["frames"][0], from_bgr_ref(f[: size[1], : size[0]], PixelFormat(fmt)).reshape(-1))
 
 
 def test_vcam_missing_device_gives_the_modprobe_fix(backend, tmp_path):

@@ -18,10 +18,12 @@ from conftest import host, need_torch, poisoned
 from vcam.config import Config
 from vcam.engines import TensorInfo, create_engine
 from vcam.errors import ConfigError, ModelError
+from vcam.kernels import tiles
+from vcam.kernels.tiles import accumulate_tiles_ref, normalize_tiles_ref
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore
 from vcam.stages import upscale
-from vcam.stages.upscale import FrameEnhancer, accumulate_tiles, feather_profile, normalize_tiles, tile_grid, tile_positions
+from vcam.stages.upscale import FrameEnhancer, feather_profile, tile_grid, tile_positions
 
 UPSCALERS = ["real_esrgan_x2", "real_esrgan_x2_fp16", "real_esrgan_x4", "real_esrgan_x4_fp16"]
 
@@ -144,7 +146,7 @@ def test_accumulate_matches_a_direct_float64_computation():
     n, size = out.shape[0], out.shape[-1]
     acc = np.zeros((oh, ow, 4), np.float32)
     guard = np.zeros(n, np.int32)
-    accumulate_tiles(out, n, origins, flags, weights, acc, guard, frame)
+    accumulate_tiles_ref(out, n, origins, flags, weights, acc, guard, frame)
     assert guard.tolist() == [int(i == 3) for i in range(n)]
     # the oracle: every output pixel as the weighted mean over the tiles covering it, in float64,
     # weights from the formula (not from feather_profile), the NaN tile replaced by the exact resize
@@ -152,8 +154,8 @@ def test_accumulate_matches_a_direct_float64_computation():
     m, sigma = 8.0, 8.0 / 3
     ramp = lambda dist: np.where(dist >= m, 1.0, np.exp(-0.5 * ((m - dist) / sigma) ** 2))  # noqa: E731
     dist = np.arange(size) + 0.5
-    resized = upscale.resize_bilinear_exact(frame, np.zeros((oh, ow, 3), np.uint8))
-    exact = upscale._samples(frame, 0, 0, ow, oh, 0.5, 0.5).astype(np.float64)
+    resized = tiles.resize_bilinear_ref(frame, np.zeros((oh, ow, 3), np.uint8))
+    exact = tiles._samples(frame, 0, 0, ow, oh, 0.5, 0.5).astype(np.float64)
     assert np.abs(np.floor(exact + 0.5) - resized).max() == 0
     for i, ((x, y), f) in enumerate(zip(origins, flags)):
         wx = (ramp(dist) if f & 1 else 1.0) * (ramp(size - dist) if f & 2 else 1.0) * np.ones(size)
@@ -166,7 +168,7 @@ def test_accumulate_matches_a_direct_float64_computation():
         den[ys, xs] += wt[:hh, :ww]
     np.testing.assert_allclose(acc[..., 3], den, rtol=1e-5)
     np.testing.assert_allclose(acc[..., :3], num, rtol=1e-5, atol=1e-3)
-    got = normalize_tiles(acc, np.zeros((oh, ow, 3), np.uint8))
+    got = normalize_tiles_ref(acc, np.zeros((oh, ow, 3), np.uint8))
     ref = num / den[..., None]
     assert np.abs(got - ref).max() <= 0.5 + 1e-3  # rounded, never further than half a level
     # no pixel rests on the ~0 weights of feathered edges alone (the least: where 4 tiles overlap)
@@ -175,7 +177,7 @@ def test_accumulate_matches_a_direct_float64_computation():
 
 def test_normalize_rounds_and_handles_no_weight():
     acc = np.array([[[10.0, 20.0, 30.5, 2.0], [0.0, 0.0, 0.0, 0.0], [600.0, -3.0, 127.4, 1.0]]], np.float32)
-    out = normalize_tiles(acc, np.full((1, 3, 3), 77, np.uint8))
+    out = normalize_tiles_ref(acc, np.full((1, 3, 3), 77, np.uint8))
     assert out.tolist() == [[[5, 10, 15], [0, 0, 0], [255, 0, 127]]]
 
 
@@ -204,7 +206,7 @@ def test_a_nan_tile_falls_back_to_the_resize_and_is_counted(ops):
     assert fe.guarded() == 1
     origins, _ = tile_grid(w, h, 16, 4)
     assert origins[:3].tolist() == [[0, 0], [12, 0], [24, 0]]
-    resized = upscale.resize_bilinear_exact(frame, np.zeros((h * 2, w * 2, 3), np.uint8)).astype(int)
+    resized = tiles.resize_bilinear_ref(frame, np.zeros((h * 2, w * 2, 3), np.uint8)).astype(int)
     nearest = frame.repeat(2, 0).repeat(2, 1).astype(int)
     own = (slice(0, 24), slice(32, 48))  # tile 1's alone (output px): its weight 1, no other tile there
     assert np.abs(got[own] - resized[own]).max() <= 1
@@ -220,7 +222,7 @@ def test_resize_is_the_cheap_path_to_the_same_size(ops):
     dev = ops.asarray(frame) if ops.device != "cpu" else frame
     got = host(ops, fe.resize(dev))
     assert got.shape == (124, 180, 3) and fe.output_size(45, 31) == (180, 124)
-    ref = upscale.resize_bilinear_exact(frame, np.zeros((124, 180, 3), np.uint8))
+    ref = tiles.resize_bilinear_ref(frame, np.zeros((124, 180, 3), np.uint8))
     assert np.abs(got.astype(int) - ref).max() <= 1
 
 
@@ -288,12 +290,12 @@ def test_accumulate_and_normalize_parity(ops, dtype):
     n = out.shape[0]
     ref_acc = np.zeros((oh, ow, 4), np.float32)
     ref_guard = np.zeros(n, np.int32)
-    accumulate_tiles(out, n, origins, flags, weights, ref_acc, ref_guard, frame)
-    ref = normalize_tiles(ref_acc, np.zeros((oh, ow, 3), np.uint8))
+    accumulate_tiles_ref(out, n, origins, flags, weights, ref_acc, ref_guard, frame)
+    ref = normalize_tiles_ref(ref_acc, np.zeros((oh, ow, 3), np.uint8))
     acc, guard = ops.asarray(np.zeros((oh, ow, 4), np.float32)), ops.asarray(np.zeros(n, np.int32))
     d = (lambda a: ops.asarray(np.array(a, copy=True))) if ops.device != "cpu" else (lambda a: np.array(a, copy=True))
-    ops.accumulate_tiles(d(out), n, origins, flags, d(weights), acc, guard, d(frame))
-    got = host(ops, ops.normalize_tiles(acc, poisoned(ops, (oh, ow, 3), np.uint8)))
+    tiles.accumulate_tiles(ops, d(out), n, origins, flags, d(weights), acc, guard, d(frame))
+    got = host(ops, tiles.normalize_tiles(ops, acc, poisoned(ops, (oh, ow, 3), np.uint8)))
     np.testing.assert_allclose(host(ops, acc), ref_acc, rtol=1e-6, atol=1e-4)
     assert host(ops, guard).tolist() == ref_guard.tolist()
     assert np.abs(got.astype(int) - ref).max() <= 1
@@ -310,11 +312,11 @@ def test_accumulate_parity_more_tiles_than_a_launch(ops):
     frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     weights = feather_profile(t * s, o * s)
     ref = np.zeros((h * s, w * s, 4), np.float32)
-    accumulate_tiles(out, n, origins * s, flags, weights, ref, np.zeros(n, np.int32), frame, rgb=False)
+    accumulate_tiles_ref(out, n, origins * s, flags, weights, ref, np.zeros(n, np.int32), frame, rgb=False)
     acc = ops.asarray(np.zeros_like(ref))
     dev = (lambda a: ops.asarray(np.array(a, copy=True))) if ops.device != "cpu" else (lambda a: a)
-    ops.accumulate_tiles(
-        dev(out), n, origins * s, flags, dev(weights), acc, ops.asarray(np.zeros(n, np.int32)), dev(frame), False
+    tiles.accumulate_tiles(
+        ops, dev(out), n, origins * s, flags, dev(weights), acc, ops.asarray(np.zeros(n, np.int32)), dev(frame), False
     )
     np.testing.assert_allclose(host(ops, acc), ref, rtol=1e-6, atol=1e-4)
 
@@ -323,8 +325,8 @@ def test_accumulate_parity_more_tiles_than_a_launch(ops):
 def test_resize_bilinear_parity(ops, w, h, ow, oh):
     frame = np.random.default_rng(w).integers(0, 256, (h, w, 3), dtype=np.uint8)
     dev = ops.asarray(frame) if ops.device != "cpu" else frame
-    got = host(ops, ops.resize_bilinear(dev, poisoned(ops, (oh, ow, 3), np.uint8)))
-    ref = upscale.resize_bilinear_exact(frame, np.zeros((oh, ow, 3), np.uint8))
+    got = host(ops, tiles.resize_bilinear(ops, dev, poisoned(ops, (oh, ow, 3), np.uint8)))
+    ref = tiles.resize_bilinear_ref(frame, np.zeros((oh, ow, 3), np.uint8))
     assert np.abs(got.astype(int) - ref).max() <= 1
 
 

@@ -42,6 +42,8 @@ class Kernels:
         self._lock = threading.Lock()
         self._modules: dict[str, Any] = {}
         self._functions: dict[tuple[str, str], Any] = {}
+        #: Per-device objects of the kernel families (see :func:`scratch`).
+        self.cache: dict[str, Any] = {}
 
     def module(self, name: str) -> Any:
         """The compiled ``cupy.RawModule`` for ``kernels/<name>.cu``."""
@@ -81,3 +83,42 @@ class Kernels:
         else:
             with stream:
                 fn(grid, block, args)
+
+
+# -- helpers shared by the kernel families' CUDA launches ------------------------------------------
+BLOCK = 256  # threads per block of the one-thread-per-pixel kernels
+
+
+def grid(n: int) -> int:
+    """Blocks of :data:`BLOCK` threads that cover ``n`` items (at least one)."""
+    return max(1, (n + BLOCK - 1) // BLOCK)
+
+
+def on_device(ops: Any) -> bool:
+    """True where ``ops`` keeps arrays on a CUDA device (the kernels launch); False on the CPU (the
+    NumPy references run)."""
+    return getattr(ops, "device", "cpu") == "cuda"
+
+
+def launch(ops: Any, module: str, kernel: str, blocks: tuple, args: tuple, block: tuple = (BLOCK,)) -> None:
+    """Queue ``kernel`` of ``kernels/<module>.cu`` on the ops' current stream."""
+    ops.kernels.launch(module, kernel, blocks, block, args, ops.stream)
+
+
+def dense(out: Any, dtype: Any) -> Any:
+    """``out`` itself, after checking it is a C-contiguous array of ``dtype`` (kernels write it flat)."""
+    import numpy as np
+
+    if not out.flags.c_contiguous or out.dtype != np.dtype(dtype):
+        raise ValueError(f"the output buffer must be C-contiguous {np.dtype(dtype)}, got {out.dtype}")
+    return out
+
+
+def scratch(ops: Any, key: str, make: Any) -> Any:
+    """A per-device object built once by ``make()`` and kept with the ops' compiled modules (small
+    device buffers and cached parameter blocks a launch reuses on every frame)."""
+    cache = ops.kernels.cache
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+    return value

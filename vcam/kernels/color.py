@@ -1,5 +1,6 @@
-"""Colour stage of the classic swap: CIE L*a*b* conversions and the seamless offset membrane (NumPy
-references).
+"""Colour kernels (``kernels/color.cu``) of the classic swap: CIE L*a*b* conversions and the seamless
+offset membrane. Each has a NumPy reference (``<name>_ref``), a CUDA launch with the same arguments
+after ``ops``, and a front ``<name>(ops, ...)`` that picks one by the ops' device.
 
 L*a*b* here is CIE 1976 from sRGB with the D65 white: ``L`` 0..100, ``a``/``b`` about -128..127; a
 grey pixel (B = G = R) has ``a = b = 0`` (to float32 rounding). The three functions below are the CPU
@@ -13,9 +14,9 @@ so the kernel reproduces it:
 - the matrices are float32 constants written with nine significant digits (exact float32 values), the
   same literals in both files.
 
-:func:`lab_membrane` is the cheap gradient-domain step of ``[swap] seamless``: the target-minus-source
+:func:`lab_membrane_ref` is the cheap gradient-domain step of ``[swap] seamless``: the target-minus-source
 difference, sampled on a band at the edge of the pasted region, spread inwards by a normalised
-Gaussian blur on a coarse grid (about 8 crop pixels a cell). :func:`bgr_from_lab` adds that grid,
+Gaussian blur on a coarse grid (about 8 crop pixels a cell). :func:`bgr_from_lab_ref` adds that grid,
 bilinearly upsampled, to the source before it converts back, so the pasted face meets the target's
 own colour and lighting at its edge and keeps the source's detail (its gradients) inside.
 """
@@ -25,6 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from vcam.kernels.build import dense, launch, on_device
+from vcam.kernels.build import grid as _grid
 
 MAX_GRID = 32  # cells per side of the membrane grid (kernels/color.cu keeps it in shared memory)
 
@@ -82,7 +86,7 @@ def _rows3(a: Any, n: int) -> np.ndarray:
     return np.asarray(a, np.float32).reshape(-1, 3)[:n, None, None, :]
 
 
-def lab_from_bgr(crops: np.ndarray, count: int, out: np.ndarray) -> np.ndarray:
+def lab_from_bgr_ref(crops: np.ndarray, count: int, out: np.ndarray) -> np.ndarray:
     """``out[f] = L*a*b*(crops[f])`` for ``f < count``: crops (F, S, S, 3) uint8 BGR -> out (F, S, S, 3)
     float32 (L, a, b).
 
@@ -128,7 +132,7 @@ def _upsample(membrane: np.ndarray, n: int, size: int) -> np.ndarray:
     return across[:, i0] * (one - fy) + across[:, i1] * fy
 
 
-def bgr_from_lab(
+def bgr_from_lab_ref(
     lab: np.ndarray,
     count: int,
     out: np.ndarray,
@@ -140,7 +144,7 @@ def bgr_from_lab(
 
     ``lab`` (F, S, S, 3) float32; ``out`` (F, S, S, 3) uint8 BGR. ``scale``, ``shift``: (F, 3)
     float32 per face and channel, both or neither (then the identity). ``membrane``: (F, G, G, 3)
-    float32 offsets from :func:`lab_membrane`, bilinearly upsampled to the crop and added last.
+    float32 offsets from :func:`lab_membrane_ref`, bilinearly upsampled to the crop and added last.
     Per pixel, float32: ``fy = (L + 16) / 116``, ``fx = fy + a / 500``, ``fz = fy - b / 200``;
     ``f^-1(t) = (t * t) * t`` for ``t > 6/29``, else ``(t - 4/29) * 3 (6/29)^2``; linear
     ``r = (N00 * X + N01 * Y) + N02 * Z`` (:data:`RGB_FROM_XYZ`); then in float64: clamped to
@@ -179,7 +183,7 @@ def _cell_bounds(size: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
     return edges[:-1], edges[1:] - edges[:-1]
 
 
-def lab_membrane(
+def lab_membrane_ref(
     target: np.ndarray,
     source: np.ndarray,
     weight: np.ndarray,
@@ -194,7 +198,7 @@ def lab_membrane(
     at most :data:`MAX_GRID`).
 
     ``target``, ``source``: (F, S, S, 3) float32 L*a*b* crops; ``source`` goes through
-    ``source * scale[f] + shift[f]`` first when they are given (as in :func:`bgr_from_lab`);
+    ``source * scale[f] + shift[f]`` first when they are given (as in :func:`bgr_from_lab_ref`);
     ``weight`` (F, S, S) float32 >= 0: where the difference is sampled (the band at the edge of the
     paste mask). Steps, float32, sums in the order written:
 
@@ -256,12 +260,136 @@ def lab_membrane(
     return out
 
 
+# -- CUDA launches ---------------------------------------------------------------------------------
+def _color_params(ops: Any, ref: Any, scale: Any, shift: Any) -> tuple[Any, Any, np.int32]:
+    """(scale, shift, affine flag) kernel arguments: (F, 3) float32 device arrays, or ``ref``
+    (any valid device array, never read) twice and 0 when there is no affine."""
+    if (scale is None) != (shift is None):
+        raise ValueError("give both scale and shift, or neither")
+    if scale is None:
+        return ref, ref, np.int32(0)
+    cp = ops.xp
+    return (
+        cp.ascontiguousarray(scale.reshape(-1, 3), dtype=cp.float32),
+        cp.ascontiguousarray(shift.reshape(-1, 3), dtype=cp.float32),
+        np.int32(1),
+    )
+
+
+def _lab_from_bgr_cuda(ops: Any, crops: Any, count: int, out: Any) -> Any:
+    """Crops (F, S, S, 3) uint8 BGR -> L*a*b* float32 (F, S, S, 3); one thread per pixel."""
+    n = int(count)
+    if n <= 0:
+        return out
+    size = int(crops.shape[1])
+    total = n * size * size
+    with ops.stream:  # a copy made here is ordered before the kernel
+        src = ops.xp.ascontiguousarray(crops[:n], dtype=ops.xp.uint8)
+    launch(ops, "color", "lab_from_bgr", (_grid(total),), (src, np.int32(total), dense(out, np.float32)))
+    return out
+
+
+def _bgr_from_lab_cuda(
+    ops: Any, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None
+) -> Any:
+    """``lab * scale[f] + shift[f]`` (+ the membrane grid, upsampled) -> uint8 BGR crops; the
+    per-face parameters stay on the device (no host wait)."""
+    n = int(count)
+    if n <= 0:
+        return out
+    cp = ops.xp
+    size = int(lab.shape[1])
+    with ops.stream:  # copies made here are ordered before the kernel
+        src = cp.ascontiguousarray(lab[:n], dtype=cp.float32)
+        sc, sh, affine = _color_params(ops, src, scale, shift)
+        grid = 0 if membrane is None else int(membrane.shape[1])
+        mem = src if membrane is None else cp.ascontiguousarray(membrane, dtype=cp.float32)
+    launch(
+        ops,
+        "color",
+        "bgr_from_lab",
+        (_grid(n * size * size),),
+        (src, np.int32(n), np.int32(size), sc, sh, affine, mem, np.int32(grid), dense(out, np.uint8)),
+    )
+    return out
+
+
+def _lab_membrane_cuda(
+    ops: Any,
+    target: Any,
+    source: Any,
+    weight: Any,
+    count: int,
+    out: Any,
+    scale: Any = None,
+    shift: Any = None,
+    sigma: float = 2.0,
+    clip: float = 12.0,
+) -> Any:
+    """The seamless offset grid (F, G, G, 3) float32; one block of 256 threads per face."""
+    n = int(count)
+    if n <= 0:
+        return out
+    grid = int(out.shape[1])
+    if grid < 1 or grid > MAX_GRID:
+        raise ValueError(f"membrane grid {grid} is outside 1..{MAX_GRID}")
+    cp = ops.xp
+    size = int(target.shape[1])
+    with ops.stream:  # copies made here are ordered before the kernel
+        t = cp.ascontiguousarray(target[:n], dtype=cp.float32)
+        s = cp.ascontiguousarray(source[:n], dtype=cp.float32)
+        w = cp.ascontiguousarray(weight[:n], dtype=cp.float32)
+        sc, sh, affine = _color_params(ops, t, scale, shift)
+    inv = np.float64(0.5 / float(sigma) ** 2)  # 1 / (2 sigma^2), sigma in cells
+    dst = dense(out, np.float32)
+    args = (t, s, w, np.int32(n), np.int32(size), sc, sh, affine, inv, np.float32(clip), np.int32(grid), dst)
+    launch(ops, "color", "lab_membrane", (n,), args)
+    return out
+
+
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def lab_from_bgr(ops: Any, crops: Any, count: int, out: Any) -> Any:
+    """Crops (F, S, S, 3) uint8 BGR -> L*a*b* (F, S, S, 3) float32 (:func:`lab_from_bgr_ref`)."""
+    if on_device(ops):
+        return _lab_from_bgr_cuda(ops, crops, count, out)
+    return lab_from_bgr_ref(crops, count, out)
+
+
+def bgr_from_lab(ops: Any, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
+    """``lab * scale[f] + shift[f]`` (+ the upsampled ``membrane``) -> uint8 BGR; ``scale``/``shift``
+    (F, 3) float32 in the ops' memory (:func:`bgr_from_lab_ref`)."""
+    if on_device(ops):
+        return _bgr_from_lab_cuda(ops, lab, count, out, scale, shift, membrane)
+    return bgr_from_lab_ref(lab, count, out, scale, shift, membrane)
+
+
+def lab_membrane(
+    ops: Any,
+    target: Any,
+    source: Any,
+    weight: Any,
+    count: int,
+    out: Any,
+    scale: Any = None,
+    shift: Any = None,
+    sigma: float = 2.0,
+    clip: float = 12.0,
+) -> Any:
+    """The seamless offset grid (F, G, G, 3) float32 (:func:`lab_membrane_ref`)."""
+    if on_device(ops):
+        return _lab_membrane_cuda(ops, target, source, weight, count, out, scale, shift, sigma, clip)
+    return lab_membrane_ref(target, source, weight, count, out, scale, shift, sigma, clip)
+
+
 __all__ = [
     "MAX_GRID",
     "RGB_FROM_XYZ",
     "XYZ_FROM_RGB",
     "bgr_from_lab",
+    "bgr_from_lab_ref",
     "lab_from_bgr",
+    "lab_from_bgr_ref",
     "lab_membrane",
+    "lab_membrane_ref",
     "membrane_grid",
 ]

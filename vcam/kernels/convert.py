@@ -1,7 +1,9 @@
-"""Convert stage: camera formats in, detector tensors, virtual-camera formats out (NumPy references).
+"""Convert kernels (``kernels/convert.cu``): camera formats in, virtual-camera formats out.
 
-Every function here is the CPU twin of a CUDA kernel in ``kernels/`` with the same signature; the GPU
-versions are checked against these in the parity tests.
+:func:`to_bgr_ref` and :func:`from_bgr_ref` are the NumPy references (the test oracle) of the CUDA
+launches, with their arguments; the CPU path runs their OpenCV twins (:func:`to_bgr_cv`,
+:func:`from_bgr_cv`). :func:`to_bgr` and :func:`from_bgr` (``ops`` first) pick by the ops' device.
+The detector input kernel of the same ``.cu`` file is in :mod:`vcam.kernels.detect`.
 
 Colour: BT.601 limited range ("studio swing"), what webcams send for YUYV/NV12/I420 and what
 virtual-camera consumers assume. Chroma for 4:2:0 output is the mean of each 2x2 block.
@@ -9,9 +11,13 @@ virtual-camera consumers assume. Chroma for 4:2:0 output is the mean of each 2x2
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from vcam.errors import InputError
+from vcam.kernels.build import grid as _grid
+from vcam.kernels.build import launch, on_device
 from vcam.types import PixelFormat
 
 # BT.601 limited range, 8-bit.
@@ -117,7 +123,7 @@ def put_rows(band: np.ndarray, out: np.ndarray, fmt: PixelFormat, width: int, he
     return out
 
 
-def to_bgr(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.ndarray | None = None) -> np.ndarray:
+def to_bgr_ref(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.ndarray | None = None) -> np.ndarray:
     """Convert a camera frame to (height, width, 3) uint8 BGR, written to ``out`` if given.
 
     Accepted: BGR, RGB, GRAY (H, W) or (H, W, 1), BGRA/RGBA as (H, W, 4) with fmt BGR/RGB,
@@ -188,7 +194,7 @@ def check_420_output(fmt: PixelFormat, width: int, height: int) -> None:
         raise ValueError(f"{fmt.value} needs an even width and height, got {width}x{height}")
 
 
-def from_bgr(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None) -> np.ndarray:
+def from_bgr_ref(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None) -> np.ndarray:
     """Convert (H, W, 3) uint8 BGR to an output format: RGB (H, W, 3), I420 or NV12 (H*3/2, W).
 
     Y = round(16 + 0.256788 R + 0.504129 G + 0.097906 B); U and V from the 2x2 block means of
@@ -232,109 +238,8 @@ _Y_MAT = np.array([[_Y_B, _Y_G, _Y_R, 16.0]], dtype=np.float32)
 _UV_MAT = np.array([[_U_B, _U_G, _U_R, 128.0], [_V_B, _V_G, _V_R, 128.0]], dtype=np.float32)
 
 
-def _sample_axis(start: float, step: float, count: int, n: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
-    """Bilinear taps of the first ``count`` outputs along one axis of :func:`detector_input`.
-
-    Returns ``(k0, k1, a, b, f)``: output indices ``k0:k1`` sample inside the frame (the rest are
-    padding), and for those, the two source indices ``a``, ``b`` and the weight ``f`` of ``b``.
-    """
-    c = start + (np.arange(count, dtype=np.float64) + 0.5) * step - 0.5
-    inside = np.flatnonzero((c >= -0.5) & (c <= n - 0.5))
-    if inside.size == 0:
-        empty = np.empty(0, dtype=np.intp)
-        return 0, 0, empty, empty, np.empty(0, dtype=np.float32)
-    k0, k1 = int(inside[0]), int(inside[-1]) + 1
-    ci = np.clip(c[k0:k1], 0, n - 1)
-    a = np.floor(ci).astype(np.intp)
-    b = np.minimum(a + 1, n - 1)
-    return k0, k1, a, b, (ci - a).astype(np.float32)
-
-
-_BGR_OFFSETS = np.arange(3)
-
-
-def detector_input(
-    frame: np.ndarray,
-    rects: np.ndarray,
-    size: int,
-    mean: tuple[float, float, float] = DETECTOR_MEAN,
-    out: np.ndarray | None = None,
-    *,
-    scale: float | tuple[float, float, float] = 1.0,
-    rgb: bool = False,
-) -> np.ndarray:
-    """Resize square regions of a BGR frame into one detector batch.
-
-    ``frame``: (H, W, 3) uint8 BGR. ``rects``: (R, 3) float ``x0, y0, side`` — square regions in
-    frame pixels (may extend past the frame). Returns ``out`` (R, 3, size, size) float32, or any
-    (R, 3, h, w) window with ``h, w <= size`` (the top-left part of each resized region: a full scan
-    feeds only the rows and columns that cover the frame); float16 ``out`` is filled too. Input pixel
-    (i, j) of region r samples the frame bilinearly at ``x = x0 + (j + 0.5) * side / size - 0.5``
-    (likewise y), minus ``mean`` per BGR channel, times ``scale`` (a number or one per BGR channel);
-    samples outside the frame are 0 (i.e. the mean). ``rgb``: write the channels in R, G, B order
-    (``mean`` and ``scale`` are still given per B, G, R channel of the frame).
-    A full-frame scan is one region ``(0, 0, max(H, W))`` (letterbox, padding right/bottom).
-    Detections in input pixels map back with ``frame = x0 + (p + 0.5) * side / size - 0.5``.
-    """
-    # Separable bilinear: blend the needed rows first (contiguous row gathers, on the frame's own
-    # width), then gather and blend columns on the smaller result. The frame is viewed as
-    # (H, W*3) so column gathers move whole BGR triples with one flat index each. Output rows go in
-    # bands of about a megabyte of floats so the temporaries stay in cache.
-    rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
-    if out is None:
-        out = np.empty((rects.shape[0], 3, size, size), dtype=np.float32)
-    out_h, out_w = int(out.shape[2]), int(out.shape[3])
-    if out_h > size or out_w > size:
-        raise ValueError(f"detector input window {out_w}x{out_h} is larger than the region size {size}")
-    h, w = frame.shape[:2]
-    flat = np.ascontiguousarray(frame).reshape(h, w * 3)
-    mean_a = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
-    scale_a = np.broadcast_to(np.asarray(scale, dtype=np.float32).reshape(-1), (3,)).reshape(3, 1, 1)
-    if rgb:  # frame channels B, G, R -> output channels R, G, B
-        mean_a, scale_a = mean_a[::-1], scale_a[::-1]
-    scaled = bool(np.any(scale_a != 1.0))
-    for r, (x0, y0, side) in enumerate(rects):
-        step = side / size
-        j0, j1, xa, xb, fx = _sample_axis(x0, step, out_w, w)
-        i0, i1, ya, yb, fy = _sample_axis(y0, step, out_h, h)
-        dst = out[r]
-        if j0 == j1 or i0 == i1:
-            dst[...] = 0
-            continue
-        if i0 > 0:
-            dst[:, :i0] = 0
-        if i1 < out_h:
-            dst[:, i1:] = 0
-        if j0 > 0:
-            dst[:, i0:i1, :j0] = 0
-        if j1 < out_w:
-            dst[:, i0:i1, j1:] = 0
-        c0, c1 = int(xa[0]) * 3, (int(xb[-1]) + 1) * 3
-        col_a = (xa[:, None] * 3 + _BGR_OFFSETS).ravel() - c0
-        col_b = (xb[:, None] * 3 + _BGR_OFFSETS).ravel() - c0
-        fx3 = np.repeat(fx, 3)
-        band = max(16, (1 << 18) // (c1 - c0))
-        for k0 in range(0, i1 - i0, band):
-            k1 = min(k0 + band, i1 - i0)
-            top = flat[ya[k0:k1], c0:c1]
-            rows = np.subtract(flat[yb[k0:k1], c0:c1], top, dtype=np.float32)
-            rows *= fy[k0:k1, None]
-            rows += top
-            left = np.take(rows, col_a, axis=1)
-            right = np.take(rows, col_b, axis=1)
-            right -= left
-            right *= fx3
-            right += left
-            planes = right.reshape(k1 - k0, j1 - j0, 3).transpose(2, 0, 1)
-            target = dst[:, i0 + k0 : i0 + k1, j0:j1]
-            np.subtract(planes[::-1] if rgb else planes, mean_a, out=target)
-            if scaled:
-                target *= scale_a
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
-# OpenCV twins for the CPU path (``NumpyOps.to_bgr`` / ``NumpyOps.from_bgr``)
+# OpenCV twins for the CPU path (the CPU side of :func:`to_bgr` / :func:`from_bgr`)
 #
 # The functions above stay the references (the CUDA kernels are checked against them). The twins
 # below give the same results through OpenCV's SIMD, multi-threaded colour conversions, which at
@@ -403,16 +308,16 @@ def _fix_footroom(out: np.ndarray, y: np.ndarray, chroma_at) -> bool:
 
 
 def to_bgr_cv(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: np.ndarray | None = None) -> np.ndarray:
-    """:func:`to_bgr` through OpenCV: the same accepted inputs, results and errors; YUV formats
+    """:func:`to_bgr_ref` through OpenCV: the same accepted inputs, results and errors; YUV formats
     within one level of the reference (BGR, RGB, GRAY and 4-channel inputs exactly equal)."""
     import cv2
 
     fmt = PixelFormat(fmt)
     if fmt is PixelFormat.MJPEG or not _writable_bgr(out, height, width):
-        return to_bgr(data, fmt, width, height, out=out)
+        return to_bgr_ref(data, fmt, width, height, out=out)
     a = np.asarray(data)
     if a.dtype != np.uint8:
-        return to_bgr(data, fmt, width, height, out=out)
+        return to_bgr_ref(data, fmt, width, height, out=out)
     if out is None:
         out = np.empty((height, width, 3), dtype=np.uint8)
     if fmt in (PixelFormat.BGR, PixelFormat.RGB):
@@ -424,23 +329,23 @@ def to_bgr_cv(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: 
             else:
                 cv2.cvtColor(a, cv2.COLOR_BGRA2BGR, dst=out)
             return out
-        return to_bgr(a, fmt, width, height, out=out)
+        return to_bgr_ref(a, fmt, width, height, out=out)
     if fmt is PixelFormat.GRAY:
         if a.size == height * width:
             cv2.cvtColor(a.reshape(height, width), cv2.COLOR_GRAY2BGR, dst=out)
             return out
-        return to_bgr(a, fmt, width, height, out=out)
+        return to_bgr_ref(a, fmt, width, height, out=out)
     if fmt is PixelFormat.YUYV:
         if width % 2 or a.size != height * width * 2:
-            return to_bgr(a, fmt, width, height, out=out)
+            return to_bgr_ref(a, fmt, width, height, out=out)
         packed = a.reshape(height, width, 2)  # Y0 U | Y1 V per pair of pixels
         cv2.cvtColor(packed, _cv_codes()[fmt], dst=out)
         if not _fix_footroom(out, packed[..., 0], lambda r, c: (packed[r, c & ~1, 1], packed[r, c | 1, 1])):
-            to_bgr(a, fmt, width, height, out=out)
+            to_bgr_ref(a, fmt, width, height, out=out)
         return out
     if fmt in (PixelFormat.NV12, PixelFormat.I420):
         if width % 2 or height % 2 or a.size != height * width * 3 // 2:
-            return to_bgr(a, fmt, width, height, out=out)  # raises the reference's error for odd sizes
+            return to_bgr_ref(a, fmt, width, height, out=out)  # raises the reference's error for odd sizes
         planes = a.reshape(height * 3 // 2, width)
         cv2.cvtColor(planes, _cv_codes()[fmt], dst=out)
         flat = planes.reshape(-1)
@@ -458,9 +363,9 @@ def to_bgr_cv(data: np.ndarray, fmt: PixelFormat, width: int, height: int, out: 
                 return u_plane[r // 2, c // 2], v_plane[r // 2, c // 2]
 
         if not _fix_footroom(out, planes[:height], chroma):
-            to_bgr(a, fmt, width, height, out=out)
+            to_bgr_ref(a, fmt, width, height, out=out)
         return out
-    return to_bgr(a, fmt, width, height, out=out)
+    return to_bgr_ref(a, fmt, width, height, out=out)
 
 
 # The reference's chroma matrix padded to three output rows: OpenCV transforms 8-bit 3 -> 3 channels
@@ -469,21 +374,21 @@ _UV3_MAT = np.concatenate([_UV_MAT, np.zeros((1, 4), np.float32)])
 
 
 def from_bgr_cv(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = None) -> np.ndarray:
-    """:func:`from_bgr` through OpenCV: the same outputs within one level (luma from OpenCV's fixed
+    """:func:`from_bgr_ref` through OpenCV: the same outputs within one level (luma from OpenCV's fixed
     point; chroma the reference's 2x2 means), the same errors. BGR and RGB are the reference."""
     import cv2
 
     fmt = PixelFormat(fmt)
     a = np.asarray(frame)
     if fmt not in (PixelFormat.I420, PixelFormat.NV12) or a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
-        return from_bgr(frame, fmt, out=out)
+        return from_bgr_ref(frame, fmt, out=out)
     h, w = a.shape[:2]
     check_420_output(fmt, w, h)
     shape = (h * 3 // 2, w)
     if out is None:
         out = np.empty(shape, dtype=np.uint8)
     elif not (isinstance(out, np.ndarray) and out.shape == shape and out.dtype == np.uint8 and out.flags.c_contiguous):
-        return from_bgr(frame, fmt, out=out)
+        return from_bgr_ref(frame, fmt, out=out)
     cv2.cvtColor(a, cv2.COLOR_BGR2YUV_I420, dst=out)  # the luma plane is kept; the chroma is rewritten below
     small = cv2.resize(a, (w // 2, h // 2), interpolation=cv2.INTER_AREA)  # 2x2 means, rounded
     uv = cv2.transform(small, _UV3_MAT)  # (H/2, W/2, 3): U, V, unused; 3 -> 3 channels is OpenCV's fast path
@@ -495,4 +400,112 @@ def from_bgr_cv(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = No
         cv2.mixChannels([uv], planes, [0, 0, 1, 1])
     else:
         cv2.mixChannels([uv], [flat[w * h :].reshape(h // 2, w // 2, 2)], [0, 0, 1, 1])
+    return out
+
+
+# -- CUDA launches ---------------------------------------------------------------------------------
+def _to_bgr_cuda(
+    ops: Any, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
+) -> Any:
+    """Camera frame on the device -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
+    those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.kernels.convert.check_rows`)."""
+    cp = ops.xp
+    fmt = PixelFormat(fmt)
+    if out is None:
+        out = cp.empty((height, width, 3), dtype=cp.uint8)
+    a = data
+    if a.dtype != cp.uint8:
+        raise InputError(f"frames must be uint8, got {a.dtype}")
+    n = width * height
+    y0, y1 = check_rows(fmt, height, rows)
+    band = (np.int32(width), np.int32(height), np.int32(y0), np.int32(y1 - y0))
+    grid = (_grid(width * (y1 - y0)),)
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY):
+        ch = 1 if (a.ndim == 2 or (a.ndim == 3 and a.shape[2] == 1)) else int(a.shape[2])
+        if a.size != n * ch or ch not in (1, 3, 4):
+            raise InputError(f"unexpected frame shape {a.shape} for {fmt.value} {width}x{height}")
+        launch(ops, "convert", "bgr_from_packed", grid, (a, *band, np.int32(ch), np.int32(fmt is PixelFormat.RGB), out))
+    elif fmt is PixelFormat.RGBP:
+        if a.size != n * 3:
+            raise InputError(f"unexpected RGBP frame size {a.size} for {width}x{height}")
+        launch(ops, "convert", "bgr_from_planar", grid, (a, *band, out))
+    elif fmt is PixelFormat.YUYV:
+        if a.size != n * 2 or width % 2:
+            raise InputError(f"unexpected YUYV frame size {a.size} for {width}x{height} (even width needed)")
+        launch(ops, "convert", "bgr_from_yuyv", grid, (a, *band, out))
+    elif fmt in (PixelFormat.NV12, PixelFormat.I420):
+        if width % 2 or height % 2:
+            raise InputError(f"{fmt.value} needs an even width and height, got {width}x{height}")
+        if a.size != n * 3 // 2:
+            raise InputError(f"unexpected {fmt.value} frame size {a.size} for {width}x{height}")
+        launch(ops, "convert", "bgr_from_420", grid, (a, *band, np.int32(fmt is PixelFormat.NV12), out))
+    else:
+        raise InputError(f"unsupported input pixel format {fmt.value} on the GPU", hint="use --device cpu")
+    return out
+
+
+def _from_bgr_cuda(ops: Any, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any:
+    """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1)
+    only the output of those rows is written (even bounds for 4:2:0)."""
+    cp = ops.xp
+    fmt = PixelFormat(fmt)
+    h, w = frame.shape[:2]
+    y0, y1 = check_rows(fmt, h, rows)
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB):
+        if out is None:
+            out = cp.empty((h, w, 3), dtype=cp.uint8)
+        launch(
+            ops,
+            "convert",
+            "bgr_to_packed",
+            (_grid(w * (y1 - y0)),),
+            (frame, np.int32(w), np.int32(h), np.int32(y0), np.int32(y1 - y0), np.int32(fmt is PixelFormat.RGB), out),
+        )
+        return out
+    check_420_output(fmt, w, h)
+    if out is None:
+        out = cp.empty((h * 3 // 2, w), dtype=cp.uint8)
+    launch(
+        ops,
+        "convert",
+        "bgr_to_420",
+        (_grid(((y1 - y0) // 2) * (w // 2)),),
+        (frame, np.int32(w), np.int32(h), np.int32(y0), np.int32(y1 - y0), np.int32(fmt is PixelFormat.NV12), out),
+    )
+    return out
+
+
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def to_bgr(
+    ops: Any, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
+) -> Any:
+    """Camera frame in the ops' memory -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
+    those rows of ``out`` are written (even bounds for 4:2:0 input, :func:`check_rows`). On the CPU
+    through OpenCV (:func:`to_bgr_cv`: YUV within one level of :func:`to_bgr_ref`)."""
+    if on_device(ops):
+        return _to_bgr_cuda(ops, data, fmt, width, height, out, rows)
+    if rows is None:
+        return to_bgr_cv(data, fmt, width, height, out=out)
+    y0, y1 = check_rows(fmt, height, rows)
+    if out is None:
+        out = np.empty((height, width, 3), np.uint8)
+    if y1 > y0:  # rows of a C-contiguous frame: a contiguous view, converted in place
+        to_bgr_cv(frame_rows(data, fmt, width, height, (y0, y1)), fmt, width, y1 - y0, out=out[y0:y1])
+    return out
+
+
+def from_bgr(ops: Any, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any:
+    """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1) only
+    the output of those rows is written (even bounds for 4:2:0). On the CPU through OpenCV
+    (:func:`from_bgr_cv`: 4:2:0 within one level of :func:`from_bgr_ref`)."""
+    if on_device(ops):
+        return _from_bgr_cuda(ops, frame, fmt, out, rows)
+    if rows is None:
+        return from_bgr_cv(frame, fmt, out=out)
+    h, w = frame.shape[:2]
+    y0, y1 = check_rows(fmt, h, rows)
+    if out is None:
+        out = np.empty(frame_shape(fmt, w, h), np.uint8)
+    if y1 > y0:
+        put_rows(from_bgr_cv(frame[y0:y1], fmt), out, fmt, w, h, (y0, y1))
     return out

@@ -1,15 +1,30 @@
-"""Blend stage: feathered paste-back of swapped crops (NumPy reference).
+"""Paste kernel (``kernels/paste.cu``): feathered paste-back of swapped crops into the frame.
 
-:func:`paste_back` is the CPU twin of ``kernels/paste.cu`` with the same signature. It touches only
+:func:`paste_back_ref` is the NumPy reference (CPU path and test oracle) of the CUDA launch, with its
+arguments; :func:`paste_back` picks one by the ops' device. It touches only
 the pixels inside each face's paste box (the bounding box of the crop's corners mapped into the
 frame, clipped to the frame), so its cost follows the face size, not the frame size.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from vcam.align import apply, invert
+from vcam.kernels.build import grid as _grid
+from vcam.kernels.build import launch, on_device
+from vcam.kernels.warp import MAX_FACES
+
+#: Mirrors ``struct Paste`` of kernels/paste.cu (passed by value).
+PASTE = np.dtype(
+    {
+        "names": ["crop_from_frame", "box", "count", "box_w", "box_h"],
+        "formats": [("f8", (MAX_FACES, 6)), ("i4", (MAX_FACES, 4)), "i4", "i4", "i4"],
+    },
+    align=True,
+)
 
 
 def box_mask(size: int, blur: float = 0.3, padding: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> np.ndarray:
@@ -57,7 +72,7 @@ def paste_boxes(crop_from_frame: np.ndarray, size: int, height: int, width: int)
     return boxes
 
 
-def paste_back(
+def paste_back_ref(
     frame: np.ndarray,
     crops: np.ndarray,
     crop_from_frame: np.ndarray,
@@ -108,3 +123,49 @@ def paste_back(
         np.clip(out, 0, 255, out=out)
         roi[...] = out.astype(np.uint8)  # truncation of x + 0.5 >= 0: round half up
     return frame
+
+
+# -- CUDA launches ---------------------------------------------------------------------------------
+def _paste_back_cuda(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
+    """Blend ``count`` crops (F, S, S, 3) into ``frame`` in place; ``mask`` (S, S) or (F, S, S)
+    float32 on the device. One launch per 32 faces; faces blend in order."""
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    n = mats.shape[0] if count is None else int(count)
+    size = int(crops.shape[1])
+    h, w = frame.shape[:2]
+    per_face = mask.ndim == 3
+    for s in range(0, n, MAX_FACES):  # chunks keep the order: a later chunk blends over an earlier one
+        m = mats[s : min(n, s + MAX_FACES)]
+        boxes = paste_boxes(m, size, h, w)
+        p = np.zeros(1, dtype=PASTE)
+        p["crop_from_frame"][0, : m.shape[0]] = m.reshape(-1, 6)
+        p["box"][0, : m.shape[0]] = boxes
+        p["count"][0] = m.shape[0]
+        bw = max(1, int((boxes[:, 2] - boxes[:, 0]).max(initial=0)))
+        bh = max(1, int((boxes[:, 3] - boxes[:, 1]).max(initial=0)))
+        p["box_w"][0], p["box_h"][0] = bw, bh
+        launch(
+            ops,
+            "paste",
+            "paste_back",
+            (_grid(bw * bh), m.shape[0]),
+            (
+                frame,
+                np.int32(w),
+                np.int32(h),
+                crops[s:],
+                np.int32(size),
+                mask[s:] if per_face else mask,
+                np.int32(size * size if per_face else 0),
+                p,
+            ),
+        )
+    return frame
+
+
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def paste_back(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
+    """Blend ``count`` crops into ``frame`` in place (:func:`paste_back_ref`)."""
+    if on_device(ops):
+        return _paste_back_cuda(ops, frame, crops, crop_from_frame, mask, count)
+    return paste_back_ref(frame, crops, crop_from_frame, mask, count)

@@ -139,7 +139,7 @@ class ModelSpec:
 
     @property
     def input_mean_std_255(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """``mean``/``std`` in 0..255 units (for :func:`vcam.align.warp_crops_normalized`)."""
+        """``mean``/``std`` in 0..255 units (for :func:`vcam.kernels.warp.warp_crops_normalized`)."""
         return tuple(m * 255.0 for m in self.mean), tuple(s * 255.0 for s in self.std)
 
 

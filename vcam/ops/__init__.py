@@ -3,10 +3,13 @@
 The stage order (:mod:`vcam.pipeline.pipeline`) is written once over an :class:`Ops` object; everything that
 depends on where pixels live is here:
 
-- :class:`~vcam.ops.numpy.NumpyOps`: NumPy/OpenCV. The references in :mod:`vcam.kernels.convert`,
-  :mod:`vcam.align` and :mod:`vcam.kernels.paste` are both the CPU implementation and the test oracle.
-- :class:`~vcam.ops.cuda.CudaOps`: CuPy kernels (``kernels/*.cu``) with the same signatures, a
-  compute stream and a copy stream, pinned host rings and device buffers, counted transfers.
+- :class:`~vcam.ops.numpy.NumpyOps`: host memory, every call done when it returns.
+- :class:`~vcam.ops.cuda.CudaOps`: CuPy memory on a CUDA device, a compute stream and copy streams,
+  pinned host rings and device buffers, counted transfers.
+
+The kernels themselves (colour conversion, warp, masks, paste, colour transfer, tiles) are in
+:mod:`vcam.kernels`: one front per kernel, ``kernels.<family>.<name>(ops, ...)``, that runs the CUDA
+launch on the ops' current stream where ``ops.device == "cuda"`` and the NumPy reference otherwise.
 
 Importing this package never imports CuPy; :func:`cuda_status` says whether the CUDA ops can run.
 """
@@ -20,7 +23,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vcam.align import PlanarAffine
 from vcam.types import Frame, PixelFormat
 
 
@@ -106,9 +108,9 @@ class HostClock:
 
 
 class Ops(Protocol):
-    """What the pipeline, the detector and the swappers need from a device. Array arguments live
-    where the ops say (``xp`` arrays); matrices and regions stay on the host and travel by value.
-    The kernel-like methods have the NumPy references' signatures (see each module)."""
+    """What the pipeline, the detector and the swappers need from a device: memory, streams and
+    events, transfers, clocks. Array arguments live where the ops say (``xp`` arrays); the kernels
+    (:mod:`vcam.kernels`) take the ops as their first argument and dispatch on ``device``."""
 
     device: str
     xp: Any
@@ -178,105 +180,6 @@ class Ops(Protocol):
         ...
 
     def clocks(self, names: Sequence[str], ring: int, timing: bool) -> list[Clock]: ...
-
-    def to_bgr(
-        self, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
-    ) -> Any: ...
-
-    def from_bgr(self, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any: ...
-
-    def detector_input(
-        self, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
-    ) -> Any: ...
-
-    def warp_crops(self, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any: ...
-
-    def warp_crops_normalized(
-        self, frame: Any, crop_from_frame: np.ndarray, size: int, mean: tuple, std: tuple, rgb: bool = True, out: Any = None
-    ) -> Any: ...
-
-    def crops_from_planar(
-        self,
-        output: Any,
-        inputs: Any,
-        count: int,
-        crops: Any,
-        guard: Any,
-        affine: PlanarAffine = PlanarAffine(),
-        rgb: bool = True,
-    ) -> Any: ...
-
-    def lab_from_bgr(self, crops: Any, count: int, out: Any) -> Any:
-        """Crops (F, S, S, 3) uint8 BGR -> CIE L*a*b* (F, S, S, 3) float32 (:func:`vcam.kernels.color.lab_from_bgr`)."""
-        ...
-
-    def bgr_from_lab(self, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
-        """``lab * scale[f] + shift[f]`` (+ the upsampled ``membrane``) -> uint8 BGR; ``scale``/``shift``
-        (F, 3) float32 in the ops' memory (:func:`vcam.kernels.color.bgr_from_lab`)."""
-        ...
-
-    def lab_membrane(
-        self,
-        target: Any,
-        source: Any,
-        weight: Any,
-        count: int,
-        out: Any,
-        scale: Any = None,
-        shift: Any = None,
-        sigma: float = 2.0,
-        clip: float = 12.0,
-    ) -> Any:
-        """The seamless offset grid (F, G, G, 3) float32 (:func:`vcam.kernels.color.lab_membrane`)."""
-        ...
-
-    def paste_back(self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any: ...
-
-    def polygon_masks(
-        self, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
-    ) -> Any: ...
-
-    def landmark_masks(
-        self,
-        landmarks: np.ndarray,
-        count: int,
-        base: Any,
-        out: Any,
-        face: bool = True,
-        mouth: bool = False,
-        face_scale: float = 1.0,
-        mouth_scale: float = 1.0,
-        feather: float = 0.12,
-    ) -> Any: ...
-
-    def resample_masks(self, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any: ...
-
-    def parser_select(self, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any: ...
-
-    def accumulate_tiles(
-        self,
-        output: Any,
-        count: int,
-        origins: np.ndarray,
-        flags: np.ndarray,
-        weights: Any,
-        acc: Any,
-        guard: Any,
-        frame: Any,
-        rgb: bool = True,
-    ) -> Any:
-        """Upscaled tiles (T, 3, S, S) in [0, 1], feathered by ``weights`` (4, S) float32 per side
-        ``flags``, added at ``origins`` (T, 2) (host, output pixels) to ``acc`` (sH, sW, 4) float32; a
-        NaN/Inf tile adds the resize of ``frame`` and counts in ``guard`` (:func:`vcam.stages.upscale.accumulate_tiles`)."""
-        ...
-
-    def normalize_tiles(self, acc: Any, out: Any) -> Any:
-        """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR (:func:`vcam.stages.upscale.normalize_tiles`)."""
-        ...
-
-    def resize_bilinear(self, frame: Any, out: Any) -> Any:
-        """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear (:func:`vcam.stages.upscale.resize_bilinear`)."""
-        ...
 
 
 def cuda_status() -> tuple[bool, str]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from vcam import align
 from vcam.errors import InputError
+from vcam.kernels import convert, paste
 from vcam.kernels.convert import frame_shape
 from vcam.state import Snapshot
 from vcam.types import Frame, FrameStats, PixelFormat, Track
@@ -262,7 +263,7 @@ class Pipeline:
             work.band = band if swapping else None
             self._planned, self._next_seq = None, frame.seq + 1
             raw = self.io.upload(frame, slot, rows=work.band)
-            img = work.img = ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
+            img = work.img = convert.to_bgr(ops, raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
             if work.band is None:
                 self.io.release(slot)
                 ops.record(self._ready[slot])
@@ -366,12 +367,12 @@ class Pipeline:
         with ops.activate(), ops.front_stream():
             self.io.upload_rest(slot)
             for rows in outside:
-                ops.to_bgr(raw, frame.fmt, frame.width, frame.height, out=work.img, rows=rows)
+                convert.to_bgr(ops, raw, frame.fmt, frame.width, frame.height, out=work.img, rows=rows)
             self.io.release(slot)
             ops.record(self._ready[slot])
             out = self.io.output(slot)
             for rows in outside:
-                ops.from_bgr(work.img, self.out_fmt, out=out, rows=rows)
+                convert.from_bgr(ops, work.img, self.out_fmt, out=out, rows=rows)
             self.io.download(slot, outside, last=False)
 
     def _track(self, img: Any, seq: int) -> tuple[list[Track], bool]:
@@ -477,7 +478,7 @@ class Pipeline:
                 if self.masker is not None:
                     mask = self.masker.masks(img, work.mats, work.landmarks, work.boxes, n, mask, models=on)
                 clock.mark("mask")
-                ops.paste_back(img, crops, work.mats, mask, n)
+                paste.paste_back(ops, img, crops, work.mats, mask, n)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
                     self.enhancer.enhance(img, work.landmarks)
                 clock.mark("blend")
@@ -497,7 +498,7 @@ class Pipeline:
                 oh, ow = self._even.shape[:2]
                 ops.xp.copyto(self._even, img[:oh, :ow])
                 img = self._even
-            ops.from_bgr(img, self.out_fmt, out=self.io.output(slot), rows=work.band)
+            convert.from_bgr(ops, img, self.out_fmt, out=self.io.output(slot), rows=work.band)
             clock.mark("convert_out")
             ops.record(self._free[slot])
             self.io.download(slot, None if work.band is None else [work.band])

@@ -45,7 +45,7 @@ def synthetic_faces(n: int, width: int, height: int, side: float | None = None) 
 
 def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) -> np.ndarray:
     """A textured (not constant) raw frame in ``fmt``."""
-    from vcam.kernels.convert import from_bgr
+    from vcam.kernels.convert import from_bgr_ref
 
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width]
@@ -54,7 +54,7 @@ def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) ->
     if fmt in (PixelFormat.BGR, PixelFormat.RGB):
         return bgr if fmt is PixelFormat.BGR else bgr[..., ::-1].copy()
     if fmt is PixelFormat.YUYV:
-        i420 = from_bgr(bgr, PixelFormat.I420)
+        i420 = from_bgr_ref(bgr, PixelFormat.I420)
         yy = i420[:height]
         u = i420[height : height + height // 4].reshape(height // 2, width // 2)
         v = i420[height + height // 4 :].reshape(height // 2, width // 2)
@@ -62,7 +62,7 @@ def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) ->
         out[..., 0], out[..., 2] = yy[:, 0::2], yy[:, 1::2]
         out[..., 1], out[..., 3] = np.repeat(u, 2, 0), np.repeat(v, 2, 0)
         return out.reshape(height, width, 2)
-    return from_bgr(bgr, fmt)
+    return from_bgr_ref(bgr, fmt)
 
 
 class FixedTracker:
@@ -345,11 +345,11 @@ def bench_naive(
     times = []
     for i in range(frames + 3):
         t0 = time.perf_counter()
-        bgr = convert.to_bgr(raw, in_fmt, width, height)
+        bgr = convert.to_bgr_ref(raw, in_fmt, width, height)
         dev = torch.from_numpy(bgr).cuda()  # the naive loop keeps a device copy it never uses well
         res = _naive_faces(bgr, lms, swap, mask)
         _ = dev.cpu()  # download
-        convert.from_bgr(res, out_fmt)
+        convert.from_bgr_ref(res, out_fmt)
         if i >= 3:
             times.append(time.perf_counter() - t0)
     return {
@@ -449,9 +449,9 @@ def bench_naive_cpu(
     times = []
     for i in range(frames + 2):
         t0 = time.perf_counter()
-        bgr = convert.to_bgr(raw, in_fmt, width, height)
+        bgr = convert.to_bgr_ref(raw, in_fmt, width, height)
         det.detect(bgr)
-        convert.from_bgr(_naive_faces(bgr, lms, lambda crop: classic_crop(sw, crop, face), mask), out_fmt)
+        convert.from_bgr_ref(_naive_faces(bgr, lms, lambda crop: classic_crop(sw, crop, face), mask), out_fmt)
         if i >= 2:
             times.append(time.perf_counter() - t0)
     return {

@@ -10,7 +10,7 @@ gets pixels, and the latency figures include the decode.
 - :class:`CpuJpegDecoder`: OpenCV (libjpeg-turbo) to a BGR host frame; the fallback everywhere.
 - :class:`CudaJpegDecoder`: nvJPEG through torchvision's ``decode_jpeg(device="cuda")`` (the GPU's
   hardware JPEG engine where it has one: A100, H100, H200), which gives planar RGB, then one kernel
-  (``bgr_from_planar``, whose NumPy twin is :func:`vcam.kernels.convert.to_bgr` with ``RGBP``) to BGR in a
+  (``bgr_from_planar``, whose NumPy twin is :func:`vcam.kernels.convert.to_bgr_ref` with ``RGBP``) to BGR in a
   ring of device buffers (:class:`vcam.ops.cuda.DeviceRing`), on the decoder's own stream. The frame
   handed over holds a ring buffer. The pipeline's upload waits on the device for the buffer's
   ``ready`` event and frees the buffer once its convert has read it. Only the JPEG crosses PCIe.

@@ -3,7 +3,7 @@
 One class, :class:`FaceDetector`, runs every detector family on an inference
 :class:`~vcam.engines.Engine` and an :class:`~vcam.ops.Ops` (so the same code serves the CPU and the
 GPU): the frame's regions are resized into the engine's own input buffers
-(``ops.detector_input``), the engine runs once per batch, the outputs come back to the host in one
+(:func:`vcam.kernels.detect.detector_input`), the engine runs once per batch, the outputs come back to the host in one
 readback, and the family's decoder turns them into detections. Families differ only in their
 normalisation (from the registry row), their input size (fixed or dynamic) and their decoder:
 
@@ -31,6 +31,8 @@ import numpy as np
 from vcam.config import DetectConfig
 from vcam.engines import TensorInfo
 from vcam.errors import InputError, ModelError
+from vcam.kernels import detect as regions
+from vcam.ops import make_ops
 from vcam.types import Detection
 
 # RetinaFace (biubug6) anchor layout and box coding.
@@ -416,10 +418,8 @@ class FaceDetector:
     family = ""
 
     def __init__(self, engine: Any, spec: Any, cfg: DetectConfig | None = None, roi_size: int = 160, *, ops: Any = None) -> None:
-        if ops is None:
-            from vcam.ops.numpy import NumpyOps
-
-            ops = NumpyOps()
+        if ops is None:  # frames in host memory
+            ops = make_ops("cpu")
         self.engine = engine
         self.spec = spec
         self.ops = ops
@@ -624,7 +624,7 @@ class FaceDetector:
         n = rects.shape[0]
         ops.wait(self._last_call)
         feeds = self.engine.input_buffers(n, shapes={self._input_name: (3, in_h, in_w)})
-        ops.detector_input(frame, rects, size, self._mean, out=feeds[self._input_name], scale=self._scale, rgb=self._rgb)
+        regions.detector_input(ops, frame, rects, size, self._mean, out=feeds[self._input_name], scale=self._scale, rgb=self._rgb)
         outs = self.engine.run_device(feeds, stream=ops.stream)
         handle = ops.readback_async(outs)
         ops.record(self._last_call)

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from vcam.align import PlanarAffine, estimate
+from vcam.kernels import paste, warp
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
+from vcam.ops import make_ops
 
 
 class Enhancer:
@@ -26,9 +28,7 @@ class Enhancer:
         from vcam.kernels.paste import box_mask
 
         if ops is None:
-            from vcam.ops.numpy import NumpyOps
-
-            ops = NumpyOps()
+            ops = make_ops("cpu")  # frames in host memory
         self.spec = registry.of_kind(spec, "enhancer")
         self.name = self.spec.name
         self.template = self.spec.template or "ffhq_512"
@@ -61,10 +61,10 @@ class Enhancer:
         with self.ops.activate():
             feeds = self.engine.input_buffers(n)
             x = feeds[self._input]
-            self.ops.warp_crops_normalized(frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=x)
+            warp.warp_crops_normalized(self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=x)
             out = self.engine.run_device(feeds, stream=self.ops.stream)[0]
-            crops = self.ops.crops_from_planar(out, x, n, self._crops, self._guard, self._affine, self.spec.rgb)
-            return self.ops.paste_back(frame, crops, mats, self._mask, n)
+            crops = warp.crops_from_planar(self.ops, out, x, n, self._crops, self._guard, self._affine, self.spec.rgb)
+            return paste.paste_back(self.ops, frame, crops, mats, self._mask, n)
 
 
 def create_enhancer(

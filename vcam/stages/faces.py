@@ -32,8 +32,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vcam.align import TEMPLATES, estimate, warp_crops
+from vcam.align import TEMPLATES, estimate
 from vcam.errors import FaceError
+from vcam.kernels.warp import warp_crops_ref
 from vcam.types import Detection, SourceFace
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def read_photo(path: Path) -> np.ndarray:
 def _aligned(img: np.ndarray, landmarks: np.ndarray, template: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Aligned crop (size, size, 3) uint8 and the landmarks in crop pixels (5, 2) float32."""
     m = estimate(landmarks, template, size)
-    crop = warp_crops(img, m[None], size)[0]
+    crop = warp_crops_ref(img, m[None], size)[0]
     lms = (np.asarray(landmarks, np.float64) @ m[:, :2].T + m[:, 2]).astype(np.float32)
     return crop, lms
 

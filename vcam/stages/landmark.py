@@ -23,8 +23,10 @@ import numpy as np
 
 from vcam.align import apply, estimate, invert
 from vcam.errors import ModelError
+from vcam.kernels import warp
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
+from vcam.ops import make_ops
 
 #: FaceFusion's 2dfan4 crop: the box's longer side becomes this many pixels of the 256 crop.
 BOX_SIDE = 195.0
@@ -62,10 +64,8 @@ class Landmarker:
     one engine call takes (more are run in several calls)."""
 
     def __init__(self, spec: ModelSpec | str, engine: Any, *, ops: Any = None, max_faces: int = 8) -> None:
-        if ops is None:
-            from vcam.ops.numpy import NumpyOps
-
-            ops = NumpyOps()
+        if ops is None:  # frames in host memory
+            ops = make_ops("cpu")
         self.spec = registry.get(spec) if isinstance(spec, str) else spec
         if self.spec.kind != "landmarker":
             raise _not_a_landmarker(self.spec)
@@ -113,7 +113,7 @@ class Landmarker:
         with self.ops.activate():
             feeds = self.engine.input_buffers(n)
             x = feeds[self._input]
-            self.ops.warp_crops_normalized(frame, mats, self.size, self._mean255, self._std255, self.spec.rgb, out=x)
+            warp.warp_crops_normalized(self.ops, frame, mats, self.size, self._mean255, self._std255, self.spec.rgb, out=x)
             res = self.engine.run_device(feeds, stream=self.ops.stream)[self._points]
             (host,) = self.ops.readback([res[:n]])
         host = np.asarray(host, np.float64).reshape(n, -1, 3)

@@ -31,7 +31,7 @@ import numpy as np
 from vcam import devices
 from vcam.config import OutputConfig
 from vcam.errors import OutputError
-from vcam.kernels.convert import frame_shape, from_bgr
+from vcam.kernels.convert import frame_shape, from_bgr_ref
 from vcam.types import PixelFormat
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def prepare(output: Output, frame: np.ndarray, out: np.ndarray | None = None) ->
         frame = frame[: output.height, : output.width]
     if output.fmt is PixelFormat.BGR and out is None:
         return np.ascontiguousarray(frame)
-    return from_bgr(frame, output.fmt, out)
+    return from_bgr_ref(frame, output.fmt, out)
 
 
 class _OutputBase:

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from vcam.align import estimate, warp_crops, warp_crops_normalized
+from vcam.align import estimate
 from vcam.engines import Engine, create_engine
 from vcam.errors import EngineUnavailable, ModelError
+from vcam.kernels.warp import warp_crops_normalized_ref, warp_crops_ref
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
 
@@ -96,14 +97,14 @@ class ArcFaceRecogniser:
         if lms.shape[0] == 0:
             return np.zeros((0, 512), np.float32)
         mats = np.stack([estimate(lm, self.template, self.crop_size) for lm in lms])
-        x = warp_crops_normalized(frame, mats, self.crop_size, self._mean, self._std, rgb=self.spec.rgb)
+        x = warp_crops_normalized_ref(frame, mats, self.crop_size, self._mean, self._std, rgb=self.spec.rgb)
         return self._run(x)
 
     def crops(self, frame: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
         """The aligned uint8 crops the recogniser sees (F, S, S, 3) BGR."""
         lms = np.asarray(landmarks, dtype=np.float64).reshape(-1, 5, 2)
         mats = np.stack([estimate(lm, self.template, self.crop_size) for lm in lms])
-        return warp_crops(frame, mats, self.crop_size)
+        return warp_crops_ref(frame, mats, self.crop_size)
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         out = np.asarray(self.engine.run({self._input.name: x})[0], np.float32)

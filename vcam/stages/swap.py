@@ -34,9 +34,10 @@ import numpy as np
 
 from vcam.align import TEMPLATES, PlanarAffine
 from vcam.errors import ConfigError, FaceError, ModelError
-from vcam.kernels import color
+from vcam.kernels import color, warp
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
+from vcam.ops import make_ops
 from vcam.stages.recognize import normalize
 from vcam.types import SourceFace
 
@@ -93,10 +94,11 @@ def face_region(
 ) -> np.ndarray:
     """Face-region weight (size, size) float32 in [0, 1] from landmarks in crop pixels (5 or 68, (P, 2)).
 
-    The face outline of :func:`vcam.stages.mask.face_polygon` drawn with :func:`vcam.stages.mask.polygon_masks`,
+    The face outline of :func:`vcam.stages.mask.face_polygon` drawn with :func:`vcam.kernels.mask.polygon_masks_ref`,
     moved ``margin`` pixels inwards and feathered inwards by ``feather`` eye-to-mouth distances: 0
     on and outside the moved outline, 1 deeper inside than the feather.
     """
+    from vcam.kernels.mask import polygon_masks_ref
     from vcam.stages import mask
 
     lm = np.asarray(landmarks, np.float64).reshape(1, -1, 2)
@@ -105,7 +107,7 @@ def face_region(
     live = edges[:, 2] > np.float32(-1e29)
     edges[live, 2] += np.float32(margin)  # unit normals: + margin moves every edge inwards
     out = np.empty((1, size, size), np.float32)
-    mask.polygon_masks(planes, feathers, np.ones((size, size), np.float32), 1, out)
+    polygon_masks_ref(planes, feathers, np.ones((size, size), np.float32), 1, out)
     return out[0]
 
 
@@ -121,9 +123,7 @@ def _resize_crop(img: np.ndarray, size: int) -> np.ndarray:
 def _ops(ops: Any) -> Any:
     if ops is not None:
         return ops
-    from vcam.ops.numpy import NumpyOps
-
-    return NumpyOps()
+    return make_ops("cpu")  # frames in host memory
 
 
 class _Base:
@@ -304,7 +304,7 @@ class ClassicSwapper(_Base):
         wsum = float(region.sum())
         if wsum <= 0:
             raise FaceError(f"source face '{face.name}': its landmarks give no face region", hint="use another photo")
-        lab = color.lab_from_bgr(crop[None], 1, np.empty((1, s, s, 3), np.float32))
+        lab = color.lab_from_bgr_ref(crop[None], 1, np.empty((1, s, s, 3), np.float32))
         mean, std = np.empty((1, 1, 1, 3), np.float32), np.empty((1, 1, 1, 3), np.float32)
         _weighted_stats(np, lab, region[None, :, :, None], wsum, np.empty_like(lab), mean, std)
         latents = dict(face.latents)
@@ -360,9 +360,9 @@ class ClassicSwapper(_Base):
             return self._src_raw[:n], masks
         ops = self.ops
         for frame, mats, lo, hi in self._rows(parts):
-            ops.warp_crops(frame, mats, self.crop_size, out=self._crops[lo:hi])
+            warp.warp_crops(ops, frame, mats, self.crop_size, out=self._crops[lo:hi])
         crops = self._crops[:n]
-        lab = ops.lab_from_bgr(crops, n, self._lab[:n])
+        lab = color.lab_from_bgr(ops, crops, n, self._lab[:n])
         if self.color_match:
             mean, std = self._mean[:n], self._std[:n]
             _weighted_stats(ops.xp, lab, self._w, self._wsum, self._tmp[:n], mean, std)
@@ -371,10 +371,10 @@ class ClassicSwapper(_Base):
             scale, shift = self._src_stats[1, :n], self._src_stats[0, :n]
         membrane = None
         if self.seamless:
-            membrane = ops.lab_membrane(
-                lab, self._src_norm[:n], self._band[:n], n, self._membrane[:n], scale, shift, self.sigma, self.clip
+            membrane = color.lab_membrane(
+                ops, lab, self._src_norm[:n], self._band[:n], n, self._membrane[:n], scale, shift, self.sigma, self.clip
             )
-        out = ops.bgr_from_lab(self._src_norm[:n], n, self._out[:n], scale, shift, membrane)
+        out = color.bgr_from_lab(ops, self._src_norm[:n], n, self._out[:n], scale, shift, membrane)
         return out, masks
 
 
@@ -392,7 +392,7 @@ class IdentitySwapper(_Base):
     def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
         n = self._check(parts)
         for frame, mats, lo, hi in self._rows(parts):
-            self.ops.warp_crops(frame, mats, self.crop_size, out=self._crops[lo:hi])
+            warp.warp_crops(self.ops, frame, mats, self.crop_size, out=self._crops[lo:hi])
         return self._crops[:n], self.mask
 
 
@@ -606,12 +606,12 @@ class NeuralSwapper(_Base):
         feeds = self.engine.input_buffers(n)
         target = feeds["target"]
         for frame, mats, lo, hi in self._rows(parts):
-            self.ops.warp_crops_normalized(
-                frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target[lo:hi]
+            warp.warp_crops_normalized(
+                self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target[lo:hi]
             )
         outs = self.engine.run_device(feeds, stream=self.ops.stream)
-        crops = self.ops.crops_from_planar(
-            outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
+        crops = warp.crops_from_planar(
+            self.ops, outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
         )
         if self._masks is None:
             return crops[:n], self.mask

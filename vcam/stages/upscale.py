@@ -9,7 +9,7 @@ per axis, row-major; the last row and column are shifted back so they end on the
 when the frame is at least a tile in both directions no tile reaches outside it. Along an axis
 shorter than a tile one tile starts at 0 and its outside part repeats the edge pixels (the
 warp-crop's replicate border); only its inside part is used. Each batch of ``batch`` tiles is cut
-straight into the engine's input by :meth:`~vcam.ops.Ops.warp_crops_normalized` (a translation:
+straight into the engine's input by :func:`vcam.kernels.warp.warp_crops_normalized` (a translation:
 exact pixels, RGB / 255), run in one engine call, and accumulated at once (the engine's outputs are
 its own buffers, valid until its next call).
 
@@ -24,8 +24,8 @@ in, 0.61 two thirds in, smooth (no kink) where it meets 1. A side on the frame's
 border is not darkened. The weights depend on the geometry alone (:func:`feather_profile`: four
 profiles of one tile side, chosen per tile by :func:`tile_grid`'s flags).
 
-The accumulation (:func:`accumulate_tiles`) and normalisation (:func:`normalize_tiles`) here are the
-CPU implementation and the oracle of ``kernels/tiles.cu``; on CUDA nothing in :meth:`FrameEnhancer.enhance`
+The accumulation and normalisation are the kernels of :mod:`vcam.kernels.tiles` (NumPy on the CPU,
+``kernels/tiles.cu`` on CUDA); on CUDA nothing in :meth:`FrameEnhancer.enhance`
 waits for the host and nothing is allocated after the first frame of a size. FP16 guard: a tile whose
 output holds NaN/Inf contributes the bilinear resize of its input region instead (the cheap path),
 and is counted (:meth:`FrameEnhancer.guarded`). :meth:`FrameEnhancer.resize` is that cheap path for
@@ -38,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from vcam.align import _bilinear_replicate
 from vcam.errors import ConfigError, ModelError
+from vcam.kernels import tiles, warp
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
+from vcam.ops import make_ops
 
 LEFT, RIGHT, TOP, BOTTOM = 1, 2, 4, 8  # feathered sides (tile_grid's flags)
 
@@ -84,98 +85,6 @@ def feather_profile(size: int, margin: int) -> np.ndarray:
     return np.stack([np.ones(size), lo, hi, lo * hi]).astype(np.float32)
 
 
-# -- the twins of kernels/tiles.cu ----------------------------------------------------------------
-def _samples(frame: np.ndarray, x0: int, y0: int, x1: int, y1: int, sx: float, sy: float) -> np.ndarray:
-    """Bilinear samples (y1-y0, x1-x0, 3) float32 of the frame at the output pixels [x0, x1) x [y0, y1)
-    of a resize by 1/sx, 1/sy (half-pixel centres, replicate border): the kernels' ``sample_bgr``."""
-    xs = (np.arange(x0, x1, dtype=np.float64) + 0.5) * sx - 0.5
-    ys = (np.arange(y0, y1, dtype=np.float64) + 0.5) * sy - 0.5
-    return _bilinear_replicate(frame, *np.meshgrid(xs, ys))
-
-
-def accumulate_tiles(
-    output: np.ndarray,
-    count: int,
-    origins: np.ndarray,
-    flags: np.ndarray,
-    weights: np.ndarray,
-    acc: np.ndarray,
-    guard: np.ndarray,
-    frame: np.ndarray,
-    rgb: bool = True,
-) -> np.ndarray:
-    """Add ``count`` upscaled tiles to the accumulator, feathered.
-
-    ``output`` (T, 3, S, S) the model's planar output in [0, 1] (float32 or float16; model channels
-    R, G, B when ``rgb``); ``origins`` (T, 2) each tile's top-left (x, y) in output pixels (host);
-    ``flags`` (T,) its feathered sides (:func:`tile_grid`); ``weights`` (4, S) float32
-    (:func:`feather_profile`); ``acc`` (sH, sW, 4) float32: weighted B, G, R sums and the weight sum.
-    Per tile and covered pixel inside the frame, in tile order:
-    ``acc[..., :3] += w * clip(v, 0, 1) * 255`` (BGR) and ``acc[..., 3] += w``, with
-    ``w = weights[(flags >> 2) & 3][ty] * weights[flags & 3][tx]``. FP16 guard: a tile holding NaN/Inf
-    adds the bilinear resize of ``frame`` (H, W, 3) uint8 BGR instead and ``guard[t]`` grows by one.
-    Twin of ``kernels/tiles.cu`` tiles_guard + tiles_accumulate."""
-    n = int(count)
-    size = int(output.shape[-1])
-    out_h, out_w = acc.shape[:2]
-    h, w = frame.shape[:2]
-    wts = np.asarray(weights, np.float32)
-    origins = np.asarray(origins, np.int64).reshape(-1, 2)
-    flags = np.asarray(flags, np.int64).reshape(-1)
-    for t in range(n):
-        o = np.asarray(output[t], np.float32)
-        bad = not bool(np.isfinite(o).all())
-        guard[t] += int(bad)
-        x0, y0 = int(origins[t, 0]), int(origins[t, 1])
-        xa, ya, xb, yb = max(x0, 0), max(y0, 0), min(x0 + size, out_w), min(y0 + size, out_h)
-        if xb <= xa or yb <= ya:
-            continue
-        f = int(flags[t])
-        wt = wts[(f >> 2) & 3, ya - y0 : yb - y0][:, None] * wts[f & 3, xa - x0 : xb - x0][None, :]
-        if bad:
-            v = _samples(frame, xa, ya, xb, yb, w / out_w, h / out_h)
-        else:
-            v = np.clip(o[:, ya - y0 : yb - y0, xa - x0 : xb - x0], 0.0, 1.0) * np.float32(255.0)
-            v = (v[::-1] if rgb else v).transpose(1, 2, 0)
-        a = acc[ya:yb, xa:xb]
-        a[..., :3] += wt[..., None] * v
-        a[..., 3] += wt
-    return acc
-
-
-def normalize_tiles(acc: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out`` (sH, sW, 3) uint8 BGR = ``clip(floor(acc[..., :3] / acc[..., 3] + 0.5), 0, 255)`` (0
-    where no tile has weight). Twin of ``kernels/tiles.cu`` tiles_normalize."""
-    a = np.asarray(acc, np.float32)
-    wsum = a[..., 3:]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(wsum > 0, np.floor(a[..., :3] / wsum + np.float32(0.5)), np.float32(0.0))
-    out[...] = np.clip(r, 0, 255).astype(np.uint8)
-    return out
-
-
-def resize_bilinear(frame: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``frame`` (H, W, 3) uint8 resized bilinearly (half-pixel centres, replicate border) into
-    ``out`` (oH, oW, 3) uint8, by OpenCV: within one level of ``kernels/tiles.cu`` resize_bilinear,
-    whose exact twin is :func:`resize_bilinear_exact`."""
-    import cv2
-
-    oh, ow = out.shape[:2]
-    res = cv2.resize(np.ascontiguousarray(frame), (ow, oh), dst=out, interpolation=cv2.INTER_LINEAR)
-    if res is not out:
-        out[...] = res
-    return out
-
-
-def resize_bilinear_exact(frame: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """The float reference of ``kernels/tiles.cu`` resize_bilinear (slow; tests)."""
-    h, w = frame.shape[:2]
-    oh, ow = out.shape[:2]
-    s = _samples(frame, 0, 0, ow, oh, w / ow, h / oh)
-    out[...] = np.clip(np.floor(s + np.float32(0.5)), 0, 255).astype(np.uint8)
-    return out
-
-
 # -- the stage ------------------------------------------------------------------------------------
 #: Frame sizes whose buffers the frame enhancer keeps at once (one per stream size).
 MAX_SIZES = 4
@@ -196,10 +105,8 @@ class FrameEnhancer:
     def __init__(
         self, spec: ModelSpec | str, engine: Any, *, ops: Any = None, tile: int = 256, overlap: int = 32, batch: int = 4
     ) -> None:
-        if ops is None:
-            from vcam.ops.numpy import NumpyOps
-
-            ops = NumpyOps()
+        if ops is None:  # frames in host memory
+            ops = make_ops("cpu")
         self.spec = registry.of_kind(spec, "upscaler")
         if self.spec.output != "unit":
             raise ModelError(f"{self.spec.name}: the frame enhancer reads [0, 1] outputs, the row says {self.spec.output}")
@@ -294,12 +201,12 @@ class FrameEnhancer:
             acc.fill(0)
             for n, mats, origins, flags in self._batches:
                 feeds = self._feeds[n]
-                ops.warp_crops_normalized(
-                    frame, mats, self.tile, self._mean255, self._std255, self.spec.rgb, out=feeds[self._input]
+                warp.warp_crops_normalized(
+                    ops, frame, mats, self.tile, self._mean255, self._std255, self.spec.rgb, out=feeds[self._input]
                 )
                 y = self.engine.run_device(feeds, stream=ops.stream)[0]
-                ops.accumulate_tiles(y, n, origins, flags, self._weights, acc, self._guard, frame, self.spec.rgb)
-            return ops.normalize_tiles(acc, out)
+                tiles.accumulate_tiles(ops, y, n, origins, flags, self._weights, acc, self._guard, frame, self.spec.rgb)
+            return tiles.normalize_tiles(ops, acc, out)
 
     def resize(self, frame: Any, out: Any = None) -> Any:
         """The cheap path: ``frame`` resized bilinearly to :meth:`output_size` (into ``out``, or the
@@ -307,7 +214,7 @@ class FrameEnhancer:
         h, w = frame.shape[:2]
         self.configure(w, h)
         with self.ops.activate():
-            return self.ops.resize_bilinear(frame, self._out if out is None else out)
+            return tiles.resize_bilinear(self.ops, frame, self._out if out is None else out)
 
     # -- reporting --------------------------------------------------------------------------------
     def guarded(self) -> int:
@@ -349,12 +256,8 @@ def create_frame_enhancer(
 
 __all__ = [
     "FrameEnhancer",
-    "accumulate_tiles",
     "create_frame_enhancer",
     "feather_profile",
-    "normalize_tiles",
-    "resize_bilinear",
-    "resize_bilinear_exact",
     "tile_grid",
     "tile_positions",
 ]
