@@ -393,7 +393,7 @@ def test_compile_error_is_device_error(ops, tmp_path, monkeypatch):
     if ops.device != "cuda":
         pytest.skip("kernels are compiled on CUDA only")
     from vcam.errors import DeviceError
-    from vcam.ops import kernels
+    from vcam.kernels import build as kernels
 
     bad = tmp_path / "broken.cu"
     bad.write_text('extern "C" __global__ void k() { this is not C++; }\n')

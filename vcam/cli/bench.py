@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from vcam.cli import app, fail, out
+from vcam.cli.common import app, fail, out
 from vcam.errors import VcamError
 
 

@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from vcam.cli import ConfigOpt, app
-from vcam.cli import fail as _fail
-from vcam.cli import load_config as _config
+from vcam.cli.common import ConfigOpt, app
+from vcam.cli.common import fail as _fail
+from vcam.cli.common import load_config as _config
 from vcam.errors import ControlError, VcamError
 
 obs_app = typer.Typer(no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5).")

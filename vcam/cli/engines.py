@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vcam.cli import app as root
-from vcam.cli import fail, load_config
+from vcam.cli.common import app as root
+from vcam.cli.common import fail, load_config
 from vcam.errors import VcamError
 
 app = typer.Typer(no_args_is_help=True, help="Compiled engines: build them once, list the cache.")

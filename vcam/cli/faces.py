@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from vcam.cli import app, load_config
-from vcam.cli import fail as _fail
+from vcam.cli.common import app, load_config
+from vcam.cli.common import fail as _fail
 from vcam.stages.faces import FaceBank
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from vcam.cli import app as root
-from vcam.cli import fail as _fail
-from vcam.cli import load_config
+from vcam.cli.common import app as root
+from vcam.cli.common import fail as _fail
+from vcam.cli.common import load_config
 from vcam.errors import VcamError
 from vcam.models import registry
 

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from vcam.cli import ConfigOpt, app, console, fail, load_config, out
+from vcam.cli.common import ConfigOpt, app, console, fail, load_config, out
 from vcam.errors import VcamError
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from vcam.errors import DeviceError, InputError
 from vcam.kernels.build import Kernels
 from vcam.kernels.convert import band_bytes, frame_shape
-from vcam.ops import Clock, HostClock, Transfers
+from vcam.ops.base import Clock, HostClock, Transfers
 from vcam.types import Frame, PixelFormat
 
 

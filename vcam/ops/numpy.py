@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.ops import Clock, HostClock, Transfers
+from vcam.ops.base import Clock, HostClock, Transfers
 from vcam.types import Frame, PixelFormat
 
 
