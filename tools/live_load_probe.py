@@ -29,20 +29,20 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 _LATE = (
-    "from vcam.engines.torch import TorchEngine as T\n"
-    "_plan = T._plan_loads\n"
+    "from vcam.engines.compiled import CompiledLoader as L\n"
+    "_plan = L.plan\n"
     "def _late(self, sizes, items):\n"
-    "    start = T._start_loading\n"
-    "    T._start_loading = lambda self: None\n"
+    "    start = L.resume\n"
+    "    L.resume = lambda self: None\n"
     "    try:\n"
     "        _plan(self, sizes, items)\n"
     "    finally:\n"
-    "        T._start_loading = start\n"
-    "T._plan_loads = _late\n"
+    "        L.resume = start\n"
+    "L.plan = _late\n"
 )
 PATCHES = {
     "now": "",
-    "now01": "import vcam.engines.torch as t; t._QUICK_SWITCHES.seconds = 0.0001\n",
+    "now01": "import vcam.engines.threads as t; t.QUICK_SWITCHES.seconds = 0.0001\n",
     "late": _LATE,
     "plain": _LATE + "import vcam.engines.compiled as c; c.built_any = lambda *a, **k: False\n",
 }

@@ -54,19 +54,22 @@ def child(model: str, out: Path, variant: str) -> dict:
     t0 = time.perf_counter()
     import torch
 
-    from vcam.engines import compiled, item_shapes
+    from vcam.engines import artifacts as compiled
+    from vcam.engines import item_shapes
+    from vcam.engines.compiled import CompiledLoader
     from vcam.engines.torch import TorchEngine
 
     t_import = time.perf_counter() - t0
     cache = out / "full" if variant.startswith("full") else None
-    engine = TorchEngine(model, device="cuda", fp16=True, max_batch=1, compile="off", warmup=False, cache_dir=cache)
+    loader = CompiledLoader("off", cache)
+    engine = TorchEngine(model, device="cuda", fp16=True, max_batch=1, loader=loader, warmup=False, cache_dir=cache)
     items = item_shapes(engine.inputs, None)
-    key, path = engine._compile_target(1, items)
+    key, path = loader.target(1, items)
     compiled.inductor_cache(engine.cache_dir)
-    args = engine._call_args(1, items)
+    args = engine.call_args(1, items)
     if variant == "full_build":
         compiled.build_options = full_autotune_options  # what build() passes to Inductor
-        with engine._backend_flags():
+        with engine.backend_flags():
             seconds = compiled.build(engine.module, args, path, key, device="cuda")
         return {"variant": variant, "build_s": round(seconds, 1)}
     best_before = _best_configs()
@@ -79,16 +82,16 @@ def child(model: str, out: Path, variant: str) -> dict:
     prof.enable()
     fn = compiled.load(path, key, engine.module)
     t2 = time.perf_counter()
-    with torch.inference_mode(), engine._backend_flags():
+    with torch.inference_mode(), engine.backend_flags():
         fn(*args)
     torch.cuda.synchronize()
     prof.disable()
     t3 = time.perf_counter()
-    with torch.inference_mode(), engine._backend_flags():
+    with torch.inference_mode(), engine.backend_flags():
         fn(*args)
     torch.cuda.synchronize()
     t4 = time.perf_counter()
-    with torch.inference_mode(), engine._backend_flags():
+    with torch.inference_mode(), engine.backend_flags():
         swap_ms = _cuda_ms(torch, lambda: fn(*args), n=30)
     recorded = ""
     if variant == "record":
