@@ -53,12 +53,12 @@ def models(tmp_path_factory):
 def built(models, tmp_path_factory):
     """An engine cache with batch sizes 1 and 2 of the tiny inswapper built on the CPU."""
     need_compiler()
-    from vcam.engines.torch import TorchEngine
+    from vcam.engines.compiled import torch_engine
 
     mp = pytest.MonkeyPatch()
     mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
     cache = tmp_path_factory.mktemp("engines")
-    engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="build", cache_dir=cache)
+    engine = torch_engine(models[0], device="cpu", max_batch=2, compile="build", cache_dir=cache)
     yield cache, engine
     engine.close()
     mp.undo()
@@ -103,10 +103,11 @@ def test_auto_loads_built_sizes_in_the_background(cache, models):
     switch interval, shortened while they load, is the same again afterwards."""
     import sys
 
+    from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
 
     interval = sys.getswitchinterval()
-    engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+    engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
     assert engine.wait_compiled(timeout=120)
     assert sys.getswitchinterval() == interval
     f = feeds(2, seed=7)
@@ -124,15 +125,16 @@ def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_
     import sys
 
     from vcam.engines import compiled
+    from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
 
     assert compiled.built_any(cache, "inswapper", "fp32")
     assert not compiled.built_any(cache, "inswapper", "fp16")  # the tests built FP32 only
     assert not compiled.built_any(tmp_path, "inswapper", "fp32")
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
-        assert engine._prepared is not None and engine._prepared.name.endswith("-inductor")
-        engine._prepared.join(120)
+        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+        assert engine.loader._prepared is not None and engine.loader._prepared.name.endswith("-inductor")
+        engine.loader._prepared.join(120)
         assert engine.wait_compiled(timeout=120)
     assert all(name in sys.modules for name in compiled.LOAD_IMPORTS)
     assert [r.getMessage() for r in caplog.records if "Inductor imported" in r.getMessage()]
@@ -144,15 +146,16 @@ def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_
     assert np.abs(out - TorchEngine(models[0], device="cpu", max_batch=2).run(f)[0]).max() < TOL
     engine.close()
     for where, mode in ((tmp_path, "auto"), (cache, "off")):
-        other = TorchEngine(models[0], device="cpu", max_batch=2, compile=mode, cache_dir=where)
-        assert other._prepared is None
+        other = torch_engine(models[0], device="cpu", max_batch=2, compile=mode, cache_dir=where)
+        assert other.loader._prepared is None
         other.close()
 
 
 def test_one_artifact_serves_every_weights_file_of_the_architecture(cache, models):
+    from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
 
-    engine = TorchEngine(models[1], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+    engine = torch_engine(models[1], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
     engine.wait_compiled(timeout=120)
     f = feeds(1, seed=9)
     got = engine.run(f)[0]
@@ -165,10 +168,10 @@ def test_one_artifact_serves_every_weights_file_of_the_architecture(cache, model
 
 
 def test_auto_without_artifacts_runs_uncompiled_and_says_how_to_build(models, tmp_path, caplog):
-    from vcam.engines.torch import TorchEngine
+    from vcam.engines.compiled import torch_engine
 
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=tmp_path)
+        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=tmp_path)
     assert engine.wait_compiled() and engine.compiled_batches == ()
     lines = [r.getMessage() for r in caplog.records if "vcam engines build" in r.getMessage()]
     assert len(lines) == 1 and "batch 1,2" in lines[0]
@@ -177,7 +180,7 @@ def test_auto_without_artifacts_runs_uncompiled_and_says_how_to_build(models, tm
 
 @pytest.mark.parametrize("damage", ["truncated", "foreign_key", "no_sidecar"])
 def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, caplog, damage):
-    from vcam.engines.torch import TorchEngine
+    from vcam.engines.compiled import torch_engine
 
     bad = arts(cache)[0]  # batch 1
     meta_path = Path(str(bad) + ".json")
@@ -190,7 +193,7 @@ def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, capl
     else:
         meta_path.unlink()
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
         engine.wait_compiled(timeout=120)
         out = engine.run(feeds(1, seed=3))[0]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -205,7 +208,7 @@ def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, capl
     bad.write_bytes(b"\0" * 100)
     meta_path.write_text("{not json")
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = TorchEngine(models[0], device="cpu", max_batch=2, compile="build", cache_dir=cache)
+        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="build", cache_dir=cache)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "rebuilding" in warnings[0]
     assert engine.compiled_batches == (1, 2) and bad.stat().st_size > 1000
@@ -263,14 +266,15 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
     between two run_device calls on a CuPy stream."""
     if torch is None or not torch.cuda.is_available():
         require("gpu", "no CUDA device")
-    from vcam.engines import compiled
+    from vcam.engines import artifacts
+    from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setattr(compiled, "build_options", lambda device: {})
+    monkeypatch.setattr(artifacts, "build_options", lambda device: {})
     cache = tmp_path / "engines"
     ref = TorchEngine(models[0], device="cuda", fp16=True, max_batch=2)
-    built = TorchEngine(models[0], device="cuda", fp16=True, max_batch=2, compile="build", cache_dir=cache)
+    built = torch_engine(models[0], device="cuda", fp16=True, max_batch=2, compile="build", cache_dir=cache)
     assert built.compiled_batches == (1, 2) and built.cuda_graphs
     for n in (1, 2):
         f = feeds(n, seed=20 + n)
@@ -279,7 +283,7 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
     built.close()
     import cupy
 
-    auto = TorchEngine(models[0], device="cuda", fp16=True, max_batch=2, compile="auto", cache_dir=cache)
+    auto = torch_engine(models[0], device="cuda", fp16=True, max_batch=2, compile="auto", cache_dir=cache)
     stream = cupy.cuda.Stream(non_blocking=True)
     f = feeds(2, seed=5)
     want = ref.run(f)[0].astype(np.float32)
@@ -293,7 +297,7 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
             got = cupy.asnumpy(out).astype(np.float32)
         seen.add(auto.compiled_for(2))
         assert np.abs(got - want).max() < 2e-2
-        if auto.compiled_for(2) and not auto._loader.is_alive():
+        if auto.compiled_for(2) and not auto.loader.loading:
             break
     assert seen == {False, True} or auto.compiled_for(2)
     assert auto.compiled_batches == (1, 2)
@@ -301,13 +305,13 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
 
 
 def test_a_generic_graph_runs_uncompiled_with_one_line(tmp_path, caplog):
-    from vcam.engines.torch import TorchEngine
+    from vcam.engines.compiled import torch_engine
 
     if torch is None:
         require("torch", "PyTorch is not installed")
     path = standin.write("simswap_256", tmp_path / "simswap.onnx", tiny=True, seed=1)
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = TorchEngine(path, device="cpu", max_batch=1, compile="build", cache_dir=tmp_path / "engines")
+        engine = torch_engine(path, device="cpu", max_batch=1, compile="build", cache_dir=tmp_path / "engines")
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "native architectures" in lines[0]
     assert engine.architecture is None and engine.compile_mode == "off" and engine.compiled_batches == ()

@@ -21,6 +21,11 @@ package never imports TensorRT, PyTorch or onnxruntime. :func:`create_engine` tr
 CPU: onnxruntime, PyTorch) and raises :class:`~vcam.errors.EngineUnavailable` with every reason
 when none works.
 
+The torch backend's compiled artifacts cross one seam, typed here: the engine is handed a
+:class:`CompiledArtifacts` loader (built by :func:`vcam.engines.compiled.torch_engine`, the factory
+registered in :data:`FACTORIES`) and serves it as its :class:`CompileHost`; neither module imports
+the other's.
+
 An :class:`Epilogue` is post-processing that belongs to a model's run (a detector's top-K
 candidates): the torch backend fuses it into the CUDA graph, the others apply it after the call; its
 NumPy form is the oracle of its torch form.
@@ -31,7 +36,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -46,6 +52,12 @@ BACKENDS: dict[str, str] = {
     "tensorrt": "vcam.engines.tensorrt:TensorRTEngine",
     "torch": "vcam.engines.torch:TorchEngine",
     "onnxruntime": "vcam.engines.ort:OrtEngine",
+}
+
+#: Backends whose engines are made by a factory rather than their class (it builds what the engine
+#: is handed: the torch engine's compiled-artifact loader); same lazy ``"module:function"`` form.
+FACTORIES: dict[str, str] = {
+    "torch": "vcam.engines.compiled:torch_engine",
 }
 
 #: Order tried by ``backend="auto"`` per device.
@@ -112,11 +124,13 @@ class Engine(Protocol):
     """A loaded model (see the module docstring for each member's obligations)."""
 
     backend: str
+    name: str
     device: str
     precision: str
     max_batch: int
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
+    skipped: list[str]
 
     def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]: ...
 
@@ -125,6 +139,95 @@ class Engine(Protocol):
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]: ...
 
     def describe(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """An engine class (or factory) as the registry uses it."""
+
+    @staticmethod
+    def unavailable_reason(device: str = ...) -> str | None: ...
+
+    def __call__(self, model: ModelSource, **options: Any) -> Engine: ...
+
+
+#: Each input's shape without the batch axis, by input name.
+Items = dict[str, tuple[int, ...]]
+#: One compiled artifact, loaded and called once: (batch, item shapes, the callable).
+Loaded = tuple[int, Items, Callable[..., Any]]
+
+
+class CompileHost(Protocol):
+    """What a compiled-artifact loader uses of the torch engine it serves."""
+
+    name: str
+    module: Any  # a torch.nn.Module (torch is optional here)
+    architecture: str | None
+    device: str
+    precision: str
+    channels_last: bool
+    inputs: list[TensorInfo]
+
+    def call_args(self, b: int, items: Items) -> list[Any]:
+        """The module's arguments for batch ``b`` from the engine's static buffers."""
+        ...
+
+    def backend_flags(self) -> AbstractContextManager[Any]:
+        """The backend settings (cuDNN) every call of the module runs under."""
+        ...
+
+    def first_call(self, fn: Callable[..., Any], b: int, items: Items) -> None:
+        """Call a freshly loaded artifact once, where it cannot disturb a graph capture."""
+        ...
+
+
+class CompiledArtifacts(Protocol):
+    """What the torch engine asks of the compiled-artifact loader it is handed
+    (:class:`vcam.engines.compiled.CompiledLoader`)."""
+
+    def bind(self, host: CompileHost, logger: logging.Logger) -> str:
+        """Serve ``host`` (its module exists); returns the compile mode in effect."""
+        ...
+
+    def build(
+        self, sizes: Sequence[int], items: Items, progress: Callable[[int, int, int], None] | None = None
+    ) -> list[tuple[int, str, float]]:
+        """Build the missing artifacts of ``sizes``; ``(batch, "built" | "cached", seconds)`` each."""
+        ...
+
+    def load_now(self, sizes: Sequence[int], items: Items) -> list[Loaded]:
+        """Load (building where missing) in the calling thread."""
+        ...
+
+    def plan(self, sizes: Sequence[int], items: Items) -> None:
+        """Load the built ones of ``sizes`` in the background."""
+        ...
+
+    def resume(self) -> None:
+        """Start a planned load unless one runs."""
+        ...
+
+    @property
+    def started(self) -> bool: ...
+
+    @property
+    def loading(self) -> bool: ...
+
+    @property
+    def has_ready(self) -> bool: ...
+
+    def take_ready(self) -> Iterator[Loaded]:
+        """Hand over what the background load finished, one at a time."""
+        ...
+
+    def note_uncompiled_call(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background load; True when none still runs."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def item_shapes(inputs: Sequence[TensorInfo], shapes: dict[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
@@ -139,7 +242,7 @@ def item_shapes(inputs: Sequence[TensorInfo], shapes: dict[str, Sequence[int]] |
     return out
 
 
-def check_feeds(engine: Any, feeds: dict[str, Any]) -> list[Any]:
+def check_feeds(engine: Engine, feeds: dict[str, Any]) -> list[Any]:
     """The feeds in input order; ModelError for a missing input, ValueError for unequal batches."""
     names = [i.name for i in engine.inputs]
     missing = [n for n in names if n not in feeds]
@@ -153,15 +256,20 @@ def check_feeds(engine: Any, feeds: dict[str, Any]) -> list[Any]:
     return arrs
 
 
-def _load_class(name: str) -> type:
+def _resolve(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _load_class(name: str) -> Backend:
     try:
         target = BACKENDS[name]
     except KeyError:
         raise EngineUnavailable(
             f"unknown inference backend '{name}'", hint=f"choose one of: auto, {', '.join(BACKENDS)}"
         ) from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    cls: Backend = _resolve(target)
+    return cls
 
 
 def _missing_module(exc: ImportError) -> str | None:
@@ -189,10 +297,10 @@ def _try(
     device: str,
     fp16: bool,
     max_batch: int,
-    cache_dir: Any,
-    epilogue: Any,
-    compile: bool,
-) -> tuple[Any, bool, str]:
+    cache_dir: str | os.PathLike[str] | None,
+    epilogue: Epilogue | None,
+    compile: bool | str,
+) -> tuple[Engine | None, bool, str]:
     """Try one backend. Returns (engine or None, ok, reason)."""
     try:
         cls = _load_class(name)
@@ -208,9 +316,10 @@ def _try(
         return None, False, reason
     if model is None:
         return None, True, "available"
-    extra = {"compile": compile} if name == "torch" else {}
+    make: Callable[..., Engine] = _resolve(FACTORIES[name]) if name in FACTORIES else cls
+    extra = {"compile": compile} if name in FACTORIES else {}
     try:
-        engine = cls(
+        engine = make(
             model, name=label, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=epilogue, **extra
         )
     except EngineUnavailable as exc:
@@ -259,9 +368,9 @@ def create_engine(
     device: str = "cpu",
     fp16: bool = False,
     max_batch: int = 8,
-    cache_dir: str | os.PathLike | None = None,
-    epilogue: Any = None,
-    compile: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+    epilogue: Epilogue | None = None,
+    compile: bool | str = False,
 ) -> Any:
     """Load ``model`` (a path, or ONNX bytes named ``name``) with ``backend`` (or the first that works
     for ``auto``) on ``device``.
@@ -300,9 +409,15 @@ def create_engine(
 __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
+    "Backend",
+    "CompileHost",
+    "CompiledArtifacts",
     "Engine",
     "Epilogue",
+    "FACTORIES",
     "INSTALL",
+    "Items",
+    "Loaded",
     "TensorInfo",
     "backend_order",
     "check_feeds",

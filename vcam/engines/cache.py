@@ -51,14 +51,17 @@ def profile_for(
         lo, opt, hi = [], [], []
         for i, d in enumerate(shape):
             if isinstance(d, int) and d > 0 and i > 0:
-                lo.append(d), opt.append(d), hi.append(d)
+                dims = (d, d, d)
             elif i == 0:
                 if isinstance(d, int) and d > 0:  # fixed batch: the profile cannot change it
-                    lo.append(d), opt.append(d), hi.append(d)
+                    dims = (d, d, d)
                 else:
-                    lo.append(1), opt.append(int(max_batch)), hi.append(int(max_batch))
+                    dims = (1, int(max_batch), int(max_batch))
             else:
-                lo.append(dynamic[0]), opt.append(dynamic[1]), hi.append(dynamic[2])
+                dims = (dynamic[0], dynamic[1], dynamic[2])
+            lo.append(dims[0])
+            opt.append(dims[1])
+            hi.append(dims[2])
         prof[name] = (tuple(lo), tuple(opt), tuple(hi))
     return prof
 

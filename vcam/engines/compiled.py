@@ -1,57 +1,67 @@
-"""Compiled networks: a module compiled by TorchInductor once per GPU, library version, precision and
-batch size, saved in the engine cache and loaded on later starts without compiling.
+"""Compiled networks for the torch engine: the compile modes, the loader that builds artifacts or
+loads them in a background thread and hands them over to the engine, and the engine's factory.
 
-A build traces the module's forward with TorchDynamo (the parameters and buffers become inputs of
-the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile`` (on
-CUDA the convolutions tuned at build time, see :func:`build_options`) and saves the artifact beside
-a JSON sidecar that holds its :class:`~vcam.engines.cache.EngineKey` and the order of its inputs.
-A load checks the sidecar, loads the artifact and binds the module's own tensors, so one artifact
-serves every weights file of the same architecture and shapes.
+What an artifact is (its key, its file, building and loading one) is :mod:`vcam.engines.artifacts`;
+its names are re-exported here. Only the native architectures (:mod:`vcam.engines.native`) compile.
 
-Only the native architectures (:mod:`vcam.engines.native`: the inswapper generator) compile: a
-generic ONNX graph reads shape tensors on the host, which TorchDynamo cannot trace into one graph.
-The key's ``model_sha256`` is a digest of the structure, not of the weights: the architecture's
-source code and every parameter's name, shape and dtype (no weights file is hashed at start).
-``library`` names torch, Triton and the build options, ``gpu`` the device. A changed fact means
-another file name; a sidecar that does not match (a copied or edited file) or an artifact that fails
-to load is an :class:`ArtifactError`, which the engine answers by rebuilding or by running
-uncompiled, with one log line: never a crash.
+The torch engine never imports this module: :func:`torch_engine` (and
+:func:`vcam.engines.create_engine` through it) builds a :class:`CompiledLoader` and hands it to
+:class:`~vcam.engines.torch.TorchEngine`, which calls it through a small protocol of its own
+(:class:`~vcam.engines.CompiledArtifacts`); the loader calls the engine back through
+:class:`~vcam.engines.CompileHost`.
 
-Loading an artifact costs about 4 s on the H200 in a fresh process: 2.2-2.4 s of imports and
-source keys (:func:`prepare_load`, which the engine runs in a thread while the module is built),
-then 0.7-1.0 s of the artifact's own load, and its first call 0.2-0.4 s (cuDNN tunes the
-convolutions left to it; no Triton kernel is tuned, see :func:`build_options`);
-:class:`~vcam.engines.torch.TorchEngine` does all of it off the frame loop (``compile="auto"``).
+``compile="auto"``: Inductor's imports start in a thread at the engine's construction (only when
+the cache holds an artifact of the architecture), the built sizes load in another from the end of
+the warm-up, each is called once there, and the engine puts it into use between two calls.
+``"build"``: missing artifacts are built now and everything is loaded before the first call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import inspect
-import json
 import logging
 import os
-import platform
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vcam.engines.cache import EngineKey, resolve_cache_dir, sidecar
+from vcam.engines import CompileHost, Items, Loaded
+from vcam.engines.artifacts import (
+    BUILD_VERSION,
+    LOAD_IMPORTS,
+    SUFFIX,
+    ArtifactError,
+    Entry,
+    artifact_key,
+    artifact_path,
+    build,
+    build_log,
+    build_options,
+    built_any,
+    device_name,
+    entries,
+    here,
+    inductor_cache,
+    library_of,
+    load,
+    prepare_load,
+    read_meta,
+    remove,
+    structure_digest,
+    trace,
+)
+from vcam.engines.cache import EngineKey
+from vcam.engines.threads import QUICK_SWITCHES
 from vcam.errors import EngineUnavailable
+
+if TYPE_CHECKING:  # types only; the engine's module is imported where the factory runs
+    from vcam.engines.onnx_graph import ModelSource
+    from vcam.engines.torch import TorchEngine
 
 log = logging.getLogger(__name__)
 
-#: Bump when what a build does changes in a way the other key fields do not show.
-BUILD_VERSION = 2  # 2: no runtime autotuning (build_options)
-SUFFIX = ".art"
 COMPILE_MODES = ("auto", "build", "off")
-
-
-class ArtifactError(Exception):
-    """A compiled artifact that cannot be used: missing, stale (its key differs) or corrupt."""
 
 
 def compile_mode(value: bool | str | None) -> str:
@@ -70,141 +80,277 @@ def compile_mode(value: bool | str | None) -> str:
     return v
 
 
-def inductor_cache(cache_dir: str | os.PathLike | None) -> Path:
-    """Point Inductor's own cache (Triton kernels, launch configurations) at ``<engine cache>/inductor``
-    unless the user set ``TORCHINDUCTOR_CACHE_DIR``; returns the directory in use."""
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        path = resolve_cache_dir(cache_dir) / "inductor"
-        path.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
-    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+class CompiledLoader:
+    """The compiled artifacts of one torch engine: built now (``compile="build"``), or loaded in a
+    background thread and handed over between two calls (``compile="auto"``).
+
+    Built by whoever creates the engine (:func:`torch_engine`) and handed to it; the engine calls
+    :meth:`bind` once its module exists, then :meth:`plan` at the end of its warm-up, :meth:`resume`
+    and :meth:`take_ready` at its calls, :meth:`close` when it closes. Log lines go to the engine's
+    logger, named after the engine.
+    """
+
+    def __init__(self, compile: bool | str | None, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.mode = compile_mode(compile)
+        self.cache_dir = cache_dir
+        self._host: CompileHost | None = None
+        self._log = log
+        self._structure: str | None = None
+        self._prepared: threading.Thread | None = None  # Inductor's imports, from the construction on
+        self._thread: threading.Thread | None = None  # the loads planned at the warm-up
+        self._ready: list[Loaded] = []  # loaded by the thread, not yet taken by the engine
+        self._planned: tuple[list[int], Items] | None = None  # planned while a load ran: resume() starts it
+        self._started = 0.0  # when the last load started (perf_counter)
+        self._uncompiled_calls = 0  # calls made while a load was under way, before any size ran compiled
+        self._closing = threading.Event()
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    def bind(self, host: CompileHost, logger: logging.Logger) -> str:
+        """Serve ``host`` (once its architecture is known); returns the mode in effect. A generic
+        graph runs uncompiled; with ``auto`` and an artifact of the architecture in the cache,
+        Inductor's imports start now in a thread, while the engine builds its module and graphs."""
+        self._host, self._log = host, logger
+        if self.mode != "off" and host.architecture is None:
+            # Only the native modules trace into one graph (a generic graph reads shapes on the host).
+            (logger.warning if self.mode == "build" else logger.debug)(
+                "%s: compiled engines are for the native architectures (inswapper); running uncompiled", host.name
+            )
+            self.mode = "off"
+        if self.mode == "auto" and built_any(self.cache_dir, host.architecture or "", host.precision):
+            self._prepared = threading.Thread(target=self._prepare, name=f"{host.name}-inductor", daemon=True)
+            self._prepared.start()
+        return self.mode
+
+    @property
+    def host(self) -> CompileHost:
+        if self._host is None:
+            raise RuntimeError("CompiledLoader.bind() was not called")
+        return self._host
+
+    def _prepare(self) -> None:
+        host = self.host
+        try:
+            with QUICK_SWITCHES.held():
+                seconds = prepare_load()
+        except Exception as exc:  # the load itself will say what is wrong
+            self._log.debug("%s: preparing the compiled engines' load failed (%s: %s)", host.name, type(exc).__name__, exc)
+            return
+        self._log.info("%s: Inductor imported for the compiled engines in %.1f s", host.name, seconds)
+
+    def target(self, b: int, items: Items) -> tuple[EngineKey, Path]:
+        """(key, path) of the artifact for batch ``b`` and these item shapes."""
+        host = self.host
+        if self._structure is None:
+            self._structure = structure_digest(host.module, host.architecture or "")
+        key = artifact_key(
+            self._structure,
+            device=host.device,
+            precision=host.precision,
+            channels_last=host.channels_last,
+            items={i.name: items[i.name] for i in host.inputs},
+            batch=b,
+        )
+        return key, artifact_path(self.cache_dir, host.architecture or host.name, key, b)
+
+    # -- building and loading now ------------------------------------------------------------------
+
+    def build(
+        self, sizes: Sequence[int], items: Items, progress: Callable[[int, int, int], None] | None = None
+    ) -> list[tuple[int, str, float]]:
+        """Build each size's artifact unless the cache has a good one (a stale or corrupt entry is
+        rebuilt, with one log line); ``progress(batch, index, count)`` before each build. Returns
+        ``(batch, "built" | "cached", seconds)`` per size."""
+        host = self.host
+        inductor_cache(self.cache_dir)
+        done = []
+        for i, b in enumerate(sizes):
+            key, path = self.target(b, items)
+            if path.is_file():
+                try:
+                    read_meta(path)
+                    if path.stat().st_size > 0:
+                        done.append((b, "cached", 0.0))
+                        continue
+                except ArtifactError as exc:
+                    self._log.warning("%s: rebuilding the compiled engine for batch %d (%s)", host.name, b, exc)
+                    remove(path)
+            if progress is not None:
+                progress(b, i, len(sizes))
+            self._log.info(
+                "%s: compiling for batch %d (%d of %d; about two minutes each on a GPU)", host.name, b, i + 1, len(sizes)
+            )
+            with host.backend_flags():
+                seconds = build(host.module, host.call_args(b, items), path, key, device=host.device)
+            self._log.info("%s: batch %d compiled in %.0f s into %s", host.name, b, seconds, path)
+            done.append((b, "built", seconds))
+        return done
+
+    def load_one(self, b: int, items: Items, *, rebuild: bool) -> Callable[..., Any] | None:
+        """The loaded artifact for batch ``b`` or None (not built; stale or corrupt: removed, and
+        rebuilt when ``rebuild``), with one log line for a bad entry."""
+        host = self.host
+        key, path = self.target(b, items)
+        if not path.is_file():
+            return None
+        try:
+            return load(path, key, host.module)
+        except ArtifactError as exc:
+            remove(path)
+            if not rebuild:
+                self._log.warning(
+                    "%s: compiled engine for batch %d removed (%s); `vcam engines build` rebuilds it", host.name, b, exc
+                )
+                return None
+            self._log.warning("%s: rebuilding the compiled engine for batch %d (%s)", host.name, b, exc)
+            self.build([b], items)
+            return load(path, key, host.module)
+
+    def load_now(self, sizes: Sequence[int], items: Items) -> list[Loaded]:
+        """``compile="build"``: every size's artifact loaded in this thread (built where missing)."""
+        inductor_cache(self.cache_dir)
+        out: list[Loaded] = []
+        for b in sizes:
+            fn = self.load_one(b, items, rebuild=True)
+            if fn is not None:
+                out.append((b, items, fn))
+        return out
+
+    # -- loading in the background -----------------------------------------------------------------
+
+    def plan(self, sizes: Sequence[int], items: Items) -> None:
+        """``compile="auto"``: the built sizes are loaded in a background thread, started now, at the
+        end of the warm-up: while the rest of the pipeline loads, so the first frames usually find
+        them ready (each first call waits for the other engines' graph captures, and they for it)."""
+        host = self.host
+        todo = [b for b in sorted(set(sizes)) if self.target(b, items)[1].is_file()]
+        missing = sorted(set(sizes) - set(todo))
+        if missing:
+            self._log.warning(
+                "%s: no compiled engine for batch %s on this GPU and torch; running uncompiled "
+                "(`vcam engines build` compiles them, about two minutes each)",
+                host.name,
+                ",".join(map(str, missing)),
+            )
+        if todo:
+            self._planned = (todo, items)
+            self.resume()
+
+    def resume(self) -> None:
+        """Start the planned load unless one runs (then a later call starts it)."""
+        if self._planned is None or self.loading:
+            return
+        todo, items = self._planned
+        self._planned = None
+        self._started = time.perf_counter()
+        inductor_cache(self.cache_dir)
+        self._thread = threading.Thread(
+            target=self._load_in_background, args=(todo, items), name=f"{self.host.name}-compiled", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        """Whether a background load was ever started."""
+        return self._thread is not None
+
+    @property
+    def loading(self) -> bool:
+        """Whether a background load runs now."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _load_in_background(self, sizes: Sequence[int], items: Items) -> None:
+        with QUICK_SWITCHES.held():  # a second of Python, beside the warm-ups or the first frames
+            self._load_sizes(sizes, items)
+
+    def _load_sizes(self, sizes: Sequence[int], items: Items) -> None:
+        host = self.host
+        if self._prepared is not None:
+            self._prepared.join()
+        for b in sizes:
+            if self._closing.is_set():
+                return
+            t0 = time.perf_counter()
+            try:
+                # Python, file reads and the kernels' modules: nothing on a stream, so no lock (other
+                # threads' captures are thread-local).
+                fn = self.load_one(b, items, rebuild=False)
+                if fn is None:
+                    continue
+                host.first_call(fn, b, items)
+            except Exception as exc:  # never take the daemon down: that size stays uncompiled
+                self._log.warning(
+                    "%s: the compiled engine for batch %d is not used (%s: %s)", host.name, b, type(exc).__name__, exc
+                )
+                continue
+            self._ready.append((b, items, fn))
+            self._log.info("%s: compiled engine for batch %d loaded in %.1f s", host.name, b, time.perf_counter() - t0)
+
+    # -- handing over --------------------------------------------------------------------------------
+
+    @property
+    def has_ready(self) -> bool:
+        """Whether loaded artifacts wait for :meth:`take_ready`."""
+        return bool(self._ready)
+
+    def take_ready(self) -> Iterator[Loaded]:
+        """The loaded artifacts, each once; the engine puts each into use before asking for the
+        next, and the line that says so is logged then."""
+        while self._ready:
+            item = self._ready.pop()
+            yield item
+            self._log.info(
+                "%s: compiled engine for batch %d in use %.2f s after its load started; %d earlier calls ran uncompiled",
+                self.host.name,
+                item[0],
+                time.perf_counter() - self._started,
+                self._uncompiled_calls,
+            )
+
+    def note_uncompiled_call(self) -> None:
+        """A call ran uncompiled after a load had started (reported with the first size in use)."""
+        self._uncompiled_calls += 1
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Start a planned load, wait for the running one; True when none is still running."""
+        self.resume()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.loading
+
+    def close(self) -> None:
+        """Stop loading (between two sizes) and drop what was not taken (idempotent)."""
+        self._closing.set()
+        self._planned = None
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._ready.clear()
 
 
-def build_options(device: str) -> dict[str, Any]:
-    """Inductor options of a build. On CUDA the convolutions' and products' kernels are chosen by
-    benchmarking at build time (``max_autotune_gemm``: Triton templates against cuDNN/cuBLAS), and
-    every other kernel gets one launch configuration. Full ``max-autotune`` also gives those other
-    kernels several configurations, and benchmarks them again at the first call of every process
-    that loads the artifact (their tuning is not cached for a loaded artifact): about 120 kernels,
-    7-9 s of every start on the H200, for no faster network (``tools/load_probe.py``). The CPU
-    takes the defaults."""
-    import torch
+def torch_engine(
+    model: ModelSource, *, compile: bool | str | None = False, cache_dir: str | os.PathLike[str] | None = None, **options: Any
+) -> TorchEngine:
+    """A :class:`~vcam.engines.torch.TorchEngine` with its compiled artifacts (``compile``: see
+    :func:`compile_mode`); ``options``: the engine's other keyword arguments."""
+    from vcam.engines.torch import TorchEngine
 
-    if device == "cuda":
-        opts: dict[str, Any] = {
-            "max_autotune": False,
-            "max_autotune_gemm": True,
-            "coordinate_descent_tuning": False,
-            "triton.cudagraphs": False,
-        }
-        if hasattr(torch._inductor.config, "autotune_num_choices_displayed"):
-            opts["autotune_num_choices_displayed"] = 0  # no tables of every layer's candidates on stderr
-        return opts
-    return {}
-
-
-def library_of(device: str, channels_last: bool) -> str:
-    import torch
-
-    parts = [f"torch {torch.__version__}"]
-    if device == "cuda":
-        import triton
-
-        parts.append(f"triton {triton.__version__}")
-    parts.append(f"build {BUILD_VERSION}")
-    if channels_last:
-        parts.append("channels-last")
-    return ", ".join(parts)
-
-
-def device_name(device: str) -> str:
-    import torch
-
-    if device == "cuda":
-        major, minor = torch.cuda.get_device_capability()
-        return f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
-    return f"cpu {platform.machine()}"
-
-
-def structure_digest(module: Any, architecture: str) -> str:
-    """What the artifact's code depends on besides shapes and libraries (see the module docstring)."""
-    h = hashlib.sha256(f"native {architecture}\n".encode())
-    h.update(inspect.getsource(type(module)).encode())
-    h.update(inspect.getsource(inspect.getmodule(type(module))).encode())
-    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-        h.update(f"{name} {tuple(t.shape)} {t.dtype}\n".encode())
-    return h.hexdigest()
-
-
-def artifact_key(
-    structure: str, *, device: str, precision: str, channels_last: bool, items: dict[str, tuple], batch: int
-) -> EngineKey:
-    """The key of one batch size's artifact (``items``: each input's shape without the batch)."""
-    shapes = {n: (batch, *s) for n, s in items.items()}
-    return EngineKey.make(
-        model_sha256=structure,
-        gpu=device_name(device),
-        library=library_of(device, channels_last),
-        precision=precision,
-        profile={n: (s, s, s) for n, s in shapes.items()},
-    )
-
-
-def artifact_path(cache_dir: str | os.PathLike | None, name: str, key: EngineKey, batch: int) -> Path:
-    """``<cache>/compiled/<name>.<precision>.b<batch>.<digest>.art``; ``name``: the native
-    architecture (one artifact serves every file of it) or the model file's name."""
-    return resolve_cache_dir(cache_dir) / "compiled" / f"{_stem(name, key.precision)}{batch}.{key.digest()}{SUFFIX}"
-
-
-def _stem(name: str, precision: str) -> str:
-    """What every artifact of ``name`` at ``precision`` is named with, up to its batch size."""
-    return f"{Path(name).stem}.{precision}.b"
-
-
-def trace(module: Any, args: Sequence[Any]) -> tuple[Any, list, list[str]]:
-    """TorchDynamo's graph of ``module(*args)`` with parameters and buffers as inputs; returns the
-    graph, its example inputs and their names (``@i`` for the i-th call argument)."""
-    import torch
-
-    seen: dict[str, Any] = {}
-
-    def grab(gm: Any, example_inputs: list) -> Any:
-        seen["gm"], seen["inputs"] = gm, list(example_inputs)
-        return gm.forward
-
-    torch._dynamo.reset()
-    with torch.inference_mode():
-        torch.compile(module, backend=grab, fullgraph=True, dynamic=False)(*args)
-    torch._dynamo.reset()
-    named = {id(t): n for n, t in list(module.named_parameters()) + list(module.named_buffers())}
-    by_arg = {id(a): i for i, a in enumerate(args)}
-    names = []
-    for t in seen["inputs"]:
-        if id(t) in by_arg:
-            names.append(f"@{by_arg[id(t)]}")
-        elif id(t) in named:
-            names.append(named[id(t)])
-        else:
-            raise ArtifactError("the traced graph takes a tensor that is neither an argument nor a module tensor")
-    return seen["gm"], seen["inputs"], names
+    return TorchEngine(model, cache_dir=cache_dir, loader=CompiledLoader(compile, cache_dir), **options)
 
 
 def prebuild(
-    model: str | os.PathLike,
+    model: str | os.PathLike[str],
     *,
     device: str = "cuda",
     fp16: bool = True,
     max_batch: int = 8,
     batches: Sequence[int] | None = None,
-    cache_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     progress: Callable[[int, int, int], None] | None = None,
 ) -> tuple[str, list[tuple[int, str, float]]]:
     """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
     batch size of ``max_batch``). Returns the engine's description and ``(batch, "built" | "cached",
     seconds)`` per size."""
-    from vcam.engines.torch import TorchEngine
-
-    engine = TorchEngine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="auto", warmup=False)
+    engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="auto", warmup=False)
     try:
         done = engine.build_compiled(batches, progress=progress)
     except (ArtifactError, RuntimeError, AssertionError, TypeError, ValueError) as exc:  # Inductor's failures
@@ -217,177 +363,13 @@ def prebuild(
     return engine.describe(), done
 
 
-def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, device: str) -> float:
-    """Compile ``module`` for these ``args`` and save the artifact at ``path`` with its sidecar (both
-    written to temporary names, then renamed: a crash leaves no half-written entry). Returns seconds."""
-    import torch
-
-    t0 = time.perf_counter()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    gm, inputs, names = trace(module, args)
-    # Inductor writes its autotuning reports and warnings to stderr: into the entry's build log.
-    with open(build_log(path), "w") as report, contextlib.redirect_stderr(report), torch.inference_mode():
-        art = torch._inductor.standalone_compile(
-            gm, inputs, dynamic_shapes="from_example_inputs", options={"config_patches": build_options(device)}
-        )
-        art(*inputs)  # the artifact runs before it is saved (nothing is tuned at a call: build_options)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        art.save(path=str(tmp), format="binary")
-        meta = {"key": key.to_json(), "inputs": names, "built_s": round(time.perf_counter() - t0, 1), "built": time.time()}
-        tmp_meta = sidecar(tmp)
-        tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        os.replace(tmp, path)
-        os.replace(tmp_meta, sidecar(path))
-    finally:
-        for p in (tmp, sidecar(tmp)):
-            if p.exists():
-                p.unlink()
-    return time.perf_counter() - t0
-
-
-def build_log(path: Path) -> Path:
-    """What the compiler reported while building ``path``."""
-    return path.with_name(path.name + ".log")
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    """The sidecar of ``path``; raises :class:`ArtifactError` when absent or unreadable."""
-    try:
-        meta = json.loads(sidecar(path).read_text())
-        EngineKey.from_json(meta["key"])
-        if not isinstance(meta["inputs"], list):
-            raise TypeError("inputs")
-        return meta
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{path.name} has no sidecar") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ArtifactError(f"{sidecar(path).name} is unreadable ({type(exc).__name__}: {exc})") from exc
-
-
-def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
-    """The artifact at ``path`` as ``fn(*args)`` calling the compiled code with ``module``'s tensors.
-    Raises :class:`ArtifactError` when it is missing, stale or corrupt."""
-    import torch
-
-    if not path.is_file():
-        raise ArtifactError(f"{path.name} is not built")
-    meta = read_meta(path)
-    if EngineKey.from_json(meta["key"]) != key:
-        raise ArtifactError(f"{path.name} was built for other inputs, GPU or libraries")
-    tensors = dict(list(module.named_parameters()) + list(module.named_buffers()))
-    names: list[str] = meta["inputs"]
-    try:
-        bound = [None if n.startswith("@") else tensors[n] for n in names]
-        slots = [(i, int(n[1:])) for i, n in enumerate(names) if n.startswith("@")]
-    except (KeyError, ValueError) as exc:
-        raise ArtifactError(f"{path.name} names a tensor this module lacks ({exc})") from exc
-    try:
-        # One thread: every kernel is in the artifact, so a pool of compile workers (processes that
-        # import torch, one per core, started by the first Triton kernel) would only take CPU.
-        with torch._inductor.config.patch(compile_threads=1):
-            fn = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
-    except Exception as exc:  # a truncated or foreign file fails deep inside Inductor, in many ways
-        raise ArtifactError(f"{path.name} does not load ({type(exc).__name__}: {str(exc)[:160]})") from exc
-
-    def call(*args: Any) -> Any:
-        feed = list(bound)
-        for i, a in slots:
-            feed[i] = args[a]
-        return fn(*feed)
-
-    return call
-
-
-#: What :func:`load` imports on its first use in a process: Inductor's compiler front and caches,
-#: AOTAutograd's cache, the runtime of Triton kernels. Seconds of Python on every start.
-LOAD_IMPORTS = (
-    "torch._inductor.standalone_compile",
-    "torch._inductor.compile_fx",
-    "torch._inductor.codecache",
-    "torch._functorch._aot_autograd.autograd_cache",
-    "torch._inductor.async_compile",
-    "torch._inductor.runtime.triton_heuristics",
-)
-
-
-def prepare_load() -> float:
-    """Import what :func:`load` needs and compute the keys it checks (torch's and Triton's sources:
-    kept for the process), so a later load costs only the artifact's own work. Nothing runs on a
-    stream: a thread may run it while another captures CUDA graphs. Returns seconds."""
-    import importlib
-
-    import torch
-
-    t0 = time.perf_counter()
-    for name in LOAD_IMPORTS:
-        importlib.import_module(name)
-    from torch._inductor.codecache import torch_key
-
-    torch_key()
-    if torch.cuda.is_available():
-        from torch.utils._triton import triton_hash_with_backend
-
-        triton_hash_with_backend()  # Triton's sources hashed and ptxas asked its version: 0.4 s on the H200
-    return time.perf_counter() - t0
-
-
-def built_any(cache_dir: str | os.PathLike | None, name: str, precision: str) -> bool:
-    """Whether the cache holds any artifact of ``name`` at this precision (for any batch, GPU or
-    library: a cheap test made before the module exists, to start :func:`prepare_load` early)."""
-    root = resolve_cache_dir(cache_dir) / "compiled"
-    return root.is_dir() and any(root.glob(f"{_stem(name, precision)}*{SUFFIX}"))
-
-
-def remove(path: Path) -> None:
-    """Delete an entry, its sidecar and its build log (a stale or corrupt one)."""
-    for p in (path, sidecar(path), build_log(path)):
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
-
-
-def here() -> set[tuple[str, str]]:
-    """``(gpu, "torch <version>")`` pairs this machine builds for (the CPU, and CUDA when torch sees it)."""
-    try:
-        import torch
-    except ImportError:
-        return set()
-    lib = f"torch {torch.__version__}"
-    out = {(device_name("cpu"), lib)}
-    if torch.cuda.is_available():
-        out.add((device_name("cuda"), lib))
-    return out
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One artifact in the cache, for ``vcam engines list``."""
-
-    path: Path
-    size: int
-    key: EngineKey | None
-    built_s: float | None
-    problem: str | None  # None when readable
-
-
-def entries(cache_dir: str | os.PathLike | None) -> list[Entry]:
-    """Every artifact under ``<cache>/compiled``, readable or not."""
-    root = resolve_cache_dir(cache_dir) / "compiled"
-    out = []
-    for path in sorted(root.glob(f"*{SUFFIX}")) if root.is_dir() else []:
-        try:
-            meta = read_meta(path)
-            out.append(Entry(path, path.stat().st_size, EngineKey.from_json(meta["key"]), meta.get("built_s"), None))
-        except ArtifactError as exc:
-            out.append(Entry(path, path.stat().st_size, None, None, str(exc)))
-    return out
-
-
 __all__ = [
+    "BUILD_VERSION",
     "COMPILE_MODES",
+    "LOAD_IMPORTS",
+    "SUFFIX",
     "ArtifactError",
+    "CompiledLoader",
     "Entry",
     "artifact_key",
     "artifact_path",
@@ -402,11 +384,11 @@ __all__ = [
     "inductor_cache",
     "library_of",
     "load",
-    "LOAD_IMPORTS",
     "prebuild",
     "prepare_load",
     "read_meta",
     "remove",
     "structure_digest",
+    "torch_engine",
     "trace",
 ]

@@ -16,7 +16,7 @@ import numpy as np
 
 from vcam.errors import ModelError
 
-ModelSource = Union[str, "os.PathLike[str]", bytes]
+ModelSource = Union[str, "os.PathLike[str]", bytes, bytearray]
 
 
 def source_name(model: ModelSource, name: str | None = None) -> str:

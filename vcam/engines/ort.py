@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.engines import TensorInfo, check_feeds, item_shapes
+from vcam.engines import Epilogue, TensorInfo, check_feeds, item_shapes
 from vcam.engines.onnx_graph import ModelSource, source_name
 from vcam.errors import EngineUnavailable, ModelError
 
@@ -55,8 +55,8 @@ class OrtEngine:
         device: str = "cpu",
         fp16: bool = False,
         max_batch: int = 8,
-        cache_dir: str | os.PathLike | None = None,
-        epilogue: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        epilogue: Epilogue | None = None,
         threads: int = 0,
     ) -> None:
         import onnxruntime as ort

@@ -47,7 +47,7 @@ class BuildProgress:
     """
 
     def __init__(self, title: str, *, console: Any = None) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
         self.title = title
         self.progress = Progress(
@@ -59,7 +59,7 @@ class BuildProgress:
             console=console,
             transient=False,
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._depth: dict[str, int] = {}
         self._totals: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -110,7 +110,7 @@ def _monitor(trt: Any, ui: BuildProgress) -> Any:
 
     class _Monitor(base):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
-            base.__init__(self)
+            super().__init__()
 
         def phase_start(self, phase_name, parent_phase, num_steps):
             ui.phase_start(phase_name, parent_phase, num_steps)
@@ -172,9 +172,9 @@ class _Arrays:
 
     def empty(self, shape: tuple, dtype: np.dtype) -> Any:
         if self.kind == "torch":
-            from vcam.engines.torch import _torch_dtype
+            from vcam.engines.arrays import torch_dtype
 
-            return self.torch.empty(shape, dtype=_torch_dtype(dtype), device="cuda")
+            return self.torch.empty(shape, dtype=torch_dtype(dtype), device="cuda")
         return self.cupy.empty(shape, dtype=dtype)
 
     def ptr(self, arr: Any) -> int:
@@ -182,16 +182,16 @@ class _Arrays:
 
     def contiguous_as(self, arr: Any, dtype: np.dtype) -> Any:
         if self.kind == "torch":
-            from vcam.engines.torch import _torch_dtype
+            from vcam.engines.arrays import torch_dtype
 
-            return arr.to(dtype=_torch_dtype(dtype)).contiguous()
+            return arr.to(dtype=torch_dtype(dtype)).contiguous()
         return self.cupy.ascontiguousarray(arr, dtype=dtype)
 
     def is_ready(self, arr: Any, dtype: np.dtype) -> bool:
         if self.kind == "torch":
-            from vcam.engines.torch import _torch_dtype
+            from vcam.engines.arrays import torch_dtype
 
-            return arr.is_contiguous() and arr.dtype == _torch_dtype(dtype)
+            return arr.is_contiguous() and arr.dtype == torch_dtype(dtype)
         return bool(arr.flags.c_contiguous) and arr.dtype == dtype
 
     def current_stream(self) -> int:
@@ -283,8 +283,12 @@ class TensorRTEngine:
         self.trt = trt
         self.name = source_name(model, name)
         self.device = "cuda"
-        self.model_bytes = bytes(model) if isinstance(model, (bytes, bytearray)) else None
-        self.model_path = None if self.model_bytes is not None else Path(model)
+        self.model_bytes: bytes | None = None
+        self.model_path: Path | None = None
+        if isinstance(model, (bytes, bytearray)):
+            self.model_bytes = bytes(model)
+        else:
+            self.model_path = Path(model)
         self.fp16 = bool(fp16)
         self.precision = "fp16" if self.fp16 else "fp32"
         self.max_batch = int(max_batch)
@@ -296,9 +300,11 @@ class TensorRTEngine:
 
         graph = OnnxGraph(load_onnx(model, name, external_data=False), name=self.name)
         self.profile = cache.profile_for({n: s for n, s, _ in graph.inputs}, self.max_batch, dynamic=dynamic)
-        digest = (
-            hashlib.sha256(self.model_bytes).hexdigest() if self.model_bytes is not None else cache.sha256_file(self.model_path)
-        )
+        if self.model_bytes is not None:
+            digest = hashlib.sha256(self.model_bytes).hexdigest()
+        else:
+            assert self.model_path is not None
+            digest = cache.sha256_file(self.model_path)
         self.key = cache.EngineKey.make(
             model_sha256=digest,
             gpu=self._arrays.gpu_name(),
@@ -329,7 +335,8 @@ class TensorRTEngine:
             )
 
         self._io: dict[str, tuple[bool, np.dtype]] = {}
-        ins, outs = [], []
+        ins: list[TensorInfo] = []
+        outs: list[TensorInfo] = []
         for i in range(engine.num_io_tensors):
             tname = engine.get_tensor_name(i)
             is_input = engine.get_tensor_mode(tname) == trt.TensorIOMode.INPUT

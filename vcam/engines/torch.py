@@ -14,6 +14,10 @@ shapes; every graph reads the same static buffers. Conversions to channels-last 
 output dtypes, and the epilogue, are inside the graph. A model with a fixed batch (files exported
 for one image) runs item by item into a staging buffer.
 
+Compiled artifacts (TorchInductor) are :mod:`vcam.engines.compiled`'s business: whoever creates
+the engine hands it a loader (:class:`~vcam.engines.CompiledArtifacts`, built by
+:func:`vcam.engines.compiled.torch_engine`); this module never imports that one.
+
 This module imports without PyTorch (so the package and its tests import everywhere); constructing
 :class:`TorchEngine` without it raises :class:`~vcam.errors.EngineUnavailable`.
 """
@@ -23,59 +27,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
-import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vcam.engines import TensorInfo, check_feeds, item_shapes
-from vcam.engines import compiled as _compiled
+from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
+from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, recognise, source_name
+from vcam.engines.threads import CAPTURE_LOCK, StreamMap, private_stream
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
     import torch as _torch
 except ImportError:  # pragma: no cover - exercised where torch is absent
-    _torch = None
+    _torch = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
-
-class _QuickSwitches:
-    """The interpreter's switch interval, shortened while any background load runs (Inductor's
-    imports, an artifact's load: seconds of Python). A thread that released the interpreter's lock
-    for a CUDA call (the frame loop, the warm-ups) waits up to one interval to take it back from a
-    thread running Python: 0.5 ms instead of Python's 5 ms. Counted, since loads overlap; the
-    interval is process state, so this is one object for the process."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._lock = threading.Lock()
-        self._users = 0
-        self._before = 0.0
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        with self._lock:
-            if self._users == 0:
-                self._before = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._before, self.seconds))
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0 and sys.getswitchinterval() == min(self._before, self.seconds):  # not changed since
-                    sys.setswitchinterval(self._before)
-
-
-_QUICK_SWITCHES = _QuickSwitches(0.0005)
 
 TORCH_HINT = (
     "install PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]'), or use --backend onnxruntime"
@@ -95,43 +67,12 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
 class _Captured:
     __slots__ = ("graph", "outputs")
 
-    def __init__(self, graph: Any, outputs: list) -> None:
+    def __init__(self, graph: Any, outputs: list[Any]) -> None:
         self.graph, self.outputs = graph, outputs
 
 
-#: CUDA graph captures and the first calls of loaded compiled engines exclude each other, across
-#: threads and engines: a first call may synchronise the device (Triton's kernel loading and launch
-#: tuning), which is illegal while any stream captures and would void that capture.
-_CAPTURE_LOCK = threading.RLock()
-
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
-
-
-class _OnStream:
-    """``torch.cuda.StreamContext`` for the hot path: the stream's ids are read once, and entering
-    and leaving are one call into torch each (StreamContext looks the device index up in Python on
-    every entry: tens of microseconds a replay, twice a frame). For a stream of the current device."""
-
-    __slots__ = ("_ids", "_prev")
-
-    def __init__(self, stream: Any) -> None:
-        self._ids = (int(stream.stream_id), int(stream.device_index), int(stream.device_type))
-        self._prev: Any = None
-
-    @staticmethod
-    def usable() -> bool:
-        c = _torch._C
-        return hasattr(c, "_cuda_getCurrentStream") and hasattr(c, "_cuda_setStream")
-
-    def __enter__(self) -> None:
-        sid, idx, kind = self._ids
-        self._prev = _torch._C._cuda_getCurrentStream(idx)
-        _torch._C._cuda_setStream(stream_id=sid, device_index=idx, device_type=kind)
-
-    def __exit__(self, *exc: object) -> None:
-        sid, idx, kind = self._prev
-        _torch._C._cuda_setStream(stream_id=sid, device_index=idx, device_type=kind)
 
 
 class TorchEngine:
@@ -142,20 +83,22 @@ class TorchEngine:
     artifacts, Inductor's own cache). ``epilogue``: post-processing fused into the graph.
     ``cuda_graphs``: replay captured CUDA graphs (default on CUDA). ``channels_last``: NHWC for the
     convolutions (None: on for the native modules in FP16 on CUDA, where it measured faster).
-    ``compile``: see below. ``warmup``: capture every batch size (and with ``compile``, build or
-    load its artifact) at construction when all input dims are fixed. ``tf32``: allow TF32 convolutions.
+    ``loader``: see below. ``warmup``: capture every batch size (and with a loader, build or load
+    its artifact) at construction when all input dims are fixed. ``tf32``: allow TF32 convolutions.
     ``autotune``: cuDNN benchmarks the convolution algorithms of every new input shape (about half a
     second each); None: only for models of :data:`AUTOTUNE_WEIGHTS` weights or more, where the
     chosen algorithm pays (the swappers), not for small networks run at many shapes (the detector's
     scan and region sizes times its batch sizes took ~17 s of every GPU start).
 
-    ``compile`` (:mod:`vcam.engines.compiled`, for models whose inputs have fixed item shapes):
-    ``"auto"``: each batch size whose compiled artifact is in the engine cache is loaded in a
-    background thread from the end of the warm-up on (Inductor's imports from the construction on)
-    and replaces that size's uncompiled graph between two calls (a call before that runs
-    uncompiled; a missing size stays uncompiled, with one log line that names ``vcam engines
-    build``); ``"build"`` (or True): missing artifacts are built now (minutes
-    each on CUDA), and every size is captured compiled; ``"off"`` (or False): never compiled.
+    ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
+    compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
+    engine (:func:`vcam.engines.compiled.torch_engine` builds one for a ``compile`` mode). Its mode
+    ``"auto"``: each batch size whose artifact is in the engine cache is loaded in a background
+    thread from the end of the warm-up on (Inductor's imports from the construction on) and
+    replaces that size's uncompiled graph between two calls (a call before that runs uncompiled; a
+    missing size stays uncompiled, with one log line that names ``vcam engines build``);
+    ``"build"``: missing artifacts are built now (minutes each on CUDA), and every size is captured
+    compiled; ``"off"``: never compiled.
     """
 
     backend = "torch"
@@ -179,11 +122,11 @@ class TorchEngine:
         device: str = "cuda",
         fp16: bool = False,
         max_batch: int = 8,
-        cache_dir: str | os.PathLike | None = None,
-        epilogue: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        epilogue: Epilogue | None = None,
         cuda_graphs: bool = True,
         channels_last: bool | None = None,
-        compile: bool | str = False,
+        loader: CompiledArtifacts | None = None,
         warmup: bool = True,
         tf32: bool = False,
         autotune: bool | None = None,
@@ -208,25 +151,16 @@ class TorchEngine:
 
         graph = OnnxGraph.load(model, name)
         self.architecture = recognise(graph)
-        self.compile_mode = _compiled.compile_mode(compile)
-        if self.compile_mode != "off" and self.architecture is None:
-            # Only the native modules trace into one graph (a generic graph reads shapes on the host).
-            (log.warning if self.compile_mode == "build" else log.debug)(
-                "%s: compiled engines are for the native architectures (inswapper); running uncompiled", self.name
-            )
-            self.compile_mode = "off"
-        self._prepared: threading.Thread | None = None
-        if self.compile_mode == "auto" and _compiled.built_any(cache_dir, self.architecture or "", self.precision):
-            # Inductor's imports take seconds: made now, while this thread builds the module and
-            # captures its graphs, so the load that follows the warm-up has only the artifact left.
-            self._prepared = threading.Thread(target=self._prepare_load, name=f"{self.name}-inductor", daemon=True)
-            self._prepared.start()
+        # With "auto" and an artifact of the architecture in the cache, the loader starts Inductor's
+        # imports in a thread now, while this thread builds the module and captures its graphs.
+        self.loader = loader
+        self.compile_mode = loader.bind(self, log) if loader is not None else "off"
         self.inputs = [TensorInfo(n, s, d) for n, s, d in graph.inputs]
         raw_outputs = [TensorInfo(n, s, d) for n, s, d in graph.outputs]
         self._in_names = [i.name for i in self.inputs]
-        self._out_dtypes = [_torch_dtype(o.dtype) for o in raw_outputs]
+        self._out_dtypes = [torch_dtype(o.dtype) for o in raw_outputs]
         self.epilogue = epilogue
-        self.outputs = list(epilogue.outputs) if epilogue is not None else raw_outputs
+        self.outputs: list[TensorInfo] = list(epilogue.outputs) if epilogue is not None else raw_outputs
 
         self.max_batch = int(max_batch)
         if self.max_batch < 1:
@@ -248,14 +182,7 @@ class TorchEngine:
             module = module.to(memory_format=torch.channels_last)
         self.module = module
         self._fn = module
-        self._structure: str | None = None
         self._compiled_fns: dict[tuple, Any] = {}  # capture key -> loaded artifact, in use
-        self._ready: dict[tuple, Any] = {}  # capture key -> loaded by the background thread, not yet in a graph
-        self._loader: threading.Thread | None = None
-        self._to_load: tuple | None = None  # (sizes, items) planned while a load ran: the next call starts it
-        self._load_started = 0.0  # when the loader started (perf_counter)
-        self._uncompiled_calls = 0  # calls made while a load was under way, before any size ran compiled
-        self._closing = threading.Event()
         self.cuda_graphs = bool(cuda_graphs) and device == "cuda"
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
@@ -263,8 +190,7 @@ class TorchEngine:
         self._stage: dict[tuple, Any] = {}
         self._views: dict[tuple, Any] = {}
         self._fast: dict[tuple, tuple] = {}
-        self._streams: dict[int, Any] = {}
-        self._contexts: dict[int, tuple[Any, Any]] = {}  # id(CuPy stream) -> (that stream, its _OnStream)
+        self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()
@@ -285,7 +211,8 @@ class TorchEngine:
         module = GraphModule(graph)
         return module, list(self._in_names), list(graph.output_names)
 
-    def _backend_flags(self) -> Any:
+    def backend_flags(self) -> AbstractContextManager[Any]:
+        """The cuDNN settings every call of the module runs under (nothing on the CPU)."""
         if self.device != "cuda":
             return contextlib.nullcontext()
         return _torch.backends.cudnn.flags(enabled=True, benchmark=self.autotune, deterministic=False, allow_tf32=self.tf32)
@@ -296,7 +223,7 @@ class TorchEngine:
         done = self.compiled_batches
         if done:
             extras.append("compiled batch " + ",".join(str(b) for b in done))
-        elif self._loader is not None and self._loader.is_alive():
+        elif self.loader is not None and self.loader.loading:
             extras.append("loading compiled")
         return f"torch {self.precision} on {self.device} ({', '.join(extras)})"
 
@@ -323,7 +250,7 @@ class TorchEngine:
         key = (info.name, item)
         t = self._storage.get(key)
         if t is None:
-            dtype = self.dtype if np.issubdtype(info.dtype, np.floating) else _torch_dtype(info.dtype)
+            dtype = self.dtype if np.issubdtype(info.dtype, np.floating) else torch_dtype(info.dtype)
             t = self._storage[key] = _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev)
         return t
 
@@ -350,16 +277,16 @@ class TorchEngine:
             view = self._views.get(key)
             if view is None:
                 t = self._storage_for(info, items[info.name])[:n]
-                view = self._views[key] = _from_torch(t, "cupy" if self.device == "cuda" else "numpy")
+                view = self._views[key] = from_torch(t, "cupy" if self.device == "cuda" else "numpy")
             out[info.name] = view
         if cap is not None and self.item_batch is None:
             # The hot path: these very arrays passed back to run_device replay this graph, with no
             # DLPack conversion either way (its outputs are converted once, here).
-            key = tuple((out[i.name].data.ptr, out[i.name].shape) for i in self.inputs)
-            if key not in self._fast:
+            ptrs = tuple((out[i.name].data.ptr, out[i.name].shape) for i in self.inputs)
+            if ptrs not in self._fast:
                 b = self._padded(n)
                 outs = cap.outputs if b == n else [o[:n] for o in cap.outputs]
-                self._fast[key] = (cap, [_from_torch(o, "cupy") for o in outs])
+                self._fast[ptrs] = (cap, [from_torch(o, "cupy") for o in outs])
         return out
 
     def warmup(self, shapes: dict[str, Sequence[int]] | None = None, batches: Sequence[int] | None = None) -> None:
@@ -367,36 +294,23 @@ class TorchEngine:
         ``batches``, for the item ``shapes`` (default: the model's fixed dims)."""
         items = item_shapes(self.inputs, shapes)
         sizes = [self._padded(b) for b in batches or self.batch_sizes]
-        if self.compile_mode == "build":
+        if self.compile_mode == "build" and self.loader is not None:
             self.build_compiled(sizes, shapes)
-            self._load_compiled(sizes, items)
+            for b, its, fn in self.loader.load_now(sizes, items):
+                self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
             for b in sizes:
                 self._captured_for(b, items)
-        if self.compile_mode == "auto":
-            self._plan_loads(sizes, items)
+        if self.compile_mode == "auto" and self.loader is not None:
+            self.loader.plan(sizes, items)
 
     # -- compiled artifacts ---------------------------------------------------------------------
 
-    def _compile_target(self, b: int, items: dict[str, tuple]) -> tuple[Any, Any]:
-        """(key, path) of the artifact for batch ``b`` and these item shapes."""
-        if self._structure is None:
-            self._structure = _compiled.structure_digest(self.module, self.architecture)
-        key = _compiled.artifact_key(
-            self._structure,
-            device=self.device,
-            precision=self.precision,
-            channels_last=self.channels_last,
-            items={n: items[n] for n in self._in_names},
-            batch=b,
-        )
-        return key, _compiled.artifact_path(self.cache_dir, self.architecture or self.name, key, b)
-
-    def _call_args(self, b: int, items: dict[str, tuple]) -> list:
+    def call_args(self, b: int, items: Items) -> list[Any]:
         """The module's arguments for batch ``b`` from the static buffers, as ``_forward`` passes them."""
         return self._module_args([self._storage_for(info, items[info.name])[:b] for info in self.inputs])
 
-    def _module_args(self, args: Sequence[Any]) -> list:
+    def _module_args(self, args: Sequence[Any]) -> list[Any]:
         """Engine inputs (in ``self.inputs`` order) as the module takes them: its order, its layout."""
         by_name = dict(zip(self._in_names, args))
         call = [by_name[n] for n in self._call_order]
@@ -405,197 +319,82 @@ class TorchEngine:
         return [a.contiguous(memory_format=_torch.channels_last) if a.dim() == 4 and a.is_floating_point() else a for a in call]
 
     def build_compiled(
-        self, batches: Sequence[int] | None = None, shapes: dict[str, Sequence[int]] | None = None, progress: Any = None
+        self,
+        batches: Sequence[int] | None = None,
+        shapes: dict[str, Sequence[int]] | None = None,
+        progress: Callable[[int, int, int], None] | None = None,
     ) -> list[tuple[int, str, float]]:
         """Build the compiled artifact of each batch size (default: every captured size) unless the
         cache has a good one; a stale or corrupt entry is rebuilt with one log line. ``progress``:
         called as ``progress(batch, index, count)`` before each build. Returns ``(batch, "built" |
-        "cached", seconds)`` per size."""
+        "cached", seconds)`` per size. Needs a loader (see the class docstring)."""
+        if self.loader is None:
+            raise RuntimeError(f"{self.name}: no compiled-artifact loader (create it with vcam.engines.compiled.torch_engine)")
         items = item_shapes(self.inputs, shapes)
         sizes = sorted({self._padded(b) for b in batches or self.batch_sizes})
-        _compiled.inductor_cache(self.cache_dir)
-        done = []
-        for i, b in enumerate(sizes):
-            key, path = self._compile_target(b, items)
-            if path.is_file():
-                try:
-                    _compiled.read_meta(path)
-                    if path.stat().st_size > 0:
-                        done.append((b, "cached", 0.0))
-                        continue
-                except _compiled.ArtifactError as exc:
-                    log.warning("%s: rebuilding the compiled engine for batch %d (%s)", self.name, b, exc)
-                    _compiled.remove(path)
-            if progress is not None:
-                progress(b, i, len(sizes))
-            log.info("%s: compiling for batch %d (%d of %d; about two minutes each on a GPU)", self.name, b, i + 1, len(sizes))
-            with self._backend_flags():
-                seconds = _compiled.build(self.module, self._call_args(b, items), path, key, device=self.device)
-            log.info("%s: batch %d compiled in %.0f s into %s", self.name, b, seconds, path)
-            done.append((b, "built", seconds))
-        return done
+        return self.loader.build(sizes, items, progress)
 
-    def _load_one(self, b: int, items: dict[str, tuple], *, rebuild: bool) -> Any:
-        """The loaded artifact for batch ``b`` or None (not built; stale or corrupt: removed, and
-        rebuilt when ``rebuild``), with one log line for a bad entry."""
-        key, path = self._compile_target(b, items)
-        if not path.is_file():
-            return None
-        try:
-            return _compiled.load(path, key, self.module)
-        except _compiled.ArtifactError as exc:
-            _compiled.remove(path)
-            if not rebuild:
-                log.warning("%s: compiled engine for batch %d removed (%s); `vcam engines build` rebuilds it", self.name, b, exc)
-                return None
-            log.warning("%s: rebuilding the compiled engine for batch %d (%s)", self.name, b, exc)
-            self.build_compiled([b], items)
-            return _compiled.load(path, key, self.module)
-
-    def _load_compiled(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        _compiled.inductor_cache(self.cache_dir)
-        for b in sizes:
-            fn = self._load_one(b, items, rebuild=True)
-            if fn is not None:
-                self._compiled_fns[self._graph_key(b, items)] = fn
-
-    def _plan_loads(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        """``compile="auto"``: the built sizes are loaded in a background thread, started now, at the
-        end of the warm-up: while the rest of the pipeline loads, so the first frames usually find
-        them ready (each first call waits for the other engines' graph captures, and they for it)."""
-        todo = [b for b in sorted(set(sizes)) if self._compile_target(b, items)[1].is_file()]
-        missing = sorted(set(sizes) - set(todo))
-        if missing:
-            log.warning(
-                "%s: no compiled engine for batch %s on this GPU and torch; running uncompiled "
-                "(`vcam engines build` compiles them, about two minutes each)",
-                self.name,
-                ",".join(map(str, missing)),
-            )
-        if todo:
-            self._to_load = (todo, items)
-            self._start_loading()
-
-    def _start_loading(self) -> None:
-        if self._loader is not None and self._loader.is_alive():
-            return  # one loader at a time: the next call starts this one
-        todo, items = self._to_load
-        self._to_load = None
-        self._load_started = time.perf_counter()
-        _compiled.inductor_cache(self.cache_dir)
-        self._loader = threading.Thread(
-            target=self._load_in_background, args=(todo, items), name=f"{self.name}-compiled", daemon=True
-        )
-        self._loader.start()
-
-    def _prepare_load(self) -> None:
-        try:
-            with _QUICK_SWITCHES.held():
-                seconds = _compiled.prepare_load()
-        except Exception as exc:  # the load itself will say what is wrong
-            log.debug("%s: preparing the compiled engines' load failed (%s: %s)", self.name, type(exc).__name__, exc)
-            return
-        log.info("%s: Inductor imported for the compiled engines in %.1f s", self.name, seconds)
-
-    def _load_in_background(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        with _QUICK_SWITCHES.held():  # a second of Python, beside the warm-ups or the first frames
-            self._load_sizes(sizes, items)
-
-    def _load_sizes(self, sizes: Sequence[int], items: dict[str, tuple]) -> None:
-        torch = _torch
-        if self._prepared is not None:
-            self._prepared.join()
-        for b in sizes:
-            if self._closing.is_set():
-                return
-            t0 = time.perf_counter()
-            try:
-                # Python, file reads and the kernels' modules: nothing on a stream, so no lock (other
-                # threads' captures are thread-local).
-                fn = self._load_one(b, items, rebuild=False)
-                if fn is None:
-                    continue
-                # The first call tunes cuDNN's convolutions and may synchronise the device: here, on
-                # a stream of this thread's own, while no graph is being captured.
-                with _CAPTURE_LOCK:
-                    side = torch.cuda.Stream(self._dev) if self.device == "cuda" else None
-                    with (
-                        torch.inference_mode(),
-                        self._backend_flags(),
-                        torch.cuda.stream(side) if side else contextlib.nullcontext(),
-                    ):
-                        fn(*self._call_args(b, items))
-                    if side is not None:
-                        side.synchronize()
-            except Exception as exc:  # never take the daemon down: that size stays uncompiled
-                log.warning("%s: the compiled engine for batch %d is not used (%s: %s)", self.name, b, type(exc).__name__, exc)
-                continue
-            self._ready[self._graph_key(b, items)] = fn
-            log.info("%s: compiled engine for batch %d loaded in %.1f s", self.name, b, time.perf_counter() - t0)
+    def first_call(self, fn: Callable[..., Any], b: int, items: Items) -> None:
+        """The first call of an artifact the loader's thread loaded: it tunes cuDNN's convolutions
+        and may synchronise the device, so it runs on a stream of that thread's own, while no graph
+        is being captured."""
+        with CAPTURE_LOCK, _torch.inference_mode(), self.backend_flags(), private_stream(self._dev):
+            fn(*self.call_args(b, items))
 
     def _take_loaded(self, wait: bool) -> None:
         """At a call: put what the loader finished into use (see :meth:`_adopt`), or start a load
         still planned; counts the calls made uncompiled while a load was under way."""
-        if self._ready:
+        loader = self.loader
+        if loader is None:
+            return
+        if loader.has_ready:
             self._adopt(wait=wait)
-        elif self._to_load is not None:
-            self._start_loading()
-        if self._loader is not None and not self._compiled_fns:
-            self._uncompiled_calls += 1
+        else:
+            loader.resume()
+        if loader.started and not self._compiled_fns:
+            loader.note_uncompiled_call()
 
     def _adopt(self, wait: bool = True) -> None:
         """Put the artifacts the background thread loaded into use (the calling thread captures their
         graphs: the frame loop, between two calls). Without ``wait`` nothing happens while the loader
         holds the capture lock (the next call tries again)."""
-        if self.cuda_graphs and not _CAPTURE_LOCK.acquire(blocking=wait):
+        if self.loader is None or (self.cuda_graphs and not CAPTURE_LOCK.acquire(blocking=wait)):
             return
         try:
-            self._adopt_ready()
+            for b, items, fn in self.loader.take_ready():
+                key = self._graph_key(b, items)
+                self._compiled_fns[key] = fn
+                if self.cuda_graphs and key in self._graphs:
+                    self._graphs[key] = self._capture(b, items)
+            self._fast.clear()
         finally:
             if self.cuda_graphs:
-                _CAPTURE_LOCK.release()
-
-    def _adopt_ready(self) -> None:
-        while self._ready:
-            key, fn = self._ready.popitem()
-            self._compiled_fns[key] = fn
-            if self.cuda_graphs and key in self._graphs:
-                b, items = key[0], dict(zip([i.name for i in self.inputs], key[1:]))
-                self._graphs[key] = self._capture(b, items)
-            log.info(
-                "%s: compiled engine for batch %d in use %.2f s after its load started; %d earlier calls ran uncompiled",
-                self.name,
-                key[0],
-                time.perf_counter() - self._load_started,
-                self._uncompiled_calls,
-            )
-        self._fast.clear()
+                CAPTURE_LOCK.release()
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait for the background loads and put what they loaded into use now (benchmarks: call it
         from the thread that runs the engine). True when no load is still running."""
-        if self._to_load is not None:
-            self._start_loading()
-        if self._loader is not None:
-            self._loader.join(timeout)
-        if self._ready:
+        if self.loader is None:
+            return True
+        done = self.loader.wait(timeout)
+        if self.loader.has_ready:
             self._adopt()
-        return self._loader is None or not self._loader.is_alive()
+        return done
 
     # -- calling --------------------------------------------------------------------------------
 
-    def _forward(self, args: Sequence[Any], fn: Any = None) -> list:
+    def _forward(self, args: Sequence[Any], fn: Callable[..., Any] | None = None) -> list[Any]:
         res = (fn or self._fn)(*self._module_args(args))
         if not isinstance(res, (tuple, list)):
             res = (res,)
         outs = [res[i].to(dtype=dt).contiguous() for i, dt in zip(self._out_index, self._out_dtypes)]
         return self.epilogue.torch(outs) if self.epilogue is not None else outs
 
-    def _capture(self, b: int, items: dict[str, tuple]) -> _Captured:
+    def _capture(self, b: int, items: Items) -> _Captured:
         torch = _torch
         static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
         fn = self._compiled_fns.get(self._graph_key(b, items))
-        with _CAPTURE_LOCK, torch.inference_mode(), self._backend_flags():
+        with CAPTURE_LOCK, torch.inference_mode(), self.backend_flags():
             side = torch.cuda.Stream(self._dev)
             side.wait_stream(torch.cuda.current_stream(self._dev))
             with torch.cuda.stream(side):
@@ -610,10 +409,10 @@ class TorchEngine:
         torch.cuda.synchronize(self._dev)
         return _Captured(graph, outputs)
 
-    def _graph_key(self, b: int, items: dict[str, tuple]) -> tuple:
+    def _graph_key(self, b: int, items: Items) -> tuple[Any, ...]:
         return (b,) + tuple(tuple(items[i.name]) for i in self.inputs)
 
-    def _captured_for(self, b: int, items: dict[str, tuple]) -> _Captured:
+    def _captured_for(self, b: int, items: Items) -> _Captured:
         key = self._graph_key(b, items)
         cap = self._graphs.get(key)
         if cap is None:
@@ -624,7 +423,7 @@ class TorchEngine:
             self._graphs.move_to_end(key)
         return cap
 
-    def _run_once(self, tensors: list, n: int) -> list:
+    def _run_once(self, tensors: list[Any], n: int) -> list[Any]:
         """One call of at most one padded batch; tensors on the engine's device."""
         items = {info.name: tuple(t.shape[1:]) for info, t in zip(self.inputs, tensors)}
         b = self._padded(n)
@@ -638,12 +437,12 @@ class TorchEngine:
             cap.graph.replay()
             outs = cap.outputs
         else:
-            with _torch.inference_mode(), self._backend_flags():
+            with _torch.inference_mode(), self.backend_flags():
                 self._take_loaded(wait=True)
                 outs = self._forward([s[:b] for s in static], self._compiled_fns.get(self._graph_key(b, items)))
         return outs if b == n else [o[:n] for o in outs]  # a batch-1 file's outputs may have no batch axis
 
-    def _run_tensors(self, tensors: list, n: int) -> list:
+    def _run_tensors(self, tensors: list[Any], n: int) -> list[Any]:
         """A file with a fixed batch runs chunk by chunk; each output is the chunks' outputs
         concatenated along their first axis (the batch axis, or the rows of a batch-1 file's
         outputs), in a staging buffer."""
@@ -671,18 +470,18 @@ class TorchEngine:
             t = self._stage[key] = _torch.empty(shape, dtype=like.dtype, device=self._dev)
         return t
 
-    def run_device(self, feeds: dict[str, Any], stream: Any = None) -> list:
+    def run_device(self, feeds: dict[str, Any], stream: Any = None) -> list[Any]:
         """Device arrays in (CuPy or torch on CUDA; NumPy or torch on the CPU), the same kind out, on
         ``stream`` (CuPy/torch stream, raw handle, or None: current) without host sync. Outputs are
         views of engine buffers valid until the next call."""
         torch = _torch
         arrs = check_feeds(self, feeds)
-        kind = _kind(arrs[0])
+        kind = array_kind(arrs[0])
         if kind == "cupy" and self._fast:
             hit = self._fast.get(tuple((a.data.ptr, a.shape) for a in arrs))
             if hit is not None:
                 cap, outs = hit
-                with self._context_for(stream):  # the hot path: one replay, nothing allocated
+                with self._streams.replay_context(stream):  # the hot path: one replay, nothing allocated
                     cap.graph.replay()
                 return outs
         n = int(arrs[0].shape[0])
@@ -692,17 +491,17 @@ class TorchEngine:
             if kind == "cupy":
                 raise TypeError(f"{self.name} runs on the CPU: pass NumPy arrays or CPU tensors")
             with torch.inference_mode():
-                outs = self._run_tensors([_to_torch(a, kind) for a in arrs], n)
-            return [_from_torch(o, kind) for o in outs]
+                outs = self._run_tensors([to_torch(a, kind) for a in arrs], n)
+            return [from_torch(o, kind) for o in outs]
         if kind == "numpy":
             raise TypeError(f"{self.name} runs on CUDA: pass CuPy arrays or torch CUDA tensors (use run() for NumPy)")
-        with torch.cuda.stream(self._stream_for(stream, kind)):
-            tensors = [_to_torch(a, kind) for a in arrs]
+        with torch.cuda.stream(self._streams.torch_stream(stream, kind)):
+            tensors = [to_torch(a, kind) for a in arrs]
             for name, t in zip(self._in_names, tensors):
                 if t.device != self._dev:
                     raise ValueError(f"input '{name}' is on {t.device}, the engine runs on {self._dev}")
             outs = self._run_tensors(tensors, n)
-            return [_from_torch(o, kind) for o in outs]
+            return [from_torch(o, kind) for o in outs]
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         """Host arrays in, host arrays out (copies, in the declared dtypes)."""
@@ -718,44 +517,10 @@ class TorchEngine:
                     acc.append(o.detach().cpu().numpy().copy())
         return [np.concatenate(r, axis=0) if len(r) > 1 else r[0] for r in results]
 
-    def _context_for(self, stream: Any) -> Any:
-        """A reusable context that makes a CuPy ``stream`` (or None: CuPy's current one) torch's
-        current stream for a graph replay (:class:`_OnStream`; ``torch.cuda.StreamContext`` where
-        torch lacks what it uses): building one costs about 30 us of device-index bookkeeping."""
-        key = id(stream) if stream is not None else None
-        ctx = self._contexts.get(key) if key is not None else None
-        if ctx is None or ctx[0] is not stream:
-            target = self._stream_for(stream, "cupy")
-            ctx = (stream, _OnStream(target) if _OnStream.usable() else _torch.cuda.StreamContext(target))
-            if key is not None:
-                self._contexts[key] = ctx
-        return ctx[1]
-
-    def _stream_for(self, stream: Any, kind: str) -> Any:
-        torch = _torch
-        if isinstance(stream, torch.cuda.Stream):
-            return stream
-        if stream is None:
-            if kind == "torch":
-                return torch.cuda.current_stream(self._dev)
-            import cupy
-
-            ptr = int(cupy.cuda.get_current_stream().ptr)
-        else:
-            ptr = int(getattr(stream, "ptr", getattr(stream, "cuda_stream", stream)))
-        if ptr == 0:
-            return torch.cuda.default_stream(self._dev)
-        s = self._streams.get(ptr)
-        if s is None:
-            s = self._streams[ptr] = torch.cuda.ExternalStream(ptr, device=self._dev)
-        return s
-
     def close(self) -> None:
         """Drop the captured graphs and buffers (idempotent); stops the compiled engines' loader."""
-        self._closing.set()
-        if self._loader is not None and self._loader is not threading.current_thread():
-            self._loader.join(timeout=10)  # it stops between two sizes
-        self._ready.clear()
+        if self.loader is not None:
+            self.loader.close()  # it stops between two sizes
         self._compiled_fns.clear()
         self._graphs.clear()
         self._views.clear()
@@ -763,55 +528,9 @@ class TorchEngine:
         self._storage.clear()
         self._stage.clear()
         self._streams.clear()
-        self._contexts.clear()
 
     def __repr__(self) -> str:
         return f"TorchEngine({self.name!r}, {self.describe()})"
-
-
-# --------------------------------------------------------------------------------------------------
-# helpers
-
-
-def _torch_dtype(dtype: np.dtype) -> Any:
-    torch = _torch
-    return {
-        np.dtype(np.float32): torch.float32,
-        np.dtype(np.float16): torch.float16,
-        np.dtype(np.float64): torch.float64,
-        np.dtype(np.int64): torch.int64,
-        np.dtype(np.int32): torch.int32,
-        np.dtype(np.uint8): torch.uint8,
-        np.dtype(np.bool_): torch.bool,
-    }[np.dtype(dtype)]
-
-
-def _kind(arr: Any) -> str:
-    if _torch is not None and isinstance(arr, _torch.Tensor):
-        return "torch"
-    if type(arr).__module__.split(".")[0] == "cupy":
-        return "cupy"
-    if isinstance(arr, np.ndarray):
-        return "numpy"
-    raise TypeError(f"run_device takes CuPy, NumPy or torch arrays, got {type(arr).__name__}")
-
-
-def _to_torch(arr: Any, kind: str) -> Any:
-    if kind == "torch":
-        return arr
-    if kind == "numpy":
-        return _torch.from_numpy(np.ascontiguousarray(arr))
-    return _torch.from_dlpack(arr)
-
-
-def _from_torch(t: Any, kind: str) -> Any:
-    if kind == "torch":
-        return t
-    if kind == "numpy":
-        return t.numpy()
-    import cupy
-
-    return cupy.from_dlpack(t)
 
 
 __all__ = ["TorchEngine", "batch_buckets"]

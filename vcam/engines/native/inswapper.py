@@ -175,7 +175,7 @@ class InSwapper(nn.Module):
 
     def convs(self) -> list[nn.Conv2d]:
         """Convolutions in graph order."""
-        out = [layer.conv for layer in self.encoder]
+        out: list[Any] = [layer.conv for layer in self.encoder]
         for b in self.blocks:
             out += [b.conv1, b.conv2]
         return out + [layer.conv for layer in self.decoder]
@@ -200,7 +200,8 @@ def build_inswapper(seed: int = 0, width_div: int = 1) -> InSwapper:
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 fan_in = m.weight[0].numel()
                 m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (1.0 / fan_in) ** 0.5)
-                m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.01)
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.01)
         c = model.spec.width
         for rows in model.linears():  # gamma around 1, beta around 0
             rows.weight.mul_(0.1)

@@ -19,7 +19,7 @@ Input ``input`` (N, 3, H, W) float32, BGR minus (104, 117, 123), unscaled.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -103,9 +103,10 @@ class RetinaFaceMobileNet(nn.Module):
 
     def convs(self) -> list[nn.Conv2d]:
         """Distinct convolutions in ONNX graph order."""
-        out = [m.conv for stage in (self.stage1, self.stage2, self.stage3) for m in stage]
+        out: list[Any] = [m.conv for stage in (self.stage1, self.stage2, self.stage3) for m in stage]
         out += [m.conv for m in (self.output1, self.output2, self.output3, self.merge2, self.merge1)]
         for s in self.ssh:
+            s = cast(SSH, s)
             out += [s.conv3x3.conv, s.conv5x5_1.conv, s.conv5x5_2.conv, s.conv7x7_2.conv, s.conv7x7_3.conv]
         return out + list(self.class_head) + list(self.bbox_head) + list(self.landmark_head)
 

@@ -1,0 +1,367 @@
+"""Compiled artifacts on disk: a module compiled by TorchInductor once per GPU, library version, precision and
+batch size, saved in the engine cache and loaded on later starts without compiling.
+
+A build traces the module's forward with TorchDynamo (the parameters and buffers become inputs of
+the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile`` (on
+CUDA the convolutions tuned at build time, see :func:`build_options`) and saves the artifact beside
+a JSON sidecar that holds its :class:`~vcam.engines.cache.EngineKey` and the order of its inputs.
+A load checks the sidecar, loads the artifact and binds the module's own tensors, so one artifact
+serves every weights file of the same architecture and shapes.
+
+Only the native architectures (:mod:`vcam.engines.native`: the inswapper generator) compile: a
+generic ONNX graph reads shape tensors on the host, which TorchDynamo cannot trace into one graph.
+The key's ``model_sha256`` is a digest of the structure, not of the weights: the architecture's
+source code and every parameter's name, shape and dtype (no weights file is hashed at start).
+``library`` names torch, Triton and the build options, ``gpu`` the device. A changed fact means
+another file name; a sidecar that does not match (a copied or edited file) or an artifact that fails
+to load is an :class:`ArtifactError`, which the loader (:mod:`vcam.engines.compiled`) answers by
+rebuilding or by running uncompiled, with one log line: never a crash.
+
+Loading an artifact costs about 4 s on the H200 in a fresh process: 2.2-2.4 s of imports and
+source keys (:func:`prepare_load`, which the loader runs in a thread while the module is built),
+then 0.7-1.0 s of the artifact's own load, and its first call 0.2-0.4 s (cuDNN tunes the
+convolutions left to it; no Triton kernel is tuned, see :func:`build_options`);
+:class:`vcam.engines.compiled.CompiledLoader` does all of it off the frame loop.
+
+This module knows nothing of engines: it turns a module and example arguments into a file, and a
+file back into a callable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vcam.engines.cache import EngineKey, resolve_cache_dir, sidecar
+
+#: Bump when what a build does changes in a way the other key fields do not show.
+BUILD_VERSION = 2  # 2: no runtime autotuning (build_options)
+SUFFIX = ".art"
+
+
+class ArtifactError(Exception):
+    """A compiled artifact that cannot be used: missing, stale (its key differs) or corrupt."""
+
+
+def inductor_cache(cache_dir: str | os.PathLike | None) -> Path:
+    """Point Inductor's own cache (Triton kernels, launch configurations) at ``<engine cache>/inductor``
+    unless the user set ``TORCHINDUCTOR_CACHE_DIR``; returns the directory in use."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        path = resolve_cache_dir(cache_dir) / "inductor"
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+
+def build_options(device: str) -> dict[str, Any]:
+    """Inductor options of a build. On CUDA the convolutions' and products' kernels are chosen by
+    benchmarking at build time (``max_autotune_gemm``: Triton templates against cuDNN/cuBLAS), and
+    every other kernel gets one launch configuration. Full ``max-autotune`` also gives those other
+    kernels several configurations, and benchmarks them again at the first call of every process
+    that loads the artifact (their tuning is not cached for a loaded artifact): about 120 kernels,
+    7-9 s of every start on the H200, for no faster network (``tools/load_probe.py``). The CPU
+    takes the defaults."""
+    import torch
+
+    if device == "cuda":
+        opts: dict[str, Any] = {
+            "max_autotune": False,
+            "max_autotune_gemm": True,
+            "coordinate_descent_tuning": False,
+            "triton.cudagraphs": False,
+        }
+        if hasattr(torch._inductor.config, "autotune_num_choices_displayed"):
+            opts["autotune_num_choices_displayed"] = 0  # no tables of every layer's candidates on stderr
+        return opts
+    return {}
+
+
+def library_of(device: str, channels_last: bool) -> str:
+    import torch
+
+    parts = [f"torch {torch.__version__}"]
+    if device == "cuda":
+        import triton
+
+        parts.append(f"triton {triton.__version__}")
+    parts.append(f"build {BUILD_VERSION}")
+    if channels_last:
+        parts.append("channels-last")
+    return ", ".join(parts)
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        return f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
+    return f"cpu {platform.machine()}"
+
+
+def structure_digest(module: Any, architecture: str) -> str:
+    """What the artifact's code depends on besides shapes and libraries (see the module docstring)."""
+    h = hashlib.sha256(f"native {architecture}\n".encode())
+    h.update(inspect.getsource(type(module)).encode())
+    source = inspect.getmodule(type(module))
+    if source is not None:
+        h.update(inspect.getsource(source).encode())
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        h.update(f"{name} {tuple(t.shape)} {t.dtype}\n".encode())
+    return h.hexdigest()
+
+
+def artifact_key(
+    structure: str, *, device: str, precision: str, channels_last: bool, items: dict[str, tuple], batch: int
+) -> EngineKey:
+    """The key of one batch size's artifact (``items``: each input's shape without the batch)."""
+    shapes = {n: (batch, *s) for n, s in items.items()}
+    return EngineKey.make(
+        model_sha256=structure,
+        gpu=device_name(device),
+        library=library_of(device, channels_last),
+        precision=precision,
+        profile={n: (s, s, s) for n, s in shapes.items()},
+    )
+
+
+def artifact_path(cache_dir: str | os.PathLike | None, name: str, key: EngineKey, batch: int) -> Path:
+    """``<cache>/compiled/<name>.<precision>.b<batch>.<digest>.art``; ``name``: the native
+    architecture (one artifact serves every file of it) or the model file's name."""
+    return resolve_cache_dir(cache_dir) / "compiled" / f"{_stem(name, key.precision)}{batch}.{key.digest()}{SUFFIX}"
+
+
+def _stem(name: str, precision: str) -> str:
+    """What every artifact of ``name`` at ``precision`` is named with, up to its batch size."""
+    return f"{Path(name).stem}.{precision}.b"
+
+
+def trace(module: Any, args: Sequence[Any]) -> tuple[Any, list, list[str]]:
+    """TorchDynamo's graph of ``module(*args)`` with parameters and buffers as inputs; returns the
+    graph, its example inputs and their names (``@i`` for the i-th call argument)."""
+    import torch
+
+    seen: dict[str, Any] = {}
+
+    def grab(gm: Any, example_inputs: list) -> Any:
+        seen["gm"], seen["inputs"] = gm, list(example_inputs)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        torch.compile(module, backend=grab, fullgraph=True, dynamic=False)(*args)
+    torch._dynamo.reset()
+    named = {id(t): n for n, t in list(module.named_parameters()) + list(module.named_buffers())}
+    by_arg = {id(a): i for i, a in enumerate(args)}
+    names = []
+    for t in seen["inputs"]:
+        if id(t) in by_arg:
+            names.append(f"@{by_arg[id(t)]}")
+        elif id(t) in named:
+            names.append(named[id(t)])
+        else:
+            raise ArtifactError("the traced graph takes a tensor that is neither an argument nor a module tensor")
+    return seen["gm"], seen["inputs"], names
+
+
+def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, device: str) -> float:
+    """Compile ``module`` for these ``args`` and save the artifact at ``path`` with its sidecar (both
+    written to temporary names, then renamed: a crash leaves no half-written entry). Returns seconds."""
+    import torch
+
+    t0 = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gm, inputs, names = trace(module, args)
+    # Inductor writes its autotuning reports and warnings to stderr: into the entry's build log.
+    with open(build_log(path), "w") as report, contextlib.redirect_stderr(report), torch.inference_mode():
+        art = torch._inductor.standalone_compile(
+            gm, inputs, dynamic_shapes="from_example_inputs", options={"config_patches": build_options(device)}
+        )
+        art(*inputs)  # the artifact runs before it is saved (nothing is tuned at a call: build_options)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        art.save(path=str(tmp), format="binary")
+        meta = {"key": key.to_json(), "inputs": names, "built_s": round(time.perf_counter() - t0, 1), "built": time.time()}
+        tmp_meta = sidecar(tmp)
+        tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+        os.replace(tmp_meta, sidecar(path))
+    finally:
+        for p in (tmp, sidecar(tmp)):
+            if p.exists():
+                p.unlink()
+    return time.perf_counter() - t0
+
+
+def build_log(path: Path) -> Path:
+    """What the compiler reported while building ``path``."""
+    return path.with_name(path.name + ".log")
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """The sidecar of ``path``; raises :class:`ArtifactError` when absent or unreadable."""
+    try:
+        meta = json.loads(sidecar(path).read_text())
+        EngineKey.from_json(meta["key"])
+        if not isinstance(meta["inputs"], list):
+            raise TypeError("inputs")
+        return meta
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path.name} has no sidecar") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"{sidecar(path).name} is unreadable ({type(exc).__name__}: {exc})") from exc
+
+
+def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
+    """The artifact at ``path`` as ``fn(*args)`` calling the compiled code with ``module``'s tensors.
+    Raises :class:`ArtifactError` when it is missing, stale or corrupt."""
+    import torch
+
+    if not path.is_file():
+        raise ArtifactError(f"{path.name} is not built")
+    meta = read_meta(path)
+    if EngineKey.from_json(meta["key"]) != key:
+        raise ArtifactError(f"{path.name} was built for other inputs, GPU or libraries")
+    tensors = dict(list(module.named_parameters()) + list(module.named_buffers()))
+    names: list[str] = meta["inputs"]
+    try:
+        bound = [None if n.startswith("@") else tensors[n] for n in names]
+        slots = [(i, int(n[1:])) for i, n in enumerate(names) if n.startswith("@")]
+    except (KeyError, ValueError) as exc:
+        raise ArtifactError(f"{path.name} names a tensor this module lacks ({exc})") from exc
+    try:
+        # One thread: every kernel is in the artifact, so a pool of compile workers (processes that
+        # import torch, one per core, started by the first Triton kernel) would only take CPU.
+        with torch._inductor.config.patch(compile_threads=1):
+            fn = torch._inductor.CompiledArtifact.load(path=str(path), format="binary")
+    except Exception as exc:  # a truncated or foreign file fails deep inside Inductor, in many ways
+        raise ArtifactError(f"{path.name} does not load ({type(exc).__name__}: {str(exc)[:160]})") from exc
+
+    def call(*args: Any) -> Any:
+        feed = list(bound)
+        for i, a in slots:
+            feed[i] = args[a]
+        return fn(*feed)
+
+    return call
+
+
+#: What :func:`load` imports on its first use in a process: Inductor's compiler front and caches,
+#: AOTAutograd's cache, the runtime of Triton kernels. Seconds of Python on every start.
+LOAD_IMPORTS = (
+    "torch._inductor.standalone_compile",
+    "torch._inductor.compile_fx",
+    "torch._inductor.codecache",
+    "torch._functorch._aot_autograd.autograd_cache",
+    "torch._inductor.async_compile",
+    "torch._inductor.runtime.triton_heuristics",
+)
+
+
+def prepare_load() -> float:
+    """Import what :func:`load` needs and compute the keys it checks (torch's and Triton's sources:
+    kept for the process), so a later load costs only the artifact's own work. Nothing runs on a
+    stream: a thread may run it while another captures CUDA graphs. Returns seconds."""
+    import importlib
+
+    import torch
+
+    t0 = time.perf_counter()
+    for name in LOAD_IMPORTS:
+        importlib.import_module(name)
+    from torch._inductor.codecache import torch_key
+
+    torch_key()
+    if torch.cuda.is_available():
+        from torch.utils._triton import triton_hash_with_backend
+
+        triton_hash_with_backend()  # Triton's sources hashed and ptxas asked its version: 0.4 s on the H200
+    return time.perf_counter() - t0
+
+
+def built_any(cache_dir: str | os.PathLike | None, name: str, precision: str) -> bool:
+    """Whether the cache holds any artifact of ``name`` at this precision (for any batch, GPU or
+    library: a cheap test made before the module exists, to start :func:`prepare_load` early)."""
+    root = resolve_cache_dir(cache_dir) / "compiled"
+    return root.is_dir() and any(root.glob(f"{_stem(name, precision)}*{SUFFIX}"))
+
+
+def remove(path: Path) -> None:
+    """Delete an entry, its sidecar and its build log (a stale or corrupt one)."""
+    for p in (path, sidecar(path), build_log(path)):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def here() -> set[tuple[str, str]]:
+    """``(gpu, "torch <version>")`` pairs this machine builds for (the CPU, and CUDA when torch sees it)."""
+    try:
+        import torch
+    except ImportError:
+        return set()
+    lib = f"torch {torch.__version__}"
+    out = {(device_name("cpu"), lib)}
+    if torch.cuda.is_available():
+        out.add((device_name("cuda"), lib))
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One artifact in the cache, for ``vcam engines list``."""
+
+    path: Path
+    size: int
+    key: EngineKey | None
+    built_s: float | None
+    problem: str | None  # None when readable
+
+
+def entries(cache_dir: str | os.PathLike | None) -> list[Entry]:
+    """Every artifact under ``<cache>/compiled``, readable or not."""
+    root = resolve_cache_dir(cache_dir) / "compiled"
+    out = []
+    for path in sorted(root.glob(f"*{SUFFIX}")) if root.is_dir() else []:
+        try:
+            meta = read_meta(path)
+            out.append(Entry(path, path.stat().st_size, EngineKey.from_json(meta["key"]), meta.get("built_s"), None))
+        except ArtifactError as exc:
+            out.append(Entry(path, path.stat().st_size, None, None, str(exc)))
+    return out
+
+
+__all__ = [
+    "ArtifactError",
+    "BUILD_VERSION",
+    "Entry",
+    "LOAD_IMPORTS",
+    "SUFFIX",
+    "artifact_key",
+    "artifact_path",
+    "build",
+    "build_log",
+    "build_options",
+    "built_any",
+    "device_name",
+    "entries",
+    "here",
+    "inductor_cache",
+    "library_of",
+    "load",
+    "prepare_load",
+    "read_meta",
+    "remove",
+    "structure_digest",
+    "trace",
+]

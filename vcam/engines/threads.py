@@ -1,0 +1,152 @@
+"""Thread and stream helpers shared by the torch engine and its compiled-artifact loader.
+
+- :data:`CAPTURE_LOCK`: CUDA graph captures and the first calls of loaded compiled artifacts
+  exclude each other, across threads and engines (a first call may synchronise the device, which
+  is illegal while any stream captures and would void that capture).
+- :data:`QUICK_SWITCHES`: the interpreter's switch interval, shortened while a background load runs.
+- :func:`private_stream`: a side stream of the calling thread's own for one piece of device work.
+- :class:`OnStream`: a cheap, reusable "this stream is current" context for the replay hot path.
+- :class:`StreamMap`: CuPy streams (or raw handles) as torch streams, and their replay contexts.
+
+Imports without PyTorch; the stream helpers need it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+try:  # optional: the package imports everywhere
+    import torch as _torch
+except ImportError:  # pragma: no cover - exercised where torch is absent
+    _torch = None  # type: ignore[assignment]
+
+#: See the module docstring. Re-entrant: a capture may run inside an adoption that holds it.
+CAPTURE_LOCK = threading.RLock()
+
+
+class QuickSwitches:
+    """The interpreter's switch interval, shortened while any background load runs (Inductor's
+    imports, an artifact's load: seconds of Python). A thread that gave up the interpreter's lock for
+    a CUDA call (the frame loop, the warm-ups) may wait a whole interval before it gets it back from
+    a thread busy in Python: 0.5 ms here rather than the default 5 ms. Holders are counted, because
+    loads overlap; the interval belongs to the process, so there is one instance per process."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._users = 0
+        self._before = 0.0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._before, self.seconds))
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                # Put the old value back unless somebody else changed it meanwhile.
+                if self._users == 0 and sys.getswitchinterval() == min(self._before, self.seconds):
+                    sys.setswitchinterval(self._before)
+
+
+QUICK_SWITCHES = QuickSwitches(0.0005)
+
+
+@contextlib.contextmanager
+def private_stream(device: Any) -> Iterator[None]:
+    """Run the body on a new CUDA stream of ``device`` and wait for it at the end (work that may
+    synchronise or tune, kept off the streams other threads use); on the CPU, nothing."""
+    if getattr(device, "type", device) != "cuda":
+        yield
+        return
+    side = _torch.cuda.Stream(device)
+    with _torch.cuda.stream(side):
+        yield
+    side.synchronize()
+
+
+class OnStream:
+    """``torch.cuda.StreamContext`` for the hot path: the stream's ids are read once, and entering
+    and leaving are one call into torch each (StreamContext looks the device index up in Python on
+    every entry: tens of microseconds a replay, twice a frame). For a stream of the current device."""
+
+    __slots__ = ("_ids", "_prev")
+
+    def __init__(self, stream: Any) -> None:
+        self._ids = (int(stream.stream_id), int(stream.device_index), int(stream.device_type))
+        self._prev: Any = None
+
+    @staticmethod
+    def usable() -> bool:
+        c = _torch._C
+        return hasattr(c, "_cuda_getCurrentStream") and hasattr(c, "_cuda_setStream")
+
+    def __enter__(self) -> None:
+        sid, idx, kind = self._ids
+        self._prev = _torch._C._cuda_getCurrentStream(idx)
+        _torch._C._cuda_setStream(stream_id=sid, device_index=idx, device_type=kind)
+
+    def __exit__(self, *exc: object) -> None:
+        sid, idx, kind = self._prev
+        _torch._C._cuda_setStream(stream_id=sid, device_index=idx, device_type=kind)
+
+
+class StreamMap:
+    """One engine's view of the callers' streams on its CUDA ``device``: each CuPy stream or raw
+    handle wrapped once as a torch stream, and one reusable replay context per stream."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._streams: dict[int, Any] = {}  # raw handle -> torch ExternalStream
+        self._contexts: dict[int, tuple[Any, Any]] = {}  # id(CuPy stream) -> (that stream, its context)
+
+    def torch_stream(self, stream: Any, kind: str) -> Any:
+        """``stream`` (a torch or CuPy stream, a raw handle, or None: the current stream of the
+        ``kind`` of arrays being passed) as a torch stream."""
+        torch = _torch
+        if isinstance(stream, torch.cuda.Stream):
+            return stream
+        if stream is None:
+            if kind == "torch":
+                return torch.cuda.current_stream(self.device)
+            import cupy
+
+            ptr = int(cupy.cuda.get_current_stream().ptr)
+        else:
+            ptr = int(getattr(stream, "ptr", getattr(stream, "cuda_stream", stream)))
+        if ptr == 0:
+            return torch.cuda.default_stream(self.device)
+        s = self._streams.get(ptr)
+        if s is None:
+            s = self._streams[ptr] = torch.cuda.ExternalStream(ptr, device=self.device)
+        return s
+
+    def replay_context(self, stream: Any) -> AbstractContextManager[Any]:
+        """A reusable context that makes a CuPy ``stream`` (or None: CuPy's current one) torch's
+        current stream for a graph replay (:class:`OnStream`; ``torch.cuda.StreamContext`` where
+        torch lacks what it uses): building one costs about 30 us of device-index bookkeeping."""
+        key = id(stream) if stream is not None else None
+        ctx = self._contexts.get(key) if key is not None else None
+        if ctx is None or ctx[0] is not stream:
+            target = self.torch_stream(stream, "cupy")
+            ctx = (stream, OnStream(target) if OnStream.usable() else _torch.cuda.StreamContext(target))
+            if key is not None:
+                self._contexts[key] = ctx
+        return ctx[1]
+
+    def clear(self) -> None:
+        self._streams.clear()
+        self._contexts.clear()
+
+
+__all__ = ["CAPTURE_LOCK", "QUICK_SWITCHES", "OnStream", "QuickSwitches", "StreamMap", "private_stream"]
