@@ -68,7 +68,7 @@ def build_options(device: str) -> dict[str, Any]:
     every other kernel gets one launch configuration. Full ``max-autotune`` also gives those other
     kernels several configurations, and benchmarks them again at the first call of every process
     that loads the artifact (their tuning is not cached for a loaded artifact): about 120 kernels,
-    7-9 s of every start on the H200, for no faster network (``tools/load_probe.py``). The CPU
+    7-9 s of every start on the H200, for no faster network (``tools/load_probe.py``, deleted; at f81e72c). The CPU
     takes the defaults."""
     import torch
 
