@@ -118,7 +118,9 @@ class Pipeline:
     ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
     ``predict``: swap with the tracks predicted for the frame while its detection runs
     (``[track] predict``, see :meth:`_track`). ``band``: move such a frame in two row bands (see
-    the module docstring).
+    the module docstring). ``degradable``: False for a stream whose every frame is kept (its
+    optional stages stay on whatever the load). ``upscale_budget``: the latency budget the frame
+    enhancer must fit (``[upscale] drop_first``; 0: always enhance).
     """
 
     def __init__(
@@ -139,6 +141,8 @@ class Pipeline:
         timing: bool = False,
         predict: bool = False,
         band: bool = True,
+        degradable: bool = True,
+        upscale_budget: float = 0.0,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -152,10 +156,10 @@ class Pipeline:
         self.stages_on: dict[str, bool] = stages_on if stages_on is not None else {}
         #: False for a stream whose every frame is kept (a file conversion): its optional stages stay
         #: on whatever the load, so the file's quality does not change half-way.
-        self.degradable = True
+        self.degradable = bool(degradable)
         #: The latency budget the frame enhancer must fit (seconds; 0: always enhance): a frame it
         #: would push over the budget is resized instead (``[upscale] drop_first``).
-        self.upscale_budget = 0.0
+        self.upscale_budget = float(upscale_budget)
         self._upscale_cost: float | None = None  # EMA of the enhancer's own time (s)
         self._base_latency: float | None = None  # EMA of a frame's latency without it (s)
         self.out_fmt = PixelFormat(out_fmt)

@@ -14,11 +14,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
 from vcam.state import RuntimeState
+from vcam.types import PixelFormat
+
+if TYPE_CHECKING:
+    from vcam.pipeline.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +160,32 @@ class Assembly:
         """One line: where each model runs."""
         return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
 
+    def frame_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size of the frames a pipeline built here publishes for ``width`` x ``height`` input
+        (the frame enhancer's output size when there is one; before 4:2:0 rounding)."""
+        if self.upscaler is None:
+            return int(width), int(height)
+        w, h = self.upscaler.output_size(width, height)
+        return int(w), int(h)
+
     def make_pipeline(
-        self, out_fmt: Any, width: int | None = None, height: int | None = None, in_fmt: Any = None, *, timing: bool = False
-    ) -> Any:
+        self,
+        out_fmt: PixelFormat,
+        width: int | None = None,
+        height: int | None = None,
+        in_fmt: PixelFormat | None = None,
+        *,
+        timing: bool = False,
+        predict: bool | None = None,
+        degradable: bool = True,
+        upscale_budget: float = 0.0,
+    ) -> Pipeline:
         """A pipeline over these stages, publishing ``out_fmt``. The first one uses :attr:`tracker`
         and :attr:`assigner`; each further one (another stream) gets its own (tracks and their
         identities are per stream; the models are shared). With the frame geometry given, its
         buffers are allocated and the detector's engine warmed up now, so the first frame pays for
-        neither."""
+        neither. ``predict``: None follows ``[track] predict`` (:attr:`predicts`); ``degradable``
+        and ``upscale_budget``: see :class:`~vcam.pipeline.pipeline.Pipeline`."""
         from vcam.pipeline.pipeline import Pipeline
 
         tracker, assigner = self.tracker, self.assigner
@@ -189,8 +211,10 @@ class Assembly:
             stages_on=self.stages_on,
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
-            predict=self.predicts,
+            predict=self.predicts if predict is None else predict,
             band=self.cfg.pipeline.band,
+            degradable=degradable,
+            upscale_budget=upscale_budget,
         )
         if width and height and in_fmt is not None:
             pipeline.configure(width, height, in_fmt)
