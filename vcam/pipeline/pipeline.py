@@ -39,16 +39,13 @@ from vcam import align
 from vcam.errors import InputError
 from vcam.kernels.convert import frame_shape
 from vcam.state import Snapshot
-from vcam.types import Frame, FrameStats, PixelFormat, Track
+from vcam.types import OPTIONAL_STAGES, Frame, FrameStats, PixelFormat, Track
 
 #: ``face_filter(tracks, host_frame) -> tracks to swap``; ``host_frame()`` gives the frame on the host
 #: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
 FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
 
 STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
-
-#: Optional stages the daemon may turn off under load (:mod:`vcam.runtime.degrade`), by name.
-OPTIONAL_STAGES = ("upscale", "enhancer", "occlusion", "region")
 
 
 @dataclass

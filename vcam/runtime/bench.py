@@ -131,6 +131,57 @@ def _inswapper_file(model: str | None) -> Path:
     return path
 
 
+def bench_config(
+    *,
+    device: str,
+    swapper: str,
+    max_faces: int,
+    models_dir: Path | None = None,
+    fp16: bool = False,
+    compile: str = "auto",
+    masks: tuple[str, ...] = ("box",),
+    predict: bool = False,
+    band: bool = True,
+) -> Any:
+    """The config of the bench's pipeline (the assembly builds it from this, as for ``vcam run``)."""
+    from vcam.config import build
+
+    data: dict[str, Any] = {
+        "pipeline": {"device": device, "max_faces": max_faces, "fp16": fp16, "compile": compile, "band": band},
+        "swap": {"swapper": swapper},
+        "mask": {"types": list(masks)},
+        "track": {"predict": "on" if predict else "off"},
+    }
+    if device == "cuda":
+        data["pipeline"]["backend"] = "torch"
+    if models_dir is not None:
+        data["models"] = {"dir": str(models_dir)}
+    return build(data)
+
+
+def _models_dir(model: Path) -> Path:
+    """A models folder holding ``model`` under the inswapper's registry name, and the recogniser the
+    assembly loads with a neural swapper (its stand-in, when the folder has none: the bench gives the
+    swapper its latents directly)."""
+    import platformdirs
+
+    from vcam.models import registry, standin
+    from vcam.stages.recognize import DEFAULT_RECOGNISER
+
+    file = registry.get("inswapper_128").file
+    folder = Path(model).parent
+    if Path(model).name != file:
+        folder = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "models"
+        folder.mkdir(parents=True, exist_ok=True)
+        link = folder / file
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(Path(model).resolve())
+    if not (folder / (registry.get(DEFAULT_RECOGNISER).file or "")).is_file():
+        standin.write(DEFAULT_RECOGNISER, folder, seed=0)
+    return folder
+
+
 @dataclass
 class GpuRig:
     """The bench's CUDA pipeline, built and warmed up (:func:`gpu_rig`): ``frame(seq)`` writes the
@@ -170,19 +221,14 @@ def gpu_rig(
     predict: bool = True,
     band: bool = True,
 ) -> GpuRig:
-    """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine,
-    pasted with ``masks`` (shapes only: no mask model), frames moved in bands or whole (``band``,
-    ``[pipeline] band``), ten frames run through it."""
+    """The pipeline on CUDA ops, built by the assembly (:mod:`vcam.runtime.assemble`) as ``vcam run``
+    builds it: the embedded RetinaFace and the inswapper file on the torch engine, pasted with
+    ``masks`` (shapes only: no mask model), frames moved in bands or whole (``band``, ``[pipeline]
+    band``), the faces fixed (:class:`FixedTracker`), ten frames run through it."""
     import cupy
     import torch
 
-    from vcam.config import Config, PipelineConfig
-    from vcam.engines import create_engine
-    from vcam.ops.cuda import CudaOps
-    from vcam.pipeline.pipeline import Pipeline
-    from vcam.stages.detect import RetinaFaceDetector
-    from vcam.stages.mask import Masker
-    from vcam.stages.swap import NeuralSwapper, read_emap
+    from vcam.runtime import assemble
     from vcam.types import SourceFace
 
     pool = cupy.get_default_memory_pool()
@@ -190,25 +236,18 @@ def gpu_rig(
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     free0 = cupy.cuda.runtime.memGetInfo()[0]
-    cfg = Config(pipeline=PipelineConfig(max_faces=max_faces or max(8, faces)))
-    mf = cfg.pipeline.max_faces
-    ops = CudaOps()
-    # The detector's precision as `vcam run --fp16` chooses it ([detect] fp16: FP32 by default).
-    det_fp16 = fp16 and cfg.detect.fp16
-    det = RetinaFaceDetector(
-        cfg.detect, cfg.track.roi_size, ops=ops, backend="torch", device="cuda", fp16=det_fp16, max_regions=mf
-    )
-    det.warmup(height, width)
-    engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=mf, compile=compile)
-    engine.wait_compiled()  # compile="auto": the built sizes load in the background; time them in use
-    sw = NeuralSwapper("inswapper_128", engine, ops=ops, max_faces=mf, emap=read_emap(model))
-    tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    masker = Masker(masks, sw.crop_size, ops=ops, max_faces=mf) if set(masks) - {"box"} else None
-    pipe = Pipeline(
-        ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True, masker=masker, predict=predict,
-        band=band,
+    cfg = bench_config(
+        device="cuda", models_dir=_models_dir(model), swapper="inswapper_128", max_faces=max_faces or max(8, faces),
+        fp16=fp16, compile=compile, masks=masks, predict=predict, band=band,
     )  # fmt: skip
-    pipe.configure(width, height, in_fmt)
+    asm = assemble.build(cfg)
+    engine = asm.swapper.engine
+    engine.wait_compiled()  # compile="auto": the built sizes load in the background; time them in use
+    det, sw, ops = asm.detector, asm.swapper, asm.ops
+    det.warmup(height, width)
+    pipe = asm.make_pipeline(
+        out_fmt, width, height, in_fmt, timing=True, tracker=FixedTracker(det, synthetic_faces(faces, width, height))
+    )
     ops.synchronize()
     face = SourceFace(
         name="bench",
@@ -370,22 +409,17 @@ def bench_cpu(
     in_fmt: PixelFormat = PixelFormat.NV12,
     out_fmt: PixelFormat = PixelFormat.I420,
 ) -> dict:
-    """The pipeline on NumPy ops (onnxruntime detector on one region per face, classic swap) on the
-    same synthetic frames; the neural swapper is left out on the CPU (seconds per face)."""
-    from vcam.config import Config, PipelineConfig
-    from vcam.ops.numpy import NumpyOps
-    from vcam.pipeline.pipeline import Pipeline
-    from vcam.stages.detect import RetinaFaceDetector
-    from vcam.stages.swap import ClassicSwapper
+    """The pipeline on NumPy ops (onnxruntime detector on one region per face, classic swap), built
+    by the assembly as ``vcam run --device cpu`` builds it, on the same synthetic frames; the neural
+    swapper is left out on the CPU (seconds per face)."""
+    from vcam.runtime import assemble
     from vcam.types import SourceFace
 
-    cfg = Config(pipeline=PipelineConfig(max_faces=max(8, faces), device="cpu"))
-    ops = NumpyOps()
-    det = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size, ops=ops)
-    tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    sw = ClassicSwapper(128, ops=ops, max_faces=cfg.pipeline.max_faces)
+    asm = assemble.build(bench_config(device="cpu", swapper="classic", max_faces=max(8, faces)))
+    tracker = FixedTracker(asm.detector, synthetic_faces(faces, width, height))
+    sw = asm.swapper
     face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
-    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=cfg.pipeline.max_faces)
+    pipe = asm.make_pipeline(out_fmt, tracker=tracker, predict=False)
     raw = synthetic_frame(width, height, in_fmt)
     snap = _Snap(face)
     lat, stages = [], {}
@@ -482,7 +516,7 @@ def bench_masks(width: int, height: int, faces: list[int], *, frames: int = 200,
     from vcam.kernels import paste as blend
     from vcam.models import standin
     from vcam.ops.cuda import CudaOps
-    from vcam.stages.mask import create_masker
+    from vcam.runtime.roles import build_masker
 
     ops = CudaOps()
     models = Path(tempfile.mkdtemp(prefix="vcam-bench-masks-"))
@@ -497,7 +531,7 @@ def bench_masks(width: int, height: int, faces: list[int], *, frames: int = 200,
             mask=build({"mask": {"types": list(types)}}).mask,
             pipeline=build({"pipeline": {"max_faces": max(8, *faces), "fp16": fp16}}).pipeline,
         )
-        masker = create_masker(cfg, 128, ops=ops, device="cuda")
+        masker = build_masker(cfg, 128, ops=ops, device="cuda")
         for n in faces:
             lms = np.stack(synthetic_faces(n, width, height))
             mats = np.stack([align.estimate(lm, "arcface_128", 128) for lm in lms])
