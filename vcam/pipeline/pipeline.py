@@ -210,7 +210,7 @@ class Pipeline:
         self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
         self._clocks = ops.clocks(STAGES, self.ring, self.timing)
         # The enhancer's own time is always measured (CUDA events: read at collect, no extra wait).
-        self._up_clocks = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
+        self._up_clocks: Any = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
         self._geometry = (int(width), int(height), PixelFormat(in_fmt))
         self._slot = 0
         self._planned = None
@@ -410,7 +410,8 @@ class Pipeline:
         if self._later is not None or (self._step is not None and not _arrived(self._step)):
             return None
         tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
-        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._bands() else None
+        height = self._geometry[1] if self._geometry is not None else 0
+        band = self._band_rows(tracks, height) if tracks and self._bands() else None
         self._planned = (seq, tracks, band)
         return tracks, band
 

@@ -23,7 +23,17 @@ from vcam.state import RuntimeState
 from vcam.types import PixelFormat
 
 if TYPE_CHECKING:
-    from vcam.pipeline.pipeline import Pipeline
+    from vcam.models.download import ModelStore
+    from vcam.ops import Ops
+    from vcam.pipeline.pipeline import FaceFilter, Pipeline
+    from vcam.stages.detect import FaceDetector
+    from vcam.stages.enhance import Enhancer
+    from vcam.stages.mapping import Assigner
+    from vcam.stages.mask import Masker
+    from vcam.stages.recognize import ArcFaceRecogniser
+    from vcam.stages.swap import Swapper
+    from vcam.stages.track import Tracker
+    from vcam.stages.upscale import FrameEnhancer
 
 log = logging.getLogger(__name__)
 
@@ -104,25 +114,25 @@ class Assembly:
 
     cfg: Config
     device: str
-    ops: Any
-    detector: Any
-    photo_detector: Any
-    swapper: Any
-    tracker: Any
-    face_filter: Any
-    recogniser: Any = None
-    enhancer: Any = None
-    masker: Any = None
-    assigner: Any = None
-    store: Any = None
-    upscaler: Any = None
+    ops: Ops
+    detector: FaceDetector
+    photo_detector: FaceDetector
+    swapper: Swapper
+    tracker: Tracker
+    face_filter: FaceFilter
+    recogniser: ArcFaceRecogniser | None = None
+    enhancer: Enhancer | None = None
+    masker: Masker | None = None
+    assigner: Assigner | None = None
+    store: ModelStore | None = None
+    upscaler: FrameEnhancer | None = None
     fps: float = 30.0
     placements: list[Placement] = field(default_factory=list)
     #: Optional stages on/off by name (:data:`vcam.pipeline.pipeline.OPTIONAL_STAGES`), shared by every
     #: pipeline built here; the daemon's degradation under load changes it between frames.
     stages_on: dict[str, bool] = field(default_factory=dict)
     _pipelines: int = 0
-    _warm: set = field(default_factory=set)
+    _warm: set[tuple[int, int]] = field(default_factory=set)
 
     def describe(self) -> str:
         """One line: where each model runs."""
@@ -255,20 +265,19 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     mask = ops.asarray(
         blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, tuple(cfg.mask.box_padding) if box else (0, 0, 0, 0))
     )
-    on = {"store": store, "ops": ops, "device": device}
-    detector = _roles.build("detector", cfg, **on)
+    detector = _roles.build("detector", cfg, store=store, ops=ops, device=device)
     photo_detector = (
         detector
         if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
         else RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
     )
     recogniser = _roles.build("recogniser", cfg, store=store, device=device) if "recogniser" in names else None
-    swapper = _roles.build("swapper", cfg, mask=mask, **on)
-    enhancer = _roles.build("enhancer", cfg, **on) if "enhancer" in names else None
-    upscaler = _roles.build("upscaler", cfg, **on) if "upscaler" in names else None
+    swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
+    enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
+    upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None
     if set(cfg.mask.types) - {"box"}:
-        masker = _roles.build_masker(cfg, swapper.crop_size, **on)
+        masker = _roles.build_masker(cfg, swapper.crop_size, store=store, ops=ops, device=device)
     mask_models = {
         "occluder": getattr(masker, "occluder", None),
         "parser": getattr(masker, "parser", None),
@@ -367,7 +376,7 @@ def load_faces(
     from vcam.stages.faces import BankWatcher, FaceBank, face_from_image, load_face_arg
 
     cfg = asm.cfg
-    kw = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
+    kw: dict[str, Any] = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
     bank = FaceBank(cfg.faces_dir)
     streams = [(state, cfg.swap.source if source is None else source, demo_input), *others]
     states = [st for st, _, _ in streams]

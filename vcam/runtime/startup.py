@@ -143,6 +143,7 @@ def start_capture(d: Daemon, early: bool) -> None:
     for st in d.streams:
         assert st.source is not None and st.delivery is not None
         name = "vcam-capture" if len(d.streams) == 1 else f"vcam-capture-{st.name}"
+        stage: Callable[[Frame], Frame | None] | None
         if early:
             stage = CpuJpegDecoder().decode if st.source.fmt == PixelFormat.MJPEG else None
         else:
