@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import streams as bench  # noqa: E402
-from vcam.pipeline.pipeline import Pipeline  # noqa: E402
-from vcam.runtime.daemon import Daemon  # noqa: E402
+from vcam.runtime.rounds import Mark  # noqa: E402
 
 PHASES = ("gathered", "begun", "swapped", "finished", "collected", "published")
 
@@ -44,6 +42,25 @@ def main() -> None:
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
+    marks: dict[tuple, dict[str, float]] = {}
+    rounds: list[int] = []
+    stages: list[dict[str, float]] = []
+    gathered: list[tuple] = []
+
+    def hook(m: Mark) -> None:
+        key = (m.stream.name, m.seq)
+        if m.phase == "gathered":
+            marks[key] = {"capture": m.t_capture}
+            gathered.append(key)
+        elif m.phase == "begun" and gathered:  # the first frame begun closes the gathered round
+            rounds.append(len(gathered))
+            gathered.clear()
+        if key in marks:
+            marks[key][m.phase] = m.t
+        if m.phase == "collected" and m.stats is not None and key in marks:
+            marks[key]["full_scan"] = float(m.stats.full_scan)
+            stages.append(dict(m.stats.stages))
+
     daemon = bench.make_daemon(
         streams=args.streams,
         compile=args.compile,
@@ -55,70 +72,16 @@ def main() -> None:
         model_dir=args.model_dir,
         fp16=args.device == "cuda",
         faces=args.faces,
+        timing=True,  # the pipelines' device-side stage times (CUDA events)
     )
     daemon.startup()
     daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
     import threading
 
     print("threads:", ", ".join(sorted(t.name for t in threading.enumerate())))
-    names = {}
     for st in daemon.streams:
-        st.pipeline.timing = True
-        st.pipeline.configure(st.source.width, st.source.height, st.source.fmt)
-        names[id(st.pipeline)] = st.name
         st.cap.get(timeout=0)  # a frame captured while the compiled engine was awaited is not timed
-    marks: dict[tuple, dict[str, float]] = {}
-    current: list[tuple] = []
-    rounds: list[int] = []
-    gather, begin, finish, collect, publish = Daemon.gather, Pipeline.begin, Pipeline.finish, Pipeline.collect, daemon._publish
-    swap_batch = type(daemon.assembly.swapper).swap_batch
-    stages: list[dict[str, float]] = []
-
-    def now() -> float:
-        return time.perf_counter()
-
-    def g(self, *a, **k):
-        ready = gather(self, *a, **k)
-        if ready:
-            rounds.append(len(ready))
-            current.clear()
-        for st, frame in ready:
-            marks[(st.name, frame.seq)] = {"capture": frame.t_capture, "gathered": now()}
-        return ready
-
-    def b(self, frame, snap):
-        work = begin(self, frame, snap)
-        key = (names[id(self)], frame.seq)
-        marks[key]["begun"] = now()
-        current.append(key)
-        return work
-
-    def s(self, parts, faces):
-        out = swap_batch(self, parts, faces)
-        for q in current:
-            marks[q]["swapped"] = now()
-        return out
-
-    def f(self, work, crops, mask, **kw):
-        slot = finish(self, work, crops, mask, **kw)
-        marks[(names[id(self)], work.stats.seq)]["finished"] = now()
-        return slot
-
-    def c(self, slot):
-        out, stats = collect(self, slot)
-        m = marks[(names[id(self)], stats.seq)]
-        m["collected"] = now()
-        m["full_scan"] = float(stats.full_scan)
-        stages.append(dict(stats.stages))
-        return out, stats
-
-    def p(stream, data, stats):
-        publish(stream, data, stats)
-        marks[(stream.name, stats.seq)]["published"] = now()
-
-    Daemon.gather, Pipeline.begin, Pipeline.finish, Pipeline.collect = g, b, f, c
-    type(daemon.assembly.swapper).swap_batch = s
-    daemon._publish = p
+    daemon.rounds.hook = hook  # the run's frames only, not the warm-up's
     try:
         daemon.main_loop(None, args.seconds)
     finally:

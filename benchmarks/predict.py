@@ -49,9 +49,10 @@ def _run(asm: Any, pipe: Any, frames: _Frames, count: int, snap: Any, device: st
         tracker = pipe.tracker
         if tracker.last_seq is not None:
             detected[tracker.last_seq] = dict(tracker.last_matched)
-    if pipe._step is not None:  # the last frame's detection, still pending
-        pipe.tracker.complete(pipe._step)
-        pipe._step = None
+    seq = pipe.tracker.last_seq
+    while not pipe.settle():  # the last frame's detection, still pending: applied once it has arrived
+        time.sleep(0.0005)
+    if pipe.tracker.last_seq != seq:
         detected[pipe.tracker.last_seq] = dict(pipe.tracker.last_matched)
     ious, errs = [], []
     for seq, faces in swapped.items():
@@ -104,8 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
         load_faces(asm, state, demo_input=True)
         snap = state.snapshot()
         for mode in ("off", "on"):
-            pipe = asm.make_pipeline(PixelFormat.BGR, w, h, PixelFormat.BGR)
-            pipe.predict = mode == "on"
+            pipe = asm.make_pipeline(PixelFormat.BGR, w, h, PixelFormat.BGR, predict=mode == "on")
             rows[mode] = _run(asm, pipe, frames, args.frames, snap, args.device)
     dev = args.device + (" fp16" if args.fp16 else "")
     print(f"{args.frames} frames of the {w}x{h} demo clip, {args.swapper} on {dev}, one frame at a time")

@@ -1,5 +1,5 @@
 """Where the frame loop's time goes with one and several streams (host wall time per call of each
-pipeline phase, and a cProfile of the loop). Usage on the GPU:
+pipeline phase, timed through the round hook, and a cProfile of the loop). Usage on the GPU:
 
     python -m benchmarks.profile_streams OUT_DIR --model-dir DIR [--streams 1,4] [--seconds 5]
 """
@@ -18,21 +18,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import streams as bench  # noqa: E402
-from vcam.pipeline.pipeline import Pipeline  # noqa: E402
+from vcam.runtime.rounds import Mark  # noqa: E402
+
+#: Each phase's time: from the frame's previous phase boundary to this one (host wall time).
+TIMED = {"begun": "begin", "swapped": "swap_batch", "finished": "finish", "collected": "collect"}
 
 
-def timed(cls, name, acc):
-    fn = getattr(cls, name)
+def phase_timer(acc: dict[str, float]):
+    """A round hook adding each frame's time between phase boundaries to ``acc`` by phase."""
+    last: dict[tuple, float] = {}
 
-    def wrapper(*a, **k):
-        t0 = time.perf_counter()
-        try:
-            return fn(*a, **k)
-        finally:
-            acc[name] += time.perf_counter() - t0
+    def hook(m: Mark) -> None:
+        key = (m.stream.name, m.seq)
+        prev = last.get(key)
+        if m.phase in TIMED and prev is not None:
+            acc[TIMED[m.phase]] += m.t - prev
+        last[key] = m.t
+        if m.phase in ("published", "dropped"):
+            last.pop(key, None)
 
-    setattr(cls, name, wrapper)
-    return fn
+    return hook
 
 
 def main() -> None:
@@ -50,18 +55,13 @@ def main() -> None:
         acc: dict[str, float] = defaultdict(float)
         daemon = bench.make_daemon(streams=n, size=args.size, swapper=args.swapper, model_dir=args.model_dir)
         daemon.startup()
-        originals = {m: timed(Pipeline, m, acc) for m in ("begin", "finish", "collect")}
-        sw = type(daemon.assembly.swapper)
-        originals_sw = timed(sw, "swap_batch", acc)
+        daemon.rounds.hook = phase_timer(acc)
         prof = cProfile.Profile()
         prof.enable()
         t0 = time.perf_counter()
         daemon.main_loop(None, args.seconds)
         wall = time.perf_counter() - t0
         prof.disable()
-        for m, fn in originals.items():
-            setattr(Pipeline, m, fn)
-        sw.swap_batch = originals_sw
         daemon.shutdown()
         frames = sum(s.frames_out for s in daemon.summaries.values())
         lines = [f"{n} streams: {frames} frames in {wall:.2f}s = {frames / wall:.1f} fps"]

@@ -41,6 +41,7 @@ import numpy as np
 from benchmarks import write_report
 from vcam.config import Config, build
 from vcam.runtime.daemon import Daemon
+from vcam.runtime.rounds import Mark, RoundHook
 from vcam.stages.capture import DemoSource
 from vcam.stages.publish import NullOutput
 
@@ -130,7 +131,9 @@ def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
     return build(data)
 
 
-def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
+def _daemon(
+    args: argparse.Namespace, streams: int, paced: bool, *, hook: RoundHook | None = None, timing: bool = False
+) -> Daemon:
     cfg = _config(args, streams, paced)
     w, h = _size(args.size)
     frames = _Frames(w, h, faces=args.faces)
@@ -142,7 +145,7 @@ def _daemon(args: argparse.Namespace, streams: int, paced: bool) -> Daemon:
         else:
             sources[name] = DemoSource(frames, loop=True, realtime=False)
     outputs = {name: NullOutput(w, h) for name, _ in cfg.per_stream()}
-    return Daemon(cfg, sources=sources, outputs=outputs, control=False)
+    return Daemon(cfg, sources=sources, outputs=outputs, control=False, hook=hook, timing=timing)
 
 
 def make_daemon(
@@ -158,9 +161,12 @@ def make_daemon(
     faces: int = 1,
     compile: str = "auto",
     deadline: str | None = None,
+    hook: RoundHook | None = None,
+    timing: bool = False,
 ) -> Daemon:
     """The benchmark's daemon (``streams`` demo-clip streams to the null output) from keywords, for
-    tools that time its phases (tools/profile_streams.py, tools/latency_breakdown.py)."""
+    tools that time its phases (tools/profile_streams.py, tools/latency_breakdown.py) through
+    ``hook`` (:data:`vcam.runtime.rounds.RoundHook`); ``timing``: device-side stage times."""
     args = argparse.Namespace(
         size=size,
         device=device,
@@ -173,7 +179,7 @@ def make_daemon(
         faces=faces,
         compile=compile,
     )
-    return _daemon(args, streams, paced)
+    return _daemon(args, streams, paced, hook=hook, timing=timing)
 
 
 #: Seconds at the start of a measured run whose frames the steady-state figures leave out.
@@ -185,19 +191,21 @@ def _measure(daemon: Daemon, seconds: float) -> dict:
     over all frames and (``steady_``) over the frames published after the first :data:`SETTLE_S`,
     and the first five frames' latencies. Frames captured before the run are not timed."""
     marks: dict[str, int] = {}
+    t_start: list[float] = []
 
-    def mark() -> None:
-        marks.update({name: len(s.latencies_ms) for name, s in daemon.summaries.items()})
+    def hook(m: Mark) -> None:  # the frames published before SETTLE_S into the run are left out of steady_
+        if m.phase == "published" and not marks and m.t - t_start[0] >= SETTLE_S:
+            marks.update({name: len(s.latencies_ms) for name, s in daemon.summaries.items()})
 
     for st in daemon.streams:  # a frame captured before the run (while start-up was awaited) is not timed
         if st.cap is not None:
             st.cap.get(timeout=0)
-    timer = threading.Timer(SETTLE_S, mark)
-    timer.start()
+    daemon.rounds.hook = hook
+    t_start.append(time.perf_counter())
     try:
         daemon.main_loop(None, seconds)
     finally:
-        timer.cancel()
+        daemon.rounds.hook = None
     rows = {}
     for name, s in daemon.summaries.items():
         steady = np.fromiter(s.latencies_ms, float)[marks.get(name, 0) :]

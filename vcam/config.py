@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from vcam.errors import ConfigError
+from vcam.types import OPTIONAL_STAGES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -297,7 +298,7 @@ class DegradeConfig:
         True, "Under sustained overload or GPU throttling, turn optional stages off (in 'order') and back on with headroom."
     )
     order: list[Literal["upscale", "enhancer", "occlusion", "region"]] = _opt(
-        ["upscale", "enhancer", "occlusion", "region"],
+        list(OPTIONAL_STAGES),
         "Which optional stages go first: 'upscale' the frame enhancer, 'enhancer' the face enhancer, 'occlusion' and "
         "'region' the model masks.",
     )
@@ -368,7 +369,7 @@ class StreamConfig:
     input: str = _opt("", "Its frame source, as [capture] input.")
     output: str = _opt("", "Where its frames go, as [output] target; 'vcam:LABEL' picks the virtual camera labelled LABEL.")
     face: str = _opt("", "Its starting face ('' : [swap] source).")
-    max_latency: str = _opt("", "Its latency budget, e.g. '33ms' ('' : [pipeline] max_latency).")
+    max_latency: Duration | None = _opt(None, "Its latency budget, e.g. '33ms' ('' : [pipeline] max_latency).")
 
 
 STREAM_KEYS = tuple(f.name for f in dataclasses.fields(StreamConfig))
@@ -390,16 +391,17 @@ def parse_streams(value: Any, origin: str) -> tuple[StreamConfig, ...]:
         for key in entry:
             if key not in fields:
                 raise ConfigError(f"{where}: unknown key '{key}'{_nearest(key, list(fields))}", hint="fix or remove the key")
-        row = {k: _coerce(v, hints[k], dict(fields[k].metadata), f"{where} {k}") for k, v in entry.items()}
+        budget = entry.get("max_latency")
+        row = {k: _coerce(v, hints[k], dict(fields[k].metadata), f"{where} {k}") for k, v in entry.items() if k != "max_latency"}
         for need in ("input", "output"):
             if not str(row.get(need, "")).strip():
                 raise ConfigError(f"{where}: '{need}' is missing", hint="every stream needs an input and an output")
-        if row.get("max_latency"):
+        if budget not in (None, ""):  # parsed once, here: the stream's budget in seconds
             try:
-                Duration.parse(row["max_latency"])
+                row["max_latency"] = Duration.parse(budget)
             except ValueError:
                 raise ConfigError(
-                    f"{where} max_latency: expected a duration like '33ms', got {row['max_latency']!r}", hint="fix the value"
+                    f"{where} max_latency: expected a duration like '33ms', got {budget!r}", hint="fix the value"
                 ) from None
         name = str(row.get("name") or f"s{i}")
         if not _STREAM_NAME.match(name):
@@ -475,7 +477,7 @@ class Config:
                 swap=dataclasses.replace(self.swap, source=st.face or self.swap.source),
                 pipeline=dataclasses.replace(
                     self.pipeline,
-                    max_latency=Duration.parse(st.max_latency) if st.max_latency else self.pipeline.max_latency,
+                    max_latency=st.max_latency if st.max_latency is not None else self.pipeline.max_latency,
                 ),
             )
             out.append((st.name, cfg))

@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+#: The optional stages the daemon may turn off under load (:mod:`vcam.runtime.degrade`), by name:
+#: the frame enhancer, the face enhancer, the occlusion and the region mask models.
+OPTIONAL_STAGES = ("upscale", "enhancer", "occlusion", "region")
+
 
 class PixelFormat(str, enum.Enum):
     """Pixel formats a camera delivers or a virtual camera accepts."""

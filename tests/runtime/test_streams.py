@@ -199,34 +199,31 @@ def test_rounds_submitted_ahead_publish_every_frame_in_order(media, monkeypatch)
     monkeypatch.setattr(NumpyOps, "concurrent", True)  # (and so, [track] predict = auto is on, alone too)
     alone = {name: _run_alone(cfg, name)[:24] for name in ("demo", "file")}
     events: list[str] = []
-    submit, collect = Daemon.submit_round, Daemon.collect_round
-
-    def submitting(self, ready):
-        events.append("s")
-        return submit(self, ready)
-
-    def collecting(self, slots):
-        if slots:
-            events.append("c")
-        return collect(self, slots)
-
-    monkeypatch.setattr(Daemon, "submit_round", submitting)
-    monkeypatch.setattr(Daemon, "collect_round", collecting)
     seqs: dict[str, list[int]] = {"demo": [], "file": []}
+
+    def hook(mark):
+        # a frame begun while another (of an earlier round) is finished but not yet collected:
+        # a round was submitted while another was in flight
+        if mark.phase == "begun":
+            events.append("b")
+        elif mark.phase == "finished":
+            events.append("f")
+        elif mark.phase == "collected":
+            events.append("c")
+        elif mark.phase == "published":
+            seqs[mark.stream.name].append(mark.seq)
+
     recs = {"demo": Recorder(), "file": Recorder()}
-    daemon = Daemon(cfg, outputs=recs, control=False)
-    publish = daemon._publish
-
-    def published(st, data, stats):
-        seqs[st.name].append(stats.seq)
-        publish(st, data, stats)
-
-    daemon._publish = published
+    daemon = Daemon(cfg, outputs=recs, control=False, hook=hook)
     daemon.run(max_frames=24)
     assert all(s.frames_out == 24 for s in daemon.summaries.values()), {n: s.line() for n, s in daemon.summaries.items()}
     assert seqs["file"] == list(range(24)), seqs["file"]
     assert seqs["demo"] == sorted(seqs["demo"]) and len(set(seqs["demo"])) == 24
-    assert "ssc" in "".join(events), "no round was submitted while another was in flight"
+    pending, overlapped = 0, False
+    for e in events:
+        overlapped |= e == "b" and pending > 0
+        pending += {"f": 1, "c": -1}.get(e, 0)
+    assert overlapped, "no round was submitted while another was in flight"
     for name, rec in recs.items():
         assert all(np.array_equal(a, b) for a, b in zip(rec.got, alone[name])), f"stream {name} differs from its run alone"
 
@@ -673,17 +670,17 @@ def test_a_predicted_frame_is_published_before_its_detection_is_queued(media, de
     daemon = Daemon(cfg, outputs={"demo": Recorder()}, control=False)
     daemon.startup()
     pipe = daemon.streams[0].pipeline
-    queue, publish = pipe._detect_later, daemon._publish
+    queue = pipe._detect_later
 
     def queued(work, frame):
         events.append(("detection", work.stats.seq))
         queue(work, frame)
 
-    def published(st, data, stats):
-        publish(st, data, stats)
-        events.append(("published", stats.seq))
+    def hook(mark):
+        if mark.phase == "published":
+            events.append(("published", mark.seq))
 
-    pipe._detect_later, daemon._publish = queued, published
+    pipe._detect_later, daemon.rounds.hook = queued, hook
     try:
         daemon.main_loop(12, None)
     finally:

@@ -17,7 +17,8 @@ from test_streams import Recorder
 from benchmarks.mjpeg import write_mjpeg
 from vcam.config import CaptureConfig, build
 from vcam.errors import DeviceError, InputError
-from vcam.runtime.daemon import Daemon, pixelate
+from vcam.runtime.daemon import Daemon
+from vcam.runtime.startup import pixelate
 from vcam.stages import decode, demo
 from vcam.stages.capture import MAX_CORRUPT, CaptureThread, DemoSource, VideoSource, open_source
 from vcam.types import Frame, PixelFormat

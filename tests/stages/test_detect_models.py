@@ -21,13 +21,13 @@ from vcam.errors import ConfigError, ModelError
 from vcam.kernels.detect import detector_input_ref
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore
+from vcam.runtime.roles import build as build_role
 from vcam.stages.detect import (
     Detector,
     ScrfdDetector,
     YoloFaceDetector,
     YunetDetector,
     detector_family,
-    make_detector,
 )
 from vcam.types import Detection
 
@@ -264,7 +264,7 @@ def detect_cfg(models_dir, name, **detect):
 def test_standin_runs_through_make_detector(tmp_path, name):
     standin.write(name, tmp_path, tiny=True)
     cfg = detect_cfg(tmp_path, name, score=0.3, min_face=1)
-    det = make_detector(cfg, store=ModelStore(tmp_path))
+    det = build_role("detector", cfg, store=ModelStore(tmp_path))
     assert (
         isinstance(det, Detector)
         and type(det).__name__
@@ -284,19 +284,19 @@ def test_standin_runs_through_make_detector(tmp_path, name):
 
 def test_make_detector_refuses_what_is_not_a_detector(tmp_path):
     with pytest.raises(ConfigError, match=r"\[detect\] model = 'inswapper_128' is a swapper, not a face detector") as err:
-        make_detector(detect_cfg(tmp_path, "inswapper_128"))
+        build_role("detector", detect_cfg(tmp_path, "inswapper_128"))
     assert "yunet_2023_mar" in err.value.hint
     with pytest.raises(ModelError, match=r"unknown model 'yunet'") as err:
-        make_detector(detect_cfg(tmp_path, "yunet"))
+        build_role("detector", detect_cfg(tmp_path, "yunet"))
     assert "yunet_2023_mar" in err.value.hint
     with pytest.raises(ModelError, match=r"missing model files: scrfd_2\.5g\.onnx"):
-        make_detector(detect_cfg(tmp_path, "scrfd_2.5g"), store=ModelStore(tmp_path))
+        build_role("detector", detect_cfg(tmp_path, "scrfd_2.5g"), store=ModelStore(tmp_path))
 
 
 def test_embedded_detector_is_the_default():
     cfg = Config()
     assert cfg.detect.model == "retinaface_mnet025"
-    assert type(make_detector(cfg)).__name__ == "RetinaFaceDetector"
+    assert type(build_role("detector", cfg)).__name__ == "RetinaFaceDetector"
 
 
 @pytest.mark.parametrize("name", DETECTORS)
@@ -311,9 +311,9 @@ def test_every_registry_detector_runs_on_each_device_and_backend(tmp_path, name,
     cfg = detect_cfg(tmp_path, name, score=0.3, min_face=1)
     frame = np.random.default_rng(1).integers(0, 256, (360, 480, 3), dtype=np.uint8)
     rects = np.array([[40.0, 30.0, 200.0], [-60.0, 200.0, 240.0]])
-    ref = make_detector(cfg, store=ModelStore(tmp_path), backend="onnxruntime")
+    ref = build_role("detector", cfg, store=ModelStore(tmp_path), backend="onnxruntime")
     ops = make_ops(device)
-    det = make_detector(cfg, store=ModelStore(tmp_path), backend="torch", ops=ops, device=device)
+    det = build_role("detector", cfg, store=ModelStore(tmp_path), backend="torch", ops=ops, device=device)
     assert det.engine.device == device and det.engine.backend == "torch"
     f = ops.asarray(frame) if device != "cpu" else frame
     size, in_h, in_w = det.scan_shape(360, 480)

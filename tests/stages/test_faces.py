@@ -18,13 +18,13 @@ from vcam.cli.faces import faces_app
 from vcam.errors import FaceError
 from vcam.kernels.warp import warp_crops_ref
 from vcam.models import registry, standin
-from vcam.models.download import ModelStore, crc32_text
+from vcam.models.download import crc32_text
 from vcam.pipeline.pipeline import Pipeline
+from vcam.runtime.roles import build as build_role
+from vcam.runtime.roles import model_store
 from vcam.stages import demo
 from vcam.stages.detect import RetinaFaceDetector
 from vcam.stages.faces import FaceBank
-from vcam.stages.recognize import create_recogniser
-from vcam.stages.swap import create_swapper
 from vcam.stages.track import Tracker
 from vcam.state import RuntimeState
 from vcam.types import Frame, PixelFormat
@@ -48,7 +48,7 @@ def cfg(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def recogniser(cfg):
-    return create_recogniser(cfg, store=ModelStore.from_config(cfg, progress=False))
+    return build_role("recogniser", cfg, store=model_store(cfg, progress=False))
 
 
 class CountingRecogniser:
@@ -154,8 +154,8 @@ def test_names_duplicates_remove_and_unknown(tmp_path, detector):
 def test_switching_faces_never_blocks_the_frame_loop(tmp_path, cfg, detector, recogniser):
     """A face is added with a slow recogniser while frames keep flowing; the switch takes effect on
     the next frame."""
-    store = ModelStore.from_config(cfg, progress=False)
-    swapper = create_swapper("inswapper_128", cfg, store=store)
+    store = model_store(cfg, progress=False)
+    swapper = build_role("swapper", cfg, name="inswapper_128", store=store)
     bank = FaceBank(tmp_path / "faces")
     bank.add(ASSETS / "astronaut.jpg", "astronaut", detector=detector, recogniser=recogniser)
     state = RuntimeState()

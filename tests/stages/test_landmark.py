@@ -16,9 +16,11 @@ from vcam.align import TEMPLATES, apply, estimate
 from vcam.engines import TensorInfo, create_engine
 from vcam.errors import ModelError
 from vcam.models import registry, standin
-from vcam.models.download import ModelStore, crc32_text
+from vcam.models.download import crc32_text
+from vcam.runtime.roles import build as build_role
+from vcam.runtime.roles import model_store
 from vcam.stages import demo
-from vcam.stages.landmark import BOX_SIDE, Landmarker, box_crops, create_landmarker
+from vcam.stages.landmark import BOX_SIDE, Landmarker, box_crops
 
 ASSETS = Path(demo.__file__).parents[1] / "assets"
 # Three faces' boxes (x1, y1, x2, y2) in a 480 x 640 frame, well inside it with their crops.
@@ -223,12 +225,12 @@ def test_create_landmarker_from_config(models_dir, frame):
     cfg = vconfig.build(
         {"models": {"dir": str(models_dir)}, "pipeline": {"backend": "onnxruntime", "device": "cpu", "max_faces": 4}}
     )
-    store = ModelStore.from_config(cfg, progress=False)
-    lm = create_landmarker("2dfan4", cfg, store=store)
+    store = model_store(cfg, progress=False)
+    lm = build_role("landmarker", cfg, name="2dfan4", store=store)
     assert lm.name == "2dfan4" and lm.max_faces == 4 and lm.engine.backend == "onnxruntime"
     assert "2dfan4: onnxruntime" in lm.describe()
     assert lm.landmarks(frame, BOXES[:2]).shape == (2, 68, 2)
     with pytest.raises(ModelError, match="bisenet_resnet_34 is a parser, not a landmarker"):
-        create_landmarker("bisenet_resnet_34", cfg, store=store)
+        build_role("landmarker", cfg, name="bisenet_resnet_34", store=store)
     with pytest.raises(ModelError, match="unknown model '2dfan5'"):
-        create_landmarker("2dfan5", cfg, store=store)
+        build_role("landmarker", cfg, name="2dfan5", store=store)

@@ -12,12 +12,13 @@ from conftest import two_people
 from vcam import config as vconfig
 from vcam.errors import ConfigError, ControlError, FaceError
 from vcam.models import registry, standin
-from vcam.models.download import ModelStore, crc32_text
+from vcam.models.download import crc32_text
+from vcam.runtime.roles import build as build_role
+from vcam.runtime.roles import model_store
 from vcam.stages import demo
 from vcam.stages.detect import RetinaFaceDetector
 from vcam.stages.faces import FaceBank
 from vcam.stages.mapping import Assigner, face_name, is_photo_arg, load_mappings
-from vcam.stages.recognize import create_recogniser
 from vcam.stages.swap import make_builtin
 from vcam.stages.track import Tracker
 from vcam.state import Mapping, RuntimeState, Snapshot
@@ -25,6 +26,11 @@ from vcam.types import SourceFace, Track
 
 ASSETS = Path(demo.__file__).parents[1] / "assets"
 DIM = 8
+
+
+def _map_args(cfg):
+    """``load_mappings``' entries and faces folder from a config."""
+    return cfg.swap.map, cfg.faces_dir
 
 
 def solid(name: str, value: int = 0, embedding: np.ndarray | None = None) -> SourceFace:
@@ -283,7 +289,7 @@ def detector():
 @pytest.fixture(scope="module")
 def recogniser(models):
     cfg = vconfig.build({"models": {"dir": str(models)}, "pipeline": {"backend": "onnxruntime", "device": "cpu"}})
-    return create_recogniser(cfg, store=ModelStore.from_config(cfg, progress=False))
+    return build_role("recogniser", cfg, store=model_store(cfg, progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +333,7 @@ def test_load_mappings_then_each_person_in_frame_gets_their_face(bank_dir, model
         [{"target": str(ASSETS / "astronaut.jpg"), "source": "hopper"}, {"target": "hopper", "source": "astronaut"}],
     )
     st = loaded_state(bank_dir, recogniser)
-    load_mappings(cfg, st, detector=detector, recogniser=recogniser, swapper=swapper)
+    load_mappings(cfg.swap.map, cfg.faces_dir, st, detector=detector, recogniser=recogniser, swapper=swapper)
     assert st.mappings == {"astronaut": "hopper", "hopper": "astronaut"}
     assert st.active == "hopper" and st.mapping_enabled
     snap = st.snapshot()
@@ -363,7 +369,7 @@ def test_load_mappings_photo_source_is_added_without_becoming_active(bank_dir, m
     cv2.imwrite(str(photo), demo.portrait("grace_hopper"))
     cfg = map_cfg(bank_dir, models, [{"target": "astronaut", "source": str(photo)}])
     st = loaded_state(bank_dir, recogniser)
-    load_mappings(cfg, st, detector=detector, recogniser=recogniser, swapper=make_builtin("classic"))
+    load_mappings(cfg.swap.map, cfg.faces_dir, st, detector=detector, recogniser=recogniser, swapper=make_builtin("classic"))
     assert st.mappings == {"astronaut": "grace"} and "grace" in st.names and st.active == "hopper"
 
 
@@ -390,15 +396,17 @@ def test_load_mappings_errors_are_one_line_with_the_fix(bank_dir, models, detect
     for entries, kind, pattern in cases:
         st = loaded_state(bank_dir, recogniser)
         with pytest.raises(kind, match=pattern) as info:
-            load_mappings(map_cfg(bank_dir, models, entries), st, **kw)
+            load_mappings(*_map_args(map_cfg(bank_dir, models, entries)), st, **kw)
         assert "\n" not in str(info.value)
     # No recogniser: the entries cannot work, and the error says why and what to do.
     st = loaded_state(bank_dir, recogniser)
     with pytest.raises(ConfigError, match=r"^\[swap\] map needs the face recogniser") as info:
-        load_mappings(map_cfg(bank_dir, models, [{"target": "astronaut", "source": "hopper"}]), st, **{**kw, "recogniser": None})
+        load_mappings(
+            *_map_args(map_cfg(bank_dir, models, [{"target": "astronaut", "source": "hopper"}])), st, **{**kw, "recogniser": None}
+        )
     assert "vcam models pull arcface_w600k_r50" in info.value.hint
     # No entries and no recogniser: nothing to do, and runtime mapping stays off.
-    load_mappings(map_cfg(bank_dir, models, []), st, **{**kw, "recogniser": None})
+    load_mappings(*_map_args(map_cfg(bank_dir, models, [])), st, **{**kw, "recogniser": None})
     assert not st.mapping_enabled and st.mappings == {}
 
 

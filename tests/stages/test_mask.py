@@ -12,6 +12,7 @@ from vcam.errors import ConfigError
 from vcam.kernels import mask as kmask
 from vcam.kernels import paste as blend
 from vcam.models import registry, standin
+from vcam.runtime.roles import build_masker
 from vcam.stages import mask
 
 S = 128
@@ -214,7 +215,7 @@ def test_model_masks_run_end_to_end(ops, device, models, types):
     from vcam.stages import demo
 
     cfg = _cfg(models, types)
-    masker = mask.create_masker(cfg, S, ops=ops, device=device)
+    masker = build_masker(cfg, S, ops=ops, device=device)
     frame = demo.portrait("grace_hopper")
     frame = np.ascontiguousarray(frame[: frame.shape[0] // 2 * 2, : frame.shape[1] // 2 * 2])
     from vcam.stages.detect import RetinaFaceDetector
@@ -236,7 +237,7 @@ def test_model_masks_run_end_to_end(ops, device, models, types):
         return
     from vcam.ops.numpy import NumpyOps
 
-    ref = mask.create_masker(cfg, S, ops=NumpyOps(), device="cpu")
+    ref = build_masker(cfg, S, ops=NumpyOps(), device="cpu")
     want = ref.masks(frame, mats, lm, np.stack([det.box, det.box]), 2, base)
     np.testing.assert_allclose(got, want, atol=0.02)  # different engines (torch FP32 on CUDA vs onnxruntime)
 
@@ -251,7 +252,7 @@ def test_dense_landmarks_shape_the_face_and_mouth(ops, device, tmp_path, landmar
 
     standin.write(landmarker, tmp_path, tiny=True)
     cfg = _cfg(tmp_path, "box,face,mouth", landmarker=landmarker)
-    masker = mask.create_masker(cfg, S, ops=ops, device=device)
+    masker = build_masker(cfg, S, ops=ops, device=device)
     assert masker.landmarker is not None
     frame = np.ascontiguousarray(demo.portrait("grace_hopper"))
     det = RetinaFaceDetector(Config().detect, 160, backend="onnxruntime").detect(frame)[0]

@@ -16,14 +16,16 @@ from vcam.engines import create_engine, explain_backends
 from vcam.errors import EngineUnavailable, FaceError, ModelError
 from vcam.kernels.paste import box_mask, paste_boxes
 from vcam.models import registry, standin
-from vcam.models.download import ModelStore, crc32_text
+from vcam.models.download import crc32_text
 from vcam.pipeline.pipeline import Pipeline
+from vcam.runtime.roles import build as build_role
+from vcam.runtime.roles import model_store
 from vcam.stages import demo
 from vcam.stages.detect import RetinaFaceDetector
-from vcam.stages.enhance import Enhancer, create_enhancer
+from vcam.stages.enhance import Enhancer
 from vcam.stages.faces import FaceBank
-from vcam.stages.recognize import create_recogniser, pick_by_reference, reference_filter, similarity
-from vcam.stages.swap import NeuralSwapper, create_swapper, inswapper_latent, read_emap
+from vcam.stages.recognize import pick_by_reference, reference_filter, similarity
+from vcam.stages.swap import NeuralSwapper, inswapper_latent, read_emap
 from vcam.stages.track import Tracker
 from vcam.state import Snapshot
 from vcam.types import Frame, PixelFormat, SourceFace
@@ -61,12 +63,12 @@ def detector():
 
 @pytest.fixture(scope="module")
 def recogniser(cfg):
-    return create_recogniser(cfg, store=ModelStore.from_config(cfg, progress=False))
+    return build_role("recogniser", cfg, store=model_store(cfg, progress=False))
 
 
 @pytest.fixture(scope="module")
 def bank(cfg, detector, recogniser) -> FaceBank:
-    b = FaceBank.from_config(cfg)
+    b = FaceBank(cfg.faces_dir)
     b.add(ASSETS / "astronaut.jpg", "astronaut", detector=detector, recogniser=recogniser)
     b.add(ASSETS / "grace_hopper.jpg", "hopper", detector=detector, recogniser=recogniser)
     return b
@@ -116,9 +118,9 @@ def test_inswapper_latent_matches_numpy(models_dir, bank, recogniser):
 def test_source_recipes_for_hyperswap_and_simswap(cfg, bank, recogniser, models_dir):
     face = bank.load("astronaut", recogniser=recogniser)
     e = face.embeddings["arcface_w600k_r50"]
-    hyper = create_swapper("hyperswap_1a_256", cfg, store=ModelStore.from_config(cfg, progress=False))
+    hyper = build_role("swapper", cfg, name="hyperswap_1a_256", store=model_store(cfg, progress=False))
     np.testing.assert_allclose(hyper.prepare(face).latents["hyperswap_1a_256"], e / np.linalg.norm(e), rtol=1e-6)
-    sim = create_swapper("simswap_256", cfg, store=ModelStore.from_config(cfg, progress=False))
+    sim = build_role("swapper", cfg, name="simswap_256", store=model_store(cfg, progress=False))
     conv = create_engine(models_dir / "crossface_simswap.onnx")
     c = conv.run({"input": e[None]})[0][0]
     np.testing.assert_allclose(sim.prepare(face).latents["simswap_256"], c / np.linalg.norm(c), rtol=1e-5)
@@ -127,8 +129,8 @@ def test_source_recipes_for_hyperswap_and_simswap(cfg, bank, recogniser, models_
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_adapter_end_to_end_in_the_pipeline(name, cfg, bank, recogniser, detector):
     """detector -> recogniser -> swapper -> paste-back on the demo clip, through vcam.pipeline.pipeline."""
-    store = ModelStore.from_config(cfg, progress=False)
-    swapper = create_swapper(name, cfg, store=store)
+    store = model_store(cfg, progress=False)
+    swapper = build_role("swapper", cfg, name=name, store=store)
     spec = registry.get(name)
     assert (swapper.template, swapper.crop_size) == (spec.template, spec.size)
     astronaut = bank.load("astronaut", recogniser=recogniser, swappers=[swapper])
@@ -137,7 +139,7 @@ def test_adapter_end_to_end_in_the_pipeline(name, cfg, bank, recogniser, detecto
 
     clip = demo.DemoClip(640, 360, seconds=1.0, detector=detector)
     pipe = _pipeline(cfg, detector, swapper)
-    other = _pipeline(cfg, detector, create_swapper(name, cfg, store=store))
+    other = _pipeline(cfg, detector, build_role("swapper", cfg, name=name, store=store))
     for i in range(3):
         src = clip.frame(i)
         out, stats = pipe.process(_frame(src, i), Snapshot(astronaut, True, 0))
@@ -196,14 +198,14 @@ def test_nan_output_passes_the_face_through(tmp_path):
 
 
 def test_unprepared_face_and_wrong_model_are_clear_errors(cfg, models_dir):
-    swapper = create_swapper("inswapper_128", cfg, store=ModelStore.from_config(cfg, progress=False))
+    swapper = build_role("swapper", cfg, name="inswapper_128", store=model_store(cfg, progress=False))
     face = SourceFace("bare", np.zeros((128, 128, 3), np.uint8))
     with pytest.raises(FaceError, match="face 'bare' has no arcface_w600k_r50 embedding"):
         swapper.prepare(face)
     with pytest.raises(FaceError, match="face 'bare' is not prepared for inswapper_128"):
         swapper.swap(np.zeros((128, 128, 3), np.uint8), SHIFT[0][None], face)
     with pytest.raises(ModelError, match="gfpgan_1.4 is a enhancer, not a swapper"):
-        create_swapper("gfpgan_1.4", cfg)
+        build_role("swapper", cfg, name="gfpgan_1.4")
     with pytest.raises(ModelError, match=r"has inputs \['input'\], expected \['target', 'source'\]"):
         NeuralSwapper("inswapper_128", create_engine(models_dir / "crossface_simswap.onnx"), emap=np.eye(512))
 
@@ -226,7 +228,7 @@ def test_identity_lock_swaps_only_the_reference_person(cfg, bank, recogniser, de
     assert pick_by_reference(np.zeros((0, 512), np.float32), ref_a, 0.0).tolist() == []
 
     # inside the pipeline: only the astronaut (left) changes
-    swapper = create_swapper("inswapper_128", cfg, store=ModelStore.from_config(cfg, progress=False))
+    swapper = build_role("swapper", cfg, name="inswapper_128", store=model_store(cfg, progress=False))
     source = bank.load("hopper", recogniser=recogniser, swappers=[swapper])
     pipe = _pipeline(cfg, detector, swapper, face_filter=reference_filter(recogniser, ref_a, cfg.swap.reference_threshold))
     out, stats = pipe.process(_frame(frame, 0), Snapshot(source, True, 0))
@@ -241,12 +243,12 @@ def test_identity_lock_swaps_only_the_reference_person(cfg, bank, recogniser, de
 def test_enhancer_blends_by_amount(cfg, detector):
     """The restored face is pasted with the box mask scaled by ``amount``: 0 changes nothing, half
     the amount moves every pixel half as far (within rounding)."""
-    store = ModelStore.from_config(cfg, progress=False)
+    store = model_store(cfg, progress=False)
     img = demo.portrait("astronaut")
     lms = detector.detect(img)[0].landmarks[None]
-    off = create_enhancer("gfpgan_1.4", cfg.replace(swap=replace(cfg.swap, enhancer_amount=0.0)), store=store)
+    off = build_role("enhancer", cfg.replace(swap=replace(cfg.swap, enhancer_amount=0.0)), name="gfpgan_1.4", store=store)
     np.testing.assert_array_equal(off.enhance(img.copy(), lms), img)
-    full = create_enhancer("gfpgan_1.4", cfg.replace(swap=replace(cfg.swap, enhancer_amount=1.0)), store=store)
+    full = build_role("enhancer", cfg.replace(swap=replace(cfg.swap, enhancer_amount=1.0)), name="gfpgan_1.4", store=store)
     half = Enhancer("gfpgan_1.4", full.engine, amount=0.5)
     e1 = full.enhance(img.copy(), lms).astype(int) - img
     e5 = half.enhance(img.copy(), lms).astype(int) - img
@@ -311,13 +313,13 @@ def test_every_swapper_family_on_each_device_and_backend(name, cfg, models_dir, 
     from vcam.ops import make_ops
 
     ops = make_ops(device)
-    store = ModelStore.from_config(cfg, progress=False)
+    store = model_store(cfg, progress=False)
     frame = demo.DemoClip(640, 360, seconds=1.0).frame(3)
     dets = RetinaFaceDetector().detect(frame)
     assert dets
     if name == "gfpgan_1.4":
-        ref = create_enhancer(name, cfg, store=store).enhance(frame.copy(), dets[0].landmarks[None])
-        enh = create_enhancer(name, cfg, store=store, ops=ops, device=device, backend="torch")
+        ref = build_role("enhancer", cfg, name=name, store=store).enhance(frame.copy(), dets[0].landmarks[None])
+        enh = build_role("enhancer", cfg, name=name, store=store, ops=ops, device=device, backend="torch")
         assert enh.engine.backend == "torch" and enh.engine.device == device
         got = (
             enh.ops.to_host(enh.enhance(ops.asarray(frame.copy()), dets[0].landmarks[None]))
@@ -326,8 +328,8 @@ def test_every_swapper_family_on_each_device_and_backend(name, cfg, models_dir, 
         )
         assert np.abs(got.astype(int) - ref).max() <= 1
         return
-    ref_sw = create_swapper(name, cfg, store=store)
-    sw = create_swapper(name, cfg, store=store, ops=ops, device=device, backend="torch")
+    ref_sw = build_role("swapper", cfg, name=name, store=store)
+    sw = build_role("swapper", cfg, name=name, store=store, ops=ops, device=device, backend="torch")
     assert sw.engine.backend == "torch" and sw.engine.device == device
     face = bank.load("astronaut", recogniser=recogniser, swappers=[ref_sw, sw])
     mats = np.stack([estimate(d.landmarks, sw.template, sw.crop_size) for d in dets])
@@ -341,8 +343,8 @@ def test_every_swapper_family_on_each_device_and_backend(name, cfg, models_dir, 
 def test_hyperswap_pastes_with_the_smaller_of_its_mask_and_the_box(cfg, bank, recogniser):
     """hyperswap's files have a second output, ``mask``: it is kept (downloads with it verify) and
     the paste mask is min(box, model mask) per face."""
-    store = ModelStore.from_config(cfg, progress=False)
-    sw = create_swapper("hyperswap_1a_256", cfg, store=store)
+    store = model_store(cfg, progress=False)
+    sw = build_role("swapper", cfg, name="hyperswap_1a_256", store=store)
     assert [o.name for o in sw.engine.outputs] == ["output", "mask"]
     store.verify("hyperswap_1a_256")  # two outputs where the registry once listed one: accepted
     face = bank.load("hopper", recogniser=recogniser, swappers=[sw])

@@ -22,6 +22,7 @@ from vcam.kernels import tiles
 from vcam.kernels.tiles import accumulate_tiles_ref, normalize_tiles_ref
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore
+from vcam.runtime.roles import build as build_role
 from vcam.stages import upscale
 from vcam.stages.upscale import FrameEnhancer, feather_profile, tile_grid, tile_positions
 
@@ -437,7 +438,7 @@ def test_registry_standin_loads_through_open_engine(tmp_path):
     cfg = cfg.replace(
         models=replace(cfg.models, dir=str(tmp_path)), upscale=replace(cfg.upscale, model="real_esrgan_x2", tile=128)
     )
-    fe = upscale.create_frame_enhancer(cfg, store=ModelStore(tmp_path), device="cpu")
+    fe = build_role("upscaler", cfg, store=ModelStore(tmp_path), device="cpu")
     assert fe.fixed and fe.tile == 256 and fe.scale == 2 and fe.batch == cfg.upscale.batch
     assert fe.engine.max_batch == cfg.upscale.batch
     frame = _picture(96, 80)
@@ -447,9 +448,9 @@ def test_registry_standin_loads_through_open_engine(tmp_path):
     assert np.abs(out.astype(int) - near).mean() < 40  # the stand-in passes the picture through
     assert "real_esrgan_x2 x2: 1 tile of 256 px, fixed by the file" in fe.describe()
     with pytest.raises(ModelError, match="is an enhancer, not an upscaler"):
-        upscale.create_frame_enhancer(cfg.replace(upscale=replace(cfg.upscale, model="gfpgan_1.4")), store=ModelStore(tmp_path))
+        build_role("upscaler", cfg.replace(upscale=replace(cfg.upscale, model="gfpgan_1.4")), store=ModelStore(tmp_path))
     with pytest.raises(ConfigError, match="frame enhancer is off"):
-        upscale.create_frame_enhancer(Config())
+        build_role("upscaler", Config())
     with pytest.raises(ModelError, match="not an upscaler"):
         FrameEnhancer("gfpgan_1.4", NearestEngine(2))
 

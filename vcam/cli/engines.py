@@ -52,10 +52,10 @@ def build(
         path = Path(model).expanduser()
         if path.suffix != ".onnx":
             from vcam.models import registry
-            from vcam.models.download import ModelStore
+            from vcam.runtime.roles import model_store
 
             name = model or (cfg.swap.swapper if cfg.swap.swapper in registry.MODELS else "inswapper_128")
-            path = ModelStore.from_config(cfg).ensure([name])[name]
+            path = model_store(cfg).ensure([name])[name]
         precision = (device == "cuda") if fp16 is None else fp16
         started = time.perf_counter()
 

@@ -33,7 +33,7 @@ def faces_list(ctx: typer.Context) -> None:
 
     try:
         cfg = _config(ctx)
-        bank = FaceBank.from_config(cfg)
+        bank = FaceBank(cfg.faces_dir)
         entries, damaged = bank.scan()
     except VcamError as err:
         _fail(err)
@@ -72,15 +72,16 @@ def faces_add(
         detector = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
         recogniser = None
         try:  # the embedding is cached now when the recogniser is already on disk
-            from vcam.models.download import ModelStore
-            from vcam.stages.recognize import DEFAULT_RECOGNISER, create_recogniser
+            from vcam.runtime.roles import build as build_role
+            from vcam.runtime.roles import model_store
+            from vcam.stages.recognize import DEFAULT_RECOGNISER
 
-            store = ModelStore.from_config(cfg, progress=False)
+            store = model_store(cfg, progress=False)
             if store.path(DEFAULT_RECOGNISER).is_file():
-                recogniser = create_recogniser(cfg, store=store, download=False, backend="onnxruntime")
+                recogniser = build_role("recogniser", cfg, store=store, download=False, backend="onnxruntime")
         except ModelError as err:
             log.warning("face added without an embedding: %s", err)
-        entry = FaceBank.from_config(cfg).add(photo, name, pick, detector=detector, recogniser=recogniser)
+        entry = FaceBank(cfg.faces_dir).add(photo, name, pick, detector=detector, recogniser=recogniser)
     except VcamError as err:
         _fail(err)
     Console(soft_wrap=True, highlight=False, markup=False).print(f"added face '{entry.name}' ({entry.folder})")
@@ -94,7 +95,7 @@ def faces_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Face 
     from vcam.errors import VcamError
 
     try:
-        FaceBank.from_config(_config(ctx)).remove(name)
+        FaceBank(_config(ctx).faces_dir).remove(name)
     except VcamError as err:
         _fail(err)
     Console(soft_wrap=True, highlight=False, markup=False).print(f"removed face '{name}'")

@@ -22,9 +22,9 @@ out = Console(soft_wrap=True, highlight=False)
 
 
 def _store(ctx: typer.Context, mirror: list[str] | None = None, progress: bool = True):
-    from vcam.models.download import ModelStore
+    from vcam.runtime.roles import model_store
 
-    return ModelStore.from_config(load_config(), mirrors=list(mirror or []), progress=progress)
+    return model_store(load_config(), mirrors=list(mirror or []), progress=progress)
 
 
 _MIRROR = typer.Option(

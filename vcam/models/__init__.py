@@ -11,31 +11,22 @@ from vcam.models.registry import MODELS, ModelSpec, get, of_kind
 def open_engine(
     name: str,
     kind: str,
-    cfg: Any,
     *,
-    store: Any = None,
+    store: Any,
     device: str = "cpu",
-    backend: str | None = None,
+    backend: str = "auto",
+    fp16: bool = False,
+    max_batch: int = 8,
     download: bool | None = None,
-    max_batch: int | None = None,
 ) -> tuple[ModelSpec, Any]:
-    """The registry model ``name``, which must be a ``kind``, verified (downloaded when allowed) and
-    loaded on an engine on ``device`` with the config's backend and precision; ``max_batch`` items a
-    call (default: the face batch, ``[pipeline] max_faces``). A model of another kind is refused
-    before its file is touched."""
+    """The registry model ``name``, which must be a ``kind``, verified in ``store`` (downloaded when
+    allowed) and loaded on an engine on ``device`` with ``backend`` and precision ``fp16``;
+    ``max_batch`` items a call. A model of another kind is refused before its file is touched."""
     spec = of_kind(name, kind)
     from vcam.engines import create_engine
-    from vcam.models.download import ModelStore
 
-    store = store or ModelStore.from_config(cfg)
     path = store.ensure([name], download=download)[name]
-    engine = create_engine(
-        path,
-        backend=backend or cfg.pipeline.backend,
-        device=device,
-        fp16=cfg.pipeline.fp16,
-        max_batch=max_batch or cfg.pipeline.max_faces,
-    )
+    engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=max_batch)
     return spec, engine
 
 

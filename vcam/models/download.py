@@ -272,13 +272,6 @@ class ModelStore:
         self.timeout = timeout
         self._lock = threading.Lock()
 
-    @classmethod
-    def from_config(cls, cfg, **kwargs) -> ModelStore:
-        kwargs.setdefault("allow_download", cfg.models.allow_download)
-        if cfg.models.mirror:
-            kwargs.setdefault("mirrors", [cfg.models.mirror])
-        return cls(cfg.models_dir, pins=dict(cfg.models.sha256), **kwargs)
-
     # -- paths and lock file ----------------------------------------------------------------------
     def path(self, name: str) -> Path:
         spec = registry.get(name)

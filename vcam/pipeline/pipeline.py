@@ -40,16 +40,13 @@ from vcam.errors import InputError
 from vcam.kernels import convert, paste
 from vcam.kernels.convert import frame_shape
 from vcam.state import Snapshot
-from vcam.types import Frame, FrameStats, PixelFormat, Track
+from vcam.types import OPTIONAL_STAGES, Frame, FrameStats, PixelFormat, Track
 
 #: ``face_filter(tracks, host_frame) -> tracks to swap``; ``host_frame()`` gives the frame on the host
 #: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
 FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
 
 STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
-
-#: Optional stages the daemon may turn off under load (:mod:`vcam.runtime.degrade`), by name.
-OPTIONAL_STAGES = ("upscale", "enhancer", "occlusion", "region")
 
 
 @dataclass
@@ -119,7 +116,9 @@ class Pipeline:
     ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
     ``predict``: swap with the tracks predicted for the frame while its detection runs
     (``[track] predict``, see :meth:`_track`). ``band``: move such a frame in two row bands (see
-    the module docstring).
+    the module docstring). ``degradable``: False for a stream whose every frame is kept (its
+    optional stages stay on whatever the load). ``upscale_budget``: the latency budget the frame
+    enhancer must fit (``[upscale] drop_first``; 0: always enhance).
     """
 
     def __init__(
@@ -140,6 +139,8 @@ class Pipeline:
         timing: bool = False,
         predict: bool = False,
         band: bool = True,
+        degradable: bool = True,
+        upscale_budget: float = 0.0,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -153,10 +154,10 @@ class Pipeline:
         self.stages_on: dict[str, bool] = stages_on if stages_on is not None else {}
         #: False for a stream whose every frame is kept (a file conversion): its optional stages stay
         #: on whatever the load, so the file's quality does not change half-way.
-        self.degradable = True
+        self.degradable = bool(degradable)
         #: The latency budget the frame enhancer must fit (seconds; 0: always enhance): a frame it
         #: would push over the budget is resized instead (``[upscale] drop_first``).
-        self.upscale_budget = 0.0
+        self.upscale_budget = float(upscale_budget)
         self._upscale_cost: float | None = None  # EMA of the enhancer's own time (s)
         self._base_latency: float | None = None  # EMA of a frame's latency without it (s)
         self.out_fmt = PixelFormat(out_fmt)
@@ -210,7 +211,7 @@ class Pipeline:
         self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
         self._clocks = ops.clocks(STAGES, self.ring, self.timing)
         # The enhancer's own time is always measured (CUDA events: read at collect, no extra wait).
-        self._up_clocks = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
+        self._up_clocks: Any = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
         self._geometry = (int(width), int(height), PixelFormat(in_fmt))
         self._slot = 0
         self._planned = None
@@ -410,7 +411,8 @@ class Pipeline:
         if self._later is not None or (self._step is not None and not _arrived(self._step)):
             return None
         tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
-        band = self._band_rows(tracks, self._geometry[1]) if tracks and self._bands() else None
+        height = self._geometry[1] if self._geometry is not None else 0
+        band = self._band_rows(tracks, height) if tracks and self._bands() else None
         self._planned = (seq, tracks, band)
         return tracks, band
 

@@ -1,6 +1,6 @@
 """The one place that builds the pipeline from the config: device, ops, models, faces.
 
-:data:`ROLES` is the table of what each model role needs on each device: roles on the hot path
+:data:`ROLES` (:mod:`vcam.runtime.roles`) is the table of what each model role needs on each device: roles on the hot path
 (detector, swapper, enhancer) run on the pipeline's device through a backend of that device, or the
 start fails with one line naming the fix; roles off the hot path (the recogniser, run once per face
 switch and per new track) run where they can and fall back to onnxruntime on the CPU with one log
@@ -14,28 +14,33 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
+from vcam.runtime import roles as _roles
 from vcam.state import RuntimeState
+from vcam.types import PixelFormat
+
+if TYPE_CHECKING:
+    from vcam.models.download import ModelStore
+    from vcam.ops import Ops
+    from vcam.pipeline.pipeline import FaceFilter, Pipeline
+    from vcam.stages.detect import FaceDetector
+    from vcam.stages.enhance import Enhancer
+    from vcam.stages.mapping import Assigner
+    from vcam.stages.mask import Masker
+    from vcam.stages.recognize import ArcFaceRecogniser
+    from vcam.stages.swap import Swapper
+    from vcam.stages.track import Tracker
+    from vcam.stages.upscale import FrameEnhancer
 
 log = logging.getLogger(__name__)
 
-#: role -> on the hot path (must run on the pipeline's device)?
-ROLES: dict[str, bool] = {
-    "detector": True,
-    "swapper": True,
-    "enhancer": True,
-    "occluder": True,
-    "parser": True,
-    "landmarker": True,
-    "upscaler": True,
-    "recogniser": False,
-}
-
-#: Most faces one swapper call takes when several streams share it.
-MAX_BATCH = 32
+# The role table (what each model role is and needs) lives in vcam.runtime.roles.
+ROLES = _roles.ROLES
+MAX_BATCH = _roles.MAX_BATCH
+model_names = _roles.model_names
 
 #: What the array stages (convert, warp, paste) run on, per device.
 PIXELS = {"cpu": "NumPy/OpenCV", "cuda": "CuPy kernels (kernels/*.cu)"}
@@ -77,29 +82,6 @@ def resolve_device(cfg: Config) -> tuple[str, str]:
     return "cpu", f"no usable GPU: {why}"
 
 
-def model_names(cfg: Config) -> dict[str, str]:
-    """role -> model name for the roles this config uses."""
-    from vcam.stages.recognize import DEFAULT_RECOGNISER
-    from vcam.stages.swap import BUILT_IN
-
-    neural = cfg.swap.swapper not in BUILT_IN
-    out = {"detector": cfg.detect.model, "swapper": cfg.swap.swapper}
-    if cfg.swap.enhancer:
-        out["enhancer"] = cfg.swap.enhancer
-    types = set(cfg.mask.types)
-    if "occlusion" in types:
-        out["occluder"] = cfg.mask.occluder
-    if "region" in types:
-        out["parser"] = cfg.mask.parser
-    if cfg.mask.landmarker and types & {"face", "mouth"}:
-        out["landmarker"] = cfg.mask.landmarker
-    if cfg.upscale.model:
-        out["upscaler"] = cfg.upscale.model
-    if neural or cfg.swap.faces == "reference" or cfg.swap.map:
-        out["recogniser"] = DEFAULT_RECOGNISER
-    return out
-
-
 def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
     """(device, why, placements) as ``vcam run`` would choose them, without loading a model."""
     from vcam.engines import explain_backends
@@ -113,7 +95,7 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
             out.append(Placement(role, name, f"built in, {PIXELS[device]} on {device}"))
             continue
         picked = next((b for b, ok, _ in rows[device] if ok), None)
-        if picked is None and not ROLES[role]:
+        if picked is None and not ROLES[role].hot:
             picked, place = next((b for b, ok, _ in rows["cpu"] if ok), None), "cpu"
         else:
             place = device
@@ -132,40 +114,61 @@ class Assembly:
 
     cfg: Config
     device: str
-    ops: Any
-    detector: Any
-    photo_detector: Any
-    swapper: Any
-    tracker: Any
-    face_filter: Any
-    recogniser: Any = None
-    enhancer: Any = None
-    masker: Any = None
-    assigner: Any = None
-    store: Any = None
-    upscaler: Any = None
+    ops: Ops
+    detector: FaceDetector
+    photo_detector: FaceDetector
+    swapper: Swapper
+    tracker: Tracker
+    face_filter: FaceFilter
+    recogniser: ArcFaceRecogniser | None = None
+    enhancer: Enhancer | None = None
+    masker: Masker | None = None
+    assigner: Assigner | None = None
+    store: ModelStore | None = None
+    upscaler: FrameEnhancer | None = None
     fps: float = 30.0
     placements: list[Placement] = field(default_factory=list)
     #: Optional stages on/off by name (:data:`vcam.pipeline.pipeline.OPTIONAL_STAGES`), shared by every
     #: pipeline built here; the daemon's degradation under load changes it between frames.
     stages_on: dict[str, bool] = field(default_factory=dict)
     _pipelines: int = 0
-    _warm: set = field(default_factory=set)
+    _warm: set[tuple[int, int]] = field(default_factory=set)
 
     def describe(self) -> str:
         """One line: where each model runs."""
         return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
 
+    def frame_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size of the frames a pipeline built here publishes for ``width`` x ``height`` input
+        (the frame enhancer's output size when there is one; before 4:2:0 rounding)."""
+        if self.upscaler is None:
+            return int(width), int(height)
+        w, h = self.upscaler.output_size(width, height)
+        return int(w), int(h)
+
     def make_pipeline(
-        self, out_fmt: Any, width: int | None = None, height: int | None = None, in_fmt: Any = None, *, timing: bool = False
-    ) -> Any:
+        self,
+        out_fmt: PixelFormat,
+        width: int | None = None,
+        height: int | None = None,
+        in_fmt: PixelFormat | None = None,
+        *,
+        timing: bool = False,
+        predict: bool | None = None,
+        degradable: bool = True,
+        upscale_budget: float = 0.0,
+        tracker: Any = None,
+    ) -> Pipeline:
         """A pipeline over these stages, publishing ``out_fmt``. The first one uses :attr:`tracker`
         and :attr:`assigner`; each further one (another stream) gets its own (tracks and their
         identities are per stream; the models are shared). With the frame geometry given, its
         buffers are allocated and the detector's engine warmed up now, so the first frame pays for
-        neither."""
+        neither. ``predict``: None follows ``[track] predict`` (:attr:`predicts`); ``degradable``
+        and ``upscale_budget``: see :class:`~vcam.pipeline.pipeline.Pipeline`. ``tracker``: instead of
+        the assembly's (the bench's fixed faces)."""
         from vcam.pipeline.pipeline import Pipeline
 
+        given = tracker
         tracker, assigner = self.tracker, self.assigner
         if self._pipelines:
             from vcam.stages.track import Tracker
@@ -176,6 +179,7 @@ class Assembly:
 
                 assigner = Assigner(self.recogniser, self.cfg.swap.map_threshold, self.cfg.swap.unmatched)
         self._pipelines += 1
+        tracker = given if given is not None else tracker
         pipeline = Pipeline(
             ops=self.ops,
             tracker=tracker,
@@ -189,8 +193,10 @@ class Assembly:
             stages_on=self.stages_on,
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
-            predict=self.predicts,
+            predict=self.predicts if predict is None else predict,
             band=self.cfg.pipeline.band,
+            degradable=degradable,
+            upscale_budget=upscale_budget,
         )
         if width and height and in_fmt is not None:
             pipeline.configure(width, height, in_fmt)
@@ -227,11 +233,10 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline."""
     from vcam.kernels import paste as blend
     from vcam.models import registry
-    from vcam.models.download import ModelStore
     from vcam.ops import make_ops
     from vcam.pipeline.pipeline import select_all, select_largest
-    from vcam.stages.detect import EMBEDDED_DETECTOR, RetinaFaceDetector, detector_requirements, make_detector
-    from vcam.stages.swap import BUILT_IN, create_swapper, make_builtin
+    from vcam.stages.detect import EMBEDDED_DETECTOR, RetinaFaceDetector, detector_requirements
+    from vcam.stages.swap import BUILT_IN
     from vcam.stages.track import Tracker
 
     device, why = resolve_device(cfg)
@@ -250,67 +255,29 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     if cfg.detect.model != EMBEDDED_DETECTOR:
         needed += detector_requirements(cfg.detect.model)
     if needed:  # every file this run needs, checked (and, if allowed, downloaded) at once
-        store = ModelStore.from_config(cfg)
+        store = _roles.model_store(cfg)
         store.ensure(list(dict.fromkeys(needed)))
 
     ops = make_ops(device)
-    # The swapper's batch: every stream's faces of one round go through it together (capped; a
-    # larger round runs in chunks).
-    batch = min(cfg.pipeline.max_faces * max(1, len(cfg.streams)), MAX_BATCH)
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
     # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
     box = "box" in cfg.mask.types
     mask = ops.asarray(
         blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, tuple(cfg.mask.box_padding) if box else (0, 0, 0, 0))
     )
-    # Regions per call: every tracked face plus a share of the rolling search's tiles.
-    detector = make_detector(cfg, store=store, ops=ops, device=device, max_regions=2 * cfg.pipeline.max_faces)
+    detector = _roles.build("detector", cfg, store=store, ops=ops, device=device)
     photo_detector = (
         detector
         if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
         else RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
     )
-    recogniser = None
-    if "recogniser" in names:
-        from vcam.stages.recognize import create_recogniser
-
-        recogniser = create_recogniser(cfg, store=store, device=device)
-    if cfg.swap.swapper in BUILT_IN:
-        swapper = make_builtin(
-            cfg.swap.swapper,
-            crop_size=cfg.swap.crop_size,
-            color_match=cfg.swap.color_match,
-            seamless=cfg.swap.seamless,
-            ops=ops,
-            mask=mask,
-            max_faces=batch,
-        )
-    else:
-        swapper = create_swapper(
-            cfg.swap.swapper,
-            cfg,
-            store=store,
-            ops=ops,
-            mask=mask,
-            device=device,
-            fp16=cfg.pipeline.fp16 and not cfg.swap.fp32,
-            max_faces=batch,
-        )
-    enhancer = None
-    if cfg.swap.enhancer:
-        from vcam.stages.enhance import create_enhancer
-
-        enhancer = create_enhancer(cfg.swap.enhancer, cfg, store=store, ops=ops, device=device)
-    upscaler = None
-    if cfg.upscale.model:
-        from vcam.stages.upscale import create_frame_enhancer
-
-        upscaler = create_frame_enhancer(cfg, store=store, ops=ops, device=device)
+    recogniser = _roles.build("recogniser", cfg, store=store, device=device) if "recogniser" in names else None
+    swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
+    enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
+    upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None
     if set(cfg.mask.types) - {"box"}:
-        from vcam.stages.mask import create_masker
-
-        masker = create_masker(cfg, swapper.crop_size, ops=ops, store=store, device=device)
+        masker = _roles.build_masker(cfg, swapper.crop_size, store=store, ops=ops, device=device)
     mask_models = {
         "occluder": getattr(masker, "occluder", None),
         "parser": getattr(masker, "parser", None),
@@ -409,7 +376,7 @@ def load_faces(
     from vcam.stages.faces import BankWatcher, FaceBank, face_from_image, load_face_arg
 
     cfg = asm.cfg
-    kw = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
+    kw: dict[str, Any] = {"detector": asm.photo_detector, "swappers": [asm.swapper], "recogniser": asm.recogniser}
     bank = FaceBank(cfg.faces_dir)
     streams = [(state, cfg.swap.source if source is None else source, demo_input), *others]
     states = [st for st, _, _ in streams]
@@ -451,7 +418,9 @@ def load_faces(
         from vcam.stages.mapping import load_mappings
 
         for st in states:
-            load_mappings(cfg, st, detector=asm.photo_detector, recogniser=asm.recogniser, swapper=asm.swapper)
+            load_mappings(
+                cfg.swap.map, cfg.faces_dir, st, detector=asm.photo_detector, recogniser=asm.recogniser, swapper=asm.swapper
+            )
     return watcher
 
 

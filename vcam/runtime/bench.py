@@ -16,219 +16,25 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vcam.errors import DeviceError
-from vcam.types import Frame, PixelFormat, Track
-
-SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
-# arcface_112_v2 five points at 112 px, used to place synthetic faces.
-_FACE5 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]])
-
-
-def synthetic_faces(n: int, width: int, height: int, side: float | None = None) -> list[np.ndarray]:
-    """``n`` non-overlapping faces (5-point landmarks) on a grid over the frame."""
-    cols = int(np.ceil(np.sqrt(n)))
-    rows = int(np.ceil(n / cols))
-    side = side or min(width / cols, height / rows) * 0.5
-    out = []
-    for k in range(n):
-        r, c = divmod(k, cols)
-        cx, cy = (c + 0.5) * width / cols, (r + 0.5) * height / rows
-        out.append((_FACE5 / 112.0 - 0.5) * side + np.array([cx, cy]))
-    return out
-
-
-def synthetic_frame(width: int, height: int, fmt: PixelFormat, seed: int = 0) -> np.ndarray:
-    """A textured (not constant) raw frame in ``fmt``."""
-    from vcam.kernels.convert import from_bgr_ref
-
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    bgr = np.stack([(x * 255 // max(width - 1, 1)), (y * 255 // max(height - 1, 1)), ((x + y) % 256)], -1).astype(np.int16)
-    bgr = np.clip(bgr + rng.integers(-20, 21, bgr.shape), 0, 255).astype(np.uint8)
-    if fmt in (PixelFormat.BGR, PixelFormat.RGB):
-        return bgr if fmt is PixelFormat.BGR else bgr[..., ::-1].copy()
-    if fmt is PixelFormat.YUYV:
-        i420 = from_bgr_ref(bgr, PixelFormat.I420)
-        yy = i420[:height]
-        u = i420[height : height + height // 4].reshape(height // 2, width // 2)
-        v = i420[height + height // 4 :].reshape(height // 2, width // 2)
-        out = np.empty((height, width // 2, 4), np.uint8)
-        out[..., 0], out[..., 2] = yy[:, 0::2], yy[:, 1::2]
-        out[..., 1], out[..., 3] = np.repeat(u, 2, 0), np.repeat(v, 2, 0)
-        return out.reshape(height, width, 2)
-    return from_bgr_ref(bgr, fmt)
-
-
-class FixedTracker:
-    """Bench tracker: runs the detector on one region per face every frame (real work and readback)
-    and returns the same ``n`` tracks, so each configuration swaps exactly ``n`` faces."""
-
-    def __init__(self, detector: Any, faces: list[np.ndarray]) -> None:
-        self.detector = detector
-        self.last_full_scan = False
-        self.tracks = []
-        rects = []
-        for i, lm in enumerate(faces):
-            x1, y1 = lm.min(0) - 20
-            x2, y2 = lm.max(0) + 20
-            self.tracks.append(
-                Track(id=i, box=np.array([x1, y1, x2, y2], np.float32), landmarks=lm.astype(np.float32), score=1.0)
-            )
-            side = 2.0 * max(x2 - x1, y2 - y1)
-            rects.append([(x1 + x2 - side) / 2, (y1 + y2 - side) / 2, side])
-        self.rects = np.array(rects, dtype=np.float64)
-
-    def update(self, frame: Any, seq: int, t: float | None = None) -> list[Track]:
-        self.last_detections = self.detector.detect_regions(frame, self.rects)
-        return self.tracks
-
-    # ``[track] predict`` (what `vcam run` does on CUDA): the frame is swapped with the tracks, its
-    # detection runs after its swap on the back stream, and that detection is read at the next frame.
-    def confident(self, frame: Any, seq: int) -> bool:
-        return True
-
-    def predict(self, seq: int) -> list[Track]:
-        return self.tracks
-
-    def launch(self, frame: Any, seq: int, t: float | None = None, *, deferred: bool = False) -> Any:
-        return self.detector.launch_regions(frame, self.rects)
-
-    def complete(self, step: Any) -> list[Track]:
-        self.last_detections = step.result()
-        return self.tracks
-
-
-@dataclass
-class _Snap:
-    face: Any
-    swap_enabled: bool = True
-    version: int = 0
-    mapping: tuple = ()
-
-
-def _pct(v: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(v) * 1e3, q)) if v else float("nan")
-
-
-def _inswapper_file(model: str | None) -> Path:
-    """The swapper file the GPU bench runs: ``model``, else the full-size inswapper stand-in (the
-    real architecture, random weights), built once per machine in the user cache dir."""
-    if model:
-        return Path(model)
-    import platformdirs
-
-    from vcam.models import standin
-
-    path = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "inswapper_128.onnx"
-    if not path.is_file():
-        standin.write("inswapper_128", path, seed=0)
-    return path
-
-
-@dataclass
-class GpuRig:
-    """The bench's CUDA pipeline, built and warmed up (:func:`gpu_rig`): ``frame(seq)`` writes the
-    synthetic frame into the pipeline's next pinned host slot (the camera's write) and returns it;
-    the formats, precision and masks it was built with are kept for the report."""
-
-    pipe: Any
-    snap: Any
-    frame: Any
-    ops: Any
-    engine: Any
-    detector: Any
-    free0: int
-    in_fmt: PixelFormat
-    out_fmt: PixelFormat
-    fp16: bool
-    masks: tuple[str, ...]
-    band: bool = True
-
-    def close(self) -> None:
-        self.ops.synchronize()
-        self.engine.close()
-
-
-def gpu_rig(
-    width: int,
-    height: int,
-    faces: int,
-    *,
-    model: Path,
-    in_fmt: PixelFormat = PixelFormat.NV12,
-    out_fmt: PixelFormat = PixelFormat.I420,
-    fp16: bool = True,
-    max_faces: int | None = None,
-    compile: str = "auto",
-    masks: tuple[str, ...] = ("box", "face"),
-    predict: bool = True,
-    band: bool = True,
-) -> GpuRig:
-    """The pipeline on CUDA ops: the embedded RetinaFace and the inswapper file on the torch engine,
-    pasted with ``masks`` (shapes only: no mask model), frames moved in bands or whole (``band``,
-    ``[pipeline] band``), ten frames run through it."""
-    import cupy
-    import torch
-
-    from vcam.config import Config, PipelineConfig
-    from vcam.engines import create_engine
-    from vcam.ops.cuda import CudaOps
-    from vcam.pipeline.pipeline import Pipeline
-    from vcam.stages.detect import RetinaFaceDetector
-    from vcam.stages.mask import Masker
-    from vcam.stages.swap import NeuralSwapper, read_emap
-    from vcam.types import SourceFace
-
-    pool = cupy.get_default_memory_pool()
-    pool.free_all_blocks()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    free0 = cupy.cuda.runtime.memGetInfo()[0]
-    cfg = Config(pipeline=PipelineConfig(max_faces=max_faces or max(8, faces)))
-    mf = cfg.pipeline.max_faces
-    ops = CudaOps()
-    # The detector's precision as `vcam run --fp16` chooses it ([detect] fp16: FP32 by default).
-    det_fp16 = fp16 and cfg.detect.fp16
-    det = RetinaFaceDetector(
-        cfg.detect, cfg.track.roi_size, ops=ops, backend="torch", device="cuda", fp16=det_fp16, max_regions=mf
-    )
-    det.warmup(height, width)
-    engine = create_engine(model, backend="torch", device="cuda", fp16=fp16, max_batch=mf, compile=compile)
-    engine.wait_compiled()  # compile="auto": the built sizes load in the background; time them in use
-    sw = NeuralSwapper("inswapper_128", engine, ops=ops, max_faces=mf, emap=read_emap(model))
-    tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    masker = Masker(masks, sw.crop_size, ops=ops, max_faces=mf) if set(masks) - {"box"} else None
-    pipe = Pipeline(
-        ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=mf, timing=True, masker=masker, predict=predict,
-        band=band,
-    )  # fmt: skip
-    pipe.configure(width, height, in_fmt)
-    ops.synchronize()
-    face = SourceFace(
-        name="bench",
-        image=np.zeros((128, 128, 3), np.uint8),
-        latents={sw.name: np.random.default_rng(1).standard_normal(512).astype(np.float32)},
-    )
-    snap = _Snap(face)
-    raw = synthetic_frame(width, height, in_fmt)
-
-    def frame(seq: int) -> Frame:
-        slot = pipe.host_slot()
-        np.copyto(slot, raw.reshape(slot.shape))  # the camera's write, outside the timed region
-        return Frame(data=slot, width=width, height=height, fmt=in_fmt, t_capture=0.0, seq=seq)
-
-    for i in range(10):
-        pipe.process(frame(i), snap)
-    return GpuRig(
-        pipe=pipe, snap=snap, frame=frame, ops=ops, engine=engine, detector=det, free0=free0,
-        in_fmt=PixelFormat(in_fmt), out_fmt=PixelFormat(out_fmt), fp16=fp16, masks=tuple(masks), band=band,
-    )  # fmt: skip
+from vcam.runtime.bench_rig import (  # noqa: F401 - the rigs, re-exported for the tools
+    SIZES,
+    FixedTracker,
+    GpuRig,
+    _inswapper_file,
+    _pct,
+    _Snap,
+    bench_config,
+    gpu_rig,
+    synthetic_faces,
+    synthetic_frame,
+)
+from vcam.types import Frame, PixelFormat
 
 
 def bench_gpu(width: int, height: int, faces: int, *, frames: int = 200, **rig_options: Any) -> dict:
@@ -370,22 +176,17 @@ def bench_cpu(
     in_fmt: PixelFormat = PixelFormat.NV12,
     out_fmt: PixelFormat = PixelFormat.I420,
 ) -> dict:
-    """The pipeline on NumPy ops (onnxruntime detector on one region per face, classic swap) on the
-    same synthetic frames; the neural swapper is left out on the CPU (seconds per face)."""
-    from vcam.config import Config, PipelineConfig
-    from vcam.ops.numpy import NumpyOps
-    from vcam.pipeline.pipeline import Pipeline
-    from vcam.stages.detect import RetinaFaceDetector
-    from vcam.stages.swap import ClassicSwapper
+    """The pipeline on NumPy ops (onnxruntime detector on one region per face, classic swap), built
+    by the assembly as ``vcam run --device cpu`` builds it, on the same synthetic frames; the neural
+    swapper is left out on the CPU (seconds per face)."""
+    from vcam.runtime import assemble
     from vcam.types import SourceFace
 
-    cfg = Config(pipeline=PipelineConfig(max_faces=max(8, faces), device="cpu"))
-    ops = NumpyOps()
-    det = RetinaFaceDetector(cfg.detect, roi_size=cfg.track.roi_size, ops=ops)
-    tracker = FixedTracker(det, synthetic_faces(faces, width, height))
-    sw = ClassicSwapper(128, ops=ops, max_faces=cfg.pipeline.max_faces)
+    asm = assemble.build(bench_config(device="cpu", swapper="classic", max_faces=max(8, faces)))
+    tracker = FixedTracker(asm.detector, synthetic_faces(faces, width, height))
+    sw = asm.swapper
     face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
-    pipe = Pipeline(ops=ops, tracker=tracker, swapper=sw, out_fmt=out_fmt, max_faces=cfg.pipeline.max_faces)
+    pipe = asm.make_pipeline(out_fmt, tracker=tracker, predict=False)
     raw = synthetic_frame(width, height, in_fmt)
     snap = _Snap(face)
     lat, stages = [], {}
@@ -482,7 +283,7 @@ def bench_masks(width: int, height: int, faces: list[int], *, frames: int = 200,
     from vcam.kernels import paste as blend
     from vcam.models import standin
     from vcam.ops.cuda import CudaOps
-    from vcam.stages.mask import create_masker
+    from vcam.runtime.roles import build_masker
 
     ops = CudaOps()
     models = Path(tempfile.mkdtemp(prefix="vcam-bench-masks-"))
@@ -497,7 +298,7 @@ def bench_masks(width: int, height: int, faces: list[int], *, frames: int = 200,
             mask=build({"mask": {"types": list(types)}}).mask,
             pipeline=build({"pipeline": {"max_faces": max(8, *faces), "fp16": fp16}}).pipeline,
         )
-        masker = create_masker(cfg, 128, ops=ops, device="cuda")
+        masker = build_masker(cfg, 128, ops=ops, device="cuda")
         for n in faces:
             lms = np.stack(synthetic_faces(n, width, height))
             mats = np.stack([align.estimate(lm, "arcface_128", 128) for lm in lms])

@@ -126,9 +126,9 @@ def check_cameras() -> list[CheckItem]:
 def model_status(cfg: Config, name: str) -> tuple[bool, str, str]:
     """(ok, detail, fix) for registry model ``name`` and the files it needs, as on disk now."""
     from vcam.models import registry
-    from vcam.models.download import ModelStore
+    from vcam.runtime.roles import model_store
 
-    store = ModelStore.from_config(cfg, progress=False)
+    store = model_store(cfg, progress=False)
     parts, missing = [], []
     for need in registry.requirements(name) or [name]:
         st = store.state(need)

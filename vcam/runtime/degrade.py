@@ -40,7 +40,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-STAGES = ("upscale", "enhancer", "occlusion", "region")
+from vcam.types import OPTIONAL_STAGES
+
+STAGES = OPTIONAL_STAGES
 MAX_BACKOFF = 8.0
 _EVAL_EVERY = 0.1  # seconds between decisions (a decision reads the window; frames come faster)
 
@@ -60,16 +62,11 @@ class Change:
 
 
 def available_stages(cfg: Any) -> set[str]:
-    """The optional stages a :class:`vcam.config.Config` turns on (what the Degrader may turn off)."""
-    out = set()
-    if getattr(cfg.upscale, "model", ""):
-        out.add("upscale")
-    if getattr(cfg.swap, "enhancer", ""):
-        out.add("enhancer")
-    for kind in ("occlusion", "region"):
-        if kind in cfg.mask.types:
-            out.add(kind)
-    return out
+    """The optional stages a :class:`vcam.config.Config` turns on (what the Degrader may turn off;
+    :func:`vcam.runtime.roles.optional_stages`)."""
+    from vcam.runtime.roles import optional_stages
+
+    return optional_stages(cfg)
 
 
 class Degrader:

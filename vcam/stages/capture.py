@@ -40,15 +40,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from vcam import devices
-from vcam.config import CaptureConfig
 from vcam.errors import InputError, VcamError
 from vcam.stages.decode import CorruptFrame
 from vcam.types import Frame, PixelFormat
+
+if TYPE_CHECKING:  # the [capture] section, read by its fields: no run-time dependency on the config
+    from vcam.config import CaptureConfig
 
 log = logging.getLogger(__name__)
 

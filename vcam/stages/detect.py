@@ -836,18 +836,19 @@ def detector_requirements(name: str) -> list[str]:
 
 
 def make_detector(
-    cfg: Any,
+    params: DetectConfig,
     *,
+    roi_size: int = 160,
     store: Any | None = None,
     ops: Any = None,
     device: str = "cpu",
-    backend: str | None = None,
-    fp16: bool | None = None,
-    max_regions: int | None = None,
+    backend: str = "auto",
+    fp16: bool = False,
+    max_regions: int = 8,
 ) -> FaceDetector:
-    """The face detector ``cfg.detect.model`` names, on ``backend`` (default ``cfg.pipeline.backend``)
-    for ``device`` with ``ops``: the embedded RetinaFace, or a registry detector (verified,
-    downloaded when ``store`` allows).
+    """The face detector ``params.model`` names (``params``: its ``[detect]`` thresholds), on
+    ``backend`` for ``device`` with ``ops``: the embedded RetinaFace, or a registry detector
+    (verified in ``store``, downloaded when it allows; a registry detector needs one).
 
     Raises ConfigError for a model that is not a detector, ModelError for an unknown or missing one,
     EngineUnavailable when no backend can run it on ``device``.
@@ -855,24 +856,18 @@ def make_detector(
     from vcam.engines import create_engine
     from vcam.models import registry
 
-    name = cfg.detect.model
-    backend = backend or cfg.pipeline.backend
-    fp16 = (cfg.pipeline.fp16 and cfg.detect.fp16) if fp16 is None else fp16
-    regions = max_regions or cfg.pipeline.max_faces
+    name = params.model
+    regions = max_regions
     detector_requirements(name)
     spec = registry.get(name)
     family = detector_family(spec)
     if spec.file is None:  # the embedded RetinaFace
-        return RetinaFaceDetector(
-            cfg.detect, cfg.track.roi_size, ops=ops, backend=backend, device=device, fp16=fp16, max_regions=regions
-        )
+        return RetinaFaceDetector(params, roi_size, ops=ops, backend=backend, device=device, fp16=fp16, max_regions=regions)
     if store is None:
-        from vcam.models.download import ModelStore
-
-        store = ModelStore.from_config(cfg)
+        raise ModelError(f"the detector {name} needs a model store", hint="pass store=ModelStore(models_dir)")
     path = store.ensure([name])[name]
     if family == "retinaface":
         engine = embedded_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions)
     else:
         engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions)
-    return DETECTOR_CLASSES[family](engine, spec, cfg.detect, roi_size=cfg.track.roi_size, ops=ops)
+    return DETECTOR_CLASSES[family](engine, spec, params, roi_size=roi_size, ops=ops)

@@ -153,10 +153,6 @@ class FaceBank:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
 
-    @classmethod
-    def from_config(cls, cfg) -> FaceBank:
-        return cls(cfg.faces_dir)
-
     # -- queries ---------------------------------------------------------------------------------
     def _folder(self, name: str) -> Path:
         return self.root / name

@@ -157,19 +157,22 @@ class Landmarker:
 
 def create_landmarker(
     name: str,
-    cfg: Any,
     *,
-    store: Any = None,
+    store: Any,
     ops: Any = None,
     device: str = "cpu",
-    backend: str | None = None,
+    backend: str = "auto",
+    fp16: bool = False,
+    max_faces: int = 8,
     download: bool | None = None,
 ) -> Landmarker:
-    """Build the landmarker ``name`` (verified; downloaded when allowed) on ``device``."""
+    """Build the landmarker ``name`` (verified in ``store``; downloaded when allowed) on ``device``."""
     from vcam.models import open_engine
 
-    spec, engine = open_engine(name, "landmarker", cfg, store=store, device=device, backend=backend, download=download)
-    return Landmarker(spec, engine, ops=ops, max_faces=cfg.pipeline.max_faces)
+    spec, engine = open_engine(
+        name, "landmarker", store=store, device=device, backend=backend, fp16=fp16, max_batch=max_faces, download=download
+    )
+    return Landmarker(spec, engine, ops=ops, max_faces=max_faces)
 
 
 __all__ = ["BOX_SIDE", "Landmarker", "box_crops", "create_landmarker"]

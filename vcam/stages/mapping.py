@@ -100,8 +100,11 @@ def _no_recogniser() -> ConfigError:
     )
 
 
-def load_mappings(cfg: Any, state: RuntimeState, *, detector: Any, recogniser: Any, swapper: Any) -> None:
-    """Load every ``[swap] map`` entry into ``state``: its target (with ``recogniser``'s embedding)
+def load_mappings(
+    entries: Any, faces_dir: Path | str, state: RuntimeState, *, detector: Any, recogniser: Any, swapper: Any
+) -> None:
+    """Load every ``[swap] map`` entry (``entries``: dicts with ``target`` and ``source``; names of
+    the face bank at ``faces_dir``) into ``state``: its target (with ``recogniser``'s embedding)
     and its source (prepared for ``swapper``; a bank name already loaded in ``state`` is reused, so
     call this after :func:`vcam.runtime.assemble.load_faces`). With a recogniser, ``state`` also learns to
     load targets later, so ``vcam ctl map`` works at runtime; without one, runtime mapping answers
@@ -113,12 +116,12 @@ def load_mappings(cfg: Any, state: RuntimeState, *, detector: Any, recogniser: A
     """
     from vcam.stages.faces import FaceBank, load_face_arg
 
-    entries = list(cfg.swap.map or [])
+    entries = list(entries or [])
     if recogniser is None:
         if entries:
             raise _no_recogniser()
         return
-    faces_dir = Path(cfg.faces_dir)
+    faces_dir = Path(faces_dir)
 
     def target_loader(arg: str) -> SourceFace:
         return load_target(arg, faces_dir=faces_dir, detector=detector, recogniser=recogniser)

@@ -311,35 +311,39 @@ def region_bits(regions: Sequence[str]) -> int:
     return bits
 
 
-def create_masker(cfg: Any, crop_size: int, *, ops: Any, store: Any = None, device: str = "cpu") -> Masker:
-    """The mask stage for ``cfg.mask`` (models verified and, if allowed, downloaded; engines on ``device``)."""
-    from vcam.models import open_engine
-
-    mc = cfg.mask
-    types = list(mc.types)
-
-    def engine(name: str, kind: str) -> tuple[Any, Any]:
-        return open_engine(name, kind, cfg, store=store, device=device)
-
-    occluder = parser = landmarker = None
-    if "occlusion" in types:
-        occluder = _ModelMask(*engine(mc.occluder, "occluder"), ops, cfg.pipeline.max_faces)
-    if "region" in types:
-        parser = _ModelMask(*engine(mc.parser, "parser"), ops, cfg.pipeline.max_faces, classes=region_bits(mc.regions))
-    if mc.landmarker and ("face" in types or "mouth" in types):
-        from vcam.stages.landmark import create_landmarker
-
-        landmarker = create_landmarker(mc.landmarker, cfg, store=store, ops=ops, device=device)
+def create_masker(
+    types: Sequence[str],
+    crop_size: int,
+    *,
+    ops: Any,
+    max_faces: int = 8,
+    occluder: tuple[Any, Any] | None = None,
+    parser: tuple[Any, Any] | None = None,
+    regions: Sequence[str] = (),
+    landmarker: Any = None,
+    face_scale: float = 1.0,
+    mouth_scale: float = 1.0,
+    feather: float = 0.0,
+) -> Masker:
+    """The mask stage of ``types``: ``occluder``/``parser``: the (spec, engine) of the occlusion and
+    region models, opened by the caller (:mod:`vcam.runtime.roles`); ``regions``: the parser's face
+    regions kept; ``landmarker``: a :class:`~vcam.stages.landmark.Landmarker` for the face and mouth
+    shapes."""
+    types = list(types)
+    occ = _ModelMask(*occluder, ops, max_faces) if "occlusion" in types and occluder is not None else None
+    par = None
+    if "region" in types and parser is not None:
+        par = _ModelMask(*parser, ops, max_faces, classes=region_bits(regions))
     return Masker(
         types,
         crop_size,
         ops=ops,
-        max_faces=cfg.pipeline.max_faces,
-        face_scale=mc.face_scale,
-        mouth_scale=mc.mouth_scale,
-        feather=mc.face_feather,
-        occluder=occluder,
-        parser=parser,
+        max_faces=max_faces,
+        face_scale=face_scale,
+        mouth_scale=mouth_scale,
+        feather=feather,
+        occluder=occ,
+        parser=par,
         landmarker=landmarker,
     )
 

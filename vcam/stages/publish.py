@@ -24,15 +24,17 @@ import os
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from vcam import devices
-from vcam.config import OutputConfig
 from vcam.errors import OutputError
 from vcam.kernels.convert import frame_shape, from_bgr_ref
 from vcam.types import PixelFormat
+
+if TYPE_CHECKING:  # the [output] section, read by its fields: no run-time dependency on the config
+    from vcam.config import OutputConfig
 
 log = logging.getLogger(__name__)
 

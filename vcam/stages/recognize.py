@@ -112,32 +112,29 @@ class ArcFaceRecogniser:
 
 
 def create_recogniser(
-    cfg: Any,
     *,
+    store: Any,
     name: str = DEFAULT_RECOGNISER,
-    store: Any = None,
     device: str = "cpu",
-    backend: str | None = None,
+    backend: str = "auto",
+    fp16: bool = False,
+    max_batch: int = 8,
     download: bool | None = None,
 ) -> ArcFaceRecogniser:
-    """Build the recogniser ``name`` from the models dir of ``cfg`` (verified; downloaded if allowed).
+    """Build the recogniser ``name`` from ``store`` (verified; downloaded if allowed).
 
     It runs once per face switch and once per new track, never per frame, so it runs wherever it
     can: on ``device`` with ``backend`` when that works, else on onnxruntime on the CPU, with one
     log line saying why. A model file that cannot be read still raises ModelError.
     """
-    from vcam.models.download import ModelStore
-
-    store = store or ModelStore.from_config(cfg)
     path = store.ensure([name], download=download)[name]
-    backend = backend or cfg.pipeline.backend
     try:
-        engine = create_engine(path, backend=backend, device=device, fp16=cfg.pipeline.fp16, max_batch=cfg.pipeline.max_faces)
+        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=max_batch)
     except EngineUnavailable as exc:
         if (backend, device) == ("onnxruntime", "cpu"):
             raise
         log.info("recogniser %s falls back to onnxruntime on the CPU: %s", name, exc.message)
-        engine = create_engine(path, backend="onnxruntime", device="cpu", max_batch=cfg.pipeline.max_faces)
+        engine = create_engine(path, backend="onnxruntime", device="cpu", max_batch=max_batch)
         engine.skipped = [f"{backend} on {device}: {exc.message}"]
     return ArcFaceRecogniser(engine, name)
 

@@ -624,25 +624,24 @@ class NeuralSwapper(_Base):
 
 def create_swapper(
     name: str,
-    cfg: Any,
     *,
-    store: Any = None,
+    store: Any,
     ops: Any = None,
     mask: Any = None,
     device: str = "cpu",
-    backend: str | None = None,
-    fp16: bool | None = None,
+    backend: str = "auto",
+    fp16: bool = False,
     download: bool | None = None,
-    max_faces: int | None = None,
+    max_faces: int = 8,
+    compile: str = "auto",
 ) -> NeuralSwapper:
-    """Build the registry swapper ``name`` (and its converter) from ``cfg``'s models dir on ``device``.
+    """Build the registry swapper ``name`` (and its converter) from ``store`` on ``device``.
 
     Files are verified (and downloaded when allowed). The converter runs once per face switch, so it
-    stays on onnxruntime on the CPU. ``max_faces``: rows per call (default ``[pipeline] max_faces``;
-    more when several streams share the swapper).
+    stays on onnxruntime on the CPU. ``max_faces``: rows per call (more when several streams share
+    the swapper). ``compile``: ``[pipeline] compile``.
     """
     from vcam.engines import create_engine
-    from vcam.models.download import ModelStore
 
     spec = registry.get(name)
     if spec.kind != "swapper":
@@ -650,24 +649,21 @@ def create_swapper(
             f"{name} is a {spec.kind}, not a swapper",
             hint="choose one of: " + ", ".join(m.name for m in registry.by_kind("swapper")),
         )
-    store = store or ModelStore.from_config(cfg)
     wanted = [name] + ([spec.converter] if spec.converter else [])
     paths = store.ensure(wanted, download=download)
     engine = create_engine(
         paths[name],
-        backend=backend or cfg.pipeline.backend,
+        backend=backend,
         device=device,
-        fp16=cfg.pipeline.fp16 if fp16 is None else fp16,
-        max_batch=max_faces or cfg.pipeline.max_faces,
-        compile=cfg.pipeline.compile,
+        fp16=fp16,
+        max_batch=max_faces,
+        compile=compile,
     )
     emap = read_emap(paths[name]) if spec.source == "emap" else None
     converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
     if "NON-COMMERCIAL" in spec.licence.upper():
         log.warning("%s: %s", name, spec.licence)
-    return NeuralSwapper(
-        spec, engine, ops=ops, mask=mask, max_faces=max_faces or cfg.pipeline.max_faces, emap=emap, converter=converter
-    )
+    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter)
 
 
 __all__ = [

@@ -231,27 +231,29 @@ class FrameEnhancer:
 
 
 def create_frame_enhancer(
-    cfg: Any,
+    name: str,
     *,
-    store: Any = None,
+    store: Any,
     ops: Any = None,
     device: str = "cpu",
-    backend: str | None = None,
+    backend: str = "auto",
+    fp16: bool = False,
+    tile: int = 256,
+    overlap: int = 32,
+    batch: int = 4,
     download: bool | None = None,
 ) -> FrameEnhancer:
-    """The frame enhancer of ``cfg.upscale`` (model verified, downloaded when allowed) on ``device``:
-    the engine in the pipeline's precision (``cfg.pipeline.fp16``) with ``cfg.upscale.batch`` tiles
-    a call."""
+    """The frame enhancer ``name`` (model verified in ``store``, downloaded when allowed) on
+    ``device``: the engine in precision ``fp16`` with ``batch`` tiles of ``tile`` pixels
+    (``overlap`` shared) a call."""
     from vcam.models import open_engine
 
-    name = cfg.upscale.model
     if not name:
         raise ConfigError("the frame enhancer is off ([upscale] model = '')", hint="set [upscale] model, e.g. real_esrgan_x2")
-    up = cfg.upscale
     spec, engine = open_engine(
-        name, "upscaler", cfg, store=store, device=device, backend=backend, download=download, max_batch=up.batch
+        name, "upscaler", store=store, device=device, backend=backend, fp16=fp16, max_batch=batch, download=download
     )
-    return FrameEnhancer(spec, engine, ops=ops, tile=up.tile, overlap=up.overlap, batch=up.batch)
+    return FrameEnhancer(spec, engine, ops=ops, tile=tile, overlap=overlap, batch=batch)
 
 
 __all__ = [

@@ -1,0 +1,327 @@
+"""The stream rounds: what the daemon's frame loop does with the frames of its streams.
+
+One round, in named phases (each a method of :class:`Rounds`):
+
+    gather   the newest frame of every stream that has one (waiting at most ``[pipeline]
+             batch_deadline`` for the others); while idle, each pipeline settles its pending detection
+    submit   per frame ``Pipeline.begin`` (up to the aligned faces), the faces of all of them through
+             the swapper in one batch, per frame ``Pipeline.finish`` (its detection left for later)
+    collect  per frame ``Pipeline.collect`` (wait for the output), pace, publish or drop it when over
+             the stream's budget, feed the degrader, then ``Pipeline.launch_detection``
+
+:meth:`Rounds.submit` returns a :class:`Round` (the frames in flight); :meth:`Rounds.collect` takes
+it. The daemon submits round k+1 before it collects round k where the ops run work beside the host
+(CUDA), so the next frames' upload and detection overlap this round's swap and download.
+
+Measuring tools pass a :data:`RoundHook`: it is called with a :class:`Mark` at every phase boundary
+of every frame (``gathered``, ``begun``, ``swapped``, ``finished``, ``collected``, then ``published``
+or ``dropped``), so nothing needs to be patched to time the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from vcam.config import Config
+from vcam.errors import VcamError
+from vcam.state import RuntimeState
+from vcam.status import LiveStats, RunSummary
+from vcam.types import Frame, FrameStats
+
+if TYPE_CHECKING:
+    from vcam.pipeline.pipeline import Pipeline, Work
+    from vcam.runtime.degrade import Degrader
+    from vcam.stages.capture import CaptureThread, Delivery, Source
+    from vcam.stages.decode import JpegDecoder
+    from vcam.stages.publish import Output
+    from vcam.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+Phase = Literal["gathered", "begun", "swapped", "finished", "collected", "published", "dropped"]
+PHASES: tuple[Phase, ...] = ("gathered", "begun", "swapped", "finished", "collected", "published", "dropped")
+
+
+@dataclass
+class Stream:
+    """One input/output pair of the daemon: its source, capture thread, pipeline and output, its
+    own state, summary and live statistics. Filled in at start-up (:mod:`vcam.runtime.startup`)."""
+
+    name: str
+    cfg: Config
+    state: RuntimeState
+    summary: RunSummary = field(default_factory=RunSummary)
+    source: Source | None = None
+    output: Output | None = None
+    cap: CaptureThread | None = None
+    pipeline: Pipeline | None = None
+    delivery: Delivery | None = None
+    live: LiveStats | None = None
+    decoder: JpegDecoder | None = None  # the MJPG decoder of its capture thread, if the source sends MJPG
+    stage: Callable[[Frame], Frame] | None = None  # what its capture thread does to each frame
+    target: Callable[[], Any] | None = None  # the buffer its capture thread reads the next frame into
+    last_pub: float = 0.0
+    done: bool = False  # its source ended (or failed): no more frames
+
+    @property
+    def budget(self) -> float:
+        """The latency budget in seconds (0: every frame is published, for lossless delivery)."""
+        lossless = self.delivery is not None and self.delivery.lossless
+        return 0.0 if lossless else float(self.cfg.pipeline.max_latency)
+
+    def frame_budget(self) -> float:
+        """The budget a frame must fit: the latency budget, or the frame interval where that is 0
+        (the source's rate, else ``[capture] fps``). The degrader and the frame enhancer both use it."""
+        fps = (self.source.fps if self.source is not None else 0.0) or self.cfg.capture.fps
+        return self.budget or 1.0 / max(float(fps), 1.0)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One phase boundary of one frame: ``phase``, the ``stream``, the frame's ``seq``, ``t``
+    (``time.perf_counter()``), its capture time, and its stats once collected."""
+
+    phase: Phase
+    stream: Stream
+    seq: int
+    t: float
+    t_capture: float = 0.0
+    stats: FrameStats | None = None
+
+
+#: Called at every phase boundary (see the module docstring); it runs on the frame loop: keep it short.
+RoundHook = Callable[[Mark], None]
+
+
+@dataclass
+class Round:
+    """The frames of one submitted round, by stream: ``(stream, slot)`` for :meth:`Rounds.collect`."""
+
+    slots: list[tuple[Stream, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.slots)
+
+
+class Rounds:
+    """Runs the rounds of ``streams`` over the shared ``swapper`` (see the module docstring).
+
+    ``stages_on``: the optional stages on/off, shared by every pipeline (the degrader changes it).
+    ``should_exit``: asked while waiting; ``exit_requested``: called when a preview window is closed.
+    """
+
+    def __init__(
+        self,
+        streams: list[Stream],
+        *,
+        swapper: Any,
+        batch_deadline: float,
+        wake: threading.Event,
+        should_exit: Callable[[], bool],
+        exit_requested: Callable[[], None],
+        stages_on: dict[str, bool],
+        degrader: Degrader | None = None,
+        telemetry: Telemetry | None = None,
+        hook: RoundHook | None = None,
+    ) -> None:
+        self.streams = streams
+        self.swapper = swapper
+        self.batch_deadline = float(batch_deadline)
+        self.wake = wake
+        self.should_exit = should_exit
+        self.exit_requested = exit_requested
+        self.stages_on = stages_on
+        self.degrader = degrader
+        self.telemetry = telemetry
+        self.hook = hook
+
+    def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
+        if self.hook is not None:
+            self.hook(Mark(phase, st, seq, time.perf_counter(), t_capture, stats))
+
+    # -- gather -----------------------------------------------------------------------------------
+    def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Frame]]:
+        """The newest frame of each stream that has one: waits up to ``timeout`` for the first, then
+        at most the batch deadline for the other running streams whose next frame is due within it
+        (:meth:`CaptureThread.expects_by <vcam.stages.capture.CaptureThread.expects_by>`). A stream
+        whose source ended is marked done; one whose source failed too (one error line), unless it
+        is the only stream, whose error stops the daemon. With ``settle`` (models loaded), the time
+        spent waiting applies the detections still pending (:meth:`Pipeline.settle`)."""
+        ready: list[tuple[Stream, Frame]] = []
+        taken: set[str] = set()
+
+        def wants(st: Stream) -> bool:
+            return not st.done and st.name not in taken and (max_frames is None or st.summary.frames_in < max_frames)
+
+        t0 = time.perf_counter()
+        first_at: float | None = None
+        deadline = self.batch_deadline
+        while not self.should_exit():
+            self.wake.clear()
+            for st in self.streams:
+                if not wants(st):
+                    continue
+                cap = _cap(st)
+                try:
+                    frame = cap.get(timeout=0)
+                except VcamError as exc:
+                    if len(self.streams) == 1:
+                        raise
+                    log.error("stream %s stopped: %s", st.name, exc)
+                    st.summary.error = str(exc)
+                    st.done = True
+                    continue
+                if frame is not None:
+                    ready.append((st, frame))
+                    taken.add(st.name)
+                    self._mark("gathered", st, frame.seq, frame.t_capture)
+                elif cap.finished:
+                    st.done = True
+            now = time.perf_counter()
+            if ready:
+                first_at = first_at if first_at is not None else now
+                # wait only for the streams whose next frame is due before the deadline (a camera
+                # out of phase with the others, or stalled, is not waited for at all)
+                waiting = any(wants(st) and _cap(st).expects_by(first_at + deadline, now) for st in self.streams)
+                if not waiting or now - first_at >= deadline:
+                    break
+                self.wake.wait(first_at + deadline - now)
+            else:
+                if not any(wants(st) for st in self.streams) or now - t0 >= timeout:
+                    break
+                # Idle: apply the detections still pending (each stream's last predicted frame) now,
+                # not at the next frame; until they have all arrived, look again every 0.5 ms.
+                settled = not settle or all([_pipe(st).settle() for st in self.streams])  # each, every time
+                self.wake.wait(t0 + timeout - now if settled else min(t0 + timeout - now, 0.0005))
+        return ready
+
+    # -- submit -----------------------------------------------------------------------------------
+    def submit(self, ready: list[tuple[Stream, Frame]]) -> Round:
+        """One frame of each ready stream: the stages up to the aligned faces per stream, the faces of
+        all of them through the swapper in one batch (chunks of the swapper's capacity), the rest
+        per stream. The returned round goes to :meth:`collect`."""
+        works: list[tuple[Stream, Work]] = []
+        for st, frame in ready:
+            _live(st).frame_in(frame.t_capture)
+            works.append((st, _pipe(st).begin(frame, st.state.snapshot())))
+            self._mark("begun", st, frame.seq, frame.t_capture)
+        swapper = self.swapper
+        out = Round()
+        for chunk in _chunks(works, swapper.max_faces):
+            faced = [w for _, w in chunk if w.n]
+            crops: Any = None
+            mask: Any = None
+            if faced:
+                crops, mask = swapper.swap_batch([(w.img, w.mats) for w in faced], _row_sources(faced))
+            for st, w in chunk:
+                self._mark("swapped", st, w.stats.seq, w.stats.t_capture)
+            lo = 0
+            for st, w in chunk:
+                hi = lo + w.n
+                rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask  # per-face masks, or one shared
+                slot = _pipe(st).finish(w, crops[lo:hi] if w.n else None, rows, detect_now=False)
+                out.slots.append((st, slot))
+                self._mark("finished", st, w.stats.seq, w.stats.t_capture)
+                lo = hi
+        return out
+
+    # -- collect ----------------------------------------------------------------------------------
+    def collect(self, rnd: Round) -> None:
+        """Wait for each stream's output of a submitted round, then pace, drop if over the stream's
+        budget, publish (frames of a stream are published in order: rounds are collected in order).
+        Then the stream's predicted frame's detection is queued (left by :meth:`submit`): after the
+        publish, so its host time is not in the frame's latency."""
+        for st, slot in rnd.slots:
+            pipe = _pipe(st)
+            data, stats = pipe.collect(slot)
+            self._mark("collected", st, stats.seq, stats.t_capture, stats)
+            self.publish(st, data, stats)
+            pipe.launch_detection()
+        rnd.slots.clear()
+
+    def run(self, ready: list[tuple[Stream, Frame]]) -> None:
+        """One round without overlap: :meth:`submit` then :meth:`collect`."""
+        self.collect(self.submit(ready))
+
+    def publish(self, st: Stream, data: Any, stats: FrameStats) -> None:
+        """Pace to ``[output] fps``, drop the frame when it is over the stream's budget, else send it."""
+        live, output = _live(st), st.output
+        assert output is not None
+        live.processed(stats)
+        if st.cfg.output.fps:
+            wait = st.last_pub + 1.0 / st.cfg.output.fps - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+        budget = st.budget
+        now = time.perf_counter()
+        if budget > 0 and now - stats.t_capture > budget:
+            live.dropped_late()
+            self._mark("dropped", st, stats.seq, stats.t_capture, stats)
+            self.degrade(st, now, now - stats.t_capture, True)
+            return
+        output.send(data)
+        if getattr(output, "user_closed", False):  # preview window closed by the user
+            self.exit_requested()
+        st.last_pub = time.perf_counter()
+        live.published(stats.t_capture, st.last_pub)
+        self._mark("published", st, stats.seq, stats.t_capture, stats)
+        self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, False)
+
+    def degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
+        """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""
+        degrader = self.degrader
+        if degrader is None or not degrader.enabled or st.summary.frames_in <= 3:
+            return  # the first frames pay for warm-ups: not load
+        sample = self.telemetry.latest() if self.telemetry is not None else None
+        throttled = bool(sample is not None and sample.forced_slowdown)
+        change = degrader.observe(now, frame_time=frame_time, budget=st.frame_budget(), dropped=dropped, throttled=throttled)
+        if change is not None:
+            log.warning("%s", change.line())
+            self.stages_on[change.stage] = change.on
+
+
+def _pipe(st: Stream) -> Pipeline:
+    assert st.pipeline is not None, f"stream {st.name} has no pipeline yet"
+    return st.pipeline
+
+
+def _cap(st: Stream) -> CaptureThread:
+    assert st.cap is not None, f"stream {st.name} has no capture thread yet"
+    return st.cap
+
+
+def _live(st: Stream) -> LiveStats:
+    assert st.live is not None, f"stream {st.name} is not running yet"
+    return st.live
+
+
+def _chunks(works: list[tuple[Stream, Work]], capacity: int) -> list[list[tuple[Stream, Work]]]:
+    """Consecutive groups of ``(stream, work)`` whose faces fit ``capacity`` rows (a frame's faces
+    are never split)."""
+    out: list[list[tuple[Stream, Work]]] = [[]]
+    rows = 0
+    for item in works:
+        n = item[1].n
+        if out[-1] and rows + n > capacity:
+            out.append([])
+            rows = 0
+        out[-1].append(item)
+        rows += n
+    return out
+
+
+def _row_sources(works: list[Work]) -> Any:
+    """The swapper's ``faces`` for the rows of ``works``: the one face when every row has the same
+    (the swapper then uploads nothing per frame), else one per row."""
+    rows: list[Any] = []
+    for w in works:
+        rows.extend([w.sources] * w.n if not isinstance(w.sources, (list, tuple)) else w.sources)
+    return rows[0] if rows and all(f is rows[0] for f in rows) else rows
+
+
+__all__ = ["Mark", "PHASES", "Phase", "Round", "RoundHook", "Rounds", "Stream"]

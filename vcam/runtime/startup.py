@@ -1,0 +1,318 @@
+"""The daemon's start-up: sources, models (:mod:`vcam.runtime.assemble`), faces, outputs, capture
+threads, telemetry and control, in that order.
+
+With early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
+open first and each stream's newest camera frame is published (pixelated by default) while the
+models load in a thread; the capture threads then get their stream's own stage (:func:`capture_stage`:
+the MJPG decode and the pinned staging of the GPU path).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vcam.config import Config
+from vcam.errors import VcamError
+from vcam.status import LiveStats, process_age
+from vcam.types import Frame, PixelFormat
+
+if TYPE_CHECKING:
+    from vcam.runtime.daemon import Daemon
+    from vcam.runtime.rounds import Stream
+
+log = logging.getLogger(__name__)
+
+
+def start(d: Daemon, max_frames: int | None = None) -> None:
+    """Open the sources, load the models, open the outputs, start capture, telemetry and control."""
+    from vcam.stages import capture, publish
+
+    check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d._sources], d._outputs)
+    for st in d.streams:
+        given_output = st.name in d._outputs
+        if not given_output:
+            publish.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
+        st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
+        st.source = d._sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
+        d._components.append(st.source)
+    if early_frames(d):
+        for st in d.streams:
+            assert st.source is not None
+            open_output(d, st, st.source.width, st.source.height)
+        start_capture(d, early=True)
+        if not load_while_passing_through(d):
+            return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
+        for st in d.streams:
+            assert st.cap is not None
+            st.cap.stage, st.cap.target = st.stage, st.target
+    else:
+        load(d)
+        if d.assembly is None:
+            return  # stopped while loading
+        start_capture(d, early=False)
+    start_telemetry(d)
+    start_control(d)
+
+
+def early_frames(d: Daemon) -> bool:
+    """Publish the camera (pixelated, or as it is) while the models load: on for live runs (a
+    camera, paced input), off when any stream keeps every frame (a file conversion must be swapped
+    throughout) or has a frame enhancer (its output size is known only once it is loaded)."""
+    if d.cfg.pipeline.early_frames == "off":
+        return False
+    return all(st.delivery is not None and not st.delivery.lossless and not st.cfg.upscale.model for st in d.streams)
+
+
+def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
+    from vcam.stages import publish
+
+    output = d._outputs.get(st.name)
+    if output is None:
+        assert st.delivery is not None and st.source is not None
+        # Live input: stamp file frames by wall clock (plays at real speed even with drops);
+        # lossless input: by frame count, so the file keeps the input's rate and every frame.
+        timing = "frames" if st.delivery.lossless else "wall"
+        fps = st.cfg.output.fps or st.source.fps or d.cfg.capture.fps
+        output = publish.open_output(st.cfg.output, width, height, fps, file_timing=timing)
+    d._components.append(output)
+    st.output = output
+
+
+def load(d: Daemon) -> None:
+    """The models, the faces, each stream's output (opened here unless early frames opened it) and
+    pipeline (built with its output format, budget and degradability), every buffer and CUDA graph
+    warmed up."""
+    from vcam.runtime import assemble
+
+    cfg = d.cfg
+    first = d.streams[0]
+    assert first.source is not None
+    asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps)
+    if d.should_exit:  # stopped while loading in the background (early frames): go no further
+        return
+    d.assembly = asm
+    for st in d.streams:
+        st.summary.device = asm.device
+        st.summary.models = asm.describe()
+    log.info("models: %s", d.summary.models)
+    if not d.state.names:
+        watcher = assemble.load_faces(
+            asm,
+            d.state,
+            demo_input=first.cfg.capture.input == "demo",
+            source=first.cfg.swap.source,
+            others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
+        )
+        watcher.start()
+        d._components.append(watcher)
+    else:  # faces given with the state (tests, embedding): every stream gets them
+        assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
+    for st in d.streams:
+        src = st.source
+        assert src is not None and st.delivery is not None
+        if st.output is None:
+            open_output(d, st, *asm.frame_size(src.width, src.height))
+        assert st.output is not None
+        live = not st.delivery.lossless
+        st.pipeline = asm.make_pipeline(
+            st.output.fmt,
+            src.width,
+            src.height,
+            # MJPG is decoded in the capture thread (vcam.stages.decode): the pipeline gets BGR frames.
+            PixelFormat.BGR if src.fmt == PixelFormat.MJPEG else src.fmt,
+            timing=d.timing,
+            degradable=live,
+            upscale_budget=st.frame_budget() if live and cfg.upscale.drop_first else 0.0,
+        )
+        st.stage = capture_stage(d, st)  # the decoder is built here too, off the frame loop
+        st.live = LiveStats(st.summary)
+
+
+def start_capture(d: Daemon, early: bool) -> None:
+    """One capture thread per stream. Early (models still loading): an MJPG frame is decoded on the
+    CPU there; the stream's own stage (:func:`capture_stage`) is set once the models are loaded."""
+    from vcam.stages import capture
+    from vcam.stages.decode import CpuJpegDecoder
+
+    for st in d.streams:
+        assert st.source is not None and st.delivery is not None
+        name = "vcam-capture" if len(d.streams) == 1 else f"vcam-capture-{st.name}"
+        stage: Callable[[Frame], Frame | None] | None
+        if early:
+            stage = CpuJpegDecoder().decode if st.source.fmt == PixelFormat.MJPEG else None
+        else:
+            stage = st.stage
+        target = None if early else st.target
+        st.cap = capture.CaptureThread(
+            st.source, lossless=st.delivery.lossless, name=name, wake=d._wake, stage=stage, target=target
+        )
+        st.cap.start()
+        d._components.insert(0, st.cap)
+
+
+def load_while_passing_through(d: Daemon) -> bool:
+    """:func:`load` in a thread while this one publishes each stream's newest frame, pixelated
+    (``early_frames = "pixelate"``) or as it is (``"camera"``), converted on the CPU, so a video
+    call sees the camera within a second of the start. Those frames are counted in
+    ``early_frames``, not in ``frames_in``/``frames_out``. False when a stop was requested before
+    the models were loaded (the loading thread is left to finish on its own)."""
+    from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
+
+    pixelated = d.cfg.pipeline.early_frames == "pixelate"
+    failure: list[BaseException] = []
+
+    def loading() -> None:
+        try:
+            load(d)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the starting thread
+            failure.append(exc)
+        finally:
+            d._wake.set()
+
+    loader = threading.Thread(target=loading, name="vcam-load", daemon=True)
+    t0 = time.perf_counter()
+    loader.start()
+    while loader.is_alive() and not d.should_exit:
+        for st, frame in d.rounds.gather(None, timeout=0.05):
+            if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
+                break
+            assert st.output is not None
+            bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
+            st.output.send(from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt))
+            s = st.summary
+            if s.first_frame_s is None:
+                s.first_frame_s = process_age()
+            s.early_frames += 1
+    if loader.is_alive():  # a stop request: do not keep a Ctrl-C waiting for the models
+        log.info("stopped before the models were loaded")
+        return False
+    loader.join()
+    if failure:
+        raise failure[0]
+    passed = sum(st.summary.early_frames for st in d.streams)
+    log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
+    return True
+
+
+def capture_stage(d: Daemon, st: Stream) -> Callable[[Frame], Frame] | None:
+    """What the capture thread does to each frame before handing it over: an MJPG frame is decoded
+    (:mod:`vcam.stages.decode`: on the GPU into device memory, or on the CPU); a frame on the host is
+    put in pinned staging on the GPU path: read into it by the source where it can (``st.target``),
+    else copied."""
+    from vcam.kernels.convert import frame_shape
+    from vcam.stages.decode import open_decoder
+
+    assert d.assembly is not None and st.source is not None
+    ops, src = d.assembly.ops, st.source
+    fmt = src.fmt
+    decoder = None
+    if fmt == PixelFormat.MJPEG:
+        decoder = st.decoder = open_decoder(st.cfg.capture.decode, ops)
+        log.info("%s: MJPG decoded on the %s", st.name, "GPU (nvJPEG)" if decoder.device == "cuda" else "CPU")
+        if decoder.device == "cuda":
+            return decoder.decode
+        fmt = PixelFormat.BGR
+    staging = ops.staging(frame_shape(fmt, src.width, src.height))
+    if staging is not None:
+        d._components.append(staging)  # its copy threads stop with the daemon
+    if decoder is None:
+        st.target = staging.claim if staging is not None else None
+        return staging.stage if staging is not None else None
+    if staging is None:
+        return decoder.decode
+    decode, stage = decoder.decode, staging.stage
+    return lambda frame: stage(decode(frame))
+
+
+def start_telemetry(d: Daemon) -> None:
+    """The GPU sampler (NVML, off the frame loop) and the degrader (one for the shared GPU: its
+    changes apply to every stream). A run where every stream converts a file (every frame kept)
+    never degrades."""
+    from vcam.runtime.degrade import Degrader, available_stages
+    from vcam.telemetry import open_telemetry
+
+    assert d.assembly is not None
+    cfg = d.cfg
+    d.telemetry = open_telemetry(cfg.telemetry, d.assembly.device, gpu_index=0)
+    if d.telemetry is not None:
+        d._components.append(d.telemetry)
+    lossless = all(st.delivery is not None and st.delivery.lossless for st in d.streams)
+    available = available_stages(cfg)
+    d.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
+
+
+def start_control(d: Daemon) -> None:
+    """The local control socket and, when on, one OBS controller per stream."""
+    if not d._control:
+        return
+    from vcam.control.local import ControlServer
+
+    states = {st.name: st.state for st in d.streams}
+    try:
+        srv = ControlServer(d.cfg.socket_path, d.state, streams=states if len(states) > 1 else None)
+        srv.start()
+        d._components.append(srv)
+    except VcamError as exc:
+        log.warning("local control disabled: %s", exc)
+    if d.cfg.obs.enabled:
+        from vcam.control.obs import ObsController
+
+        for st in d.streams:
+            several = len(d.streams) > 1
+            obs = ObsController(d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None)
+            obs.start()
+            d._components.append(obs)
+
+
+def pixelate(bgr: np.ndarray, blocks: int = 24) -> np.ndarray:
+    """``bgr`` in ``blocks`` coarse blocks across (square blocks): the scene's colours and movement,
+    no recognisable face (the early frames' default)."""
+    import cv2
+
+    h, w = bgr.shape[:2]
+    bw = max(1, min(blocks, w))
+    bh = max(1, min(h, round(bw * h / w)))
+    small = cv2.resize(bgr, (bw, bh), interpolation=cv2.INTER_AREA)
+    return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST)
+
+
+def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, object] | None = None) -> None:
+    """ConfigError when two streams would open the same camera, write the same file or publish to
+    the same virtual camera (``given_outputs``: streams whose output is given, not opened)."""
+    from vcam.errors import ConfigError
+    from vcam.stages.capture import parse_webcam_index
+    from vcam.stages.publish import file_target
+
+    seen: dict[tuple[str, str], str] = {}
+    for name, cfg in streams:
+        keys = []
+        cam = parse_webcam_index(cfg.capture.input or "")
+        if cam is not None:
+            keys.append(("camera", f"webcam:{cam}"))
+        if name not in (given_outputs or {}):
+            target = (cfg.output.target or "").strip()
+            path = file_target(target)
+            if path is not None:
+                keys.append(("file", str(path.expanduser().resolve())))
+            elif target.lower() == "vcam":
+                keys.append(("virtual camera", cfg.output.device_name))
+        for key in keys:
+            other = seen.setdefault(key, name)
+            if other != name:
+                what, value = key
+                hint = {
+                    "camera": "give each stream its own camera (`vcam devices` lists them)",
+                    "file": "give each stream its own output file",
+                    "virtual camera": "give each stream its own virtual camera: output = 'vcam:LABEL' with another "
+                    "v4l2loopback label",
+                }[what]
+                raise ConfigError(f"streams {other} and {name} both use the {what} {value!r}", hint=hint)
+
+
+__all__ = ["check_streams", "pixelate", "start"]
