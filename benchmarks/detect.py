@@ -27,10 +27,11 @@ from benchmarks import write_report
 from vcam.config import Config, DetectConfig, TrackConfig
 from vcam.ops import make_ops
 from vcam.pipeline.pipeline import Pipeline
+from vcam.runtime.roles import stage_params
 from vcam.stages.demo import face_box, faces_scene, gradient, portrait
-from vcam.stages.detect import RetinaFaceDetector
+from vcam.stages.detect import DetectParams, RetinaFaceDetector
 from vcam.stages.swap import SolidSwapper
-from vcam.stages.track import Tracker
+from vcam.stages.track import Tracker, TrackParams
 from vcam.state import Snapshot
 from vcam.types import Frame, PixelFormat, SourceFace
 
@@ -53,9 +54,16 @@ def _scenes(frames: int):
 
 def _run(device: str, detect: DetectConfig, track: TrackConfig, frames: int) -> dict:
     ops = make_ops(device)
-    det = RetinaFaceDetector(detect, track.roi_size, ops=ops, device=ops.device, max_regions=16)
+    params = stage_params(DetectParams, detect)
+    det = RetinaFaceDetector(params, track.roi_size, ops=ops, device=ops.device, max_regions=16)
     det.warmup(H, W)
-    pipe = Pipeline(ops=ops, tracker=Tracker(det, track, 8), swapper=SolidSwapper(ops=ops), out_fmt=PixelFormat.BGR, timing=True)
+    pipe = Pipeline(
+        ops=ops,
+        tracker=Tracker(det, stage_params(TrackParams, track), 8),
+        swapper=SolidSwapper(ops=ops),
+        out_fmt=PixelFormat.BGR,
+        timing=True,
+    )
     snap = Snapshot(face=SourceFace(name="x", image=np.zeros((128, 128, 3), np.uint8)), swap_enabled=True, version=0)
     small_hits, wall, track_ms, scans = [], [], [], 0
     for i, (frame, centres) in enumerate(_scenes(frames)):

@@ -486,13 +486,12 @@ def test_daemon_follows_obs_hotkeys_and_custom_events(obs_server, scene, client,
 def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from vcam.config import DetectConfig
-    from vcam.stages.detect import RetinaFaceDetector
+    from vcam.stages.detect import DetectParams, RetinaFaceDetector
     from vcam.stages.faces import FaceBank
 
     faces_dir = tmp_path / "faces"
     bank = FaceBank(faces_dir)
-    det = RetinaFaceDetector(DetectConfig(score=0.5))
+    det = RetinaFaceDetector(DetectParams(score=0.5))
     for photo in ("astronaut.jpg", "grace_hopper.jpg"):
         bank.add(Path(vcam.__file__).parent / "assets" / photo, detector=det)
     names = bank.names()
@@ -834,12 +833,11 @@ def test_status_text_names_mappings_and_nan_guard_counts(controller, client):
 def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from vcam.config import DetectConfig
-    from vcam.stages.detect import RetinaFaceDetector
+    from vcam.stages.detect import DetectParams, RetinaFaceDetector
     from vcam.stages.faces import FaceBank
 
     faces_dir = tmp_path / "faces"
-    det = RetinaFaceDetector(DetectConfig(score=0.5))
+    det = RetinaFaceDetector(DetectParams(score=0.5))
     FaceBank(faces_dir).add(Path(vcam.__file__).parent / "assets" / "grace_hopper.jpg", "grace", detector=det)
     monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
     cfg_file = tmp_path / "config.toml"

@@ -343,7 +343,7 @@ def _two_cameras(deadline: str):
     srcs = {}
     for st in daemon.streams:
         srcs[st.name] = Queued()
-        st.cap = CaptureThread(srcs[st.name], wake=daemon._wake).start()
+        st.cap = CaptureThread(srcs[st.name], wake=daemon.wake).start()
     calls = {"b": 0}
     get_b = daemon.streams[1].cap.get
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vcam.config import DetectConfig
 from vcam.errors import FaceError, InputError
 from vcam.stages.demo import DemoClip, compose, face_box, gradient, placement, portrait, transform_box
-from vcam.stages.detect import RetinaFaceDetector, box_iou
+from vcam.stages.detect import DetectParams, RetinaFaceDetector, box_iou
 
 
 @pytest.fixture(scope="module")
 def detector():
-    return RetinaFaceDetector(DetectConfig(), roi_size=160)
+    return RetinaFaceDetector(DetectParams(), roi_size=160)
 
 
 @pytest.mark.parametrize("name, shape", [("astronaut", (384, 384, 3)), ("grace_hopper", (600, 512, 3))])

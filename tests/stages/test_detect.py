@@ -7,21 +7,20 @@ import numpy as np
 import pytest
 from conftest import CountingEngine, ScriptedEngine, need_torch
 
-from vcam.config import DetectConfig
 from vcam.errors import InputError, ModelError
 from vcam.stages.demo import compose, face_box, placement, portrait
-from vcam.stages.detect import Detector, RetinaFaceDetector, TopCandidates, box_iou, nms, priors
+from vcam.stages.detect import Detector, DetectParams, RetinaFaceDetector, TopCandidates, box_iou, nms, priors
 
 
 @pytest.fixture(scope="module")
 def detector():
-    return RetinaFaceDetector(DetectConfig(), roi_size=160)
+    return RetinaFaceDetector(DetectParams(), roi_size=160)
 
 
 @pytest.fixture(scope="module")
 def counting(detector):
     """Full scans at 1280 (a 720p frame at its own resolution), regions at 160, calls recorded."""
-    return RetinaFaceDetector(DetectConfig(size=1280), roi_size=160, engine=CountingEngine(detector.engine))
+    return RetinaFaceDetector(DetectParams(size=1280), roi_size=160, engine=CountingEngine(detector.engine))
 
 
 def _plausible(det) -> None:
@@ -96,7 +95,7 @@ def test_regions_in_one_batched_call_agree_with_the_full_scan(counting):
 
 
 def test_full_scan_feeds_only_the_rows_that_cover_the_frame(counting):
-    det = RetinaFaceDetector(DetectConfig(size=640), engine=counting.engine)
+    det = RetinaFaceDetector(DetectParams(size=640), engine=counting.engine)
     counting.engine.calls.clear()
     det.detect(np.zeros((720, 1280, 3), np.uint8))
     det.detect(np.zeros((360, 640, 3), np.uint8))
@@ -210,7 +209,7 @@ def test_decoding_maps_a_prior_back_to_frame_pixels_exactly():
         loc[:, k] = (1.0, -0.5, np.log(1.5) / 0.2, 0.0)  # shift +0.1*32 px in x, -0.05*32 in y; w *1.5
         lmk[:, k] = np.arange(10) / 10.0
 
-    det = RetinaFaceDetector(DetectConfig(score=0.5, min_face=1), roi_size=160, engine=scripted(fill))
+    det = RetinaFaceDetector(DetectParams(score=0.5, min_face=1), roi_size=160, engine=scripted(fill))
     frame = np.zeros((400, 600, 3), np.uint8)
     rects = np.array([[100.0, 50.0, 320.0], [-40.0, 10.0, 80.0]])
     out = det.detect_regions(frame, rects)
@@ -239,7 +238,7 @@ def test_score_min_face_and_nms_filters():
         conf[:, 3] = (0.2, 0.8)  # same size one cell to the right: IoU 0.6 > 0.4 with it -> merged
         conf[:, 4] = (0.1, 0.9)  # 16 px box -> 32 px in the frame: dropped by min_face 40
 
-    det = RetinaFaceDetector(DetectConfig(score=0.6, nms_iou=0.4, min_face=40), roi_size=160, engine=scripted(fill))
+    det = RetinaFaceDetector(DetectParams(score=0.6, nms_iou=0.4, min_face=40), roi_size=160, engine=scripted(fill))
     out = det.detect_regions(np.zeros((320, 320, 3), np.uint8), np.array([[0.0, 0.0, 320.0]]))[0]
     assert len(out) == 1
     assert out[0].score == pytest.approx(0.8)

@@ -16,7 +16,7 @@ from conftest import ScriptedEngine, demo_run, need_torch
 from typer.testing import CliRunner
 
 from vcam.cli import app
-from vcam.config import Config, DetectConfig
+from vcam.config import Config
 from vcam.errors import ConfigError, ModelError
 from vcam.kernels.detect import detector_input_ref
 from vcam.models import registry, standin
@@ -24,6 +24,7 @@ from vcam.models.download import ModelStore
 from vcam.runtime.roles import build as build_role
 from vcam.stages.detect import (
     Detector,
+    DetectParams,
     ScrfdDetector,
     YoloFaceDetector,
     YunetDetector,
@@ -32,7 +33,7 @@ from vcam.stages.detect import (
 from vcam.types import Detection
 
 STRIDES = (8, 16, 32)
-CFG = DetectConfig(score=0.5, nms_iou=0.4, min_face=10)
+CFG = DetectParams(score=0.5, nms_iou=0.4, min_face=10)
 
 # Two faces in frame pixels: box x1, y1, x2, y2 and 5 landmarks (eyes, nose, mouth corners).
 FACE_A = (
@@ -342,7 +343,7 @@ def test_yunet_decoding_agrees_with_opencvs_own_decoder(tmp_path):
         pytest.skip("this OpenCV has no FaceDetectorYN")
     path = standin.write("yunet_2023_mar", tmp_path, tiny=True, seed=5)
     frame = np.random.default_rng(3).integers(0, 256, (640, 640, 3), dtype=np.uint8)
-    cfg = DetectConfig(model="yunet_2023_mar", score=0.5, nms_iou=0.3, min_face=1)
+    cfg = DetectParams(model="yunet_2023_mar", score=0.5, nms_iou=0.3, min_face=1)
     oracle = cv2.FaceDetectorYN.create(str(path), "", (640, 640), cfg.score, cfg.nms_iou, 5000)
     _, faces = oracle.detect(frame)
     faces = np.zeros((0, 15), np.float32) if faces is None else faces

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vcam.config import DetectConfig, TrackConfig
 from vcam.stages.demo import DemoClip, compose, face_box, placement, portrait, transform_box
-from vcam.stages.detect import RetinaFaceDetector, box_iou
-from vcam.stages.track import OneEuroFilter, Tracker, associate
+from vcam.stages.detect import DetectParams, RetinaFaceDetector, box_iou
+from vcam.stages.track import OneEuroFilter, Tracker, TrackParams, associate
 
 
 class CountingDetector:
@@ -44,7 +43,7 @@ class CountingDetector:
 
 @pytest.fixture(scope="module")
 def detector():
-    return RetinaFaceDetector(DetectConfig(), roi_size=TrackConfig().roi_size)
+    return RetinaFaceDetector(DetectParams(), roi_size=160)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +63,7 @@ def _best_iou(tracks, gt) -> float:
 
 @pytest.mark.parametrize("width, height, frames", [(640, 360, 180), (1280, 720, 120)])
 def test_steady_clip_one_id_accurate_boxes_and_few_full_scans(detector, grace, width, height, frames):
-    cfg = TrackConfig()
+    cfg = TrackParams()
     clip = DemoClip(width, height, fps=30.0, seconds=frames / 30.0, detector=detector)
     tracker = Tracker(detector, cfg, max_faces=4)
     img, _, lm0 = grace
@@ -102,7 +101,7 @@ def _leave_and_return(frame_no: int, back: int):
 def test_face_that_leaves_and_returns_is_reacquired_within_three_frames(detector, grace, back):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    cfg = TrackConfig()
+    cfg = TrackParams()
     counting = CountingDetector(detector)
     tracker = Tracker(counting, cfg, max_faces=4)
     width, height = 640, 360
@@ -133,7 +132,7 @@ def test_face_that_leaves_and_returns_is_reacquired_within_three_frames(detector
 
 def test_empty_frames_are_scanned_every_other_frame(detector):
     counting = CountingDetector(detector)
-    tracker = Tracker(counting, TrackConfig(), max_faces=2)
+    tracker = Tracker(counting, TrackParams(), max_faces=2)
     blank = np.full((360, 640, 3), 100, np.uint8)
     scanned = []
     for i in range(10):
@@ -148,7 +147,7 @@ def test_static_face_jitter_is_smoothed(detector, grace):
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
     base = compose((640, 360), [(img, placement(anchor, (320, 180), 0.6, 0.0))], (90, 90, 90)).astype(np.float32)
     rng = np.random.default_rng(7)
-    tracker = Tracker(detector, TrackConfig(), max_faces=2)
+    tracker = Tracker(detector, TrackParams(), max_faces=2)
     raw, smooth = [], []
     for i in range(60):
         noisy = np.clip(base + 6.0 * rng.standard_normal(base.shape, dtype=np.float32) + 0.5, 0, 255).astype(np.uint8)
@@ -164,7 +163,7 @@ def test_static_face_jitter_is_smoothed(detector, grace):
 def test_moving_face_is_followed_with_little_lag(detector, grace):
     img, fb, lm0 = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    tracker = Tracker(detector, TrackConfig(), max_faces=2)
+    tracker = Tracker(detector, TrackParams(), max_faces=2)
     lag, err = [], []
     for i in range(50):
         m = placement(anchor, (150 + 6 * i, 180), 0.6, 0.0)  # 180 px/s at 30 fps
@@ -199,7 +198,7 @@ def _faces(detector, sizes, width=1280, height=720):
 def test_ten_faces_are_tracked_through_one_batched_region_call(detector):
     frame, truth = _faces(detector, [90.0] * 10)
     counting = CountingDetector(detector)
-    tracker = Tracker(counting, TrackConfig(rolling=0), max_faces=10)  # the rolling search off: regions only
+    tracker = Tracker(counting, TrackParams(rolling=0), max_faces=10)  # the rolling search off: regions only
     first = tracker.update(frame, 0)
     assert len(first) == 10
     ids = {t.id for t in first}
@@ -216,7 +215,7 @@ def test_ten_faces_are_tracked_through_one_batched_region_call(detector):
 def test_max_faces_keeps_the_largest(detector):
     sizes = [70.0, 130.0, 80.0, 120.0, 90.0, 110.0]
     frame, truth = _faces(detector, sizes)
-    tracker = Tracker(detector, TrackConfig(), max_faces=3)
+    tracker = Tracker(detector, TrackParams(), max_faces=3)
     for i in range(3):
         tracks = tracker.update(frame, i)
     assert len(tracks) == 3
@@ -227,7 +226,7 @@ def test_max_faces_keeps_the_largest(detector):
 def test_track_objects_persist_per_id(detector, grace):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    tracker = Tracker(detector, TrackConfig(), max_faces=1)
+    tracker = Tracker(detector, TrackParams(), max_faces=1)
     frames = [compose((640, 360), [(img, placement(anchor, (300 + 4 * i, 180), 0.6, 0.0))], (90, 90, 90)) for i in range(3)]
     (a,) = tracker.update(frames[0], 0)
     a.similarity = 0.8
@@ -242,7 +241,7 @@ def test_track_objects_persist_per_id(detector, grace):
 def test_a_face_too_small_for_the_full_scan_stays_tracked(detector, grace):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    tracker = Tracker(detector, TrackConfig(rescan_every=10), max_faces=2)
+    tracker = Tracker(detector, TrackParams(rescan_every=10), max_faces=2)
     for i in range(70):
         px = max(26.0, 100.0 - 1.5 * i)  # zooms out to a 26 px face (13 px at the 640 scan input)
         m = placement(anchor, (640, 360), px / float(fb[2] - fb[0]), 0.0)
@@ -259,7 +258,7 @@ def test_new_size_or_restarted_source_starts_over(detector, grace):
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
     small = compose((640, 360), [(img, placement(anchor, (320, 180), 0.6, 0.0))], (90, 90, 90))
     large = compose((1280, 720), [(img, placement(anchor, (900, 400), 1.0, 0.0))], (90, 90, 90))
-    tracker = Tracker(detector, TrackConfig(), max_faces=2)
+    tracker = Tracker(detector, TrackParams(), max_faces=2)
     assert [t.id for t in tracker.update(small, 0)] == [1]
     assert [t.id for t in tracker.update(small, 1)] == [1] and not tracker.last_full_scan
     assert [t.id for t in tracker.update(large, 2)] == [2] and tracker.last_full_scan
@@ -316,7 +315,7 @@ def test_rolling_search_covers_the_frame_every_rolling_frames_at_a_bounded_cost(
     centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
     frame = compose((W, H), [(img, placement(centre, (600, 500), 200.0 / (box[2] - box[0]), 0.0))])
     counting = CountingDetector(detector)
-    cfg = TrackConfig(rescan_every=30, rolling=5)
+    cfg = TrackParams(rescan_every=30, rolling=5)
     tracker = Tracker(counting, cfg, max_faces=4)
     tiles = detector.tiles(H, W)
     per_frame_tiles = int(np.ceil(len(tiles) / (cfg.rolling - 1)))
@@ -359,7 +358,7 @@ def test_predicted_tracks_follow_a_moving_face(detector, grace):
     as close to the truth as the waited-for ones, and far closer than the last frame's."""
     img, fb, lm0 = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    tracker = Tracker(detector, TrackConfig(), max_faces=2)
+    tracker = Tracker(detector, TrackParams(), max_faces=2)
     state: dict = {}
     err, stale, ids, last = [], [], set(), None
     for i in range(50):
@@ -385,7 +384,7 @@ def test_a_face_lost_while_predicted_waits_for_the_next_frames_detection(detecto
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
     counting = CountingDetector(detector)
-    cfg = TrackConfig()
+    cfg = TrackParams()
     tracker = Tracker(counting, cfg, max_faces=2)
     face = compose((640, 360), [(img, placement(anchor, (320, 180), 0.6, 0.0))], (90, 90, 90))
     blank = np.full_like(face, 90)
@@ -409,7 +408,7 @@ def test_a_face_lost_while_predicted_waits_for_the_next_frames_detection(detecto
 def test_prediction_needs_the_same_source(detector, grace):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
-    tracker = Tracker(detector, TrackConfig(), max_faces=2)
+    tracker = Tracker(detector, TrackParams(), max_faces=2)
     face = compose((640, 360), [(img, placement(anchor, (320, 180), 0.6, 0.0))], (90, 90, 90))
     assert not tracker.confident(face, 0)  # nothing tracked yet
     tracker.update(face, 5)

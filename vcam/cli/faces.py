@@ -67,9 +67,10 @@ def faces_add(
 
     try:
         cfg = _config(ctx)
-        from vcam.stages.detect import RetinaFaceDetector
+        from vcam.runtime.roles import stage_params
+        from vcam.stages.detect import DetectParams, RetinaFaceDetector
 
-        detector = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
+        detector = RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
         recogniser = None
         try:  # the embedding is cached now when the recogniser is already on disk
             from vcam.runtime.roles import build as build_role

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
 from vcam.runtime import roles as _roles
+from vcam.runtime.roles import stage_params
 from vcam.state import RuntimeState
 from vcam.types import PixelFormat
 
@@ -171,9 +172,11 @@ class Assembly:
         given = tracker
         tracker, assigner = self.tracker, self.assigner
         if self._pipelines:
-            from vcam.stages.track import Tracker
+            from vcam.stages.track import Tracker, TrackParams
 
-            tracker = Tracker(self.detector, self.cfg.track, max_faces=self.cfg.pipeline.max_faces, fps=self.fps)
+            tracker = Tracker(
+                self.detector, stage_params(TrackParams, self.cfg.track), max_faces=self.cfg.pipeline.max_faces, fps=self.fps
+            )
             if assigner is not None:
                 from vcam.stages.mapping import Assigner
 
@@ -235,9 +238,9 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     from vcam.models import registry
     from vcam.ops import make_ops
     from vcam.pipeline.pipeline import select_all, select_largest
-    from vcam.stages.detect import EMBEDDED_DETECTOR, RetinaFaceDetector, detector_requirements
+    from vcam.stages.detect import EMBEDDED_DETECTOR, DetectParams, RetinaFaceDetector, detector_requirements
     from vcam.stages.swap import BUILT_IN
-    from vcam.stages.track import Tracker
+    from vcam.stages.track import Tracker, TrackParams
 
     device, why = resolve_device(cfg)
     if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
@@ -262,14 +265,13 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
     # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
     box = "box" in cfg.mask.types
-    mask = ops.asarray(
-        blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, tuple(cfg.mask.box_padding) if box else (0, 0, 0, 0))
-    )
+    top, right, bottom, left = cfg.mask.box_padding if box else (0.0, 0.0, 0.0, 0.0)
+    mask = ops.asarray(blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, (top, right, bottom, left)))
     detector = _roles.build("detector", cfg, store=store, ops=ops, device=device)
     photo_detector = (
         detector
         if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
-        else RetinaFaceDetector(cfg.detect, cfg.track.roi_size, backend="onnxruntime")
+        else RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
     )
     recogniser = _roles.build("recogniser", cfg, store=store, device=device) if "recogniser" in names else None
     swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
@@ -292,7 +294,7 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
                 hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
             )
 
-    tracker = Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces, fps=fps)
+    tracker = Tracker(detector, stage_params(TrackParams, cfg.track), max_faces=cfg.pipeline.max_faces, fps=fps)
     if cfg.swap.faces == "reference":
         face_filter = _reference_filter(cfg, photo_detector, recogniser)
     else:

@@ -234,14 +234,13 @@ def bench_naive_cpu(
     """The naive CPU loop: full-frame detection every frame, then per face a warp, the classic swap and
     a float blend of the whole frame with a full-frame warped mask (what the peers do)."""
 
-    from vcam.config import Config
     from vcam.kernels import convert
     from vcam.kernels import paste as blend
     from vcam.stages.detect import RetinaFaceDetector
     from vcam.stages.swap import ClassicSwapper
     from vcam.types import SourceFace
 
-    det = RetinaFaceDetector(Config().detect)
+    det = RetinaFaceDetector()
     sw = ClassicSwapper(128)
     face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
     raw = synthetic_frame(width, height, in_fmt)

@@ -90,7 +90,7 @@ class Daemon:
         self.state = state or RuntimeState()
         self._on_status = on_status
         self._on_stream_status = on_stream_status
-        self._control = control
+        self.control_on = control
         self.timing = timing
         self.should_exit = False
         self.force_exit = False
@@ -100,23 +100,23 @@ class Daemon:
         ]
         self.summary = self.streams[0].summary
         first = self.streams[0].name
-        self._outputs = dict(outputs or {})
-        self._sources = dict(sources or {})
+        self.given_outputs = dict(outputs or {})
+        self.given_sources = dict(sources or {})
         if output is not None:
-            self._outputs[first] = output
+            self.given_outputs[first] = output
         if source is not None:
-            self._sources[first] = source
+            self.given_sources[first] = source
         self.ready = threading.Event()
         self.assembly: Assembly | None = None
-        self._components: list[Any] = []
-        self._wake = threading.Event()
+        self.components: list[Any] = []
+        self.wake = threading.Event()
         self.telemetry: Telemetry | None = None  # when NVML is there
         self.degrader: Degrader | None = None  # set at start-up
         self.rounds = Rounds(
             self.streams,
             swapper=None,  # the assembly's, once loaded
             batch_deadline=float(cfg.pipeline.batch_deadline),
-            wake=self._wake,
+            wake=self.wake,
             should_exit=lambda: self.should_exit,
             exit_requested=self.request_stop,
             stages_on={},
@@ -163,13 +163,13 @@ class Daemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.should_exit = True
-        self._wake.set()
+        self.wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
     def request_stop(self) -> None:
         self.should_exit = True
-        self._wake.set()
+        self.wake.set()
 
     def install_signal_handlers(self) -> Callable[[], None]:
         """SIGINT/SIGTERM -> :meth:`handle_exit` (main thread only); returns a function that restores
@@ -190,7 +190,7 @@ class Daemon:
             log.warning("forced exit")
             raise SystemExit(130)
         self.should_exit = True
-        self._wake.set()
+        self.wake.set()
 
     def run(self, *, max_frames: int | None = None, duration: float | None = None) -> RunSummary:
         """Start up, run the loop until a limit, the end of the input or a stop request, shut down.
@@ -284,7 +284,7 @@ class Daemon:
         once all are closed, otherwise it is logged as one line."""
         # Order: capture threads first (stop reading), then the sources, the outputs, control.
         first: VcamError | None = None
-        for comp in self._components:
+        for comp in self.components:
             fn = getattr(comp, "stop", None) or getattr(comp, "close", None)
             if fn is None:
                 continue
@@ -297,7 +297,7 @@ class Daemon:
                     log.error("%s", exc)
             except Exception:  # a bug in a component: shutdown still finishes the others
                 log.exception("error while closing %s", type(comp).__name__)
-        self._components.clear()
+        self.components.clear()
         if first is not None:
             raise first
 

@@ -10,11 +10,20 @@ config); :func:`fp16` is the one FP16 decision; :func:`model_names` says which r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from vcam.config import Config
 from vcam.types import OPTIONAL_STAGES
+
+P = TypeVar("P")
+
+
+def stage_params(kind: type[P], section: object) -> P:
+    """A stage's parameter dataclass (``kind``, e.g. :class:`~vcam.stages.detect.DetectParams`)
+    filled from the config section that documents the same fields (``cfg.detect``)."""
+    return kind(**{f.name: getattr(section, f.name) for f in fields(kind)})  # type: ignore[arg-type]
+
 
 #: Most faces one swapper call takes when several streams share it.
 MAX_BATCH = 32
@@ -144,9 +153,9 @@ def build(
     if role == "detector":
         from dataclasses import replace
 
-        from vcam.stages.detect import make_detector
+        from vcam.stages.detect import DetectParams, make_detector
 
-        params = cfg.detect if name == cfg.detect.model else replace(cfg.detect, model=name)
+        params = replace(stage_params(DetectParams, cfg.detect), model=name)
         return make_detector(
             params, roi_size=cfg.track.roi_size, store=store, ops=ops, device=device, backend=backend,
             fp16=engine["fp16"], max_regions=batch,

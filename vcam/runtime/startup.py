@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -23,24 +23,48 @@ from vcam.status import LiveStats, process_age
 from vcam.types import Frame, PixelFormat
 
 if TYPE_CHECKING:
-    from vcam.runtime.daemon import Daemon
-    from vcam.runtime.rounds import Stream
+    from vcam.runtime.assemble import Assembly
+    from vcam.runtime.degrade import Degrader
+    from vcam.runtime.rounds import Rounds, Stream
+    from vcam.state import RuntimeState
+    from vcam.status import RunSummary
+    from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+
+class Daemon(Protocol):
+    """What start-up reads and fills in: :class:`vcam.runtime.daemon.Daemon` as this module sees it."""
+
+    cfg: Config
+    streams: list[Stream]
+    state: RuntimeState
+    summary: RunSummary
+    rounds: Rounds
+    timing: bool
+    should_exit: bool
+    control_on: bool
+    assembly: Assembly | None
+    telemetry: Telemetry | None
+    degrader: Degrader | None
+    components: list[Any]
+    given_outputs: dict[str, Any]
+    given_sources: dict[str, Any]
+    wake: threading.Event
 
 
 def start(d: Daemon, max_frames: int | None = None) -> None:
     """Open the sources, load the models, open the outputs, start capture, telemetry and control."""
     from vcam.stages import capture, publish
 
-    check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d._sources], d._outputs)
+    check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d.given_sources], d.given_outputs)
     for st in d.streams:
-        given_output = st.name in d._outputs
+        given_output = st.name in d.given_outputs
         if not given_output:
             publish.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
-        st.source = d._sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
-        d._components.append(st.source)
+        st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
+        d.components.append(st.source)
     if early_frames(d):
         for st in d.streams:
             assert st.source is not None
@@ -72,7 +96,7 @@ def early_frames(d: Daemon) -> bool:
 def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
     from vcam.stages import publish
 
-    output = d._outputs.get(st.name)
+    output = d.given_outputs.get(st.name)
     if output is None:
         assert st.delivery is not None and st.source is not None
         # Live input: stamp file frames by wall clock (plays at real speed even with drops);
@@ -80,7 +104,7 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
         timing = "frames" if st.delivery.lossless else "wall"
         fps = st.cfg.output.fps or st.source.fps or d.cfg.capture.fps
         output = publish.open_output(st.cfg.output, width, height, fps, file_timing=timing)
-    d._components.append(output)
+    d.components.append(output)
     st.output = output
 
 
@@ -110,7 +134,7 @@ def load(d: Daemon) -> None:
             others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
         )
         watcher.start()
-        d._components.append(watcher)
+        d.components.append(watcher)
     else:  # faces given with the state (tests, embedding): every stream gets them
         assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
     for st in d.streams:
@@ -150,10 +174,10 @@ def start_capture(d: Daemon, early: bool) -> None:
             stage = st.stage
         target = None if early else st.target
         st.cap = capture.CaptureThread(
-            st.source, lossless=st.delivery.lossless, name=name, wake=d._wake, stage=stage, target=target
+            st.source, lossless=st.delivery.lossless, name=name, wake=d.wake, stage=stage, target=target
         )
         st.cap.start()
-        d._components.insert(0, st.cap)
+        d.components.insert(0, st.cap)
 
 
 def load_while_passing_through(d: Daemon) -> bool:
@@ -173,7 +197,7 @@ def load_while_passing_through(d: Daemon) -> bool:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the starting thread
             failure.append(exc)
         finally:
-            d._wake.set()
+            d.wake.set()
 
     loader = threading.Thread(target=loading, name="vcam-load", daemon=True)
     t0 = time.perf_counter()
@@ -220,7 +244,7 @@ def capture_stage(d: Daemon, st: Stream) -> Callable[[Frame], Frame] | None:
         fmt = PixelFormat.BGR
     staging = ops.staging(frame_shape(fmt, src.width, src.height))
     if staging is not None:
-        d._components.append(staging)  # its copy threads stop with the daemon
+        d.components.append(staging)  # its copy threads stop with the daemon
     if decoder is None:
         st.target = staging.claim if staging is not None else None
         return staging.stage if staging is not None else None
@@ -241,7 +265,7 @@ def start_telemetry(d: Daemon) -> None:
     cfg = d.cfg
     d.telemetry = open_telemetry(cfg.telemetry, d.assembly.device, gpu_index=0)
     if d.telemetry is not None:
-        d._components.append(d.telemetry)
+        d.components.append(d.telemetry)
     lossless = all(st.delivery is not None and st.delivery.lossless for st in d.streams)
     available = available_stages(cfg)
     d.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
@@ -249,7 +273,7 @@ def start_telemetry(d: Daemon) -> None:
 
 def start_control(d: Daemon) -> None:
     """The local control socket and, when on, one OBS controller per stream."""
-    if not d._control:
+    if not d.control_on:
         return
     from vcam.control.local import ControlServer
 
@@ -257,7 +281,7 @@ def start_control(d: Daemon) -> None:
     try:
         srv = ControlServer(d.cfg.socket_path, d.state, streams=states if len(states) > 1 else None)
         srv.start()
-        d._components.append(srv)
+        d.components.append(srv)
     except VcamError as exc:
         log.warning("local control disabled: %s", exc)
     if d.cfg.obs.enabled:
@@ -267,7 +291,7 @@ def start_control(d: Daemon) -> None:
             several = len(d.streams) > 1
             obs = ObsController(d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None)
             obs.start()
-            d._components.append(obs)
+            d.components.append(obs)
 
 
 def pixelate(bgr: np.ndarray, blocks: int = 24) -> np.ndarray:

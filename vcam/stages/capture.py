@@ -1,7 +1,7 @@
 """Capture stage: frame sources and the capture thread.
 
 A :class:`Source` yields :class:`~vcam.types.Frame` objects; :func:`open_source` builds one from
-``CaptureConfig.input``:
+``CaptureSettings.input``:
 
 ============== ============================================================================
 ``webcam[:N]`` camera N (default 0) through OpenCV (V4L2 on Linux), MJPG at the configured size
@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -49,10 +49,28 @@ from vcam.errors import InputError, VcamError
 from vcam.stages.decode import CorruptFrame
 from vcam.types import Frame, PixelFormat
 
-if TYPE_CHECKING:  # the [capture] section, read by its fields: no run-time dependency on the config
-    from vcam.config import CaptureConfig
-
 log = logging.getLogger(__name__)
+
+
+class CaptureSettings(Protocol):
+    """What :func:`plan_delivery` and :func:`open_source` read (the config's ``[capture]`` section
+    is one; the runtime passes it, this stage never reads the config itself)."""
+
+    @property
+    def input(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def fps(self) -> float: ...
+    @property
+    def fourcc(self) -> str: ...
+    @property
+    def loop(self) -> bool: ...
+    @property
+    def pacing(self) -> str: ...
+
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".dib", ".webp", ".tif", ".tiff", ".pgm", ".ppm", ".pbm", ".pnm"}
@@ -641,7 +659,7 @@ def is_camera(spec: str) -> bool:
         return True
 
 
-def plan_delivery(cfg: CaptureConfig, output_target: str = "", max_frames: int | None = None) -> Delivery:
+def plan_delivery(cfg: CaptureSettings, output_target: str = "", max_frames: int | None = None) -> Delivery:
     """The :class:`Delivery` for ``cfg.input`` going to ``output_target`` (``[output] target``);
     ``max_frames``: a frame limit (a still image to a file writes that many frames, else one)."""
     if is_camera(cfg.input or ""):
@@ -660,7 +678,7 @@ def plan_delivery(cfg: CaptureConfig, output_target: str = "", max_frames: int |
 
 
 def open_source(
-    cfg: CaptureConfig,
+    cfg: CaptureSettings,
     *,
     delivery: Delivery | None = None,
     demo_clip_factory: Callable[..., Any] | None = None,

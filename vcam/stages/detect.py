@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vcam.config import DetectConfig
 from vcam.engines import TensorInfo
 from vcam.errors import InputError, ModelError
 from vcam.kernels import detect as regions
@@ -44,6 +44,22 @@ _HEAD_STRIDES = (8, 16, 32)
 
 #: The detector built into the package (no download); the default of ``[detect] model``.
 EMBEDDED_DETECTOR = "retinaface_mnet025"
+
+
+@dataclass(frozen=True)
+class DetectParams:
+    """What a detector reads: the model, the coarse pass's input size, the score, NMS and size
+    thresholds, and the smallest face a full scan must find. The ``[detect]`` section of the config
+    documents each and carries the same defaults (tests/runtime check that they agree)."""
+
+    model: str = EMBEDDED_DETECTOR
+    size: int = 640
+    score: float = 0.6
+    nms_iou: float = 0.4
+    min_face: int = 20
+    small_face: int = 40
+
+
 #: Candidates (after the score and size filters) that go into NMS per image, and faces kept from it.
 MAX_CANDIDATES = 2000
 MAX_FACES_PER_IMAGE = 256
@@ -197,7 +213,7 @@ def decode(
     h: int,
     w: int,
     to_frame: tuple[float, float, float],
-    cfg: DetectConfig,
+    cfg: DetectParams,
 ) -> list[Detection]:
     """RetinaFace decoding of candidates that passed the score threshold (docs/models.md), then
     min-face filter and NMS. ``pri`` (K, 4) priors, ``loc`` (K, 4), ``lmk`` (K, 10), ``scores`` (K,);
@@ -214,7 +230,7 @@ def decode(
 
 
 def _to_detections(
-    boxes: np.ndarray, pts: np.ndarray, scores: np.ndarray, to_frame: tuple[float, float, float], cfg: DetectConfig
+    boxes: np.ndarray, pts: np.ndarray, scores: np.ndarray, to_frame: tuple[float, float, float], cfg: DetectParams
 ) -> list[Detection]:
     """Boxes (K, 4) and landmarks (K, 5, 2) in model-input pixels -> frame pixels, then the min-face
     filter and NMS; Detections best first."""
@@ -286,14 +302,14 @@ def _anchors(keep: np.ndarray, per_cell: int, fw: int, stride: int) -> np.ndarra
     return np.stack([(cell % fw) * stride, (cell // fw) * stride], axis=1).astype(np.float64)
 
 
-def _stack_candidates(boxes: list, pts: list, scores: list, to_frame, cfg: DetectConfig) -> list[Detection]:
+def _stack_candidates(boxes: list, pts: list, scores: list, to_frame, cfg: DetectParams) -> list[Detection]:
     if not scores:
         return []
     return _to_detections(np.concatenate(boxes), np.concatenate(pts), np.concatenate(scores), to_frame, cfg)
 
 
 def decode_scrfd(
-    outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectConfig
+    outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectParams
 ) -> list[Detection]:
     """SCRFD / InsightFace RetinaFace 10G, one image: 9 outputs (scores (K, 1), boxes (K, 4),
     keypoints (K, 10) for strides 8, 16, 32, any order; K = 2 anchors * cells). Anchors at
@@ -315,7 +331,7 @@ def decode_scrfd(
 
 
 def decode_yunet(
-    outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectConfig
+    outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float], cfg: DetectParams
 ) -> list[Detection]:
     """YuNet, one image: 12 outputs (cls, obj (K, 1), bbox (K, 4), kps (K, 10) for strides 8, 16,
     32, any order; one anchor per cell). Score = sqrt(cls * obj) as in OpenCV's own YuNet decoder
@@ -339,7 +355,7 @@ def decode_yunet(
     return _stack_candidates(boxes, pts, scores, to_frame, cfg)
 
 
-def decode_yoloface(out: np.ndarray, to_frame: tuple[float, float, float], cfg: DetectConfig) -> list[Detection]:
+def decode_yoloface(out: np.ndarray, to_frame: tuple[float, float, float], cfg: DetectParams) -> list[Detection]:
     """YOLOv8 face, one image: (20, K) rows ``cx, cy, w, h, score, 5 x (x, y, conf)`` already in
     model-input pixels (K = 8400 at 640: 80x80 + 40x40 + 20x20 cells); (K, 20) is accepted too."""
     a = np.asarray(out)
@@ -417,13 +433,13 @@ class FaceDetector:
 
     family = ""
 
-    def __init__(self, engine: Any, spec: Any, cfg: DetectConfig | None = None, roi_size: int = 160, *, ops: Any = None) -> None:
+    def __init__(self, engine: Any, spec: Any, cfg: DetectParams | None = None, roi_size: int = 160, *, ops: Any = None) -> None:
         if ops is None:  # frames in host memory
             ops = make_ops("cpu")
         self.engine = engine
         self.spec = spec
         self.ops = ops
-        self.cfg = cfg or DetectConfig(model=spec.name)
+        self.cfg = cfg or DetectParams(model=spec.name)
         try:
             info = engine.inputs[0]
         except (AttributeError, IndexError):
@@ -670,7 +686,7 @@ class RetinaFaceDetector(FaceDetector):
 
     def __init__(
         self,
-        cfg: DetectConfig | None = None,
+        cfg: DetectParams | None = None,
         roi_size: int = 160,
         *,
         engine: Any = None,
@@ -685,7 +701,7 @@ class RetinaFaceDetector(FaceDetector):
 
         if engine is None:
             engine = embedded_engine(model, backend=backend, device=device, fp16=fp16, max_batch=max_regions)
-        super().__init__(engine, registry.get(EMBEDDED_DETECTOR), cfg or DetectConfig(), roi_size, ops=ops)
+        super().__init__(engine, registry.get(EMBEDDED_DETECTOR), cfg or DetectParams(), roi_size, ops=ops)
 
     def _priors_for(self, h: int, w: int) -> np.ndarray:
         p = self._priors.get((h, w))
@@ -836,7 +852,7 @@ def detector_requirements(name: str) -> list[str]:
 
 
 def make_detector(
-    params: DetectConfig,
+    params: DetectParams,
     *,
     roi_size: int = 160,
     store: Any | None = None,

@@ -1,9 +1,9 @@
 """Publish stage: where finished frames go.
 
-:func:`open_output` builds an :class:`Output` from ``OutputConfig.target``:
+:func:`open_output` builds an :class:`Output` from ``OutputSettings.target``:
 
 ================ =================================================================================
-``vcam``         the virtual camera (pyvirtualcam), found by its name ``OutputConfig.device_name``
+``vcam``         the virtual camera (pyvirtualcam), found by its name ``OutputSettings.device_name``
 ``file:PATH``    a video (.mp4, .mkv, .mov, .m4v; H.264 when available) written with PyAV, crash-safe
 ``window``       a preview window (OpenCV ``imshow``)
 ``null``         nothing; counts frames (benchmarks)
@@ -24,7 +24,7 @@ import os
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -33,10 +33,22 @@ from vcam.errors import OutputError
 from vcam.kernels.convert import frame_shape, from_bgr_ref
 from vcam.types import PixelFormat
 
-if TYPE_CHECKING:  # the [output] section, read by its fields: no run-time dependency on the config
-    from vcam.config import OutputConfig
-
 log = logging.getLogger(__name__)
+
+
+class OutputSettings(Protocol):
+    """What :func:`open_output` reads (the config's ``[output]`` section is one; the runtime passes
+    it, this stage never reads the config itself)."""
+
+    @property
+    def target(self) -> str: ...
+    @property
+    def device_name(self) -> str: ...
+    @property
+    def pixel_format(self) -> str: ...
+    @property
+    def fps(self) -> float: ...
+
 
 TARGET_FORMS = "vcam, file:PATH (.mp4, .mkv, .mov), window, or null"
 _VCAM_FORMATS = ("I420", "NV12", "RGB")
@@ -692,7 +704,7 @@ class WindowOutput(_OutputBase):
 
 
 def open_output(
-    cfg: OutputConfig,
+    cfg: OutputSettings,
     width: int,
     height: int,
     fps: float,

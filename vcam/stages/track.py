@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from vcam.config import TrackConfig
 from vcam.stages.detect import Detector, box_iou, merge
 from vcam.types import Detection, Track
 
@@ -41,6 +40,20 @@ _MATCH_DIST = 0.5  # or: centre distance below this fraction of the track's box 
 _DUPLICATE_IOU = 0.6  # two tracks this overlapped follow one face: the younger one goes
 _KEEP_BONUS = 1.5  # an existing track keeps its slot unless a new face is this much larger
 _VEL_GAIN = 0.6  # weight of the newest motion in the velocity estimate
+
+
+@dataclass(frozen=True)
+class TrackParams:
+    """What the tracker reads: full-scan cadence, the rolling search, ROI scale, how long a track
+    survives unseen, and the One-Euro filter. The ``[track]`` section of the config documents each
+    and carries the same defaults (tests/runtime check that they agree)."""
+
+    rescan_every: int = 30
+    rolling: int = 5
+    roi_scale: float = 2.0
+    max_missed: int = 2
+    min_cutoff: float = 1.0
+    beta: float = 0.05
 
 
 class OneEuroFilter:
@@ -189,14 +202,14 @@ class Tracker:
     """
 
     def __init__(
-        self, detector: Detector, track_cfg: TrackConfig | None = None, max_faces: int = 8, *, fps: float = 30.0
+        self, detector: Detector, track_cfg: TrackParams | None = None, max_faces: int = 8, *, fps: float = 30.0
     ) -> None:
         if max_faces < 1:
             raise ValueError(f"max_faces must be at least 1, got {max_faces}")
         if fps <= 0:
             raise ValueError(f"fps must be positive, got {fps}")
         self.detector = detector
-        self.cfg = track_cfg or TrackConfig()
+        self.cfg = track_cfg or TrackParams()
         self.max_faces = int(max_faces)
         self.fps = float(fps)
         self._next_id = 1

@@ -1,0 +1,30 @@
+"""The roles table and the stage parameters it fills from the config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from vcam.config import Config
+from vcam.runtime.roles import stage_params
+from vcam.stages.detect import DetectParams
+from vcam.stages.track import TrackParams
+
+
+@pytest.mark.parametrize(("kind", "section"), [(DetectParams, "detect"), (TrackParams, "track")])
+def test_a_stage_keeps_the_defaults_its_config_section_documents(kind, section):
+    # Both declare the defaults: the stage for callers without a config, the section for config.toml.
+    documented = getattr(Config(), section)
+    stage = kind()
+    for f in dataclasses.fields(kind):
+        assert getattr(stage, f.name) == getattr(documented, f.name), f"{kind.__name__}.{f.name}"
+
+
+def test_stage_params_copy_every_field_from_the_section():
+    cfg = Config()
+    cfg = cfg.replace(
+        detect=dataclasses.replace(cfg.detect, score=0.71, small_face=55), track=dataclasses.replace(cfg.track, rolling=9)
+    )
+    assert stage_params(DetectParams, cfg.detect) == DetectParams(score=0.71, small_face=55)
+    assert stage_params(TrackParams, cfg.track) == TrackParams(rolling=9)
