@@ -10,7 +10,7 @@ large as a camera's. Two parts, in the same run:
 - **decode**: one JPEG of that size decoded over and over, by OpenCV on the CPU (libjpeg-turbo, the
   naive baseline and the fallback) and, on CUDA, by the GPU decoder of :mod:`vcam.stages.decode` (nvJPEG,
   then the conversion to BGR into device memory), each call waited for: p50/p99 per frame;
-- **daemon**: the real daemon reading the file as a camera (:class:`vcam.stages.capture.VideoSource` with
+- **daemon**: the real daemon reading the file as a camera (:class:`vcam.stages.sources.VideoSource` with
   compressed delivery, paced at 30 fps, and flat out) to the null output, with ``[capture] decode``
   = ``cpu`` and = ``gpu``: capture-to-publish p50/p99, the clock started when the JPEG arrived,
   before its decode, and frames published per second.
@@ -41,7 +41,7 @@ def write_mjpeg(path: Path, frames: Iterable[np.ndarray], fps: int = 30, quality
     JPEG ``quality`` (None: FFmpeg's default); returns each frame's JPEG as stored."""
     import av
 
-    from vcam.stages.capture import VideoSource
+    from vcam.stages.sources import VideoSource
 
     with av.open(str(path), mode="w") as c:
         s = None

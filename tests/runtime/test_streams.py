@@ -11,6 +11,7 @@ from dataclasses import replace
 import cv2
 import numpy as np
 import pytest
+from media import Recorder
 
 from vcam.cli import app
 from vcam.config import Config, ObsConfig, build, parse_streams
@@ -18,26 +19,14 @@ from vcam.control.local import ControlServer, handle_command, send_command
 from vcam.errors import ConfigError, InputError
 from vcam.runtime.daemon import Daemon
 from vcam.stages import demo
-from vcam.stages.capture import DemoSource
-from vcam.stages.publish import FileOutput, NullOutput
+from vcam.stages.publish import FileOutput
+from vcam.stages.sources import DemoSource
 from vcam.stages.swap import ClassicSwapper
 from vcam.state import RuntimeState
 from vcam.status import status_suffix
 from vcam.types import PixelFormat
 
 W, H = 320, 240
-
-
-class Recorder(NullOutput):
-    """An output that keeps a copy of every frame it is sent."""
-
-    def __init__(self, width: int = W, height: int = H) -> None:
-        super().__init__(width, height)
-        self.got: list[np.ndarray] = []
-
-    def send(self, data) -> None:
-        super().send(data)
-        self.got.append(np.array(data, copy=True))
 
 
 @pytest.fixture(scope="module")

@@ -3,55 +3,18 @@
 from __future__ import annotations
 
 import threading
-from fractions import Fraction
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
+from media import write_clip
 
 from vcam.config import CaptureConfig
 from vcam.errors import InputError
-from vcam.stages.capture import CaptureThread, DemoSource, ImageSource, PatternSource, VideoSource, open_source, read_image
+from vcam.stages.capture import CaptureThread, open_source
+from vcam.stages.sources import DemoSource, ImageSource, PatternSource, VideoSource, read_image
 from vcam.types import Frame, PixelFormat
-
-# A palette of well-separated colours (BGR); frame i of a test clip is solid COLORS[i % len].
-COLORS = [(0, 0, 220), (0, 200, 0), (210, 0, 0), (0, 200, 200), (200, 0, 200), (200, 200, 0), (40, 40, 40), (230, 230, 230)]
-
-
-def write_clip(
-    path: Path,
-    n: int,
-    width: int = 64,
-    height: int = 48,
-    fps: int = 25,
-    *,
-    codec: str = "libx264",
-    pix_fmt: str = "yuv420p",
-    gray: bool = False,
-) -> list[np.ndarray]:
-    """Write ``n`` solid-colour frames; return what was written (BGR, or gray levels)."""
-    written = []
-    with av.open(str(path), mode="w") as c:
-        s = c.add_stream(codec, rate=fps)
-        s.width, s.height, s.pix_fmt = width, height, pix_fmt
-        for i in range(n):
-            if gray:
-                img = np.full((height, width), 20 + 25 * (i % 9), np.uint8)
-                vf = av.VideoFrame.from_ndarray(img, format="gray")
-            else:
-                img = np.empty((height, width, 3), np.uint8)
-                img[:] = COLORS[i % len(COLORS)]
-                vf = av.VideoFrame.from_ndarray(img, format="bgr24")
-            vf.pts = i
-            vf.time_base = Fraction(1, fps)
-            written.append(img)
-            for p in s.encode(vf):
-                c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
-    return written
 
 
 def drain(src, limit: int = 10_000) -> list[Frame]:

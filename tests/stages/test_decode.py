@@ -11,8 +11,7 @@ import cv2
 import numpy as np
 import pytest
 from conftest import host
-from test_capture import write_clip
-from test_streams import Recorder
+from media import Recorder, write_clip
 
 from benchmarks.mjpeg import write_mjpeg
 from vcam.config import CaptureConfig, build
@@ -20,7 +19,8 @@ from vcam.errors import DeviceError, InputError
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.startup import pixelate
 from vcam.stages import decode, demo
-from vcam.stages.capture import MAX_CORRUPT, CaptureThread, DemoSource, VideoSource, open_source
+from vcam.stages.capture import MAX_CORRUPT, CaptureThread, open_source
+from vcam.stages.sources import DemoSource, VideoSource
 from vcam.types import Frame, PixelFormat
 
 W, H, N = 320, 240, 24

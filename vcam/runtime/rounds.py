@@ -36,9 +36,10 @@ from vcam.types import Frame, FrameStats
 if TYPE_CHECKING:
     from vcam.pipeline.pipeline import Pipeline, Work
     from vcam.runtime.degrade import Degrader
-    from vcam.stages.capture import CaptureThread, Delivery, Source
+    from vcam.stages.capture import CaptureThread, Delivery
     from vcam.stages.decode import JpegDecoder
     from vcam.stages.publish import Output
+    from vcam.stages.sources import Source
     from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
