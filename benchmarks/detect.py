@@ -29,7 +29,8 @@ from vcam.ops import make_ops
 from vcam.pipeline.pipeline import Pipeline
 from vcam.runtime.roles import stage_params
 from vcam.stages.demo import face_box, faces_scene, gradient, portrait
-from vcam.stages.detect import DetectParams, RetinaFaceDetector
+from vcam.stages.detect import RetinaFaceDetector
+from vcam.stages.detections import DetectParams
 from vcam.stages.swap import SolidSwapper
 from vcam.stages.track import Tracker, TrackParams
 from vcam.state import Snapshot

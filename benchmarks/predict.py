@@ -30,7 +30,7 @@ from benchmarks.streams import _Frames, _size
 from vcam.config import build
 from vcam.runtime.assemble import build as assemble
 from vcam.runtime.assemble import load_faces
-from vcam.stages.detect import box_iou
+from vcam.stages.detections import box_iou
 from vcam.state import RuntimeState
 from vcam.types import Frame, PixelFormat
 

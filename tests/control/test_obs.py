@@ -486,7 +486,8 @@ def test_daemon_follows_obs_hotkeys_and_custom_events(obs_server, scene, client,
 def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from vcam.stages.detect import DetectParams, RetinaFaceDetector
+    from vcam.stages.detect import RetinaFaceDetector
+    from vcam.stages.detections import DetectParams
     from vcam.stages.faces import FaceBank
 
     faces_dir = tmp_path / "faces"
@@ -833,7 +834,8 @@ def test_status_text_names_mappings_and_nan_guard_counts(controller, client):
 def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from vcam.stages.detect import DetectParams, RetinaFaceDetector
+    from vcam.stages.detect import RetinaFaceDetector
+    from vcam.stages.detections import DetectParams
     from vcam.stages.faces import FaceBank
 
     faces_dir = tmp_path / "faces"

@@ -291,7 +291,7 @@ def test_cuda_parity_and_graph_replay(tiny_inswapper, retinaface_file, fp16):
     for name, o, r in zip(["loc", "conf", "landmarks"], det.run(feeds), ort_run(retinaface_file, feeds)):
         assert rel(o, r) < tol, name
     # The detector's epilogue runs inside the CUDA graph and equals its NumPy form.
-    from vcam.stages.detect import TopCandidates
+    from vcam.stages.detections import TopCandidates
 
     fused = TorchEngine(retinaface_file, device="cuda", fp16=fp16, epilogue=TopCandidates())
     (cand,) = fused.run(feeds)

@@ -445,7 +445,7 @@ def test_prediction_swaps_every_frame_without_waiting_and_stays_on_the_face(dete
     """[track] predict on (the default on CUDA): after the first frames every frame is swapped with
     the tracks predicted for it while its detection runs, as many faces are swapped as when each
     frame waits, and the boxes swapped stay on the face (IoU with that frame's own detection)."""
-    from vcam.stages.detect import box_iou
+    from vcam.stages.detections import box_iou
 
     clip = DemoClip(width=1280, height=720, fps=30.0, seconds=1.5)
     snap = state_with(source_face).snapshot()

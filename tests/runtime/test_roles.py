@@ -8,7 +8,7 @@ import pytest
 
 from vcam.config import Config
 from vcam.runtime.roles import stage_params
-from vcam.stages.detect import DetectParams
+from vcam.stages.detections import DetectParams
 from vcam.stages.track import TrackParams
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from vcam.errors import FaceError, InputError
 from vcam.stages.demo import DemoClip, compose, face_box, gradient, placement, portrait, transform_box
-from vcam.stages.detect import DetectParams, RetinaFaceDetector, box_iou
+from vcam.stages.detect import RetinaFaceDetector
+from vcam.stages.detections import DetectParams, box_iou
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ from conftest import CountingEngine, ScriptedEngine, need_torch
 
 from vcam.errors import InputError, ModelError
 from vcam.stages.demo import compose, face_box, placement, portrait
-from vcam.stages.detect import Detector, DetectParams, RetinaFaceDetector, TopCandidates, box_iou, nms, priors
+from vcam.stages.detect import Detector, RetinaFaceDetector
+from vcam.stages.detections import DetectParams, TopCandidates, box_iou, nms, priors
 
 
 @pytest.fixture(scope="module")

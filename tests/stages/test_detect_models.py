@@ -22,14 +22,8 @@ from vcam.kernels.detect import detector_input_ref
 from vcam.models import registry, standin
 from vcam.models.download import ModelStore
 from vcam.runtime.roles import build as build_role
-from vcam.stages.detect import (
-    Detector,
-    DetectParams,
-    ScrfdDetector,
-    YoloFaceDetector,
-    YunetDetector,
-    detector_family,
-)
+from vcam.stages.detect import Detector, ScrfdDetector, YoloFaceDetector, YunetDetector, detector_family
+from vcam.stages.detections import DetectParams
 from vcam.types import Detection
 
 STRIDES = (8, 16, 32)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from vcam.stages.demo import DemoClip, compose, face_box, placement, portrait, transform_box
-from vcam.stages.detect import DetectParams, RetinaFaceDetector, box_iou
+from vcam.stages.detect import RetinaFaceDetector
+from vcam.stages.detections import DetectParams, box_iou
 from vcam.stages.track import OneEuroFilter, Tracker, TrackParams, associate
 
 

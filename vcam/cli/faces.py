@@ -68,7 +68,8 @@ def faces_add(
     try:
         cfg = _config(ctx)
         from vcam.runtime.roles import stage_params
-        from vcam.stages.detect import DetectParams, RetinaFaceDetector
+        from vcam.stages.detect import RetinaFaceDetector
+        from vcam.stages.detections import DetectParams
 
         detector = RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
         recogniser = None

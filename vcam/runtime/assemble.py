@@ -238,7 +238,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     from vcam.models import registry
     from vcam.ops import make_ops
     from vcam.pipeline.pipeline import select_all, select_largest
-    from vcam.stages.detect import EMBEDDED_DETECTOR, DetectParams, RetinaFaceDetector, detector_requirements
+    from vcam.stages.detect import RetinaFaceDetector, detector_requirements
+    from vcam.stages.detections import EMBEDDED_DETECTOR, DetectParams
     from vcam.stages.swap import BUILT_IN
     from vcam.stages.track import Tracker, TrackParams
 

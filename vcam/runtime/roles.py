@@ -20,7 +20,7 @@ P = TypeVar("P")
 
 
 def stage_params(kind: type[P], section: object) -> P:
-    """A stage's parameter dataclass (``kind``, e.g. :class:`~vcam.stages.detect.DetectParams`)
+    """A stage's parameter dataclass (``kind``, e.g. :class:`~vcam.stages.detections.DetectParams`)
     filled from the config section that documents the same fields (``cfg.detect``)."""
     return kind(**{f.name: getattr(section, f.name) for f in fields(kind)})  # type: ignore[arg-type]
 
@@ -153,7 +153,8 @@ def build(
     if role == "detector":
         from dataclasses import replace
 
-        from vcam.stages.detect import DetectParams, make_detector
+        from vcam.stages.detect import make_detector
+        from vcam.stages.detections import DetectParams
 
         params = replace(stage_params(DetectParams, cfg.detect), model=name)
         return make_detector(

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from vcam.stages.detect import Detector, box_iou, merge
+from vcam.stages.detect import Detector
+from vcam.stages.detections import box_iou, merge
 from vcam.types import Detection, Track
 
 _MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
