@@ -85,13 +85,13 @@ class _AsNV12:
 
 
 def _run(cfg: Config, frames: int, camera_formats: bool = False) -> dict:
-    from vcam.stages import capture, publish
+    from vcam.stages import capture, outputs
 
     target = "" if camera_formats else cfg.output.target
     delivery = capture.plan_delivery(cfg.capture, target, frames)
     raw = capture.open_source(cfg.capture, delivery=delivery)
     source = _Counted(_AsNV12(raw) if camera_formats else raw)
-    output = publish.NullOutput(raw.width, raw.height, raw.fps, fmt=PixelFormat.I420) if camera_formats else None
+    output = outputs.NullOutput(raw.width, raw.height, raw.fps, fmt=PixelFormat.I420) if camera_formats else None
     d = Daemon(cfg, control=False, source=source, output=output)
     t0 = time.perf_counter()
     s = d.run(max_frames=frames)

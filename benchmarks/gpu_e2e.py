@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 def make_clip(path: Path, frames: int, faces: int, width: int = 1920, height: int = 1080) -> None:
     """A clip with ``faces`` portraits on a grid, each drifting a little per frame."""
     from vcam.stages.demo import gradient, group_frame
-    from vcam.stages.publish import FileOutput
+    from vcam.stages.recording import FileOutput
 
     bg = gradient(width, height)
     out = FileOutput(path, width, height, 30.0, timing="frames")

@@ -42,7 +42,7 @@ from benchmarks import write_report
 from vcam.config import Config, build
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.rounds import Mark, RoundHook
-from vcam.stages.publish import NullOutput
+from vcam.stages.outputs import NullOutput
 from vcam.stages.sources import DemoSource
 
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}

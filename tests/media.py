@@ -9,7 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from vcam.stages.publish import NullOutput
+from vcam.stages.outputs import NullOutput
 
 # A palette of well-separated colours (BGR); frame i of a test clip is solid COLORS[i % len].
 COLORS = [(0, 0, 220), (0, 200, 0), (210, 0, 0), (0, 200, 200), (200, 0, 200), (200, 200, 0), (40, 40, 40), (230, 230, 230)]

@@ -20,11 +20,11 @@ import pytest
 from conftest import vcam_cli
 from typer.testing import CliRunner
 
-import vcam.stages.publish
+import vcam.stages.recording
 from vcam.cli import app
 from vcam.errors import OutputError
 from vcam.pipeline.pipeline import Pipeline
-from vcam.stages.publish import FileOutput
+from vcam.stages.recording import FileOutput
 
 runner = CliRunner()
 W, H, FPS, BITS = 320, 240, 30.0, 7
@@ -216,7 +216,7 @@ def test_a_disk_full_from_the_start_leaves_nothing_behind(tmp_path):
 
 
 def test_vcam_run_on_a_full_disk_exits_4_with_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(vcam.stages.publish, "_open_with_umask", lambda p: FullAfter(p, 1_000_000))
+    monkeypatch.setattr(vcam.stages.recording, "_open_with_umask", lambda p: FullAfter(p, 1_000_000))
     out = tmp_path / "demo.mp4"
     line = one_error_line(vcam_run("--input", "demo", "--frames", "300", "--output", f"file:{out}"), 4)
     assert "No space left on device" in line and "demo.partial.mp4" in line

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from vcam.cli import app, format_status
 from vcam.config import Config, Duration
 from vcam.runtime.daemon import Daemon
-from vcam.stages.publish import NullOutput
+from vcam.stages.outputs import NullOutput
 from vcam.state import Status
 from vcam.status import RunSummary, status_suffix
 from vcam.types import PixelFormat

@@ -19,7 +19,7 @@ from vcam.control.local import ControlServer, handle_command, send_command
 from vcam.errors import ConfigError, InputError
 from vcam.runtime.daemon import Daemon
 from vcam.stages import demo
-from vcam.stages.publish import FileOutput
+from vcam.stages.recording import FileOutput
 from vcam.stages.sources import DemoSource
 from vcam.stages.swap import ClassicSwapper
 from vcam.state import RuntimeState

@@ -380,7 +380,7 @@ def test_daemon_tracks_with_the_configured_detector(tmp_path, monkeypatch):
     three frames are three scans through the SCRFD stand-in on onnxruntime."""
     from vcam.config import Duration
     from vcam.runtime.daemon import Daemon
-    from vcam.stages.publish import NullOutput
+    from vcam.stages.outputs import NullOutput
 
     scans = []
     real_scan = ScrfdDetector.launch_full  # the tracker's full scan (``detect`` is the same, waited for)

@@ -426,7 +426,7 @@ def test_the_daemon_swaps_only_the_mapped_person(bank_dir, models):
     from dataclasses import replace
 
     from vcam.runtime.daemon import Daemon
-    from vcam.stages.publish import NullOutput
+    from vcam.stages.outputs import NullOutput
     from vcam.types import PixelFormat
 
     class Capturing(NullOutput):

@@ -21,7 +21,9 @@ from pyvirtualcam.util import decode_fourcc, encode_fourcc
 from vcam.config import OutputConfig
 from vcam.errors import OutputError
 from vcam.kernels.convert import from_bgr_ref, to_bgr_ref
-from vcam.stages.publish import FileOutput, NullOutput, VirtualCamOutput, open_output, prepare
+from vcam.stages.outputs import NullOutput, VirtualCamOutput, prepare
+from vcam.stages.publish import open_output
+from vcam.stages.recording import FileOutput
 from vcam.types import PixelFormat
 
 BACKEND = "vcam-test-capture"
@@ -410,7 +412,7 @@ def test_window_under_xvfb(tmp_path):
         code = textwrap.dedent(
             """
             import numpy as np
-            from vcam.stages.publish import WindowOutput
+            from vcam.stages.outputs import WindowOutput
             out = WindowOutput(64, 48, title="vcam test")
             for i in range(3):
                 out.send(np.full((48, 64, 3), 60 * i, np.uint8))

@@ -533,7 +533,7 @@ def test_an_enhancer_over_the_budget_is_skipped_before_frames_are_dropped(x2_mod
     the frames are resized instead and published in time, the skip counted and shown in the status;
     without it, the frames miss the budget and are dropped."""
     from vcam.runtime.daemon import Daemon
-    from vcam.stages.publish import NullOutput
+    from vcam.stages.outputs import NullOutput
     from vcam.stages.upscale import FrameEnhancer
     from vcam.status import status_suffix
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
     from vcam.stages.capture import Delivery
-    from vcam.stages.publish import Output
+    from vcam.stages.outputs import Output
     from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)

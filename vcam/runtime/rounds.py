@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from vcam.runtime.degrade import Degrader
     from vcam.stages.capture import CaptureThread, Delivery
     from vcam.stages.decode import JpegDecoder
-    from vcam.stages.publish import Output
+    from vcam.stages.outputs import Output
     from vcam.stages.sources import Source
     from vcam.telemetry import Telemetry
 

@@ -55,13 +55,13 @@ class Daemon(Protocol):
 
 def start(d: Daemon, max_frames: int | None = None) -> None:
     """Open the sources, load the models, open the outputs, start capture, telemetry and control."""
-    from vcam.stages import capture, publish
+    from vcam.stages import capture, recording
 
     check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d.given_sources], d.given_outputs)
     for st in d.streams:
         given_output = st.name in d.given_outputs
         if not given_output:
-            publish.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
+            recording.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
         st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
         d.components.append(st.source)
@@ -311,7 +311,7 @@ def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, ob
     the same virtual camera (``given_outputs``: streams whose output is given, not opened)."""
     from vcam.errors import ConfigError
     from vcam.stages.capture import parse_webcam_index
-    from vcam.stages.publish import file_target
+    from vcam.stages.recording import file_target
 
     seen: dict[tuple[str, str], str] = {}
     for name, cfg in streams:

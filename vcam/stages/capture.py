@@ -143,7 +143,7 @@ def plan_delivery(cfg: CaptureSettings, output_target: str = "", max_frames: int
     ``max_frames``: a frame limit (a still image to a file writes that many frames, else one)."""
     if is_camera(cfg.input or ""):
         return Delivery(realtime=True, lossless=False, loop=cfg.loop)
-    from vcam.stages.publish import file_target
+    from vcam.stages.recording import file_target
 
     to_file = file_target(output_target) is not None
     pacing = cfg.pacing if cfg.pacing != "auto" else ("fast" if to_file else "realtime")
