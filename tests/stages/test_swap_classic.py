@@ -19,7 +19,8 @@ from vcam.ops.numpy import NumpyOps
 from vcam.stages import demo
 from vcam.stages import mask as vmask
 from vcam.stages.detect import RetinaFaceDetector
-from vcam.stages.swap import SOURCE_MARGIN, ClassicSwapper, NeuralSwapper, face_region, make_builtin
+from vcam.stages.swap import SOURCE_MARGIN, ClassicSwapper, face_region, make_builtin
+from vcam.stages.swap_neural import NeuralSwapper
 from vcam.types import SourceFace
 
 GREEN, MAGENTA = (0, 255, 0), (255, 0, 255)
@@ -249,7 +250,7 @@ def test_a_source_without_landmarks_is_taken_as_aligned():
 def inswapper(tmp_path_factory):
     from vcam.engines import create_engine
     from vcam.models import standin
-    from vcam.stages.swap import read_emap
+    from vcam.stages.swap_neural import read_emap
 
     path = standin.write("inswapper_128", tmp_path_factory.mktemp("models"), tiny=True)
     return NeuralSwapper("inswapper_128", create_engine(path), emap=read_emap(path))

@@ -25,7 +25,7 @@ from vcam.stages.detect import RetinaFaceDetector
 from vcam.stages.enhance import Enhancer
 from vcam.stages.faces import FaceBank
 from vcam.stages.recognize import pick_by_reference, reference_filter, similarity
-from vcam.stages.swap import NeuralSwapper, inswapper_latent, read_emap
+from vcam.stages.swap_neural import NeuralSwapper, inswapper_latent, read_emap
 from vcam.stages.track import Tracker
 from vcam.state import Snapshot
 from vcam.types import Frame, PixelFormat, SourceFace
@@ -360,7 +360,7 @@ def test_hyperswap_pastes_with_the_smaller_of_its_mask_and_the_box(cfg, bank, re
 def test_emap_is_read_once_then_cached(tmp_path, monkeypatch):
     """read_emap parses the ONNX file once; later starts read the cached matrix (keyed by the file's
     size and mtime); a damaged cache entry is rebuilt; a changed file gets its own entry."""
-    from vcam.stages import swap
+    from vcam.stages import swap_neural as swap
 
     p = standin.write("inswapper_128", tmp_path / "inswapper_128.onnx", tiny=True)
     parses = []

@@ -162,7 +162,8 @@ def build(
             fp16=engine["fp16"], max_regions=batch,
         )  # fmt: skip
     if role == "swapper":
-        from vcam.stages.swap import BUILT_IN, create_swapper, make_builtin
+        from vcam.stages.swap import BUILT_IN, make_builtin
+        from vcam.stages.swap_neural import create_swapper
 
         if name in BUILT_IN:
             s = cfg.swap

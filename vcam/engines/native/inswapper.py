@@ -14,7 +14,7 @@ The loader reads the per-conv details (reflect or zero padding, stride, the acti
 where the upsampling sits and its mode) from the graph and the weights from its initializers in
 graph order (Conv nodes in architecture order; one Gemm per AdaIN Linear, in block order), checking
 every shape. ``emap`` is the graph's last initializer and is not part of the module
-(:func:`vcam.stages.swap.read_emap`).
+(:func:`vcam.stages.swap_neural.read_emap`).
 """
 
 from __future__ import annotations

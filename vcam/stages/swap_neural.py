@@ -1,0 +1,257 @@
+"""The neural swapper: a registry swap model (inswapper, SimSwap, HyperSwap ...) on an engine, with
+its source latent (an ArcFace embedding, through the model's emap or a converter) computed once per
+face switch, all faces of a frame in one batched call. :func:`create_swapper` builds it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vcam.align import PlanarAffine
+from vcam.errors import FaceError, ModelError
+from vcam.kernels import warp
+from vcam.models import registry
+from vcam.models.registry import ModelSpec
+from vcam.stages.recognize import normalize
+from vcam.stages.swap import Sources, SwapperBase
+from vcam.types import SourceFace
+
+log = logging.getLogger("vcam.stages.swap")
+
+
+def read_emap(model_path: str | Path) -> np.ndarray:
+    """The (512, 512) ``emap`` matrix: the LAST initializer of an inswapper ONNX graph.
+
+    Reading it means parsing the whole file (1.4 s for 560 MB at every start), so it is kept in the
+    user cache dir (``.../vcam/emap``) under the file's name, size and modification time, the facts
+    the model lock trusts too; a changed file gets a new entry, an unreadable entry is rebuilt."""
+    import io
+
+    import platformdirs
+
+    from vcam.engines.cache import _atomic_write
+
+    path = Path(model_path)
+    st = path.stat()
+    cached = Path(platformdirs.user_cache_dir("vcam")) / "emap" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.npy"
+    try:
+        emap = np.load(cached, allow_pickle=False)
+        if emap.shape == (512, 512) and emap.dtype == np.float32:
+            return emap
+    except (OSError, ValueError, EOFError):
+        pass
+    emap = _emap_from_onnx(path)
+    buf = io.BytesIO()
+    np.save(buf, emap, allow_pickle=False)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cached, buf.getvalue())
+    except OSError as exc:  # a read-only cache costs the parse at every start, nothing more
+        log.debug("emap cache not written (%s): %s", cached, exc)
+    return emap
+
+
+def _emap_from_onnx(model_path: Path) -> np.ndarray:
+    from onnx import numpy_helper
+
+    from vcam.engines.onnx_graph import load_onnx
+
+    model = load_onnx(model_path, external_data=False)
+    if not model.graph.initializer:
+        raise ModelError(f"{Path(model_path).name} has no initializers, so no emap", hint="this is not an inswapper model")
+    emap = numpy_helper.to_array(model.graph.initializer[-1]).astype(np.float32)
+    if emap.shape != (512, 512):
+        raise ModelError(
+            f"{Path(model_path).name}: last initializer has shape {emap.shape}, expected emap (512, 512)",
+            hint="this is not an inswapper model",
+        )
+    return emap
+
+
+def inswapper_latent(embedding: np.ndarray, emap: np.ndarray) -> np.ndarray:
+    """``latent = normalize(e) @ emap; latent /= ||latent||`` -> (512,) float32."""
+    lat = normalize(np.asarray(embedding, np.float32).reshape(-1)) @ np.asarray(emap, np.float32)
+    return normalize(lat)
+
+
+class NeuralSwapper(SwapperBase):
+    """A registry swapper on an engine (see the module docstring).
+
+    ``emap``: required for ``source == "emap"`` (see :func:`read_emap`); ``converter``: an engine for
+    ``source == "converted"``. A model with a second image output of one channel (hyperswap's
+    ``mask``) has it combined with the box mask (the smaller of the two wins) for the paste-back.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec | str,
+        engine: Any,
+        *,
+        ops: Any = None,
+        mask: Any = None,
+        max_faces: int = 8,
+        emap: np.ndarray | None = None,
+        converter: Any = None,
+    ) -> None:
+        self.spec = registry.get(spec) if isinstance(spec, str) else spec
+        if self.spec.kind != "swapper":
+            raise ModelError(f"{self.spec.name} is a {self.spec.kind}, not a swapper", hint="see `vcam models list`")
+        super().__init__(self.spec.size, ops=ops, mask=mask, max_faces=max_faces)
+        self.name = self.spec.name
+        self.template = self.spec.template or "arcface_128"
+        self.recogniser = self.spec.recogniser
+        self.engine = engine
+        names = [t.name for t in engine.inputs]
+        want = [t.name for t in self.spec.inputs]
+        if sorted(names) != sorted(want):
+            raise ModelError(
+                f"{self.name}: the model has inputs {names}, expected {want}",
+                hint="this file is not the model the registry describes",
+            )
+        outs = list(engine.outputs)
+        if not outs:
+            raise ModelError(f"{self.name}: the model has no outputs", hint="this file is not the model the registry describes")
+        self._image_index = 0
+        self._mask_index = next((i for i, o in enumerate(outs[1:], 1) if len(o.shape) == 4 and o.shape[1] == 1), None)
+        if self.spec.source == "emap":
+            if emap is None:
+                raise ModelError(
+                    f"{self.name} needs its emap matrix", hint="build it with create_swapper or pass emap=read_emap(path)"
+                )
+            self.emap = np.asarray(emap, np.float32)
+        self.converter = converter
+        if self.spec.source == "converted" and converter is None:
+            raise ModelError(
+                f"{self.name} needs the {self.spec.converter} embedding converter",
+                hint=f"run `vcam models pull {self.spec.converter}`",
+            )
+        self._mean255, self._std255 = self.spec.input_mean_std_255
+        self._affine = PlanarAffine.for_model(self.spec.mean, self.spec.std, self.spec.output)
+        s = self.crop_size
+        self._masks = self.ops.empty((self.max_faces, s, s), np.float32) if self._mask_index is not None else None
+
+    # -- source side (off the frame loop) ---------------------------------------------------------
+    def source_latent(self, embedding: np.ndarray) -> np.ndarray:
+        """The (512,) float32 source input for a raw recogniser embedding."""
+        e = np.asarray(embedding, np.float32).reshape(-1)
+        if self.spec.source == "emap":
+            return inswapper_latent(e, self.emap)
+        if self.spec.source == "normed":
+            return normalize(e)
+        if self.spec.source == "converted":
+            conv_in = self.converter.inputs[0].name
+            out = np.asarray(self.converter.run({conv_in: e[None]})[0], np.float32).reshape(-1)
+            return normalize(out)
+        raise ModelError(f"{self.name}: unknown source recipe {self.spec.source!r}")
+
+    def prepare(self, face: SourceFace) -> SourceFace:
+        emb = face.embeddings.get(self.recogniser)
+        if emb is None:
+            raise FaceError(
+                f"face '{face.name}' has no {self.recogniser} embedding",
+                hint="load it from the face bank with a recogniser (FaceBank.load(name, recogniser=...))",
+            )
+        latents = dict(face.latents)
+        latents[self.name] = self.source_latent(emb)
+        return dataclasses.replace(face, latents=latents)
+
+    def _source(self, faces: Sources, n: int) -> None:
+        """Each face's latent into its row of the engine's source buffer, only where the assignment
+        changed (one face: every row, once per switch)."""
+        rows = self._changed_rows(faces, n)
+        if not rows:
+            return
+        latents = {}
+        for _, face in rows:  # all checked before any row is written
+            latent = face.latents.get(self.name)
+            if latent is None:
+                raise FaceError(
+                    f"face '{face.name}' is not prepared for {self.name}",
+                    hint="call swapper.prepare(face) when the face is added",
+                )
+            latents[id(face)] = latent
+        buf = self.engine.input_buffers(self.max_faces)["source"]
+        width = int(np.prod(buf.shape[1:]))
+        if len(rows) == self.max_faces and len(latents) == 1:  # one face everywhere: one upload
+            row = np.asarray(next(iter(latents.values())), np.float32).reshape(1, width)
+            buf[...] = self.ops.asarray(np.ascontiguousarray(np.broadcast_to(row, (self.max_faces, width)), dtype=buf.dtype))
+        else:
+            for i, face in rows:
+                row = np.asarray(latents[id(face)], np.float32).reshape(buf.shape[1:])
+                buf[i] = self.ops.asarray(np.ascontiguousarray(row, dtype=buf.dtype))
+        self._commit(faces, rows)
+
+    # -- frame side -------------------------------------------------------------------------------
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n = self._check(parts)
+        self._source(faces, n)
+        if n == 0:
+            return self._crops[:0], self.mask if self._masks is None else self._masks[:0]
+        feeds = self.engine.input_buffers(n)
+        target = feeds["target"]
+        for frame, mats, lo, hi in self._rows(parts):
+            warp.warp_crops_normalized(
+                self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target[lo:hi]
+            )
+        outs = self.engine.run_device(feeds, stream=self.ops.stream)
+        crops = warp.crops_from_planar(
+            self.ops, outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
+        )
+        if self._masks is None:
+            return crops[:n], self.mask
+        xp = self.ops.xp
+        masks = self._masks[:n]
+        xp.fmin(outs[self._mask_index][:n, 0], self.mask, out=masks)  # NaN in the model mask: the box wins
+        xp.clip(masks, 0.0, 1.0, out=masks)
+        return crops[:n], masks
+
+
+def create_swapper(
+    name: str,
+    *,
+    store: Any,
+    ops: Any = None,
+    mask: Any = None,
+    device: str = "cpu",
+    backend: str = "auto",
+    fp16: bool = False,
+    download: bool | None = None,
+    max_faces: int = 8,
+    compile: str = "auto",
+) -> NeuralSwapper:
+    """Build the registry swapper ``name`` (and its converter) from ``store`` on ``device``.
+
+    Files are verified (and downloaded when allowed). The converter runs once per face switch, so it
+    stays on onnxruntime on the CPU. ``max_faces``: rows per call (more when several streams share
+    the swapper). ``compile``: ``[pipeline] compile``.
+    """
+    from vcam.engines import create_engine
+
+    spec = registry.get(name)
+    if spec.kind != "swapper":
+        raise ModelError(
+            f"{name} is a {spec.kind}, not a swapper",
+            hint="choose one of: " + ", ".join(m.name for m in registry.by_kind("swapper")),
+        )
+    wanted = [name] + ([spec.converter] if spec.converter else [])
+    paths = store.ensure(wanted, download=download)
+    engine = create_engine(
+        paths[name],
+        backend=backend,
+        device=device,
+        fp16=fp16,
+        max_batch=max_faces,
+        compile=compile,
+    )
+    emap = read_emap(paths[name]) if spec.source == "emap" else None
+    converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
+    if "NON-COMMERCIAL" in spec.licence.upper():
+        log.warning("%s: %s", name, spec.licence)
+    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter)
+
+
+__all__ = ["NeuralSwapper", "create_swapper", "inswapper_latent", "read_emap"]
