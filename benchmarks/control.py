@@ -61,7 +61,7 @@ with ControlServer(sys.argv[1], RuntimeState(faces, active="alice")):
 
 
 def _storms(external: bool, clients: int, rounds: int, root: Path) -> dict:
-    from vcam.config import build
+    from vcam.config_file import build
     from vcam.runtime.daemon import Daemon
     from vcam.stages.outputs import NullOutput
     from vcam.state import RuntimeState

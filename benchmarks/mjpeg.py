@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks import write_report
 from benchmarks.streams import _Frames, _size
-from vcam.config import build
+from vcam.config_file import build
 from vcam.runtime.daemon import Daemon
 from vcam.types import Frame, PixelFormat
 

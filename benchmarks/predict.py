@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks import write_report
 from benchmarks.streams import _Frames, _size
-from vcam.config import build
+from vcam.config_file import build
 from vcam.runtime.assemble import build as assemble
 from vcam.runtime.assemble import load_faces
 from vcam.stages.detections import box_iou

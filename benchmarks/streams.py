@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import write_report
-from vcam.config import Config, build
+from vcam.config import Config
+from vcam.config_file import build
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.rounds import Mark, RoundHook
 from vcam.stages.outputs import NullOutput

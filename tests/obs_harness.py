@@ -251,7 +251,7 @@ def colour_pixels(frame, name: str) -> int:
 def demo_daemon_config(socket_path, obs=None):
     """The demo clip at 320x240 on the CPU, classic swap without colour matching (so the pasted
     face keeps its solid colour), no latency drops, control socket at ``socket_path``."""
-    from vcam.config import build
+    from vcam.config_file import build
 
     cfg = build(
         {

@@ -6,7 +6,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from vcam.config import StreamConfig, describe, toml_value  # noqa: E402
+from vcam.config import StreamConfig
+from vcam.config_file import describe, toml_value  # noqa: E402
 
 lines = [
     "# FastSwap Cam configuration: every setting with its default.",

@@ -20,7 +20,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vcam.config import Config, build  # noqa: E402
+from vcam.config import Config  # noqa: E402
+from vcam.config_file import build  # noqa: E402
 from vcam.runtime import assemble  # noqa: E402
 from vcam.stages import demo  # noqa: E402
 from vcam.stages.faces import face_from_image  # noqa: E402

@@ -871,7 +871,7 @@ def test_each_stream_has_its_own_obs_scene_and_hotkeys(obs_server, client, tmp_p
     daemon a hotkey of stream b's scene switches stream b only, and its frames show it."""
     from typer.testing import CliRunner
 
-    from vcam.config import build, parse_streams
+    from vcam.config_file import build, parse_streams
     from vcam.runtime.daemon import Daemon
 
     monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)

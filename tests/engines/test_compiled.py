@@ -232,7 +232,7 @@ def test_compile_values():
 
 
 def test_config_takes_the_three_modes_and_rejects_a_bool_with_the_fix(tmp_path):
-    from vcam import config as config_mod
+    from vcam import config_file as config_mod
     from vcam.errors import ConfigError
 
     assert config_mod.load(None).pipeline.compile == "auto"

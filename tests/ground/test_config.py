@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from vcam import config as C
+from vcam import config_file as F
 from vcam.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,7 +16,7 @@ def write(tmp_path, text):
 
 
 def test_shipped_config_documents_every_default():
-    cfg = C.load(ROOT / "config.toml")
+    cfg = F.load(ROOT / "config.toml")
     assert cfg.replace(source_path="") == C.Config()
     text = (ROOT / "config.toml").read_text()
     documented, table, comment = {}, None, []
@@ -32,7 +33,7 @@ def test_shipped_config_documents_every_default():
             comment = []
         else:
             comment = []
-    for table, key, _default, doc in C.describe():
+    for table, key, _default, doc in F.describe():
         assert documented.get((table, key)) == doc, (table, key)  # regenerate: python tools/gen_config_toml.py
     assert max(len(line) for line in text.splitlines()) <= 102
 
@@ -53,7 +54,7 @@ def test_duration_parse(text, needle):
 
 def test_cli_overrides_win_over_file(tmp_path):
     p = write(tmp_path, '[pipeline]\nmax_latency = "50ms"\nmax_faces = 3\n')
-    cfg = C.load(p, {"pipeline": {"max_latency": "33ms"}})
+    cfg = F.load(p, {"pipeline": {"max_latency": "33ms"}})
     assert cfg.pipeline.max_latency == pytest.approx(0.033)
     assert cfg.pipeline.max_faces == 3
     assert cfg.source_path == str(p)
@@ -64,49 +65,49 @@ def test_unknown_key_names_file_table_and_nearest(tmp_path):
     with pytest.raises(
         ConfigError, match=r"config\.toml: unknown key 'max_latncy' in \[pipeline\]; did you mean 'max_latency'\?"
     ):
-        C.load(p)
+        F.load(p)
 
 
 def test_unknown_table_suggests(tmp_path):
     p = write(tmp_path, "[captur]\ninput = 'demo'\n")
     with pytest.raises(ConfigError, match=r"unknown table \[captur\]; did you mean 'capture'\?"):
-        C.load(p)
+        F.load(p)
 
 
 def test_wrong_type(tmp_path):
     p = write(tmp_path, "[capture]\nwidth = 'wide'\n")
     with pytest.raises(ConfigError, match=r"\[capture\] width: expected an integer, got 'wide'"):
-        C.load(p)
+        F.load(p)
 
 
 def test_out_of_range(tmp_path):
     p = write(tmp_path, "[pipeline]\nmax_faces = 0\n")
     with pytest.raises(ConfigError, match=r"\[pipeline\] max_faces: expected a value between 1 and 64, got 0"):
-        C.load(p)
+        F.load(p)
 
 
 def test_bad_choice_and_duration(tmp_path):
     with pytest.raises(ConfigError, match=r"\[pipeline\] device: expected one of 'auto', 'cpu', 'cuda', got 'gpu'"):
-        C.load(write(tmp_path, "[pipeline]\ndevice = 'gpu'\n"))
+        F.load(write(tmp_path, "[pipeline]\ndevice = 'gpu'\n"))
     with pytest.raises(ConfigError, match=r"max_latency: expected a duration like '33ms'"):
-        C.load(None, {"pipeline": {"max_latency": "fast"}})
+        F.load(None, {"pipeline": {"max_latency": "fast"}})
 
 
 def test_invalid_toml_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="not valid TOML"):
-        C.load(write(tmp_path, "[pipeline\n"))
+        F.load(write(tmp_path, "[pipeline\n"))
     with pytest.raises(ConfigError, match="config file not found"):
-        C.load(tmp_path / "nope.toml")
+        F.load(tmp_path / "nope.toml")
 
 
 def test_user_config_dir_and_env(tmp_path, monkeypatch):
-    user = C.default_config_path()
+    user = F.default_config_path()
     user.parent.mkdir(parents=True, exist_ok=True)
     user.write_text("[capture]\ninput = 'pattern'\n")
-    assert C.load().capture.input == "pattern"
+    assert F.load().capture.input == "pattern"
     other = write(tmp_path, "[capture]\ninput = 'demo'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(other))
-    assert C.load().capture.input == "demo"
+    assert F.load().capture.input == "demo"
 
 
 def test_config_is_immutable():

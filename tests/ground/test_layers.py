@@ -13,8 +13,8 @@ PKG = Path(__file__).resolve().parents[2] / "vcam"
 
 # Lowest first. A module's layer is the longest prefix listed here.
 LAYERS: list[tuple[str, ...]] = [
-    ("vcam", "vcam.types", "vcam.errors", "vcam.config", "vcam.state", "vcam.status", "vcam.align", "vcam.devices",
-     "vcam.telemetry"),
+    ("vcam", "vcam.types", "vcam.errors", "vcam.config", "vcam.config_file", "vcam.state", "vcam.status", "vcam.align",
+     "vcam.devices", "vcam.telemetry"),
     ("vcam.kernels",),
     ("vcam.ops",),
     ("vcam.engines",),

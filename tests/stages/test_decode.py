@@ -14,7 +14,8 @@ from conftest import host
 from media import Recorder, write_clip
 
 from benchmarks.mjpeg import write_mjpeg
-from vcam.config import CaptureConfig, build
+from vcam.config import CaptureConfig
+from vcam.config_file import build
 from vcam.errors import DeviceError, InputError
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.startup import pixelate

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vcam import config as vconfig
+from vcam import config_file as vconfig
 from vcam.align import TEMPLATES, estimate
 from vcam.cli.faces import faces_app
 from vcam.errors import FaceError

@@ -11,7 +11,7 @@ import pytest
 from conftest import CountingEngine, need_torch
 from onnx import numpy_helper
 
-from vcam import config as vconfig
+from vcam import config_file as vconfig
 from vcam.align import TEMPLATES, apply, estimate
 from vcam.engines import TensorInfo, create_engine
 from vcam.errors import ModelError

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import two_people
 
-from vcam import config as vconfig
+from vcam import config_file as vconfig
 from vcam.errors import ConfigError, ControlError, FaceError
 from vcam.models import registry, standin
 from vcam.models.download import crc32_text

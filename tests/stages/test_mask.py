@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from vcam import align
-from vcam.config import Config, build
+from vcam.config import Config
+from vcam.config_file import build
 from vcam.errors import ConfigError
 from vcam.kernels import mask as kmask
 from vcam.kernels import paste as blend

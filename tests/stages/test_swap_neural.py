@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import need_torch
 
-from vcam import config as vconfig
+from vcam import config_file as vconfig
 from vcam.align import estimate
 from vcam.engines import create_engine, explain_backends
 from vcam.errors import EngineUnavailable, FaceError, ModelError

@@ -7,7 +7,8 @@ import cv2
 import numpy as np
 import pytest
 
-from vcam.config import Config, build
+from vcam.config import Config
+from vcam.config_file import build
 from vcam.runtime import assemble
 from vcam.stages import demo, mask
 from vcam.stages.detect import RetinaFaceDetector

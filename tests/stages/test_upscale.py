@@ -473,7 +473,7 @@ def test_bench_runs_on_the_cpu(tmp_path):
 
 # -- (g) the stage in the daemon --------------------------------------------------------------------
 def _daemon_cfg(models, **extra):
-    from vcam.config import build
+    from vcam.config_file import build
 
     data = {
         "capture": {"input": "demo", "width": 160, "height": 120},

@@ -37,7 +37,7 @@ def fail(err: VcamError) -> NoReturn:
 
 def load_config(config: Optional[Path] = None, overrides: dict | None = None, labels: dict | None = None) -> Any:
     """The one Config: defaults, the file (``--config``, ``$VCAM_CONFIG`` or the user's), overrides."""
-    from vcam import config as config_mod
+    from vcam import config_file as config_mod
 
     try:
         return config_mod.load(config, overrides, labels)

@@ -136,7 +136,7 @@ def run(
         fail(VcamError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
     cfg = load_config(config, overrides, labels)
     if stream:
-        from vcam.config import parse_streams
+        from vcam.config_file import parse_streams
 
         try:
             cfg = cfg.replace(streams=parse_streams(parse_stream_flags(stream), "--stream"))
@@ -273,7 +273,8 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
     cfg = load_config(config)
     if cfg.source_path:
         out.print(f"# from {cfg.source_path}", highlight=False)
-    from vcam.config import SECTIONS, toml_value
+    from vcam.config import SECTIONS
+    from vcam.config_file import toml_value
 
     for table in SECTIONS:
         out.print(f"[{table}]", highlight=False, markup=False)

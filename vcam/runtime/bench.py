@@ -278,7 +278,8 @@ def bench_masks(width: int, height: int, faces: list[int], *, frames: int = 200,
     import cupy
 
     from vcam import align
-    from vcam.config import Config, build
+    from vcam.config import Config
+    from vcam.config_file import build
     from vcam.kernels import paste as blend
     from vcam.models import standin
     from vcam.ops.cuda import CudaOps

@@ -131,7 +131,7 @@ def bench_config(
     band: bool = True,
 ) -> Any:
     """The config of the bench's pipeline (the assembly builds it from this, as for ``vcam run``)."""
-    from vcam.config import build
+    from vcam.config_file import build
 
     data: dict[str, Any] = {
         "pipeline": {"device": device, "max_faces": max_faces, "fp16": fp16, "compile": compile, "band": band},
