@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,15 @@ from vcam.kernels import convert, paste
 from vcam.kernels.convert import frame_shape
 from vcam.state import Snapshot
 from vcam.types import OPTIONAL_STAGES, Frame, FrameStats, PixelFormat, Track
+
+if TYPE_CHECKING:
+    from vcam.ops.base import Ops
+    from vcam.stages.enhance import Enhancer
+    from vcam.stages.mapping import Assigner
+    from vcam.stages.mask import Masker
+    from vcam.stages.swap import Swapper
+    from vcam.stages.track import FaceTracker
+    from vcam.stages.upscale import FrameEnhancer
 
 #: ``face_filter(tracks, host_frame) -> tracks to swap``; ``host_frame()`` gives the frame on the host
 #: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
@@ -124,15 +133,15 @@ class Pipeline:
     def __init__(
         self,
         *,
-        ops: Any,
-        tracker: Any,
-        swapper: Any,
+        ops: Ops,
+        tracker: FaceTracker,
+        swapper: Swapper,
         out_fmt: PixelFormat = PixelFormat.BGR,
-        enhancer: Any = None,
-        masker: Any = None,
-        assigner: Any = None,
+        enhancer: Enhancer | None = None,
+        masker: Masker | None = None,
+        assigner: Assigner | None = None,
         face_filter: FaceFilter | None = None,
-        upscaler: Any = None,
+        upscaler: FrameEnhancer | None = None,
         stages_on: dict[str, bool] | None = None,
         max_faces: int = 8,
         ring: int = 2,
@@ -476,13 +485,15 @@ class Pipeline:
         with ops.activate():
             ops.wait(self._seen[slot])  # nothing is written into the frame before its detection has read it
             if n:
+                lms, boxes = work.landmarks, work.boxes
+                assert lms is not None and boxes is not None  # set by begin() whenever there are faces
                 clock.mark("swap")
                 if self.masker is not None:
-                    mask = self.masker.masks(img, work.mats, work.landmarks, work.boxes, n, mask, models=on)
+                    mask = self.masker.masks(img, work.mats, lms, boxes, n, mask, models=on)
                 clock.mark("mask")
                 paste.paste_back(ops, img, crops, work.mats, mask, n)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
-                    self.enhancer.enhance(img, work.landmarks)
+                    self.enhancer.enhance(img, lms)
                 clock.mark("blend")
                 stats.swapped = n
             if self.upscaler is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -187,6 +187,16 @@ def _launch(detector: Detector, kind: str, frame: Any, rects: np.ndarray | None 
         return Pending.done(getattr(detector, "detect_coarse", detector.detect)(frame))
     fn = getattr(detector, "launch_full", None)
     return fn(frame) if fn is not None else Pending.done(detector.detect(frame))
+
+
+class FaceTracker(Protocol):
+    """What the pipeline asks of a tracker: :class:`Tracker` (the bench's fixed tracker is another)."""
+
+    def update(self, frame_bgr: Any, seq: int, t: float | None = None) -> list[Track]: ...
+    def launch(self, frame_bgr: Any, seq: int, t: float | None = None, *, deferred: bool = False) -> Any: ...
+    def complete(self, step: Any) -> list[Track]: ...
+    def confident(self, frame_bgr: Any, seq: int) -> bool: ...
+    def predict(self, seq: int) -> list[Track]: ...
 
 
 class Tracker:
