@@ -424,7 +424,7 @@ def test_standin_is_rrdbnet():
 
 
 def test_registry_standin_loads_through_open_engine(tmp_path):
-    """`vcam models stand-in real_esrgan_x2 --tiny` in the models dir, then create_frame_enhancer:
+    """`vcam models stand-in real_esrgan_x2 --tiny` in the models dir, then the frame enhancer built by its role:
     the file fixes 256-px tiles (the registry's shape), which the stage takes over its config."""
     from dataclasses import replace
 

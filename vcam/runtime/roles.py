@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from vcam.config import Config
+from vcam.errors import ConfigError
 from vcam.types import OPTIONAL_STAGES
 
 P = TypeVar("P")
@@ -175,19 +176,24 @@ def build(
         from vcam.stages.recognize import create_recogniser
 
         return create_recogniser(name=name, max_batch=batch, **engine)
-    if role == "enhancer":
-        from vcam.stages.enhance import create_enhancer
+    if role in ("enhancer", "landmarker", "upscaler"):
+        from vcam.models import open_engine
 
-        return create_enhancer(name, ops=ops, max_faces=batch, amount=cfg.swap.enhancer_amount, blur=cfg.swap.blur, **engine)
-    if role == "landmarker":
-        from vcam.stages.landmark import create_landmarker
+        if role == "upscaler" and not name:
+            raise ConfigError("the frame enhancer is off ([upscale] model = '')", hint="set [upscale] model, e.g. real_esrgan_x2")
+        model, eng = open_engine(name, role, max_batch=batch, **engine)
+        if role == "enhancer":
+            from vcam.stages.enhance import Enhancer
 
-        return create_landmarker(name, ops=ops, max_faces=batch, **engine)
-    if role == "upscaler":
-        from vcam.stages.upscale import create_frame_enhancer
+            return Enhancer(model, eng, ops=ops, amount=cfg.swap.enhancer_amount, blur=cfg.swap.blur, max_faces=batch)
+        if role == "landmarker":
+            from vcam.stages.landmark import Landmarker
+
+            return Landmarker(model, eng, ops=ops, max_faces=batch)
+        from vcam.stages.upscale import FrameEnhancer
 
         up = cfg.upscale
-        return create_frame_enhancer(name, ops=ops, tile=up.tile, overlap=up.overlap, batch=batch, **engine)
+        return FrameEnhancer(model, eng, ops=ops, tile=up.tile, overlap=up.overlap, batch=batch)
     if role in ("occluder", "parser"):
         from vcam.models import open_engine
 

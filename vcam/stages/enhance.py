@@ -67,27 +67,4 @@ class Enhancer:
             return paste.paste_back(self.ops, frame, crops, mats, self._mask, n)
 
 
-def create_enhancer(
-    name: str,
-    *,
-    store: Any,
-    ops: Any = None,
-    device: str = "cpu",
-    backend: str = "auto",
-    fp16: bool = False,
-    max_faces: int = 8,
-    amount: float = 1.0,
-    blur: float = 0.3,
-    download: bool | None = None,
-) -> Enhancer:
-    """Build the enhancer ``name`` (verified in ``store``; downloaded when allowed) on ``device``:
-    ``amount`` of it blended in, its paste mask's ``blur``."""
-    from vcam.models import open_engine
-
-    spec, engine = open_engine(
-        name, "enhancer", store=store, device=device, backend=backend, fp16=fp16, max_batch=max_faces, download=download
-    )
-    return Enhancer(spec, engine, ops=ops, amount=amount, blur=blur, max_faces=max_faces)
-
-
-__all__ = ["Enhancer", "create_enhancer"]
+__all__ = ["Enhancer"]

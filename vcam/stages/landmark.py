@@ -155,24 +155,4 @@ class Landmarker:
         return np.stack([apply(inv[f], host[f]) for f in range(n)]).astype(np.float32)
 
 
-def create_landmarker(
-    name: str,
-    *,
-    store: Any,
-    ops: Any = None,
-    device: str = "cpu",
-    backend: str = "auto",
-    fp16: bool = False,
-    max_faces: int = 8,
-    download: bool | None = None,
-) -> Landmarker:
-    """Build the landmarker ``name`` (verified in ``store``; downloaded when allowed) on ``device``."""
-    from vcam.models import open_engine
-
-    spec, engine = open_engine(
-        name, "landmarker", store=store, device=device, backend=backend, fp16=fp16, max_batch=max_faces, download=download
-    )
-    return Landmarker(spec, engine, ops=ops, max_faces=max_faces)
-
-
-__all__ = ["BOX_SIDE", "Landmarker", "box_crops", "create_landmarker"]
+__all__ = ["BOX_SIDE", "Landmarker", "box_crops"]

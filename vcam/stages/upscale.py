@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.errors import ConfigError, ModelError
+from vcam.errors import ModelError
 from vcam.kernels import tiles, warp
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
@@ -230,35 +230,8 @@ class FrameEnhancer:
         )
 
 
-def create_frame_enhancer(
-    name: str,
-    *,
-    store: Any,
-    ops: Any = None,
-    device: str = "cpu",
-    backend: str = "auto",
-    fp16: bool = False,
-    tile: int = 256,
-    overlap: int = 32,
-    batch: int = 4,
-    download: bool | None = None,
-) -> FrameEnhancer:
-    """The frame enhancer ``name`` (model verified in ``store``, downloaded when allowed) on
-    ``device``: the engine in precision ``fp16`` with ``batch`` tiles of ``tile`` pixels
-    (``overlap`` shared) a call."""
-    from vcam.models import open_engine
-
-    if not name:
-        raise ConfigError("the frame enhancer is off ([upscale] model = '')", hint="set [upscale] model, e.g. real_esrgan_x2")
-    spec, engine = open_engine(
-        name, "upscaler", store=store, device=device, backend=backend, fp16=fp16, max_batch=batch, download=download
-    )
-    return FrameEnhancer(spec, engine, ops=ops, tile=tile, overlap=overlap, batch=batch)
-
-
 __all__ = [
     "FrameEnhancer",
-    "create_frame_enhancer",
     "feather_profile",
     "tile_grid",
     "tile_positions",
