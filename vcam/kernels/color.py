@@ -276,8 +276,12 @@ def _color_params(ops: Any, ref: Any, scale: Any, shift: Any) -> tuple[Any, Any,
     )
 
 
-def _lab_from_bgr_cuda(ops: Any, crops: Any, count: int, out: Any) -> Any:
-    """Crops (F, S, S, 3) uint8 BGR -> L*a*b* float32 (F, S, S, 3); one thread per pixel."""
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def lab_from_bgr(ops: Any, crops: Any, count: int, out: Any) -> Any:
+    """Crops (F, S, S, 3) uint8 BGR -> L*a*b* (F, S, S, 3) float32 (:func:`lab_from_bgr_ref`)."""
+    if not on_device(ops):
+        return lab_from_bgr_ref(crops, count, out)
+    # Crops (F, S, S, 3) uint8 BGR -> L*a*b* float32 (F, S, S, 3); one thread per pixel.
     n = int(count)
     if n <= 0:
         return out
@@ -289,11 +293,13 @@ def _lab_from_bgr_cuda(ops: Any, crops: Any, count: int, out: Any) -> Any:
     return out
 
 
-def _bgr_from_lab_cuda(
-    ops: Any, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None
-) -> Any:
-    """``lab * scale[f] + shift[f]`` (+ the membrane grid, upsampled) -> uint8 BGR crops; the
-    per-face parameters stay on the device (no host wait)."""
+def bgr_from_lab(ops: Any, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
+    """``lab * scale[f] + shift[f]`` (+ the upsampled ``membrane``) -> uint8 BGR; ``scale``/``shift``
+    (F, 3) float32 in the ops' memory (:func:`bgr_from_lab_ref`)."""
+    if not on_device(ops):
+        return bgr_from_lab_ref(lab, count, out, scale, shift, membrane)
+    # ``lab * scale[f] + shift[f]`` (+ the membrane grid, upsampled) -> uint8 BGR crops; the
+    # per-face parameters stay on the device (no host wait).
     n = int(count)
     if n <= 0:
         return out
@@ -314,7 +320,7 @@ def _bgr_from_lab_cuda(
     return out
 
 
-def _lab_membrane_cuda(
+def lab_membrane(
     ops: Any,
     target: Any,
     source: Any,
@@ -326,7 +332,10 @@ def _lab_membrane_cuda(
     sigma: float = 2.0,
     clip: float = 12.0,
 ) -> Any:
-    """The seamless offset grid (F, G, G, 3) float32; one block of 256 threads per face."""
+    """The seamless offset grid (F, G, G, 3) float32 (:func:`lab_membrane_ref`)."""
+    if not on_device(ops):
+        return lab_membrane_ref(target, source, weight, count, out, scale, shift, sigma, clip)
+    # The seamless offset grid (F, G, G, 3) float32; one block of 256 threads per face.
     n = int(count)
     if n <= 0:
         return out
@@ -345,40 +354,6 @@ def _lab_membrane_cuda(
     args = (t, s, w, np.int32(n), np.int32(size), sc, sh, affine, inv, np.float32(clip), np.int32(grid), dst)
     launch(ops, "color", "lab_membrane", (n,), args)
     return out
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def lab_from_bgr(ops: Any, crops: Any, count: int, out: Any) -> Any:
-    """Crops (F, S, S, 3) uint8 BGR -> L*a*b* (F, S, S, 3) float32 (:func:`lab_from_bgr_ref`)."""
-    if on_device(ops):
-        return _lab_from_bgr_cuda(ops, crops, count, out)
-    return lab_from_bgr_ref(crops, count, out)
-
-
-def bgr_from_lab(ops: Any, lab: Any, count: int, out: Any, scale: Any = None, shift: Any = None, membrane: Any = None) -> Any:
-    """``lab * scale[f] + shift[f]`` (+ the upsampled ``membrane``) -> uint8 BGR; ``scale``/``shift``
-    (F, 3) float32 in the ops' memory (:func:`bgr_from_lab_ref`)."""
-    if on_device(ops):
-        return _bgr_from_lab_cuda(ops, lab, count, out, scale, shift, membrane)
-    return bgr_from_lab_ref(lab, count, out, scale, shift, membrane)
-
-
-def lab_membrane(
-    ops: Any,
-    target: Any,
-    source: Any,
-    weight: Any,
-    count: int,
-    out: Any,
-    scale: Any = None,
-    shift: Any = None,
-    sigma: float = 2.0,
-    clip: float = 12.0,
-) -> Any:
-    """The seamless offset grid (F, G, G, 3) float32 (:func:`lab_membrane_ref`)."""
-    if on_device(ops):
-        return _lab_membrane_cuda(ops, target, source, weight, count, out, scale, shift, sigma, clip)
-    return lab_membrane_ref(target, source, weight, count, out, scale, shift, sigma, clip)
 
 
 __all__ = [

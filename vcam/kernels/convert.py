@@ -403,12 +403,24 @@ def from_bgr_cv(frame: np.ndarray, fmt: PixelFormat, out: np.ndarray | None = No
     return out
 
 
-# -- CUDA launches ---------------------------------------------------------------------------------
-def _to_bgr_cuda(
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def to_bgr(
     ops: Any, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
 ) -> Any:
-    """Camera frame on the device -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
-    those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.kernels.convert.check_rows`)."""
+    """Camera frame in the ops' memory -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
+    those rows of ``out`` are written (even bounds for 4:2:0 input, :func:`check_rows`). On the CPU
+    through OpenCV (:func:`to_bgr_cv`: YUV within one level of :func:`to_bgr_ref`)."""
+    if not on_device(ops):
+        if rows is None:
+            return to_bgr_cv(data, fmt, width, height, out=out)
+        y0, y1 = check_rows(fmt, height, rows)
+        if out is None:
+            out = np.empty((height, width, 3), np.uint8)
+        if y1 > y0:  # rows of a C-contiguous frame: a contiguous view, converted in place
+            to_bgr_cv(frame_rows(data, fmt, width, height, (y0, y1)), fmt, width, y1 - y0, out=out[y0:y1])
+        return out
+    # Camera frame on the device -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
+    # those rows of ``out`` are written (even bounds for 4:2:0 input, see :func:`vcam.kernels.convert.check_rows`).
     cp = ops.xp
     fmt = PixelFormat(fmt)
     if out is None:
@@ -444,9 +456,22 @@ def _to_bgr_cuda(
     return out
 
 
-def _from_bgr_cuda(ops: Any, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any:
-    """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1)
-    only the output of those rows is written (even bounds for 4:2:0)."""
+def from_bgr(ops: Any, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any:
+    """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1) only
+    the output of those rows is written (even bounds for 4:2:0). On the CPU through OpenCV
+    (:func:`from_bgr_cv`: 4:2:0 within one level of :func:`from_bgr_ref`)."""
+    if not on_device(ops):
+        if rows is None:
+            return from_bgr_cv(frame, fmt, out=out)
+        h, w = frame.shape[:2]
+        y0, y1 = check_rows(fmt, h, rows)
+        if out is None:
+            out = np.empty(frame_shape(fmt, w, h), np.uint8)
+        if y1 > y0:
+            put_rows(from_bgr_cv(frame[y0:y1], fmt), out, fmt, w, h, (y0, y1))
+        return out
+    # (H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1)
+    # only the output of those rows is written (even bounds for 4:2:0).
     cp = ops.xp
     fmt = PixelFormat(fmt)
     h, w = frame.shape[:2]
@@ -472,40 +497,4 @@ def _from_bgr_cuda(ops: Any, frame: Any, fmt: PixelFormat, out: Any = None, rows
         (_grid(((y1 - y0) // 2) * (w // 2)),),
         (frame, np.int32(w), np.int32(h), np.int32(y0), np.int32(y1 - y0), np.int32(fmt is PixelFormat.NV12), out),
     )
-    return out
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def to_bgr(
-    ops: Any, data: Any, fmt: PixelFormat, width: int, height: int, out: Any = None, rows: tuple[int, int] | None = None
-) -> Any:
-    """Camera frame in the ops' memory -> (height, width, 3) uint8 BGR; with ``rows`` (y0, y1) only
-    those rows of ``out`` are written (even bounds for 4:2:0 input, :func:`check_rows`). On the CPU
-    through OpenCV (:func:`to_bgr_cv`: YUV within one level of :func:`to_bgr_ref`)."""
-    if on_device(ops):
-        return _to_bgr_cuda(ops, data, fmt, width, height, out, rows)
-    if rows is None:
-        return to_bgr_cv(data, fmt, width, height, out=out)
-    y0, y1 = check_rows(fmt, height, rows)
-    if out is None:
-        out = np.empty((height, width, 3), np.uint8)
-    if y1 > y0:  # rows of a C-contiguous frame: a contiguous view, converted in place
-        to_bgr_cv(frame_rows(data, fmt, width, height, (y0, y1)), fmt, width, y1 - y0, out=out[y0:y1])
-    return out
-
-
-def from_bgr(ops: Any, frame: Any, fmt: PixelFormat, out: Any = None, rows: tuple[int, int] | None = None) -> Any:
-    """(H, W, 3) uint8 BGR -> RGB/BGR (H, W, 3) or I420/NV12 (H*3/2, W); with ``rows`` (y0, y1) only
-    the output of those rows is written (even bounds for 4:2:0). On the CPU through OpenCV
-    (:func:`from_bgr_cv`: 4:2:0 within one level of :func:`from_bgr_ref`)."""
-    if on_device(ops):
-        return _from_bgr_cuda(ops, frame, fmt, out, rows)
-    if rows is None:
-        return from_bgr_cv(frame, fmt, out=out)
-    h, w = frame.shape[:2]
-    y0, y1 = check_rows(fmt, h, rows)
-    if out is None:
-        out = np.empty(frame_shape(fmt, w, h), np.uint8)
-    if y1 > y0:
-        put_rows(from_bgr_cv(frame[y0:y1], fmt), out, fmt, w, h, (y0, y1))
     return out

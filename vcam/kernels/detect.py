@@ -128,12 +128,16 @@ def detector_input_ref(
     return out
 
 
-# -- CUDA launches ---------------------------------------------------------------------------------
-def _detector_input_cuda(
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def detector_input(
     ops: Any, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
 ) -> Any:
-    """All square regions of a BGR frame into one detector batch (R, 3, h, w), float32 or float16
-    after ``out``; one launch per 32 regions."""
+    """All square regions ``rects`` (R, 3) of a BGR frame into one detector batch (R, 3, h, w),
+    float32 or float16 after ``out`` (:func:`detector_input_ref`)."""
+    if not on_device(ops):
+        return detector_input_ref(frame, rects, size, mean, out=out, scale=scale, rgb=rgb)
+    # All square regions of a BGR frame into one detector batch (R, 3, h, w), float32 or float16
+    # after ``out``; one launch per 32 regions.
     cp = ops.xp
     rects = np.asarray(rects, dtype=np.float64).reshape(-1, 3)
     if out is None:
@@ -169,14 +173,3 @@ def _detector_input_cuda(
             ),
         )
     return out
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def detector_input(
-    ops: Any, frame: Any, rects: np.ndarray, size: int, mean: tuple, out: Any = None, *, scale: Any = 1.0, rgb: bool = False
-) -> Any:
-    """All square regions ``rects`` (R, 3) of a BGR frame into one detector batch (R, 3, h, w),
-    float32 or float16 after ``out`` (:func:`detector_input_ref`)."""
-    if on_device(ops):
-        return _detector_input_cuda(ops, frame, rects, size, mean, out, scale=scale, rgb=rgb)
-    return detector_input_ref(frame, rects, size, mean, out=out, scale=scale, rgb=rgb)

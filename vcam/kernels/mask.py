@@ -334,11 +334,16 @@ def _no_guard(ops: Any) -> Any:
     return scratch(ops, "mask.no_guard", lambda: ops.empty((32,), np.int32))
 
 
-def _polygon_masks_cuda(
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def polygon_masks(
     ops: Any, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
 ) -> Any:
-    """Face/mouth shapes times ``base`` into ``out`` (F, S, S) float32; shapes by value, one launch
-    per 8 faces (see :func:`polygon_masks_ref`)."""
+    """Face/mouth shapes (host half-planes) times ``base`` into ``out`` (F, S, S) float32
+    (:func:`polygon_masks_ref`)."""
+    if not on_device(ops):
+        return polygon_masks_ref(planes, feathers, base, count, out, mouth)
+    # Face/mouth shapes times ``base`` into ``out`` (F, S, S) float32; shapes by value, one launch
+    # per 8 faces (see :func:`polygon_masks_ref`).
     n = int(count)
     size = int(out.shape[-1])
     per_face = base.ndim == 3
@@ -361,7 +366,7 @@ def _polygon_masks_cuda(
     return out
 
 
-def _landmark_masks_cuda(
+def landmark_masks(
     ops: Any,
     landmarks: np.ndarray,
     count: int,
@@ -373,8 +378,12 @@ def _landmark_masks_cuda(
     mouth_scale: float = 1.0,
     feather: float = 0.12,
 ) -> Any:
-    """Face/mouth shapes from 5 crop-space points (F, 5, 2), geometry on the device: the host
-    fills one cached parameter block (see :func:`landmark_masks_ref`); one launch per 32 faces."""
+    """Face/mouth shapes from 5 crop-space points (F, 5, 2) times ``base`` into ``out``
+    (:func:`landmark_masks_ref`)."""
+    if not on_device(ops):
+        return landmark_masks_ref(landmarks, count, base, out, face, mouth, face_scale, mouth_scale, feather)
+    # Face/mouth shapes from 5 crop-space points (F, 5, 2), geometry on the device: the host
+    # fills one cached parameter block (see :func:`landmark_masks_ref`); one launch per 32 faces.
     n = int(count)
     size = int(out.shape[-1])
     per_face = base.ndim == 3
@@ -396,8 +405,11 @@ def _landmark_masks_cuda(
     return out
 
 
-def _resample_masks_cuda(ops: Any, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any:
-    """``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (see :func:`resample_masks_ref`)."""
+def resample_masks(ops: Any, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any:
+    """``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (:func:`resample_masks_ref`)."""
+    if not on_device(ops):
+        return resample_masks_ref(src, count, out, lo, hi, guard)
+    # ``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (see :func:`resample_masks_ref`).
     cp = ops.xp
     n = int(count)
     if n <= 0:
@@ -432,8 +444,11 @@ def _resample_masks_cuda(ops: Any, src: Any, count: int, out: Any, lo: float = 0
     return out
 
 
-def _parser_select_cuda(ops: Any, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any:
-    """Arg-max class in the bit set ``classes`` -> 1, else 0 (see :func:`parser_select_ref`)."""
+def parser_select(ops: Any, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any:
+    """Arg-max class in the bit set ``classes`` -> 1, else 0 (:func:`parser_select_ref`)."""
+    if not on_device(ops):
+        return parser_select_ref(logits, count, classes, out, guard)
+    # Arg-max class in the bit set ``classes`` -> 1, else 0 (see :func:`parser_select_ref`).
     cp = ops.xp
     n = int(count)
     if n <= 0:
@@ -457,50 +472,6 @@ def _parser_select_cuda(ops: Any, logits: Any, count: int, classes: int, out: An
         ),
     )
     return out
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def polygon_masks(
-    ops: Any, planes: np.ndarray, feathers: np.ndarray, base: Any, count: int, out: Any, mouth: bool = False
-) -> Any:
-    """Face/mouth shapes (host half-planes) times ``base`` into ``out`` (F, S, S) float32
-    (:func:`polygon_masks_ref`)."""
-    if on_device(ops):
-        return _polygon_masks_cuda(ops, planes, feathers, base, count, out, mouth)
-    return polygon_masks_ref(planes, feathers, base, count, out, mouth)
-
-
-def landmark_masks(
-    ops: Any,
-    landmarks: np.ndarray,
-    count: int,
-    base: Any,
-    out: Any,
-    face: bool = True,
-    mouth: bool = False,
-    face_scale: float = 1.0,
-    mouth_scale: float = 1.0,
-    feather: float = 0.12,
-) -> Any:
-    """Face/mouth shapes from 5 crop-space points (F, 5, 2) times ``base`` into ``out``
-    (:func:`landmark_masks_ref`)."""
-    if on_device(ops):
-        return _landmark_masks_cuda(ops, landmarks, count, base, out, face, mouth, face_scale, mouth_scale, feather)
-    return landmark_masks_ref(landmarks, count, base, out, face, mouth, face_scale, mouth_scale, feather)
-
-
-def resample_masks(ops: Any, src: Any, count: int, out: Any, lo: float = 0.0, hi: float = 1.0, guard: Any = None) -> Any:
-    """``out *= clip((bilinear(src) - lo) / (hi - lo), 0, 1)`` per face (:func:`resample_masks_ref`)."""
-    if on_device(ops):
-        return _resample_masks_cuda(ops, src, count, out, lo, hi, guard)
-    return resample_masks_ref(src, count, out, lo, hi, guard)
-
-
-def parser_select(ops: Any, logits: Any, count: int, classes: int, out: Any, guard: Any = None) -> Any:
-    """Arg-max class in the bit set ``classes`` -> 1, else 0 (:func:`parser_select_ref`)."""
-    if on_device(ops):
-        return _parser_select_cuda(ops, logits, count, classes, out, guard)
-    return parser_select_ref(logits, count, classes, out, guard)
 
 
 __all__ = [

@@ -125,10 +125,13 @@ def paste_back_ref(
     return frame
 
 
-# -- CUDA launches ---------------------------------------------------------------------------------
-def _paste_back_cuda(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
-    """Blend ``count`` crops (F, S, S, 3) into ``frame`` in place; ``mask`` (S, S) or (F, S, S)
-    float32 on the device. One launch per 32 faces; faces blend in order."""
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def paste_back(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
+    """Blend ``count`` crops into ``frame`` in place (:func:`paste_back_ref`)."""
+    if not on_device(ops):
+        return paste_back_ref(frame, crops, crop_from_frame, mask, count)
+    # Blend ``count`` crops (F, S, S, 3) into ``frame`` in place; ``mask`` (S, S) or (F, S, S)
+    # float32 on the device. One launch per 32 faces; faces blend in order.
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
     n = mats.shape[0] if count is None else int(count)
     size = int(crops.shape[1])
@@ -161,11 +164,3 @@ def _paste_back_cuda(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarr
             ),
         )
     return frame
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def paste_back(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int | None = None) -> Any:
-    """Blend ``count`` crops into ``frame`` in place (:func:`paste_back_ref`)."""
-    if on_device(ops):
-        return _paste_back_cuda(ops, frame, crops, crop_from_frame, mask, count)
-    return paste_back_ref(frame, crops, crop_from_frame, mask, count)

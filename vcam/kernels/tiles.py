@@ -125,7 +125,8 @@ def _tile_flags(ops: Any) -> Any:
     return scratch(ops, "tiles.bad", lambda: ops.empty((MAX_TILES,), np.int32))
 
 
-def _accumulate_tiles_cuda(
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def accumulate_tiles(
     ops: Any,
     output: Any,
     count: int,
@@ -137,9 +138,13 @@ def _accumulate_tiles_cuda(
     frame: Any,
     rgb: bool = True,
 ) -> Any:
-    """Add ``count`` upscaled tiles to ``acc`` (see :func:`vcam.stages.upscale.accumulate_tiles`): per 64
-    tiles one guard launch (a block per tile) and one launch over the tiles' union, each thread
-    summing the tiles that cover its pixel in order (no atomics: the twin's order)."""
+    """Add ``count`` upscaled tiles (T, 3, S, S) to ``acc`` (sH, sW, 4) float32, feathered
+    (:func:`accumulate_tiles_ref`)."""
+    if not on_device(ops):
+        return accumulate_tiles_ref(output, count, origins, flags, weights, acc, guard, frame, rgb)
+    # Add ``count`` upscaled tiles to ``acc`` (see :func:`vcam.stages.upscale.accumulate_tiles`): per 64
+    # tiles one guard launch (a block per tile) and one launch over the tiles' union, each thread
+    # summing the tiles that cover its pixel in order (no atomics: the twin's order).
     cp = ops.xp
     n = int(count)
     if n <= 0:
@@ -192,15 +197,22 @@ def _accumulate_tiles_cuda(
     return acc
 
 
-def _normalize_tiles_cuda(ops: Any, acc: Any, out: Any) -> Any:
-    """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR; one thread per pixel."""
+def normalize_tiles(ops: Any, acc: Any, out: Any) -> Any:
+    """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR (:func:`normalize_tiles_ref`)."""
+    if not on_device(ops):
+        return normalize_tiles_ref(acc, out)
+    # ``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR; one thread per pixel.
     n = int(acc.shape[0]) * int(acc.shape[1])
     launch(ops, "tiles", "tiles_normalize", (_grid(n),), (dense(acc, np.float32), np.int64(n), dense(out, np.uint8)))
     return out
 
 
-def _resize_bilinear_cuda(ops: Any, frame: Any, out: Any) -> Any:
-    """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear; one thread per output pixel."""
+def resize_bilinear(ops: Any, frame: Any, out: Any) -> Any:
+    """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear (:func:`resize_bilinear_ref`; on the CPU
+    through OpenCV, :func:`resize_bilinear_cv`)."""
+    if not on_device(ops):
+        return resize_bilinear_cv(frame, out)
+    # (H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear; one thread per output pixel.
     h, w = int(frame.shape[0]), int(frame.shape[1])
     oh, ow = int(out.shape[0]), int(out.shape[1])
     args = (
@@ -215,38 +227,3 @@ def _resize_bilinear_cuda(ops: Any, frame: Any, out: Any) -> Any:
     )
     launch(ops, "tiles", "resize_bilinear", (_grid(ow * oh),), args)
     return out
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def accumulate_tiles(
-    ops: Any,
-    output: Any,
-    count: int,
-    origins: np.ndarray,
-    flags: np.ndarray,
-    weights: Any,
-    acc: Any,
-    guard: Any,
-    frame: Any,
-    rgb: bool = True,
-) -> Any:
-    """Add ``count`` upscaled tiles (T, 3, S, S) to ``acc`` (sH, sW, 4) float32, feathered
-    (:func:`accumulate_tiles_ref`)."""
-    if on_device(ops):
-        return _accumulate_tiles_cuda(ops, output, count, origins, flags, weights, acc, guard, frame, rgb)
-    return accumulate_tiles_ref(output, count, origins, flags, weights, acc, guard, frame, rgb)
-
-
-def normalize_tiles(ops: Any, acc: Any, out: Any) -> Any:
-    """``acc`` (sH, sW, 4) float32 -> ``out`` (sH, sW, 3) uint8 BGR (:func:`normalize_tiles_ref`)."""
-    if on_device(ops):
-        return _normalize_tiles_cuda(ops, acc, out)
-    return normalize_tiles_ref(acc, out)
-
-
-def resize_bilinear(ops: Any, frame: Any, out: Any) -> Any:
-    """(H, W, 3) uint8 -> ``out`` (oH, oW, 3) uint8, bilinear (:func:`resize_bilinear_ref`; on the CPU
-    through OpenCV, :func:`resize_bilinear_cv`)."""
-    if on_device(ops):
-        return _resize_bilinear_cuda(ops, frame, out)
-    return resize_bilinear_cv(frame, out)

@@ -177,8 +177,12 @@ def _faces(mats: np.ndarray, mean: Any = (0.0, 0.0, 0.0), std: Any = (1.0, 1.0, 
     return p
 
 
-def _warp_crops_cuda(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any:
-    """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops; one launch per 32 faces."""
+# -- fronts: one per kernel, by device -------------------------------------------------------------
+def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any:
+    """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops (:func:`warp_crops_ref`)."""
+    if not on_device(ops):
+        return warp_crops_ref(frame, crop_from_frame, size, out=out)
+    # (H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops; one launch per 32 faces.
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
     if out is None:
         out = ops.xp.empty((mats.shape[0], size, size, 3), dtype=ops.xp.uint8)
@@ -195,10 +199,13 @@ def _warp_crops_cuda(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: in
     return out
 
 
-def _warp_crops_normalized_cuda(
+def warp_crops_normalized(
     ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, mean: tuple, std: tuple, rgb: bool = True, out: Any = None
 ) -> Any:
-    """Warp straight into a model input (F, 3, size, size) float32/float16 (after ``out``)."""
+    """Crops straight into a model input (F, 3, size, size) (:func:`warp_crops_normalized_ref`)."""
+    if not on_device(ops):
+        return warp_crops_normalized_ref(frame, crop_from_frame, size, mean, std, rgb, out=out)
+    # Warp straight into a model input (F, 3, size, size) float32/float16 (after ``out``).
     cp = ops.xp
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
     if out is None:
@@ -225,7 +232,7 @@ def _warp_crops_normalized_cuda(
     return out
 
 
-def _crops_from_planar_cuda(
+def crops_from_planar(
     ops: Any,
     output: Any,
     inputs: Any,
@@ -235,7 +242,10 @@ def _crops_from_planar_cuda(
     affine: PlanarAffine = PlanarAffine(),
     rgb: bool = True,
 ) -> Any:
-    """Model output (F, 3, S, S) -> uint8 BGR crops with the NaN guard; one block per face."""
+    """Model output (F, 3, S, S) -> uint8 BGR crops with the NaN guard (:func:`crops_from_planar_ref`)."""
+    if not on_device(ops):
+        return crops_from_planar_ref(output, inputs, count, crops, guard, affine, rgb)
+    # Model output (F, 3, S, S) -> uint8 BGR crops with the NaN guard; one block per face.
     cp = ops.xp
     if count <= 0:
         return crops
@@ -261,39 +271,6 @@ def _crops_from_planar_cuda(
         block=(512,),
     )
     return crops
-
-
-# -- fronts: one per kernel, by device -------------------------------------------------------------
-def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any:
-    """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops (:func:`warp_crops_ref`)."""
-    if on_device(ops):
-        return _warp_crops_cuda(ops, frame, crop_from_frame, size, out)
-    return warp_crops_ref(frame, crop_from_frame, size, out=out)
-
-
-def warp_crops_normalized(
-    ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, mean: tuple, std: tuple, rgb: bool = True, out: Any = None
-) -> Any:
-    """Crops straight into a model input (F, 3, size, size) (:func:`warp_crops_normalized_ref`)."""
-    if on_device(ops):
-        return _warp_crops_normalized_cuda(ops, frame, crop_from_frame, size, mean, std, rgb, out)
-    return warp_crops_normalized_ref(frame, crop_from_frame, size, mean, std, rgb, out=out)
-
-
-def crops_from_planar(
-    ops: Any,
-    output: Any,
-    inputs: Any,
-    count: int,
-    crops: Any,
-    guard: Any,
-    affine: PlanarAffine = PlanarAffine(),
-    rgb: bool = True,
-) -> Any:
-    """Model output (F, 3, S, S) -> uint8 BGR crops with the NaN guard (:func:`crops_from_planar_ref`)."""
-    if on_device(ops):
-        return _crops_from_planar_cuda(ops, output, inputs, count, crops, guard, affine, rgb)
-    return crops_from_planar_ref(output, inputs, count, crops, guard, affine, rgb)
 
 
 __all__ = [
