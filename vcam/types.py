@@ -119,3 +119,19 @@ class FrameStats:
     @property
     def latency(self) -> float:
         return self.t_publish - self.t_capture
+
+
+class Closing:
+    """``close()`` marks the object closed (subclasses release more and call it); used as a context
+    manager it closes on exit. The base of frame sources and outputs."""
+
+    _closed = False
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self):  # the subclass itself
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

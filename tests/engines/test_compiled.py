@@ -124,19 +124,19 @@ def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_
     with compiling off, no such thread."""
     import sys
 
-    from vcam.engines import compiled
+    from vcam.engines import artifacts
     from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
 
-    assert compiled.built_any(cache, "inswapper", "fp32")
-    assert not compiled.built_any(cache, "inswapper", "fp16")  # the tests built FP32 only
-    assert not compiled.built_any(tmp_path, "inswapper", "fp32")
+    assert artifacts.built_any(cache, "inswapper", "fp32")
+    assert not artifacts.built_any(cache, "inswapper", "fp16")  # the tests built FP32 only
+    assert not artifacts.built_any(tmp_path, "inswapper", "fp32")
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
         engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
         assert engine.loader._prepared is not None and engine.loader._prepared.name.endswith("-inductor")
         engine.loader._prepared.join(120)
         assert engine.wait_compiled(timeout=120)
-    assert all(name in sys.modules for name in compiled.LOAD_IMPORTS)
+    assert all(name in sys.modules for name in artifacts.LOAD_IMPORTS)
     assert [r.getMessage() for r in caplog.records if "Inductor imported" in r.getMessage()]
     f = feeds(2, seed=5)
     out = engine.run(f)[0]

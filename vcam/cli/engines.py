@@ -80,8 +80,8 @@ def list_engines(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Engine cache (default: the one `vcam run` uses)."),
 ) -> None:
     """The compiled engines in the cache, and whether this machine can use them."""
+    from vcam.engines.artifacts import entries, here
     from vcam.engines.cache import resolve_cache_dir
-    from vcam.engines.compiled import entries, here
 
     current = here()
     table = Table()

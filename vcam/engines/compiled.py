@@ -28,28 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from vcam.engines import CompileHost, Items, Loaded
 from vcam.engines.artifacts import (
-    BUILD_VERSION,
-    LOAD_IMPORTS,
-    SUFFIX,
     ArtifactError,
-    Entry,
     artifact_key,
     artifact_path,
     build,
-    build_log,
-    build_options,
     built_any,
-    device_name,
-    entries,
-    here,
     inductor_cache,
-    library_of,
     load,
     prepare_load,
     read_meta,
     remove,
     structure_digest,
-    trace,
 )
 from vcam.engines.cache import EngineKey
 from vcam.engines.threads import QUICK_SWITCHES
@@ -363,32 +352,4 @@ def prebuild(
     return engine.describe(), done
 
 
-__all__ = [
-    "BUILD_VERSION",
-    "COMPILE_MODES",
-    "LOAD_IMPORTS",
-    "SUFFIX",
-    "ArtifactError",
-    "CompiledLoader",
-    "Entry",
-    "artifact_key",
-    "artifact_path",
-    "build",
-    "build_log",
-    "build_options",
-    "built_any",
-    "compile_mode",
-    "device_name",
-    "entries",
-    "here",
-    "inductor_cache",
-    "library_of",
-    "load",
-    "prebuild",
-    "prepare_load",
-    "read_meta",
-    "remove",
-    "structure_digest",
-    "torch_engine",
-    "trace",
-]
+__all__ = ["COMPILE_MODES", "CompiledLoader", "compile_mode", "prebuild", "torch_engine"]

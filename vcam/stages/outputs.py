@@ -14,7 +14,7 @@ import numpy as np
 from vcam import devices
 from vcam.errors import OutputError
 from vcam.kernels.convert import frame_shape, from_bgr_ref
-from vcam.types import PixelFormat
+from vcam.types import Closing, PixelFormat
 
 _VCAM_FORMATS = ("I420", "NV12", "RGB")
 
@@ -56,7 +56,7 @@ def prepare(output: Output, frame: np.ndarray, out: np.ndarray | None = None) ->
     return from_bgr_ref(frame, output.fmt, out)
 
 
-class OutputBase:
+class OutputBase(Closing):
     fmt: PixelFormat
     width: int
     height: int
@@ -94,15 +94,6 @@ class OutputBase:
     def send_bgr(self, frame: np.ndarray) -> None:
         """Convenience: :func:`prepare` then :meth:`send`."""
         self.send(prepare(self, frame))
-
-    def close(self) -> None:
-        self._closed = True
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if not self.__dict__.get("_ready"):

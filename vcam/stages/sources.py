@@ -14,7 +14,7 @@ import numpy as np
 
 from vcam import devices
 from vcam.errors import InputError
-from vcam.types import Frame, PixelFormat
+from vcam.types import Closing, Frame, PixelFormat
 
 log = logging.getLogger("vcam.stages.capture")
 
@@ -80,7 +80,7 @@ class _Pacer:
             self._origin = now - t_media
 
 
-class _SourceBase:
+class _SourceBase(Closing):
     """Shared frame numbering and context management."""
 
     width: int
@@ -128,15 +128,6 @@ class _SourceBase:
 
     def read(self) -> Frame | None:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    def close(self) -> None:
-        self._closed = True
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.width}x{self.height} {self.fmt.value} @ {self.fps:g} fps)"
