@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from aot_probe import _captured, _cuda_ms, _first, _setup  # noqa: E402  (the same model, inputs and timing)
+from aot_probe import _captured, _cuda_ms, _first, _setup
 
 
 def _graph_of(torch, m, x, s):
@@ -59,7 +59,7 @@ def child(mode: str, model: str, art: str, batch: int) -> dict:
         names = json.loads(Path(art + ".json").read_text())
         tensors = dict(list(m.named_parameters()) + list(m.named_buffers()))
         t0 = time.perf_counter()
-        import torch._inductor  # noqa: F401
+        import torch._inductor
 
         r["import_s"] = round(time.perf_counter() - t0, 2)
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from aot_probe import _cuda_ms  # noqa: E402  (CUDA-event median after warm-up)
+from aot_probe import _cuda_ms
 
 
 def probe(batch: int, width: int = 1024, side: int = 32) -> dict:

@@ -19,9 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import streams as bench  # noqa: E402
-from vcam.pipeline.pipeline import Pipeline  # noqa: E402
-from vcam.runtime.daemon import Daemon  # noqa: E402
+from benchmarks import streams as bench
+from vcam.pipeline.pipeline import Pipeline
+from vcam.runtime.daemon import Daemon
 
 PHASES = ("gathered", "begun", "swapped", "finished", "collected", "published")
 

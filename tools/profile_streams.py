@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import streams as bench  # noqa: E402
-from vcam.pipeline.pipeline import Pipeline  # noqa: E402
+from benchmarks import streams as bench
+from vcam.pipeline.pipeline import Pipeline
 
 
 def timed(cls, name, acc):

@@ -344,7 +344,7 @@ class Daemon:
         def load() -> None:
             try:
                 self._load()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the starting thread
+            except BaseException as exc:
                 failure.append(exc)
             finally:
                 self._wake.set()
