@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import streams as bench  # noqa: E402
-from vcam.runtime.rounds import Mark  # noqa: E402
+from benchmarks import streams as bench
+from vcam.runtime.rounds import Mark
 
 PHASES = ("gathered", "begun", "swapped", "finished", "collected", "published")
 

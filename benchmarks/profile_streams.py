@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import streams as bench  # noqa: E402
-from vcam.runtime.rounds import Mark  # noqa: E402
+from benchmarks import streams as bench
+from vcam.runtime.rounds import Mark
 
 #: Each phase's time: from the frame's previous phase boundary to this one (host wall time).
 TIMED = {"begun": "begin", "swapped": "swap_batch", "finished": "finish", "collected": "collect"}

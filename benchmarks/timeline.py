@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vcam.runtime.bench import SIZES, _inswapper_file, gpu_rig  # noqa: E402
+from vcam.runtime.bench import SIZES, _inswapper_file, gpu_rig
 
 PHASES = ("begin", "track.complete", "track.launch", "swap_batch", "finish", "collect")
 

@@ -1,4 +1,6 @@
-"""Regenerate config.toml from the declarations in vcam/config.py: python tools/gen_config_toml.py"""
+"""Regenerate config.toml from the declarations in vcam/config.py: python tools/gen_config_toml.py
+
+An argument writes the text to that file instead (tools/check compares it with the shipped one)."""
 
 import sys
 import textwrap
@@ -7,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from vcam.config import StreamConfig
-from vcam.config_file import describe, toml_value  # noqa: E402
+from vcam.config_file import describe, toml_value
 
 lines = [
     "# FastSwap Cam configuration: every setting with its default.",
@@ -56,4 +58,5 @@ lines += [
     '# face = "alice"',
     '# max_latency = "50ms"',
 ]
-open(Path(__file__).resolve().parents[1] / "config.toml", "w").write("\n".join(lines) + "\n")
+dest = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "config.toml"
+open(dest, "w").write("\n".join(lines) + "\n")

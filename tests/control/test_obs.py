@@ -354,6 +354,7 @@ def test_status_text_source(controller, client):
 # --- failures --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_wrong_password_one_clear_error_video_keeps_running(obs_server, scene, caplog):
     caplog.set_level(logging.DEBUG)
     state = make_state()
@@ -393,6 +394,7 @@ def test_password_never_logged(obs_server, scene, caplog, capsys, monkeypatch):
         assert obs_server.password not in text
 
 
+@pytest.mark.slow
 def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
     _need_obs()
     caplog.set_level(logging.INFO)
@@ -449,6 +451,7 @@ def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
 # --- end to end: the daemon on the demo clip, driven from OBS ----------------------------------
 
 
+@pytest.mark.slow
 def test_daemon_follows_obs_hotkeys_and_custom_events(obs_server, scene, client, tmp_path):
     from vcam.runtime.daemon import Daemon
 
@@ -620,6 +623,7 @@ def _set_shown(client, scene: str, face: str | None = None, swap: bool | None = 
             client.set_scene_item_enabled(scene, it["sceneItemId"], swap)
 
 
+@pytest.mark.slow
 def test_changes_made_while_disconnected_are_merged_on_reconnect(obs_server, client, face_images):
     """Changed in OBS only: adopted. Changed in vcam only: shown in OBS. Changed on both sides: vcam wins."""
     scene = "Merge Faces"
@@ -794,6 +798,7 @@ def test_a_map_scene_without_mapping_enabled_answers_and_shows_the_state(obs_ser
             client.remove_scene(name)
 
 
+@pytest.mark.slow
 def test_a_mapping_chosen_in_obs_while_vcam_was_away_is_adopted(obs_server, client, face_images):
     scene = "Merge Map"
     setup_scene(client, face_images, scene=scene, targets={"ann": None, "ben": None})
@@ -831,6 +836,7 @@ def test_status_text_names_mappings_and_nan_guard_counts(controller, client):
     assert wait_for(lambda: re.fullmatch(pattern, text()), 3) is not None, text()
 
 
+@pytest.mark.slow
 def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
@@ -866,6 +872,7 @@ def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, mon
 # --- several streams (issue 12): one control scene each ------------------------------------------
 
 
+@pytest.mark.slow
 def test_each_stream_has_its_own_obs_scene_and_hotkeys(obs_server, client, tmp_path, face_images, monkeypatch):
     """`vcam obs setup` with two [[streams]] creates one scene per stream; in a running two-stream
     daemon a hotkey of stream b's scene switches stream b only, and its frames show it."""

@@ -85,6 +85,7 @@ def one_error_line(r, code: int) -> str:
 # -- lossless -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_file_to_file_keeps_every_frame_in_order_with_a_slow_pipeline(clip, tmp_path, slow_pipeline):
     out = tmp_path / "out.mp4"
     r = vcam_run("--input", str(clip), "--output", f"file:{out}")  # the input plays once: no --no-loop needed
@@ -97,6 +98,7 @@ def test_file_to_file_keeps_every_frame_in_order_with_a_slow_pipeline(clip, tmp_
         assert (s.width, s.height) == (W, H) and float(s.average_rate) == pytest.approx(FPS)
 
 
+@pytest.mark.slow
 def test_realtime_flag_restores_camera_pacing_with_drops(clip, tmp_path, slow_pipeline):
     out = tmp_path / "rt.mp4"
     r = vcam_run("--input", str(clip), "--output", f"file:{out}", "--no-loop", "--realtime")
@@ -111,6 +113,7 @@ def test_fast_and_realtime_together_is_a_flag_error(clip):
     assert "--fast and --realtime" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frames,expect", [(None, 1), (5, 5)])
 def test_a_still_image_to_a_file_ends_and_keeps_an_odd_size(tmp_path, frames, expect):
     img = tmp_path / "still.png"
@@ -215,6 +218,7 @@ def test_a_disk_full_from_the_start_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_vcam_run_on_a_full_disk_exits_4_with_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(vcam.stages.recording, "_open_with_umask", lambda p: FullAfter(p, 1_000_000))
     out = tmp_path / "demo.mp4"
@@ -251,6 +255,7 @@ def small_tmpfs(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("free_kib,kept", [(700, True), (0, False)])
 def test_vcam_run_on_a_real_full_filesystem(small_tmpfs, free_kib, kept):
     (small_tmpfs / "fill").write_bytes(b"\0" * (1024 - free_kib) * 1024)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require, vcam_cli
+from conftest import need_torch, require, vcam_cli
 
 from vcam.models import standin
 
@@ -77,6 +77,7 @@ def arts(cache: Path) -> list[Path]:
     return sorted((cache / "compiled").glob("*.art"))
 
 
+@pytest.mark.slow
 def test_build_writes_one_artifact_per_batch_size_and_matches_eager(built, models):
     from vcam.engines.torch import TorchEngine
 
@@ -98,6 +99,7 @@ def test_build_writes_one_artifact_per_batch_size_and_matches_eager(built, model
         assert not np.array_equal(got, want)  # the compiled code ran, not the module
 
 
+@pytest.mark.slow
 def test_auto_loads_built_sizes_in_the_background(cache, models):
     """The built sizes load in a background thread and are adopted at a call; the interpreter's
     switch interval, shortened while they load, is the same again afterwards."""
@@ -117,6 +119,7 @@ def test_auto_loads_built_sizes_in_the_background(cache, models):
     engine.close()
 
 
+@pytest.mark.slow
 def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_there(cache, models, tmp_path, caplog):
     """With a built artifact of the architecture in the cache, the engine imports what a load needs
     in a thread of its own from its construction on (the load that starts with the frames then has
@@ -151,6 +154,7 @@ def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_
         other.close()
 
 
+@pytest.mark.slow
 def test_one_artifact_serves_every_weights_file_of_the_architecture(cache, models):
     from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
@@ -168,6 +172,7 @@ def test_one_artifact_serves_every_weights_file_of_the_architecture(cache, model
 
 
 def test_auto_without_artifacts_runs_uncompiled_and_says_how_to_build(models, tmp_path, caplog):
+    need_torch()  # no compiler needed: nothing is built
     from vcam.engines.compiled import torch_engine
 
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
@@ -178,6 +183,7 @@ def test_auto_without_artifacts_runs_uncompiled_and_says_how_to_build(models, tm
     assert engine.run(feeds(1, seed=1))[0].shape == (1, 3, 128, 128)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "foreign_key", "no_sidecar"])
 def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, caplog, damage):
     from vcam.engines.compiled import torch_engine
@@ -242,6 +248,7 @@ def test_config_takes_the_three_modes_and_rejects_a_bool_with_the_fix(tmp_path):
         config_mod.load(p)
 
 
+@pytest.mark.slow
 def test_cli_build_and_list(cache, models, monkeypatch):
     monkeypatch.setenv("VCAM_ENGINE_CACHE", str(cache))
     monkeypatch.setenv("COLUMNS", "200")
@@ -259,6 +266,7 @@ def test_cli_build_and_list(cache, models, monkeypatch):
     assert r.returncode != 0 and r.stderr.count("\n") <= 2 and "error:" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypatch):
     """On the device: a build (Inductor's defaults here; `vcam engines build` autotunes), the

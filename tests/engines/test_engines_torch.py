@@ -119,6 +119,7 @@ def test_identity_chains_resolve_to_shared_weights(retinaface_file):
 # -- torch on the CPU --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_inswapper_native_matches_onnxruntime_cpu(tiny_inswapper):
     need_torch()
     from vcam.engines.torch import TorchEngine
@@ -136,6 +137,7 @@ def test_inswapper_native_matches_onnxruntime_cpu(tiny_inswapper):
     assert rel(engine.run(other)[0][0], out[0]) > 1e-3
 
 
+@pytest.mark.slow
 def test_retinaface_native_matches_onnxruntime_cpu(retinaface_file):
     need_torch()
     from vcam.engines.torch import TorchEngine
@@ -189,6 +191,7 @@ def test_an_operator_the_generic_path_lacks_makes_the_backend_unavailable(tmp_pa
     assert "--backend onnxruntime" in err.value.hint
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     [
@@ -247,6 +250,7 @@ def test_cuda_request_without_gpu_is_unavailable(tiny_inswapper):
         TorchEngine(tiny_inswapper, device="cuda")
 
 
+@pytest.mark.slow
 def test_build_inswapper_architecture():
     need_torch()
     from vcam.engines.native.inswapper import InSwapper, build_inswapper, default_spec, param_count

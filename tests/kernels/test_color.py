@@ -76,6 +76,7 @@ def test_greys_have_no_chroma_and_rising_lightness():
     np.testing.assert_array_equal(back, greys.reshape(256, 3))
 
 
+@pytest.mark.slow
 def test_round_trip_of_every_colour_within_one_level():
     """All 2^24 colours: BGR -> L*a*b* -> BGR gives each back within one level."""
     v = np.arange(256, dtype=np.uint8)

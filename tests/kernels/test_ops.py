@@ -19,6 +19,9 @@ from vcam.kernels import convert, detect, warp
 from vcam.kernels import paste as blend
 from vcam.types import PixelFormat
 
+# The 1080p cases take seconds each on a busy CPU: slow (run by .ci/run, not by tools/check).
+FULL_HD = pytest.mark.slow
+
 
 def _close_u8(got, ref):
     d = np.abs(got.astype(np.int16) - ref.astype(np.int16))
@@ -73,7 +76,7 @@ def test_yuv_limited_range_golden(ops):
     assert got[:, :2].max() == 0 and got[:, 2:].min() == 255
 
 
-@pytest.mark.parametrize("w,h", [(64, 48), (34, 18), (1920, 1080), (98, 130)])
+@pytest.mark.parametrize("w,h", [(64, 48), (34, 18), pytest.param(1920, 1080, marks=FULL_HD), (98, 130)])
 @pytest.mark.parametrize("fmt", ["BGR", "RGB", "I420", "NV12"])
 def test_from_bgr(ops, fmt, w, h):
     rng = np.random.default_rng(w + h)
@@ -98,7 +101,7 @@ def _frame_in(rng, fmt, w, h):
     return rng.integers(0, 256, convert.frame_shape(pf, w, h), dtype=np.uint8), pf
 
 
-@pytest.mark.parametrize("w,h", [(64, 48), (1920, 1080), (98, 130)])
+@pytest.mark.parametrize("w,h", [(64, 48), pytest.param(1920, 1080, marks=FULL_HD), (98, 130)])
 @pytest.mark.parametrize("fmt", ["BGR", "RGB", "GRAY", "BGRA", "RGBP", "YUYV", "NV12", "I420"])
 def test_to_bgr_by_rows(ops, fmt, w, h):
     """A frame converted in row bands (the band around the faces first, then the rows above and
@@ -121,7 +124,7 @@ def test_to_bgr_by_rows(ops, fmt, w, h):
     _close_u8(band[y0:y1], convert.to_bgr_ref(data, pf, w, h)[y0:y1])
 
 
-@pytest.mark.parametrize("w,h", [(64, 48), (1920, 1080), (98, 130)])
+@pytest.mark.parametrize("w,h", [(64, 48), pytest.param(1920, 1080, marks=FULL_HD), (98, 130)])
 @pytest.mark.parametrize("fmt", ["BGR", "RGB", "I420", "NV12"])
 def test_from_bgr_by_rows(ops, fmt, w, h):
     """The output format written in row bands equals the whole frame converted at once, exactly; a
@@ -182,7 +185,7 @@ def _regions(rng, w, h, count):
     return np.array(rects)
 
 
-@pytest.mark.parametrize("w,h", [(641, 359), (160, 160), (1920, 1080)])
+@pytest.mark.parametrize("w,h", [(641, 359), (160, 160), pytest.param(1920, 1080, marks=FULL_HD)])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_detector_input(ops, w, h, dtype):
     rng = np.random.default_rng(w)
@@ -247,7 +250,7 @@ def _random_mats(rng, n, w, h, size):
     return np.array(mats)
 
 
-@pytest.mark.parametrize("w,h,n", [(320, 240, 1), (641, 359, 5), (1920, 1080, 8), (199, 101, 33)])
+@pytest.mark.parametrize("w,h,n", [(320, 240, 1), (641, 359, 5), pytest.param(1920, 1080, 8, marks=FULL_HD), (199, 101, 33)])
 def test_warp_crops(ops, w, h, n):
     rng = np.random.default_rng(n + w)
     frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
@@ -263,7 +266,7 @@ def test_warp_crops(ops, w, h, n):
     np.testing.assert_array_equal(got[1], frame[3:67, 7:71])
 
 
-@pytest.mark.parametrize("w,h,n", [(320, 240, 1), (641, 359, 6), (1920, 1080, 8)])
+@pytest.mark.parametrize("w,h,n", [(320, 240, 1), (641, 359, 6), pytest.param(1920, 1080, 8, marks=FULL_HD)])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("rgb", [True, False])
 def test_warp_crops_normalized(ops, w, h, n, dtype, rgb):
@@ -338,7 +341,7 @@ def _paste_case(rng, w, h, n, size=128):
     return frame, mats
 
 
-@pytest.mark.parametrize("w,h,n", [(320, 240, 1), (641, 359, 7), (1920, 1080, 8), (333, 211, 34)])
+@pytest.mark.parametrize("w,h,n", [(320, 240, 1), (641, 359, 7), pytest.param(1920, 1080, 8, marks=FULL_HD), (333, 211, 34)])
 @pytest.mark.parametrize("per_face", [False, True])
 def test_paste_back(ops, w, h, n, per_face):
     rng = np.random.default_rng(n * 11 + w)

@@ -19,6 +19,7 @@ def _concrete(shape, n=2):
     return [d if isinstance(d, int) else n for d in shape]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DOWNLOADABLE)
 def test_standin_has_the_registry_tensors(name, tmp_path):
     spec = registry.get(name)
@@ -201,6 +202,7 @@ def test_parser_class_table():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MASK_MODELS)
 def test_mask_standins_run_on_the_torch_graph_path(name, tmp_path):
     """The generic torch path runs every new stand-in with onnxruntime's outputs (a batch-1 file

@@ -277,6 +277,7 @@ def test_fast_sources_are_read_on_demand(tmp_path, kind):
     assert taken == list(range(6))
 
 
+@pytest.mark.slow
 def test_realtime_sources_keep_the_newest_frame(tmp_path):
     """``--realtime``: frame-timed, the newest frame wins, replaced frames counted (as a camera)."""
     cfg = CaptureConfig(input="pattern", width=32, height=16, fps=400.0, pacing="realtime")

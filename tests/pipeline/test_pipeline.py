@@ -64,6 +64,7 @@ def boxes_for(pipe, height, width):
     return blend.paste_boxes(np.array(mats), sw.crop_size, height, width) if mats else np.zeros((0, 4), int)
 
 
+@pytest.mark.slow
 def test_identity_swapper_round_trips_within_interpolation_error(detector, source_face):
     # Two bilinear resamplings (warp, then paste) blur a sharp face by themselves: at a 1:1 crop
     # the round trip costs ~3 grey levels. A crop that oversamples the ~140 px paste box over 5x
@@ -236,6 +237,7 @@ def test_one_upload_one_download_per_frame(detector):
     assert det_calls == 1 and down == 2  # steady state: one ROI pass per frame
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("predict", [False, True])
 def test_frames_submitted_ahead_equal_frames_one_at_a_time(detector, source_face, predict):
@@ -269,6 +271,7 @@ def test_frames_submitted_ahead_equal_frames_one_at_a_time(detector, source_face
     assert changed >= 14, "the face was not swapped"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmts", [("NV12", "I420"), ("BGR", "BGR"), ("YUYV", "NV12")])
 def test_frames_moved_in_bands_equal_whole_frames(detector, source_face, fmts):
     """``[pipeline] band`` (the default): a predicted frame's band (the rows its faces' crops cover)
@@ -396,6 +399,7 @@ def test_the_band_covers_the_crops_and_is_even(detector, source_face):
     assert band(-110, height=120) is None  # one face filling a small frame
 
 
+@pytest.mark.slow
 def test_settling_the_pending_detection_between_frames_changes_nothing(detector, source_face):
     """:meth:`Pipeline.settle` (the daemon calls it while it waits for the next frame) applies the
     last predicted frame's detection before the next frame comes instead of at its start, and the
@@ -440,6 +444,7 @@ def test_settling_the_pending_detection_between_frames_changes_nothing(detector,
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_prediction_swaps_every_frame_without_waiting_and_stays_on_the_face(detector, source_face):
     """[track] predict on (the default on CUDA): after the first frames every frame is swapped with

@@ -45,6 +45,7 @@ class Capturing(NullOutput):
         self.frames_seen.append(np.array(data, copy=True))
 
 
+@pytest.mark.slow
 def test_daemon_runs_demo_and_stops_cleanly():
     out = Capturing(640, 360)
     before = set(threading.enumerate())
@@ -65,6 +66,7 @@ def test_daemon_runs_demo_and_stops_cleanly():
     assert np.abs(off.frames_seen[0].astype(int) - out.frames_seen[0]).mean() > 0.1
 
 
+@pytest.mark.slow
 def test_a_paced_daemon_applies_each_predicted_frames_detection_while_it_waits():
     """Frames from a camera (paced) leave the frame loop idle between them: there it applies the
     detection of the frame swapped with predicted faces (``[track] predict``), so the next frame
@@ -109,6 +111,7 @@ def test_nan_guard_counts_are_per_model_in_status_and_summary():
     assert "passed through" not in RunSummary(guarded={"inswapper_128": 0}).line()
 
 
+@pytest.mark.slow
 def test_daemon_publishes_the_guard_counts_of_each_model():
     """The frame loop reads the pipeline's per-model counts at each status interval."""
     cfg = demo_cfg(pacing="realtime")
@@ -128,6 +131,7 @@ def test_daemon_publishes_the_guard_counts_of_each_model():
     assert d.summary.guarded == {"classic": 0}
 
 
+@pytest.mark.slow
 def test_background_start_stop_while_frames_flow():
     cfg = demo_cfg(pacing="realtime")
     out = Capturing(640, 360)
@@ -145,6 +149,7 @@ def test_background_start_stop_while_frames_flow():
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_cli_run_to_file_decodes(tmp_path):
     target = tmp_path / "demo.mp4"
     r = runner.invoke(
@@ -225,6 +230,7 @@ def test_a_face_photo_without_a_face_stops_before_the_first_frame(tmp_path):
     assert "no face is found is an error (exit 7" in readme
 
 
+@pytest.mark.slow
 def test_summary_and_errors_never_wrap_mid_value():
     """Piped to a narrow consumer, each message stays on one line."""
     import re
@@ -258,6 +264,7 @@ def test_cli_corrupt_video_and_bad_config(tmp_path):
     assert "unknown key 'targte' in [output]; did you mean 'target'?" in r.output
 
 
+@pytest.mark.slow
 def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
     args = ["--input", "demo", "--output", "null", "--frames", "5", "--fast", "--fp16", "--device", "cpu", "--quiet"]
     p = vcam_cli("run", *args, "--max-latency", "0", timeout=120)
@@ -266,6 +273,7 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
     assert "5 frames published of 5" in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_daemon_cleanly(tmp_path, sig):
     target = tmp_path / "live.mp4"
@@ -309,6 +317,7 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig):
     assert n > 0
 
 
+@pytest.mark.slow
 def test_run_with_a_neural_model_downloads_on_consent_or_says_how(tmp_path):
     """`vcam run --model inswapper_128_fp16`: without consent it names the missing files and the fix;
     with --download it fetches them (real HTTP on 127.0.0.1), verifies them and runs the swap."""
@@ -355,6 +364,7 @@ def test_run_with_a_neural_model_downloads_on_consent_or_says_how(tmp_path):
         server.close()
 
 
+@pytest.mark.slow
 def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
     """`vcam faces add` while `vcam run` runs, then `vcam ctl face NAME`: loaded in the control thread,
     active from then on, frames never stop."""
@@ -387,6 +397,7 @@ def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
         d.stop()
 
 
+@pytest.mark.slow
 def test_daemon_runs_on_every_device(device):
     """The daemon end to end on the demo clip on each device (CUDA where present): frames flow, the
     face is swapped, and the summary says where each model ran."""
@@ -415,6 +426,7 @@ def tiny_models(tmp_path_factory):
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_backend_flag_changes_what_runs(tiny_models, backend):
     """`--backend` reaches every model; the summary names the backend each one really ran on."""
@@ -473,6 +485,7 @@ def _slow_models(monkeypatch, seconds: float = 0.6, fail: Exception | None = Non
     monkeypatch.setattr(assemble, "build", slow)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["pixelate", "camera"])
 def test_a_live_run_publishes_early_frames_while_the_models_load(monkeypatch, mode):
     from vcam.runtime.startup import pixelate
@@ -504,6 +517,7 @@ def test_a_live_run_publishes_early_frames_while_the_models_load(monkeypatch, mo
     assert not any(np.array_equal(out.frames_seen[-1], f) for f in frames)
 
 
+@pytest.mark.slow
 def test_no_early_frames_in_a_file_conversion_or_when_turned_off(monkeypatch):
     _slow_models(monkeypatch, 0.3)
     out = Capturing(640, 360)
@@ -516,6 +530,7 @@ def test_no_early_frames_in_a_file_conversion_or_when_turned_off(monkeypatch):
     assert s.early_frames == 0 and len(out.frames_seen) == 5
 
 
+@pytest.mark.slow
 def test_models_that_fail_to_load_stop_the_early_frames_with_their_error(monkeypatch):
     from vcam.errors import ModelError
 
@@ -528,6 +543,7 @@ def test_models_that_fail_to_load_stop_the_early_frames_with_their_error(monkeyp
     assert not any(t.name == "vcam-capture" and t.is_alive() for t in threading.enumerate())
 
 
+@pytest.mark.slow
 def test_a_stop_while_the_models_load_is_not_kept_waiting_for_them(monkeypatch):
     _slow_models(monkeypatch, 4.0)
     out = Capturing(640, 360)

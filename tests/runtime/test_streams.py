@@ -134,6 +134,7 @@ def _run_alone(cfg: Config, name: str) -> list[np.ndarray]:
     return rec.got
 
 
+@pytest.mark.slow
 def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch, device):
     """On both devices (on CUDA: frames staged into pinned memory by the capture threads, downloads
     not waited for until collect, the swap of both streams' faces in one call)."""
@@ -173,6 +174,7 @@ def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch,
     assert np.abs(recs["demo"].got[0].astype(np.int16) - first_in).max() > 50
 
 
+@pytest.mark.slow
 def test_rounds_submitted_ahead_publish_every_frame_in_order(media, monkeypatch):
     """The overlap of the GPU daemon (round k+1 submitted before round k is collected), run on the
     CPU by declaring its ops concurrent: every frame of both streams published once, in order, and
@@ -244,6 +246,7 @@ class Failing(DemoSource):
         return frame
 
 
+@pytest.mark.slow
 def test_a_stalled_stream_never_holds_the_others(media):
     photo, _ = media
     cfg = _cfg(
@@ -345,15 +348,18 @@ def _two_cameras(deadline: str):
     return daemon, srcs, calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["due later", "stalled"])
 def test_a_camera_due_after_the_batch_deadline_is_not_waited_for(case):
     """Cameras out of phase: the frame that is ready goes on alone at once, not after the deadline
-    (stream b's frames come every 200 ms, the next due 200 ms from now, or long overdue)."""
+    (stream b's frames come every 2 s, 40 deadlines, the next due 2 s from now, or overdue by
+    several intervals). The interval is long against the deadline so that a busy machine, however
+    long it takes to get from here to the gather, cannot bring b's next frame within it."""
     daemon, srcs, calls = _two_cameras("50ms")
     a, b = (st.cap for st in daemon.streams)
     try:
-        t0 = time.perf_counter() - (0.0 if case == "due later" else 1.0)
-        _fed(srcs["b"], b, *(t0 + 0.2 * k for k in (-2, -1, 0)))
+        t0 = time.perf_counter() - (0.0 if case == "due later" else 10.0)
+        _fed(srcs["b"], b, *(t0 + 2.0 * k for k in (-2, -1, 0)))
         srcs["a"].push(time.perf_counter())
         while not a._slot:
             time.sleep(0.001)
@@ -365,12 +371,17 @@ def test_a_camera_due_after_the_batch_deadline_is_not_waited_for(case):
         _stop(a, b)
 
 
+@pytest.mark.slow
 def test_a_camera_due_within_the_batch_deadline_is_waited_for_and_batched():
+    """Stream b's next frame is due within the deadline: the loop waits for it and takes both. Its
+    frames come every 2 s, the next due 50 ms from here (the deadline is 100 ms), so b counts as
+    coming, not stalled, for 2 s from here however busy the machine; its frame arrives 5 ms after
+    the gather starts."""
     daemon, srcs, calls = _two_cameras("100ms")
     a, b = (st.cap for st in daemon.streams)
     try:
-        t0 = time.perf_counter()
-        _fed(srcs["b"], b, *(t0 - 0.005 + 0.005 * k for k in (-2, -1, 0)))  # every 5 ms, the next one due now
+        due = time.perf_counter() + 0.05
+        _fed(srcs["b"], b, *(due - 2.0 * k for k in (3, 2, 1)))  # every 2 s, the next one due in 50 ms
         srcs["a"].push(time.perf_counter())
         while not a._slot:
             time.sleep(0.001)
@@ -381,6 +392,7 @@ def test_a_camera_due_within_the_batch_deadline_is_waited_for_and_batched():
         _stop(a, b)
 
 
+@pytest.mark.slow
 def test_a_failing_stream_stops_alone_with_its_error(media, caplog):
     photo, clip = media
     cfg = _cfg(
@@ -446,45 +458,63 @@ def test_ctl_stream_over_the_socket(tmp_path):
 # -- degradation under load (issue 12 part 3, in the daemon) --------------------------------------
 
 
+@pytest.mark.slow
 def test_sustained_overload_turns_the_occlusion_mask_off_and_the_status_says_so(tmp_path, monkeypatch, caplog):
-    """A 30 fps camera-like source through an occluder that takes 60 ms a frame (over the 40 ms
-    budget): the daemon turns the occlusion mask off (the only optional stage configured), frames
-    come within the budget again, and the status names the stage."""
+    """A 30 fps camera-like source through an occluder that takes 1.5 times the latency budget:
+    the daemon turns the occlusion mask off (the only optional stage configured), frames come
+    within the budget again, and the status names the stage. The budget is three times the
+    latency measured here first without the occluder (40 ms at least, the budget on an idle
+    machine), so the frames fit it once the occluder is off on a busy machine too."""
     from vcam.models import standin
     from vcam.stages.mask import Masker
 
     standin.write("xseg_1", tmp_path, tiny=True)
-    cfg = build(
-        {
-            "capture": {"input": "demo", "width": W, "height": H, "pacing": "realtime"},
-            "pipeline": {"device": "cpu", "max_latency": "40ms"},
-            "mask": {"types": ["box", "face", "occlusion"]},
-            "models": {"dir": str(tmp_path)},
-            "degrade": {"after": "0.3s", "recover": "30s"},
-            "status": {"interval": "0.1s"},
-        }
-    )
+
+    def cfg(max_latency, types):
+        return build(
+            {
+                "capture": {"input": "demo", "width": W, "height": H, "pacing": "realtime"},
+                "pipeline": {"device": "cpu", "max_latency": max_latency},
+                "mask": {"types": types},
+                "models": {"dir": str(tmp_path)},
+                "degrade": {"after": "0.3s", "recover": "30s"},
+                "status": {"interval": "0.1s"},
+            }
+        )
+
+    calib = Daemon(cfg(0, ["box", "face"]), output=Recorder(), control=False)
+    calib.run(duration=1.0)
+    budget = max(0.04, 3 * calib.summary.percentile(90) / 1e3)
+    cfg = cfg(f"{budget * 1e3:.0f}ms", ["box", "face", "occlusion"])
     applied = []
     masks = Masker.masks
 
     def slow_masks(self, frame, mats, landmarks, boxes, n, base, models=None):
         if self.occluder is not None and (models or {}).get("occlusion", True):
             applied.append(time.perf_counter())
-            time.sleep(0.06)
+            time.sleep(1.5 * budget)
         return masks(self, frame, mats, landmarks, boxes, n, base, models)
 
     monkeypatch.setattr(Masker, "masks", slow_masks)
-    statuses = []
-    daemon = Daemon(cfg, output=Recorder(), control=False, on_status=lambda s, a, w: statuses.append(s))
-    daemon.start(duration=2.5)
-    daemon._thread.join(60)
-    assert daemon.degrader.off == ("occlusion",), daemon.summary.line()
+    statuses, sent = [], []
+    out = Recorder()
+    send = out.send
+    out.send = lambda data: (sent.append(time.perf_counter()), send(data))
+    daemon = Daemon(cfg, output=out, control=False, on_status=lambda s, a, w: statuses.append(s))
+    duration = max(2.5, 15 * budget)  # a few frames through the occluder, then most without it
+    daemon.start(duration=duration)
+    daemon._thread.join(60 + duration)
+    assert daemon.degrader.off == ("occlusion",), f"budget {budget * 1e3:.0f} ms: {daemon.summary.line()}"
     assert daemon.assembly.stages_on == {"occlusion": False}
     assert any("degrade: occlusion off" in r.getMessage() for r in caplog.records)
     assert statuses[-1].degraded == ("occlusion",) and "degraded: occlusion off" in status_suffix(statuses[-1])
     # after the switch the occluder no longer ran, and frames were published within the budget again
     t_off = applied[-1]
-    assert daemon.summary.frames_out > 20 and sum(1 for t in applied if t > t_off) == 0
+    # (after the switch, frames at 30% of the rate or more the daemon managed without the occluder)
+    assert sum(1 for t in applied if t > t_off) == 0
+    after = [t for t in sent if t > t_off]
+    rate = (len(after) - 1) / (after[-1] - after[0]) if len(after) > 1 else 0.0
+    assert len(after) >= 5 and rate > 0.3 * calib.summary.fps, (len(after), rate, calib.summary.line())
 
 
 @pytest.mark.gpu
@@ -547,6 +577,7 @@ def test_staging_copies_a_large_frame_in_parts_exactly(parts):
         assert not t.is_alive()
 
 
+@pytest.mark.slow
 def test_a_file_conversion_keeps_its_stages_when_a_live_stream_degrades(media, tmp_path, monkeypatch):
     """Stages turned off under load apply to live streams only: a stream converting a file (every
     frame kept) still runs the occlusion mask on every frame."""
@@ -611,6 +642,7 @@ def test_two_streams_on_one_device_or_file_are_refused_in_one_line(rows, words, 
     assert not list(tmp_path.iterdir())  # nothing opened, nothing written
 
 
+@pytest.mark.slow
 def test_vcam_run_with_two_streams_prints_a_line_each(media, tmp_path):
     """The real command: two --stream flags to two files, each written in full, a summary line each."""
     import av
@@ -632,6 +664,7 @@ def test_vcam_run_with_two_streams_prints_a_line_each(media, tmp_path):
             assert sum(1 for _ in c.decode(video=0)) == 24
 
 
+@pytest.mark.slow
 def test_streams_bench_runs_and_reports(tmp_path):
     """`python -m benchmarks.streams` on the CPU, small: both rows measured, JSON written."""
     import json
@@ -648,13 +681,15 @@ def test_streams_bench_runs_and_reports(tmp_path):
     assert data["results"]["throughput_ratio"] > 0
 
 
+@pytest.mark.slow
 def test_a_predicted_frame_is_published_before_its_detection_is_queued(media, device):
     """The daemon queues a predicted frame's detection (``[track] predict``) once the frame is
     published, so the host's time queueing it is not in the frame's latency; on the CPU, which runs
     in order, the detection reads the frame before the paste-back, so before the publish. Every
     frame is published either way."""
     photo, _ = media
-    cfg = _cfg([{"name": "demo", "input": "demo", "output": "null", "face": str(photo)}], device)
+    # no latency budget: on a busy machine a frame over it would be dropped, not published
+    cfg = _cfg([{"name": "demo", "input": "demo", "output": "null", "face": str(photo)}], device, max_latency=0)
     cfg = cfg.replace(capture=replace(cfg.capture, pacing="realtime", fps=20.0), track=replace(cfg.track, predict="on"))
     events: list[tuple[str, int]] = []
     daemon = Daemon(cfg, outputs={"demo": Recorder()}, control=False)

@@ -66,6 +66,7 @@ def test_a_motion_jpeg_file_is_delivered_as_a_camera_sends_mjpg(mjpeg_clip):
     assert first.fmt is PixelFormat.BGR and first.data.shape == (H, W, 3)
 
 
+@pytest.mark.slow
 def test_the_replayed_camera_keeps_its_frame_rate_and_loops(mjpeg_clip):
     path, _, _ = mjpeg_clip
     src = open_source(
@@ -211,6 +212,7 @@ class _Decoded:
         return self.frames[i]
 
 
+@pytest.mark.slow
 def test_the_daemon_decodes_mjpg_in_the_capture_thread_as_if_decoded_before(device, mjpeg_clip, tmp_path):
     """``vcam run`` on the Motion-JPEG file (decoded in the capture thread: OpenCV on the CPU,
     nvJPEG on CUDA) publishes every frame, as the same daemon does with the JPEGs decoded
@@ -245,6 +247,7 @@ def test_the_daemon_decodes_mjpg_in_the_capture_thread_as_if_decoded_before(devi
             assert mean <= 1.5 and far <= 0.02, f"frame {i}: mean diff {mean:.2f}, {far:.2%} of values off by > 8"
 
 
+@pytest.mark.slow
 def test_a_live_mjpg_camera_is_early_frames_decoded_on_the_cpu_then_decoded_on_the_device(device, mjpeg_clip, tmp_path):
     """A camera (the file replayed at 30 fps): while the models load its JPEGs are decoded on the
     CPU and published pixelated; then the capture thread decodes them on the pipeline's device."""

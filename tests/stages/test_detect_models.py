@@ -255,6 +255,7 @@ def detect_cfg(models_dir, name, **detect):
     return cfg.replace(detect=replace(cfg.detect, model=name, **detect), models=replace(cfg.models, dir=str(models_dir)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DETECTORS)
 def test_standin_runs_through_make_detector(tmp_path, name):
     standin.write(name, tmp_path, tiny=True)
@@ -294,6 +295,7 @@ def test_embedded_detector_is_the_default():
     assert type(build_role("detector", cfg)).__name__ == "RetinaFaceDetector"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DETECTORS)
 def test_every_registry_detector_runs_on_each_device_and_backend(tmp_path, name, device):
     """The same stand-in on onnxruntime (CPU) and on torch with the ops of ``device``: the same raw
@@ -353,6 +355,7 @@ def test_yunet_decoding_agrees_with_opencvs_own_decoder(tmp_path):
         assert d.score == pytest.approx(float(faces[k, 14]), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_vcam_run_with_a_hand_placed_detector(tmp_path):
     """[detect] model names a stand-in placed by hand (with its .hash sibling): the run verifies it,
     locks its SHA-256 and finishes; without the file it says which file is missing."""

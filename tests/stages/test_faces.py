@@ -151,6 +151,7 @@ def test_names_duplicates_remove_and_unknown(tmp_path, detector):
     assert (ASSETS / "astronaut.jpg").is_file()  # the user's photo is untouched
 
 
+@pytest.mark.slow
 def test_switching_faces_never_blocks_the_frame_loop(tmp_path, cfg, detector, recogniser):
     """A face is added with a slow recogniser while frames keep flowing; the switch takes effect on
     the next frame."""
@@ -307,6 +308,7 @@ def test_vcam_run_and_ctl_with_a_damaged_face(tmp_path, detector, caplog):
     assert any(m.startswith("face 'broken' skipped: face 'broken' is damaged") for m in warned), warned
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "make,needle",
     [
@@ -343,6 +345,7 @@ def test_a_photo_with_transparency_is_laid_over_grey(tmp_path):
     assert (out[0, 0] == (0, 0, 255)).all() and (out[7, 7] == (128, 128, 128)).all()
 
 
+@pytest.mark.slow
 def test_a_face_replaced_on_disk_is_reloaded_while_running(tmp_path, detector):
     """Remove a face and add another photo under the same name: the running daemon swaps the new one
     (the watcher's pass), and the active face stays active."""

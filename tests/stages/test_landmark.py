@@ -141,6 +141,7 @@ def test_heatmap_points_map_back_to_frame_pixels(frame):
 
 
 # -- 2dfan4 stand-in end to end -------------------------------------------------------------------
+@pytest.mark.slow
 def test_landmarks_end_to_end_in_one_call(models_dir, frame, ops, backend):
     counted = CountingReadback(ops)
     lm = landmarker(models_dir, "2dfan4", counted, backend)
@@ -166,6 +167,7 @@ def test_more_faces_than_one_call_takes(models_dir, frame, ops, backend):
     np.testing.assert_allclose(got, one, atol=2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shift", [(24, 16), (-13, 9)])
 def test_points_follow_the_face(models_dir, frame, ops, backend, shift):
     """The frame translated by whole pixels and the boxes with it: the crops are the same pixels,

@@ -419,6 +419,7 @@ def test_photo_args_and_their_names(tmp_path, monkeypatch):
     assert not is_photo_arg("alice.v2") and face_name("alice.v2") == "alice.v2"  # a bank name with a dot
 
 
+@pytest.mark.slow
 def test_the_daemon_swaps_only_the_mapped_person(bank_dir, models):
     """`vcam run --input demo --map ...` end to end. The demo films Grace Hopper: mapped to the
     astronaut's face she is swapped; with only the astronaut mapped (unmatched 'keep') she is left

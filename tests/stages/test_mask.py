@@ -209,6 +209,7 @@ def _cfg(models, types, **mask_kw):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("types", ["box,occlusion", "box,region", "box,face,mouth,occlusion,region"])
 def test_model_masks_run_end_to_end(ops, device, models, types):
     if (ops.device == "cpu") != (device == "cpu"):

@@ -63,6 +63,7 @@ def run(ops):
     return go
 
 
+@pytest.mark.slow
 def test_a_45px_face_in_1080p_is_swapped_in_nearly_every_frame(grace, run):
     """The full scan at `[detect] size` 640 sees a 45 px face as 15 px (without tiles this clip's
     face is swapped in about 65% of frames); its tiles see it at 22 px, and tracking keeps it."""
@@ -72,6 +73,7 @@ def test_a_45px_face_in_1080p_is_swapped_in_nearly_every_frame(grace, run):
     assert sum(hits) >= 0.95 * len(hits), f"swapped in {sum(hits)} of {len(hits)} frames"
 
 
+@pytest.mark.slow
 def test_a_face_entering_while_another_is_tracked_is_swapped_within_five_frames(grace, run):
     bg = gradient(W, H)
     frames = []
@@ -96,6 +98,7 @@ def test_a_face_half_outside_the_frame_is_handled(grace, run):
     assert sum(row[0] for row in hits) >= 6 and sum(row[1] for row in hits) >= 6, hits
 
 
+@pytest.mark.slow
 def test_detection_benchmark_prints_and_writes_json(tmp_path, capsys):
     from benchmarks import detect as bench
 

@@ -126,6 +126,7 @@ def test_source_recipes_for_hyperswap_and_simswap(cfg, bank, recogniser, models_
     np.testing.assert_allclose(sim.prepare(face).latents["simswap_256"], c / np.linalg.norm(c), rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_adapter_end_to_end_in_the_pipeline(name, cfg, bank, recogniser, detector):
     """detector -> recogniser -> swapper -> paste-back on the demo clip, through vcam.pipeline.pipeline."""
@@ -305,6 +306,7 @@ def test_full_size_inswapper_standin(tmp_path):
     assert out.shape == (1, 128, 128, 3) and sw.guarded() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ADAPTERS + ["gfpgan_1.4"])
 def test_every_swapper_family_on_each_device_and_backend(name, cfg, models_dir, bank, recogniser, device):
     """Each swapper family (and the enhancer) on torch with the ops of ``device`` gives the crops

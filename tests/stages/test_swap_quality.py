@@ -60,6 +60,7 @@ def _run(cfg: Config, frames: list[np.ndarray], source: np.ndarray | None):
         yield f, out.copy(), [t.landmarks for t in pipe.last_tracks], stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("masks", ["box,face", "face", "box,face,mouth"])
 def test_source_colours_never_leave_the_target_face(masks):
     clip = demo.DemoClip(640, 360, seconds=1.0, face="astronaut", seed=3)
@@ -87,6 +88,7 @@ def test_demo_clip_background_untouched():
     assert min(changed_inside) > 0.5  # the face itself is swapped
 
 
+@pytest.mark.slow
 def test_each_person_gets_their_own_source_by_recogniser_similarity(tmp_path):
     """Two people in a clip, two [[swap.map]] entries (each photo mapped to the other person's face):
     after the assembled pipeline, each output face is closer, for the recogniser, to the source it
@@ -148,6 +150,7 @@ def test_each_person_gets_their_own_source_by_recogniser_similarity(tmp_path):
     assert all(m > 0.02 and m > o + 0.02 for m, o in gains), gains
 
 
+@pytest.mark.slow
 def test_vcam_run_with_every_mask_and_a_landmarker_on_the_cpu(tmp_path):
     """The real `vcam run` with occluder, parser and landmarker stand-ins: starts, says where each
     mask model runs, writes every frame."""

@@ -62,6 +62,7 @@ def _best_iou(tracks, gt) -> float:
     return max((float(box_iou(t.box, gt)[0, 0]) for t in tracks), default=0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width, height, frames", [(640, 360, 180), (1280, 720, 120)])
 def test_steady_clip_one_id_accurate_boxes_and_few_full_scans(detector, grace, width, height, frames):
     cfg = TrackParams()
@@ -98,6 +99,7 @@ def _leave_and_return(frame_no: int, back: int):
     return 320 - 3 * (frame_no - back)  # reappears at once (an occluder moved away), then pans
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("back", [80, 81])  # reappear on a scan frame and on a skipped one
 def test_face_that_leaves_and_returns_is_reacquired_within_three_frames(detector, grace, back):
     img, fb, _ = grace
@@ -143,6 +145,7 @@ def test_empty_frames_are_scanned_every_other_frame(detector):
     assert counting.full == 5 and counting.region_calls == []
 
 
+@pytest.mark.slow
 def test_static_face_jitter_is_smoothed(detector, grace):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
@@ -161,6 +164,7 @@ def test_static_face_jitter_is_smoothed(detector, grace):
     assert smooth_steps.var() < 0.25 * raw_steps.var()
 
 
+@pytest.mark.slow
 def test_moving_face_is_followed_with_little_lag(detector, grace):
     img, fb, lm0 = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
@@ -239,6 +243,7 @@ def test_track_objects_persist_per_id(detector, grace):
     assert c.box is not box0 and c.box[0] > box0[0]  # arrays replaced, not written in place
 
 
+@pytest.mark.slow
 def test_a_face_too_small_for_the_full_scan_stays_tracked(detector, grace):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
@@ -310,6 +315,7 @@ def test_full_scan_tiles_hold_every_face_too_small_for_the_coarse_scan(detector,
     assert len(detector.tiles(360, 640)) == 0  # the coarse scan already sees small faces there
 
 
+@pytest.mark.slow
 def test_rolling_search_covers_the_frame_every_rolling_frames_at_a_bounded_cost(detector, grace):
     W, H = 1920, 1080
     img, box, _ = grace
@@ -354,6 +360,7 @@ def _predictive(tracker, frame, seq, state):
     return tracker.update(frame, seq)
 
 
+@pytest.mark.slow
 def test_predicted_tracks_follow_a_moving_face(detector, grace):
     """A face moving at 180 px/s: the landmarks predicted for each frame (before its detection) are
     as close to the truth as the waited-for ones, and far closer than the last frame's."""
@@ -418,6 +425,7 @@ def test_prediction_needs_the_same_source(detector, grace):
     assert not tracker.confident(np.zeros((720, 1280, 3), np.uint8), 6)  # another size
 
 
+@pytest.mark.slow
 def test_predict_bench_runs_and_reports(tmp_path, capsys):
     """`python -m benchmarks.predict` on the CPU, small: both modes measured, the predicted one
     predicting, JSON written."""

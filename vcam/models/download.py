@@ -90,7 +90,7 @@ def _open(url: str, *, start: int = 0, timeout: float = 30.0):
         headers["Range"] = f"bytes={start}-"
     req = urllib.request.Request(url, headers=headers)
     try:
-        return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 - https/http URLs from the registry
+        return urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and start:
             return exc  # the caller decides (the .part may already be complete)

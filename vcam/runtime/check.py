@@ -46,7 +46,7 @@ def check_python() -> list[CheckItem]:
     for mod, pkg in _REQUIRED:
         try:
             importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - any import failure is a missing dependency here
+        except Exception:
             missing.append(pkg)
     ver = ".".join(map(str, sys.version_info[:3]))
     if missing:
@@ -58,7 +58,7 @@ def check_python() -> list[CheckItem]:
         try:
             m = importlib.import_module(mod)
             items.append(CheckItem(mod, "info", f"{getattr(m, '__version__', 'installed')} ({what})"))
-        except Exception:  # noqa: BLE001 - optional: any import failure means "not here"
+        except Exception:
             items.append(CheckItem(mod, "info", f"not installed (optional: {what})", fix))
     return items
 
@@ -206,6 +206,6 @@ def run_checks(cfg: Config) -> list[CheckItem]:
     ):
         try:
             items.extend(fn())
-        except Exception as exc:  # noqa: BLE001 - a broken check must not hide the others
+        except Exception as exc:
             items.append(CheckItem(getattr(fn, "__name__", "check"), "fail", f"check crashed: {exc}"))
     return items

@@ -194,7 +194,7 @@ def load_while_passing_through(d: Daemon) -> bool:
     def loading() -> None:
         try:
             load(d)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the starting thread
+        except BaseException as exc:
             failure.append(exc)
         finally:
             d.wake.set()

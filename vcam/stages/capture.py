@@ -365,7 +365,7 @@ class CaptureThread:
                     self._slot = frame
                     self._cond.notify_all()
                 self._signal()
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+        except BaseException as exc:
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
