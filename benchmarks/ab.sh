@@ -3,7 +3,8 @@
 # paced daemon, ROUNDS times each, on the same GPU. Usage (repo root on the device):
 #   bash benchmarks/ab.sh OLD_TREE [ROUNDS]
 # OLD_TREE: an exported older checkout (e.g. `git archive <commit> | tar -x -C .old`), whose benchmark
-# harnesses may still live in vcam/bench/. Results: $OUT/ab_<tree>_<round>_{bench,daemon}.{json,txt}.
+# harnesses may still live in vcam/bench/. Results: $OUT/ab_<tree>_<round>_{bench,daemon}.{json,txt}, and
+# one table of both trees (printed, and $OUT/ab_summary.json).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 old=$(cd "${1:?usage: ab.sh OLD_TREE [ROUNDS]}" && pwd); rounds=${2:-2}
@@ -30,23 +31,29 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 python3 - "$OUT" "$rounds" <<'PY'
-import json, sys, pathlib
+# One table (and ab_summary.json): per tree and round, `vcam bench` p50/p99 for the first row of each
+# face count (box,face masks, banded), and the paced daemon's whole-run p50/p99.
+import json, pathlib, sys
 out, rounds = pathlib.Path(sys.argv[1]), int(sys.argv[2])
-def rows(tree):
-    for r in range(1, rounds + 1):
-        try:
-            b = json.loads((out / f"ab_{tree}_{r}_bench.json").read_text())
-        except Exception:
-            b = None
-        try:
-            d = json.loads((out / f"ab_{tree}_{r}_daemon.json").read_text())
-        except Exception:
-            d = None
-        yield r, b, d
-summary = {}
-for tree in ("old", "new"):
-    for r, b, d in rows(tree):
-        summary[f"{tree}{r}"] = {"bench": b, "daemon": d}
-(out / "ab_summary.json").write_text(json.dumps(summary, indent=1, default=str))
-print("written", out / "ab_summary.json")
+def load(name):
+    try:
+        return json.loads((out / name).read_text())
+    except (OSError, ValueError):
+        return None
+rows, summary = [], {}
+for r in range(1, rounds + 1):
+    for tree in ("old", "new"):
+        b, d = load(f"ab_{tree}_{r}_bench.json"), load(f"ab_{tree}_{r}_daemon.json")
+        row = {}
+        for res in (b or {}).get("gpu", []):
+            row.setdefault(f"bench {res['faces']} face p50/p99", f"{res['p50_ms']:.2f}/{res['p99_ms']:.2f}")
+        for res in ((d or {}).get("results") or {}).values():
+            row["daemon paced p50/p99"] = f"{res['worst_p50_ms']:.2f}/{res['worst_p99_ms']:.2f}"
+        summary[f"{tree}{r}"] = row
+        rows.append((f"{tree} {r}", row))
+cols = sorted({k for _, row in rows for k in row})
+print("ms".ljust(8) + "".join(c.rjust(24) for c in cols))
+for name, row in rows:
+    print(name.ljust(8) + "".join(row.get(c, "-").rjust(24) for c in cols))
+(out / "ab_summary.json").write_text(json.dumps(summary, indent=1))
 PY
