@@ -183,6 +183,14 @@ def _cell_bounds(size: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
     return edges[:-1], edges[1:] - edges[:-1]
 
 
+def _membrane_grid(out: Any) -> int:
+    """The membrane's grid side ``G`` of ``out`` (F, G, G, 3), checked against :data:`MAX_GRID`."""
+    grid = int(out.shape[1])
+    if grid < 1 or grid > MAX_GRID:
+        raise ValueError(f"membrane grid {grid} is outside 1..{MAX_GRID}")
+    return grid
+
+
 def lab_membrane_ref(
     target: np.ndarray,
     source: np.ndarray,
@@ -214,9 +222,7 @@ def lab_membrane_ref(
     n = int(count)
     if n <= 0:
         return out
-    grid = int(out.shape[1])
-    if grid < 1 or grid > MAX_GRID:
-        raise ValueError(f"membrane grid {grid} is outside 1..{MAX_GRID}")
+    grid = _membrane_grid(out)
     size = int(target.shape[1])
     t = np.asarray(target[:n], np.float32)
     s = np.asarray(source[:n], np.float32)
@@ -339,9 +345,7 @@ def lab_membrane(
     n = int(count)
     if n <= 0:
         return out
-    grid = int(out.shape[1])
-    if grid < 1 or grid > MAX_GRID:
-        raise ValueError(f"membrane grid {grid} is outside 1..{MAX_GRID}")
+    grid = _membrane_grid(out)
     cp = ops.xp
     size = int(target.shape[1])
     with ops.stream:  # copies made here are ordered before the kernel

@@ -178,6 +178,28 @@ def _faces(mats: np.ndarray, mean: Any = (0.0, 0.0, 0.0), std: Any = (1.0, 1.0, 
 
 
 # -- fronts: one per kernel, by device -------------------------------------------------------------
+
+
+def _launch_per_face_batch(
+    ops: Any,
+    kernel: str,
+    frame: Any,
+    mats: np.ndarray,
+    size: int,
+    out: Any,
+    mean: Any = (0.0, 0.0, 0.0),
+    std: Any = (1.0, 1.0, 1.0),
+    *extra: Any,
+) -> None:
+    """Launch a warp kernel once per :data:`MAX_FACES` faces: ``(frame, w, h, faces, size, *extra,
+    out rows)``, ``mean``/``std`` packed with the faces' matrices."""
+    h, w = frame.shape[:2]
+    for s in range(0, mats.shape[0], MAX_FACES):
+        m = mats[s : s + MAX_FACES]
+        args = (frame, np.int32(w), np.int32(h), _faces(m, mean, std), np.int32(size), *extra, out[s : s + m.shape[0]])
+        launch(ops, "warp", kernel, (_grid(size * size), m.shape[0]), args)
+
+
 def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any:
     """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops (:func:`warp_crops_ref`)."""
     if not on_device(ops):
@@ -186,16 +208,7 @@ def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
     if out is None:
         out = ops.xp.empty((mats.shape[0], size, size, 3), dtype=ops.xp.uint8)
-    h, w = frame.shape[:2]
-    for s in range(0, mats.shape[0], MAX_FACES):
-        m = mats[s : s + MAX_FACES]
-        launch(
-            ops,
-            "warp",
-            "warp_crops_u8",
-            (_grid(size * size), m.shape[0]),
-            (frame, np.int32(w), np.int32(h), _faces(m), np.int32(size), out[s : s + m.shape[0]]),
-        )
+    _launch_per_face_batch(ops, "warp_crops_u8", frame, mats, size, out)
     return out
 
 
@@ -211,24 +224,7 @@ def warp_crops_normalized(
     if out is None:
         out = cp.empty((mats.shape[0], 3, size, size), dtype=cp.float32)
     kernel = "warp_crops_norm_f16" if out.dtype == cp.float16 else "warp_crops_norm_f32"
-    h, w = frame.shape[:2]
-    for s in range(0, mats.shape[0], MAX_FACES):
-        m = mats[s : s + MAX_FACES]
-        launch(
-            ops,
-            "warp",
-            kernel,
-            (_grid(size * size), m.shape[0]),
-            (
-                frame,
-                np.int32(w),
-                np.int32(h),
-                _faces(m, mean, std),
-                np.int32(size),
-                np.int32(bool(rgb)),
-                out[s : s + m.shape[0]],
-            ),
-        )
+    _launch_per_face_batch(ops, kernel, frame, mats, size, out, mean, std, np.int32(bool(rgb)))
     return out
 
 

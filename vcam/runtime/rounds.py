@@ -109,37 +109,25 @@ class Round:
         return bool(self.slots)
 
 
+@dataclass(eq=False)
 class Rounds:
     """Runs the rounds of ``streams`` over the shared ``swapper`` (see the module docstring).
 
-    ``stages_on``: the optional stages on/off, shared by every pipeline (the degrader changes it).
-    ``should_exit``: asked while waiting; ``exit_requested``: called when a preview window is closed.
+    ``batch_deadline``: seconds a round waits for the other streams' frames; ``stages_on``: the
+    optional stages on/off, shared by every pipeline (the degrader changes it); ``should_exit``:
+    asked while waiting; ``exit_requested``: called when a preview window is closed.
     """
 
-    def __init__(
-        self,
-        streams: list[Stream],
-        *,
-        swapper: Any,
-        batch_deadline: float,
-        wake: threading.Event,
-        should_exit: Callable[[], bool],
-        exit_requested: Callable[[], None],
-        stages_on: dict[str, bool],
-        degrader: Degrader | None = None,
-        telemetry: Telemetry | None = None,
-        hook: RoundHook | None = None,
-    ) -> None:
-        self.streams = streams
-        self.swapper = swapper
-        self.batch_deadline = float(batch_deadline)
-        self.wake = wake
-        self.should_exit = should_exit
-        self.exit_requested = exit_requested
-        self.stages_on = stages_on
-        self.degrader = degrader
-        self.telemetry = telemetry
-        self.hook = hook
+    streams: list[Stream]
+    swapper: Any
+    batch_deadline: float
+    wake: threading.Event
+    should_exit: Callable[[], bool]
+    exit_requested: Callable[[], None]
+    stages_on: dict[str, bool]
+    degrader: Degrader | None = None
+    telemetry: Telemetry | None = None
+    hook: RoundHook | None = None
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
