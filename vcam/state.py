@@ -56,6 +56,9 @@ class Status:
     dropped_capture: int = 0
     dropped_latency: int = 0
     over_budget: bool = False
+    #: Frames are going out over the budget (the stream would otherwise freeze): see ``published_late``.
+    overloaded: bool = False
+    published_late: int = 0
     faces: int = 0
     guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
     full_scans: int = 0

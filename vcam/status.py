@@ -35,6 +35,9 @@ class RunSummary:
     frames_out: int = 0
     dropped_capture: int = 0
     dropped_latency: int = 0
+    #: Frames published although over the budget: nothing had gone out for longer than the stream's
+    #: refresh interval (:meth:`vcam.runtime.rounds.Stream.stale_after`), so the picture kept moving.
+    published_late: int = 0
     full_scans: int = 0
     upscale_skipped: int = 0  # frames the frame enhancer would have pushed over the budget (resized instead)
     guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
@@ -63,6 +66,7 @@ class RunSummary:
             f"({self.fps:.1f} fps) on {self.device}; latency p50 {self.percentile(50):.1f} ms, "
             f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
             f"{self.dropped_latency} over the latency budget"
+            + (f" ({self.published_late} published late: overloaded)" if self.published_late else "")
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
@@ -85,6 +89,7 @@ class LiveStats:
         self._lat: deque[float] = deque(maxlen=300)
         self._stage_sum: dict[str, float] = {}
         self._over = 0
+        self._late = 0  # > 0 while frames go out late (overloaded): counts down on on-time frames
         self.faces = 0
 
     def frame_in(self, t_capture: float) -> None:
@@ -98,7 +103,8 @@ class LiveStats:
         self.summary.upscale_skipped += int(stats.upscale_skipped)
         self.faces = stats.faces
 
-    def published(self, t_capture: float, t_pub: float) -> None:
+    def published(self, t_capture: float, t_pub: float, *, late: bool = False) -> None:
+        """A frame went out; ``late``: over the budget, sent because the picture would have frozen."""
         s = self.summary
         if s.frames_out == 0:
             s.first_processed_s = process_age()
@@ -109,7 +115,12 @@ class LiveStats:
         ms = (t_pub - t_capture) * 1000.0
         self._lat.append(ms)
         s.latencies_ms.append(ms)
-        self._over = max(0, self._over - 1)
+        if late:
+            s.published_late += 1
+            self._over = self._late = 30
+        else:
+            self._over = max(0, self._over - 1)
+            self._late = max(0, self._late - 1)
 
     def dropped_late(self) -> None:
         self.summary.dropped_latency += 1
@@ -132,6 +143,8 @@ class LiveStats:
             fps_in=_rate(self._in),
             fps_out=_rate(self._out),
             over_budget=self._over > 0,
+            overloaded=self._late > 0,
+            published_late=s.published_late,
             faces=self.faces,
             guarded=dict(guarded),
             gpu=dict(gpu) if gpu is not None else None,
@@ -166,9 +179,17 @@ def status_parts(status: Status) -> list[str]:
         parts.append(gpu_text(status.gpu))
     if status.upscale_skipped:
         parts.append(f"upscale skipped {status.upscale_skipped} (over budget)")
-    if status.degraded:
+    if status.overloaded:
+        parts.append(overloaded_text(status.degraded))
+    elif status.degraded:
         parts.append(degraded_text(status.degraded))
     return parts
+
+
+def overloaded_text(degraded) -> str:
+    """What an overloaded stream says: the stages shed so far (``overloaded: shedding upscale,
+    enhancer``), or that late frames go out while there is nothing left to shed."""
+    return f"overloaded: shedding {', '.join(degraded)}" if degraded else "overloaded: publishing late frames"
 
 
 def degraded_text(degraded) -> str:
@@ -189,4 +210,4 @@ def _rate(times: deque) -> float:
     return (len(times) - 1) / span if span > 0 else 0.0
 
 
-__all__ = ["LiveStats", "RunSummary", "degraded_text", "status_parts", "status_suffix"]
+__all__ = ["LiveStats", "RunSummary", "degraded_text", "overloaded_text", "status_parts", "status_suffix"]

@@ -217,7 +217,7 @@ def ctl_status(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
     """Print the daemon's state, mappings and live numbers as JSON (on stderr also: NaN/Inf guard
     counts, the GPU reading and the stages turned off under load)."""
     from vcam.state import guard_text
-    from vcam.status import degraded_text
+    from vcam.status import degraded_text, overloaded_text
     from vcam.telemetry import GpuSample, throttle_warning
 
     reply = _send(config, {"status": True}, ctx)
@@ -234,5 +234,8 @@ def ctl_status(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
         if warning := throttle_warning(sample):
             err.print(f"note: {warning}")
     degraded = status.get("degraded")
-    if isinstance(degraded, list) and degraded:
+    if status.get("overloaded"):
+        late = status.get("published_late", 0)
+        err.print(f"note: {overloaded_text(degraded or [])} ({late} frames published over the latency budget so far)")
+    elif isinstance(degraded, list) and degraded:
         err.print(f"note: {degraded_text(degraded)} (turned off under sustained load; back on once there is headroom)")

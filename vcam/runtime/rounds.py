@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds: under overload a stream still publishes at least this often (see Stream.stale_after).
+MIN_REFRESH = 0.1
+
 Phase = Literal["gathered", "begun", "swapped", "finished", "collected", "published", "dropped"]
 PHASES: tuple[Phase, ...] = ("gathered", "begun", "swapped", "finished", "collected", "published", "dropped")
 
@@ -80,6 +83,13 @@ class Stream:
         (the source's rate, else ``[capture] fps``). The degrader and the frame enhancer both use it."""
         fps = (self.source.fps if self.source is not None else 0.0) or self.cfg.capture.fps
         return self.budget or 1.0 / max(float(fps), 1.0)
+
+    def stale_after(self) -> float:
+        """How long the stream may go without publishing before a frame over the budget goes out
+        anyway (counted as late): two frame intervals, at least :data:`MIN_REFRESH`. The budget
+        decides which frames are published, never whether the camera moves at all."""
+        fps = (self.source.fps if self.source is not None else 0.0) or self.cfg.capture.fps
+        return max(2.0 / max(float(fps), 1.0), MIN_REFRESH)
 
 
 @dataclass(frozen=True)
@@ -238,7 +248,9 @@ class Rounds:
         self.collect(self.submit(ready))
 
     def publish(self, st: Stream, data: Any, stats: FrameStats) -> None:
-        """Pace to ``[output] fps``, drop the frame when it is over the stream's budget, else send it."""
+        """Pace to ``[output] fps``; a frame over the stream's budget is dropped, unless nothing has
+        gone out for :meth:`Stream.stale_after`: then it is sent as a late frame (overload), so the
+        camera never freezes on its last picture. Either way the degrader hears of the overload."""
         live, output = _live(st), st.output
         assert output is not None
         live.processed(stats)
@@ -248,7 +260,8 @@ class Rounds:
                 time.sleep(wait)
         budget = st.budget
         now = time.perf_counter()
-        if budget > 0 and now - stats.t_capture > budget:
+        late = budget > 0 and now - stats.t_capture > budget
+        if late and now - st.last_pub < st.stale_after():
             live.dropped_late()
             self._mark("dropped", st, stats.seq, stats.t_capture, stats)
             self.degrade(st, now, now - stats.t_capture, True)
@@ -257,9 +270,9 @@ class Rounds:
         if getattr(output, "user_closed", False):  # preview window closed by the user
             self.exit_requested()
         st.last_pub = time.perf_counter()
-        live.published(stats.t_capture, st.last_pub)
+        live.published(stats.t_capture, st.last_pub, late=late)
         self._mark("published", st, stats.seq, stats.t_capture, stats)
-        self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, False)
+        self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, late)
 
     def degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
         """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""
