@@ -90,8 +90,11 @@ def test_latency_budget_drops_and_counts():
     out = Capturing(640, 360)
     s = Daemon(cfg, output=out, control=False).run(max_frames=10)
     assert s.frames_in == 10
-    # only the early frames, published unswapped before the models were loaded, went out
-    assert s.dropped_latency == 10 and s.frames_out == 0 and out.frames == s.early_frames
+    # Every frame is over a 1 us budget: most are dropped, and one goes out whenever nothing has for
+    # the refresh interval (late, counted), so the camera never freezes; each frame is accounted for.
+    assert s.frames_out >= 1 and s.published_late == s.frames_out
+    assert s.frames_out + s.dropped_latency == 10
+    assert out.frames == s.early_frames + s.frames_out
 
 
 def test_status_line_shows_budget_exceeded():
@@ -274,8 +277,11 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_stops_daemon_cleanly(tmp_path, sig):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("after", [0.0, 1.0], ids=["while-loading", "running"])
+def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
+    # The output opens first (early frames) and the models load behind it for seconds on the CPU:
+    # `after` 0 lands the signal in the load, whose native threads must end before the process does.
     target = tmp_path / "live.mp4"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen(
@@ -304,14 +310,18 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig):
         deadline = time.time() + 60
         while time.time() < deadline and not list(tmp_path.glob("*.partial*")) and not target.exists():
             time.sleep(0.2)
-        time.sleep(1.0)
+        time.sleep(after)
         p.send_signal(sig)
         outp, _ = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, outp
-    assert "stopped:" in outp
+    assert "stopped:" in outp and "Traceback" not in outp
+    if after == 0.0 and not target.exists():
+        # Stopped before the first frame reached the file: nothing is kept, and it says so.
+        assert "no frames were written" in outp and list(tmp_path.iterdir()) == [], outp
+        return
     with av.open(str(target)) as c:  # finalised: it decodes
         n = sum(1 for _ in c.decode(video=0))
     assert n > 0

@@ -573,7 +573,9 @@ def test_an_enhancer_over_the_budget_is_skipped_before_frames_are_dropped(x2_mod
     assert kept.upscale_skipped > 0.5 * kept.frames_in and kept.frames_out > 0.8 * kept.frames_in, why
     assert "upscale skipped" in status_suffix(status) and "frame enhancer skipped on" in kept.line()
     plain, _ = runs[False]
-    assert plain.upscale_skipped == 0 and plain.dropped_latency > 0.5 * plain.frames_in, plain.line()
+    # Without it the frames miss the budget: dropped, or published late where the camera would freeze.
+    missed = plain.dropped_latency + plain.published_late
+    assert plain.upscale_skipped == 0 and missed > 0.5 * plain.frames_in, plain.line()
 
 
 def test_frames_of_two_sizes_alternate_without_rebuilding():

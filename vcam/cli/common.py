@@ -53,3 +53,5 @@ def main() -> None:
     except VcamError as err:  # raised outside a command's own handler
         console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
+        sys.exit(130)

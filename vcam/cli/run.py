@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -163,6 +164,12 @@ def run(
             with status_line:
                 summary = daemon.run(max_frames=frames, duration=dur)
             break
+        except SystemExit:
+            if daemon.force_exit:  # a second Ctrl-C: the outputs are shut down; leave now, so no
+                sys.stdout.flush()  # native thread still loading a model can abort the exit
+                sys.stderr.flush()
+                os._exit(130)
+            raise
         except ModelError as err:
             # First use of a neural model: ask before downloading (only on a terminal, only once).
             ask = attempt == 1 and download is None and sys.stdin.isatty() and err.message.startswith("missing model files")

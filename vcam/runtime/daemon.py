@@ -56,7 +56,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Each stops the run cleanly; a second forces the exit. SIGHUP too: a closed terminal or a dropped
+#: ssh session ends the run as Ctrl-C does (under nohup or a service manager it never comes).
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Daemon:
@@ -172,8 +174,8 @@ class Daemon:
         self.wake.set()
 
     def install_signal_handlers(self) -> Callable[[], None]:
-        """SIGINT/SIGTERM -> :meth:`handle_exit` (main thread only); returns a function that restores
-        the previous handlers."""
+        """SIGINT/SIGTERM/SIGHUP -> :meth:`handle_exit` (main thread only); returns a function that
+        restores the previous handlers."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}

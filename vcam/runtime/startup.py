@@ -213,7 +213,13 @@ def load_while_passing_through(d: Daemon) -> bool:
             if s.first_frame_s is None:
                 s.first_frame_s = process_age()
             s.early_frames += 1
-    if loader.is_alive():  # a stop request: do not keep a Ctrl-C waiting for the models
+    if loader.is_alive():
+        # A stop request while loading: wait for the load to end. The loader may be inside a native
+        # library (onnxruntime, torch) whose threads must not outlive the interpreter: exiting under
+        # them aborts the process. A second Ctrl-C leaves at once (a forced exit).
+        log.info("stopping once the models have loaded (Ctrl-C again to leave at once)")
+        while loader.is_alive():
+            loader.join(0.1)
         log.info("stopped before the models were loaded")
         return False
     loader.join()
