@@ -178,7 +178,10 @@ class Daemon:
         restores the previous handlers."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        # A signal the process was started ignoring (SIGHUP under nohup) stays ignored.
+        previous = {
+            sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN
+        }
 
         def restore() -> None:
             for sig, handler in previous.items():
