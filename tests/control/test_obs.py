@@ -38,6 +38,7 @@ from vcam.control.obs_scene import (
     SWAP_SOURCE,
     connect,
     face_source_name,
+    hook_custom_events,
     map_choice,
     map_scene_name,
     map_source_name,
@@ -178,11 +179,9 @@ class EventRecorder:
     def __init__(self, cfg: ObsConfig) -> None:
         self.events: list[dict] = []
 
-        def on_custom_event(data):
-            self.events.append({k: getattr(data, k) for k in data.attrs()})
-
         self.client = connect(cfg, events=True)
-        self.client.callback.register(on_custom_event)
+        # Raw dicts: the recorder must survive the hostile events some tests broadcast.
+        hook_custom_events(self.client, lambda data: self.events.append(data) if isinstance(data, dict) else None)
 
     def replies(self) -> list[dict]:
         return [e["vcam_reply"] for e in self.events if "vcam_reply" in e]
@@ -671,6 +670,39 @@ def test_a_damaged_face_from_obs_is_answered_and_the_connection_stays(controller
         client.broadcast_custom_event({"eventData": {"vcam": {"face": "bob"}}})
         assert wait_for(lambda: state.active == "bob", 2) is not None
         assert ctl.connected.is_set() and ctl.connections == 1
+    finally:
+        rec.close()
+
+
+def test_hostile_custom_events_are_answered_and_the_listener_survives(controller, client, obs_server, caplog):
+    """Keys that obsws-python would turn into class attributes (its listener thread died on the
+    first three; ``attrs`` hid the key list): each is answered with an error, and the same
+    connection then still follows a good event. A 2 MB face name makes no 2 MB log line."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="vcam")
+    ctl, state = controller
+    listener = ctl._ev.worker
+    rec = EventRecorder(obs_cfg(obs_server))
+    try:
+        client.broadcast_custom_event({"eventData": {"__slots__": 1, "other_tool": 1}})  # not ours: ignored
+        for n, key in enumerate(("__slots__", "__qualname__", "__annotations__", "attrs"), 1):
+            client.broadcast_custom_event({"eventData": {"vcam": {"face": "bob"}, key: 1}})
+            assert wait_for(lambda n=n: len(rec.replies()) >= n, 3) is not None, f"no reply to a {key} event"
+            reply = rec.replies()[-1]
+            assert reply["ok"] is False and repr(key) in reply["error"], reply
+            assert state.active == "alice"
+        debug = [r for r in caplog.records if "ignored OBS custom event" in r.getMessage()]
+        assert len(debug) == 4 and all(r.levelno == logging.DEBUG for r in debug)
+        huge = "x" * 2_000_000
+        client.broadcast_custom_event({"eventData": {"vcam": {"face": huge}}})
+        assert wait_for(lambda: len(rec.replies()) >= 5, 5) is not None
+        assert "unknown face" in rec.replies()[-1]["error"] and len(rec.replies()[-1]["error"]) < 1000
+        client.broadcast_custom_event({"eventData": {"vcam": {"face": "carol"}}})
+        assert wait_for(lambda: state.active == "carol", 3) is not None
+        assert listener.is_alive() and ctl._ev.worker is listener and ctl.connections == 1  # never reconnected
+        assert max(len(r.getMessage()) for r in caplog.records) < 1000
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     finally:
         rec.close()
 

@@ -30,3 +30,10 @@ def apply_command(state: RuntimeState, cmd: dict) -> dict:
             )
         state.set_swap(swap)
     return {"face": state.active, "swap": "on" if state.swap_enabled else "off"}
+
+
+def short(text: object, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut): names that come from
+    outside (OBS events, clients) go into log lines only this way, so a 2 MB name is no 4 MB line."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"

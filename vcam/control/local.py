@@ -19,9 +19,18 @@ write is refused (:func:`check_private_folder`), and each connection's peer uid 
 (SO_PEERCRED) against ours as a second lock; the client checks the server's uid the same way.
 
 Load: one thread serves every client through a selector (a command takes microseconds, and one
-thread competes for the GIL with the frame loop far less than a thread per client would). At most
-``MAX_CLIENTS`` connections are open at once; the others wait in the listen backlog (the system's
-maximum), and :func:`send_command` retries a full backlog until its timeout. Every line gets a
+thread competes for the GIL with the frame loop far less than a thread per client would). Commands
+that may read a face image from disk (``map``, and ``face`` naming a face not loaded yet) run on a
+second thread, the loader, one at a time and in order per client, so a slow load never delays
+another client's ``status``.
+
+At most ``MAX_CLIENTS`` connections are open at once. At the cap the server still accepts (so the
+listening socket never stays readable and the loop never spins on it) and closes the connection
+that has been idle longest to make room; a client whose command is in flight is never closed. Only
+when every open connection has a command in flight is the newcomer answered
+``{"ok": false, "busy": true, ...}`` and closed, and :func:`send_command` retries that, and a full
+listen backlog, until its timeout, then says the daemon is busy. A connection that sends nothing
+for ``CLIENT_IDLE_TIMEOUT`` seconds (and has no command in flight) is closed. Every line gets a
 reply, whatever it holds (deeply nested JSON, a last line without a newline before the client
 closes its side). A command only calls :class:`~vcam.state.RuntimeState` methods, so it never
 blocks the frame loop.
@@ -32,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import selectors
 import socket
 import stat
@@ -41,22 +51,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vcam.control import apply_command
+from vcam.control import apply_command, short
 from vcam.errors import ControlError, VcamError
 from vcam.state import RuntimeState
 
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024
-MAX_CLIENTS = 256  # connections served at once; more wait in the listen backlog
-CLIENT_IDLE_TIMEOUT = 10.0
+MAX_CLIENTS = 256  # connections open at once (see _accept for what happens at the cap)
+ACCEPT_RETRY = 0.5  # seconds the listener rests after accept failed (no file descriptors left)
+CLIENT_IDLE_TIMEOUT = 10.0  # seconds without a byte from a client (and no command in flight): closed
 RUN_HINT = "is `vcam run` running? Start it first, or point [control] socket at its socket"
 
 
 @dataclass
 class _Client:
     buf: bytes = b""
-    seen: float = field(default_factory=time.monotonic)
+    seen: float = field(default_factory=time.monotonic)  # last byte received or reply sent
+    busy: bool = False  # a command is with the loader thread (the connection is out of the selector)
+    eof: bool = False  # the client closed its side
 
 
 def check_private_folder(folder: Path) -> None:
@@ -179,7 +192,7 @@ def _handle_one(state: RuntimeState, cmd: dict) -> dict:
         reply = apply_control(state, cmd)
     except Exception as exc:
         if not isinstance(exc, VcamError):  # a bug; the client still gets an answer
-            log.exception("control command %s failed", cmd)
+            log.exception("control command %s failed", short(repr(cmd)))
         return {
             "ok": False,
             "error": exc.message if isinstance(exc, VcamError) else f"the command failed ({type(exc).__name__}: {exc})",
@@ -198,8 +211,25 @@ class ControlServer:
     """Serve control commands for ``state`` on the Unix socket ``path`` (``start()``/``stop()``);
     ``streams``: every stream's state by name, for a daemon running several."""
 
-    def __init__(self, path: str | os.PathLike, state: RuntimeState, *, streams: dict[str, RuntimeState] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        state: RuntimeState,
+        *,
+        streams: dict[str, RuntimeState] | None = None,
+        max_clients: int | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
         self.path = Path(path)
+        self.max_clients = max(1, MAX_CLIENTS if max_clients is None else max_clients)
+        self.idle_timeout = CLIENT_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
+        busy = {"ok": False, "busy": True, "error": f"the daemon is busy: at its limit of {self.max_clients} connections"}
+        self._busy_line = json.dumps(busy).encode() + b"\n"
+        self._sel: selectors.BaseSelector | None = None
+        self._clients: dict[socket.socket, _Client] = {}
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # (conn, cmd) for the loader; None ends it
+        self._done: queue.SimpleQueue = queue.SimpleQueue()  # (conn, reply line) back from the loader
+        self._wake_w: socket.socket | None = None
         self.state = state
         self.streams = dict(streams) if streams else None
         self._sock: socket.socket | None = None
@@ -228,6 +258,7 @@ class ControlServer:
         sock.listen(socket.SOMAXCONN)
         self._sock = sock
         self._stop.clear()
+        self._jobs, self._done = queue.SimpleQueue(), queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="vcam-ctl", daemon=True)
         self._thread.start()
         log.info("control socket at %s", self.path)
@@ -288,83 +319,161 @@ class ControlServer:
     # -- serving (one thread, one selector) -----------------------------------------------------
     def _serve(self) -> None:
         """Accept and answer every client from this one thread: a command takes microseconds, and
-        one thread asks the frame loop for the GIL far less often than a thread per client would."""
-        sel = selectors.DefaultSelector()
+        one thread asks the frame loop for the GIL far less often than a thread per client would.
+        Commands that may read images (:meth:`_is_slow`) go to the loader thread instead."""
         listener = self._sock
         if listener is None:
             return
+        sel = selectors.DefaultSelector()
+        self._sel = sel
+        self._clients = {}
+        self._paused_until: float | None = None  # the listener is out of the selector until then
+        wake_r, self._wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        loader = threading.Thread(target=self._load_jobs, name="vcam-ctl-load", daemon=True)
+        loader.start()
         listener.setblocking(False)
-        sel.register(listener, selectors.EVENT_READ, None)
-        clients: dict[socket.socket, _Client] = {}
+        sel.register(listener, selectors.EVENT_READ, _LISTENER)
+        sel.register(wake_r, selectors.EVENT_READ, _WAKE)
         try:
             while not self._stop.is_set():
                 for key, _ in sel.select(timeout=0.2):
-                    if key.data is None:
-                        self._accept(sel, listener, clients)
+                    if key.data is _LISTENER:
+                        self._accept(listener)
+                    elif key.data is _WAKE:
+                        self._finish_jobs(wake_r)
                     else:
-                        self._read(sel, clients, key.fileobj)
+                        self._read(key.fileobj)
                 now = time.monotonic()
-                for conn in [c for c, st in clients.items() if now - st.seen > CLIENT_IDLE_TIMEOUT]:
-                    self._drop(sel, clients, conn)
+                if self._paused_until is not None and now >= self._paused_until:
+                    self._paused_until = None
+                    sel.register(listener, selectors.EVENT_READ, _LISTENER)
+                for conn in [c for c, st in self._clients.items() if not st.busy and now - st.seen > self.idle_timeout]:
+                    self._drop(conn)
         except Exception:  # never expected; local control ends, the daemon runs on
             log.exception("the control socket stopped serving")
         finally:
-            for conn in list(clients):
-                self._drop(sel, clients, conn)
+            self._jobs.put(None)
+            for conn in list(self._clients):
+                self._drop(conn)
             sel.close()
+            wake_r.close()
+            self._wake_w.close()
 
-    def _accept(self, sel: selectors.BaseSelector, listener: socket.socket, clients: dict) -> None:
-        # Take no more than MAX_CLIENTS at a time: the rest wait in the kernel's backlog.
-        while len(clients) < MAX_CLIENTS:
+    def _accept(self, listener: socket.socket) -> None:
+        """Take every waiting connection. At the cap, the connection idle the longest (none with a
+        command in flight) is closed to make room; when every one has a command in flight, the
+        newcomer is told the daemon is busy. Either way the backlog empties, so the listener stops
+        being readable: the loop never spins on it."""
+        while True:
             try:
                 conn, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError:  # out of file descriptors, say: stop polling the listener for a moment
                 log.debug("control socket accept failed", exc_info=True)
+                self._sel.unregister(listener)
+                self._paused_until = time.monotonic() + ACCEPT_RETRY
                 return
             uid = _peer_uid(conn)
             if self._uid is not None and uid is not None and uid not in (self._uid, 0):
                 log.warning("control socket: refused a connection from uid %d", uid)
-                try:
-                    conn.settimeout(0.2)
-                    conn.sendall(b'{"ok": false, "error": "permission denied"}\n')
-                except OSError:
-                    pass
-                conn.close()
+                _refuse(conn, b'{"ok": false, "error": "permission denied"}\n')
                 continue
+            if len(self._clients) >= self.max_clients:
+                idle = [(st.seen, id(c), c) for c, st in self._clients.items() if not st.busy]
+                if not idle:
+                    _refuse(conn, self._busy_line)
+                    continue
+                self._drop(min(idle)[2])
             conn.setblocking(False)
-            clients[conn] = _Client()
-            sel.register(conn, selectors.EVENT_READ, True)
+            self._clients[conn] = _Client()
+            self._sel.register(conn, selectors.EVENT_READ, True)
 
-    def _read(self, sel: selectors.BaseSelector, clients: dict, conn: socket.socket) -> None:
-        st = clients.get(conn)
-        if st is None:
+    def _read(self, conn: socket.socket) -> None:
+        st = self._clients.get(conn)
+        if st is None or st.busy:
             return
         try:
             chunk = conn.recv(65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            self._drop(sel, clients, conn)
+            self._drop(conn)
             return
         st.seen = time.monotonic()
-        try:
-            if not chunk:  # the client closed its side: a last line without a newline still counts
-                if st.buf.strip():
-                    self._send(conn, self._reply_to(st.buf))
-                self._drop(sel, clients, conn)
-                return
+        if chunk:
             st.buf += chunk
-            while b"\n" in st.buf:
-                line, st.buf = st.buf.split(b"\n", 1)
-                if line.strip():
-                    self._send(conn, self._reply_to(line))
-            if len(st.buf) > MAX_LINE:
+        else:  # the client closed its side: a last line without a newline still counts
+            st.eof = True
+        self._answer_lines(conn, st)
+
+    def _answer_lines(self, conn: socket.socket, st: _Client) -> None:
+        """Answer the complete lines in ``st.buf`` in order; a slow command is handed to the loader
+        thread, and the connection is not read again until its reply is sent."""
+        try:
+            while not st.busy:
+                if b"\n" in st.buf:
+                    line, st.buf = st.buf.split(b"\n", 1)
+                elif st.eof and st.buf.strip():
+                    line, st.buf = st.buf, b""
+                else:
+                    break
+                if not line.strip():
+                    continue
+                cmd = _parse(line)
+                if self._is_slow(cmd):
+                    st.busy = True
+                    self._sel.unregister(conn)
+                    self._jobs.put((conn, cmd))
+                    return
+                self._send(conn, self._reply_bytes(cmd))
+            if st.eof:
+                self._drop(conn)
+            elif len(st.buf) > MAX_LINE:
                 self._send(conn, b'{"ok": false, "error": "command too long"}\n')
-                self._drop(sel, clients, conn)
+                self._drop(conn)
         except OSError:  # gone, or not reading its replies
-            self._drop(sel, clients, conn)
+            self._drop(conn)
+
+    def _load_jobs(self) -> None:
+        """The loader thread: runs the commands that may read face images from disk, so that the
+        selector thread keeps answering everyone else meanwhile."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            conn, cmd = job
+            self._done.put((conn, self._reply_bytes(cmd)))
+            try:
+                self._wake_w.send(b"!")
+            except OSError:  # the wake-up pipe is full (a wake-up is pending anyway) or closed
+                pass
+
+    def _finish_jobs(self, wake_r: socket.socket) -> None:
+        try:
+            while wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:
+            try:
+                conn, data = self._done.get_nowait()
+            except queue.Empty:
+                return
+            st = self._clients.get(conn)
+            if st is None:
+                continue
+            st.busy = False
+            st.seen = time.monotonic()
+            self._sel.register(conn, selectors.EVENT_READ, True)
+            try:
+                self._send(conn, data)
+            except OSError:
+                self._drop(conn)
+                continue
+            self._answer_lines(conn, st)
 
     @staticmethod
     def _send(conn: socket.socket, data: bytes) -> None:
@@ -374,41 +483,81 @@ class ControlServer:
         if sent < len(data):
             raise BlockingIOError("the client does not read its replies")
 
-    @staticmethod
-    def _drop(sel: selectors.BaseSelector, clients: dict, conn: socket.socket) -> None:
-        clients.pop(conn, None)
-        try:
-            sel.unregister(conn)
-        except (KeyError, ValueError):
-            pass
+    def _drop(self, conn: socket.socket) -> None:
+        st = self._clients.pop(conn, None)
+        if st is not None and not st.busy:  # a busy one is already out of the selector
+            try:
+                self._sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
         conn.close()
 
-    def _reply_to(self, line: bytes) -> bytes:
-        try:
-            cmd = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
+    def _reply_bytes(self, cmd) -> bytes:
+        if cmd is _NOT_JSON:
             reply = {"ok": False, "error": "not JSON (or nested too deep): send one JSON object per line"}
         else:
             reply = handle_command(self.state, cmd, self.streams)
         return json.dumps(reply).encode() + b"\n"
 
+    def _is_slow(self, cmd) -> bool:
+        """Whether ``cmd`` may read a face image from disk: a mapping, or a face not loaded yet."""
+        if not isinstance(cmd, dict):
+            return False
+        if "map" in cmd:
+            return True
+        face = cmd.get("face")
+        if not isinstance(face, str) or face in ("next", "prev"):
+            return False
+        states = self.streams.values() if self.streams else (self.state,)
+        return any(st.face(face) is None for st in states)
+
+    def _reply_to(self, line: bytes) -> bytes:
+        return self._reply_bytes(_parse(line))
+
+
+_LISTENER = "listener"
+_WAKE = "wake"
+_NOT_JSON = object()
+
+
+def _parse(line: bytes):
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
+        return _NOT_JSON
+
+
+def _refuse(conn: socket.socket, line: bytes) -> None:
+    """Answer one line on a connection we do not serve, then close it (never blocks)."""
+    try:
+        conn.setblocking(False)
+        conn.send(line)
+    except OSError:
+        pass
+    conn.close()
+
 
 def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> dict:
     """Send one command to the daemon at ``path`` and return its reply.
 
-    Retries while the daemon is busy (its connection backlog is full) until ``timeout``. Raises
-    ControlError when nothing listens (with a hint to start `vcam run`), when the socket or its
-    server belongs to someone else, on a timeout, when it stays busy, or when the
-    daemon answers ``ok: false`` (its error and hint are passed on).
+    Retries while the daemon is busy (its connection backlog is full, or it answers that it is at
+    its connection limit) until ``timeout``. Raises ControlError when nothing listens (with a hint to
+    start `vcam run`), when the socket or its server belongs to someone else, on a timeout, when it
+    stays busy, or when the daemon answers ``ok: false`` (its error and hint are passed on).
     """
     path = Path(path)
     deadline = time.monotonic() + timeout
     pause = 0.01
     while True:
         reply = _exchange(path, cmd, max(0.1, deadline - time.monotonic()))
-        if reply is not None:
+        if reply is not None and not reply.get("busy"):
             break
         if time.monotonic() + pause >= deadline:
+            if reply is not None:  # it answered: at its connection limit
+                raise ControlError(
+                    f"the vcam daemon at {path} stayed busy for {timeout:g}s: {reply.get('error', 'at its connection limit')}",
+                    hint=BUSY_HINT,
+                )
             raise ControlError(f"the vcam daemon at {path} stayed busy for {timeout:g}s", hint="retry in a moment")
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
@@ -417,9 +566,15 @@ def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> d
     return reply
 
 
+BUSY_HINT = "retry in a moment; something holds many connections to its control socket open"
+# Connected (so a daemon listens) but no answer: it may be at its connection limit, or stuck.
+SILENT_HINT = "the daemon is busy (at its connection limit?) or stuck; retry, or see its log"
+
+
 def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
     """One connection: the reply, or None when the daemon could not take it (a full backlog, or the
-    connection closed on us unanswered): try again."""
+    connection closed on us unanswered, which a daemon at its limit does to its idlest client):
+    try again."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -434,7 +589,7 @@ def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
                 hint="the control socket belongs to another user; run `vcam ctl` as the user running `vcam run`",
             ) from None
         except TimeoutError:
-            raise ControlError(f"the vcam daemon at {path} did not answer", hint=RUN_HINT) from None
+            raise ControlError(f"the vcam daemon at {path} did not take the connection", hint=SILENT_HINT) from None
         except OSError as exc:
             raise ControlError(f"cannot reach the vcam daemon at {path}: {exc.strerror or exc}", hint=RUN_HINT) from None
         uid = _peer_uid(sock)
@@ -456,11 +611,11 @@ def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
             if not buf.strip():
                 return None  # closed on us unanswered: try again (until the timeout)
         except TimeoutError:
-            raise ControlError(f"the vcam daemon at {path} did not answer within {timeout:g}s", hint=RUN_HINT) from None
+            raise ControlError(f"the vcam daemon at {path} did not answer within {timeout:g}s", hint=SILENT_HINT) from None
         except OSError as exc:
             raise ControlError(f"control socket {path} failed: {exc.strerror or exc}", hint=RUN_HINT) from None
     if not buf.strip():
-        raise ControlError(f"the vcam daemon at {path} closed the connection without answering", hint=RUN_HINT)
+        return None  # closed unanswered: the daemon stopping, or making room at its connection limit
     try:
         return json.loads(buf.split(b"\n", 1)[0])
     except ValueError:

@@ -56,6 +56,7 @@ import time
 from typing import Any
 
 from vcam.config import ObsConfig
+from vcam.control import short
 from vcam.control.local import apply_control
 from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
@@ -65,6 +66,7 @@ from vcam.control.obs_scene import (
     ObsAuthError,
     connect,
     face_source_name,
+    hook_custom_events,
     input_settings,
     map_choice,
     map_source_name,
@@ -186,7 +188,6 @@ class ObsController:
                 "on_scene_item_enable_state_changed",
                 lambda d: put(("item", d.scene_name, d.scene_item_id, bool(d.scene_item_enabled))),
             ),
-            _guarded("on_custom_event", lambda d: put(("custom", {k: getattr(d, k) for k in d.attrs()}))),
             _guarded("on_scene_item_created", lambda d: put(("refresh",))),
             _guarded("on_scene_item_removed", lambda d: put(("refresh",))),
             _guarded("on_input_name_changed", lambda d: put(("refresh",))),
@@ -247,6 +248,7 @@ class ObsController:
     def _connect(self) -> None:
         self._req = connect(self.cfg, timeout=self.request_timeout)
         self._ev = connect(self.cfg, events=True, timeout=self.request_timeout)
+        hook_custom_events(self._ev, lambda data: self._queue.put(("custom", data)))
         self._ev.callback.register(self._callbacks())
         self._refresh()
         if self.face_images and self.cfg.scene in scene_names(self._req):
@@ -386,7 +388,7 @@ class ObsController:
             try:
                 self.state.set_face(face)
             except Exception as exc:  # an unknown or damaged face: say so, keep the connection
-                log.warning("OBS showed '%s': %s", name, exc)
+                log.warning("OBS showed '%s': %s", short(name), short(exc, 200))
                 self._reply(False, error=str(exc))
             self._sync_pending.set()  # radio: hide the others (or re-hide an unknown face)
         elif name == SWAP_SOURCE:
@@ -400,30 +402,40 @@ class ObsController:
             elif target in self.state.mappings:
                 self.state.remove_mapping(target)
         except Exception as exc:  # mapping off, an unknown face: say so, keep the connection
-            log.warning("OBS showed '%s': %s", source, exc)
+            log.warning("OBS showed '%s': %s", short(source), short(exc, 200))
             self._reply(False, error=str(exc))
         self._sync_pending.set()  # radio: hide the other choices (or show the state's again)
 
-    def _on_custom(self, data: dict) -> None:
-        cmd = data.get("vcam")
-        if cmd is None:
+    def _on_custom(self, data: Any) -> None:
+        """A CustomEvent's raw data (see :func:`hook_custom_events`): ``{"vcam": {...}}`` is ours;
+        anything else carrying ``vcam`` is answered with an error (one DEBUG line, not a warning:
+        whoever sent it reads the reply)."""
+        if not isinstance(data, dict) or "vcam" not in data:
             return  # someone else's event
+        cmd = data["vcam"]
+        extra = [k for k in data if k != "vcam"]
+        if extra:
+            error = "a vcam custom event holds only 'vcam', not also " + ", ".join(short(repr(k), 40) for k in extra[:5])
+            log.debug("ignored OBS custom event: %s", error)
+            self._reply(False, error=error)
+            return
         if not isinstance(cmd, dict):
-            log.warning('ignored OBS custom event: \'vcam\' must be an object like {"face": "NAME"}')
+            log.debug("ignored OBS custom event: 'vcam' is a %s, not an object", type(cmd).__name__)
             self._reply(False, error='\'vcam\' must be an object like {"face": "NAME"}')
             return
         target = cmd.get("stream")
         if target is not None and self.stream is not None and target != self.stream:
             return  # another stream's controller answers it
         if target is not None and self.stream is None:
-            self._reply(False, error=f"this vcam runs one stream, there is no stream {target!r}")
+            self._reply(False, error=f"this vcam runs one stream, there is no stream {short(repr(target))}")
             return
         error = None
         try:
             apply_control(self.state, cmd)
         except Exception as exc:  # a bad command or a damaged face: answered, never a dropped connection
             error = str(exc) if isinstance(exc, (FaceError, ControlError)) else f"{type(exc).__name__}: {exc}"
-            log.warning("OBS custom event %s: %s", cmd, error)
+            error = short(error, 300)  # it holds the name sent, which may be huge
+            log.warning("OBS custom event %s: %s", short(repr(cmd)), short(error, 200))
         self._reply(error is None, error=error)
 
     def _reply(self, ok: bool, *, error: str | None = None) -> None:

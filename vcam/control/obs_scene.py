@@ -92,8 +92,24 @@ def _auth_error(cfg: ObsConfig, given: bool) -> ObsAuthError:
 
 
 def _unreachable(cfg: ObsConfig, exc: BaseException) -> ControlError:
+    """Nothing listening (connection refused: the server is off) is not the same as something
+    listening that never answers (a timeout: OBS hung, or a firewall dropping packets)."""
+    from websocket import WebSocketTimeoutException
+
+    where = f"{cfg.host}:{cfg.port}"
+    if isinstance(exc, (TimeoutError, WebSocketTimeoutException)):
+        return ControlError(
+            f"OBS at {where} did not answer in time (timed out)",
+            hint="OBS (or whatever listens on that port) is not answering: check that OBS is not frozen, "
+            "or restart it; check [obs] host/port",
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return ControlError(
+            f"OBS is not reachable at {where} (connection refused)",
+            hint="start OBS and enable Tools -> WebSocket Server Settings -> Enable WebSocket server, or fix [obs] host/port",
+        )
     return ControlError(
-        f"OBS is not reachable at {cfg.host}:{cfg.port} ({type(exc).__name__})",
+        f"OBS is not reachable at {where} ({type(exc).__name__})",
         hint="start OBS and enable Tools -> WebSocket Server Settings -> Enable WebSocket server, or fix [obs] host/port",
     )
 
@@ -120,6 +136,32 @@ def connect(cfg: ObsConfig, *, events: bool = False, timeout: float = 3.0):
         raise ControlError(f"OBS at {cfg.host}:{cfg.port} refused the connection: {text}") from None
     except (OSError, WebSocketException, ValueError) as exc:
         raise _unreachable(cfg, exc) from None
+
+
+def hook_custom_events(client: Any, on_custom) -> None:
+    """Make the obsws-python EventClient ``client`` hand every CustomEvent's data to
+    ``on_custom(data)`` as the raw JSON value, before obsws-python turns it into an object.
+
+    obsws-python builds a class from the event's keys (``as_dataclass``): keys such as
+    ``__slots__`` or ``__qualname__`` make that raise in its listener thread, which then dies, and
+    a key ``attrs`` shadows the method that lists the keys. A CustomEvent's data is whatever any
+    websocket client broadcast, so vcam reads it itself. Other events (sent by OBS, with OBS's own
+    keys) go through obsws-python as before. Register the other callbacks after this call."""
+    from obsws_python.callback import Callback
+
+    class RawCustomEvents(Callback):
+        def trigger(self, event, data):
+            if event == "CustomEvent":
+                try:
+                    on_custom(data)
+                except Exception:  # the listener thread must live on
+                    log.debug("a CustomEvent could not be handled", exc_info=True)
+                return
+            super().trigger(event, data)
+
+    hooked = RawCustomEvents()
+    hooked.register(client.callback._callbacks)
+    client.callback = hooked  # the listener thread looks the attribute up for every event
 
 
 def request_failed(exc: BaseException) -> bool:
