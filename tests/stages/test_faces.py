@@ -373,3 +373,228 @@ def test_a_face_replaced_on_disk_is_reloaded_while_running(tmp_path, detector):
     snap = state.snapshot()
     assert state.active == "me" and not np.array_equal(snap.face.image, first)
     assert np.array_equal(snap.face.image, bank.load("other").image)  # the same photo as 'other' now
+
+
+# -- sizes checked before decoding, crops, full disks, links (issue 27) ------------------------------
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose IHDR claims width x height, with no pixel data at all (a few dozen bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def _no_decoding(monkeypatch) -> None:
+    """Make every whole-file reader of the photo path fail loudly: a refusal must come from a header."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the image was read or decoded in full")
+
+    monkeypatch.setattr(cv2, "imdecode", boom)
+    monkeypatch.setattr(cv2, "imread", boom)
+    monkeypatch.setattr(np, "fromfile", boom)
+
+
+def _sparse(p: Path, size: int) -> None:
+    with open(p, "wb") as fh:
+        fh.write(b"\x89PNG\r\n\x1a\n")
+        fh.truncate(size)
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 10000 +X 10000\n" + bytes(4096), "is 10000x10000 pixels, too large"),
+        (b"#?RGBE\n# a comment\n\n+X 9000 -Y 7000\n" + bytes(64), "is 9000x7000 pixels, too large"),
+        (b"P7\nWIDTH 8000\nHEIGHT 8000\nDEPTH 3\nMAXVAL 255\nTUPLTYPE RGB\nENDHDR\n" + bytes(4096), "is 8000x8000 pixels"),
+        (b"PF\n10000 10000\n-1.0\n" + bytes(4096), "is 10000x10000 pixels, too large"),
+        (b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n" + bytes(64), "its Radiance HDR header is damaged"),
+        (b"v/1\x01\x02\x00\x00\x00" + bytes(64), "whose size cannot be checked before decoding"),
+        (None, "is 2147.5 MB, too large for a face photo (at most 64 MiB)"),
+    ],
+    ids=["hdr", "hdr-x-first", "pam", "pfm", "hdr-damaged", "exr", "sparse-2GiB"],
+)
+def test_photos_are_refused_from_their_header_or_file_size(tmp_path, monkeypatch, data, needle):
+    """Every format is sized before decoding (or refused), and a big file before any byte is read:
+    one line, the decoders never called, little memory used."""
+    import tracemalloc
+
+    from vcam.stages.faces import read_photo
+
+    photo = tmp_path / "photo.img"
+    if data is None:
+        _sparse(photo, 2 << 30)
+    else:
+        photo.write_bytes(data)
+    _no_decoding(monkeypatch)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FaceError) as info:
+            read_photo(photo)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    assert peak < 4 << 20, peak
+
+
+def test_faces_add_refuses_a_huge_hdr_and_a_2gib_file_in_one_line(tmp_path, monkeypatch):
+    cfgfile = tmp_path / "config.toml"
+    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
+    hdr = tmp_path / "big.hdr"
+    hdr.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 10000 +X 10000\n" + bytes(4096))
+    huge = tmp_path / "huge.png"
+    _sparse(huge, 2 << 30)
+    _no_decoding(monkeypatch)
+    for photo, needle in ((hdr, "big.hdr is 10000x10000 pixels, too large"), (huge, "huge.png is 2147.5 MB, too large")):
+        r = CliRunner().invoke(faces_app, ["add", str(photo)])
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 7 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output
+
+
+def test_formats_sized_from_their_own_headers_still_decode(tmp_path):
+    """The header parsers agree with OpenCV on what it writes (width and height not swapped)."""
+    from vcam.stages.faces import image_size, read_photo
+
+    img = (np.arange(30 * 40 * 3) % 251).astype(np.uint8).reshape(30, 40, 3)
+    for ext in ("hdr", "pam", "pfm", "ppm", "ras", "png", "jpg"):
+        p = tmp_path / f"a.{ext}"
+        assert cv2.imwrite(str(p), img.astype(np.float32) / 255 if ext in ("hdr", "pfm") else img), ext
+        assert image_size(p) == (40, 30), ext
+        assert read_photo(p).shape == (30, 40, 3), ext
+    (tmp_path / "g.pgm").write_bytes(b"P5\n# made by hand\n40 30\n255\n" + bytes(1200))
+    assert image_size(tmp_path / "g.pgm") == (40, 30) and read_photo(tmp_path / "g.pgm").shape == (30, 40, 3)
+
+
+def test_an_oversized_stored_crop_is_refused_without_decoding(tmp_path, detector, monkeypatch):
+    bank = FaceBank(tmp_path / "bank")
+    bank.add(ASSETS / "grace_hopper.jpg", "grace", detector=detector)
+    crop = tmp_path / "bank" / "grace" / "crop_arcface_128.png"
+    crop.write_bytes(_png_header(16000, 16000))
+    monkeypatch.setattr(cv2, "imread", lambda *a, **k: pytest.fail("the crop was decoded"))
+    with pytest.raises(FaceError) as info:
+        bank.load("grace")
+    assert str(info.value) == (
+        f"face 'grace' is damaged: its crop {crop} is 16000x16000 pixels, not 128x128 "
+        "(remove it with `vcam faces remove grace` and add the photo again)"
+    )
+
+
+@pytest.mark.parametrize("where", ["photo copy", "meta.json", "embedding"])
+def test_a_full_disk_during_add_is_one_error_and_leaves_nothing(tmp_path, detector, recogniser, monkeypatch, where):
+    import errno
+    import shutil
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if where == "photo copy":
+        monkeypatch.setattr(shutil, "copyfile", full)
+    elif where == "meta.json":
+        monkeypatch.setattr(Path, "write_text", full)
+    else:
+        monkeypatch.setattr(np, "save", full)
+    bank = FaceBank(tmp_path / "bank")
+    with pytest.raises(FaceError) as info:
+        bank.add(ASSETS / "grace_hopper.jpg", "grace", detector=detector, recogniser=recogniser)
+    assert str(info.value).endswith(": No space left on device (the disk is full: free some space and try again)")
+    assert str(info.value).startswith("cannot ")
+    assert list((tmp_path / "bank").iterdir()) == []  # no face folder, no temporary one
+
+
+def test_faces_add_on_a_full_disk_prints_one_line(tmp_path, monkeypatch):
+    import errno
+    import shutil
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    cfgfile = tmp_path / "config.toml"
+    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
+    monkeypatch.setattr(shutil, "copyfile", full)
+    r = CliRunner().invoke(faces_app, ["add", str(ASSETS / "grace_hopper.jpg"), "--name", "grace"])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 7 and len(lines) == 1, r.output
+    assert lines[0] == (
+        f"error: cannot write face 'grace' into {tmp_path / 'bank'}: No space left on device "
+        "(the disk is full: free some space and try again)"
+    )
+    assert list((tmp_path / "bank").iterdir()) == []
+
+
+def test_a_damaged_meta_json_warns_once_per_change(tmp_path, detector, caplog):
+    import logging
+    import os
+
+    from vcam.stages.faces import BankWatcher
+
+    bank = FaceBank(tmp_path / "bank")
+    bank.add(ASSETS / "grace_hopper.jpg", "me", detector=detector)
+    state = RuntimeState()
+    watcher = BankWatcher(bank, state, bank.load)
+    state.set_loader(watcher.load)
+    state.set_face("me")
+    meta = tmp_path / "bank" / "me" / "meta.json"
+    good = meta.read_text()
+    st = meta.stat()
+    caplog.set_level(logging.WARNING)
+
+    def damage(seconds: int) -> None:
+        meta.write_text("{")
+        os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns + seconds * 1_000_000_000))
+
+    def warnings() -> int:
+        return sum("changed on disk but cannot be loaded" in r.getMessage() for r in caplog.records)
+
+    damage(1)
+    for _ in range(3):
+        assert watcher.check() == []
+    assert warnings() == 1
+    damage(2)  # changed again, still damaged: one more warning
+    for _ in range(3):
+        watcher.check()
+    assert warnings() == 2
+    meta.write_text(good)
+    os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns + 3_000_000_000))
+    assert watcher.check() == ["me"] and warnings() == 2
+
+
+def test_remove_of_a_symlinked_face_removes_only_the_link(tmp_path, detector, monkeypatch):
+    elsewhere = FaceBank(tmp_path / "elsewhere")
+    elsewhere.add(ASSETS / "grace_hopper.jpg", "grace", detector=detector)
+    (tmp_path / "bank").mkdir()
+    (tmp_path / "bank" / "linked").symlink_to(tmp_path / "elsewhere" / "grace")
+    bank = FaceBank(tmp_path / "bank")
+    assert bank.names() == ["linked"] and bank.entry("linked").name == "linked"  # a linked folder is a face
+    cfgfile = tmp_path / "config.toml"
+    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
+    r = CliRunner().invoke(faces_app, ["remove", "linked"])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == f"removed face 'linked' (only the link: {tmp_path / 'elsewhere' / 'grace'} was left alone)"
+    assert not (tmp_path / "bank" / "linked").is_symlink() and bank.names() == []
+    assert elsewhere.entry("grace").photo.is_file()  # the target is untouched
+
+
+def test_a_photo_linking_outside_its_face_folder_is_damaged_and_left_out_of_obs(tmp_path, detector):
+    from vcam.cli.control import bank_images
+
+    bank = FaceBank(tmp_path / "bank")
+    bank.add(ASSETS / "grace_hopper.jpg", "grace", detector=detector)
+    bank.add(ASSETS / "astronaut.jpg", "astro", detector=detector)
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes((ASSETS / "grace_hopper.jpg").read_bytes())
+    photo = bank.entry("grace").photo
+    photo.unlink()
+    photo.symlink_to(secret)
+    with pytest.raises(FaceError, match="face 'grace' is damaged: its photo photo.jpg is a link to a file outside"):
+        bank.entry("grace")
+    assert bank_images(tmp_path / "bank") == {"astro": bank.entry("astro").photo}

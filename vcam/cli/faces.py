@@ -91,13 +91,15 @@ def faces_add(
 
 @faces_app.command("remove")
 def faces_remove(ctx: typer.Context, name: str = typer.Argument(..., help="Face name.")) -> None:
-    """Remove a face from the bank (its folder and cached embeddings)."""
+    """Remove a face from the bank (its folder and cached embeddings; for a folder that is a symlink,
+    only the link)."""
     from rich.console import Console
 
     from vcam.errors import VcamError
 
     try:
-        FaceBank(_config(ctx).faces_dir).remove(name)
+        link_target = FaceBank(_config(ctx).faces_dir).remove(name)
     except VcamError as err:
         _fail(err)
-    Console(soft_wrap=True, highlight=False, markup=False).print(f"removed face '{name}'")
+    note = f" (only the link: {link_target} was left alone)" if link_target is not None else ""
+    Console(soft_wrap=True, highlight=False, markup=False).print(f"removed face '{name}'{note}")

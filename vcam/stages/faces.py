@@ -16,6 +16,7 @@ loads a face (embeddings from the cache, latents from each swapper's ``prepare``
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -74,40 +75,171 @@ def _sha256(path: Path) -> str:
 #: Largest photo decoded for a face (pixels); a face needs far fewer, and a larger image could take
 #: gigabytes of memory to decode (a 16000x16000 PNG is a few kilobytes on disk).
 MAX_PHOTO_PIXELS = 50_000_000
+#: Largest photo file read at all (bytes): checked on the file's size before any byte is read.
+MAX_PHOTO_BYTES = 64 * 1024 * 1024
+_HEAD_BYTES = 64 * 1024  # enough for every header parsed here
+
+# Formats OpenCV decodes, told apart by their first bytes as OpenCV does. Those Pillow can size are
+# probed with Pillow restricted to that one format; the others have small text or fixed headers
+# parsed below. Anything else (OpenEXR, AVIF...) is refused: nothing here sizes it before decoding.
+_PILLOW_MAGIC = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"\x00\x00\x00\x0cjP  \r\n\x87\n", "JPEG2000"),
+    (b"\xff\x4f\xff\x51", "JPEG2000"),
+    (b"GIF8", "GIF"),
+)
+_WHY_NOT = "use a JPEG or PNG photo"
+_SCALE_DOWN = "scale it down (4000 px on the long side is plenty) and try again"
+
+
+def _pnm_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from a PBM/PGM/PPM header (P1-P6): magic, then width and height as decimal
+    numbers separated by whitespace, with '#' comments running to the end of a line."""
+    text = re.sub(rb"#[^\n\r]*", b" ", head[2:1024])
+    nums = re.match(rb"\s+(\d+)\s+(\d+)\s", text)
+    return (int(nums[1]), int(nums[2])) if nums else None
+
+
+def _pam_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from a PAM header (P7): WIDTH and HEIGHT lines before ENDHDR."""
+    end = head.find(b"ENDHDR")
+    if end < 0:
+        return None
+    fields = dict(re.findall(rb"^\s*(WIDTH|HEIGHT|DEPTH)\s+(\d+)", head[:end], re.M))
+    if b"WIDTH" not in fields or b"HEIGHT" not in fields or int(fields.get(b"DEPTH", b"1")) > 4:
+        return None
+    return int(fields[b"WIDTH"]), int(fields[b"HEIGHT"])
+
+
+def _pfm_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from a PFM header: 'PF' or 'Pf', then the width and height line."""
+    nums = re.match(rb"P[Ff]\s+(\d+)\s+(\d+)\s", head[:256])
+    return (int(nums[1]), int(nums[2])) if nums else None
+
+
+def _hdr_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from a Radiance HDR header: text lines up to an empty one, then the
+    resolution line such as '-Y 480 +X 640' (the axis after the first sign runs slowest)."""
+    end = head.find(b"\n\n")
+    if end < 0:
+        return None
+    res = re.match(rb"([-+])([XY]) (\d+) ([-+])([XY]) (\d+)\s", head[end + 2 : end + 2 + 64])
+    if not res or res[2] == res[5]:
+        return None
+    first, second = int(res[3]), int(res[6])
+    return (second, first) if res[2] == b"Y" else (first, second)
+
+
+def _sun_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from a Sun raster header (big-endian 32-bit words after the magic)."""
+    return (int.from_bytes(head[4:8], "big"), int.from_bytes(head[8:12], "big")) if len(head) >= 12 else None
+
+
+def _png_size(head: bytes) -> tuple[int, int] | None:
+    """Width and height from a PNG's first chunk, IHDR (big-endian, right after the signature)."""
+    return (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) if head[12:16] == b"IHDR" else None
+
+
+def _parsed_size(head: bytes) -> tuple[str, tuple[int, int] | None] | None:
+    """(format, size) for the formats whose header is parsed here; None for other formats."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG", _png_size(head)
+    if re.match(rb"P[1-6]\s", head):
+        return "PNM", _pnm_size(head)
+    if head.startswith(b"P7"):
+        return "PAM", _pam_size(head)
+    if head.startswith((b"PF", b"Pf")):
+        return "PFM", _pfm_size(head)
+    if head.startswith((b"#?RADIANCE", b"#?RGBE")):
+        return "Radiance HDR", _hdr_size(head)
+    if head.startswith(b"\x59\xa6\x6a\x95"):
+        return "Sun raster", _sun_size(head)
+    return None
+
+
+def image_size(path: Path, what: str = "photo", max_pixels: int | None = MAX_PHOTO_PIXELS) -> tuple[int, int]:
+    """Width and height of the image file ``path`` from its header alone, checked against
+    :data:`MAX_PHOTO_BYTES` and ``max_pixels`` (None: the caller checks the size). Reads a small
+    header at most: FaceError (one line) when the file is missing, empty, too big, not an image
+    OpenCV decodes, of a format whose size no header tells, or larger than the pixel cap."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None or not path.is_file():
+        raise FaceError(f"{what} not found: {path}", hint="check the path")
+    if st.st_size == 0:
+        raise FaceError(f"{path} is empty", hint=_WHY_NOT)
+    if st.st_size > MAX_PHOTO_BYTES:
+        raise FaceError(
+            f"{path} is {st.st_size / 1e6:.1f} MB, too large for a face {what} (at most {MAX_PHOTO_BYTES // (1 << 20)} MiB)",
+            hint="scale it down or save it as JPEG, and try again",
+        )
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError as exc:
+        raise FaceError(f"cannot read {path}: {exc.strerror or exc}", hint="check the file's permissions") from None
+    not_image = FaceError(f"{path} is not an image that can be read", hint=_WHY_NOT)
+    parsed = _parsed_size(head)
+    if parsed is not None:
+        kind, size = parsed
+        if size is None:
+            raise FaceError(f"{path} is not an image that can be read: its {kind} header is damaged", hint=_WHY_NOT)
+    else:
+        kind = next((fmt for magic, fmt in _PILLOW_MAGIC if head.startswith(magic)), None)
+        if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+            kind = "WEBP"
+        if kind is None:
+            if head.startswith(b"v/1\x01") or head[4:12] in (b"ftypavif", b"ftypavis"):
+                raise FaceError(f"{path} is in a format whose size cannot be checked before decoding", hint=_WHY_NOT)
+            raise not_image
+        try:
+            with Image.open(path, formats=[kind]) as im:  # the header only
+                size = im.size
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning):  # far above any cap here
+            raise FaceError(f"{path} is too large for a face {what}", hint=_SCALE_DOWN) from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+            raise not_image from None
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise not_image
+    if max_pixels is not None and width * height > max_pixels:
+        raise FaceError(
+            f"{path} is {width}x{height} pixels, too large for a face {what} (at most {max_pixels / 1e6:g} megapixels)",
+            hint=_SCALE_DOWN,
+        )
+    return width, height
 
 
 def read_photo(path: Path) -> np.ndarray:
     """Decode a photo to (H, W, 3) uint8 BGR; FaceError if it is missing, empty, not an image, too
-    large to decode safely, or fully transparent. Transparent parts are laid over mid-grey."""
+    large to decode safely (file size and pixels, from the header: see :func:`image_size`), or fully
+    transparent. Transparent parts are laid over mid-grey."""
     import cv2
-    from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
-    if not path.is_file():
-        raise FaceError(f"photo not found: {path}", hint="check the path")
-    if path.stat().st_size == 0:
-        raise FaceError(f"{path} is empty", hint="use a JPEG or PNG photo")
-    not_image = FaceError(f"{path} is not an image that can be read", hint="use a JPEG or PNG photo")
-    try:  # the header only: the size is known before any pixel is decoded
-        with Image.open(path) as im:
-            width, height = im.size
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        width = height = 1 << 16
-    except (UnidentifiedImageError, OSError, ValueError):
-        width = height = 0  # OpenCV may still read it (checked below)
-    if width * height > MAX_PHOTO_PIXELS:
-        raise FaceError(
-            f"{path} is {width}x{height} pixels, too large for a face photo (at most {MAX_PHOTO_PIXELS // 1_000_000} megapixels)"
-            if width < 1 << 16
-            else f"{path} is too large for a face photo (at most {MAX_PHOTO_PIXELS // 1_000_000} megapixels)",
-            hint="scale it down (4000 px on the long side is plenty) and try again",
-        )
+    image_size(path)
     try:
-        img = cv2.imdecode(np.fromfile(str(path), dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_PHOTO_BYTES + 1)  # bounded even if the file grew since it was checked
+    except OSError as exc:
+        raise FaceError(f"cannot read {path}: {exc.strerror or exc}", hint="check the file's permissions") from None
+    if len(data) > MAX_PHOTO_BYTES:
+        raise FaceError(f"{path} grew while it was read", hint="try again once it is written")
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error:
         img = None
+    del data
     if img is None or img.size == 0:
-        raise not_image
+        raise FaceError(f"{path} is not an image that can be read", hint=_WHY_NOT)
     if img.dtype != np.uint8:  # 16-bit or float images
         img = (
             cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
@@ -160,7 +292,9 @@ class FaceBank:
     def names(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and (p / "meta.json").is_file())
+        return sorted(
+            p.name for p in self.root.iterdir() if _NAME_RE.match(p.name) and p.is_dir() and (p / "meta.json").is_file()
+        )
 
     def __contains__(self, name: str) -> bool:
         return (self._folder(name) / "meta.json").is_file() if _NAME_RE.match(name or "") else False
@@ -200,6 +334,8 @@ class FaceBank:
             raise damaged("its meta.json has landmarks that are not numbers")
         if photo.parent != folder or not photo.is_file():
             raise damaged(f"its photo {photo.name} is missing")
+        if not _inside(folder, photo):
+            raise damaged(f"its photo {photo.name} is a link to a file outside the face's folder")
         emb_dir = folder / "embeddings"
         models = tuple(sorted({p.name.rsplit("-", 1)[0] for p in emb_dir.glob("*.npy")})) if emb_dir.is_dir() else ()
         return FaceEntry(
@@ -279,8 +415,13 @@ class FaceBank:
             det = dets[pick - 1]
         lms = np.asarray(det.landmarks, np.float32).reshape(5, 2)
         sha = _sha256(photo)
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.root))
+        # Everything is written into a hidden temporary folder, renamed to the face's name only
+        # once complete: a failed write (a full disk) leaves no half-written face behind.
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.root))
+        except OSError as exc:
+            raise _write_error(f"cannot write face '{name}' into {self.root}", exc) from None
         try:
             ext = photo.suffix.lower() if photo.suffix.lower() in _PHOTO_EXT else ".img"
             shutil.copyfile(photo, tmp / f"photo{ext}")
@@ -303,17 +444,32 @@ class FaceBank:
             if final.exists():
                 raise FaceError(f"a face named '{name}' already exists", hint="pass another --name")
             os.rename(tmp, final)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_error(f"cannot write face '{name}' into {self.root}", exc) from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return self.entry(name)
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str) -> Path | None:
         """Delete face ``name``, damaged or not (only a folder this bank wrote: it must hold a
-        meta.json)."""
+        meta.json). A face whose folder is a symlink loses only the link, never what it points to:
+        the link's target is returned then, else None."""
         if name not in self:
             self.entry(name)  # raises the unknown-face error with the known names
-        shutil.rmtree(self._folder(name))
+        folder = self._folder(name)
+        try:
+            if folder.is_symlink():
+                target = Path(os.readlink(folder))
+                folder.unlink()
+                return target
+            shutil.rmtree(folder)
+        except OSError as exc:
+            raise FaceError(
+                f"cannot remove face '{name}' ({folder}): {exc.strerror or exc}", hint="check the faces directory is writable"
+            ) from None
+        return None
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self, name: str, *, recogniser: Any | None = None, swappers: Sequence[Any] = ()) -> SourceFace:
@@ -329,7 +485,10 @@ class FaceBank:
         entry = self.entry(name)
         crop_path = entry.folder / f"crop_{CLASSIC_TEMPLATE}.png"
         img = None
-        crop = cv2.imread(str(crop_path), cv2.IMREAD_COLOR) if crop_path.is_file() else None
+        crop = None
+        if crop_path.is_file():
+            self._check_crop(entry, crop_path)
+            crop = cv2.imread(str(crop_path), cv2.IMREAD_COLOR)
         if crop is None:
             img = read_photo(entry.photo)
             crop, _ = _aligned(img, entry.landmarks, CLASSIC_TEMPLATE, CLASSIC_SIZE)
@@ -342,7 +501,13 @@ class FaceBank:
                 embeddings[recogniser.name] = cached
             else:
                 img = img if img is not None else read_photo(entry.photo)
-                embeddings[recogniser.name] = self._store_embedding(entry.folder, entry.sha256, recogniser, img, entry.landmarks)
+                try:
+                    embeddings[recogniser.name] = self._store_embedding(
+                        entry.folder, entry.sha256, recogniser, img, entry.landmarks
+                    )
+                except FaceError as exc:  # the cache could not be written: the face still loads
+                    log.warning("%s", exc)
+                    embeddings[recogniser.name] = self._embed(recogniser, img, entry.landmarks)
         else:  # whatever is cached
             for model in entry.embeddings:
                 cached = _load_npy(self._embedding_path(entry.folder, model, entry.sha256))
@@ -355,6 +520,26 @@ class FaceBank:
 
     # -- internals -------------------------------------------------------------------------------
     @staticmethod
+    def _check_crop(entry: FaceEntry, crop_path: Path) -> None:
+        """FaceError (damaged, with the fix) unless the stored crop is a file of this face's folder
+        whose header says it is the size the bank writes; nothing beyond the header is read."""
+
+        def damaged(what: str) -> FaceError:
+            return FaceError(
+                f"face '{entry.name}' is damaged: {what}",
+                hint=f"remove it with `vcam faces remove {entry.name}` and add the photo again",
+            )
+
+        if not _inside(entry.folder, crop_path):
+            raise damaged(f"its crop {crop_path} is a link to a file outside the face's folder")
+        try:
+            size = image_size(crop_path, "crop", max_pixels=None)
+        except FaceError as exc:
+            raise damaged(exc.message) from None
+        if size != (CLASSIC_SIZE, CLASSIC_SIZE):
+            raise damaged(f"its crop {crop_path} is {size[0]}x{size[1]} pixels, not {CLASSIC_SIZE}x{CLASSIC_SIZE}")
+
+    @staticmethod
     def _embedding_path(folder: Path, model: str, sha: str) -> Path:
         return folder / "embeddings" / f"{model}-{sha[:32]}.npy"
 
@@ -363,17 +548,52 @@ class FaceBank:
 
         for template, size in ((CLASSIC_TEMPLATE, CLASSIC_SIZE), ("arcface_112_v2", 112)):
             crop, _ = _aligned(img, lms, template, size)
-            if not cv2.imwrite(str(folder / f"crop_{template}.png"), crop):
-                raise FaceError(f"cannot write the aligned crop into {folder}", hint="check the faces directory is writable")
+            try:
+                ok = cv2.imwrite(str(folder / f"crop_{template}.png"), crop)
+            except cv2.error:
+                ok = False
+            if not ok:
+                raise FaceError(
+                    f"cannot write the aligned crop into {folder}",
+                    hint="check the faces directory ([faces] dir) is writable and the disk is not full",
+                )
+
+    @staticmethod
+    def _embed(recogniser: Any, img: np.ndarray, lms: np.ndarray) -> np.ndarray:
+        return np.asarray(recogniser.embed(img, np.asarray(lms, np.float32)[None]), np.float32).reshape(-1)
 
     def _store_embedding(self, folder: Path, sha: str, recogniser: Any, img: np.ndarray, lms: np.ndarray) -> np.ndarray:
-        emb = np.asarray(recogniser.embed(img, np.asarray(lms, np.float32)[None]), np.float32).reshape(-1)
+        emb = self._embed(recogniser, img, lms)
         path = self._embedding_path(folder, recogniser.name, sha)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npy")
-        np.save(tmp, emb)
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(tmp, emb)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise _write_error(f"cannot cache the embedding in {path.parent}", exc) from None
         return emb
+
+
+def _inside(folder: Path, path: Path) -> bool:
+    """Whether ``path``, links followed, lies directly in ``folder`` (links followed too: a face
+    folder may itself be a link)."""
+    try:
+        return path.resolve().parent == folder.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def _write_error(what: str, exc: OSError) -> FaceError:
+    """One-line FaceError for a failed write into the bank, with the fix for the usual causes."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "the disk is full: free some space and try again"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "check the faces directory ([faces] dir) is writable"
+    else:
+        hint = "check the faces directory ([faces] dir) and the disk"
+    return FaceError(f"{what}: {exc.strerror or exc}", hint=hint)
 
 
 def _load_npy(path: Path) -> np.ndarray | None:
@@ -398,6 +618,7 @@ class BankWatcher:
         self.bank, self.state, self._load = bank, state, load
         self.interval = float(interval)
         self._stamps: dict[str, tuple[int, int]] = {}
+        self._failed: dict[str, tuple[int, int]] = {}  # the stamp a face failed to load at (warned once)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -421,9 +642,12 @@ class BankWatcher:
                 continue  # removed (kept loaded until it comes back) or unchanged
             try:
                 face = self.load(name)
-            except FaceError as exc:  # e.g. half-written: try again on the next pass
-                log.warning("face '%s' changed on disk but cannot be loaded: %s", name, exc)
+            except FaceError as exc:  # e.g. half-written: try again on the next pass, warn once per change
+                if self._failed.get(name) != now:
+                    self._failed[name] = now
+                    log.warning("face '%s' changed on disk but cannot be loaded: %s", name, exc)
                 continue
+            self._failed.pop(name, None)
             self.state.add_face(face)
             reloaded.append(name)
             log.info("face '%s' was replaced in the face bank; reloaded", name)
