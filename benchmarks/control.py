@@ -4,7 +4,7 @@
 
 Runs the daemon on the 320x240 demo clip at its 30 fps (classic swap, CPU, a null output that
 stamps each published frame) and, a few times, lets ``--clients`` `vcam ctl`-style clients (the real
-:func:`vcam.control.local.send_command`, threads of one separate process, all released at once)
+:func:`vcam.control.client.send_command`, threads of one separate process, all released at once)
 send status, face and swap commands. It prints, per mode, the publish-gap p99 before and during each
 storm and how many clients got their answer:
 
@@ -30,7 +30,7 @@ from benchmarks import write_report
 
 CLIENTS = r"""
 import json, sys, threading
-from vcam.control.local import send_command
+from vcam.control.client import send_command
 from vcam.errors import ControlError
 path, n = sys.argv[1], int(sys.argv[2])
 out = [None] * n

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from vcam.cli.control import ctl_app
 from vcam.config import Config
-from vcam.control.local import ControlServer, handle_command, send_command
+from vcam.control.client import send_command
+from vcam.control.local import ControlServer, handle_command
 from vcam.errors import ControlError
 from vcam.state import RuntimeState, Status
 from vcam.types import SourceFace
@@ -486,14 +487,14 @@ def test_a_full_backlog_is_one_busy_line_not_a_crash(tmp_path):
         assert time.monotonic() - t0 < 3 * timeout and info.value.hint == "retry in a moment"  # gave up, not hung
         cfg = tmp_path / "c.toml"
         cfg.write_text(f'[control]\nsocket = "{path}"\n')
-        import vcam.control.local as local
+        import vcam.control.client as client
 
-        local_send = local.send_command
+        real_send = client.send_command
         try:  # the CLI as users run it (with a short timeout so the test is quick)
-            local.send_command = lambda p, cmd, timeout=30.0: local_send(p, cmd, timeout=0.5)
+            client.send_command = lambda p, cmd, timeout=30.0: real_send(p, cmd, timeout=0.5)
             res = CliRunner().invoke(ctl_app, ["status", "--config", str(cfg)])
         finally:
-            local.send_command = local_send
+            client.send_command = real_send
         assert res.exit_code == ControlError.exit_code
         assert res.output.strip().splitlines() == [f"error: the vcam daemon at {path} stayed busy for 0.5s (retry in a moment)"]
     finally:

@@ -380,7 +380,7 @@ def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
     active from then on, frames never stop."""
     import cv2
 
-    from vcam.control.local import send_command
+    from vcam.control.client import send_command
     from vcam.stages.demo import portrait
     from vcam.stages.detect import RetinaFaceDetector
     from vcam.stages.faces import FaceBank

@@ -16,7 +16,8 @@ from media import Recorder
 from vcam.cli import app
 from vcam.config import Config, ObsConfig
 from vcam.config_file import build, parse_streams
-from vcam.control.local import ControlServer, handle_command, send_command
+from vcam.control.client import send_command
+from vcam.control.local import ControlServer, handle_command
 from vcam.errors import ConfigError, InputError
 from vcam.runtime.daemon import Daemon
 from vcam.stages import demo

@@ -284,7 +284,7 @@ def test_vcam_run_and_ctl_with_a_damaged_face(tmp_path, detector, caplog):
 
     from obs_harness import CapturingOutput, demo_daemon_config
 
-    from vcam.control.local import send_command
+    from vcam.control.client import send_command
     from vcam.errors import ControlError
     from vcam.runtime.daemon import Daemon
 
@@ -334,7 +334,7 @@ def test_faces_add_refuses_bad_photos_in_one_line(tmp_path, monkeypatch, make, n
 
 
 def test_a_photo_with_transparency_is_laid_over_grey(tmp_path):
-    from vcam.stages.faces import read_photo
+    from vcam.stages.photos import read_photo
 
     img = np.zeros((8, 8, 4), np.uint8)
     img[..., :3] = (0, 0, 255)
@@ -425,7 +425,7 @@ def test_photos_are_refused_from_their_header_or_file_size(tmp_path, monkeypatch
     one line, the decoders never called, little memory used."""
     import tracemalloc
 
-    from vcam.stages.faces import read_photo
+    from vcam.stages.photos import read_photo
 
     photo = tmp_path / "photo.img"
     if data is None:
@@ -461,7 +461,7 @@ def test_faces_add_refuses_a_huge_hdr_and_a_2gib_file_in_one_line(tmp_path, monk
 
 def test_formats_sized_from_their_own_headers_still_decode(tmp_path):
     """The header parsers agree with OpenCV on what it writes (width and height not swapped)."""
-    from vcam.stages.faces import image_size, read_photo
+    from vcam.stages.photos import image_size, read_photo
 
     img = (np.arange(30 * 40 * 3) % 251).astype(np.uint8).reshape(30, 40, 3)
     for ext in ("hdr", "pam", "pfm", "ppm", "ras", "png", "jpg"):

@@ -144,7 +144,7 @@ def _stream(ctx: typer.Context | None) -> str | None:
 
 
 def _send(config: Optional[Path], cmd: dict, ctx: typer.Context | None = None) -> dict:
-    from vcam.control.local import send_command
+    from vcam.control.client import send_command
 
     stream = _stream(ctx)
     if stream:

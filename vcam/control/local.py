@@ -79,9 +79,9 @@ def check_private_folder(folder: Path) -> None:
     try:
         st = os.lstat(folder)
     except OSError as exc:
-        raise ControlError(f"cannot use {folder} for the control socket: {exc.strerror or exc}", hint=_FOLDER_HINT) from None
+        raise ControlError(f"cannot use {folder} for the control socket: {exc.strerror or exc}", hint=FOLDER_HINT) from None
     if not stat.S_ISDIR(st.st_mode):
-        raise ControlError(f"{folder} is not a folder (the control socket goes in it)", hint=_FOLDER_HINT)
+        raise ControlError(f"{folder} is not a folder (the control socket goes in it)", hint=FOLDER_HINT)
     if uid is None:
         return
     mode = stat.S_IMODE(st.st_mode)
@@ -89,14 +89,14 @@ def check_private_folder(folder: Path) -> None:
     if not owner_ok or (mode & 0o022 and not mode & stat.S_ISVTX):
         raise ControlError(
             f"the control socket folder {folder} is not private (owner uid {st.st_uid}, mode {mode:04o})",
-            hint=_FOLDER_HINT,
+            hint=FOLDER_HINT,
         )
 
 
-_FOLDER_HINT = "set [control] socket to a path in a folder only you can write, e.g. under your home"
+FOLDER_HINT = "set [control] socket to a path in a folder only you can write, e.g. under your home"
 
 
-def _peer_uid(conn: socket.socket) -> int | None:
+def peer_uid(conn: socket.socket) -> int | None:
     if not hasattr(socket, "SO_PEERCRED"):
         return None
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -294,7 +294,7 @@ class ControlServer:
                 os.chmod(parent, 0o700)
         except OSError as exc:
             raise ControlError(
-                f"cannot create {parent} for the control socket: {exc.strerror or exc}", hint=_FOLDER_HINT
+                f"cannot create {parent} for the control socket: {exc.strerror or exc}", hint=FOLDER_HINT
             ) from None
         check_private_folder(parent)
         try:
@@ -303,7 +303,7 @@ class ControlServer:
             return
         except OSError as exc:
             raise ControlError(
-                f"cannot use {self.path} for the control socket: {exc.strerror or exc}", hint=_FOLDER_HINT
+                f"cannot use {self.path} for the control socket: {exc.strerror or exc}", hint=FOLDER_HINT
             ) from None
         if not stat.S_ISSOCK(st.st_mode):
             raise ControlError(
@@ -376,7 +376,7 @@ class ControlServer:
                 self._sel.unregister(listener)
                 self._paused_until = time.monotonic() + ACCEPT_RETRY
                 return
-            uid = _peer_uid(conn)
+            uid = peer_uid(conn)
             if self._uid is not None and uid is not None and uid not in (self._uid, 0):
                 log.warning("control socket: refused a connection from uid %d", uid)
                 _refuse(conn, b'{"ok": false, "error": "permission denied"}\n')
@@ -535,88 +535,3 @@ def _refuse(conn: socket.socket, line: bytes) -> None:
     except OSError:
         pass
     conn.close()
-
-
-def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> dict:
-    """Send one command to the daemon at ``path`` and return its reply.
-
-    Retries while the daemon is busy (its connection backlog is full, or it answers that it is at
-    its connection limit) until ``timeout``. Raises ControlError when nothing listens (with a hint to
-    start `vcam run`), when the socket or its server belongs to someone else, on a timeout, when it
-    stays busy, or when the daemon answers ``ok: false`` (its error and hint are passed on).
-    """
-    path = Path(path)
-    deadline = time.monotonic() + timeout
-    pause = 0.01
-    while True:
-        reply = _exchange(path, cmd, max(0.1, deadline - time.monotonic()))
-        if reply is not None and not reply.get("busy"):
-            break
-        if time.monotonic() + pause >= deadline:
-            if reply is not None:  # it answered: at its connection limit
-                raise ControlError(
-                    f"the vcam daemon at {path} stayed busy for {timeout:g}s: {reply.get('error', 'at its connection limit')}",
-                    hint=BUSY_HINT,
-                )
-            raise ControlError(f"the vcam daemon at {path} stayed busy for {timeout:g}s", hint="retry in a moment")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
-    if not reply.get("ok"):
-        raise ControlError(reply.get("error", "the daemon refused the command"), hint=reply.get("hint"))
-    return reply
-
-
-BUSY_HINT = "retry in a moment; something holds many connections to its control socket open"
-# Connected (so a daemon listens) but no answer: it may be at its connection limit, or stuck.
-SILENT_HINT = "the daemon is busy (at its connection limit?) or stuck; retry, or see its log"
-
-
-def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
-    """One connection: the reply, or None when the daemon could not take it (a full backlog, or the
-    connection closed on us unanswered, which a daemon at its limit does to its idlest client):
-    try again."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(path))
-        except BlockingIOError:  # EAGAIN: the listen backlog is full
-            return None
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise ControlError(f"no vcam daemon listens on {path}", hint=RUN_HINT) from None
-        except PermissionError:
-            raise ControlError(
-                f"permission denied on {path}",
-                hint="the control socket belongs to another user; run `vcam ctl` as the user running `vcam run`",
-            ) from None
-        except TimeoutError:
-            raise ControlError(f"the vcam daemon at {path} did not take the connection", hint=SILENT_HINT) from None
-        except OSError as exc:
-            raise ControlError(f"cannot reach the vcam daemon at {path}: {exc.strerror or exc}", hint=RUN_HINT) from None
-        uid = _peer_uid(sock)
-        me = os.getuid() if hasattr(os, "getuid") else None
-        if me is not None and uid is not None and uid not in (me, 0):
-            raise ControlError(f"the control socket {path} is served by uid {uid}, not you", hint=_FOLDER_HINT)
-        buf = b""
-        try:
-            try:
-                sock.sendall(json.dumps(cmd).encode() + b"\n")
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # closed before reading (the daemon stopping, say): a reply may still be there
-            while b"\n" not in buf:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                buf += chunk
-        except (BrokenPipeError, ConnectionResetError):
-            if not buf.strip():
-                return None  # closed on us unanswered: try again (until the timeout)
-        except TimeoutError:
-            raise ControlError(f"the vcam daemon at {path} did not answer within {timeout:g}s", hint=SILENT_HINT) from None
-        except OSError as exc:
-            raise ControlError(f"control socket {path} failed: {exc.strerror or exc}", hint=RUN_HINT) from None
-    if not buf.strip():
-        return None  # closed unanswered: the daemon stopping, or making room at its connection limit
-    try:
-        return json.loads(buf.split(b"\n", 1)[0])
-    except ValueError:
-        raise ControlError(f"the vcam daemon at {path} answered something that is not JSON", hint=RUN_HINT) from None

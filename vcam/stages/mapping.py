@@ -60,7 +60,8 @@ class _Found:
 def load_target(arg: str, *, faces_dir: Path, detector: Any, recogniser: Any) -> SourceFace:
     """The target reference face ``arg`` (a face-bank name or a photo path) with ``recogniser``'s
     embedding. A photo without a face is one FaceError, as for ``--face``; so is a missing one."""
-    from vcam.stages.faces import FaceBank, face_from_image, read_photo
+    from vcam.stages.faces import FaceBank, face_from_image
+    from vcam.stages.photos import read_photo
 
     if recogniser is None:
         raise _no_recogniser()
