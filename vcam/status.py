@@ -66,7 +66,7 @@ class RunSummary:
             f"({self.fps:.1f} fps) on {self.device}; latency p50 {self.percentile(50):.1f} ms, "
             f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
             f"{self.dropped_latency} over the latency budget"
-            + (f" ({self.published_late} published late: overloaded)" if self.published_late else "")
+            + (f" ({self.published_late} published late, to keep the picture moving)" if self.published_late else "")
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")

@@ -567,3 +567,8 @@ def test_a_stop_while_the_models_load_is_not_kept_waiting_for_them(monkeypatch):
     daemon.stop(timeout=3.0)
     assert time.perf_counter() - t0 < 1.5, "the stop waited for the models"
     assert not daemon._thread.is_alive() and daemon.summary.frames_out == 0 and daemon.summary.error is None
+    # The load goes on in the background, and the daemon says so (the CLI then ends with os._exit);
+    # this process waits for it, so it never exits under a model load.
+    assert daemon.load_in_flight
+    daemon.loading.join(30)
+    assert not daemon.load_in_flight

@@ -194,6 +194,10 @@ def run(
         console.print(summary.line(), highlight=False, soft_wrap=True)
     if summary.models:
         console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
+    if daemon.load_in_flight:  # stopped while the models loaded: leave without unwinding under the load
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 class _StatusLine:

@@ -116,6 +116,63 @@ def _socket_alive(path: Path) -> bool:
         return True
 
 
+class AlreadyRunning(ControlError):
+    """Another daemon holds the control socket's lock: one daemon per socket (and so per camera and
+    OBS scene it controls)."""
+
+
+class InstanceLock:
+    """One daemon per control socket: an exclusive ``flock`` on ``<socket>.lock`` held for the
+    daemon's life (the kernel releases it when the process ends, however it ends). The file holds
+    the holder's PID so that a second daemon can name it."""
+
+    def __init__(self, socket_path: str | os.PathLike) -> None:
+        self.path = Path(f"{socket_path}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`AlreadyRunning` naming the holder's PID; a lock file that
+        cannot be opened (another user's, a folder not ours) raises :class:`ControlError`."""
+        import fcntl
+
+        parent = self.path.parent
+        try:
+            if not parent.exists():
+                parent.mkdir(mode=0o700, parents=True)
+        except OSError as exc:
+            raise ControlError(
+                f"cannot create {parent} for the control socket: {exc.strerror or exc}", hint=FOLDER_HINT
+            ) from None
+        check_private_folder(parent)  # the socket's own rule: nobody else may swap files in there
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise ControlError(f"cannot use the lock file {self.path}: {exc.strerror or exc}", hint=FOLDER_HINT) from None
+        owner = os.fstat(fd).st_uid
+        if owner != os.getuid():  # root can open anyone's file: still never ours to lock or write
+            os.close(fd)
+            raise ControlError(f"the lock file {self.path} belongs to another user (uid {owner})", hint=FOLDER_HINT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            sock = str(self.path)[: -len(".lock")]
+            raise AlreadyRunning(
+                f"another vcam (pid {holder}) is running with the control socket {sock}",
+                hint="stop it first, or give this run its own [control] socket (and stream names)",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def close(self) -> None:
+        """Release the lock (the file stays: removing it could race a daemon starting meanwhile)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 COMMAND_KEYS = ("face", "swap", "map", "unmap", "status", "stream")
 
 
@@ -308,6 +365,10 @@ class ControlServer:
         if not stat.S_ISSOCK(st.st_mode):
             raise ControlError(
                 f"{self.path} exists and is not a socket", hint="move that file away or set [control] socket to another path"
+            )
+        if st.st_uid != os.getuid():  # another user's (a shared, sticky folder): never ours to remove
+            raise ControlError(
+                f"{self.path} belongs to another user (uid {st.st_uid})", hint="set [control] socket to a path of your own"
             )
         if _socket_alive(self.path):
             raise ControlError(

@@ -93,6 +93,8 @@ class Daemon:
         self._on_status = on_status
         self._on_stream_status = on_stream_status
         self.control_on = control
+        self.instance_lock: Any = None  # the control socket's lock (vcam.control.local.InstanceLock), once taken
+        self.loading: threading.Thread | None = None  # a model load left running by a stop (see startup)
         self.timing = timing
         self.should_exit = False
         self.force_exit = False
@@ -124,6 +126,12 @@ class Daemon:
             stages_on={},
             hook=hook,
         )
+
+    @property
+    def load_in_flight(self) -> bool:
+        """A stop came while the models loaded and the load still runs: a process that ends now
+        must end with ``os._exit`` (native threads of the load must not be unwound under it)."""
+        return self.loading is not None and self.loading.is_alive()
 
     @property
     def device(self) -> str:
@@ -303,6 +311,9 @@ class Daemon:
             except Exception:  # a bug in a component: shutdown still finishes the others
                 log.exception("error while closing %s", type(comp).__name__)
         self.components.clear()
+        if self.instance_lock is not None:  # the last thing: another daemon may start from here on
+            self.instance_lock.close()
+            self.instance_lock = None
         if first is not None:
             raise first
 

@@ -44,6 +44,8 @@ class Daemon(Protocol):
     timing: bool
     should_exit: bool
     control_on: bool
+    instance_lock: Any
+    loading: threading.Thread | None
     assembly: Assembly | None
     telemetry: Telemetry | None
     degrader: Degrader | None
@@ -57,6 +59,8 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
     """Open the sources, load the models, open the outputs, start capture, telemetry and control."""
     from vcam.stages import capture, recording
 
+    if d.control_on:  # one daemon per control socket: a second one stops here, naming the first
+        take_instance_lock(d)
     check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d.given_sources], d.given_outputs)
     for st in d.streams:
         given_output = st.name in d.given_outputs
@@ -82,6 +86,24 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
         start_capture(d, early=False)
     start_telemetry(d)
     start_control(d)
+
+
+def take_instance_lock(d: Daemon) -> None:
+    """The control socket's lock (:class:`~vcam.control.local.InstanceLock`), released at shutdown.
+    Another daemon holding it stops this one (one line naming its PID); a lock that cannot be used
+    at all (another user's file, a folder others can write) turns the local socket off, and the
+    video goes on."""
+    from vcam.control.local import AlreadyRunning, InstanceLock
+
+    lock = InstanceLock(d.cfg.socket_path)
+    try:
+        lock.acquire()
+    except AlreadyRunning:
+        raise
+    except VcamError as exc:  # no local socket without its lock (OBS control stays on)
+        log.warning("local control disabled: %s", exc)
+        return
+    d.instance_lock = lock  # released last, once every output is finished
 
 
 def early_frames(d: Daemon) -> bool:
@@ -214,12 +236,11 @@ def load_while_passing_through(d: Daemon) -> bool:
                 s.first_frame_s = process_age()
             s.early_frames += 1
     if loader.is_alive():
-        # A stop request while loading: wait for the load to end. The loader may be inside a native
-        # library (onnxruntime, torch) whose threads must not outlive the interpreter: exiting under
-        # them aborts the process. A second Ctrl-C leaves at once (a forced exit).
-        log.info("stopping once the models have loaded (Ctrl-C again to leave at once)")
-        while loader.is_alive():
-            loader.join(0.1)
+        # A stop while loading does not wait for the models: the load goes on in the background. It
+        # may be inside a native library (onnxruntime, torch) whose threads must not be torn down
+        # under it, so the daemon says so (Daemon.loading) and the command ends the process with
+        # os._exit once the outputs are finished instead of unwinding the interpreter.
+        d.loading = loader
         log.info("stopped before the models were loaded")
         return False
     loader.join()
@@ -284,12 +305,13 @@ def start_control(d: Daemon) -> None:
     from vcam.control.local import ControlServer
 
     states = {st.name: st.state for st in d.streams}
-    try:
-        srv = ControlServer(d.cfg.socket_path, d.state, streams=states if len(states) > 1 else None)
-        srv.start()
-        d.components.append(srv)
-    except VcamError as exc:
-        log.warning("local control disabled: %s", exc)
+    if d.instance_lock is not None:  # without the socket's lock (already said why), no socket
+        try:
+            srv = ControlServer(d.cfg.socket_path, d.state, streams=states if len(states) > 1 else None)
+            srv.start()
+            d.components.append(srv)
+        except VcamError as exc:
+            log.warning("local control disabled: %s", exc)
     if d.cfg.obs.enabled:
         from vcam.control.obs import ObsController
 

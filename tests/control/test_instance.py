@@ -1,0 +1,68 @@
+"""One daemon per control socket, and never a hand on another user's files."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from conftest import demo_run, vcam_cli
+
+from vcam.config import Config
+from vcam.control.local import AlreadyRunning, ControlServer, InstanceLock
+from vcam.errors import ControlError
+from vcam.state import RuntimeState
+
+
+def test_a_second_lock_on_the_same_socket_names_the_holder(tmp_path):
+    first = InstanceLock(tmp_path / "vcam.sock")
+    first.acquire()
+    try:
+        with pytest.raises(AlreadyRunning, match=rf"another vcam \(pid {os.getpid()}\) is running"):
+            InstanceLock(tmp_path / "vcam.sock").acquire()
+        InstanceLock(tmp_path / "other.sock").acquire()  # another socket: its own daemon
+    finally:
+        first.close()
+    again = InstanceLock(tmp_path / "vcam.sock")
+    again.acquire()  # released: the next daemon takes it
+    again.close()
+
+
+def test_a_second_vcam_run_is_refused_in_one_line_naming_the_first():
+    # This process holds the lock of the default socket, as a running daemon would.
+    held = InstanceLock(Config().socket_path)
+    held.acquire()
+    try:
+        res = vcam_cli(*demo_run())
+    finally:
+        held.close()
+    assert res.returncode == ControlError.exit_code, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"pid {os.getpid()}" in errors[0] and "Traceback" not in res.stderr
+    assert "stopped:" not in res.stdout + res.stderr  # it never started
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a socket owned by another user")
+def test_another_users_stale_socket_is_left_alone_and_the_video_goes_on(tmp_path, monkeypatch):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)  # a sticky shared folder, like /tmp
+    path = folder / "vcam.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # a stale socket (nothing listens)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ControlError, match="belongs to another user"):
+        ControlServer(path, RuntimeState()).start()
+    assert path.exists()  # not ours: never unlinked
+    # A run pointed at it: one warning, no local control, every frame still published.
+    lock = folder / "vcam.sock.lock"
+    lock.touch()
+    os.chown(lock, 65534, 65534)
+    os.chmod(lock, 0o600)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[control]\nsocket = "{path}"\n')
+    res = vcam_cli(*demo_run("--config", str(cfg)))
+    assert res.returncode == 0, res.stderr
+    assert "3 frames published of 3" in res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and path.exists()
+    assert lock.read_bytes() == b""  # the other user's lock file: not written either
