@@ -24,6 +24,13 @@ from pathlib import Path
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _terminal_signals() -> None:
+    """The stop signals at their defaults in the child, as in a terminal session (a harness may run
+    with SIGHUP ignored, which vcam keeps, as under nohup)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def plays(path: Path) -> bool:
     import av
 

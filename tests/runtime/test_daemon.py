@@ -276,6 +276,39 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
     assert "5 frames published of 5" in p.stderr
 
 
+def _terminal_signals() -> None:
+    """In the child: the stop signals at their defaults, as a terminal session has them (a test
+    runner may itself run with SIGHUP ignored, which vcam would rightly keep ignoring)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.slow
+def test_a_hangup_is_ignored_under_nohup(tmp_path):
+    def nohup() -> None:
+        _terminal_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", "null", "--device", "cpu", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=nohup,
+    )
+    try:
+        time.sleep(2.0)
+        p.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert p.poll() is None, "a hangup stopped a run started under nohup"
+        p.send_signal(signal.SIGTERM)
+        outp, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and "stopped:" in outp, outp
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("after", [0.0, 1.0], ids=["while-loading", "running"])
@@ -305,6 +338,7 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        preexec_fn=_terminal_signals,
     )
     try:
         deadline = time.time() + 60
