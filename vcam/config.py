@@ -289,10 +289,11 @@ class DegradeConfig:
     enabled: bool = _opt(
         True, "Under sustained overload or GPU throttling, turn optional stages off (in 'order') and back on with headroom."
     )
-    order: list[Literal["upscale", "enhancer", "occlusion", "region"]] = _opt(
-        list(OPTIONAL_STAGES),
-        "Which optional stages go first: 'upscale' the frame enhancer, 'enhancer' the face enhancer, 'occlusion' and "
-        "'region' the model masks.",
+    order: list[Literal["upscale", "enhancer", "occlusion", "region", "swap"]] = _opt(
+        [*OPTIONAL_STAGES, "swap"],
+        "Which stages go first: 'upscale' the frame enhancer, 'enhancer' the face enhancer, 'occlusion' and 'region' the "
+        "model masks; 'swap', the last resort, publishes the camera as the early frames do ([pipeline] early_frames: "
+        "pixelated, or as it is; never with 'off') until there is headroom again. Leave 'swap' out to keep swapping late.",
     )
     after: Duration = _opt(Duration(2.0), "Overload lasting this long turns the next stage off.", min=0.1)
     recover: Duration = _opt(Duration(10.0), "Headroom lasting this long brings the last stage turned off back.", min=0.1)

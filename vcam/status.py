@@ -51,6 +51,9 @@ class RunSummary:
     first_frame_s: float | None = None  # process start -> first frame published (start-up, as a user waits)
     first_processed_s: float | None = None  # process start -> first frame published through the pipeline
     early_frames: int = 0  # early frames: published (pixelated or as they came) while the models loaded
+    #: Frames published without the pipeline (pixelated, or as they came) while the swap was shed under
+    #: overload (the degrader's last rung, vcam.runtime.rounds.SHED_SWAP).
+    shed_frames: int = 0
     error: str | None = None
 
     def percentile(self, q: float) -> float:
@@ -69,6 +72,7 @@ class RunSummary:
             + (f" ({self.published_late} published late, to keep the picture moving)" if self.published_late else "")
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
+            + (f"; {self.shed_frames} frames without the swap (overload)" if self.shed_frames else "")
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
             + (
                 f" (through the pipeline {self.first_processed_s:.1f} s; {self.early_frames} early frames while the "
@@ -179,7 +183,7 @@ def status_parts(status: Status) -> list[str]:
         parts.append(gpu_text(status.gpu))
     if status.upscale_skipped:
         parts.append(f"upscale skipped {status.upscale_skipped} (over budget)")
-    if status.overloaded:
+    if status.overloaded or "swap" in status.degraded:  # the last rung says it is shedding while it lasts
         parts.append(overloaded_text(status.degraded))
     elif status.degraded:
         parts.append(degraded_text(status.degraded))

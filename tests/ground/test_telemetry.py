@@ -566,6 +566,6 @@ def test_degrader_from_config_and_available_stages():
     )
     assert available_stages(cfg) == {"upscale", "enhancer", "occlusion"}
     deg = Degrader.from_config(DegradeConfig(), available_stages(cfg))
-    assert deg.order == ("upscale", "enhancer", "occlusion", "region") and deg.after == 2.0 and deg.enabled
+    assert deg.order == ("upscale", "enhancer", "occlusion", "region", "swap") and deg.after == 2.0 and deg.enabled
     assert not Degrader.from_config(DegradeConfig(enabled=False)).enabled
     assert not Degrader.from_config(DegradeConfig(), enabled=False).enabled

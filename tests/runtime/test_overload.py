@@ -67,3 +67,66 @@ def test_the_status_says_overloaded_and_what_is_shed():
     ]
     assert status_parts(Status(overloaded=True)) == ["overloaded: publishing late frames"]
     assert status_parts(Status(degraded=("upscale",))) == ["degraded: upscale off"]
+
+
+def _slowed_run(early_frames: str, seconds: float = 5.0):
+    """A live demo run whose pipeline takes 90 ms a frame (a 30 ms budget, 15 fps camera), with the
+    degrader quick to act (0.3 s) and slow to bring a stage back (60 s)."""
+    cfg = build(
+        {
+            "capture": {"width": W, "height": H, "fps": FPS},
+            "pipeline": {"device": "cpu", "max_latency": "30ms", "early_frames": early_frames},
+            "degrade": {"after": "0.3s", "recover": "60s"},
+        }
+    )
+    published: list[tuple[float, int]] = []  # (time, seq)
+    piped: set[int] = set()  # the frames that went through the pipeline
+
+    def slow_loop(mark: Mark) -> None:
+        if mark.phase == "collected":
+            time.sleep(0.09)
+            piped.add(mark.seq)
+        elif mark.phase == "published":
+            published.append((mark.t, mark.seq))
+
+    clip = DemoClip(width=W, height=H, fps=FPS, seconds=seconds)
+    out = Recorder(W, H)
+    daemon = Daemon(cfg, source=DemoSource(clip, loop=False, realtime=True), output=out, control=False, hook=slow_loop)
+    summary = daemon.run()
+    return daemon, summary, published, piped, out, clip
+
+
+@pytest.mark.slow
+def test_the_last_rung_sheds_the_swap_and_publishes_pixelated_frames_at_the_camera_rate():
+    from vcam.runtime.rounds import pixelate
+
+    daemon, summary, published, piped, out, clip = _slowed_run("pixelate")
+    stream = daemon.streams[0]
+    assert daemon.degrader is not None and "swap" in daemon.degrader.off, daemon.degrader.off
+    assert summary.shed_frames > 0 and "frames without the swap" in summary.line()
+    # Once shed, frames stop going through the pipeline and come out at close to the camera's rate.
+    shed = [(t, seq) for t, seq in published if seq not in piped]
+    assert len(shed) == summary.shed_frames
+    times = np.array([t for t, _ in shed])
+    assert len(times) >= 10
+    rate = (len(times) - 1) / (times[-1] - times[0])
+    piped_times = np.array([t for t, seq in published if seq in piped])
+    piped_rate = (len(piped_times) - 1) / max(piped_times[-1] - piped_times[0], 1e-9)
+    assert rate > 2.0 * piped_rate, (rate, piped_rate)  # the shed frames are not held back by the slow pipeline
+    gaps = np.diff([t for t, _ in published])
+    assert gaps.max() <= 0.5, gaps.max()
+    # The shed frames are the camera's own frames in coarse blocks: no face to see, never a stale picture.
+    first = [i for i, (_, seq) in enumerate(published) if seq not in piped][:3]
+    for i in first:
+        seq = published[i][1]
+        np.testing.assert_array_equal(out.got[i + summary.early_frames], pixelate(clip.frame(seq)))
+    status = stream.live.status(0, {}, degraded=daemon.degrader.off)
+    assert "overloaded: shedding" in " ".join(status_parts(status)) and "swap" in status.degraded
+
+
+@pytest.mark.slow
+def test_with_early_frames_off_the_swap_is_never_shed():
+    daemon, summary, published, piped, _, _ = _slowed_run("off", seconds=3.0)
+    assert daemon.degrader is None or "swap" not in daemon.degrader.available
+    assert summary.shed_frames == 0 and all(seq in piped for _, seq in published)
+    assert summary.frames_out >= 5  # late frames still go out

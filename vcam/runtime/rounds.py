@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds: under overload a stream still publishes at least this often (see Stream.stale_after).
 MIN_REFRESH = 0.1
+#: The degrader's last rung (``[degrade] order``): frames skip the pipeline and go out as the early
+#: frames do (pixelated, or the camera as it is, per ``[pipeline] early_frames``).
+SHED_SWAP = "swap"
 
 Phase = Literal["gathered", "begun", "swapped", "finished", "collected", "published", "dropped"]
 PHASES: tuple[Phase, ...] = ("gathered", "begun", "swapped", "finished", "collected", "published", "dropped")
@@ -109,11 +112,19 @@ class Mark:
 RoundHook = Callable[[Mark], None]
 
 
+@dataclass(frozen=True)
+class Passed:
+    """A frame that skipped the pipeline (the swap shed under overload): its output pixels and stats."""
+
+    data: Any
+    stats: FrameStats
+
+
 @dataclass
 class Round:
     """The frames of one submitted round, by stream: ``(stream, slot)`` for :meth:`Rounds.collect`."""
 
-    slots: list[tuple[Stream, int]] = field(default_factory=list)
+    slots: list[tuple[Stream, int | Passed]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.slots)
@@ -205,12 +216,18 @@ class Rounds:
         all of them through the swapper in one batch (chunks of the swapper's capacity), the rest
         per stream. The returned round goes to :meth:`collect`."""
         works: list[tuple[Stream, Work]] = []
+        out = Round()
+        shed = not self.stages_on.get(SHED_SWAP, True)
         for st, frame in ready:
             _live(st).frame_in(frame.t_capture)
+            if shed:
+                data = early_frame(st, frame, pixelated=st.cfg.pipeline.early_frames == "pixelate")
+                out.slots.append((st, Passed(data, FrameStats(seq=frame.seq, t_capture=frame.t_capture))))
+                self._mark("finished", st, frame.seq, frame.t_capture)
+                continue
             works.append((st, _pipe(st).begin(frame, st.state.snapshot())))
             self._mark("begun", st, frame.seq, frame.t_capture)
         swapper = self.swapper
-        out = Round()
         for chunk in _chunks(works, swapper.max_faces):
             faced = [w for _, w in chunk if w.n]
             crops: Any = None
@@ -236,6 +253,10 @@ class Rounds:
         Then the stream's predicted frame's detection is queued (left by :meth:`submit`): after the
         publish, so its host time is not in the frame's latency."""
         for st, slot in rnd.slots:
+            if isinstance(slot, Passed):
+                st.summary.shed_frames += 1
+                self.publish(st, slot.data, slot.stats)
+                continue
             pipe = _pipe(st)
             data, stats = pipe.collect(slot)
             self._mark("collected", st, stats.seq, stats.t_capture, stats)
@@ -287,6 +308,31 @@ class Rounds:
             self.stages_on[change.stage] = change.on
 
 
+def early_frame(st: Stream, frame: Frame, *, pixelated: bool) -> Any:
+    """``frame`` converted on the CPU to the stream's output format without the pipeline: in coarse
+    blocks (``pixelated``: no face can be recognised) or as it came. The early frames while the models
+    load, and every frame while the swap is shed under overload (:data:`SHED_SWAP`)."""
+    import numpy as np
+
+    from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
+
+    assert st.output is not None
+    bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
+    return from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt)
+
+
+def pixelate(bgr: Any, blocks: int = 24) -> Any:
+    """``bgr`` in ``blocks`` coarse blocks across (square blocks): the scene's colours and movement,
+    no recognisable face (the early frames' default)."""
+    import cv2
+
+    h, w = bgr.shape[:2]
+    bw = max(1, min(blocks, w))
+    bh = max(1, min(h, round(bw * h / w)))
+    small = cv2.resize(bgr, (bw, bh), interpolation=cv2.INTER_AREA)
+    return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST)
+
+
 def _pipe(st: Stream) -> Pipeline:
     assert st.pipeline is not None, f"stream {st.name} has no pipeline yet"
     return st.pipeline
@@ -326,4 +372,4 @@ def _row_sources(works: list[Work]) -> Any:
     return rows[0] if rows and all(f is rows[0] for f in rows) else rows
 
 
-__all__ = ["Mark", "PHASES", "Phase", "Round", "RoundHook", "Rounds", "Stream"]
+__all__ = ["SHED_SWAP", "Mark", "PHASES", "Passed", "Phase", "Round", "RoundHook", "Rounds", "Stream", "early_frame", "pixelate"]

@@ -15,10 +15,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from vcam.config import Config
 from vcam.errors import VcamError
+from vcam.runtime.rounds import SHED_SWAP, early_frame, pixelate
 from vcam.status import LiveStats, process_age
 from vcam.types import Frame, PixelFormat
 
@@ -208,8 +207,6 @@ def load_while_passing_through(d: Daemon) -> bool:
     call sees the camera within a second of the start. Those frames are counted in
     ``early_frames``, not in ``frames_in``/``frames_out``. False when a stop was requested before
     the models were loaded (the loading thread is left to finish on its own)."""
-    from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
-
     pixelated = d.cfg.pipeline.early_frames == "pixelate"
     failure: list[BaseException] = []
 
@@ -229,8 +226,7 @@ def load_while_passing_through(d: Daemon) -> bool:
             if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
                 break
             assert st.output is not None
-            bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
-            st.output.send(from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt))
+            st.output.send(early_frame(st, frame, pixelated=pixelated))
             s = st.summary
             if s.first_frame_s is None:
                 s.first_frame_s = process_age()
@@ -295,6 +291,10 @@ def start_telemetry(d: Daemon) -> None:
         d.components.append(d.telemetry)
     lossless = all(st.delivery is not None and st.delivery.lossless for st in d.streams)
     available = available_stages(cfg)
+    # The last rung (the swap shed, frames out as the early frames go) where those can be made:
+    # host frames (not decoded on the GPU) whose output size is the input's.
+    if early_frames(d) and not any(st.decoder is not None and st.decoder.device == "cuda" for st in d.streams):
+        available.add(SHED_SWAP)
     d.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
 
 
@@ -320,18 +320,6 @@ def start_control(d: Daemon) -> None:
             obs = ObsController(d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None)
             obs.start()
             d.components.append(obs)
-
-
-def pixelate(bgr: np.ndarray, blocks: int = 24) -> np.ndarray:
-    """``bgr`` in ``blocks`` coarse blocks across (square blocks): the scene's colours and movement,
-    no recognisable face (the early frames' default)."""
-    import cv2
-
-    h, w = bgr.shape[:2]
-    bw = max(1, min(blocks, w))
-    bh = max(1, min(h, round(bw * h / w)))
-    small = cv2.resize(bgr, (bw, bh), interpolation=cv2.INTER_AREA)
-    return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST)
 
 
 def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, object] | None = None) -> None:
