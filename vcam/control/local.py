@@ -410,7 +410,7 @@ class ControlServer:
                 if self._paused_until is not None and now >= self._paused_until:
                     self._paused_until = None
                     sel.register(listener, selectors.EVENT_READ, _LISTENER)
-                for conn in [c for c, st in self._clients.items() if not st.busy and now - st.seen > self.idle_timeout]:
+                for conn in self._expired(now):
                     self._drop(conn)
         except Exception:  # never expected; local control ends, the daemon runs on
             log.exception("the control socket stopped serving")
@@ -443,14 +443,30 @@ class ControlServer:
                 _refuse(conn, b'{"ok": false, "error": "permission denied"}\n')
                 continue
             if len(self._clients) >= self.max_clients:
-                idle = [(st.seen, id(c), c) for c, st in self._clients.items() if not st.busy]
-                if not idle:
+                oldest = next((c for c, st in self._clients.items() if not st.busy), None)
+                if oldest is None:
                     _refuse(conn, self._busy_line)
                     continue
-                self._drop(min(idle)[2])
+                self._drop(oldest)
             conn.setblocking(False)
             self._clients[conn] = _Client()
             self._sel.register(conn, selectors.EVENT_READ, True)
+
+    def _touch(self, conn: socket.socket, st: _Client) -> None:
+        """``conn`` was heard from (or answered) now: it moves to the end of ``_clients``, which is
+        therefore ordered by ``seen``, the longest idle first (a cap or a timeout reads only its head)."""
+        st.seen = time.monotonic()
+        self._clients[conn] = self._clients.pop(conn)
+
+    def _expired(self, now: float) -> list[socket.socket]:
+        """The connections idle for longer than the idle timeout (none with a command in flight)."""
+        out = []
+        for c, st in self._clients.items():  # longest idle first: stop at the first one heard from lately
+            if now - st.seen <= self.idle_timeout:
+                break
+            if not st.busy:
+                out.append(c)
+        return out
 
     def _read(self, conn: socket.socket) -> None:
         st = self._clients.get(conn)
@@ -463,7 +479,7 @@ class ControlServer:
         except OSError:
             self._drop(conn)
             return
-        st.seen = time.monotonic()
+        self._touch(conn, st)
         if chunk:
             st.buf += chunk
         else:  # the client closed its side: a last line without a newline still counts
@@ -527,7 +543,7 @@ class ControlServer:
             if st is None:
                 continue
             st.busy = False
-            st.seen = time.monotonic()
+            self._touch(conn, st)
             self._sel.register(conn, selectors.EVENT_READ, True)
             try:
                 self._send(conn, data)
