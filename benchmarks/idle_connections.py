@@ -110,9 +110,8 @@ def run(connections: int, seconds: float, rounds: int, root: Path) -> dict:
         time.sleep(2.0)
         for i in range(rounds):
             rows.append({"round": i + 1, "held": 0, **_window(out, sock, seconds)})
-            holder = subprocess.Popen(
-                [sys.executable, "-c", HOLDER, str(sock), str(connections)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-            )
+            args = [sys.executable, "-c", HOLDER, str(sock), str(connections)]
+            holder = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert holder.stdout is not None and holder.stdin is not None
             held = int(holder.stdout.readline())
             rows.append({"round": i + 1, "held": held, **_window(out, sock, seconds)})
