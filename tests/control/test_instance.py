@@ -68,3 +68,40 @@ def test_another_users_stale_socket_is_left_alone_and_the_video_goes_on(tmp_path
     assert published and int(published.group(1)) >= 1, res.stderr  # the video went on
     assert "Traceback" not in res.stderr and path.exists()
     assert lock.read_bytes() == b""  # the other user's lock file: not written either
+
+
+def test_an_obs_scene_lock_names_the_holder_and_the_scene(tmp_path):
+    first = InstanceLock.for_obs_scene(tmp_path, "localhost", 4455, "FastSwap Faces")
+    first.acquire()
+    try:
+        with pytest.raises(AlreadyRunning, match=rf"pid {os.getpid()}\) drives the OBS scene 'FastSwap Faces' on 127.0.0.1:4455"):
+            InstanceLock.for_obs_scene(tmp_path, "127.0.0.1", 4455, "FastSwap Faces").acquire()  # the same OBS
+        other = InstanceLock.for_obs_scene(tmp_path, "127.0.0.1", 4455, "FastSwap Faces (cam2)")
+        other.acquire()  # another scene: its own daemon
+        other.close()
+        elsewhere = InstanceLock.for_obs_scene(tmp_path, "127.0.0.1", 4456, "FastSwap Faces")
+        elsewhere.acquire()  # another OBS
+        elsewhere.close()
+    finally:
+        first.close()
+
+
+def test_a_second_run_on_another_socket_but_the_same_obs_scene_is_refused(tmp_path):
+    # This process drives the default OBS scene, as a running daemon with OBS control would.
+    held = InstanceLock.for_obs_scene(Config().socket_path.parent, "127.0.0.1", 4455, "FastSwap Faces")
+    held.acquire()
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[control]\nsocket = "{tmp_path / "own.sock"}"\n[obs]\nenabled = true\nport = 4455\n')
+        res = vcam_cli(*demo_run("--config", str(cfg)))
+        assert res.returncode == ControlError.exit_code, res.stderr
+        errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"pid {os.getpid()}" in errors[0] and "FastSwap Faces" in errors[0], res.stderr
+        assert "Traceback" not in res.stderr and "stopped:" not in res.stdout + res.stderr  # it never started
+        # Given its own scene, the same run goes ahead (OBS itself is absent here: control retries quietly).
+        cfg.write_text(cfg.read_text() + 'scene = "FastSwap Faces (second)"\n')
+        res = vcam_cli(*demo_run("--config", str(cfg)))
+        assert res.returncode == 0, res.stderr
+        assert "frames published of 3" in res.stdout + res.stderr
+    finally:
+        held.close()

@@ -124,11 +124,29 @@ class AlreadyRunning(ControlError):
 class InstanceLock:
     """One daemon per control socket: an exclusive ``flock`` on ``<socket>.lock`` held for the
     daemon's life (the kernel releases it when the process ends, however it ends). The file holds
-    the holder's PID so that a second daemon can name it."""
+    the holder's PID so that a second daemon can name it. :meth:`for_obs_scene` is the same lock on
+    an OBS scene (one daemon drives a scene's faces)."""
 
-    def __init__(self, socket_path: str | os.PathLike) -> None:
-        self.path = Path(f"{socket_path}.lock")
+    def __init__(self, socket_path: str | os.PathLike, *, path: Path | None = None, what: str = "", hint: str = "") -> None:
+        self.path = Path(path) if path is not None else Path(f"{socket_path}.lock")
+        self.what = what or f"is running with the control socket {socket_path}"
+        self.hint = hint or "stop it first, or give this run its own [control] socket (and stream names)"
         self._fd: int | None = None
+
+    @classmethod
+    def for_obs_scene(cls, folder: Path, host: str, port: int, scene: str) -> InstanceLock:
+        """The lock of OBS scene ``scene`` on ``host:port``, a file in ``folder`` (the user's runtime
+        folder, whatever socket each daemon uses)."""
+        import hashlib
+
+        host = "127.0.0.1" if host.strip().lower() in ("localhost", "::1", "") else host.strip().lower()
+        key = hashlib.sha1(f"{host}:{port}/{scene}".encode()).hexdigest()[:16]
+        return cls(
+            "",
+            path=folder / f"obs-{key}.lock",
+            what=f"drives the OBS scene {scene!r} on {host}:{port}",
+            hint="stop it first, or give this run its own OBS scene ([obs] scene) or stream name",
+        )
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`AlreadyRunning` naming the holder's PID; a lock file that
@@ -157,11 +175,7 @@ class InstanceLock:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            sock = str(self.path)[: -len(".lock")]
-            raise AlreadyRunning(
-                f"another vcam (pid {holder}) is running with the control socket {sock}",
-                hint="stop it first, or give this run its own [control] socket (and stream names)",
-            ) from None
+            raise AlreadyRunning(f"another vcam (pid {holder}) {self.what}", hint=self.hint) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd

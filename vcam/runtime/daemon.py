@@ -93,7 +93,7 @@ class Daemon:
         self._on_status = on_status
         self._on_stream_status = on_stream_status
         self.control_on = control
-        self.instance_lock: Any = None  # the control socket's lock (vcam.control.local.InstanceLock), once taken
+        self.instance_lock: Any = None  # the control socket's and OBS scenes' locks (startup.LockSet), once taken
         self.loading: threading.Thread | None = None  # a model load left running by a stop (see startup)
         self.timing = timing
         self.should_exit = False

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vcam.config import Config
@@ -88,21 +89,54 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
 
 
 def take_instance_lock(d: Daemon) -> None:
-    """The control socket's lock (:class:`~vcam.control.local.InstanceLock`), released at shutdown.
-    Another daemon holding it stops this one (one line naming its PID); a lock that cannot be used
-    at all (another user's file, a folder others can write) turns the local socket off, and the
-    video goes on."""
+    """The control socket's lock (:class:`~vcam.control.local.InstanceLock`) and, with OBS control,
+    each stream's OBS scene lock, released at shutdown. Another daemon holding one stops this one
+    (one line naming its PID): two daemons on one scene would switch each other's faces. A lock that
+    cannot be used at all (another user's file, a folder others can write) turns that control off
+    with one line (the socket; OBS control keeps going without its lock), and the video goes on."""
+    from vcam.config import ControlConfig
     from vcam.control.local import AlreadyRunning, InstanceLock
 
-    lock = InstanceLock(d.cfg.socket_path)
+    locks = LockSet()
     try:
-        lock.acquire()
-    except AlreadyRunning:
+        lock = InstanceLock(d.cfg.socket_path)
+        try:
+            lock.acquire()
+            locks.socket = lock
+        except AlreadyRunning:
+            raise
+        except VcamError as exc:  # no local socket without its lock (OBS control stays on)
+            log.warning("local control disabled: %s", exc)
+        if d.cfg.obs.enabled:
+            folder = d.cfg.replace(control=ControlConfig()).socket_path.parent  # the same whatever the socket
+            for st in d.streams:
+                obs = d.cfg.obs.for_stream(st.name, len(d.streams))
+                scene = InstanceLock.for_obs_scene(folder, obs.host, obs.port, obs.scene)
+                try:
+                    scene.acquire()
+                    locks.scenes.append(scene)
+                except AlreadyRunning:
+                    raise
+                except VcamError as exc:
+                    log.warning("OBS scene lock not taken: %s", exc)
+    except BaseException:
+        locks.close()
         raise
-    except VcamError as exc:  # no local socket without its lock (OBS control stays on)
-        log.warning("local control disabled: %s", exc)
-        return
-    d.instance_lock = lock  # released last, once every output is finished
+    d.instance_lock = locks  # released last, once every output is finished
+
+
+@dataclass
+class LockSet:
+    """The daemon's instance locks (:func:`take_instance_lock`): the control socket's (None when it
+    could not be used: no local socket then) and the OBS scenes', released together."""
+
+    socket: Any = None
+    scenes: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for lk in [self.socket, *self.scenes]:
+            if lk is not None:
+                lk.close()
 
 
 def early_frames(d: Daemon) -> bool:
@@ -305,7 +339,7 @@ def start_control(d: Daemon) -> None:
     from vcam.control.local import ControlServer
 
     states = {st.name: st.state for st in d.streams}
-    if d.instance_lock is not None:  # without the socket's lock (already said why), no socket
+    if d.instance_lock is not None and d.instance_lock.socket is not None:  # without its lock (said why), no socket
         try:
             srv = ControlServer(d.cfg.socket_path, d.state, streams=states if len(states) > 1 else None)
             srv.start()
