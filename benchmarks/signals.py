@@ -46,7 +46,12 @@ def one(tree: Path, sig: int, at: float) -> dict:
         target = Path(d) / "out.mp4"
         cmd = [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
         p = subprocess.Popen(
-            cmd + ["--device", "cpu", "--quiet"], cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            cmd + ["--device", "cpu", "--quiet"],
+            cwd=tree,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=_terminal_signals,
         )
         time.sleep(at)
         p.send_signal(sig)
