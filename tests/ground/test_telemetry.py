@@ -569,3 +569,22 @@ def test_degrader_from_config_and_available_stages():
     assert deg.order == ("upscale", "enhancer", "occlusion", "region", "swap") and deg.after == 2.0 and deg.enabled
     assert not Degrader.from_config(DegradeConfig(enabled=False)).enabled
     assert not Degrader.from_config(DegradeConfig(), enabled=False).enabled
+
+
+def test_the_swap_is_the_last_resort_and_needs_a_longer_overload():
+    from vcam.runtime.degrade import LAST_RESORT_SPAN
+
+    deg = Degrader(["upscale", "swap"], after=2.0, recover=10.0, headroom=0.6, available={"upscale", "swap"})
+    _, changes = drive(deg, 0.0, 2.0 + 2.0 * LAST_RESORT_SPAN + 1.0, 0.050)
+    assert [(c.stage, c.on) for _, c in changes] == [("upscale", False), ("swap", False)]
+    (t_up, _), (t_swap, swap) = changes
+    assert 2.0 <= t_up < 2.2 and 2.0 * LAST_RESORT_SPAN <= t_swap - t_up < 2.0 * LAST_RESORT_SPAN + 0.2
+    assert swap.line() == f"degrade: swap off (frames over the 33 ms budget for {2.0 * LAST_RESORT_SPAN:.1f} s)"
+    # A busy moment after a quiet spell is not enough for the swap (one that would turn a stage off):
+    # more than half the frames of the last 3 x `after` seconds must be over the budget.
+    deg = Degrader(["swap"], after=2.0, recover=10.0, headroom=0.6, available={"swap"})
+    t, _ = drive(deg, 0.0, 8.0, 0.010)
+    t, changes = drive(deg, t, 2.5, 0.050)
+    assert changes == []
+    _, changes = drive(deg, t, 1.0, 0.050)
+    assert [c.stage for _, c in changes] == ["swap"]

@@ -71,7 +71,7 @@ def test_the_status_says_overloaded_and_what_is_shed():
 
 def _slowed_run(early_frames: str, seconds: float = 5.0):
     """A live demo run whose pipeline takes 90 ms a frame (a 30 ms budget, 15 fps camera), with the
-    degrader quick to act (0.3 s) and slow to bring a stage back (60 s)."""
+    degrader quick to act (0.3 s; the swap after 3 x 0.3 s) and slow to bring a stage back (60 s)."""
     cfg = build(
         {
             "capture": {"width": W, "height": H, "fps": FPS},

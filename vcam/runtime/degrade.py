@@ -19,7 +19,8 @@ The rules (``after``, ``recover``, ``headroom`` from ``[degrade]``):
 
 - **Overload**: in the last ``after`` seconds more than half the frames took longer than the budget
   or were dropped, or the GPU has been throttling for ``after`` seconds without a break. Then the
-  next stage in ``order`` that is available and still on goes off.
+  next stage in ``order`` that is available and still on goes off. The last resort,
+  :data:`LAST_RESORT` (the swap), needs :data:`LAST_RESORT_SPAN` times as long.
 - **Headroom**: in the last ``recover`` seconds the 90th percentile of the frame time was below
   ``headroom`` times the budget, no frame was dropped and the GPU did not throttle. Then the stage
   turned off last comes back on (last off, first on).
@@ -43,6 +44,11 @@ from typing import Any
 from vcam.types import OPTIONAL_STAGES
 
 STAGES = OPTIONAL_STAGES
+#: The last rung: the swap itself (frames go out as the early frames do; vcam.runtime.rounds). It
+#: goes only after an overload that lasted LAST_RESORT_SPAN times ``after``: a busy moment of a
+#: second or two costs late frames, not the swap.
+LAST_RESORT = "swap"
+LAST_RESORT_SPAN = 3.0
 MAX_BACKOFF = 8.0
 _EVAL_EVERY = 0.1  # seconds between decisions (a decision reads the window; frames come faster)
 
@@ -152,12 +158,12 @@ class Degrader:
             return None
         self._next_eval = now + _EVAL_EVERY
         since = now - (self._last_change if self._last_change is not None else self._start)
-        if since >= self.after:
-            reason = self._overload(now)
+        stage = next((s for s in self.order if s in self.available and s not in self._off), None)
+        span = self.after * (LAST_RESORT_SPAN if stage == LAST_RESORT else 1.0)
+        if stage is not None and since >= span:
+            reason = self._overload(now, span)
             if reason is not None:
-                stage = next((s for s in self.order if s in self.available and s not in self._off), None)
-                if stage is not None:
-                    return self._turn_off(stage, now, reason)
+                return self._turn_off(stage, now, reason)
         if self._off:
             stage = self._off[-1]
             need = self.recover * self._backoff.get(stage, 1.0)
@@ -166,18 +172,18 @@ class Degrader:
         return None
 
     # -- the rules ---------------------------------------------------------------------------
-    def _overload(self, now: float) -> str | None:
-        if self._throttle_since is not None and now - self._throttle_since >= self.after:
-            return f"GPU throttling for {self.after:.1f} s"
+    def _overload(self, now: float, span: float) -> str | None:
+        if self._throttle_since is not None and now - self._throttle_since >= span:
+            return f"GPU throttling for {span:.1f} s"
         judged = over = 0
-        for t, r in reversed(self._frames):  # newest first: only the last `after` seconds are read
-            if t <= now - self.after:
+        for t, r in reversed(self._frames):  # newest first: only the last `span` seconds are read
+            if t <= now - span:
                 break
             if not math.isnan(r):
                 judged += 1
                 over += r > 1.0
         if judged and over > judged / 2:
-            return f"frames over the {self._budget * 1000:.0f} ms budget for {self.after:.1f} s"
+            return f"frames over the {self._budget * 1000:.0f} ms budget for {span:.1f} s"
         return None
 
     def _has_headroom(self, now: float, need: float) -> bool:
@@ -216,4 +222,4 @@ class Degrader:
         return Change(stage, True, f"headroom for {need:g} s")
 
 
-__all__ = ["Change", "Degrader", "STAGES", "available_stages"]
+__all__ = ["LAST_RESORT", "LAST_RESORT_SPAN", "Change", "Degrader", "STAGES", "available_stages"]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from vcam.config import Config
 from vcam.errors import VcamError
+from vcam.runtime.degrade import LAST_RESORT
 from vcam.state import RuntimeState
 from vcam.status import LiveStats, RunSummary
 from vcam.types import Frame, FrameStats
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 MIN_REFRESH = 0.1
 #: The degrader's last rung (``[degrade] order``): frames skip the pipeline and go out as the early
 #: frames do (pixelated, or the camera as it is, per ``[pipeline] early_frames``).
-SHED_SWAP = "swap"
+SHED_SWAP = LAST_RESORT
 
 Phase = Literal["gathered", "begun", "swapped", "finished", "collected", "published", "dropped"]
 PHASES: tuple[Phase, ...] = ("gathered", "begun", "swapped", "finished", "collected", "published", "dropped")
@@ -254,8 +255,7 @@ class Rounds:
         publish, so its host time is not in the frame's latency."""
         for st, slot in rnd.slots:
             if isinstance(slot, Passed):
-                st.summary.shed_frames += 1
-                self.publish(st, slot.data, slot.stats)
+                st.summary.shed_frames += self.publish(st, slot.data, slot.stats)
                 continue
             pipe = _pipe(st)
             data, stats = pipe.collect(slot)
@@ -268,10 +268,11 @@ class Rounds:
         """One round without overlap: :meth:`submit` then :meth:`collect`."""
         self.collect(self.submit(ready))
 
-    def publish(self, st: Stream, data: Any, stats: FrameStats) -> None:
+    def publish(self, st: Stream, data: Any, stats: FrameStats) -> bool:
         """Pace to ``[output] fps``; a frame over the stream's budget is dropped, unless nothing has
         gone out for :meth:`Stream.stale_after`: then it is sent as a late frame (overload), so the
-        camera never freezes on its last picture. Either way the degrader hears of the overload."""
+        camera never freezes on its last picture. Either way the degrader hears of the overload.
+        True when the frame went out."""
         live, output = _live(st), st.output
         assert output is not None
         live.processed(stats)
@@ -286,7 +287,7 @@ class Rounds:
             live.dropped_late()
             self._mark("dropped", st, stats.seq, stats.t_capture, stats)
             self.degrade(st, now, now - stats.t_capture, True)
-            return
+            return False
         output.send(data)
         if getattr(output, "user_closed", False):  # preview window closed by the user
             self.exit_requested()
@@ -294,6 +295,7 @@ class Rounds:
         live.published(stats.t_capture, st.last_pub, late=late)
         self._mark("published", st, stats.seq, stats.t_capture, stats)
         self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, late)
+        return True
 
     def degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
         """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""
