@@ -231,7 +231,9 @@ def describe() -> list[tuple[str, str, Any, str]]:
     types = _section_types()
     for table, cls in types.items():
         inst = cls()
-        subs = [(f"{table}.{f.name}", getattr(inst, f.name)) for f in dataclasses.fields(cls)] if _nested(cls) else [(table, inst)]
+        subs = (
+            [(f"{table}.{f.name}", getattr(inst, f.name)) for f in dataclasses.fields(cls)] if _nested(cls) else [(table, inst)]
+        )
         for name, sub in subs:
             for f in dataclasses.fields(sub):
                 out.append((name, f.name, getattr(sub, f.name), f.metadata.get("doc", "")))

@@ -26,4 +26,5 @@ __all__ = [
     "models",
     "out",
     "run",
+    "serve",
 ]

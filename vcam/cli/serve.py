@@ -61,9 +61,11 @@ def serve_export(
     except VcamError as exc:
         fail(exc)
     for e in done:
-        out.print(f"wrote {e.model} and {e.config}", highlight=False)
-    out.print(f"wrote {done[0].manifest} (KServe InferenceService)", highlight=False)
-    out.print(f"serve it with NVIDIA's Triton container:\n  {docker_line(out_dir)}", highlight=False, markup=False)
+        out.print(f"wrote {e.model} and {e.config}", highlight=False, soft_wrap=True)
+    out.print(f"wrote {done[0].manifest} (KServe InferenceService)", highlight=False, soft_wrap=True)
+    out.print(
+        f"serve it with NVIDIA's Triton container:\n  {docker_line(out_dir)}", highlight=False, markup=False, soft_wrap=True
+    )
 
 
 @serve_app.command("setup")
@@ -76,7 +78,7 @@ def serve_setup() -> None:
         py, libdir = ensure_env(quiet=False)
     except VcamError as exc:
         fail(exc)
-    out.print(f"serving environment: {py} (libpython in {libdir})", highlight=False)
+    out.print(f"serving environment: {py} (libpython in {libdir})", highlight=False, soft_wrap=True)
 
 
 @serve_app.callback()
@@ -117,7 +119,11 @@ def serve(
     except ValueError:
         loopback = False
     if not loopback and not (tls_cert and tls_key):
-        fail(ConfigError(f"serving on {host} needs --tls-cert and --tls-key (faces are biometric data)", hint="or --host 127.0.0.1"))
+        fail(
+            ConfigError(
+                f"serving on {host} needs --tls-cert and --tls-key (faces are biometric data)", hint="or --host 127.0.0.1"
+            )
+        )
     cfg = load_config(config)
     try:
         if repo is None:
@@ -132,12 +138,17 @@ def serve(
     except VcamError as exc:
         fail(exc)
     scheme = "grpcs" if tls_cert else "grpc"
-    out.print(f"serving {repo} on {scheme}://{host}:{port}", highlight=False)
-    out.print(f"  ready: http://{host}:{http_port}/v2/health/ready  metrics: http://{host}:{metrics_port}/metrics", highlight=False)
+    out.print(f"serving {repo} on {scheme}://{host}:{port}", highlight=False, soft_wrap=True)
+    out.print(
+        f"  ready: http://{host}:{http_port}/v2/health/ready  metrics: http://{host}:{metrics_port}/metrics",
+        highlight=False,
+        soft_wrap=True,
+    )
     out.print(
         f'  clients: [engines.swapper] backend = "remote", url = "{scheme}://{host}:{port}"  (Ctrl-C stops)',
         highlight=False,
         markup=False,
+        soft_wrap=True,
     )
     try:
         while server.proc.poll() is None:

@@ -85,7 +85,8 @@ def parse_url(url: str, *, token: str = "", cert: str = "", where: str = "[engin
     ep = Endpoint(parts.hostname, port, parts.scheme == "grpcs")
     if not ep.loopback and not ep.tls:
         raise ConfigError(
-            f"{where}: plain gRPC to {ep.address} refused (faces are biometric data); use grpcs:// with a token or client certificate",
+            f"{where}: plain gRPC to {ep.address} refused (faces are biometric data); "
+            "use grpcs:// with a token or client certificate",
             hint="serve with TLS (see README, 'Serve the swap from another machine')",
         )
     if not ep.loopback and not (token or cert):
@@ -207,7 +208,7 @@ class RemoteEngine:
                 if t.datatype not in V2_DTYPES:
                     raise ModelError(f"{where}: tensor '{t.name}' has datatype {t.datatype}, which vcam does not send")
                 shape = ("N", *[int(d) for d in t.shape[batch_dim:]])
-                out.append(TensorInfo(t.name, shape, V2_DTYPES[t.datatype]))
+                out.append(TensorInfo(t.name, shape, np.dtype(V2_DTYPES[t.datatype])))
             return out
 
         self.served_inputs, self.served_outputs = infos(meta.inputs), infos(meta.outputs)
@@ -225,8 +226,8 @@ class RemoteEngine:
                     f"{where} takes {kind} {show(have)} but the local model takes {show(want)}",
                     hint="serve the same model (vcam serve export --model NAME) or fix [engines.swapper] model",
                 )
-        self.inputs = list(expect) or [TensorInfo(t.name, t.shape, np.float32) for t in self.served_inputs]
-        self.outputs = list(expect_out) or [TensorInfo(t.name, t.shape, np.float32) for t in self.served_outputs]
+        self.inputs = list(expect) or [TensorInfo(t.name, t.shape, np.dtype(np.float32)) for t in self.served_inputs]
+        self.outputs = list(expect_out) or [TensorInfo(t.name, t.shape, np.dtype(np.float32)) for t in self.served_outputs]
         self._wire = {t.name: np.dtype(t.dtype) for t in self.served_inputs}
         self.server_max_batch = served_max if served_max > 0 else 1
         self.precision = "uint8" if np.dtype(np.uint8) in self._wire.values() else str(self.served_inputs[0].dtype)

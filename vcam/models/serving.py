@@ -222,4 +222,13 @@ def export_repository(
     return Exported(repo, mdir / "1" / "model.onnx", mdir / "config.pbtxt", repo / "inferenceservice.yaml", name_out)
 
 
-__all__ = ["Exported", "TRITON_IMAGE", "config_text", "docker_line", "export_repository", "manifest", "model_config", "prepare_onnx"]
+__all__ = [
+    "Exported",
+    "TRITON_IMAGE",
+    "config_text",
+    "docker_line",
+    "export_repository",
+    "manifest",
+    "model_config",
+    "prepare_onnx",
+]

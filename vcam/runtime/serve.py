@@ -147,7 +147,7 @@ class TritonServer:
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
         env.setdefault("PYTRITON_HOME", str(Path(platformdirs.user_cache_dir(APP)) / "pytriton"))
-        self._log = open(log, "a") if log else None  # noqa: SIM115 - kept open while the server runs
+        self._log = open(log, "a") if log else None
         self.lines: deque[str] = deque(maxlen=200)
         self.proc = subprocess.Popen(
             args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True

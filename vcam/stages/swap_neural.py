@@ -320,9 +320,7 @@ def create_swapper(
     converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
     if "NON-COMMERCIAL" in spec.licence.upper():
         log.warning("%s: %s", name, spec.licence)
-    return NeuralSwapper(
-        spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter, on_fault=on_fault
-    )
+    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter, on_fault=on_fault)
 
 
 __all__ = ["NeuralSwapper", "create_swapper", "inswapper_latent", "read_emap"]
