@@ -27,20 +27,39 @@ from tritonclient.grpc import model_config_pb2 as mc
 DTYPES = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_UINT8": np.uint8, "TYPE_INT64": np.int64}
 
 
-def load(mdir: Path, threads: int):
+def vcam_engine(source: str, max_batch: int):
+    """vcam's own PyTorch engine (CUDA graphs, FP16) on the original ONNX file: the server then runs
+    the swap exactly as a local vcam does on the GPU (benchmarks; needs vcam and torch importable)."""
+    from vcam.engines import create_engine
+
+    engine = create_engine(source, backend="torch", device="cuda", fp16=True, max_batch=max_batch)
+    kinds = {i.name: i.dtype for i in engine.inputs}
+
+    def run(names, inputs):
+        feeds = {k: np.asarray(v, dtype=kinds[k]) for k, v in inputs.items()}
+        return engine.run(feeds)
+
+    return run, f"vcam {engine.describe()}"
+
+
+def load(mdir: Path, threads: int, source: str = ""):
     cfg = text_format.Parse((mdir / "config.pbtxt").read_text(), mc.ModelConfig())
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if threads:
-        opts.intra_op_num_threads = threads
-    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
-    sess = ort.InferenceSession(str(mdir / "1" / "model.onnx"), sess_options=opts, providers=providers)
     names = [o.name for o in cfg.output]
     out_types = {o.name: DTYPES[mc.DataType.Name(o.data_type)] for o in cfg.output}
+    if source:
+        run, where = vcam_engine(source, int(cfg.max_batch_size))
+    else:
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        if threads:
+            opts.intra_op_num_threads = threads
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+        sess = ort.InferenceSession(str(mdir / "1" / "model.onnx"), sess_options=opts, providers=providers)
+        run, where = sess.run, f"onnxruntime {sess.get_providers()[0]}"
 
     @batch
     def infer(**inputs):
-        outs = sess.run(names, inputs)
+        outs = run(names, inputs)
         return {n: np.ascontiguousarray(o, dtype=out_types[n]) for n, o in zip(names, outs)}
 
     def tensors(items):
@@ -52,7 +71,7 @@ def load(mdir: Path, threads: int):
         preferred_batch_size=list(db.preferred_batch_size) or None,
     )
     config = ModelConfig(max_batch_size=int(cfg.max_batch_size), batcher=batcher)
-    return cfg.name or mdir.name, infer, tensors(cfg.input), tensors(cfg.output), config, sess.get_providers()[0]
+    return cfg.name or mdir.name, infer, tensors(cfg.input), tensors(cfg.output), config, where
 
 
 def watch_parent(parent: int) -> None:
@@ -75,6 +94,7 @@ def main() -> int:
     ap.add_argument("--tls-key", default="")
     ap.add_argument("--tls-ca", default="")
     ap.add_argument("--parent", type=int, default=0)
+    ap.add_argument("--vcam-engine", action="append", default=[], metavar="MODEL=ONNX", help="run MODEL in vcam's torch engine")
     args = ap.parse_args()
     if args.parent:
         threading.Thread(target=watch_parent, args=(args.parent,), daemon=True).start()
@@ -103,11 +123,13 @@ def main() -> int:
     # read them; the other admin endpoints keep PyTriton's token.
     security = TritonSecurityConfig(restricted_endpoints=[e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "statistics"])
     with Triton(config=config, security_config=security) as triton:
+        sources = dict(item.split("=", 1) for item in args.vcam_engine)
         for mdir in models:
-            name, infer, inputs, outputs, mconf, provider = load(mdir, args.threads)
-            funcs = [infer] + [load(mdir, args.threads)[1] for _ in range(args.instances - 1)]
+            src = sources.get(mdir.name, "")
+            name, infer, inputs, outputs, mconf, provider = load(mdir, args.threads, src)
+            funcs = [infer] + [load(mdir, args.threads, src)[1] for _ in range(args.instances - 1)]
             triton.bind(model_name=name, infer_func=funcs, inputs=inputs, outputs=outputs, config=mconf, strict=True)
-            print(f"model {name}: max batch {mconf.max_batch_size}, onnxruntime {provider}", flush=True)
+            print(f"model {name}: max batch {mconf.max_batch_size}, {provider}", flush=True)
         triton.run()
         print(f"READY grpc {args.address}:{args.grpc_port} http {args.http_port} metrics {args.metrics_port}", flush=True)
         try:

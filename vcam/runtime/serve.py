@@ -40,11 +40,17 @@ _LIBPY = (
 )
 
 
+def _system_site() -> bool:
+    """``VCAM_SERVE_SYSTEM_SITE=1``: the environment also sees this Python's packages (torch for
+    ``--vcam-engine`` on a GPU machine); its own numpy < 2 still comes first."""
+    return os.environ.get("VCAM_SERVE_SYSTEM_SITE", "") == "1"
+
+
 def env_dir() -> Path:
     """Where the serving environment lives (``$VCAM_SERVE_ENV`` or the user cache dir)."""
     if os.environ.get("VCAM_SERVE_ENV"):
         return Path(os.environ["VCAM_SERVE_ENV"]).expanduser()
-    tag = hashlib.sha256("\n".join(PINS).encode()).hexdigest()[:8]
+    tag = hashlib.sha256(("\n".join(PINS) + ("+system" if _system_site() else "")).encode()).hexdigest()[:8]
     return Path(platformdirs.user_cache_dir(APP)) / f"serve-env-{tag}"
 
 
@@ -100,7 +106,8 @@ def ensure_env(*, quiet: bool = True) -> tuple[Path, str]:
         shutil.rmtree(root, ignore_errors=True)  # a half-made environment is made again
         out = subprocess.DEVNULL if quiet else None
         try:
-            subprocess.run([base, "-m", "venv", str(root)], check=True, stdout=out, stderr=subprocess.PIPE, text=True)
+            venv = [base, "-m", "venv", *(["--system-site-packages"] if _system_site() else []), str(root)]
+            subprocess.run(venv, check=True, stdout=out, stderr=subprocess.PIPE, text=True)
             subprocess.run(
                 [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q", *PINS],
                 check=True, stdout=out, stderr=subprocess.PIPE, text=True,
@@ -131,6 +138,7 @@ class TritonServer:
         instances: int = 1,
         tls: tuple[str, str, str] | None = None,
         log: str | os.PathLike[str] | None = None,
+        vcam_engine: dict[str, str] | None = None,
     ) -> None:
         self.repo = Path(repo)
         if not any((p / "config.pbtxt").is_file() for p in self.repo.glob("*")):
@@ -144,7 +152,12 @@ class TritonServer:
         args += ["--instances", str(instances), "--parent", str(os.getpid())]
         if tls:
             args += ["--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]]
+        for model, source in (vcam_engine or {}).items():  # served by vcam's torch engine (a GPU benchmark)
+            args += ["--vcam-engine", f"{model}={source}"]
         env = dict(os.environ)
+        if vcam_engine:
+            checkout = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH", "")) if p)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
         env.setdefault("PYTRITON_HOME", str(Path(platformdirs.user_cache_dir(APP)) / "pytriton"))
         self._log = open(log, "a") if log else None
