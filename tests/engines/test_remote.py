@@ -140,6 +140,7 @@ def test_four_client_processes_are_batched_by_the_server(triton, tmp_path):
     after = probe.statistics()
     requests = after["requests"] - before["requests"]
     executions = after["executions"] - before["executions"]
+    print(f"4 clients: {requests} requests in {executions} executions")
     assert requests == 100
     assert executions < requests, f"{executions} executions for {requests} requests: nothing was batched"
     probe.close()
@@ -199,3 +200,34 @@ def test_loopback_and_tls_with_a_token_are_accepted():
     assert parse_url("grpc://[::1]:9").address == "[::1]:9"
     ep = parse_url("grpcs://gpu-box:8443", token="secret")
     assert ep.tls and ep.address == "gpu-box:8443"
+
+
+@pytest.mark.parametrize("on_fault", ["pass", "pixelate"])
+def test_faces_without_an_answer_pass_through_or_pixelated_and_are_counted(triton, tmp_path, on_fault):
+    """While the server is down no call is sent: the faces come back unswapped (the NaN guard's
+    input) or in coarse blocks, and the guard counts them."""
+    server, models = triton
+    sw = build_role("swapper", _cfg(models, tmp_path / "f", server.url, "inswapper_128", on_fault=on_fault), store=None)
+    face = _faces(_cfg(models, tmp_path / "f", server.url, "inswapper_128"), sw)
+    sw.engine._mark_down("test")  # as after a failed call; the prober brings it back within a second
+    crops, _ = sw.swap_batch(_rows(2), face)
+    crops = np.array(crops[:2])
+    assert sw.guarded() == 2 and sw.engine.last_failed == 2 and sw.engine.calls >= 1
+    img, m = _rows(1)[0]
+    import cv2
+
+    plain = cv2.warpAffine(img, m[0], (128, 128), flags=cv2.INTER_LINEAR)
+    if on_fault == "pass":
+        assert np.abs(crops[0].astype(int) - plain.astype(int)).max() <= 2  # the target itself
+    else:
+        blocks = crops[0].reshape(8, 16, 8, 16, 3)
+        assert (blocks == blocks[:, :1, :, :1]).all()  # 16 x 16 blocks of one colour
+        assert np.abs(crops[0].astype(int) - plain.astype(int)).max() > 10
+    import time
+
+    end = time.monotonic() + 5
+    while sw.engine.down and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not sw.engine.down, "the prober did not find the server again"
+    sw.swap_batch(_rows(2), face)
+    assert sw.engine.last_failed == 0 and sw.guarded() == 2

@@ -110,7 +110,12 @@ class NeuralSwapper(SwapperBase):
         #: A remote engine's faces it got no answer for: 'pass' (the NaN guard's input back) or
         #: 'pixelate' (that input in coarse blocks); counted by the guard either way.
         self.on_fault = on_fault
-        self.deferred = callable(getattr(engine, "submit", None)) and callable(getattr(engine, "wait", None))
+        # A remote engine's call is sent by swap_submit and taken by swap_wait, so the daemon overlaps
+        # its round trip with the next frames' capture and detection. On the CPU only: on CUDA the
+        # frame's detection of a predicted frame is ordered around the swap (it runs in one call).
+        self.deferred = (
+            callable(getattr(engine, "submit", None)) and callable(getattr(engine, "wait", None)) and self.ops.device == "cpu"
+        )
         names = [t.name for t in engine.inputs]
         want = [t.name for t in self.spec.inputs]
         if sorted(names) != sorted(want):
