@@ -231,3 +231,62 @@ def test_faces_without_an_answer_pass_through_or_pixelated_and_are_counted(trito
     assert not sw.engine.down, "the prober did not find the server again"
     sw.swap_batch(_rows(2), face)
     assert sw.engine.last_failed == 0 and sw.guarded() == 2
+
+
+@pytest.mark.slow
+def test_grpcs_to_a_tls_server_with_its_ca(triton, tmp_path):
+    """TLS end to end: the bundled Triton with a certificate, the engine checking it against ``ca``;
+    plain gRPC to the same server gets no answer (one line)."""
+    import shutil
+
+    from conftest import require
+    from triton_server import free_ports
+
+    from vcam.engines.remote import RemoteEngine
+    from vcam.errors import EngineUnavailable
+    from vcam.runtime.serve import TritonServer
+
+    _, models = triton
+    if not shutil.which("openssl"):
+        require("openssl", "no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    from triton_server import export
+
+    repo = export(models, tmp_path / "repo", served=(("inswapper_128", "inswapper_128", False, False),))
+    grpc, http, metrics = free_ports(3)
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, threads=1, tls=(str(cert), str(key), ""))
+    try:
+        server.wait_ready(180)
+        eng = RemoteEngine(f"grpcs://localhost:{grpc}", "inswapper_128", ca=str(cert), timeout=20)
+        feeds = eng.input_buffers(1)
+        out = eng.run(feeds)[0]
+        assert eng.last_failed == 0 and np.isfinite(out).all()
+        assert eng.endpoint.tls and "remote inswapper_128 at localhost:" in eng.describe()
+        eng.close()
+        with pytest.raises(EngineUnavailable) as err:
+            RemoteEngine(f"grpc://127.0.0.1:{grpc}", "inswapper_128", connect_timeout=3)
+        assert "\n" not in str(err.value)
+    finally:
+        server.stop()
+
+
+def test_vcam_check_says_whether_the_remote_swapper_is_up(triton, tmp_path):
+    from triton_server import free_ports
+
+    from vcam.runtime.check import check_remote
+
+    server, models = triton
+    up = check_remote(_cfg(models, tmp_path / "f", server.url))
+    assert [i.level for i in up] == ["ok"] and "remote inswapper_128 at 127.0.0.1:" in up[0].detail
+    dead = f"grpc://127.0.0.1:{free_ports(1)[0]}"
+    down = check_remote(_cfg(models, tmp_path / "f", dead))
+    assert down[0].level == "fail"
+    assert down[0].detail.startswith(f"swapper: remote {dead[7:]} down since "), down[0].detail
+    wrong = check_remote(_cfg(models, tmp_path / "f", server.url, "arcface_w600k_r50"))
+    assert wrong[0].level == "fail" and "takes inputs input [3, 112, 112]" in wrong[0].detail
+    assert check_remote(_cfg(models, tmp_path / "f")) == []  # a local swapper: nothing to say

@@ -137,7 +137,7 @@ def test_engines_swapper_table_sets_the_swappers_backend_alone(tmp_path):
         ('[engines.swaper]\nbackend = "remote"\n', "unknown table [engines.swaper]; did you mean 'swapper'?"),
         ('[engines.swapper]\nbackend = "grpc"\n', "[engines.swapper] backend: expected one of"),
         ('[engines.swapper]\nurll = "x"\n', "unknown key 'urll' in [engines.swapper]; did you mean 'url'?"),
-        ('[engines]\nswapper = 3\n', "[engines.swapper] must be a table of keys"),
+        ("[engines]\nswapper = 3\n", "[engines.swapper] must be a table of keys"),
     ],
 )
 def test_engines_table_errors_are_one_line(tmp_path, text, needle):

@@ -96,13 +96,16 @@ def parse_url(url: str, *, token: str = "", cert: str = "", where: str = "[engin
     return ep
 
 
-def _read(path: str, what: str) -> bytes | None:
+def _pem(path: str, what: str) -> str | None:
+    """``path`` (tritonclient reads the file itself) once it is known to be readable; one line if not."""
     if not path:
         return None
+    p = Path(path).expanduser()
     try:
-        return Path(path).expanduser().read_bytes()
+        p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read the {what} {path}: {exc.strerror}", hint="fix the path") from None
+    return str(p)
 
 
 def _dims(shape: Sequence[Any]) -> list[int]:
@@ -162,9 +165,9 @@ class RemoteEngine:
         self.client = grpcclient.InferenceServerClient(
             ep.address,
             ssl=ep.tls,
-            root_certificates=_read(ca, "CA certificate") if ep.tls else None,
-            private_key=_read(key, "client key"),
-            certificate_chain=_read(cert, "client certificate"),
+            root_certificates=_pem(ca, "CA certificate") if ep.tls else None,
+            private_key=_pem(key, "client key"),
+            certificate_chain=_pem(cert, "client certificate"),
         )
         self._grpc = grpcclient
         #: Where the caller's arrays live: on "cuda" the input buffers are CuPy arrays and the
