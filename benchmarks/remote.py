@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     src = args.models / "inswapper_128.onnx"
     repo = export_repository(out / "repo", "inswapper_128", src, fp16=args.fp16_wire, max_batch=args.max_batch).repository
     grpc, http, metrics = _free_ports(3)
-    engine = {"inswapper_128": str(src)} if args.server_engine == "vcam" else None
-    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, log=out / "server.log", vcam_engine=engine)
+    runner = ("benchmarks.remote_runner:torch_engine", {"inswapper_128": str(src)}) if args.server_engine == "vcam" else None
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, log=out / "server.log", runner=runner)
     rows: dict[str, dict] = {}
     try:
         server.wait_ready(900)

@@ -27,27 +27,22 @@ from tritonclient.grpc import model_config_pb2 as mc
 DTYPES = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_UINT8": np.uint8, "TYPE_INT64": np.int64}
 
 
-def vcam_engine(source: str, max_batch: int):
-    """vcam's own PyTorch engine (CUDA graphs, FP16) on the original ONNX file: the server then runs
-    the swap exactly as a local vcam does on the GPU (benchmarks; needs vcam and torch importable)."""
-    from vcam.engines import create_engine
+def runner_for(spec: str, source: str, max_batch: int):
+    """``module:function`` (importable here) called with the model's original ONNX file and its max
+    batch; returns ``(run(output_names, inputs) -> outputs, description)``. How a benchmark runs a
+    batch in its own engine on the GPU (benchmarks/remote_runner.py)."""
+    import importlib
 
-    engine = create_engine(source, backend="torch", device="cuda", fp16=True, max_batch=max_batch)
-    kinds = {i.name: i.dtype for i in engine.inputs}
-
-    def run(names, inputs):
-        feeds = {k: np.asarray(v, dtype=kinds[k]) for k, v in inputs.items()}
-        return engine.run(feeds)
-
-    return run, f"vcam {engine.describe()}"
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func)(source, max_batch)
 
 
-def load(mdir: Path, threads: int, source: str = ""):
+def load(mdir: Path, threads: int, source: str = "", runner: str = ""):
     cfg = text_format.Parse((mdir / "config.pbtxt").read_text(), mc.ModelConfig())
     names = [o.name for o in cfg.output]
     out_types = {o.name: DTYPES[mc.DataType.Name(o.data_type)] for o in cfg.output}
-    if source:
-        run, where = vcam_engine(source, int(cfg.max_batch_size))
+    if source and runner:
+        run, where = runner_for(runner, source, int(cfg.max_batch_size))
     else:
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
@@ -94,7 +89,8 @@ def main() -> int:
     ap.add_argument("--tls-key", default="")
     ap.add_argument("--tls-ca", default="")
     ap.add_argument("--parent", type=int, default=0)
-    ap.add_argument("--vcam-engine", action="append", default=[], metavar="MODEL=ONNX", help="run MODEL in vcam's torch engine")
+    ap.add_argument("--runner", default="", metavar="MODULE:FUNCTION", help="runs the models given by --source")
+    ap.add_argument("--source", action="append", default=[], metavar="MODEL=ONNX", help="MODEL's original file, for --runner")
     args = ap.parse_args()
     if args.parent:
         threading.Thread(target=watch_parent, args=(args.parent,), daemon=True).start()
@@ -123,11 +119,11 @@ def main() -> int:
     # read them; the other admin endpoints keep PyTriton's token.
     security = TritonSecurityConfig(restricted_endpoints=[e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "statistics"])
     with Triton(config=config, security_config=security) as triton:
-        sources = dict(item.split("=", 1) for item in args.vcam_engine)
+        sources = dict(item.split("=", 1) for item in args.source)
         for mdir in models:
             src = sources.get(mdir.name, "")
-            name, infer, inputs, outputs, mconf, provider = load(mdir, args.threads, src)
-            funcs = [infer] + [load(mdir, args.threads, src)[1] for _ in range(args.instances - 1)]
+            name, infer, inputs, outputs, mconf, provider = load(mdir, args.threads, src, args.runner)
+            funcs = [infer] + [load(mdir, args.threads, src, args.runner)[1] for _ in range(args.instances - 1)]
             triton.bind(model_name=name, infer_func=funcs, inputs=inputs, outputs=outputs, config=mconf, strict=True)
             print(f"model {name}: max batch {mconf.max_batch_size}, {provider}", flush=True)
         triton.run()

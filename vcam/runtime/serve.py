@@ -138,7 +138,7 @@ class TritonServer:
         instances: int = 1,
         tls: tuple[str, str, str] | None = None,
         log: str | os.PathLike[str] | None = None,
-        vcam_engine: dict[str, str] | None = None,
+        runner: tuple[str, dict[str, str]] | None = None,
     ) -> None:
         self.repo = Path(repo)
         if not any((p / "config.pbtxt").is_file() for p in self.repo.glob("*")):
@@ -152,12 +152,15 @@ class TritonServer:
         args += ["--instances", str(instances), "--parent", str(os.getpid())]
         if tls:
             args += ["--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]]
-        for model, source in (vcam_engine or {}).items():  # served by vcam's torch engine (a GPU benchmark)
-            args += ["--vcam-engine", f"{model}={source}"]
+        if runner:  # (module:function, {model: its original ONNX}): the models run in that callable
+            args += ["--runner", runner[0]]
+            args += [a for model, source in runner[1].items() for a in ("--source", f"{model}={source}")]
         env = dict(os.environ)
-        if vcam_engine:
+        if runner:  # the runner's module (a checkout's benchmarks/) must import there
             checkout = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH", "")) if p)
+        else:  # the worker imports nothing of vcam's: the caller's path (numpy 2) must not shadow its own
+            env.pop("PYTHONPATH", None)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
         env.setdefault("PYTRITON_HOME", str(Path(platformdirs.user_cache_dir(APP)) / "pytriton"))
         self._log = open(log, "a") if log else None
