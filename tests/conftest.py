@@ -38,6 +38,30 @@ def two_people():
     return demo.compose((960, 480), items)
 
 
+def _serve_env() -> None:
+    """The serving environment of `vcam serve` stays where it is made for this user (the tests'
+    isolated cache dirs would make it again, a minute each), unless VCAM_SERVE_ENV names one."""
+    from vcam.runtime.serve import env_dir
+
+    os.environ.setdefault("VCAM_SERVE_ENV", str(env_dir()))
+
+
+_serve_env()
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory):
+    """The bundled Triton on 127.0.0.1 serving tiny stand-ins (see tests/triton_server.py):
+    ``(server, models dir)``."""
+    import triton_server
+
+    root = tmp_path_factory.mktemp("triton")
+    models = triton_server.place_standins(root / "models")
+    server = triton_server.start(triton_server.export(models, root / "repo"), log=root / "server.log")
+    yield server, models
+    server.stop()
+
+
 def require(component, reason):
     req = {s.strip() for s in os.environ.get("VCAM_REQUIRE", "").split(",") if s.strip()}
     (pytest.fail if component in req else pytest.skip)(f"{component} unavailable: {reason}")

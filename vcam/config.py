@@ -303,6 +303,43 @@ class DegradeConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    """How one model role runs (``[engines.ROLE]``); today the swapper's."""
+
+    backend: Literal["", "auto", "tensorrt", "torch", "onnxruntime", "remote"] = _opt(
+        "",
+        "Inference backend of this role ('' : [pipeline] backend). 'remote': a KServe V2 server (NVIDIA Triton, "
+        "`vcam serve`) at 'url' runs it; never chosen by 'auto' (faces leave the machine only when set here).",
+    )
+    url: str = _opt(
+        "",
+        "remote: grpc://127.0.0.1:8001 on this machine; another host needs grpcs://HOST:PORT with a token or a "
+        "client certificate (plain gRPC to another host is refused: faces are biometric data).",
+    )
+    model: str = _opt("", "remote: the served model's name ('' : the role's model, e.g. inswapper_128).")
+    timeout: Duration = _opt(
+        Duration(0.1), "remote: longest wait for an answer; faces without one pass through (see on_fault).", min=0.001, max=60
+    )
+    token_env: str = _opt("VCAM_REMOTE_TOKEN", "remote: environment variable holding the bearer token.")
+    token: str = _opt("", "remote: bearer token (prefer token_env: a config file is easily shared).")
+    ca: str = _opt("", "remote: CA certificate (PEM) the server's certificate is checked against ('' : the system's).")
+    cert: str = _opt("", "remote: client certificate (PEM) for mutual TLS ('' : none).")
+    key: str = _opt("", "remote: the client certificate's private key (PEM).")
+    on_fault: Literal["pass", "pixelate"] = _opt(
+        "pass",
+        "remote: faces the server did not answer for in time (down, timeout) go out 'pass' unswapped or 'pixelate'd, "
+        "counted as the NaN guard counts; the status says 'swapper: remote HOST:PORT down since HH:MM:SS'.",
+    )
+
+
+@dataclass(frozen=True)
+class EnginesConfig:
+    """Per-role engine settings, as ``[engines.ROLE]`` tables."""
+
+    swapper: EngineConfig = field(default_factory=EngineConfig)
+
+
+@dataclass(frozen=True)
 class FacesConfig:
     dir: str = _opt("", "Face bank directory ('' : the user data dir).")
 
@@ -385,6 +422,7 @@ class Config:
     upscale: UpscaleConfig = field(default_factory=UpscaleConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     degrade: DegradeConfig = field(default_factory=DegradeConfig)
+    engines: EnginesConfig = field(default_factory=EnginesConfig)
     streams: tuple[StreamConfig, ...] = field(default=(), metadata={"array": True})
     source_path: str = field(default="", metadata={"internal": True})
 

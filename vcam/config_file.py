@@ -145,21 +145,34 @@ def build(
             raise ConfigError(f"{origin}: unknown table [{table}]{nearest(table, list(types))}", hint="fix or remove the table")
         if not isinstance(values, dict):
             raise ConfigError(f"{origin}: [{table}] must be a table of keys, got {values!r}")
-        cls = types[table]
-        hints = get_type_hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        changes = {}
-        for key, value in values.items():
-            if key not in fields:
-                raise ConfigError(
-                    f"{origin}: unknown key '{key}' in [{table}]{nearest(key, list(fields))}",
-                    hint="fix or remove the key",
-                )
-            label = (labels or {}).get((table, key))
-            where = label or f"{origin}: [{table}] {key}"
-            changes[key] = coerce(value, hints[key], dict(fields[key].metadata), where, "fix the flag" if label else None)
-        sections[table] = dataclasses.replace(getattr(base, table), **changes)
+        sections[table] = _table(getattr(base, table), table, values, origin, labels)
     return dataclasses.replace(base, **sections)
+
+
+def _nested(cls: type) -> bool:
+    """A section made of sub-tables (``[engines.swapper]``), not of keys."""
+    return all(dataclasses.is_dataclass(t) for t in get_type_hints(cls).values())
+
+
+def _table(base: Any, table: str, values: dict, origin: str, labels: dict[tuple[str, str], str] | None) -> Any:
+    """``values`` validated and merged over the section ``base`` (of table ``table``)."""
+    cls = type(base)
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    changes = {}
+    for key, value in values.items():
+        if key not in fields:
+            what = f"table [{table}.{key}]" if _nested(cls) else f"key '{key}' in [{table}]"
+            raise ConfigError(f"{origin}: unknown {what}{nearest(key, list(fields))}", hint="fix or remove the key")
+        if _nested(cls):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{origin}: [{table}.{key}] must be a table of keys, got {value!r}")
+            changes[key] = _table(getattr(base, key), f"{table}.{key}", value, origin, labels)
+            continue
+        label = (labels or {}).get((table, key))
+        where = label or f"{origin}: [{table}] {key}"
+        changes[key] = coerce(value, hints[key], dict(fields[key].metadata), where, "fix the flag" if label else None)
+    return dataclasses.replace(base, **changes)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -218,8 +231,12 @@ def describe() -> list[tuple[str, str, Any, str]]:
     types = _section_types()
     for table, cls in types.items():
         inst = cls()
-        for f in dataclasses.fields(cls):
-            out.append((table, f.name, getattr(inst, f.name), f.metadata.get("doc", "")))
+        subs = (
+            [(f"{table}.{f.name}", getattr(inst, f.name)) for f in dataclasses.fields(cls)] if _nested(cls) else [(table, inst)]
+        )
+        for name, sub in subs:
+            for f in dataclasses.fields(sub):
+                out.append((name, f.name, getattr(sub, f.name), f.metadata.get("doc", "")))
     return out
 
 

@@ -65,6 +65,7 @@ class Status:
     gpu: dict | None = None  # the newest GPU reading (vcam.telemetry.GpuSample.as_dict()), None without telemetry
     upscale_skipped: int = 0  # frames resized instead of enhanced: the frame enhancer would have pushed them over the budget
     degraded: tuple[str, ...] = ()  # optional stages turned off under load (vcam.runtime.degrade), in the order they went
+    engines: tuple[str, ...] = ()  # engines not working now: 'swapper: remote gpu-box:8001 down since 12:01:03'
 
     @property
     def guarded_total(self) -> int:
@@ -79,6 +80,7 @@ class Status:
         out["guarded"] = dict(self.guarded)
         out["gpu"] = _copy_gpu(self.gpu)
         out["degraded"] = list(self.degraded)
+        out["engines"] = list(self.engines)
         return out
 
     def copy(self) -> Status:

@@ -130,7 +130,7 @@ class LiveStats:
         self.summary.dropped_latency += 1
         self._over = 30
 
-    def status(self, dropped_capture: int, guarded: dict[str, int], *, gpu=None, degraded=()) -> Status:
+    def status(self, dropped_capture: int, guarded: dict[str, int], *, gpu=None, degraded=(), engines=()) -> Status:
         """The live numbers; ``guarded``: model name -> faces it passed through (NaN/Inf) so far;
         ``gpu``: the newest GPU reading (a :class:`vcam.telemetry.GpuSample` or its dict, None
         without telemetry); ``degraded``: the stages turned off under load (``Degrader.off``)."""
@@ -153,6 +153,7 @@ class LiveStats:
             guarded=dict(guarded),
             gpu=dict(gpu) if gpu is not None else None,
             degraded=tuple(degraded),
+            engines=tuple(engines),
         )
         if self._lat:
             arr = np.fromiter(self._lat, dtype=np.float64)
@@ -174,7 +175,7 @@ def status_parts(status: Status) -> list[str]:
     """What a status shows beyond fps, latency and faces, each part a phrase: the per-model NaN/Inf
     guard counts when any is non-zero, the GPU reading (``GPU 61°C 1980 MHz ...``) and the stages
     turned off under load (``degraded: upscale, enhancer off``), each only when there is one."""
-    parts = []
+    parts = list(status.engines)  # 'swapper: remote gpu-box:8001 down since 12:01:03'
     if text := status.guard_text():
         parts.append(text)
     if status.gpu:

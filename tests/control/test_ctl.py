@@ -309,6 +309,17 @@ def test_cli_status_names_nan_guard_counts_per_model():
     assert res.stderr.strip() == "note: NaN guard: inswapper_128 3 (faces passed through unswapped: the model produced NaN/Inf)"
 
 
+def test_cli_status_says_a_remote_swapper_is_down():
+    state = make_state()
+    with ControlServer(Config().socket_path, state):
+        note = "swapper: remote gpu-box:8001 down since 12:01:03"
+        state.publish_status(Status(engines=(note,), guarded={"inswapper_128": 7}))
+        res = CliRunner().invoke(ctl_app, ["status"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["status"]["engines"] == [note]
+    assert res.stderr.strip().splitlines()[0] == f"note: {note}"
+
+
 # --- other users -----------------------------------------------------------------------------
 
 

@@ -114,3 +114,64 @@ def test_config_is_immutable():
     cfg = C.Config()
     with pytest.raises(Exception):
         cfg.capture.width = 5  # type: ignore[misc]
+
+
+def test_engines_swapper_table_sets_the_swappers_backend_alone(tmp_path):
+    from vcam.runtime.roles import role_backend
+
+    p = tmp_path / "c.toml"
+    p.write_text(
+        '[pipeline]\nbackend = "onnxruntime"\n[engines.swapper]\nbackend = "remote"\nurl = "grpc://127.0.0.1:8001"\n'
+        'timeout = "250ms"\non_fault = "pixelate"\n'
+    )
+    cfg = F.load(p)
+    sw = cfg.engines.swapper
+    assert (sw.backend, sw.url, float(sw.timeout), sw.on_fault) == ("remote", "grpc://127.0.0.1:8001", 0.25, "pixelate")
+    assert role_backend(cfg, "swapper") == "remote" and role_backend(cfg, "detector") == "onnxruntime"
+    assert role_backend(F.load(None), "swapper") == "auto"  # [pipeline] backend as before
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('[engines.swaper]\nbackend = "remote"\n', "unknown table [engines.swaper]; did you mean 'swapper'?"),
+        ('[engines.swapper]\nbackend = "grpc"\n', "[engines.swapper] backend: expected one of"),
+        ('[engines.swapper]\nurll = "x"\n', "unknown key 'urll' in [engines.swapper]; did you mean 'url'?"),
+        ("[engines]\nswapper = 3\n", "[engines.swapper] must be a table of keys"),
+    ],
+)
+def test_engines_table_errors_are_one_line(tmp_path, text, needle):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        F.load(p)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_remote_swapper_without_url_is_one_line():
+    from vcam.runtime.roles import remote_options
+
+    cfg = F.build({"engines": {"swapper": {"backend": "remote"}}})
+    with pytest.raises(ConfigError, match=r"\[engines.swapper\] url is empty"):
+        remote_options(cfg, "swapper", "inswapper_128")
+    cfg = F.build({"engines": {"swapper": {"backend": "remote", "url": "grpcs://gpu:8001", "token_env": "T"}}})
+    with pytest.raises(ConfigError, match="needs a token"):
+        remote_options(cfg, "swapper", "inswapper_128")
+
+
+def test_remote_token_comes_from_its_environment_variable(monkeypatch):
+    from vcam.runtime.roles import remote_options
+
+    monkeypatch.setenv("VCAM_REMOTE_TOKEN", "s3cret")
+    cfg = F.build({"engines": {"swapper": {"backend": "remote", "url": "grpcs://gpu-box:8001"}}})
+    opts = remote_options(cfg, "swapper", "inswapper_128")
+    assert opts["token"] == "s3cret" and opts["model"] == "inswapper_128"
+
+
+def test_status_names_a_remote_server_that_is_down():
+    from vcam.state import Status
+    from vcam.status import status_suffix
+
+    st = Status(engines=("swapper: remote gpu-box:8001 down since 12:01:03",), guarded={"inswapper_128": 4})
+    assert status_suffix(st) == " | swapper: remote gpu-box:8001 down since 12:01:03 | NaN guard: inswapper_128 4"
+    assert st.as_dict()["engines"] == ["swapper: remote gpu-box:8001 down since 12:01:03"]

@@ -7,7 +7,7 @@ config), ``faces``, ``models``, ``engines``, ``control`` (obs, ctl) and ``bench`
 
 from __future__ import annotations
 
-from vcam.cli import bench, control, engines, faces, models, run  # each adds its commands to `app`
+from vcam.cli import bench, control, engines, faces, models, run, serve  # each adds its commands to `app`
 from vcam.cli.common import ConfigOpt, app, console, fail, load_config, main, out
 from vcam.cli.run import format_status
 
@@ -26,4 +26,5 @@ __all__ = [
     "models",
     "out",
     "run",
+    "serve",
 ]

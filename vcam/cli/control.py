@@ -224,6 +224,8 @@ def ctl_status(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
     reply.pop("ok", None)
     typer.echo(json.dumps(reply, indent=2))
     status = reply.get("status", {})
+    for note in status.get("engines") or []:  # swapper: remote gpu-box:8001 down since 12:01:03
+        err.print(f"note: {note}")
     guarded = status.get("guarded")
     if isinstance(guarded, dict) and guard_text(guarded):
         err.print(f"note: {guard_text(guarded)} (faces passed through unswapped: the model produced NaN/Inf)")

@@ -287,12 +287,16 @@ def show_config(config: Optional[Path] = ConfigOpt) -> None:
     from vcam.config import SECTIONS
     from vcam.config_file import toml_value
 
+    tables = []
     for table in SECTIONS:
-        out.print(f"[{table}]", highlight=False, markup=False)
         sec = getattr(cfg, table)
+        subs = [(f"{table}.{f.name}", getattr(sec, f.name)) for f in dataclasses.fields(sec)]
+        tables += subs if all(dataclasses.is_dataclass(v) for _, v in subs) else [(table, sec)]  # [engines.swapper]
+    for table, sec in tables:
+        out.print(f"[{table}]", highlight=False, markup=False)
         for f in dataclasses.fields(sec):
             v = getattr(sec, f.name)
-            if table == "obs" and f.name == "password" and v:
+            if f.name in ("password", "token") and v:
                 v = "***"
             out.print(f"{f.name} = {toml_value(v)}", highlight=False, markup=False)
         out.print("")

@@ -193,6 +193,49 @@ def check_obs(cfg: Config) -> list[CheckItem]:
     return [CheckItem("OBS", "ok" if ok else "fail", message)]
 
 
+def check_remote(cfg: Config) -> list[CheckItem]:
+    """The swapper's remote server (``[engines.swapper] backend = "remote"``): reachable, serving a
+    model that matches the local one; else ``swapper: remote HOST:PORT down since HH:MM:SS``."""
+    import time
+
+    from vcam.errors import VcamError
+    from vcam.runtime import roles
+
+    if roles.role_backend(cfg, "swapper") != "remote":
+        return []
+    try:
+        opts = roles.remote_options(cfg, "swapper", cfg.swap.swapper)
+        from vcam.engines.remote import parse_url
+
+        address = parse_url(opts["url"], token=opts["token"], cert=opts["cert"]).address
+    except VcamError as exc:
+        return [CheckItem("swapper", "fail", exc.message, exc.hint or "")]
+    from vcam.engines import TensorInfo
+    from vcam.engines.remote import RemoteEngine
+    from vcam.models import registry
+
+    try:
+        spec = registry.get(cfg.swap.swapper)
+        opts.pop("on_fault")
+        engine = RemoteEngine(
+            expect=[TensorInfo(t.name, t.shape, "float32") for t in spec.inputs],
+            expect_outputs=[TensorInfo(t.name, t.shape, "float32") for t in spec.outputs],
+            label="swapper",
+            connect_timeout=3.0,
+            **opts,
+        )
+    except VcamError as exc:
+        since = time.strftime("%H:%M:%S")
+        detail = f"swapper: remote {address} down since {since}: {exc.message}"
+        if "takes" in exc.message:  # reachable, but serving another model
+            detail = exc.message
+        return [CheckItem("swapper", "fail", detail, exc.hint or "")]
+    try:
+        return [CheckItem("swapper", "ok", f"{engine.describe()}, max batch {engine.server_max_batch}")]
+    finally:
+        engine.close()
+
+
 def run_checks(cfg: Config) -> list[CheckItem]:
     items: list[CheckItem] = []
     for fn in (
@@ -202,6 +245,7 @@ def run_checks(cfg: Config) -> list[CheckItem]:
         lambda: check_virtual_camera(cfg),
         check_cameras,
         lambda: check_models(cfg),
+        lambda: check_remote(cfg),
         lambda: check_obs(cfg),
     ):
         try:

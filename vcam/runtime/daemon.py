@@ -248,7 +248,8 @@ class Daemon:
         # and detection of round k+1 overlap the swap and download of round k. With no frame
         # waiting, round k is collected at once (no latency added when frames come one by one).
         inflight = Round()
-        overlap = bool(getattr(self.assembly.ops, "concurrent", False))
+        # A remote swapper (deferred) overlaps too: round k's round trip runs while round k+1 begins.
+        overlap = bool(getattr(self.assembly.ops, "concurrent", False) or getattr(self.assembly.swapper, "deferred", False))
         while not self.should_exit:
             if max_frames is not None and all(st.summary.frames_in >= max_frames or st.done for st in self.streams):
                 break
@@ -282,9 +283,10 @@ class Daemon:
         guarded = first.guarded_by_model()  # a device read (shared models), once per interval
         gpu = self.telemetry.latest() if self.telemetry is not None else None
         off = self.degrader.off if self.degrader is not None else ()
+        engines = engine_notes(self.assembly.swapper if self.assembly is not None else None)
         for i, st in enumerate(self.streams):
             assert st.live is not None and st.cap is not None
-            status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off)
+            status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off, engines=engines)
             st.state.publish_status(status)
             if i == 0 and self._on_status is not None:
                 self._on_status(status, st.state.active, st.state.swap_enabled)
@@ -319,3 +321,12 @@ class Daemon:
 
 
 __all__ = ["Daemon", "Stream", "check_streams", "pixelate"]
+
+
+def engine_notes(swapper: Any) -> tuple[str, ...]:
+    """What the status says about engines that do not work now: a remote swapper's server that is
+    down (``swapper: remote gpu-box:8001 down since 12:01:03``)."""
+    engine = getattr(swapper, "engine", None)
+    if engine is not None and getattr(engine, "down", False):
+        return (f"swapper: {engine.health()}",)
+    return ()

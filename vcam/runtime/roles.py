@@ -128,6 +128,31 @@ def model_store(cfg: Config, **kwargs: Any) -> Any:
     return ModelStore(cfg.models_dir, pins=dict(cfg.models.sha256), **kwargs)
 
 
+def role_backend(cfg: Config, role: str) -> str:
+    """The backend of ``role``: its ``[engines.ROLE] backend``, else ``[pipeline] backend``."""
+    own = getattr(cfg.engines, role, None)
+    return (own.backend if own is not None else "") or cfg.pipeline.backend
+
+
+def remote_options(cfg: Config, role: str, model: str) -> dict[str, Any]:
+    """The :class:`~vcam.engines.remote.RemoteEngine` settings of ``[engines.ROLE]`` (the token from
+    its environment variable when the file has none); a bad URL is one ConfigError line."""
+    import os
+
+    from vcam.engines.remote import parse_url
+
+    e = getattr(cfg.engines, role)
+    where = f"[engines.{role}] url"
+    if not e.url:
+        raise ConfigError(f"{where} is empty but backend = 'remote'", hint="set url = 'grpc://127.0.0.1:8001' (see `vcam serve`)")
+    token = e.token or (os.environ.get(e.token_env, "") if e.token_env else "")
+    parse_url(e.url, token=token, cert=e.cert, where=where)
+    return {
+        "url": e.url, "model": e.model or model, "timeout": float(e.timeout), "token": token,
+        "ca": e.ca, "cert": e.cert, "key": e.key, "on_fault": e.on_fault,
+    }  # fmt: skip
+
+
 def build(
     role: str,
     cfg: Config,
@@ -148,7 +173,7 @@ def build(
     spec = ROLES[role]
     name = name if name is not None else configured(cfg, role)
     store = store if store is not None else model_store(cfg)
-    backend = backend or cfg.pipeline.backend
+    backend = backend or role_backend(cfg, role)
     engine = {"store": store, "device": device, "backend": backend, "fp16": fp16(cfg, role), "download": download}
     batch = spec.batch(cfg)
     if role == "detector":
@@ -171,6 +196,9 @@ def build(
             return make_builtin(
                 name, crop_size=s.crop_size, color_match=s.color_match, seamless=s.seamless, ops=ops, mask=mask, max_faces=batch
             )
+        if backend == "remote":
+            engine["backend"] = "onnxruntime"  # unused: the remote engine replaces it
+            return create_swapper(name, ops=ops, mask=mask, max_faces=batch, remote=remote_options(cfg, role, name), **engine)
         return create_swapper(name, ops=ops, mask=mask, max_faces=batch, compile=cfg.pipeline.compile, **engine)
     if role == "recogniser":
         from vcam.stages.recognize import create_recogniser
@@ -235,4 +263,6 @@ __all__ = [
     "model_names",
     "model_store",
     "optional_stages",
+    "remote_options",
+    "role_backend",
 ]

@@ -126,9 +126,11 @@ class Round:
     """The frames of one submitted round, by stream: ``(stream, slot)`` for :meth:`Rounds.collect`."""
 
     slots: list[tuple[Stream, int | Passed]] = field(default_factory=list)
+    #: Chunks whose swap was sent, not yet taken (a deferred swapper): ``(chunk, ticket)``.
+    pending: list[tuple[list[tuple[Stream, Work]], Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.slots)
+        return bool(self.slots or self.pending)
 
 
 @dataclass(eq=False)
@@ -229,30 +231,46 @@ class Rounds:
             works.append((st, _pipe(st).begin(frame, st.state.snapshot())))
             self._mark("begun", st, frame.seq, frame.t_capture)
         swapper = self.swapper
+        deferred = bool(getattr(swapper, "deferred", False))
         for chunk in _chunks(works, swapper.max_faces):
             faced = [w for _, w in chunk if w.n]
+            if deferred:  # sent; the answer is taken in collect(), after the next round's begin
+                ticket = swapper.swap_submit([(w.img, w.mats) for w in faced], _row_sources(faced)) if faced else None
+                for _, w in chunk:
+                    w.mats = w.mats.copy()  # the pipeline's next begin() reuses its buffer
+                out.pending.append((chunk, ticket))
+                continue
             crops: Any = None
             mask: Any = None
             if faced:
                 crops, mask = swapper.swap_batch([(w.img, w.mats) for w in faced], _row_sources(faced))
-            for st, w in chunk:
-                self._mark("swapped", st, w.stats.seq, w.stats.t_capture)
-            lo = 0
-            for st, w in chunk:
-                hi = lo + w.n
-                rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask  # per-face masks, or one shared
-                slot = _pipe(st).finish(w, crops[lo:hi] if w.n else None, rows, detect_now=False)
-                out.slots.append((st, slot))
-                self._mark("finished", st, w.stats.seq, w.stats.t_capture)
-                lo = hi
+            self._finish(chunk, crops, mask, out)
         return out
+
+    def _finish(self, chunk: list[tuple[Stream, Work]], crops: Any, mask: Any, out: Round) -> None:
+        """The stages after the swap for each frame of a chunk (its rows of ``crops``/``mask``)."""
+        for st, w in chunk:
+            self._mark("swapped", st, w.stats.seq, w.stats.t_capture)
+        lo = 0
+        for st, w in chunk:
+            hi = lo + w.n
+            rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask  # per-face masks, or one shared
+            slot = _pipe(st).finish(w, crops[lo:hi] if w.n else None, rows, detect_now=False)
+            out.slots.append((st, slot))
+            self._mark("finished", st, w.stats.seq, w.stats.t_capture)
+            lo = hi
 
     # -- collect ----------------------------------------------------------------------------------
     def collect(self, rnd: Round) -> None:
         """Wait for each stream's output of a submitted round, then pace, drop if over the stream's
         budget, publish (frames of a stream are published in order: rounds are collected in order).
         Then the stream's predicted frame's detection is queued (left by :meth:`submit`): after the
-        publish, so its host time is not in the frame's latency."""
+        publish, so its host time is not in the frame's latency. A deferred swap's answer is taken
+        first (a remote server's round trip overlapped the next round's capture and detection)."""
+        for chunk, ticket in rnd.pending:
+            crops, mask = self.swapper.swap_wait(ticket) if ticket is not None else (None, None)
+            self._finish(chunk, crops, mask, rnd)
+        rnd.pending.clear()
         for st, slot in rnd.slots:
             if isinstance(slot, Passed):
                 st.summary.shed_frames += self.publish(st, slot.data, slot.stats)

@@ -156,6 +156,19 @@ class SwapperBase:
     def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
         raise NotImplementedError
 
+    #: True when :meth:`swap_submit` returns before the swap is done (a remote engine): the caller
+    #: may do other work before :meth:`swap_wait`.
+    deferred = False
+
+    def swap_submit(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> Any:
+        """Start :meth:`swap_batch`; :meth:`swap_wait` of the returned ticket gives its result (here
+        the swap is done at once; a swapper on a remote engine only sends it)."""
+        return self.swap_batch(parts, faces)
+
+    def swap_wait(self, ticket: Any) -> tuple[Any, Any]:
+        """The ``(crops, mask)`` of a :meth:`swap_submit`."""
+        return ticket  # type: ignore[no-any-return]
+
     def _check(self, parts: list[tuple[Any, np.ndarray]]) -> int:
         n = sum(int(m.shape[0]) for _, m in parts)
         if n > self.max_faces:

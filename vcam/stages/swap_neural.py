@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ class NeuralSwapper(SwapperBase):
         max_faces: int = 8,
         emap: np.ndarray | None = None,
         converter: Any = None,
+        on_fault: str = "pass",
     ) -> None:
         self.spec = registry.get(spec) if isinstance(spec, str) else spec
         if self.spec.kind != "swapper":
@@ -105,6 +107,15 @@ class NeuralSwapper(SwapperBase):
         self.template = self.spec.template or "arcface_128"
         self.recogniser = self.spec.recogniser
         self.engine = engine
+        #: A remote engine's faces it got no answer for: 'pass' (the NaN guard's input back) or
+        #: 'pixelate' (that input in coarse blocks); counted by the guard either way.
+        self.on_fault = on_fault
+        # A remote engine's call is sent by swap_submit and taken by swap_wait, so the daemon overlaps
+        # its round trip with the next frames' capture and detection. On the CPU only: on CUDA the
+        # frame's detection of a predicted frame is ordered around the swap (it runs in one call).
+        self.deferred = (
+            callable(getattr(engine, "submit", None)) and callable(getattr(engine, "wait", None)) and self.ops.device == "cpu"
+        )
         names = [t.name for t in engine.inputs]
         want = [t.name for t in self.spec.inputs]
         if sorted(names) != sorted(want):
@@ -186,18 +197,62 @@ class NeuralSwapper(SwapperBase):
         self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
-    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+    def _feeds(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[int, Any]:
+        """The engine's inputs for ``parts`` (the target crops warped, the source rows set)."""
         n = self._check(parts)
         self._source(faces, n)
         if n == 0:
-            return self._crops[:0], self.mask if self._masks is None else self._masks[:0]
+            return 0, None
         feeds = self.engine.input_buffers(n)
-        target = feeds["target"]
         for frame, mats, lo, hi in self._rows(parts):
             warp.warp_crops_normalized(
-                self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=target[lo:hi]
+                self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=feeds["target"][lo:hi]
             )
+        return n, feeds
+
+    def _none(self) -> tuple[Any, Any]:
+        return self._crops[:0], self.mask if self._masks is None else self._masks[:0]
+
+    def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
+        n, feeds = self._feeds(parts, faces)
+        if n == 0:
+            return self._none()
         outs = self.engine.run_device(feeds, stream=self.ops.stream)
+        return self._decode(outs, feeds["target"], n)
+
+    def swap_submit(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> Any:
+        """On a remote engine: the crops warped and sent; :meth:`swap_wait` takes the answer."""
+        if not self.deferred:
+            return super().swap_submit(parts, faces)
+        parts = [(frame, np.asarray(mats, np.float64).reshape(-1, 2, 3)) for frame, mats in parts]
+        with self.ops.activate():
+            n, feeds = self._feeds(parts, faces)
+            if n == 0:
+                return ("done", self._none())
+            # the target rows are kept for the NaN guard: the next submit reuses the engine's buffer
+            return ("sent", n, feeds["target"].copy(), self.engine.submit(feeds))
+
+    def swap_wait(self, ticket: Any) -> tuple[Any, Any]:
+        if not self.deferred:
+            return super().swap_wait(ticket)
+        if ticket[0] == "done":
+            return ticket[1]  # type: ignore[no-any-return]
+        _, n, target, handle = ticket
+        with self.ops.activate():
+            return self._decode(self.engine.wait(handle), target, n)
+
+    def _decode(self, outs: list[Any], target: Any, n: int) -> tuple[Any, Any]:
+        """The model's outputs -> crops (and masks); faces without an answer (NaN) get their input
+        back through the NaN guard, pixelated with ``on_fault = "pixelate"``."""
+        if self.on_fault == "pixelate" and getattr(self.engine, "last_failed", 0):
+            xp = self.ops.xp
+            bad = xp.isnan(outs[self._image_index][:n, 0, 0, 0])
+            if bool(bad.any()):
+                t = target[:n]
+                s, b = self.crop_size, max(1, self.crop_size // 8)
+                blocks = t.reshape(n, 3, s // b, b, s // b, b).mean(axis=(3, 5), keepdims=True)
+                coarse = xp.broadcast_to(blocks, (n, 3, s // b, b, s // b, b)).reshape(t.shape)
+                t[...] = xp.where(bad[:, None, None, None], coarse, t)
         crops = warp.crops_from_planar(
             self.ops, outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
         )
@@ -222,6 +277,7 @@ def create_swapper(
     download: bool | None = None,
     max_faces: int = 8,
     compile: str = "auto",
+    remote: dict[str, Any] | None = None,
 ) -> NeuralSwapper:
     """Build the registry swapper ``name`` (and its converter) from ``store`` on ``device``.
 
@@ -239,19 +295,37 @@ def create_swapper(
         )
     wanted = [name] + ([spec.converter] if spec.converter else [])
     paths = store.ensure(wanted, download=download)
-    engine = create_engine(
-        paths[name],
-        backend=backend,
-        device=device,
-        fp16=fp16,
-        max_batch=max_faces,
-        compile=compile,
-    )
+    on_fault = "pass"
+    if remote is not None:  # the model file stays for its emap (the source latents are made here)
+        from vcam.engines import TensorInfo
+        from vcam.engines.remote import RemoteEngine
+
+        opts = dict(remote)
+        on_fault = opts.pop("on_fault", "pass")
+        engine: Any = RemoteEngine(
+            expect=[TensorInfo(t.name, t.shape, np.float32) for t in spec.inputs],
+            expect_outputs=[TensorInfo(t.name, t.shape, np.float32) for t in spec.outputs],
+            max_batch=max_faces,
+            pixel_scale=tuple(255.0 * s for s in spec.std),
+            pixel_shift=tuple(255.0 * m for m in spec.mean),
+            label="swapper",
+            device=device,
+            **{"model": name, **opts},
+        )
+    else:
+        engine = create_engine(
+            paths[name],
+            backend=backend,
+            device=device,
+            fp16=fp16,
+            max_batch=max_faces,
+            compile=compile,
+        )
     emap = read_emap(paths[name]) if spec.source == "emap" else None
     converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
     if "NON-COMMERCIAL" in spec.licence.upper():
         log.warning("%s: %s", name, spec.licence)
-    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter)
+    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter, on_fault=on_fault)
 
 
 __all__ = ["NeuralSwapper", "create_swapper", "inswapper_latent", "read_emap"]

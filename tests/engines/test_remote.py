@@ -1,0 +1,292 @@
+"""The remote engine against a real server: the Triton that nvidia-pytriton bundles, on 127.0.0.1,
+serving tiny stand-ins exported by `vcam serve export`'s code (tests/triton_server.py). The same
+swapper through the server and through local onnxruntime; chunks above the server's max batch;
+four client processes batched by the server's dynamic batcher; a mismatched model and plain gRPC
+to another host refused with one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vcam import config_file
+from vcam.errors import ConfigError, ModelError
+from vcam.runtime.roles import build as build_role
+from vcam.runtime.roles import model_store
+from vcam.stages import demo
+from vcam.stages.detect import RetinaFaceDetector
+from vcam.stages.faces import FaceBank
+
+ASSETS = Path(demo.__file__).parents[1] / "assets"
+
+
+def _cfg(models: Path, faces: Path, remote: str | None = None, model: str = "", max_faces: int = 4, **engine):
+    data = {
+        "models": {"dir": str(models)},
+        "faces": {"dir": str(faces)},
+        "pipeline": {"backend": "onnxruntime", "device": "cpu", "max_faces": max_faces},
+        "swap": {"swapper": "inswapper_128"},
+    }
+    if remote:
+        data["engines"] = {"swapper": {"backend": "remote", "url": remote, "model": model, "timeout": "20s", **engine}}
+    return config_file.build(data)
+
+
+def _faces(cfg, swapper):
+    det = RetinaFaceDetector()
+    rec = build_role("recogniser", cfg, store=model_store(cfg, progress=False))
+    bank = FaceBank(cfg.faces_dir)
+    bank.add(ASSETS / "astronaut.jpg", "astronaut", detector=det, recogniser=rec)
+    return bank.load("astronaut", recogniser=rec, swappers=[swapper])
+
+
+def _rows(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n`` crops of the demo portrait, each a little shifted: (frame, (1, 2, 3) crop-from-frame)."""
+    img = demo.portrait("grace_hopper")
+    out = []
+    for k in range(n):
+        m = np.array([[0.5, 0.0, -40.0 - 3 * k], [0.0, 0.5, -30.0 - 2 * k]])
+        out.append((img, m[None]))
+    return out
+
+
+def _swap(cfg, n: int):
+    swapper = build_role("swapper", cfg, store=model_store(cfg, progress=False))
+    face = _faces(cfg, swapper)
+    crops, _ = swapper.swap_batch(_rows(n), face)
+    return swapper, np.array(crops[:n])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("served", ["inswapper_128", "inswapper_128_u8"])
+def test_remote_swap_equals_local_onnxruntime_within_one_level(triton, tmp_path, served):
+    server, models = triton
+    local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
+    remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url, served), 3)
+    assert remote_sw.engine.backend == "remote" and remote_sw.engine.failed == 0
+    diff = np.abs(local.astype(int) - remote.astype(int))
+    assert diff.max() <= 1, f"{served}: max difference {diff.max()} levels"
+    assert remote_sw.guarded() == 0
+    wire = "uint8" if served.endswith("_u8") else "float32"
+    assert f"({wire} on the wire)" in remote_sw.engine.describe()
+
+
+@pytest.mark.slow
+def test_a_batch_above_the_servers_max_batch_goes_in_chunks(triton, tmp_path):
+    server, models = triton
+    _, local = _swap(_cfg(models, tmp_path / "f1", max_faces=12), 11)
+    sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url, "inswapper_128", max_faces=12), 11)
+    assert sw.engine.server_max_batch == 8 and sw.engine.max_batch == 12
+    assert np.abs(local.astype(int) - remote.astype(int)).max() <= 1
+    assert sw.engine.failed == 0
+
+
+def test_latent_rows_already_sent_are_not_encoded_again(triton, tmp_path):
+    server, models = triton
+    sw = build_role("swapper", _cfg(models, tmp_path / "f", server.url, "inswapper_128_u8"), store=None)
+    eng = sw.engine
+    feeds = eng.input_buffers(2)
+    feeds["source"][:] = np.random.default_rng(0).standard_normal((2, 512))
+    eng.run(feeds)
+    first = eng._cache["source"][1]
+    eng.run(feeds)
+    assert eng._cache["source"][1] is first  # same rows: the FP16 encoding was reused
+    feeds["source"][1] += 1.0
+    eng.run(feeds)
+    assert eng._cache["source"][1] is not first and eng.failed == 0
+
+
+CLIENT = textwrap.dedent(
+    """
+    import sys, threading, numpy as np
+    from vcam.engines.remote import RemoteEngine
+    url, go = sys.argv[1], sys.argv[2]
+    eng = RemoteEngine(url, "inswapper_128", max_batch=1, timeout=30, label="client")
+    feeds = eng.input_buffers(1)
+    feeds["target"][:] = np.random.default_rng(int(sys.argv[3])).random(feeds["target"].shape)
+    import os, time
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    for _ in range(25):
+        eng.run(feeds)
+    print(eng.failed)
+    """
+)
+
+
+@pytest.mark.slow
+def test_four_client_processes_are_batched_by_the_server(triton, tmp_path):
+    server, _ = triton
+    from vcam.engines.remote import RemoteEngine
+
+    probe = RemoteEngine(server.url, "inswapper_128", label="probe")
+    before = probe.statistics()
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CLIENT, server.url, str(go), str(i)], stdout=subprocess.PIPE, text=True)
+        for i in range(4)
+    ]
+    import time
+
+    time.sleep(3)  # all four connected and waiting
+    go.touch()
+    outs = [p.communicate(timeout=240)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and outs == ["0"] * 4, outs
+    after = probe.statistics()
+    requests = after["requests"] - before["requests"]
+    executions = after["executions"] - before["executions"]
+    print(f"4 clients: {requests} requests in {executions} executions")
+    assert requests == 100
+    assert executions < requests, f"{executions} executions for {requests} requests: nothing was batched"
+    probe.close()
+
+
+def test_a_model_that_does_not_match_is_one_line_naming_both(triton):
+    server, _ = triton
+    from vcam.engines import TensorInfo
+    from vcam.engines.remote import RemoteEngine
+    from vcam.models import registry
+
+    spec = registry.get("inswapper_128")
+    with pytest.raises(ModelError) as err:
+        RemoteEngine(server.url, "arcface_w600k_r50", expect=[TensorInfo(t.name, t.shape, "float32") for t in spec.inputs])
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "arcface_w600k_r50" in msg and "input [3, 112, 112]" in msg and "target [3, 128, 128]" in msg, msg
+
+
+def test_a_model_the_server_does_not_have_is_one_line(triton):
+    server, _ = triton
+    from vcam.engines.remote import RemoteEngine
+    from vcam.errors import EngineUnavailable
+
+    with pytest.raises(EngineUnavailable) as err:
+        RemoteEngine(server.url, "no_such_model")
+    assert "\n" not in str(err.value) and "no_such_model" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "url, token, needle",
+    [
+        ("grpc://10.1.2.3:8001", "", "plain gRPC to 10.1.2.3:8001 refused"),
+        ("gpu-box:8001", "t", "plain gRPC to gpu-box:8001 refused"),
+        ("grpcs://gpu-box:8001", "", "needs a token or a client certificate"),
+        ("http://127.0.0.1:8001", "", "expected grpc://HOST:PORT"),
+    ],
+)
+def test_plain_grpc_to_another_host_is_refused_with_one_line(url, token, needle, tmp_path):
+    from vcam.engines.remote import parse_url
+
+    with pytest.raises(ConfigError) as err:
+        parse_url(url, token=token)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    # the same through the config, before any connection is tried
+    cfg = _cfg(tmp_path, tmp_path, url, token=token)
+    with pytest.raises(ConfigError) as err:
+        build_role("swapper", cfg, store=None)
+    assert needle in str(err.value)
+
+
+def test_loopback_and_tls_with_a_token_are_accepted():
+    from vcam.engines.remote import parse_url
+
+    assert parse_url("grpc://127.0.0.1:8001").loopback
+    assert parse_url("grpc://localhost").port == 8001
+    assert parse_url("grpc://[::1]:9").address == "[::1]:9"
+    ep = parse_url("grpcs://gpu-box:8443", token="secret")
+    assert ep.tls and ep.address == "gpu-box:8443"
+
+
+@pytest.mark.parametrize("on_fault", ["pass", "pixelate"])
+def test_faces_without_an_answer_pass_through_or_pixelated_and_are_counted(triton, tmp_path, on_fault):
+    """While the server is down no call is sent: the faces come back unswapped (the NaN guard's
+    input) or in coarse blocks, and the guard counts them."""
+    server, models = triton
+    sw = build_role("swapper", _cfg(models, tmp_path / "f", server.url, "inswapper_128", on_fault=on_fault), store=None)
+    face = _faces(_cfg(models, tmp_path / "f", server.url, "inswapper_128"), sw)
+    sw.engine._mark_down("test")  # as after a failed call; the prober brings it back within a second
+    crops, _ = sw.swap_batch(_rows(2), face)
+    crops = np.array(crops[:2])
+    assert sw.guarded() == 2 and sw.engine.last_failed == 2 and sw.engine.calls >= 1
+    img, m = _rows(1)[0]
+    import cv2
+
+    plain = cv2.warpAffine(img, m[0], (128, 128), flags=cv2.INTER_LINEAR)
+    if on_fault == "pass":
+        assert np.abs(crops[0].astype(int) - plain.astype(int)).max() <= 2  # the target itself
+    else:
+        blocks = crops[0].reshape(8, 16, 8, 16, 3)
+        assert (blocks == blocks[:, :1, :, :1]).all()  # 16 x 16 blocks of one colour
+        assert np.abs(crops[0].astype(int) - plain.astype(int)).max() > 10
+    import time
+
+    end = time.monotonic() + 5
+    while sw.engine.down and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not sw.engine.down, "the prober did not find the server again"
+    sw.swap_batch(_rows(2), face)
+    assert sw.engine.last_failed == 0 and sw.guarded() == 2
+
+
+@pytest.mark.slow
+def test_grpcs_to_a_tls_server_with_its_ca(triton, tmp_path):
+    """TLS end to end: the bundled Triton with a certificate, the engine checking it against ``ca``;
+    plain gRPC to the same server gets no answer (one line)."""
+    import shutil
+
+    from conftest import require
+    from triton_server import free_ports
+
+    from vcam.engines.remote import RemoteEngine
+    from vcam.errors import EngineUnavailable
+    from vcam.runtime.serve import TritonServer
+
+    _, models = triton
+    if not shutil.which("openssl"):
+        require("openssl", "no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    from triton_server import export
+
+    repo = export(models, tmp_path / "repo", served=(("inswapper_128", "inswapper_128", False, False),))
+    grpc, http, metrics = free_ports(3)
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, threads=1, tls=(str(cert), str(key), ""))
+    try:
+        server.wait_ready(180)
+        eng = RemoteEngine(f"grpcs://localhost:{grpc}", "inswapper_128", ca=str(cert), timeout=20)
+        feeds = eng.input_buffers(1)
+        out = eng.run(feeds)[0]
+        assert eng.last_failed == 0 and np.isfinite(out).all()
+        assert eng.endpoint.tls and "remote inswapper_128 at localhost:" in eng.describe()
+        eng.close()
+        with pytest.raises(EngineUnavailable) as err:
+            RemoteEngine(f"grpc://127.0.0.1:{grpc}", "inswapper_128", connect_timeout=3)
+        assert "\n" not in str(err.value)
+    finally:
+        server.stop()
+
+
+def test_vcam_check_says_whether_the_remote_swapper_is_up(triton, tmp_path):
+    from triton_server import free_ports
+
+    from vcam.runtime.check import check_remote
+
+    server, models = triton
+    up = check_remote(_cfg(models, tmp_path / "f", server.url))
+    assert [i.level for i in up] == ["ok"] and "remote inswapper_128 at 127.0.0.1:" in up[0].detail
+    dead = f"grpc://127.0.0.1:{free_ports(1)[0]}"
+    down = check_remote(_cfg(models, tmp_path / "f", dead))
+    assert down[0].level == "fail"
+    assert down[0].detail.startswith(f"swapper: remote {dead[7:]} down since "), down[0].detail
+    wrong = check_remote(_cfg(models, tmp_path / "f", server.url, "arcface_w600k_r50"))
+    assert wrong[0].level == "fail" and "takes inputs input [3, 112, 112]" in wrong[0].detail
+    assert check_remote(_cfg(models, tmp_path / "f")) == []  # a local swapper: nothing to say

@@ -1,0 +1,241 @@
+"""``vcam serve``: the Triton server bundled in the ``nvidia-pytriton`` wheel, in its own environment.
+
+PyTriton pins numpy < 2 (with numpy 2 forced it answered with empty outputs) and its server needs
+the interpreter's ``libpython3.X.so``, so it never runs in vcam's process: :func:`ensure_env` makes
+a virtual environment under the user cache dir on first use (pinned: :data:`PINS`), once (a lock
+and a marker file make it idempotent; a half-made one is made again), from a Python that has a
+shared libpython (:func:`find_python`). :class:`TritonServer` starts ``vcam/assets/triton_worker.py``
+there on an exported repository (:mod:`vcam.models.serving`): the dynamic batcher of each
+``config.pbtxt``, gRPC, HTTP health/ready (``/v2/health/ready``) and Prometheus metrics
+(``/metrics``). Errors are one line (:class:`~vcam.errors.EngineUnavailable`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import deque
+from pathlib import Path
+
+import platformdirs
+
+from vcam.config import APP
+from vcam.errors import EngineUnavailable
+
+#: What the serving environment installs (one line each, as pip takes them).
+PINS = ("nvidia-pytriton==0.7.0", "numpy>=1.26,<2", "onnxruntime>=1.17,<2")
+WORKER = Path(__file__).resolve().parents[1] / "assets" / "triton_worker.py"
+_LIBPY = (
+    "import sys, sysconfig, os; v = sysconfig.get_config_var; "
+    "print(v('LIBDIR') or ''); print(v('LDLIBRARY') or ''); print(v('INSTSONAME') or ''); print('%d.%d' % sys.version_info[:2])"
+)
+
+
+def _system_site() -> bool:
+    """``VCAM_SERVE_SYSTEM_SITE=1``: the environment also sees this Python's packages (torch for
+    ``--vcam-engine`` on a GPU machine); its own numpy < 2 still comes first."""
+    return os.environ.get("VCAM_SERVE_SYSTEM_SITE", "") == "1"
+
+
+def env_dir() -> Path:
+    """Where the serving environment lives (``$VCAM_SERVE_ENV`` or the user cache dir)."""
+    if os.environ.get("VCAM_SERVE_ENV"):
+        return Path(os.environ["VCAM_SERVE_ENV"]).expanduser()
+    tag = hashlib.sha256(("\n".join(PINS) + ("+system" if _system_site() else "")).encode()).hexdigest()[:8]
+    return Path(platformdirs.user_cache_dir(APP)) / f"serve-env-{tag}"
+
+
+def _shared_lib(python: str) -> tuple[str, str] | None:
+    """(folder holding ``python``'s ``libpython3.X.so``, version) or None when it has none."""
+    try:
+        out = subprocess.run([python, "-c", _LIBPY], capture_output=True, text=True, timeout=30).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if len(out) < 4:
+        return None
+    libdir, ldlib, soname, version = out[:4]
+    names = [n for n in (ldlib, soname, f"libpython{version}.so", f"libpython{version}.so.1.0") if n.endswith((".so", ".so.1.0"))]
+    for name in names:  # its own build's library only: another build of 3.X may not match it
+        if libdir and (Path(libdir) / name).is_file():
+            return libdir, version
+    return None
+
+
+def find_python() -> tuple[str, str, str]:
+    """(interpreter, its libpython folder, version): ``$VCAM_SERVE_PYTHON``, this one, then python3.12,
+    3.11, 3.13, 3.10 on PATH; the first with a shared libpython (PyTriton ships stubs for 3.8-3.13)."""
+    cands = [os.environ.get("VCAM_SERVE_PYTHON", ""), sys.executable] + [
+        shutil.which(f"python3.{m}") or "" for m in (12, 11, 13, 10)
+    ]
+    tried = []
+    for py in dict.fromkeys(c for c in cands if c):
+        if (found := _shared_lib(py)) is not None:
+            return py, found[0], found[1]
+        tried.append(py)
+    raise EngineUnavailable(
+        f"no Python with a shared libpython for the Triton server (tried {', '.join(tried)})",
+        hint="install a Python 3.10-3.13 built with --enable-shared and name it in VCAM_SERVE_PYTHON",
+    )
+
+
+def ensure_env(*, quiet: bool = True) -> tuple[Path, str]:
+    """The serving environment's python and the libpython folder, made on first use (idempotent)."""
+    root = env_dir()
+    marker = root / "vcam-serve.txt"
+    want = "\n".join(PINS)
+    py = root / "bin" / "python"
+    if marker.is_file() and py.exists():
+        text = marker.read_text().split("\n", 1)
+        if len(text) == 2 and text[1] == want:
+            return py, text[0]
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second `vcam serve` waits for the first's install
+        if marker.is_file() and marker.read_text().split("\n", 1)[1:] == [want] and py.exists():
+            return py, marker.read_text().split("\n", 1)[0]
+        base, libdir, _ = find_python()
+        shutil.rmtree(root, ignore_errors=True)  # a half-made environment is made again
+        out = subprocess.DEVNULL if quiet else None
+        try:
+            venv = [base, "-m", "venv", *(["--system-site-packages"] if _system_site() else []), str(root)]
+            subprocess.run(venv, check=True, stdout=out, stderr=subprocess.PIPE, text=True)
+            subprocess.run(
+                [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q", *PINS],
+                check=True, stdout=out, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        except subprocess.CalledProcessError as exc:
+            last = (exc.stderr or "").strip().splitlines()
+            shutil.rmtree(root, ignore_errors=True)
+            raise EngineUnavailable(
+                f"cannot make the serving environment in {root}: {last[-1] if last else exc}",
+                hint=f"check the network to the package index, or install {' '.join(PINS)} there by hand",
+            ) from None
+        marker.write_text(f"{libdir}\n{want}")
+        return py, libdir
+
+
+class TritonServer:
+    """The bundled Triton serving ``repo`` (a started process; :meth:`stop` ends its process group)."""
+
+    def __init__(
+        self,
+        repo: str | os.PathLike[str],
+        *,
+        address: str = "127.0.0.1",
+        grpc_port: int = 8001,
+        http_port: int = 8000,
+        metrics_port: int = 8002,
+        threads: int = 0,
+        instances: int = 1,
+        tls: tuple[str, str, str] | None = None,
+        log: str | os.PathLike[str] | None = None,
+        runner: tuple[str, dict[str, str]] | None = None,
+    ) -> None:
+        self.repo = Path(repo)
+        if not any((p / "config.pbtxt").is_file() for p in self.repo.glob("*")):
+            raise EngineUnavailable(
+                f"no model in {self.repo} (NAME/config.pbtxt)", hint="write one with `vcam serve export DIR --model NAME`"
+            )
+        py, libdir = ensure_env()
+        self.address, self.grpc_port, self.http_port, self.metrics_port = address, grpc_port, http_port, metrics_port
+        args = [str(py), str(WORKER), str(self.repo), "--address", address, "--grpc-port", str(grpc_port)]
+        args += ["--http-port", str(http_port), "--metrics-port", str(metrics_port), "--threads", str(threads)]
+        args += ["--instances", str(instances), "--parent", str(os.getpid())]
+        if tls:
+            args += ["--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]]
+        if runner:  # (module:function, {model: its original ONNX}): the models run in that callable
+            args += ["--runner", runner[0]]
+            args += [a for model, source in runner[1].items() for a in ("--source", f"{model}={source}")]
+        env = dict(os.environ)
+        if runner:  # the runner's module (a checkout's benchmarks/) must import there
+            checkout = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH", "")) if p)
+        else:  # the worker imports nothing of vcam's: the caller's path (numpy 2) must not shadow its own
+            env.pop("PYTHONPATH", None)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+        env.setdefault("PYTRITON_HOME", str(Path(platformdirs.user_cache_dir(APP)) / "pytriton"))
+        self._log = open(log, "a") if log else None
+        self.lines: deque[str] = deque(maxlen=200)
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        self._ready = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if self._log is not None:
+                self._log.write(line)
+                self._log.flush()
+            if line.startswith("READY"):
+                self._ready.set()
+
+    @property
+    def url(self) -> str:
+        return f"grpc://{self.address}:{self.grpc_port}"
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until the models are bound and ``/v2/health/ready`` answers; one-line error otherwise."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                tail = [ln for ln in self.lines if ln.strip()][-1:] or ["(no output)"]
+                raise EngineUnavailable(f"the Triton server exited ({self.proc.returncode}): {tail[0][:200]}")
+            if self._ready.is_set() and self.ready():
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise EngineUnavailable(f"the Triton server was not ready after {timeout:.0f} s", hint="see its log (--log)")
+
+    def ready(self) -> bool:
+        try:
+            url = f"http://{self.address}:{self.http_port}/v2/health/ready"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{self.address}:{self.metrics_port}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def kill(self) -> None:
+        """SIGKILL the whole server (a crash, for tests)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        else:  # the worker is gone: make sure its server is too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> TritonServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["PINS", "TritonServer", "env_dir", "ensure_env", "find_python"]
