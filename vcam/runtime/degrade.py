@@ -20,7 +20,8 @@ The rules (``after``, ``recover``, ``headroom`` from ``[degrade]``):
 - **Overload**: in the last ``after`` seconds more than half the frames took longer than the budget
   or were dropped, or the GPU has been throttling for ``after`` seconds without a break. Then the
   next stage in ``order`` that is available and still on goes off. The last resort,
-  :data:`LAST_RESORT` (the swap), needs :data:`LAST_RESORT_SPAN` times as long.
+  :data:`LAST_RESORT` (the swap), needs :data:`LAST_RESORT_SPAN` times as long and fewer than
+  :data:`LAST_RESORT_FPS` frames a second published meanwhile.
 - **Headroom**: in the last ``recover`` seconds the 90th percentile of the frame time was below
   ``headroom`` times the budget, no frame was dropped and the GPU did not throttle. Then the stage
   turned off last comes back on (last off, first on).
@@ -45,10 +46,13 @@ from vcam.types import OPTIONAL_STAGES
 
 STAGES = OPTIONAL_STAGES
 #: The last rung: the swap itself (frames go out as the early frames do; vcam.runtime.rounds). It
-#: goes only after an overload that lasted LAST_RESORT_SPAN times ``after``: a busy moment of a
-#: second or two costs late frames, not the swap.
+#: goes only when the camera nearly stands still: over the last LAST_RESORT_SPAN times ``after``
+#: seconds the frames were mostly over the budget *and* fewer than LAST_RESORT_FPS a second went
+#: out. A slow swap that still moves (a CPU neural swap at 5 fps, late frames at the refresh
+#: interval) keeps swapping; a busy moment costs late frames, not the swap.
 LAST_RESORT = "swap"
 LAST_RESORT_SPAN = 3.0
+LAST_RESORT_FPS = 2.0
 MAX_BACKOFF = 8.0
 _EVAL_EVERY = 0.1  # seconds between decisions (a decision reads the window; frames come faster)
 
@@ -162,6 +166,8 @@ class Degrader:
         span = self.after * (LAST_RESORT_SPAN if stage == LAST_RESORT else 1.0)
         if stage is not None and since >= span:
             reason = self._overload(now, span)
+            if reason is not None and stage == LAST_RESORT:
+                reason = self._standing_still(now, span)
             if reason is not None:
                 return self._turn_off(stage, now, reason)
         if self._off:
@@ -184,6 +190,13 @@ class Degrader:
                 over += r > 1.0
         if judged and over > judged / 2:
             return f"frames over the {self._budget * 1000:.0f} ms budget for {span:.1f} s"
+        return None
+
+    def _standing_still(self, now: float, span: float) -> str | None:
+        """Fewer than LAST_RESORT_FPS frames a second went out over the last ``span`` seconds."""
+        sent = sum(1 for t, r in self._frames if t > now - span and not math.isinf(r))
+        if sent < LAST_RESORT_FPS * span:
+            return f"{sent / span:.1f} frames a second went out for {span:.1f} s"
         return None
 
     def _has_headroom(self, now: float, need: float) -> bool:
@@ -222,4 +235,4 @@ class Degrader:
         return Change(stage, True, f"headroom for {need:g} s")
 
 
-__all__ = ["LAST_RESORT", "LAST_RESORT_SPAN", "Change", "Degrader", "STAGES", "available_stages"]
+__all__ = ["LAST_RESORT", "LAST_RESORT_FPS", "LAST_RESORT_SPAN", "Change", "Degrader", "STAGES", "available_stages"]

@@ -312,7 +312,7 @@ class Rounds:
         st.last_pub = time.perf_counter()
         live.published(stats.t_capture, st.last_pub, late=late)
         self._mark("published", st, stats.seq, stats.t_capture, stats)
-        self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, late)
+        self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, False)  # sent: a late one is judged by its time
         return True
 
     def degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
