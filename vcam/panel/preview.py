@@ -53,7 +53,11 @@ def shrink(data: np.ndarray, fmt: PixelFormat, target: int = WIDTH) -> tuple[np.
         y = flat[: h * w].reshape(h, w)
         u = flat[h * w : h * w * 5 // 4].reshape(h // 2, w // 2)
         v = flat[h * w * 5 // 4 : h * w * 3 // 2].reshape(h // 2, w // 2)
-        parts = [_resize(y, sw, sh).reshape(-1), _resize(u, sw // 2, sh // 2).reshape(-1), _resize(v, sw // 2, sh // 2).reshape(-1)]
+        parts = [
+            _resize(y, sw, sh).reshape(-1),
+            _resize(u, sw // 2, sh // 2).reshape(-1),
+            _resize(v, sw // 2, sh // 2).reshape(-1),
+        ]
         return np.concatenate(parts).reshape(sh * 3 // 2, sw), sw, sh
     if fmt is PixelFormat.NV12:
         y = a[:h]

@@ -317,6 +317,7 @@ class PanelServer:
             reply = await run_in_threadpool(self.backend.map_person, stream, track, source)
         except Exception as exc:
             return JSONResponse(_error(exc), 400)
+        reply["published"] = {name: self.backend.published(name) for name in self.backend.states}
         self._changes.fire()
         return JSONResponse(reply, 200 if reply.get("ok") else 400)
 
@@ -351,7 +352,9 @@ class PanelServer:
             except Exception as exc:
                 if not isinstance(exc, VcamError):
                     log.exception("adding a face from the panel failed")
-                return JSONResponse(_error(exc), 400)
+                reply = _error(exc)  # the upload's temporary path means nothing to the user: its file name does
+                reply["error"] = reply["error"].replace(str(path), filename)
+                return JSONResponse(reply, 400)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self._changes.fire()

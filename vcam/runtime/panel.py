@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,16 +22,14 @@ from vcam.errors import ControlError, FaceError, VcamError
 from vcam.state import MAPPING_OFF_HINT, RuntimeState
 from vcam.types import SourceFace
 
-if TYPE_CHECKING:
-    from vcam.runtime.startup import Daemon
-
 log = logging.getLogger(__name__)
 
 
 class DaemonBackend:
-    """:class:`vcam.panel.view.Backend` over a running daemon (``d``: as start-up sees it)."""
+    """:class:`vcam.panel.view.Backend` over a running daemon (``d``: as
+    :class:`vcam.runtime.startup.Daemon` describes it)."""
 
-    def __init__(self, d: Daemon) -> None:
+    def __init__(self, d: Any) -> None:
         self.d = d
         self.states: dict[str, RuntimeState] = {st.name: st.state for st in d.streams}
         self.faces_dir: Path = d.cfg.faces_dir
@@ -147,7 +145,7 @@ class DaemonBackend:
         log.info("face '%s' removed from the panel", name)
 
 
-def start_panel(d: Daemon) -> Any:
+def start_panel(d: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
     The URL with its token goes to ``d.announce`` and, when this daemon holds the control socket's
