@@ -3,10 +3,15 @@ second, as JPEG, for the panel's ``<img>``.
 
 The frame loop calls :meth:`PreviewTap.offer` after each publish. While nobody watches a stream that
 is one dictionary lookup. While someone does, at most ``FPS`` times a second and only when the
-encoder is idle (at most one frame in flight), the frame is cut down on the frame thread to about
-``WIDTH`` px by taking every n-th pixel of each plane in its own format (OpenCV's nearest-neighbour
-resize: a copy of ~100 kB, tens of microseconds), and the encoder thread converts, scales and
-JPEG-encodes it. The frame loop never waits for the encoder, a reader or a lock held by either.
+encoder is idle (at most one frame in flight), the frame is handed to the encoder thread, which cuts
+it down to about ``WIDTH`` px by taking every n-th pixel of each plane in its own format (OpenCV's
+nearest-neighbour resize), converts, scales and JPEG-encodes it. The frame loop never waits for the
+encoder, a reader or a lock held by either, and copies nothing: a published frame lives in the
+pipeline's output ring, valid until ``ring`` more frames are begun, so the offer carries the
+stream's count of frames begun (``counter``) and how many more may begin before that buffer is
+written again (``slack``); a picture the encoder finds was overwritten while it read it is dropped
+(``stale``), never shown torn. Without a counter the frame is cut down on the frame thread instead
+(a copy of ~100 kB).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -94,15 +100,19 @@ class PreviewTap:
         self._lock = threading.Lock()
         self._next: dict[str, float] = {}
         self._busy = False
-        self._job: tuple[str, np.ndarray, PixelFormat, int, int] | None = None
+        # (stream, frame or its shrunk copy, format, frames-begun counter or None, the last count it is valid at)
+        self._job: tuple[str, Any, PixelFormat, Callable[[], int] | None, int] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames: dict[str, tuple[int, bytes]] = {}  # stream -> (version, JPEG)
-        self.offered = 0  # frames shrunk on the frame thread (tests, benchmarks)
+        self.offered = 0  # frames taken for the preview (tests, benchmarks)
+        self.stale = 0  # frames overwritten while the encoder read them (dropped)
 
     # -- the frame loop's side -----------------------------------------------------------------
-    def offer(self, stream: str, data: np.ndarray, fmt: PixelFormat) -> None:
+    def offer(
+        self, stream: str, data: np.ndarray, fmt: PixelFormat, counter: Callable[[], int] | None = None, slack: int = 0
+    ) -> None:
         """A frame was published on ``stream`` (frame thread; returns at once unless due)."""
         if not self._watchers.get(stream) or self._busy:
             return
@@ -110,12 +120,16 @@ class PreviewTap:
         if now < self._next.get(stream, 0.0):
             return
         self._next[stream] = now + self.interval
-        small = shrink(data, fmt, self.width)
-        if small is None:
-            return
         self._busy = True
         self.offered += 1
-        self._job = (stream, small[0], PixelFormat(fmt), small[1], small[2])
+        if counter is None:
+            small = shrink(data, fmt, self.width)
+            self._job = None if small is None else (stream, small, PixelFormat(fmt), None, 0)
+        else:
+            self._job = (stream, data, PixelFormat(fmt), counter, counter() + slack)
+        if self._job is None:
+            self._busy = False
+            return
         self._wake.set()
 
     # -- readers -------------------------------------------------------------------------------
@@ -157,12 +171,17 @@ class PreviewTap:
             job, self._job = self._job, None
             if job is None:
                 continue
-            stream, small, fmt, w, h = job
+            stream, data, fmt, counter, valid_until = job
+            jpeg = b""
             try:
-                jpeg = encode(small, fmt, w, h, self.width)
+                small = data if counter is None else shrink(data, fmt, self.width)
+                if counter is not None and counter() > valid_until:
+                    self.stale += 1  # its buffer may have been written meanwhile
+                    small = None
+                if small is not None:
+                    jpeg = encode(small[0], fmt, small[1], small[2], self.width)
             except Exception:  # a preview must never take anything down
                 log.exception("preview encoding failed")
-                jpeg = b""
             finally:
                 self._busy = False
             if jpeg:

@@ -171,8 +171,17 @@ def start_panel(d: Any) -> Any:
     except VcamError as exc:
         log.warning("panel disabled: %s", exc)
         return None
-    tap = server.tap
-    d.rounds.tap = lambda st, data: tap.offer(st.name, data, st.output.fmt)
+    offer = server.tap.offer
+    # A published frame stays valid until `ring` more frames are begun; one more may already be
+    # begun when it is published where rounds overlap (the GPU).
+    overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
+    slack = {st.name: max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1)) for st in d.streams}
+
+    def tap(st: Any, data: Any) -> None:
+        summary = st.summary
+        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack[st.name])
+
+    d.rounds.tap = tap
     if d.instance_lock is not None:
         try:
             write_panel_file(path, server.url, server.token)
