@@ -109,7 +109,11 @@ def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
             tap_us.append((time.perf_counter() - t0) * 1e6)
 
         d.rounds.tap = timed
-        reader.append(subprocess.Popen([sys.executable, "-c", READER, base, token], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        reader.append(
+            subprocess.Popen(
+                [sys.executable, "-c", READER, base, token], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+        )
 
     d = Daemon(config(args, sock), panel=panel, announce=announce, hook=hook)
     summary = d.run(duration=args.seconds)
@@ -155,7 +159,8 @@ def main(argv: list[str] | None = None) -> dict:
             for panel in (False, True) if r % 2 == 0 else (True, False):
                 row = segment(args, panel, folder)
                 rows.append(row)
-                print(f"  round {r + 1} panel {'on ' if panel else 'off'}: {row['fps']:.1f} fps, loop p99 {row['loop_p99_ms']:.2f} ms")
+                mode = "on " if panel else "off"
+                print(f"  round {r + 1} panel {mode}: {row['fps']:.1f} fps, loop p99 {row['loop_p99_ms']:.2f} ms")
     summary = {}
     for panel in (False, True):
         mine = [x for x in rows if x["panel"] is panel]
@@ -164,8 +169,10 @@ def main(argv: list[str] | None = None) -> dict:
             for k in ("fps", "latency_p50_ms", "latency_p99_ms", "loop_p50_ms", "loop_p99_ms", "tap_mean_us", "tap_max_us")
         } | {"preview_frames": sum(x["preview_frames"] for x in mine), "pushed_states": sum(x["pushed_states"] for x in mine)}
     off, on = summary["off"], summary["on"]
-    print(f"\n{args.device}, {args.size}, {args.swapper}, pacing {args.pacing}, {args.rounds} x {args.seconds:g} s per mode (medians)")
-    head = f"{'mode':32} {'fps':>7} {'lat p50':>8} {'lat p99':>8} {'loop p50':>9} {'loop p99':>9} {'tap mean':>9} {'tap max':>8} {'previews':>8} {'states':>6}"
+    per = f"{args.rounds} x {args.seconds:g} s per mode (medians)"
+    print(f"\n{args.device}, {args.size}, {args.swapper}, pacing {args.pacing}, {per}")
+    cols = ("fps", 7), ("lat p50", 8), ("lat p99", 8), ("loop p50", 9), ("loop p99", 9), ("tap mean", 9), ("tap max", 8)
+    head = f"{'mode':32} " + " ".join(f"{c:>{w}}" for c, w in cols) + f" {'previews':>8} {'states':>6}"
     print(head)
     for label, s in (("panel off", off), ("panel on, open, preview on", on)):
         print(
@@ -174,7 +181,8 @@ def main(argv: list[str] | None = None) -> dict:
             f" {s['pushed_states']:6d}"
         )
     ratio = on["fps"] / off["fps"] if off["fps"] else 0.0
-    print(f"fps on/off: {ratio:.3f} ({(ratio - 1) * 100:+.1f} %); loop p99 on - off: {on['loop_p99_ms'] - off['loop_p99_ms']:+.3f} ms")
+    gap = on["loop_p99_ms"] - off["loop_p99_ms"]
+    print(f"fps on/off: {ratio:.3f} ({(ratio - 1) * 100:+.1f} %); loop p99 on - off: {gap:+.3f} ms")
     return write_report(
         args.json,
         {"benchmark": "panel", "args": vars(args), "rows": rows, "summary": summary, "fps_ratio": ratio},

@@ -324,7 +324,9 @@ def test_faces_mapping_preview_and_health_in_the_page(run):
         # A photo with a face: added to the bank and shown.
         d.execute_script("window.vcamPanel.lastReply = null")
         d.find_element("id", "file").send_keys(str(ASSETS / "grace_hopper.jpg"))
-        assert wait_for(lambda: "added face grace_hopper" in d.find_element("id", "face-msg").text, 60), d.find_element("id", "face-msg").text
+        assert wait_for(lambda: "added face grace_hopper" in d.find_element("id", "face-msg").text, 60), d.find_element(
+            "id", "face-msg"
+        ).text
         assert wait_for(lambda: d.find_elements("css selector", '#faces .face[data-face="grace_hopper"]'), 10)
         assert (run.out.parent / "faces" / "grace_hopper" / "meta.json").is_file()
 
@@ -359,7 +361,12 @@ def test_faces_mapping_preview_and_health_in_the_page(run):
         # The preview: off until asked, then frames.
         assert d.find_element("id", "preview").get_attribute("src") in (None, "")
         d.find_element("id", "preview-toggle").click()
-        assert wait_for(lambda: d.execute_script("const i = document.getElementById('preview'); return i.complete && i.naturalWidth"), 15) == 320
+        assert (
+            wait_for(
+                lambda: d.execute_script("const i = document.getElementById('preview'); return i.complete && i.naturalWidth"), 15
+            )
+            == 320
+        )
         time.sleep(1.5)  # a few health pushes with the preview on
         shot(run, d, "03-dock-preview")
         d.execute_script("window.scrollTo(0, 0)")

@@ -46,7 +46,7 @@ def shrink(data: np.ndarray, fmt: PixelFormat, target: int = WIDTH) -> tuple[np.
     a = np.asarray(data)
     if fmt in (PixelFormat.I420, PixelFormat.NV12):
         h, w = a.shape[0] * 2 // 3, a.shape[1]
-    elif fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY, PixelFormat.YUYV):
+    elif fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY):
         h, w = a.shape[:2]
     else:
         return None
@@ -69,9 +69,6 @@ def shrink(data: np.ndarray, fmt: PixelFormat, target: int = WIDTH) -> tuple[np.
         y = a[:h]
         uv = np.ascontiguousarray(a[h : h + h // 2]).reshape(h // 2, w // 2, 2)
         return np.concatenate([_resize(y, sw, sh), _resize(uv, sw // 2, sh // 2).reshape(sh // 2, sw)]), sw, sh
-    if fmt is PixelFormat.YUYV:  # macropixels (Y0 U Y1 V) sampled whole, so chroma stays paired
-        macro = np.ascontiguousarray(a).reshape(h, w // 2, 4)
-        return _resize(macro, sw // 2, sh).reshape(sh, sw, 2), sw, sh
     return _resize(np.ascontiguousarray(a), sw, sh), sw, sh
 
 
