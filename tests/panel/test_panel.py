@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -88,6 +89,8 @@ def test_only_loopback_is_served_without_tls(tmp_path):
     (tmp_path / "key.pem").write_text("x")
     check_bind("192.168.1.5", str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
     assert allowed_hosts("127.0.0.1", 8765) == {"127.0.0.1:8765", "localhost:8765", "[::1]:8765"}
+    assert allowed_hosts("cam.lan", 443) == {"cam.lan:443", "cam.lan"}
+    assert {"127.0.0.1:443", f"{socket.gethostname()}:443"} <= allowed_hosts("0.0.0.0", 443)
 
 
 def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
@@ -203,3 +206,17 @@ def test_panel_flag_and_command_say_what_to_do():
     assert res.returncode != 0 and "--panel: expected a port number or 'off'" in res.stderr
     res = vcam_cli("panel")
     assert res.returncode != 0 and "no running vcam serves a panel" in res.stderr
+
+
+def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
+    from vcam.cli.control import dock_lines
+    from vcam.config_file import build
+
+    cfg = build({"control": {"socket": str(tmp_path / "vcam.sock")}})
+    lines = dock_lines(cfg)
+    assert "Docks -> Custom Browser Docks" in lines[0] and "`vcam panel` prints the URL" in lines[1]
+    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/?token=abc", "abc")
+    lines = dock_lines(cfg)
+    assert lines[1].strip() == "http://127.0.0.1:9/?token=abc" and "keep_token" in lines[-1]
+    off = build({"control": {"socket": str(tmp_path / "vcam.sock")}, "panel": {"enabled": False}})
+    assert "panel is off" in dock_lines(off)[0]

@@ -162,9 +162,18 @@ class Guard:
 
 
 def allowed_hosts(host: str, port: int) -> set[str]:
-    """The Host header values the panel answers to at ``host``:``port``."""
+    """The Host header values the panel answers to at ``host``:``port``: the loopback names on
+    loopback; else ``host`` itself, and for a wildcard address (0.0.0.0, ::) the loopback names and
+    this machine's own names (anything else a browser calls it is a name someone else points here)."""
+    import socket
+
     names = set(LOOPBACK_NAMES) if is_loopback(host) else {host}
-    return {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names}
+    if host in ("0.0.0.0", "::", ""):
+        names |= set(LOOPBACK_NAMES) | {socket.gethostname(), socket.getfqdn()}
+    out = {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names}
+    if port in (80, 443):  # a browser leaves the default port out of Host and Origin
+        out |= {f"[{n}]" if ":" in n else n for n in names}
+    return out
 
 
 def _cookie(raw: bytes, name: str) -> str | None:
