@@ -173,7 +173,7 @@ port = 0
     log = tmp / "vcam.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "vcam", "run", "--config", str(cfg), "--quiet"], stdout=fh, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "vcam", "run", "--config", str(cfg)], stdout=fh, stderr=subprocess.STDOUT
         )
     url = wait_for(lambda: next((ln.split("panel: ", 1)[1] for ln in log.read_text().splitlines() if "panel: " in ln), None), 120)
     assert url, log.read_text()

@@ -94,7 +94,7 @@ def run(
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
     fast: bool = typer.Option(False, "--fast", help="Files, images, demo: every frame, as fast as the pipeline goes."),
     realtime: bool = typer.Option(False, "--realtime", help="Files, images, demo: at their frame rate, newest frame wins."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line (nor the panel's URL: `vcam panel`)."),
     panel: Optional[str] = typer.Option(
         None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: [panel], on at 8765)."
     ),
@@ -172,7 +172,7 @@ def run(
             on_status=None if several else status_line.update,
             on_stream_status=status_line.update_stream if several else None,
             panel=True,
-            announce=_announce,
+            announce=None if quiet else _announce,  # quiet: `vcam panel` still prints the URL
         )
         try:
             with status_line:
