@@ -172,9 +172,7 @@ port = 0
     )
     log = tmp / "vcam.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vcam", "run", "--config", str(cfg)], stdout=fh, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen([sys.executable, "-m", "vcam", "run", "--config", str(cfg)], stdout=fh, stderr=subprocess.STDOUT)
     url = wait_for(lambda: next((ln.split("panel: ", 1)[1] for ln in log.read_text().splitlines() if "panel: " in ln), None), 120)
     assert url, log.read_text()
     r = Run(proc, url.strip(), out, shots, log)
@@ -403,3 +401,36 @@ def test_the_published_frames_follow_the_panel(run):
         assert colour_pixels(frames[i], "bob") > 150 and colour_pixels(frames[i], "alice") < 20, i
     late = frames[n_carol + 2 : n_carol + 12]
     assert late and all(colour_pixels(f, "carol") > 150 and colour_pixels(f, "bob") < 20 for f in late)
+
+
+def test_several_streams_have_their_rows_and_a_picker(tmp_path):
+    """A daemon with two streams (its states served through the panel's own server): one health row
+    each, and a face clicked after picking stream b changes stream b only."""
+    from test_panel import Backend
+
+    from vcam.panel.access import new_token
+    from vcam.panel.server import PanelServer
+    from vcam.state import RuntimeState
+
+    backend = Backend(tmp_path)
+    first = backend.states["s1"]
+    backend.states = {"a": first, "b": RuntimeState({n: first.face(n) for n in first.names}, active="alice")}
+    srv = PanelServer(backend, token=new_token(), port=0)
+    srv.start()
+    d = browser(400, 1000)
+    try:
+        d.get(srv.url)
+        assert wait_for(lambda: d.execute_script("return window.vcamPanel.updates"), 20)
+        assert d.find_element("id", "stream").is_displayed()
+        assert wait_for(lambda: len(d.find_elements("css selector", "#streams tbody tr")) == 2, 5)
+        from selenium.webdriver.support.ui import Select
+
+        Select(d.find_element("id", "stream")).select_by_value("b")
+        d.find_element("css selector", '#faces .face[data-face="bob"] .pick').click()
+        assert wait_for(lambda: backend.states["b"].active == "bob", 5)
+        assert backend.states["a"].active == "alice"
+        reply = d.execute_script("return window.vcamPanel.lastReply")
+        assert reply["stream"] == "b" and reply["published"] == {"a": 7, "b": 7}
+    finally:
+        d.quit()
+        srv.stop()
