@@ -220,3 +220,22 @@ def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
     assert lines[1].strip() == "http://127.0.0.1:9/?token=abc" and "keep_token" in lines[-1]
     off = build({"control": {"socket": str(tmp_path / "vcam.sock")}, "panel": {"enabled": False}})
     assert "panel is off" in dock_lines(off)[0]
+
+
+def test_a_panel_that_cannot_start_says_so(tmp_path):
+    from vcam.panel.server import PanelServer
+
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    (tmp_path / "key.pem").write_text("not a key")
+    srv = PanelServer(
+        Backend(tmp_path),
+        token=new_token(),
+        host="0.0.0.0",
+        port=0,
+        tls_cert=str(tmp_path / "cert.pem"),
+        tls_key=str(tmp_path / "key.pem"),
+    )
+    with pytest.raises(ConfigError, match=r"the panel did not start"):
+        srv.start()
+    with socket.socket() as s:  # the port was let go
+        s.bind(("0.0.0.0", srv.port))

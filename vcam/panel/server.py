@@ -151,12 +151,19 @@ class PanelServer:
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="vcam-panel", daemon=True)
         self._thread.start()
         self._started.wait(10.0)
+        if not getattr(self._server, "started", False):  # a TLS file it could not load, say (logged)
+            self.stop()
+            raise ConfigError(
+                f"the panel did not start on {self.host}:{self.port}",
+                hint="see the log line above; check [panel] tls_cert/tls_key",
+            )
 
     def _serve(self, sock: socket.socket) -> None:
         try:
             self._server.run(sockets=[sock])
-        except Exception:  # the panel ends, the daemon goes on
-            log.exception("the panel stopped serving")
+        except Exception as exc:  # the panel ends, the daemon goes on
+            log.error("the panel stopped serving: %s: %s", type(exc).__name__, exc)
+            log.debug("the panel's error", exc_info=True)
         finally:
             self._started.set()
             sock.close()
