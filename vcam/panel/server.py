@@ -26,6 +26,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ class PanelServer:
     @property
     def base_url(self) -> str:
         scheme = "https" if self.tls else "http"
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
@@ -150,8 +151,11 @@ class PanelServer:
         self.tap.start()
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="vcam-panel", daemon=True)
         self._thread.start()
-        self._started.wait(10.0)
-        if not getattr(self._server, "started", False):  # a TLS file it could not load, say (logged)
+        self._started.wait(10.0)  # the lifespan ran (or serving failed); uvicorn says started just after
+        deadline = time.monotonic() + 10.0
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not self._server.started:  # a TLS file it could not load, say (logged)
             self.stop()
             raise ConfigError(
                 f"the panel did not start on {self.host}:{self.port}",
