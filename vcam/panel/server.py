@@ -70,7 +70,7 @@ class _Hub:
 
 
 def _static(name: str) -> str:
-    return resources.files("vcam.panel").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("vcam.panel").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
 def _error(exc: BaseException) -> dict:
