@@ -201,11 +201,25 @@ def test_changes_need_the_header_and_a_same_origin(served):
 
 
 @pytest.mark.slow
-def test_panel_flag_and_command_say_what_to_do():
+def test_panel_flag_and_command_say_what_to_do(tmp_path):
+    from conftest import demo_run
+
     res = vcam_cli("run", "--input", "demo", "--panel", "soon")
     assert res.returncode != 0 and "--panel: expected a port number or 'off'" in res.stderr
     res = vcam_cli("panel")
     assert res.returncode != 0 and "no running vcam serves a panel" in res.stderr
+    res = vcam_cli(*[a for a in demo_run("--panel", "off") if a != "--quiet"])
+    assert res.returncode == 0 and "panel:" not in res.stdout + res.stderr, res.stderr
+    # keep_token: the next run's URL is the same (an OBS dock's URL survives the restart)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[panel]\nport = 0\nkeep_token = true\n[control]\nsocket = "{tmp_path / "run" / "vcam.sock"}"\n')
+    tokens = []
+    for _ in range(2):
+        res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])
+        assert res.returncode == 0, res.stderr
+        tokens += [ln.split("token=", 1)[1] for ln in res.stderr.splitlines() if ln.startswith("panel: ")]
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    assert vcam_cli("panel", "--config", str(cfg)).returncode != 0  # that daemon is gone
 
 
 def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):

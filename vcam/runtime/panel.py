@@ -197,7 +197,7 @@ def start_panel(d: Any) -> Any:
         def stop(self) -> None:
             d.rounds.tap = None
             server.stop()
-            if d.instance_lock is not None:
+            if d.instance_lock is not None and not pcfg.keep_token:  # kept: the next run reuses its token
                 remove_panel_file(path)
 
     return _Stop()
