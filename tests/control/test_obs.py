@@ -513,6 +513,7 @@ def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     res = runner.invoke(obs_app, ["setup", "--config", str(cfg_file)])
     assert res.exit_code == 0, res.output
     assert "scene 'CLI Faces' created" in res.output
+    assert "Docks -> Custom Browser Docks..." in res.output  # the panel's dock: steps (no daemon runs: no URL yet)
     assert "note: face 'broken' is damaged" in res.output and "vcam faces remove broken" in res.output
     for n in names:
         assert f"Show 'Face: {n}'" in res.output

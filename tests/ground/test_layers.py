@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vcam.stages",),
     ("vcam.pipeline",),
     ("vcam.control",),
+    ("vcam.panel",),
     ("vcam.runtime",),
     ("vcam.cli", "vcam.__main__"),
 ]  # fmt: skip

@@ -233,6 +233,25 @@ def test_each_person_gets_their_source_and_identity_is_computed_once_per_track(s
     assert rec.calls == [3, 1]
 
 
+def test_match_says_which_target_a_track_matched_and_what_it_gets(state):
+    """Assigner.match (the panel's people in view) answers as assign decided, without recognising anyone."""
+    rec, host = FakeRecogniser(), HostFrames()
+    assigner = Assigner(rec, 0.5, "active")
+    assert assigner.match(1, state.snapshot()) == (None, state.face("alice"))  # no mappings: the active face
+    state.set_mapping("ben", "zed")
+    tracks = [person(1, 1), person(2, 2)]
+    pairs = assigner.assign(tracks, host, state.snapshot())
+    assert rec.calls == [2]
+    snap = state.snapshot()
+    for t, source in pairs:
+        target, got = assigner.match(t.id, snap)
+        assert got is source
+    assert assigner.match(1, snap)[0] == "ben" and assigner.match(2, snap) == (None, state.face("alice"))
+    assert assigner.match(99, snap) == (None, state.face("alice"))  # not recognised (yet)
+    assert Assigner(rec, 0.5, "keep").match(99, snap) == (None, None)
+    assert rec.calls == [2]
+
+
 def test_unmatched_keep_leaves_faces_out_and_order_is_kept(state):
     rec, host = FakeRecogniser(), HostFrames()
     assigner = Assigner(rec, 0.5, "keep")

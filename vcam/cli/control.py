@@ -105,6 +105,28 @@ def obs_setup(
             out.print(line, highlight=False)
     if not cfg.obs.enabled:
         out.print("Then set [obs] enabled = true in config.toml so `vcam run` connects.", highlight=False)
+    for line in dock_lines(cfg):
+        out.print(line, highlight=False)
+
+
+def dock_lines(cfg) -> list[str]:
+    """How to add the control panel as an OBS dock. obs-websocket has no request that adds a dock,
+    and OBS rewrites its own settings files on exit, so the steps are printed with the URL to paste
+    (this run's, with its token, when a daemon is running)."""
+    from vcam.panel.access import read_panel_file
+
+    if not cfg.panel.enabled:
+        return ["The control panel is off ([panel] enabled = false): no dock to add."]
+    data = read_panel_file(cfg.panel_file)
+    url = data["url"] if data else None
+    lines = [
+        "Control panel dock: in OBS, Docks -> Custom Browser Docks..., Dock Name: vcam, URL:",
+        f"  {url}" if url else "  (start `vcam run`, then `vcam panel` prints the URL with its token)",
+        "  then Apply; the dock can be moved beside the preview.",
+    ]
+    if not cfg.panel.keep_token:
+        lines.append("  The token changes with every run: set [panel] keep_token = true to keep one dock URL.")
+    return lines
 
 
 @obs_app.command("status")

@@ -94,7 +94,10 @@ def run(
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
     fast: bool = typer.Option(False, "--fast", help="Files, images, demo: every frame, as fast as the pipeline goes."),
     realtime: bool = typer.Option(False, "--realtime", help="Files, images, demo: at their frame rate, newest frame wins."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line (nor the panel's URL: `vcam panel`)."),
+    panel: Optional[str] = typer.Option(
+        None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: [panel], on at 8765)."
+    ),
     download: Optional[bool] = typer.Option(
         None, "--download/--no-download", help="Download missing models without asking (default: ask on a terminal)."
     ),
@@ -125,6 +128,15 @@ def run(
         ("pipeline", "compile"): ("--compile", compile),
         ("models", "allow_download"): ("--download", download),
     }
+    if panel is not None:
+        value = panel.strip().lower()
+        if value == "off":
+            flags[("panel", "enabled")] = ("--panel", False)
+        elif value.isdigit() and int(value) <= 65535:
+            flags[("panel", "enabled")] = ("--panel", True)
+            flags[("panel", "port")] = ("--panel", int(value))
+        else:
+            fail(VcamError(f"--panel: expected a port number or 'off', got {panel!r}", hint="e.g. --panel 8765 or --panel off"))
     if fast and realtime:
         fail(VcamError("--fast and --realtime contradict each other", hint="pass one of them"))
     overrides: dict[str, dict] = {}
@@ -159,6 +171,8 @@ def run(
             cfg,
             on_status=None if several else status_line.update,
             on_stream_status=status_line.update_stream if several else None,
+            panel=True,
+            announce=None if quiet else _announce,  # quiet: `vcam panel` still prints the URL
         )
         try:
             with status_line:
@@ -198,6 +212,49 @@ def run(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _announce(line: str) -> None:
+    """One line for the user from the daemon (the panel's URL), printed once on stderr."""
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command("panel")
+def panel_cmd(
+    open_: bool = typer.Option(False, "--open", help="Open it in the default browser instead of printing it."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Print the running daemon's control-panel URL (with this run's token), or open it."""
+    from vcam.panel.access import read_panel_file
+
+    cfg = load_config(config)
+    data = read_panel_file(cfg.panel_file)
+    pid = data.get("pid") if data else None
+    alive = isinstance(pid, int) and _pid_alive(pid)
+    if data is None or not alive:
+        fail(
+            VcamError(
+                f"no running vcam serves a panel (nothing at {cfg.panel_file})",
+                hint="start `vcam run` (the panel is on unless [panel] enabled = false or --panel off)",
+            )
+        )
+    if open_:
+        import webbrowser
+
+        if not webbrowser.open(data["url"]):
+            fail(VcamError("no browser could be opened here", hint="run `vcam panel` and open the URL it prints"))
+        return
+    out.print(data["url"], highlight=False, markup=False, soft_wrap=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _StatusLine:

@@ -68,7 +68,8 @@ class Daemon:
     for the first stream; ``outputs``/``sources``: the same by stream name. ``on_status(status,
     active_face, swap_on)``: called at each status interval for the first stream;
     ``on_stream_status(name, status, active_face, swap_on)`` for every stream. ``control``: start
-    the local socket and OBS control. ``hook``: called at every phase boundary of every frame
+    the local socket and OBS control. ``panel``: serve the control panel as ``[panel]`` says
+    (``announce(line)`` is told its URL). ``hook``: called at every phase boundary of every frame
     (:data:`vcam.runtime.rounds.RoundHook`: how measuring tools time the loop). ``timing``: the
     pipelines measure their device-side stage times.
     """
@@ -87,12 +88,16 @@ class Daemon:
         control: bool = True,
         hook: RoundHook | None = None,
         timing: bool = False,
+        panel: bool = False,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.state = state or RuntimeState()
         self._on_status = on_status
         self._on_stream_status = on_stream_status
         self.control_on = control
+        self.panel_on = panel  # serve the panel ([panel]; `vcam run` turns it on)
+        self.announce = announce  # told one-line news for the user (the panel's URL)
         self.instance_lock: Any = None  # the control socket's and OBS scenes' locks (startup.LockSet), once taken
         self.loading: threading.Thread | None = None  # a model load left running by a stop (see startup)
         self.timing = timing

@@ -152,6 +152,8 @@ class Rounds:
     degrader: Degrader | None = None
     telemetry: Telemetry | None = None
     hook: RoundHook | None = None
+    #: Called with (stream, published data) after each publish (the panel's preview); keep it short.
+    tap: Callable[[Stream, Any], None] | None = None
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
@@ -307,6 +309,8 @@ class Rounds:
             self.degrade(st, now, now - stats.t_capture, True)
             return False
         output.send(data)
+        if self.tap is not None:
+            self.tap(st, data)
         if getattr(output, "user_closed", False):  # preview window closed by the user
             self.exit_requested()
         st.last_pub = time.perf_counter()

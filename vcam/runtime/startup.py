@@ -44,6 +44,8 @@ class Daemon(Protocol):
     timing: bool
     should_exit: bool
     control_on: bool
+    panel_on: bool
+    announce: Callable[[str], None] | None
     instance_lock: Any
     loading: threading.Thread | None
     assembly: Assembly | None
@@ -86,6 +88,12 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
         start_capture(d, early=False)
     start_telemetry(d)
     start_control(d)
+    if d.panel_on:
+        from vcam.runtime.panel import start_panel
+
+        panel = start_panel(d)
+        if panel is not None:
+            d.components.append(panel)
 
 
 def take_instance_lock(d: Daemon) -> None:

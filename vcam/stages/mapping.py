@@ -222,6 +222,24 @@ class Assigner:
             self._targets = (snap.mapping, matrix, sources)
         return self._targets[1], self._targets[2]
 
+    def match(self, track_id: int, snap: Snapshot) -> tuple[str | None, SourceFace | None]:
+        """(the target a tracked face matched, the source it gets) as :meth:`assign` decided it: the
+        target is None for a face matching nobody (or not recognised yet), the source None when it
+        is left as filmed."""
+        default = snap.face if self.unmatched == "active" else None
+        emb = self._embeddings.get(track_id)
+        if emb is None or not snap.mapping or self.recogniser is None:
+            return None, (snap.face if not snap.mapping or self.recogniser is None else default)
+        matrix, sources = self._target_matrix(snap)
+        if not sources:
+            return None, default
+        sims = matrix @ emb
+        best = int(np.argmax(sims))
+        if sims[best] < self.threshold:
+            return None, default
+        names = [m.target.name for m in snap.mapping if self.recogniser.name in m.target.embeddings]
+        return names[best], sources[best]
+
     def identity(self, track_id: int) -> np.ndarray | None:
         """The cached (normalised) embedding of a track, if computed."""
         return self._embeddings.get(track_id)

@@ -1,0 +1,216 @@
+"""What the control panel costs the frame loop (issue 31).
+
+    python -m benchmarks.panel [--device cpu|cuda] [--pacing fast|realtime] [--size 640x480]
+        [--seconds 10] [--rounds 2] [--swapper classic | inswapper_128 --model-dir DIR] [--json bench_panel.json]
+
+The real daemon on the demo clip (one face) to the null output, run ``--rounds`` times in each mode,
+alternating (off, on, on, off, ...) in one process so drift falls on both:
+
+- ``panel off``: no panel (control socket on, as in both modes);
+- ``panel on, open, preview on``: the panel served, and a separate reader process holding what an
+  open page holds: the pushed state (``/api/events``) and the preview (``/api/preview``, 320 px JPEG
+  at 5 fps), read as fast as they come.
+
+Per mode: frames published per second (``--pacing fast``: flat out, the CPU criterion: within 5 %),
+capture-to-publish p50/p99 and the frame loop's own time per frame (gathered -> published, through
+the daemon's hook) p50/p99 (the GPU criterion: p99 within 0.1 ms, with ``--pacing realtime``), the
+preview tap's own time on the frame thread (mean and max per published frame), and how many preview
+frames and pushed states the reader got. Prints a table and writes JSON.
+
+On the GPU host: ``python -m benchmarks.panel --device cuda --pacing realtime --size 1920x1080
+--seconds 20 --rounds 3 --json /tmp/bench_panel_gpu.json`` (add ``--swapper inswapper_128
+--model-dir DIR`` for the neural swapper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import write_report
+from vcam.config_file import build
+from vcam.runtime.daemon import Daemon
+from vcam.runtime.rounds import Mark
+
+READER = r"""
+import sys, threading, time, urllib.request
+base, token = sys.argv[1], sys.argv[2]
+counts = {"events": 0, "preview": 0}
+def read(path, key, marker):
+    req = urllib.request.Request(base + path, headers={"X-Vcam-Token": token})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            while True:
+                chunk = res.readline()
+                if not chunk:
+                    return
+                if chunk.startswith(marker):
+                    counts[key] += 1
+    except Exception:
+        return
+for args in (("/api/events", "events", b"event: state"), ("/api/preview", "preview", b"--frame")):
+    threading.Thread(target=read, args=args, daemon=True).start()
+try:
+    sys.stdin.read()
+finally:
+    print(counts["events"], counts["preview"], flush=True)
+"""
+
+
+def config(args: argparse.Namespace, sock: Path) -> Any:
+    w, _, h = args.size.lower().partition("x")
+    swap: dict[str, Any] = {"swapper": args.swapper}
+    models = {"dir": args.model_dir} if args.model_dir else {}
+    return build(
+        {
+            "capture": {"input": "demo", "width": int(w), "height": int(h), "pacing": args.pacing},
+            "pipeline": {"device": args.device, "max_latency": 0},
+            "swap": swap,
+            "models": models,
+            "output": {"target": "null"},
+            "control": {"socket": str(sock)},
+            "panel": {"port": 0},
+        }
+    )
+
+
+def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
+    """One run of the daemon, with or without the panel open; its numbers."""
+    sock = folder / f"vcam-{time.monotonic_ns()}.sock"
+    loop_ms: list[float] = []
+    tap_us: list[float] = []
+    gathered: dict[int, float] = {}
+
+    cpu: list[float] = []  # process CPU seconds at the first frame and at the last one published
+
+    def hook(m: Mark) -> None:
+        if m.phase == "gathered":
+            gathered[m.seq] = m.t
+            if not cpu:
+                cpu.append(time.process_time())
+        elif m.phase == "published" and m.seq in gathered:
+            loop_ms.append((m.t - gathered.pop(m.seq)) * 1000.0)
+            if len(cpu) == 2:
+                cpu[1] = time.process_time()
+            else:
+                cpu.append(time.process_time())
+
+    reader: list[subprocess.Popen] = []
+    d: Daemon
+
+    def announce(line: str) -> None:
+        url = line.split("panel: ", 1)[1]
+        base, token = url.split("/?token=")
+        tap = d.rounds.tap
+        assert tap is not None
+
+        def timed(st: Any, data: Any) -> None:
+            t0 = time.perf_counter()
+            tap(st, data)
+            tap_us.append((time.perf_counter() - t0) * 1e6)
+
+        d.rounds.tap = timed
+        reader.append(
+            subprocess.Popen(
+                [sys.executable, "-c", READER, base, token], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+        )
+
+    d = Daemon(config(args, sock), panel=panel, announce=announce, hook=hook)
+    summary = d.run(duration=args.seconds)
+    events = previews = 0
+    if reader:
+        out, _ = reader[0].communicate("", timeout=30)
+        events, previews = (int(v) for v in out.split())
+    skip = len(loop_ms) // 10  # the first tenth meets warm-ups
+    lm = np.asarray(loop_ms[skip:] or [0.0])
+    tu = np.asarray(tap_us or [0.0])
+    return {
+        "panel": panel,
+        "fps": summary.fps,
+        "frames": summary.frames_out,
+        "latency_p50_ms": summary.percentile(50),
+        "latency_p99_ms": summary.percentile(99),
+        "loop_p50_ms": float(np.percentile(lm, 50)),
+        "loop_p99_ms": float(np.percentile(lm, 99)),
+        # CPU time of the whole daemon process (every thread: the panel's server and encoder too) per
+        # published frame: steadier than fps on a machine others share
+        "cpu_ms_per_frame": (cpu[1] - cpu[0]) * 1000.0 / max(1, len(loop_ms) - 1) if len(cpu) == 2 else 0.0,
+        "tap_mean_us": float(tu.mean()),
+        "tap_max_us": float(tu.max()),
+        "preview_frames": previews,
+        "pushed_states": events,
+        "error": summary.error,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--pacing", default="fast", choices=("fast", "realtime"))
+    ap.add_argument("--size", default="640x480")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--swapper", default="classic")
+    ap.add_argument("--model-dir", default="")
+    ap.add_argument("--json", default="bench_panel.json")
+    args = ap.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vcam-bench-panel-") as tmp:
+        folder = Path(tmp) / "run"
+        folder.mkdir(mode=0o700)
+        for r in range(args.rounds):
+            for panel in (False, True) if r % 2 == 0 else (True, False):
+                row = segment(args, panel, folder)
+                rows.append(row)
+                mode = "on " if panel else "off"
+                print(f"  round {r + 1} panel {mode}: {row['fps']:.1f} fps, loop p99 {row['loop_p99_ms']:.2f} ms")
+    summary = {}
+    for panel in (False, True):
+        mine = [x for x in rows if x["panel"] is panel]
+        summary["on" if panel else "off"] = {
+            k: float(np.median([x[k] for x in mine]))
+            for k in (
+                "fps",
+                "latency_p50_ms",
+                "latency_p99_ms",
+                "loop_p50_ms",
+                "loop_p99_ms",
+                "cpu_ms_per_frame",
+                "tap_mean_us",
+                "tap_max_us",
+            )
+        } | {"preview_frames": sum(x["preview_frames"] for x in mine), "pushed_states": sum(x["pushed_states"] for x in mine)}
+    off, on = summary["off"], summary["on"]
+    per = f"{args.rounds} x {args.seconds:g} s per mode (medians)"
+    print(f"\n{args.device}, {args.size}, {args.swapper}, pacing {args.pacing}, {per}")
+    cols = ("fps", 7), ("lat p50", 8), ("lat p99", 8), ("loop p50", 9), ("loop p99", 9), ("cpu/frame", 9), ("tap mean", 9)
+    cols += (("tap max", 8),)
+    head = f"{'mode':32} " + " ".join(f"{c:>{w}}" for c, w in cols) + f" {'previews':>8} {'states':>6}"
+    print(head)
+    for label, s in (("panel off", off), ("panel on, open, preview on", on)):
+        print(
+            f"{label:32} {s['fps']:7.1f} {s['latency_p50_ms']:7.2f}ms {s['latency_p99_ms']:7.2f}ms {s['loop_p50_ms']:8.3f}ms"
+            f" {s['loop_p99_ms']:8.3f}ms {s['cpu_ms_per_frame']:7.2f}ms {s['tap_mean_us']:7.1f}us {s['tap_max_us']:6.0f}us"
+            f" {s['preview_frames']:8d} {s['pushed_states']:6d}"
+        )
+    ratio = on["fps"] / off["fps"] if off["fps"] else 0.0
+    gap = on["loop_p99_ms"] - off["loop_p99_ms"]
+    cpu = on["cpu_ms_per_frame"] / off["cpu_ms_per_frame"] if off["cpu_ms_per_frame"] else 0.0
+    print(f"fps on/off: {ratio:.3f} ({(ratio - 1) * 100:+.1f} %); loop p99 on - off: {gap:+.3f} ms")
+    print(f"CPU per frame on/off: {cpu:.3f} ({(cpu - 1) * 100:+.1f} %)")
+    return write_report(
+        args.json,
+        {"benchmark": "panel", "args": vars(args), "rows": rows, "summary": summary, "fps_ratio": ratio, "cpu_ratio": cpu},
+    )
+
+
+if __name__ == "__main__":
+    main()

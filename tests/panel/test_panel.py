@@ -1,0 +1,255 @@
+"""The panel's parts without a browser: the preview's shrinking and its tap, the bind rule, the
+token file, and the guard's rules over real HTTP against a served panel (the browser test in
+test_panel_browser.py drives the whole page against a real daemon)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import vcam_cli
+
+from vcam.errors import ConfigError
+from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
+from vcam.panel.access import allowed_hosts, check_bind, new_token, read_panel_file, remove_panel_file, write_panel_file
+from vcam.panel.preview import PreviewTap, encode, shrink
+from vcam.state import RuntimeState
+from vcam.types import PixelFormat, SourceFace
+
+
+def picture(w: int = 1280, h: int = 720) -> np.ndarray:
+    """Smooth colour ramps (nearest-neighbour sampling of them stays close to an area resize)."""
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (w + h)], axis=2).astype(np.uint8)
+
+
+@pytest.mark.parametrize("fmt", [PixelFormat.BGR, PixelFormat.I420, PixelFormat.NV12, PixelFormat.RGB])
+def test_shrink_keeps_the_picture_in_each_output_format(fmt):
+    bgr = picture()
+    data = bgr if fmt is PixelFormat.BGR else bgr[:, :, ::-1].copy() if fmt is PixelFormat.RGB else from_bgr_cv(bgr, fmt)
+    small, w, h = shrink(data, fmt, 320)
+    assert (w, h) == (320, 180)
+    back = to_bgr_cv(small, fmt, w, h)
+    want = bgr[::4, ::4][:180, :320]
+    assert np.abs(back.astype(int) - want.astype(int)).mean() < 4
+    jpeg = encode(small, fmt, w, h, 320)
+    assert jpeg[:2] == b"\xff\xd8" and len(jpeg) < 40_000
+    assert shrink(np.zeros(100, np.uint8), PixelFormat.MJPEG) is None
+
+
+def test_the_tap_takes_nothing_until_watched_and_drops_a_frame_overwritten_meanwhile():
+    tap = PreviewTap(fps=1000)
+    data = from_bgr_cv(picture(640, 480), PixelFormat.I420)
+    tap.offer("s1", data, PixelFormat.I420)
+    assert tap.offered == 0 and tap._job is None
+    tap.start()
+    try:
+        tap.watch("s1")
+        begun = [10]
+        tap.offer("s1", data, PixelFormat.I420, lambda: begun[0], 1)
+        assert _until(lambda: tap.frames.get("s1")) and tap.frames["s1"][0] == 1
+        calls = iter([20, 22])  # two frames begun before the encoder got to it: more than the slack of 1
+        tap._next["s1"] = 0.0
+        tap.offer("s1", data, PixelFormat.I420, lambda: next(calls), 1)
+        assert _until(lambda: tap.stale == 1) and tap.frames["s1"][0] == 1
+        tap.unwatch("s1")
+        tap._next["s1"] = 0.0
+        tap.offer("s1", data, PixelFormat.I420)
+        assert tap.offered == 2
+    finally:
+        tap.stop()
+
+
+def _until(fn, timeout: float = 5.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if fn():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_only_loopback_is_served_without_tls(tmp_path):
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        check_bind(host, "", "")
+    with pytest.raises(ConfigError, match=r"not loopback") as info:
+        check_bind("0.0.0.0", "", "")
+    assert "tls_cert" in info.value.hint
+    with pytest.raises(ConfigError, match=r"is not a file"):
+        check_bind("192.168.1.5", str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    (tmp_path / "cert.pem").write_text("x")
+    (tmp_path / "key.pem").write_text("x")
+    check_bind("192.168.1.5", str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    assert allowed_hosts("127.0.0.1", 8765) == {"127.0.0.1:8765", "localhost:8765", "[::1]:8765"}
+    assert allowed_hosts("cam.lan", 443) == {"cam.lan:443", "cam.lan"}
+    assert {"127.0.0.1:443", f"{socket.gethostname()}:443"} <= allowed_hosts("0.0.0.0", 443)
+
+
+def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
+    path = tmp_path / "vcam.sock.panel"
+    token = new_token()
+    assert len(token) >= 40 and new_token() != token and new_token(token) == token and new_token("short") != "short"
+    write_panel_file(path, "http://127.0.0.1:1/?token=" + token, token)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_panel_file(path)["token"] == token
+    other = json.loads(path.read_text()) | {"pid": os.getpid() + 1}
+    path.write_text(json.dumps(other))
+    remove_panel_file(path)
+    assert path.exists()  # another daemon's
+    write_panel_file(path, "u", token)
+    remove_panel_file(path)
+    assert not path.exists()
+
+
+# --- the guard, over HTTP -----------------------------------------------------------------------------
+
+
+class Backend:
+    """The daemon as the panel sees it, with two faces and no people (the browser test has a real one)."""
+
+    def __init__(self, faces_dir: Path) -> None:
+        img = np.zeros((128, 128, 3), np.uint8)
+        self.states = {"s1": RuntimeState({n: SourceFace(n, img) for n in ("alice", "bob")}, active="alice")}
+        self.faces_dir = faces_dir
+
+    def info(self):
+        return {"device": "cpu", "models": []}
+
+    def people(self, stream):
+        return []
+
+    def map_person(self, stream, track, source):
+        raise ConfigError("per-person mapping is off in this run")
+
+    def add_face(self, photo, name):
+        raise ConfigError("not here")
+
+    def remove_face(self, name):
+        raise ConfigError("not here")
+
+    def published(self, stream):
+        return 7
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from vcam.panel.server import PanelServer
+
+    srv = PanelServer(Backend(tmp_path_factory.mktemp("faces")), token=new_token(), port=0)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def call(srv, path, *, method="GET", body=None, headers=None):
+    req = urllib.request.Request(srv.base_url + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.build_opener(_NoRedirect).open(req, timeout=10) as res:
+            return res.status, dict(res.headers), res.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_the_guard_asks_for_the_token_on_every_request(served):
+    for path in ("/", "/api/state", "/static/panel.js", "/api/faces/alice/thumb", "/nowhere"):
+        assert call(served, path)[0] == 401, path
+    status, headers, _ = call(served, f"/api/state?token={served.token}")
+    assert status == 303 and headers["location"] == "/api/state"
+    assert "SameSite=Strict" in headers["set-cookie"] and "HttpOnly" in headers["set-cookie"]
+    cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
+    status, headers, body = call(served, "/api/state", headers=cookie)
+    assert status == 200 and json.loads(body)["streams"][0]["face"] == "alice"
+    assert "access-control-allow-origin" not in {k.lower() for k in headers}
+    assert headers["cache-control"] == "no-store" and "script-src 'self'" in headers["content-security-policy"]
+    status, _, body = call(served, "/", headers=cookie)
+    assert status == 200 and served.token.encode() in body  # the page carries it for its POSTs
+    assert call(served, "/api/faces/alice/thumb", headers=cookie)[2][:4] == b"\x89PNG"
+    assert call(served, "/", method="PUT", headers=cookie)[0] == 405
+
+
+def test_changes_need_the_header_and_a_same_origin(served):
+    token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
+    cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
+    assert call(served, "/api/command", method="POST", body=b'{"face": "bob"}', headers=cookie)[0] == 403
+    evil = {**token, "Origin": "http://evil.test"}
+    assert call(served, "/api/command", method="POST", body=b'{"face": "bob"}', headers=evil)[0] == 403
+    assert call(served, "/api/command", method="POST", body=b'{"face": "bob"}', headers={**token, "Host": "evil.test"})[0] == 403
+    assert served.backend.states["s1"].active == "alice"
+    own = {**token, "Origin": served.base_url}
+    status, _, body = call(served, "/api/command", method="POST", body=b'{"face": "bob"}', headers=own)
+    reply = json.loads(body)
+    assert status == 200 and reply["face"] == "bob" and reply["published"] == {"s1": 7}
+    status, _, body = call(served, "/api/command", method="POST", body=b'{"face": "nobody"}', headers=token)
+    assert status == 400 and json.loads(body)["error"] == "unknown face 'nobody'"
+    status, _, body = call(served, "/api/command", method="POST", body=b"{not json", headers=token)
+    assert status == 400 and "JSON" in json.loads(body)["error"]
+    status, _, body = call(served, "/api/people", method="POST", body=b'{"track": 1, "source": "bob"}', headers=token)
+    assert status == 400 and "mapping is off" in json.loads(body)["error"]
+
+
+@pytest.mark.slow
+def test_panel_flag_and_command_say_what_to_do(tmp_path):
+    from conftest import demo_run
+
+    res = vcam_cli("run", "--input", "demo", "--panel", "soon")
+    assert res.returncode != 0 and "--panel: expected a port number or 'off'" in res.stderr
+    res = vcam_cli("panel")
+    assert res.returncode != 0 and "no running vcam serves a panel" in res.stderr
+    res = vcam_cli(*[a for a in demo_run("--panel", "off") if a != "--quiet"])
+    assert res.returncode == 0 and "panel:" not in res.stdout + res.stderr, res.stderr
+    # keep_token: the next run's URL is the same (an OBS dock's URL survives the restart)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[panel]\nport = 0\nkeep_token = true\n[control]\nsocket = "{tmp_path / "run" / "vcam.sock"}"\n')
+    tokens = []
+    for _ in range(2):
+        res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])
+        assert res.returncode == 0, res.stderr
+        tokens += [ln.split("token=", 1)[1] for ln in res.stderr.splitlines() if ln.startswith("panel: ")]
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    assert vcam_cli("panel", "--config", str(cfg)).returncode != 0  # that daemon is gone
+
+
+def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
+    from vcam.cli.control import dock_lines
+    from vcam.config_file import build
+
+    cfg = build({"control": {"socket": str(tmp_path / "vcam.sock")}})
+    lines = dock_lines(cfg)
+    assert "Docks -> Custom Browser Docks" in lines[0] and "`vcam panel` prints the URL" in lines[1]
+    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/?token=abc", "abc")
+    lines = dock_lines(cfg)
+    assert lines[1].strip() == "http://127.0.0.1:9/?token=abc" and "keep_token" in lines[-1]
+    off = build({"control": {"socket": str(tmp_path / "vcam.sock")}, "panel": {"enabled": False}})
+    assert "panel is off" in dock_lines(off)[0]
+
+
+def test_a_panel_that_cannot_start_says_so(tmp_path):
+    from vcam.panel.server import PanelServer
+
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    (tmp_path / "key.pem").write_text("not a key")
+    srv = PanelServer(
+        Backend(tmp_path),
+        token=new_token(),
+        host="0.0.0.0",
+        port=0,
+        tls_cert=str(tmp_path / "cert.pem"),
+        tls_key=str(tmp_path / "key.pem"),
+    )
+    with pytest.raises(ConfigError, match=r"the panel did not start"):
+        srv.start()
+    with socket.socket() as s:  # the port was let go
+        s.bind(("0.0.0.0", srv.port))

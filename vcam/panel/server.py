@@ -1,0 +1,394 @@
+"""The panel's web server: a Starlette app behind :class:`~vcam.panel.access.Guard`, served by
+uvicorn on its own thread (its own event loop) inside the daemon's process.
+
+Routes (every one needs the token, see :mod:`vcam.panel.access`)::
+
+    GET  /                      the page (static/index.html, with this run's token for its POSTs)
+    GET  /static/panel.js|css   its script and style
+    GET  /api/state             everything the page shows, once (view.PanelView.snapshot)
+    GET  /api/events            the same, pushed as Server-Sent Events: every second and on each change
+    GET  /api/faces/NAME/thumb  a face's stored crop (PNG)
+    GET  /api/preview?stream=S  the published picture, multipart JPEG (preview.PreviewTap): on while open
+    POST /api/command           a `vcam ctl` command object, answered as `vcam ctl` is (plus "published")
+    POST /api/people            {"stream", "track", "source"}: map a person in view
+    POST /api/faces?filename=F&name=N   the photo as the body: `vcam faces add`
+    POST /api/faces/NAME/remove        `vcam faces remove`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from vcam.control.local import MAX_LINE, handle_command
+from vcam.errors import ConfigError, VcamError
+from vcam.panel.access import Guard, allowed_hosts, check_bind, url_with_token
+from vcam.panel.preview import PreviewTap
+from vcam.panel.view import Backend, PanelView
+from vcam.stages.photos import MAX_PHOTO_BYTES
+
+log = logging.getLogger(__name__)
+
+PUSH_INTERVAL = 1.0  # seconds between pushed states when nothing changes
+STATIC = ("index.html", "panel.js", "panel.css")
+
+
+class _Hub:
+    """Wakes every waiting reader at once (on the server's loop); ``fire`` from any thread."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def _set(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._set)
+
+    async def wait(self, timeout: float) -> None:
+        if self._event is None:
+            self._event = asyncio.Event()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+
+
+def _static(name: str) -> str:
+    return resources.files("vcam.panel").joinpath("static").joinpath(name).read_text(encoding="utf-8")
+
+
+def _error(exc: BaseException) -> dict:
+    if isinstance(exc, VcamError):
+        return {"ok": False, "error": exc.message, "hint": exc.hint}
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "hint": "see the daemon's log"}
+
+
+class PanelServer:
+    """Serve the panel for ``backend`` on ``host``:``port`` (0: any free port) until :meth:`stop`.
+    ``tap``: the preview frames (the daemon offers its published frames to it)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls_cert: str = "",
+        tls_key: str = "",
+        tap: PreviewTap | None = None,
+    ) -> None:
+        check_bind(host, tls_cert, tls_key)
+        self.backend, self.token, self.host, self.port = backend, token, host, port
+        self.tls = (str(Path(tls_cert).expanduser()), str(Path(tls_key).expanduser())) if tls_cert and tls_key else None
+        self.tap = tap or PreviewTap()
+        self.view = PanelView(backend)
+        self._changes, self._frames = _Hub(), _Hub()
+        self._closing = False
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The URL with this run's token (what `vcam run` prints and `vcam panel` opens)."""
+        return url_with_token(self.base_url, self.token)
+
+    def start(self) -> None:
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"the panel cannot listen on {self.host}:{self.port}: {exc.strerror or exc}",
+                hint="set [panel] port (or --panel PORT) to a free port, or --panel off",
+            ) from None
+        sock.listen(64)
+        self.port = sock.getsockname()[1]
+        app = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            ssl_certfile=self.tls[0] if self.tls else None,
+            ssl_keyfile=self.tls[1] if self.tls else None,
+        )
+        self._server = uvicorn.Server(config)
+        for state in self.backend.states.values():
+            state.subscribe(lambda _snap: self._changes.fire())
+        self.tap.on_frame = lambda _stream: self._frames.fire()
+        self.tap.start()
+        self._thread = threading.Thread(target=self._serve, args=(sock,), name="vcam-panel", daemon=True)
+        self._thread.start()
+        self._started.wait(10.0)  # the lifespan ran (or serving failed); uvicorn says started just after
+        deadline = time.monotonic() + 10.0
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not self._server.started:  # a TLS file it could not load, say (logged)
+            self.stop()
+            raise ConfigError(
+                f"the panel did not start on {self.host}:{self.port}",
+                hint="see the log line above; check [panel] tls_cert/tls_key",
+            )
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            self._server.run(sockets=[sock])
+        except Exception as exc:  # the panel ends, the daemon goes on
+            log.error("the panel stopped serving: %s: %s", type(exc).__name__, exc)
+            log.debug("the panel's error", exc_info=True)
+        finally:
+            self._started.set()
+            sock.close()
+
+    def stop(self) -> None:
+        self._closing = True
+        if self._server is not None:
+            self._server.should_exit = True
+        self._changes.fire()
+        self._frames.fire()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+        self.tap.stop()
+
+    close = stop
+
+    # -- the app ---------------------------------------------------------------------------------
+    def _app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app):
+            self._changes.loop = self._frames.loop = asyncio.get_running_loop()
+            sampler = asyncio.create_task(self._sample())
+            self._started.set()
+            try:
+                yield
+            finally:
+                sampler.cancel()
+
+        routes = [
+            Route("/", self._index),
+            Route("/static/{name}", self._static),
+            Route("/api/state", self._state),
+            Route("/api/events", self._events),
+            Route("/api/faces/{name}/thumb", self._thumb),
+            Route("/api/preview", self._preview),
+            Route("/api/command", self._command, methods=["POST"]),
+            Route("/api/people", self._people, methods=["POST"]),
+            Route("/api/faces", self._add_face, methods=["POST"]),
+            Route("/api/faces/{name}/remove", self._remove_face, methods=["POST"]),
+        ]
+        return Starlette(routes=routes, lifespan=lifespan)
+
+    async def _sample(self) -> None:
+        while True:
+            self.view.sample()
+            await asyncio.sleep(1.0)
+
+    async def _index(self, request):
+        from starlette.responses import HTMLResponse
+
+        return HTMLResponse(_static("index.html").replace("{{TOKEN}}", self.token))
+
+    async def _static(self, request):
+        from starlette.responses import Response
+
+        name = request.path_params["name"]
+        if name not in STATIC[1:]:
+            return Response("not found\n", 404, media_type="text/plain")
+        kind = "text/javascript" if name.endswith(".js") else "text/css"
+        return Response(_static(name), media_type=f"{kind}; charset=utf-8")
+
+    async def _state(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        return JSONResponse(await run_in_threadpool(self.view.snapshot))
+
+    async def _events(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import StreamingResponse
+
+        async def stream():
+            while not self._closing:
+                snap = await run_in_threadpool(self.view.snapshot)
+                yield f"event: state\ndata: {json.dumps(snap)}\n\n"
+                await self._changes.wait(PUSH_INTERVAL)
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    async def _thumb(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import Response
+
+        png = await run_in_threadpool(self.view.thumbnail, request.path_params["name"])
+        if png is None:
+            return Response("no such face\n", 404, media_type="text/plain")
+        return Response(png, media_type="image/png")
+
+    async def _preview(self, request):
+        from starlette.responses import Response, StreamingResponse
+
+        names = list(self.backend.states)
+        name = request.query_params.get("stream") or names[0]
+        if name not in names:
+            return Response(f"no stream {name!r}\n", 404, media_type="text/plain")
+        tap = self.tap
+
+        async def frames():
+            tap.watch(name)
+            seen, quiet = 0, 0
+            try:
+                while not self._closing:
+                    version, jpeg = tap.frames.get(name, (0, b""))
+                    if jpeg and (version != seen or quiet >= 4):  # a frame again now and then: a closed
+                        seen, quiet = version, 0  # reader is noticed even when the picture stands still
+                        head = f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n\r\n"
+                        yield head.encode() + jpeg + b"\r\n"
+                    quiet += 1
+                    await self._frames.wait(0.5)
+            finally:
+                tap.unwatch(name)
+
+        return StreamingResponse(frames(), media_type="multipart/x-mixed-replace; boundary=frame")
+
+    # -- changes (POST) ------------------------------------------------------------------------
+    async def _json_body(self, request) -> Any:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_LINE:
+                raise ValueError("the request is too long")
+        return json.loads(body or b"null")
+
+    def _run_command(self, cmd: Any) -> dict:
+        states = self.backend.states
+        first = next(iter(states.values()))
+        reply = handle_command(first, cmd, states if len(states) > 1 else None)
+        reply["published"] = {name: self.backend.published(name) for name in states}
+        return reply
+
+    async def _command(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        try:
+            cmd = await self._json_body(request)
+        except (ValueError, RecursionError):
+            return JSONResponse({"ok": False, "error": "the body must be one JSON command object"}, 400)
+        reply = await run_in_threadpool(self._run_command, cmd)
+        self._changes.fire()
+        return JSONResponse(reply, 200 if reply.get("ok") else 400)
+
+    async def _people(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        try:
+            body = await self._json_body(request)
+            stream = str(body.get("stream") or next(iter(self.backend.states)))
+            track, source = int(body["track"]), str(body["source"])
+        except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
+            return JSONResponse({"ok": False, "error": 'expected {"stream": S, "track": N, "source": FACE}'}, 400)
+        try:
+            reply = await run_in_threadpool(self.backend.map_person, stream, track, source)
+        except Exception as exc:
+            return JSONResponse(_error(exc), 400)
+        reply["published"] = {name: self.backend.published(name) for name in self.backend.states}
+        self._changes.fire()
+        return JSONResponse(reply, 200 if reply.get("ok") else 400)
+
+    async def _add_face(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        too_big = {
+            "ok": False,
+            "error": f"the photo is over {MAX_PHOTO_BYTES // (1 << 20)} MiB, too large for a face photo",
+            "hint": "scale it down (4000 px on the long side is plenty) and try again",
+        }
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_PHOTO_BYTES):
+            return JSONResponse(too_big, 413)  # refused before a byte of the body is read
+        filename = _safe_filename(request.query_params.get("filename", ""))
+        name = request.query_params.get("name") or None
+        folder = Path(tempfile.mkdtemp(prefix="vcam-upload-"))
+        try:
+            path = folder / filename
+            size = 0
+            with open(path, "wb") as fh:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_PHOTO_BYTES:
+                        return JSONResponse(too_big, 413)
+                    fh.write(chunk)
+            if size == 0:
+                return JSONResponse({"ok": False, "error": "the upload is empty", "hint": "choose a photo file"}, 400)
+            try:
+                added = await run_in_threadpool(self.backend.add_face, path, name)
+            except Exception as exc:
+                if not isinstance(exc, VcamError):
+                    log.exception("adding a face from the panel failed")
+                reply = _error(exc)  # the upload's temporary path means nothing to the user: its file name does
+                reply["error"] = reply["error"].replace(str(path), filename)
+                return JSONResponse(reply, 400)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._changes.fire()
+        return JSONResponse({"ok": True, "face": added})
+
+    async def _remove_face(self, request):
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        name = request.path_params["name"]
+        try:
+            await run_in_threadpool(self.backend.remove_face, name)
+        except Exception as exc:
+            return JSONResponse(_error(exc), 400)
+        self._changes.fire()
+        return JSONResponse({"ok": True, "removed": name})
+
+
+def _safe_filename(raw: str) -> str:
+    """An uploaded file's name reduced to its last part in safe characters (its stem names the face,
+    as `vcam faces add` names it after the file); 'photo.jpg' when nothing usable is left."""
+    base = re.split(r"[\\/]", raw)[-1]
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.")[:100]
+    if not base:
+        return "photo.jpg"
+    return base if "." in base else base + ".jpg"

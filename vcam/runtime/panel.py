@@ -1,0 +1,203 @@
+"""The daemon's side of the control panel: :class:`DaemonBackend` answers the panel's questions
+(:class:`vcam.panel.view.Backend`) from the running daemon, and :func:`start_panel` serves it.
+
+Faces added from the panel go through :meth:`vcam.stages.faces.FaceBank.add` with the detector
+`vcam faces add` uses (its own instance, never the frame loop's) and the run's recogniser, then load
+into every stream as a face added to the bank while the daemon runs does (not activated). A person
+in view is mapped by the identity the run's recogniser gave their track: a target named
+``person-ID`` carrying that embedding, then the ``map`` command of ``vcam ctl``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vcam.control.local import handle_command
+from vcam.errors import ControlError, FaceError, VcamError
+from vcam.state import MAPPING_OFF_HINT, RuntimeState
+from vcam.types import SourceFace
+
+log = logging.getLogger(__name__)
+
+
+class DaemonBackend:
+    """:class:`vcam.panel.view.Backend` over a running daemon (``d``: as
+    :class:`vcam.runtime.startup.Daemon` describes it)."""
+
+    def __init__(self, d: Any) -> None:
+        self.d = d
+        self.states: dict[str, RuntimeState] = {st.name: st.state for st in d.streams}
+        self.faces_dir: Path = d.cfg.faces_dir
+        self._detector: Any = None
+        self._lock = threading.Lock()  # one bank change at a time
+
+    def _stream(self, name: str) -> Any:
+        for st in self.d.streams:
+            if st.name == name:
+                return st
+        raise ControlError(f"no stream {name!r}", hint="streams of this daemon: " + ", ".join(self.states))
+
+    def info(self) -> dict:
+        asm = self.d.assembly
+        if asm is None:
+            return {"device": "", "models": []}
+        models = [{"role": p.role, "model": p.model, "where": p.where} for p in asm.placements]
+        return {"device": asm.device, "models": models}
+
+    def published(self, stream: str) -> int:
+        return self._stream(stream).summary.frames_out
+
+    def people(self, stream: str) -> list[dict]:
+        st = self._stream(stream)
+        pipe = st.pipeline
+        if pipe is None:
+            return []
+        snap = st.state.snapshot()
+        assigner = getattr(pipe, "assigner", None)
+        out = []
+        for t in list(getattr(pipe, "last_tracks", None) or ()):
+            if assigner is not None:
+                target, source = assigner.match(t.id, snap)
+            else:
+                target, source = None, snap.face
+            if not snap.swap_enabled:
+                source = None
+            box = [round(float(v)) for v in np.asarray(t.box).reshape(-1)[:4]]
+            out.append({"track": int(t.id), "box": box, "target": target, "source": source.name if source else None})
+        return out
+
+    def map_person(self, stream: str, track: int, source: str) -> dict:
+        st = self._stream(stream)
+        pipe = st.pipeline
+        assigner = getattr(pipe, "assigner", None)
+        state = st.state
+        if assigner is None or assigner.recogniser is None:
+            raise ControlError("per-person mapping is off in this run (no recogniser is loaded)", hint=MAPPING_OFF_HINT)
+        if not any(t.id == track for t in (getattr(pipe, "last_tracks", None) or ())):
+            raise FaceError(f"person {track} is no longer in view", hint="pick someone in view now")
+        target, _ = assigner.match(track, state.snapshot())
+        if target is None:
+            identity = assigner.identity(track)
+            if identity is None:
+                raise FaceError(f"person {track} is not recognised yet", hint="try again in a moment")
+            face = SourceFace(
+                name=f"person-{track}",
+                image=np.zeros((1, 1, 3), np.uint8),
+                embeddings={assigner.recogniser.name: np.asarray(identity, np.float32)},
+            )
+            target = state.add_target(face)
+        cmd: dict[str, Any] = {"map": {"target": target, "source": source}}
+        if len(self.states) > 1:
+            cmd["stream"] = stream
+        return handle_command(state, cmd, self.states if len(self.states) > 1 else None)
+
+    def _photo_detector(self) -> Any:
+        """The detector `vcam faces add` uses, built once (not the frame loop's: no sharing)."""
+        if self._detector is None:
+            from vcam.runtime.roles import stage_params
+            from vcam.stages.detect import RetinaFaceDetector
+            from vcam.stages.detections import DetectParams
+
+            cfg = self.d.cfg
+            self._detector = RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
+        return self._detector
+
+    def add_face(self, photo: Path, name: str | None) -> str:
+        from vcam.stages.faces import FaceBank
+
+        asm = self.d.assembly
+        recogniser = asm.recogniser if asm is not None else None
+        bank = FaceBank(self.faces_dir)
+        with self._lock:
+            entry = bank.add(photo, name, detector=self._photo_detector(), recogniser=recogniser)
+        if asm is not None:
+            try:
+                face = bank.load(entry.name, recogniser=recogniser, swappers=[asm.swapper])
+            except VcamError as exc:  # stored, but not loadable now: it loads on first use
+                log.warning("face '%s' added but not loaded: %s", entry.name, exc)
+                return entry.name
+            for state in self.states.values():
+                state.add_face(face, activate=False)
+        log.info("face '%s' added from the panel", entry.name)
+        return entry.name
+
+    def remove_face(self, name: str) -> None:
+        from vcam.stages.faces import FaceBank
+
+        bank = FaceBank(self.faces_dir)
+        if name not in bank:
+            loaded = any(state.face(name) is not None for state in self.states.values())
+            raise FaceError(
+                f"'{name}' is not in the face bank" if loaded else f"unknown face '{name}'",
+                hint="it was given to `vcam run` as a photo; only bank faces can be removed"
+                if loaded
+                else "known faces: " + ", ".join(bank.names()),
+            )
+        with self._lock:
+            bank.remove(name)
+        for state in self.states.values():
+            state.remove_face(name)
+        log.info("face '%s' removed from the panel", name)
+
+
+def start_panel(d: Any) -> Any:
+    """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
+    the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
+    The URL with its token goes to ``d.announce`` and, when this daemon holds the control socket's
+    lock, into the panel file beside the socket (mode 0600) for `vcam panel`."""
+    pcfg = d.cfg.panel
+    if not pcfg.enabled:
+        return None
+    from vcam.panel.access import new_token, read_panel_file, remove_panel_file, write_panel_file
+    from vcam.panel.server import PanelServer
+
+    path = d.cfg.panel_file
+    previous = (read_panel_file(path) or {}).get("token") if pcfg.keep_token and d.instance_lock is not None else None
+    try:
+        server = PanelServer(
+            DaemonBackend(d),
+            token=new_token(previous),
+            host=pcfg.host,
+            port=pcfg.port,
+            tls_cert=pcfg.tls_cert,
+            tls_key=pcfg.tls_key,
+        )
+        server.start()
+    except VcamError as exc:
+        log.warning("panel disabled: %s", exc)
+        return None
+    offer = server.tap.offer
+    # A published frame stays valid until `ring` more frames are begun; one more may already be
+    # begun when it is published where rounds overlap (the GPU).
+    overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
+    slack = {st.name: max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1)) for st in d.streams}
+
+    def tap(st: Any, data: Any) -> None:
+        summary = st.summary
+        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack[st.name])
+
+    d.rounds.tap = tap
+    if d.instance_lock is not None:
+        try:
+            write_panel_file(path, server.url, server.token)
+        except OSError as exc:
+            log.warning("cannot write %s (`vcam panel` will not find the URL): %s", path, exc)
+    announce = getattr(d, "announce", None)
+    if announce is not None:
+        announce(f"panel: {server.url}")
+    else:
+        log.info("panel at %s", server.base_url)
+
+    class _Stop:
+        def stop(self) -> None:
+            d.rounds.tap = None
+            server.stop()
+            if d.instance_lock is not None and not pcfg.keep_token:  # kept: the next run reuses its token
+                remove_panel_file(path)
+
+    return _Stop()
