@@ -122,10 +122,10 @@ __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, 
     return top * (1.0f - fy) + bot * fy;
 }
 
-// frame (height, width, 3) uint8 in place; source (sh, sw, 4) float32 B, G, R, face weight; mask
+// frame (height, width, 3) uint8 in place; source (sh, sw, 4) uint8 B, G, R, face weight (255: 1); mask
 // (size, size) float32 of this face; affine (12,) float32 of this face. One thread per box pixel.
 extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int width, int height,
-                                         const float* __restrict__ source, int sw, int sh,
+                                         const unsigned char* __restrict__ source, int sw, int sh,
                                          const float* __restrict__ mask, const float* __restrict__ affine,
                                          const Render p) {
     int bw = p.box[2] - p.box[0], bh = p.box[3] - p.box[1];
@@ -160,15 +160,15 @@ extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int 
     int x0 = (int)floorf(sx), y0 = (int)floorf(sy);
     int x1 = min(x0 + 1, sw - 1), y1 = min(y0 + 1, sh - 1);
     float fx = sx - (float)x0, fy = sy - (float)y0;
-    const float* r0 = source + (size_t)y0 * sw * 4;
-    const float* r1 = source + (size_t)y1 * sw * 4;
+    const unsigned char* r0 = source + (size_t)y0 * sw * 4;
+    const unsigned char* r1 = source + (size_t)y1 * sw * 4;
     float s[4];
     for (int c = 0; c < 4; ++c) {
-        float top = r0[x0 * 4 + c] * (1.0f - fx) + r0[x1 * 4 + c] * fx;
-        float bot = r1[x0 * 4 + c] * (1.0f - fx) + r1[x1 * 4 + c] * fx;
+        float top = (float)r0[x0 * 4 + c] * (1.0f - fx) + (float)r0[x1 * 4 + c] * fx;
+        float bot = (float)r1[x0 * 4 + c] * (1.0f - fx) + (float)r1[x1 * 4 + c] * fx;
         s[c] = top * (1.0f - fy) + bot * fy;
     }
-    a = a * s[3];
+    a = a * (s[3] * (1.0f / 255.0f));
     if (!(a > 0.0f)) return;
     unsigned char* px = frame + ((size_t)y * width + x) * 3;
     for (int c = 0; c < 3; ++c) {

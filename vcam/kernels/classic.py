@@ -11,7 +11,8 @@ blended straight into the frame at the frame's resolution, and the per-face colo
   3 x 4 product instead of two colour-space conversions.
 - :func:`classic_paste_ref`: per frame pixel of a face's paste box: crop point (``crop_from_frame``),
   the paste mask there (crop space, bilinear, as :func:`vcam.kernels.paste.paste_back_ref`), the
-  source point (the grid), the source's B, G, R and face weight there (bilinear), then
+  source point (the grid), the source's B, G, R and face weight there (bilinear; the reference
+  samples with OpenCV, whose weights are in 1/32 pixels and whose result is rounded), then
   ``frame = frame * (1 - a) + (A @ bgr + b) * a`` with ``a = mask * weight``, rounded half up.
 
 Each kernel has its NumPy reference (``<name>_ref``: the CPU path and the test oracle) and a front
@@ -91,8 +92,9 @@ def tps_grid(dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: flo
     side = max(x1 - x0, y1 - y0, 1.0)
     ox, oy = (x0 + x1 - side) / 2, (y0 + y1 - side) / 2
     t = np.linspace(0.0, side, GRID)
-    gx, gy = np.meshgrid(ox + t, oy + t)
-    nodes = np.stack([gx.ravel(), gy.ravel()], 1)
+    nodes = np.empty((GRID, GRID, 2))
+    nodes[..., 0], nodes[..., 1] = (ox + t)[None, :], (oy + t)[:, None]
+    nodes = nodes.reshape(-1, 2)
     out = tps_eval(dst, tps_fit(dst, src, smooth), nodes).reshape(GRID, GRID, 2)
     return out.astype(np.float32), float(ox), float(oy), float((GRID - 1) / side)
 
@@ -163,6 +165,27 @@ def color_fit_ref(
     return out
 
 
+#: The NumPy reference refines the warp grid this many times (exactly: the refined grid's bilinear
+#: interpolation is the grid's) before OpenCV's warp samples it, whose 1/32-cell weights then move a
+#: point by at most 1/32 of a refined cell.
+REFINE = 8
+
+
+def _refine(n: int) -> np.ndarray:
+    """(k (n - 1) + 1, n) float32 bilinear weights: node i of the refined axis at coarse ``i / k``."""
+    k = REFINE
+    pos = np.arange(k * (n - 1) + 1, dtype=np.float64) / k
+    lo = np.minimum(np.floor(pos).astype(int), n - 2)
+    t = pos - lo
+    w = np.zeros((pos.size, n))
+    w[np.arange(pos.size), lo] = 1 - t
+    w[np.arange(pos.size), lo + 1] = t
+    return w
+
+
+_REFINE_W = _refine(GRID)
+
+
 def classic_paste_ref(
     frame: np.ndarray,
     sources: Sequence[np.ndarray],
@@ -175,7 +198,7 @@ def classic_paste_ref(
 ) -> np.ndarray:
     """Render ``count`` faces into ``frame`` (H, W, 3) uint8 in place and return it.
 
-    ``sources``: one (h, w, 4) float32 image per face (B, G, R, face weight 0..1); ``grids`` (F,
+    ``sources``: one (h, w, 4) uint8 image per face (B, G, R, face weight 0..255); ``grids`` (F,
     GRID, GRID, 2) float32 source points of the warp grid; ``origins`` (F, 3): the grid's origin x,
     y in crop pixels and its nodes per crop pixel; ``affine`` (F, 12) float32 colour maps
     (:func:`color_fit_ref`); ``mask`` (S, S) or (F, S, S) float32 paste masks in crop space;
@@ -194,23 +217,40 @@ def classic_paste_ref(
         x0, y0, x1, y1 = (int(v) for v in boxes[f])
         if x1 <= x0 or y1 <= y0:
             continue
-        bw, bh = x1 - x0, y1 - y0
         m = mats[f].copy()  # crop_from_roi
         m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
-        a = cv2.warpAffine(masks[f] if masks.ndim == 3 else masks, m, (bw, bh), flags=lin, borderMode=cv2.BORDER_CONSTANT)
-        gx0, gy0, ginv = (float(v) for v in origins[f])
-        g = m * ginv  # grid_from_roi
-        g[:, 2] -= (gx0 * ginv, gy0 * ginv)
-        pts = cv2.warpAffine(np.ascontiguousarray(grids[f], np.float32), g, (bw, bh), flags=lin, borderMode=cv2.BORDER_REPLICATE)
-        src = np.ascontiguousarray(sources[f], np.float32)
-        s = cv2.remap(src, pts[..., 0], pts[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        a = a * s[..., 3]
-        col = cv2.transform(np.ascontiguousarray(s[..., :3]), np.asarray(affine[f], np.float32).reshape(3, 4))
-        roi = frame[y0:y1, x0:x1]
+        a = cv2.warpAffine(masks[f] if masks.ndim == 3 else masks, m, (x1 - x0, y1 - y0), flags=lin, borderMode=cv2.BORDER_CONSTANT)
+        rows, cols = np.flatnonzero((a > 0).any(1)), np.flatnonzero((a > 0).any(0))
+        if rows.size == 0:
+            continue
+        # only the rows and columns the mask reaches (elsewhere the kernel leaves the frame as it is)
+        a = a[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+        x0, y0 = x0 + int(cols[0]), y0 + int(rows[0])
+        x1, y1 = x0 + a.shape[1], y0 + a.shape[0]
+        bw, bh = x1 - x0, y1 - y0
+        m = mats[f].copy()
+        m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
+        ox, oy, inv = (float(v) for v in origins[f])
+        coarse = np.asarray(grids[f], np.float64)
+        fine = np.stack([_REFINE_W @ coarse[..., c] @ _REFINE_W.T for c in range(2)], -1).astype(np.float32)
+        g = m * (inv * REFINE)  # refined grid from ROI
+        g[:, 2] -= (ox * inv * REFINE, oy * inv * REFINE)
+        pts = cv2.warpAffine(fine, g, (bw, bh), flags=lin, borderMode=cv2.BORDER_REPLICATE)
+        src = np.ascontiguousarray(sources[f], np.uint8)  # OpenCV: 1/32-pixel weights, rounded to uint8
+        s = cv2.remap(src, pts[..., 0], pts[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
+        a *= s[..., 3] * np.float32(1.0 / 255.0)
+        colour = np.zeros((3, 5), np.float32)  # the B, G, R map; the weight channel takes no part
+        colour[:, :3], colour[:, 4] = np.asarray(affine[f], np.float32).reshape(3, 4)[:, :3], np.asarray(affine[f])[3::4]
+        out = cv2.transform(s, colour)
         a3 = a[..., None]
-        out = roi.astype(np.float32) * (np.float32(1) - a3) + col * a3 + np.float32(0.5)
+        out *= a3
+        roi = frame[y0:y1, x0:x1]
+        keep = roi.astype(np.float32)
+        keep *= np.float32(1) - a3
+        out += keep  # where a = 0: the pixel itself (x + 0 + 0.5, floored)
+        out += np.float32(0.5)
         np.clip(out, 0, 255, out=out)
-        roi[...] = np.where(a3 > 0, out.astype(np.uint8), roi)
+        roi[...] = out.astype(np.uint8)
     return frame
 
 

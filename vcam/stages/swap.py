@@ -409,7 +409,7 @@ class ClassicSwapper(SwapperBase):
         lat = self._prepared(face).latents
         levels, k = [], 0
         while f"{self.name}.level{k}" in lat:
-            levels.append(self.ops.asarray(np.ascontiguousarray(lat[f"{self.name}.level{k}"], np.float32)))
+            levels.append(self.ops.asarray(np.ascontiguousarray(lat[f"{self.name}.level{k}"], np.uint8)))
             k += 1
         pts = np.asarray(lat[self.name + ".points"], np.float64)
         while len(self._dense_sources) >= 2 * self.max_faces:

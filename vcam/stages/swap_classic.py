@@ -47,6 +47,9 @@ def face_region(
 
 #: Levels of the source pyramid (each half the size of the one before), at most.
 MAX_LEVELS = 5
+#: Feather of the source's face weight (eye-to-mouth distances): narrow, as the target's face mask
+#: (:mod:`vcam.stages.mask`) feathers the paste already.
+SOURCE_FEATHER = 0.04
 #: Growth of the outer ring of control points.
 RING = 1.35
 
@@ -82,7 +85,7 @@ def matched(target: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def source_levels(image: np.ndarray, landmarks: np.ndarray, margin: float) -> list[np.ndarray]:
     """The source pyramid: level k is ``image`` (S, S, 3) uint8 at ``S / 2**k`` (area averages), as
-    (s, s, 4) float32 B, G, R and the source's face weight (its face region, ``margin`` level pixels
+    (s, s, 4) uint8 B, G, R and the source's face weight (255: 1; its face region, ``margin`` level pixels
     inside the outline: no bilinear tap of a weighted pixel reaches outside the source's face)."""
     import cv2
 
@@ -92,9 +95,9 @@ def source_levels(image: np.ndarray, landmarks: np.ndarray, margin: float) -> li
     for k in range(MAX_LEVELS):
         s = img.shape[0]
         pts = (lm + 0.5) * (s / size) - 0.5
-        out = np.empty((s, s, 4), np.float32)
-        out[..., :3] = img
-        out[..., 3] = face_region(pts, s, margin=margin)
+        out = np.empty((s, s, 4), np.uint8)
+        out[..., :3] = np.clip(img + np.float32(0.5), 0, 255)
+        out[..., 3] = np.floor(face_region(pts, s, margin=margin, feather=SOURCE_FEATHER) * 255 + 0.5)
         levels.append(out)
         if s < 64:
             break
