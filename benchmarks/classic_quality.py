@@ -43,6 +43,11 @@ def _face68(lm5: np.ndarray) -> np.ndarray:
     return face68(lm5)
 
 
+def _lap(img: np.ndarray, region: np.ndarray) -> float:
+    g = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY).astype(np.float64)
+    return float(cv2.Laplacian(g, cv2.CV_64F)[region].var())
+
+
 def measure(frames_in: list[np.ndarray], frames_out: list[np.ndarray], dets: list[np.ndarray]) -> dict:
     from vcam.stages import mask as vmask
 
@@ -63,12 +68,13 @@ def measure(frames_in: list[np.ndarray], frames_out: list[np.ndarray], dets: lis
         band = far & ~near
         ring.append(float((diff > 0)[band].mean()))
 
-        def lap(img: np.ndarray) -> float:
-            g = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY).astype(np.float64)
-            return float(cv2.Laplacian(g, cv2.CV_64F)[inner].var())
-
-        sharp.append(lap(out) / max(lap(src), 1e-9))
-    return {"cover": float(np.mean(cover)), "cover_min": float(np.min(cover)), "ring": float(np.max(ring)), "sharp": float(np.mean(sharp))}
+        sharp.append(_lap(out, inner) / max(_lap(src, inner), 1e-9))
+    return {
+        "cover": float(np.mean(cover)),
+        "cover_min": float(np.min(cover)),
+        "ring": float(np.max(ring)),
+        "sharp": float(np.mean(sharp)),
+    }
 
 
 def run_clip(
@@ -87,11 +93,11 @@ def run_clip(
     cfg = Config().replace(pipeline=build({"pipeline": {"device": device}}).pipeline)
     asm = assemble.build(cfg)
     old = asm.swapper
-    asm.swapper = ClassicSwapper(
-        old.crop_size, color_match, ops=old.ops, mask=old.mask, max_faces=old.max_faces, dense=dense
-    )
+    asm.swapper = ClassicSwapper(old.crop_size, color_match, ops=old.ops, mask=old.mask, max_faces=old.max_faces, dense=dense)
     state = RuntimeState()
-    state.add_face(face_from_image(demo.portrait(source), source, detector=asm.photo_detector, swappers=[asm.swapper]), activate=True)
+    state.add_face(
+        face_from_image(demo.portrait(source), source, detector=asm.photo_detector, swappers=[asm.swapper]), activate=True
+    )
     clip = demo.DemoClip(size[0], size[1], seconds=2.0, face=face, seed=1)
     w, h = size
     pipe = asm.make_pipeline(PixelFormat.BGR, w, h, PixelFormat.BGR)
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             raw = measure(*run_clip(face, source, dense, args.device, args.frames, size, color_match=False))
             m["cover"], m["cover_min"] = raw["cover"], raw["cover_min"]
             report[f"{name}/{'new' if dense else 'old'}"] = m
-            print(f"{name:<24} {'new' if dense else 'old':<5} {m['cover']:6.3f} {m['cover_min']:6.3f} {m['ring']:7.4f} {m['sharp']:6.2f}")
+            tag = "new" if dense else "old"
+            print(f"{name:<24} {tag:<5} {m['cover']:6.3f} {m['cover_min']:6.3f} {m['ring']:7.4f} {m['sharp']:6.2f}")
             lm0 = lms[0][0]
             x = np.concatenate([lm0[:, 0].min(keepdims=True), lm0[:, 0].max(keepdims=True)])
             y = np.concatenate([lm0[:, 1].min(keepdims=True), lm0[:, 1].max(keepdims=True)])

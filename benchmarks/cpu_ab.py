@@ -38,7 +38,12 @@ print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"]}))
 def _one(tree: Path, w: int, h: int, frames: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     p = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(w), str(h), str(frames)], cwd=tree, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", _CHILD, str(w), str(h), str(frames)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):

@@ -52,7 +52,14 @@ def test_color_fit_is_the_lab_transfer_as_one_affine_map():
     st = ss * np.array([0.8, 1.2, 1.0], np.float32)
     grey_mean, grey_std = np.array([55.0, 0.0, 0.0], np.float32), np.array([9.0, 1e-3, 1e-3], np.float32)
     classic.color_fit_ref(
-        np.stack([s, s, s]), np.stack([ms] * 3), np.stack([ss] * 3), np.stack([ms, mt, grey_mean]), np.stack([ss, st, grey_std]), 3, True, out
+        np.stack([s, s, s]),
+        np.stack([ms] * 3),
+        np.stack([ss] * 3),
+        np.stack([ms, mt, grey_mean]),
+        np.stack([ss, st, grey_std]),
+        3,
+        True,
+        out,
     )
     maps = out.reshape(3, 3, 4)
 
@@ -102,7 +109,7 @@ def _scene(seed: int = 0):
     size = 64
     mats = np.array([[[0.45, 0.05, -20.0], [-0.05, 0.45, -15.0]], [[0.8, 0.0, -180.0], [0.0, 0.8, -120.0]]])
     grids, origins = [], []
-    for k, src in enumerate(sources):
+    for src in sources:
         side = src.shape[0]
         dst = rng.uniform(4, size - 4, (20, 2))
         s_pts = dst * (side / size) + rng.normal(0, 2.0, dst.shape)
@@ -122,7 +129,9 @@ def test_ops_classic_paste(ops, per_face):
     ref = classic.classic_paste_ref(frame.copy(), sources, grids, origins, affine, mask, mats, 2)
     assert np.any(ref != frame)
     out = ops.asarray(frame.copy())
-    classic.classic_paste(ops, out, [ops.asarray(s) for s in sources], grids, origins, ops.asarray(affine), ops.asarray(mask), mats, 2)
+    classic.classic_paste(
+        ops, out, [ops.asarray(s) for s in sources], grids, origins, ops.asarray(affine), ops.asarray(mask), mats, 2
+    )
     got = host(ops, out)
     d = np.abs(got.astype(np.int16) - ref)
     assert d.max() <= 2 and (d > 1).mean() < 1e-3 and (d > 0).mean() < 0.02, f"max {d.max()}, {(d > 0).mean():.4f} differ"
@@ -145,7 +154,9 @@ def test_classic_paste_draws_the_source_through_the_warp():
     frame_from_src = np.array([[0.6, 0.1, 20.0], [-0.1, 0.6, 30.0]])
     size = 160
     frame = np.clip(
-        cv2.warpAffine(src.astype(np.float32), frame_from_src, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        cv2.warpAffine(
+            src.astype(np.float32), frame_from_src, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        )
         + 0.5,
         0,
         255,
@@ -157,7 +168,14 @@ def test_classic_paste_draws_the_source_through_the_warp():
     eye = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     mask = np.ones((size, size), np.float32)
     out = classic.classic_paste_ref(
-        blank, [src4], grid[None], np.array([[ox, oy, inv]]), np.array([[1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0]], np.float32), mask, eye[None], 1
+        blank,
+        [src4],
+        grid[None],
+        np.array([[ox, oy, inv]]),
+        np.array([[1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0]], np.float32),
+        mask,
+        eye[None],
+        1,
     )
     inner = (slice(40, 120), slice(40, 120))
     d = np.abs(out[inner].astype(np.int16) - frame[inner])

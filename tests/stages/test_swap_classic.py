@@ -14,7 +14,6 @@ from conftest import host
 
 from vcam import align
 from vcam.kernels import color, warp
-from vcam.kernels import paste as blend
 from vcam.ops.numpy import NumpyOps
 from vcam.stages import demo
 from vcam.stages import mask as vmask

@@ -84,7 +84,9 @@ def tps_eval(dst: np.ndarray, fit: tuple[np.ndarray, np.ndarray], pts: np.ndarra
     return k @ w + aff[0] + x @ aff[1:3]
 
 
-def tps_grid(dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0) -> tuple[np.ndarray, float, float, float]:
+def tps_grid(
+    dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0
+) -> tuple[np.ndarray, float, float, float]:
     """The warp grid of the spline ``dst`` -> ``src`` over ``box`` (x0, y0, x1, y1) of the target:
     (grid (GRID, GRID, 2) float32 source points, origin x, origin y, nodes per target pixel). The
     grid is square (the box's longer side) and centred on the box."""
@@ -219,7 +221,9 @@ def classic_paste_ref(
             continue
         m = mats[f].copy()  # crop_from_roi
         m[:, 2] += m[:, 0] * x0 + m[:, 1] * y0
-        a = cv2.warpAffine(masks[f] if masks.ndim == 3 else masks, m, (x1 - x0, y1 - y0), flags=lin, borderMode=cv2.BORDER_CONSTANT)
+        a = cv2.warpAffine(
+            masks[f] if masks.ndim == 3 else masks, m, (x1 - x0, y1 - y0), flags=lin, borderMode=cv2.BORDER_CONSTANT
+        )
         rows, cols = np.flatnonzero((a > 0).any(1)), np.flatnonzero((a > 0).any(0))
         if rows.size == 0:
             continue

@@ -296,9 +296,9 @@ class FaceBank:
         """The face as a :class:`SourceFace`, ready for ``swappers``.
 
         ``image``: the arcface_128 crop at :data:`SOURCE_SIZE` from the photo (BGR uint8; the stored
-        128 crop when the photo cannot be read); ``landmarks``: its 5 points in that crop. With a ``recogniser`` the embedding is read from the cache (computed and stored if
-        missing). Each swapper's ``prepare`` then fills ``latents``. Slow parts run here, never in
-        the frame loop.
+        128 crop when the photo cannot be read); ``landmarks``: its 5 points in that crop. With a
+        ``recogniser`` the embedding is read from the cache (computed and stored if missing). Each
+        swapper's ``prepare`` then fills ``latents``. Slow parts run here, never in the frame loop.
         """
         import cv2
 

@@ -379,7 +379,6 @@ class ClassicSwapper(SwapperBase):
         out = color.bgr_from_lab(ops, self._src_norm[:n], n, self._out[:n], scale, shift, membrane)
         return out, masks
 
-
     def _swap_dense(self, parts: list[tuple[Any, np.ndarray]], n: int) -> tuple[Any, Any]:
         """The dense swap's half before the paste: each face's colour map (n, 12) from the target's
         statistics (the rows :meth:`paste` renders with) and the box mask."""

@@ -26,6 +26,7 @@ from vcam.kernels import classic
 from vcam.kernels.mask import polygon_masks_ref
 from vcam.stages import mask as vmask
 
+
 def face_region(
     landmarks: np.ndarray, size: int, *, margin: float = 0.0, scale: float = 1.0, feather: float = 0.12
 ) -> np.ndarray:
@@ -92,7 +93,7 @@ def source_levels(image: np.ndarray, landmarks: np.ndarray, margin: float) -> li
     size = int(image.shape[0])
     lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
     levels, img = [], np.asarray(image, np.float32)
-    for k in range(MAX_LEVELS):
+    for _ in range(MAX_LEVELS):
         s = img.shape[0]
         pts = (lm + 0.5) * (s / size) - 0.5
         out = np.empty((s, s, 4), np.uint8)
@@ -122,8 +123,9 @@ def warp_grid(
 ) -> tuple[np.ndarray, tuple[float, float, float], int]:
     """The warp grid of one face: (grid in the chosen level's pixels, (origin x, origin y, nodes per
     crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
-    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides. The level is the one whose pixels are
-    at most twice as dense as the frame's (no aliasing, no detail lost)."""
+    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides. The
+    level is the one whose pixels are at most twice as dense as the frame's (no aliasing, no detail
+    lost)."""
     dst, src = control_points(target_crop), control_points(source)
     outline = vmask.face_polygon(np.asarray(target_crop, np.float64), 1.0)
     lo, hi = outline.min(0) - 4.0, outline.max(0) + 4.0
