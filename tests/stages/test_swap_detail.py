@@ -117,3 +117,52 @@ def test_1080p_clip_cover_ring_and_detail():
     assert cover["cover"] >= 0.85, cover
     assert matched["ring"] == 0.0 and self_swap["ring"] == 0.0, (matched, self_swap)
     assert self_swap["sharp"] >= 0.7, self_swap
+
+
+class _Landmarker:
+    """A landmarker of known answers: the 68-point layout of the 5 points it is given (``shift``: moved
+    off the face by that many eye distances, as a model that lost the face)."""
+
+    def __init__(self, shift: float = 0.0) -> None:
+        from vcam.ops.numpy import NumpyOps
+
+        self.ops = NumpyOps()
+        self.shift = shift
+        self.calls = 0
+
+    def landmarks(self, frame, boxes, *, five=None):
+        self.calls += 1
+        five = np.asarray(five, np.float64)
+        eye = np.hypot(*(five[:, 1] - five[:, 0]).T)[:, None, None]
+        return face68(five) + self.shift * eye
+
+
+def test_68_points_only_where_they_agree_with_the_5(deformed):
+    """The source gets the landmarker's 68 points when they agree with its 5 (else its 5); per frame,
+    a face's 68 points are followed only where they agree with its tracked 5 points."""
+    img, src68, target, tgt68 = deformed
+    five_s, five_t = five_from_68(src68), five_from_68(tgt68)
+    good, lost = _Landmarker(), _Landmarker(shift=0.8)
+    faces = {}
+    for name, lmk in (("good", good), ("lost", lost), ("none", None)):
+        sw = ClassicSwapper()
+        sw.landmarker = lmk
+        faces[name] = (sw, sw.prepare(_source(img, five_s)))
+    assert faces["good"][1].latents["classic.points"].shape == (68, 2) and good.calls == 1
+    assert faces["lost"][1].latents["classic.points"].shape == (5, 2) and lost.calls == 1
+    assert faces["none"][1].latents["classic.points"].shape == (5, 2)
+
+    sw, face = faces["good"]
+    mats = align.estimate(five_t, "arcface_128", 128)[None]
+
+    def render(dense):
+        crops, mask = sw.swap(target, mats, face)
+        return paste_faces(sw.ops, sw, target.copy(), crops, mats, mask, 1, face, five_t[None], dense)
+
+    only5 = render(None)
+    eye = np.hypot(*(five_t[1] - five_t[0]))
+    np.testing.assert_array_equal(render((tgt68 + 0.8 * eye)[None]), only5)  # lost: the 5 points
+    followed = render(tgt68[None])
+    assert np.abs(followed.astype(np.int16) - only5).max() > 20
+    inner = _inner(tgt68, target.shape[:2])
+    assert np.abs(followed.astype(np.int16) - target)[inner].mean() < 4.0

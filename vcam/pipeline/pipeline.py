@@ -493,7 +493,7 @@ class Pipeline:
                     mask = self.masker.masks(img, work.mats, lms, boxes, n, mask, models=on)
                 clock.mark("mask")
                 dense = getattr(self.masker, "last_landmarks", None)  # 68 points, when the masks found them
-                paste_faces(ops, self.swapper, img, crops, work.mats, mask, n, work.sources, lms if dense is None else dense)
+                paste_faces(ops, self.swapper, img, crops, work.mats, mask, n, work.sources, lms, dense)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
                     self.enhancer.enhance(img, lms)
                 clock.mark("blend")

@@ -245,6 +245,9 @@ class ClassicSwapper(SwapperBase):
         self.seamless = bool(seamless)
         self.dense = (not self.seamless) if dense is None else bool(dense) and not self.seamless
         self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray]] = {}
+        #: A :class:`~vcam.stages.landmark.Landmarker` (the mask stage's): the dense swap then warps
+        #: with the 68 points it finds on the source and the mask stage finds on the target.
+        self.landmarker: Any = None
         self.sigma, self.clip = float(sigma), float(clip)
         ops = self.ops
         s, f = self.crop_size, self.max_faces
@@ -306,6 +309,9 @@ class ClassicSwapper(SwapperBase):
             side = max(img.shape[:2])
             big = _resize_crop(img, side) if img.shape[0] != img.shape[1] else img
             lms_big = _crop_landmarks(face, side, self.template)
+            if self.landmarker is not None and lms_big.shape[0] == 5:
+                dense = swap_classic.source_68(self.landmarker, big, lms_big)
+                lms_big = lms_big if dense is None else dense
             for k, level in enumerate(swap_classic.source_levels(big, lms_big, SOURCE_MARGIN)):
                 latents[f"{self.name}.level{k}"] = level
             latents[self.name + ".points"] = lms_big.astype(np.float32)
@@ -417,12 +423,23 @@ class ClassicSwapper(SwapperBase):
         return levels, pts
 
     def paste(
-        self, frame: Any, crops: Any, crop_from_frame: np.ndarray, mask: Any, count: int, *, sources: Sources, landmarks: Any
+        self,
+        frame: Any,
+        crops: Any,
+        crop_from_frame: np.ndarray,
+        mask: Any,
+        count: int,
+        *,
+        sources: Sources,
+        landmarks: Any,
+        dense: Any = None,
     ) -> Any:
         """Blend ``count`` swapped faces into ``frame`` in place. The dense swap renders each source
         warped onto the target's ``landmarks`` (F, 5 or 68, 2) in frame pixels, at the frame's
         resolution, with the colour maps ``crops`` of :meth:`swap` and the paste ``mask`` (crop
-        space); otherwise the crops are pasted (:func:`vcam.kernels.paste.paste_back`)."""
+        space); ``dense`` (F, 68, 2): a landmarker's points, used for each face where they agree
+        with its 5 (:func:`~vcam.stages.swap_classic.plausible`). Otherwise the crops are pasted
+        (:func:`vcam.kernels.paste.paste_back`)."""
         from vcam.kernels.paste import paste_back
 
         n = int(count)
@@ -430,7 +447,14 @@ class ClassicSwapper(SwapperBase):
             return paste_back(self.ops, frame, crops, crop_from_frame, mask, n)
         mats = np.asarray(crop_from_frame, np.float64).reshape(-1, 2, 3)[:n]
         faces = [sources] * n if isinstance(sources, SourceFace) else list(sources)
-        target = vmask.to_crop(np.asarray(landmarks, np.float64)[:n], mats)
+        lms = np.asarray(landmarks, np.float64)[:n]
+        d68 = None if dense is None else np.asarray(dense, np.float64)[:n]
+        target = []
+        for f in range(n):  # 68 points where the landmarker's agree with the face's 5
+            pts = lms[f]
+            if d68 is not None and pts.shape[0] == 5 and swap_classic.plausible(d68[f], pts):
+                pts = d68[f]
+            target.append(vmask.to_crop(pts[None], mats[f : f + 1])[0])
         grids = np.empty((n, classic.GRID, classic.GRID, 2), np.float32)
         origins = np.empty((n, 3), np.float64)
         images = []
@@ -445,14 +469,23 @@ class ClassicSwapper(SwapperBase):
 
 
 def paste_faces(
-    ops: Any, swapper: Any, frame: Any, crops: Any, mats: np.ndarray, mask: Any, n: int, sources: Sources, landmarks: Any
+    ops: Any,
+    swapper: Any,
+    frame: Any,
+    crops: Any,
+    mats: np.ndarray,
+    mask: Any,
+    n: int,
+    sources: Sources,
+    landmarks: Any,
+    dense: Any = None,
 ) -> Any:
     """Blend the ``n`` swapped faces into ``frame``: through the swapper's own ``paste`` where it has
-    one (the dense classic swap draws at the frame's resolution from the target's ``landmarks``), else
-    :func:`vcam.kernels.paste.paste_back` of its crops."""
+    one (the dense classic swap draws at the frame's resolution from the target's ``landmarks``, or
+    the 68 ``dense`` points of a landmarker), else :func:`vcam.kernels.paste.paste_back` of its crops."""
     render = getattr(swapper, "paste", None)
     if render is not None:
-        return render(frame, crops, mats, mask, n, sources=sources, landmarks=landmarks)
+        return render(frame, crops, mats, mask, n, sources=sources, landmarks=landmarks, dense=dense)
     from vcam.kernels.paste import paste_back
 
     return paste_back(ops, frame, crops, mats, mask, n)

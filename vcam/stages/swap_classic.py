@@ -61,6 +61,27 @@ def five_from_68(lm: np.ndarray) -> np.ndarray:
     return np.stack([lm[36:42].mean(0), lm[42:48].mean(0), lm[30], lm[48], lm[54]])
 
 
+def plausible(lm68: np.ndarray, lm5: np.ndarray, tol: float = 0.3) -> bool:
+    """Do 68 landmarks agree with 5 points of the same face (eyes, nose tip, mouth corners within
+    ``tol`` eye distances)? A landmarker that lost the face (or a stand-in model) does not."""
+    five = np.asarray(lm5, np.float64).reshape(5, 2)
+    eye = float(np.hypot(*(five[1] - five[0])))
+    return bool(np.all(np.hypot(*(five_from_68(lm68) - five).T) <= tol * max(eye, 1e-6)))
+
+
+def source_68(landmarker: object, image: np.ndarray, lm5: np.ndarray) -> np.ndarray | None:
+    """The source's 68 landmarks from ``landmarker`` (:class:`~vcam.stages.landmark.Landmarker`) on
+    ``image`` (host BGR), its box from the 5 points' face outline; None when they are not
+    :func:`plausible`."""
+    outline = vmask.face_polygon(lm5, 1.0)
+    box = np.concatenate([outline.min(0), outline.max(0)])[None]
+    ops = landmarker.ops  # type: ignore[attr-defined]
+    with ops.activate():
+        frame = ops.asarray(np.ascontiguousarray(image))
+    lm68 = np.asarray(landmarker.landmarks(frame, box, five=np.asarray(lm5, np.float32)[None]), np.float64)[0]  # type: ignore[attr-defined]
+    return lm68 if plausible(lm68, lm5) else None
+
+
 def control_points(lm: np.ndarray) -> np.ndarray:
     """Control points (K, 2) float64 of 5 or 68 landmarks (see the module docstring)."""
     lm = np.asarray(lm, np.float64).reshape(-1, 2)
@@ -141,4 +162,15 @@ def warp_grid(
     return grid, (ox, oy, inv), level
 
 
-__all__ = ["MAX_LEVELS", "face_region", "control_points", "fit_samples", "five_from_68", "matched", "source_levels", "warp_grid"]
+__all__ = [
+    "MAX_LEVELS",
+    "face_region",
+    "control_points",
+    "fit_samples",
+    "five_from_68",
+    "matched",
+    "plausible",
+    "source_68",
+    "source_levels",
+    "warp_grid",
+]
