@@ -271,7 +271,7 @@ def color_fit(
     cp = ops.xp
     with ops.stream:  # copies made here are ordered before the kernel
         args = [cp.ascontiguousarray(a, dtype=cp.float32) for a in (samples, src_mean, src_std, tgt_mean, tgt_std)]
-    launch(ops, "classic", "color_fit", (1,), (*args, np.int32(n), np.int32(bool(match)), out), block=(32,))
+    launch(ops, "classic", "color_fit", ((n + 31) // 32,), (*args, np.int32(n), np.int32(bool(match)), out), block=(32,))
     return out
 
 
