@@ -61,7 +61,8 @@ def tps_fit(dst: np.ndarray, src: np.ndarray, smooth: float = 0.0) -> tuple[np.n
     centre = p.mean(0)
     span = max(float(np.abs(p - centre).max()), 1e-6)
     q = (p - centre) / span  # conditioned: unit-sized coordinates
-    k = _tps_kernel(((q[:, None, :] - q[None, :, :]) ** 2).sum(-1))
+    dx, dy = q[:, :1] - q[None, :, 0], q[:, 1:] - q[None, :, 1]
+    k = _tps_kernel(dx * dx + dy * dy)
     k[np.diag_indices(n)] += float(smooth) / span**2
     a = np.zeros((n + 3, n + 3))
     a[:n, :n] = k
@@ -80,8 +81,9 @@ def tps_eval(dst: np.ndarray, fit: tuple[np.ndarray, np.ndarray], pts: np.ndarra
     centre, span = aff[3], aff[4, 0]
     p = (np.asarray(dst, np.float64).reshape(-1, 2) - centre) / span
     x = (np.asarray(pts, np.float64).reshape(-1, 2) - centre) / span
-    k = _tps_kernel(((x[:, None, :] - p[None, :, :]) ** 2).sum(-1))
-    return k @ w + aff[0] + x @ aff[1:3]
+    dx, dy = x[:, :1] - p[None, :, 0], x[:, 1:] - p[None, :, 1]
+    k = _tps_kernel(dx * dx + dy * dy)
+    return k @ w + aff[0] + x[:, :1] * aff[1] + x[:, 1:] * aff[2]
 
 
 def tps_grid(
