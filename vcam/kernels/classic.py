@@ -11,8 +11,7 @@ blended straight into the frame at the frame's resolution, and the per-face colo
   3 x 4 product instead of two colour-space conversions.
 - :func:`classic_paste_ref`: per frame pixel of a face's paste box: crop point (``crop_from_frame``),
   the paste mask there (crop space, bilinear, as :func:`vcam.kernels.paste.paste_back_ref`), the
-  source point (the grid), the source's B, G, R and face weight there (bilinear; the reference
-  samples with OpenCV, whose weights are in 1/32 pixels and whose result is rounded), then
+  source point (the grid), the source's B, G, R and face weight there (bilinear), then
   ``frame = frame * (1 - a) + (A @ bgr + b) * a`` with ``a = mask * weight``, rounded half up.
 
 Each kernel has its NumPy reference (``<name>_ref``: the CPU path and the test oracle) and a front
@@ -190,6 +189,24 @@ def _refine(n: int) -> np.ndarray:
 _REFINE_W = _refine(GRID)
 
 
+def _sample(img: np.ndarray, pts: np.ndarray) -> np.ndarray:
+    """``img`` (h, w, C) uint8 at the float32 points ``pts`` (..., 2), bilinear with the edges
+    replicated, as float32 (OpenCV's remap of the region the points reach, in float: no rounding to
+    uint8; its weights are in 1/32 pixels, a position within 1/64 pixel of the kernel's)."""
+    import cv2
+
+    h, w = img.shape[:2]
+    x0 = int(np.clip(np.floor(pts[..., 0].min()), 0, w - 1))
+    y0 = int(np.clip(np.floor(pts[..., 1].min()), 0, h - 1))
+    x1 = int(np.clip(np.ceil(pts[..., 0].max()) + 2, x0 + 1, w))
+    y1 = int(np.clip(np.ceil(pts[..., 1].max()) + 2, y0 + 1, h))
+    region = img[y0:y1, x0:x1].astype(np.float32)
+    # points off the image: clamped first (the kernel's replicate), then moved into the region
+    mx = np.clip(pts[..., 0], np.float32(0), np.float32(w - 1)) - np.float32(x0)
+    my = np.clip(pts[..., 1], np.float32(0), np.float32(h - 1)) - np.float32(y0)
+    return cv2.remap(region, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
 def classic_paste_ref(
     frame: np.ndarray,
     sources: Sequence[np.ndarray],
@@ -242,8 +259,7 @@ def classic_paste_ref(
         g = m * (inv * REFINE)  # refined grid from ROI
         g[:, 2] -= (ox * inv * REFINE, oy * inv * REFINE)
         pts = cv2.warpAffine(fine, g, (bw, bh), flags=lin, borderMode=cv2.BORDER_REPLICATE)
-        src = np.ascontiguousarray(sources[f], np.uint8)  # OpenCV: 1/32-pixel weights, rounded to uint8
-        s = cv2.remap(src, pts[..., 0], pts[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
+        s = _sample(np.asarray(sources[f], np.uint8), pts)
         a *= s[..., 3] * np.float32(1.0 / 255.0)
         colour = np.zeros((3, 5), np.float32)  # the B, G, R map; the weight channel takes no part
         colour[:, :3], colour[:, 4] = np.asarray(affine[f], np.float32).reshape(3, 4)[:, :3], np.asarray(affine[f])[3::4]
