@@ -59,3 +59,53 @@ class Recorder(NullOutput):
     def send(self, data) -> None:
         super().send(data)
         self.got.append(np.array(data, copy=True))
+
+
+# -- faces of known geometry ------------------------------------------------------------------------
+def _jaw_local() -> np.ndarray:
+    """17 jaw points (iBUG order, image-left ear to image-right ear) in the 5-point local frame: ``u``
+    in eye distances along the eye line from the eye centre, ``v`` in eye-to-mouth distances."""
+    half = np.array([[1.02, -0.05], [1.03, 0.25], [0.98, 0.74], [0.80, 1.18], [0.45, 1.42], [0.0, 1.50]])
+    seg = np.r_[0.0, np.cumsum(np.hypot(*np.diff(half, axis=0).T))]
+    t = np.linspace(0.0, seg[-1], 9)
+    ear_to_chin = np.stack([np.interp(t, seg, half[:, 0]), np.interp(t, seg, half[:, 1])], 1)
+    return np.concatenate([ear_to_chin * [-1.0, 1.0], ear_to_chin[::-1][1:]])
+
+
+def face68(lm5: np.ndarray) -> np.ndarray:
+    """A 68-point layout (iBUG 300-W order) placed by 5 detector points (F, 5, 2) or (5, 2): a mean
+    face in the 5 points' local frame, so every point moves with the eyes and mouth. Not a real
+    face's landmarks; geometry the tests know exactly."""
+    lm = np.asarray(lm5, np.float64)
+    one = lm.ndim == 2
+    lm = lm.reshape(-1, 5, 2)
+    t = np.linspace(0, 1, 5)
+    brow_l = np.stack([-0.95 + 0.8 * t, -0.33 - 0.12 * np.sin(np.pi * t)], 1)
+    brow_r = brow_l[::-1] * [-1.0, 1.0]
+    nose = np.array([[0, -0.2], [0, 0.05], [0, 0.3], [0, 0.5], [-0.22, 0.6], [-0.11, 0.63], [0, 0.65], [0.11, 0.63], [0.22, 0.6]])
+    a = np.linspace(np.pi, 3 * np.pi, 7)[:-1]  # eye: outer corner first, upper lid, inner corner, lower lid
+    eye = np.stack([0.2 * np.cos(a), 0.08 * np.sin(a)], 1)
+    eye_l, eye_r = eye + [-0.5, 0.0], (eye * [-1.0, 1.0]) + [0.5, 0.0]
+    b = np.linspace(np.pi, 3 * np.pi, 13)[:-1]
+    outer = np.stack([0.41 * np.cos(b), 1.0 + 0.18 * np.sin(b)], 1)
+    c = np.linspace(np.pi, 3 * np.pi, 9)[:-1]
+    inner = np.stack([0.3 * np.cos(c), 1.0 + 0.06 * np.sin(c)], 1)
+    local = np.concatenate([_jaw_local(), brow_l, brow_r, nose, eye_l, eye_r, outer, inner])
+    out = []
+    for p in lm:
+        centre = (p[0] + p[1]) / 2
+        u, v = p[1] - p[0], (p[3] + p[4]) / 2 - centre
+        out.append(centre + local[:, :1] * u + local[:, 1:] * v)
+    res = np.stack(out)
+    return res[0] if one else res
+
+
+def face_ellipse(shape: tuple[int, int], lm68: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """(H, W) bool: the ellipse fitted to the jaw and brows of 68 landmarks (brows to chin), grown
+    by ``scale`` about its centre."""
+    import cv2
+
+    (cx, cy), (w, h), ang = cv2.fitEllipse(np.asarray(lm68, np.float32)[:27])
+    out = np.zeros(shape, np.uint8)
+    cv2.ellipse(out, ((cx, cy), (w * scale, h * scale), ang), 1, -1)
+    return out.astype(bool)

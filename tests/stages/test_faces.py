@@ -24,7 +24,7 @@ from vcam.runtime.roles import build as build_role
 from vcam.runtime.roles import model_store
 from vcam.stages import demo
 from vcam.stages.detect import RetinaFaceDetector
-from vcam.stages.faces import FaceBank
+from vcam.stages.faces import SOURCE_SIZE, FaceBank
 from vcam.stages.track import Tracker
 from vcam.state import RuntimeState
 from vcam.types import Frame, PixelFormat
@@ -94,12 +94,16 @@ def test_add_stores_photo_crops_meta_and_cached_embedding(tmp_path, detector, re
 
     face = bank.load("astronaut", recogniser=rec)
     assert rec.calls == 1  # from the cache
-    np.testing.assert_array_equal(face.image, crop128)
-    # the crop is the photo aligned at arcface_128 / 128, the classic swapper's source image
+    # the source image is the photo aligned at arcface_128 at SOURCE_SIZE (the classic swap draws
+    # from it at the frame's resolution), its 5 points in it
     img = cv2.imread(str(ASSETS / "astronaut.jpg"))
-    expected = warp_crops_ref(img, estimate(np.asarray(meta["landmarks"]), "arcface_128", 128)[None], 128)[0]
+    m = estimate(np.asarray(meta["landmarks"]), "arcface_128", SOURCE_SIZE)
+    expected = warp_crops_ref(img, m[None], SOURCE_SIZE)[0]
+    assert face.image.shape == (SOURCE_SIZE, SOURCE_SIZE, 3)
     assert np.abs(face.image.astype(int) - expected.astype(int)).max() <= 1
-    np.testing.assert_allclose(face.landmarks, TEMPLATES["arcface_128"] * 128, rtol=1e-6)
+    lm = np.asarray(meta["landmarks"], np.float64) @ m[:, :2].T + m[:, 2]
+    np.testing.assert_allclose(face.landmarks, lm, rtol=1e-5)
+    assert np.abs(face.landmarks - TEMPLATES["arcface_128"] * SOURCE_SIZE).max() < 0.05 * SOURCE_SIZE
     direct = recogniser.embed(img, np.asarray(meta["landmarks"], np.float32)[None])[0]
     np.testing.assert_allclose(face.embeddings["arcface_w600k_r50"], direct, rtol=1e-4, atol=1e-4)
     assert [e.name for e in bank.list()] == ["astronaut"] and bank.list()[0].embeddings == ("arcface_w600k_r50",)

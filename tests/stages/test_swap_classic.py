@@ -14,12 +14,11 @@ from conftest import host
 
 from vcam import align
 from vcam.kernels import color, warp
-from vcam.kernels import paste as blend
 from vcam.ops.numpy import NumpyOps
 from vcam.stages import demo
 from vcam.stages import mask as vmask
 from vcam.stages.detect import RetinaFaceDetector
-from vcam.stages.swap import SOURCE_MARGIN, ClassicSwapper, face_region, make_builtin
+from vcam.stages.swap import SOURCE_MARGIN, ClassicSwapper, face_region, make_builtin, paste_faces
 from vcam.stages.swap_neural import NeuralSwapper
 from vcam.types import SourceFace
 
@@ -78,9 +77,9 @@ def _dev(ops, a):
     return ops.asarray(np.array(a, copy=True)) if ops.device != "cpu" else np.array(a, copy=True)
 
 
-def _swap_and_paste(ops, swapper, frame, mats, faces):
+def _swap_and_paste(ops, swapper, frame, mats, faces, lms):
     crops, mask = swapper.swap(_dev(ops, frame), mats, faces)
-    out = blend.paste_back(ops, _dev(ops, frame), crops, mats, mask, mats.shape[0])
+    out = paste_faces(ops, swapper, _dev(ops, frame), crops, mats, mask, mats.shape[0], faces, np.reshape(lms, (-1, 5, 2)))
     return host(ops, out), host(ops, crops), host(ops, mask)
 
 
@@ -97,15 +96,19 @@ def test_nothing_outside_the_face_region_is_pasted(ops, sources, target, mode):
     frame, lms, mats = target
     sw_g = ClassicSwapper(ops=ops, **MODES[mode])
     sw_m = ClassicSwapper(ops=ops, **MODES[mode])
-    out_g, _, mask = _swap_and_paste(ops, sw_g, frame, mats, sources["green"])
-    out_m, _, _ = _swap_and_paste(ops, sw_m, frame, mats, sources["magenta"])
+    out_g, _, mask = _swap_and_paste(ops, sw_g, frame, mats, sources["green"], lms)
+    out_m, _, _ = _swap_and_paste(ops, sw_m, frame, mats, sources["magenta"], lms)
     np.testing.assert_array_equal(out_g, out_m)
     changed = np.any(out_g != frame, axis=2)
     assert changed.sum() > 2000, "the face was not swapped"
     assert _greenness(out_g)[changed].max() < 40
     dist = _outline_distance(lms, *frame.shape[:2])
     assert dist[changed].max() <= 3.0, f"a pixel {dist[changed].max():.1f} px outside the target's face changed"
-    # the paste mask: zero outside the source's own face region, never above the box mask
+    # the paste mask: zero outside the source's own face region, never above the box mask (the
+    # dense swap: the box mask; the source's face weight travels with its pixels)
+    if sw_g.dense:
+        np.testing.assert_array_equal(mask, host(ops, sw_g.mask))
+        return
     region = face_region(sources["green"].landmarks, 128)
     assert mask.shape == (1, 128, 128)
     assert not mask[0][region == 0].any()
@@ -114,9 +117,9 @@ def test_nothing_outside_the_face_region_is_pasted(ops, sources, target, mode):
 
 @pytest.mark.parametrize("mode", ["matched", "seamless"])
 def test_a_greyscale_target_stays_grey(ops, sources, target, mode):
-    frame, _, mats = target
+    frame, lms, mats = target
     grey = cv2.cvtColor(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
-    out, _, _ = _swap_and_paste(ops, ClassicSwapper(ops=ops, **MODES[mode]), grey, mats, sources["astronaut"])
+    out, _, _ = _swap_and_paste(ops, ClassicSwapper(ops=ops, **MODES[mode]), grey, mats, sources["astronaut"], lms)
     assert np.any(out != grey), "the face was not swapped"
     spread = out.max(axis=2).astype(np.int16) - out.min(axis=2)
     assert spread.max() <= 1, f"channel spread {spread.max()}: the colour source tinted a grey target"
@@ -134,7 +137,8 @@ def test_a_dark_target_keeps_its_lightness(ops, sources, target):
 
     want = mean_l(dark)
     got = {
-        m: mean_l(_swap_and_paste(ops, ClassicSwapper(ops=ops, **MODES[m]), dark, mats, sources["astronaut"])[0]) for m in MODES
+        m: mean_l(_swap_and_paste(ops, ClassicSwapper(ops=ops, **MODES[m]), dark, mats, sources["astronaut"], lms)[0])
+        for m in MODES
     }
     assert abs(got["matched"] - want) < 2.0, (got, want)
     assert abs(got["seamless"] - want) < 4.0, (got, want)
@@ -163,8 +167,8 @@ def test_seamless_carries_the_targets_lighting(sources, detector):
         return float(lab[left].mean() - lab[right].mean())
 
     want = side_gap(lit)
-    matched = side_gap(_swap_and_paste(ops, ClassicSwapper(ops=ops), lit, mats, sources["hopper"])[0])
-    seamless = side_gap(_swap_and_paste(ops, ClassicSwapper(ops=ops, seamless=True), lit, mats, sources["hopper"])[0])
+    matched = side_gap(_swap_and_paste(ops, ClassicSwapper(ops=ops), lit, mats, sources["hopper"], lms)[0])
+    seamless = side_gap(_swap_and_paste(ops, ClassicSwapper(ops=ops, seamless=True), lit, mats, sources["hopper"], lms)[0])
     assert want > 15
     assert abs(seamless - want) < abs(matched - want) - 5, (want, matched, seamless)
 
@@ -179,6 +183,11 @@ def _two_faces(detector):
     return frame, np.stack([align.estimate(d.landmarks, "arcface_128", 128) for d in dets])
 
 
+def _two_faces_landmarks(detector, frame):
+    dets = sorted(detector.detect(frame), key=lambda d: float(d.box[0]))
+    return np.stack([d.landmarks for d in dets]).astype(np.float64)
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 def test_one_source_per_face(ops, sources, detector, mode, monkeypatch):
     """Face 0 gets source A, face 1 source B: each row is what a single-source call gives; the rows
@@ -187,17 +196,28 @@ def test_one_source_per_face(ops, sources, detector, mode, monkeypatch):
     a, b = sources["hopper"], sources["astronaut"]
     sw = make_builtin("classic", color_match=MODES[mode].get("color_match", True), seamless=mode == "seamless", ops=ops)
     dev = _dev(ops, frame)
+    lms = _two_faces_landmarks(detector, frame)
 
     def run(m, faces):
         crops, mask = sw.swap(dev, m, faces)
-        return host(ops, crops).copy(), host(ops, mask).copy()
+        if not sw.dense:
+            return host(ops, crops).copy(), host(ops, mask).copy()
+        # the dense swap draws into the frame: each face's drawing is its "crop"
+        rows = [int(np.argmin(np.abs(mats[:, 0, 2] - r[0, 2]))) for r in m]
+        out = paste_faces(ops, sw, _dev(ops, frame), crops, m, mask, m.shape[0], faces, lms[rows])
+        img = host(ops, out).copy()
+        return np.stack([img, img]), np.ones((2, 1, 1), np.float32)
 
     both, both_mask = run(mats, [a, b])
     only_a, mask_a = run(mats[:1], a)
     only_b, mask_b = run(mats[1:], b)
     again, _ = run(mats, (a, b))
     exact = ops.device == "cpu"
-    for got, want in ((both[0], only_a[0]), (both[1], only_b[0]), (again, both)):
+    pairs = [(both[0], only_a[0]), (both[1], only_b[0]), (again, both)]
+    if sw.dense:  # face 0 drawn alone matches the two-face frame on the left half, face 1 on the right
+        half = frame.shape[1] // 2
+        pairs = [(both[0][:, :half], only_a[0][:, :half]), (both[0][:, half:], only_b[0][:, half:]), (again, both)]
+    for got, want in pairs:
         if exact:
             np.testing.assert_array_equal(got, want)
         else:
@@ -205,7 +225,8 @@ def test_one_source_per_face(ops, sources, detector, mode, monkeypatch):
     np.testing.assert_allclose(both_mask[0], mask_a[0], atol=1e-6)
     np.testing.assert_allclose(both_mask[1], mask_b[0], atol=1e-6)
     swapped_b, _ = run(mats, a)  # the same face everywhere: row 1 is A's now
-    assert np.abs(swapped_b[1].astype(np.int16) - both[1]).mean() > 3
+    diff = np.abs(swapped_b[1].astype(np.int16) - both[1])
+    assert (diff[diff > 0].mean() if sw.dense else diff.mean()) > 3
     # a steady assignment uploads nothing (the per-frame case)
     run(mats, [a, b])
     uploads = []
@@ -226,12 +247,21 @@ def test_classic_swap_matches_the_numpy_reference(ops, sources, detector, mode):
     """Both ops give the same swapped crops within one level and the same masks."""
     frame, mats = _two_faces(detector)
     faces = [sources["hopper"], sources["astronaut"]]
-    ref_crops, ref_mask = ClassicSwapper(ops=NumpyOps(), **MODES[mode]).swap(frame, mats, faces)
+    lms = _two_faces_landmarks(detector, frame)
+    ref_sw = ClassicSwapper(ops=NumpyOps(), **MODES[mode])
+    ref_crops, ref_mask = ref_sw.swap(frame, mats, faces)
+    ref_out = paste_faces(ref_sw.ops, ref_sw, frame.copy(), ref_crops, mats, ref_mask, 2, faces, lms)
     sw = ClassicSwapper(ops=ops, **MODES[mode])
     crops, mask = sw.swap(_dev(ops, frame), mats, faces)
+    np.testing.assert_allclose(host(ops, mask), ref_mask, atol=1e-6)
+    if sw.dense:  # colour maps, then the drawn frames
+        np.testing.assert_allclose(host(ops, crops), ref_crops, rtol=1e-4, atol=1e-3)
+        out = host(ops, paste_faces(ops, sw, _dev(ops, frame), crops, mats, mask, 2, faces, lms))
+        d = np.abs(out.astype(np.int16) - ref_out)
+        assert d.max() <= 2 and (d > 1).mean() < 1e-3, f"max diff {d.max()} on {int((d > 1).sum())} values"
+        return
     d = np.abs(host(ops, crops).astype(np.int16) - ref_crops)
     assert d.max() <= 1, f"max diff {d.max()} on {int((d > 1).sum())} values"
-    np.testing.assert_allclose(host(ops, mask), ref_mask, atol=1e-6)
 
 
 def test_a_source_without_landmarks_is_taken_as_aligned():

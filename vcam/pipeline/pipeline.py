@@ -37,8 +37,9 @@ import numpy as np
 
 from vcam import align
 from vcam.errors import InputError
-from vcam.kernels import convert, paste
+from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
+from vcam.stages.swap import paste_faces
 from vcam.state import Snapshot
 from vcam.types import OPTIONAL_STAGES, Frame, FrameStats, PixelFormat, Track
 
@@ -491,7 +492,8 @@ class Pipeline:
                 if self.masker is not None:
                     mask = self.masker.masks(img, work.mats, lms, boxes, n, mask, models=on)
                 clock.mark("mask")
-                paste.paste_back(ops, img, crops, work.mats, mask, n)
+                dense = getattr(self.masker, "last_landmarks", None)  # 68 points, when the masks found them
+                paste_faces(ops, self.swapper, img, crops, work.mats, mask, n, work.sources, lms, dense)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
                     self.enhancer.enhance(img, lms)
                 clock.mark("blend")

@@ -281,6 +281,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     masker = None
     if set(cfg.mask.types) - {"box"}:
         masker = _roles.build_masker(cfg, swapper.crop_size, store=store, ops=ops, device=device)
+    if hasattr(swapper, "landmarker"):  # the classic swap warps with 68 points where the masks have them
+        swapper.landmarker = getattr(masker, "landmarker", None)
     mask_models = {
         "occluder": getattr(masker, "occluder", None),
         "parser": getattr(masker, "parser", None),

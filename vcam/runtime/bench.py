@@ -241,7 +241,7 @@ def bench_naive_cpu(
     from vcam.types import SourceFace
 
     det = RetinaFaceDetector()
-    sw = ClassicSwapper(128)
+    sw = ClassicSwapper(128, dense=False)  # the peers' way: a crop, pasted
     face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
     raw = synthetic_frame(width, height, in_fmt)
     lms = synthetic_faces(faces, width, height)

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 CLASSIC_TEMPLATE = "arcface_128"
 CLASSIC_SIZE = 128
+#: The side of the source image a loaded face carries (arcface_128 alignment): the classic swap draws
+#: from it at the frame's resolution, so it keeps the photo's detail for faces up to about this size.
+SOURCE_SIZE = 512
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PHOTO_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -292,10 +295,10 @@ class FaceBank:
     def load(self, name: str, *, recogniser: Any | None = None, swappers: Sequence[Any] = ()) -> SourceFace:
         """The face as a :class:`SourceFace`, ready for ``swappers``.
 
-        ``image``: the arcface_128 crop at 128 (BGR uint8); ``landmarks``: its 5 points in that
-        crop. With a ``recogniser`` the embedding is read from the cache (computed and stored if
-        missing). Each swapper's ``prepare`` then fills ``latents``. Slow parts run here, never in
-        the frame loop.
+        ``image``: the arcface_128 crop at :data:`SOURCE_SIZE` from the photo (BGR uint8; the stored
+        128 crop when the photo cannot be read); ``landmarks``: its 5 points in that crop. With a
+        ``recogniser`` the embedding is read from the cache (computed and stored if missing). Each
+        swapper's ``prepare`` then fills ``latents``. Slow parts run here, never in the frame loop.
         """
         import cv2
 
@@ -306,10 +309,13 @@ class FaceBank:
         if crop_path.is_file():
             self._check_crop(entry, crop_path)
             crop = cv2.imread(str(crop_path), cv2.IMREAD_COLOR)
-        if crop is None:
+        try:  # the source at a resolution that keeps the photo's detail
             img = read_photo(entry.photo)
-            crop, _ = _aligned(img, entry.landmarks, CLASSIC_TEMPLATE, CLASSIC_SIZE)
-        crop_lms = (TEMPLATES[CLASSIC_TEMPLATE] * CLASSIC_SIZE).astype(np.float32)
+            crop, crop_lms = _aligned(img, entry.landmarks, CLASSIC_TEMPLATE, SOURCE_SIZE)
+        except FaceError:
+            if crop is None:
+                raise
+            crop_lms = (TEMPLATES[CLASSIC_TEMPLATE] * CLASSIC_SIZE).astype(np.float32)
         embeddings: dict[str, np.ndarray] = {}
         if recogniser is not None:
             path = self._embedding_path(entry.folder, recogniser.name, entry.sha256)
@@ -498,7 +504,7 @@ class BankWatcher:
 def face_from_image(
     image: np.ndarray, name: str, *, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
 ) -> SourceFace:
-    """The largest face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128/128), with
+    """The largest face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128, :data:`SOURCE_SIZE`), with
     its embedding when a ``recogniser`` is given, prepared for each of ``swappers``."""
     dets = detector.detect(image)
     if not dets:
@@ -506,7 +512,7 @@ def face_from_image(
             f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal"
         )
     best = max(dets, key=lambda d: d.area)
-    crop, lms = _aligned(image, best.landmarks, CLASSIC_TEMPLATE, CLASSIC_SIZE)
+    crop, lms = _aligned(image, best.landmarks, CLASSIC_TEMPLATE, SOURCE_SIZE)
     embeddings = {}
     if recogniser is not None:
         embeddings[recogniser.name] = np.asarray(recogniser.embed(image, best.landmarks[None]), np.float32)[0]

@@ -225,6 +225,8 @@ class Masker:
         self.parser = parser
         self.landmarker = landmarker
         self.name = "masks"
+        #: The landmarker's points (n, 68, 2) of the last :meth:`masks` call (frame pixels), or None.
+        self.last_landmarks: np.ndarray | None = None
         s = self.crop_size
         self._out = ops.empty((self.max_faces, s, s), np.float32)
         self._copy = self.occluder is not None or self.parser is not None
@@ -252,6 +254,7 @@ class Masker:
         ``models``: ``{"occlusion": False}`` / ``{"region": False}`` skips that model mask this frame
         (the daemon's degradation under load)."""
         models = models or {}
+        self.last_landmarks = None
         occluder = self.occluder if models.get("occlusion", True) else None
         parser = self.parser if models.get("region", True) else None
         if not (self.face or self.mouth or occluder is not None or parser is not None) or n == 0:
@@ -275,6 +278,7 @@ class Masker:
             lms = np.asarray(landmarks, np.float64)[:n]
             if self.landmarker is not None:
                 lms = np.asarray(self.landmarker.landmarks(frame, np.asarray(boxes)[:n], five=lms), np.float64)
+                self.last_landmarks = lms
             planes, feathers = shape_params(
                 to_crop(lms, mats[:n]),
                 face=self.face,

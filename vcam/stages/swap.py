@@ -33,8 +33,11 @@ import numpy as np
 
 from vcam.align import TEMPLATES
 from vcam.errors import ConfigError, FaceError
-from vcam.kernels import color, warp
+from vcam.kernels import classic, color, warp
 from vcam.ops import make_ops
+from vcam.stages import mask as vmask
+from vcam.stages import swap_classic
+from vcam.stages.swap_classic import face_region
 from vcam.types import SourceFace
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,8 @@ Sources = Union[SourceFace, Sequence[SourceFace]]
 #: bilinear footprint of a pasted pixel (photo -> aligned crop, crop -> frame) reaches a pixel
 #: outside the outline: the hat, hair, collar and backdrop of the source photo never show.
 SOURCE_MARGIN = 3.0
+#: The largest crop the dense classic swap reads the target's colour statistics from.
+STATS_SIZE = 64
 
 
 @runtime_checkable
@@ -83,28 +88,6 @@ class Swapper(Protocol):
         """Faces passed through so far because the model produced NaN/Inf (reads a device counter:
         call it now and then, not per frame)."""
         ...
-
-
-def face_region(
-    landmarks: np.ndarray, size: int, *, margin: float = 0.0, scale: float = 1.0, feather: float = 0.12
-) -> np.ndarray:
-    """Face-region weight (size, size) float32 in [0, 1] from landmarks in crop pixels (5 or 68, (P, 2)).
-
-    The face outline of :func:`vcam.stages.mask.face_polygon` drawn with :func:`vcam.kernels.mask.polygon_masks_ref`,
-    moved ``margin`` pixels inwards and feathered inwards by ``feather`` eye-to-mouth distances: 0
-    on and outside the moved outline, 1 deeper inside than the feather.
-    """
-    from vcam.kernels.mask import polygon_masks_ref
-    from vcam.stages import mask
-
-    lm = np.asarray(landmarks, np.float64).reshape(1, -1, 2)
-    planes, feathers = mask.shape_params(lm, face=True, mouth=False, face_scale=scale, feather=feather)
-    edges = planes[0, 0]
-    live = edges[:, 2] > np.float32(-1e29)
-    edges[live, 2] += np.float32(margin)  # unit normals: + margin moves every edge inwards
-    out = np.empty((1, size, size), np.float32)
-    polygon_masks_ref(planes, feathers, np.ones((size, size), np.float32), 1, out)
-    return out[0]
 
 
 def _resize_crop(img: np.ndarray, size: int) -> np.ndarray:
@@ -268,10 +251,16 @@ class ClassicSwapper(SwapperBase):
         ops: Any = None,
         mask: Any = None,
         max_faces: int = 8,
+        dense: bool | None = None,
     ) -> None:
         super().__init__(crop_size, ops=ops, mask=mask, max_faces=max_faces)
         self.color_match = bool(color_match)
         self.seamless = bool(seamless)
+        self.dense = (not self.seamless) if dense is None else bool(dense) and not self.seamless
+        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray]] = {}
+        #: A :class:`~vcam.stages.landmark.Landmarker` (the mask stage's): the dense swap then warps
+        #: with the 68 points it finds on the source and the mask stage finds on the target.
+        self.landmarker: Any = None
         self.sigma, self.clip = float(sigma), float(clip)
         ops = self.ops
         s, f = self.crop_size, self.max_faces
@@ -279,8 +268,10 @@ class ClassicSwapper(SwapperBase):
         if self._box.shape != (s, s):
             raise ValueError(f"the paste mask is {self._box.shape}, the crop is {s} x {s}")
         # Target statistics: weighted by the face region of the template, where every aligned target
-        # face lies (the target's own landmarks are the mask stage's business).
-        weight = face_region(TEMPLATES[self.template] * s, s, margin=SOURCE_MARGIN)
+        # face lies (the target's own landmarks are the mask stage's business); the dense swap
+        # reads them from a crop of at most STATS_SIZE pixels (statistics need no detail).
+        self._stats_size = min(STATS_SIZE, s) if self.dense else s
+        weight = face_region(TEMPLATES[self.template] * self._stats_size, self._stats_size, margin=SOURCE_MARGIN)
         self._wsum = float(weight.sum())
         self._w = ops.asarray(weight[None, :, :, None])
         # Source rows (written on an assignment change only).
@@ -291,8 +282,13 @@ class ClassicSwapper(SwapperBase):
         self._band = ops.empty((f, s, s), np.float32) if self.seamless else None
         # Per-frame scratch.
         lab = self.color_match or self.seamless
-        self._lab = ops.empty((f, s, s, 3), np.float32) if lab else None
-        self._tmp = ops.empty((f, s, s, 3), np.float32) if self.color_match else None
+        t = self._stats_size
+        self._lab = ops.empty((f, t, t, 3), np.float32) if lab else None
+        self._tmp = ops.empty((f, t, t, 3), np.float32) if self.color_match else None
+        self._samples = ops.empty((f, classic.FIT_SAMPLES, 3), np.float32)
+        self._affine = ops.empty((f, 12), np.float32)
+        if self.dense and t != s:
+            self._crops = ops.empty((f, t, t, 3), np.uint8)
         self._mean = ops.empty((f, 1, 1, 3), np.float32)
         self._std = ops.empty((f, 1, 1, 3), np.float32)
         g = color.membrane_grid(s)
@@ -321,12 +317,24 @@ class ClassicSwapper(SwapperBase):
         latents[self.name + ".raw"] = crop
         latents[self.name + ".mask"] = (self._box * region).astype(np.float32)
         latents[self.name + ".stats"] = np.concatenate([mean.reshape(1, 3), std.reshape(1, 3)]).astype(np.float32)
+        latents[self.name + ".samples"] = swap_classic.fit_samples(crop, region)
+        if self.dense:  # the source at its own resolution (square), its landmarks there
+            side = max(img.shape[:2])
+            big = _resize_crop(img, side) if img.shape[0] != img.shape[1] else img
+            lms_big = _crop_landmarks(face, side, self.template)
+            if self.landmarker is not None and lms_big.shape[0] == 5:
+                dense = swap_classic.source_68(self.landmarker, big, lms_big)
+                lms_big = lms_big if dense is None else dense
+            for k, level in enumerate(swap_classic.source_levels(big, lms_big, SOURCE_MARGIN)):
+                latents[f"{self.name}.level{k}"] = level
+            latents[self.name + ".points"] = lms_big.astype(np.float32)
         return dataclasses.replace(face, latents=latents)
 
     def _prepared(self, face: SourceFace) -> SourceFace:
         lat = face.latents
         s = self.crop_size
-        ok = all(k in lat for k in (self.name, self.name + ".raw", self.name + ".mask", self.name + ".stats"))
+        keys = [self.name, self.name + ".raw", self.name + ".mask", self.name + ".stats", self.name + ".samples"]
+        ok = all(k in lat for k in keys + ([self.name + ".level0"] if self.dense else []))
         if ok and np.shape(lat[self.name]) == (s, s, 3) and np.shape(lat[self.name + ".mask"]) == (s, s):
             return face
         return self.prepare(face)  # not prepared (or for another crop size): slow, once per switch
@@ -346,6 +354,7 @@ class ClassicSwapper(SwapperBase):
                     np.asarray(lat[self.name + ".raw"], np.uint8),
                     m,
                     np.asarray(lat[self.name + ".stats"], np.float32),
+                    np.asarray(lat[self.name + ".samples"], np.float32),
                 ]
                 if self.seamless:
                     host.append((np.float32(4) * m * (np.float32(1) - m)).astype(np.float32))  # the band: 1 mid-ramp
@@ -356,14 +365,17 @@ class ClassicSwapper(SwapperBase):
             self._src_raw[i] = dev[1]
             self._src_mask[i] = dev[2]
             self._src_stats[:, i] = dev[3]
+            self._samples[i] = dev[4]
             if self._band is not None:
-                self._band[i] = dev[4]
+                self._band[i] = dev[5]
         self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
     def _swap(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[Any, Any]:
         n = self._check(parts)
         self._source(faces, n)
+        if self.dense:
+            return self._swap_dense(parts, n)
         masks = self._src_mask[:n]
         if n == 0 or not (self.color_match or self.seamless):
             return self._src_raw[:n], masks
@@ -385,6 +397,111 @@ class ClassicSwapper(SwapperBase):
             )
         out = color.bgr_from_lab(ops, self._src_norm[:n], n, self._out[:n], scale, shift, membrane)
         return out, masks
+
+    def _swap_dense(self, parts: list[tuple[Any, np.ndarray]], n: int) -> tuple[Any, Any]:
+        """The dense swap's half before the paste: each face's colour map (n, 12) from the target's
+        statistics (the rows :meth:`paste` renders with) and the box mask."""
+        ops, t = self.ops, self._stats_size
+        if n == 0:
+            return self._affine[:0], self.mask
+        mean, std = self._mean[:n], self._std[:n]
+        if self.color_match:
+            k = t / self.crop_size  # the statistics crop: the swapper's crop at t pixels
+            for frame, mats, lo, hi in self._rows(parts):
+                m = mats * k
+                m[:, :, 2] += 0.5 * k - 0.5
+                warp.warp_crops(ops, frame, m, t, out=self._crops[lo:hi])
+            lab = color.lab_from_bgr(ops, self._crops[:n], n, self._lab[:n])
+            _weighted_stats(ops.xp, lab, self._w, self._wsum, self._tmp[:n], mean, std)
+        src_mean, src_std = self._src_stats[0, :n], self._src_stats[1, :n]
+        tgt_mean, tgt_std = mean.reshape(n, 3), std.reshape(n, 3)
+        classic.color_fit(ops, self._samples[:n], src_mean, src_std, tgt_mean, tgt_std, n, self.color_match, self._affine[:n])
+        return self._affine[:n], self.mask
+
+    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray]:
+        """The source pyramid in the ops' memory and the source's landmarks (uploaded once per face;
+        the last ``2 * max_faces`` faces are kept)."""
+        hit = self._dense_sources.get(id(face))
+        if hit is not None and hit[0] is face:
+            return hit[1], hit[2]
+        lat = self._prepared(face).latents
+        levels, k = [], 0
+        while f"{self.name}.level{k}" in lat:
+            levels.append(self.ops.asarray(np.ascontiguousarray(lat[f"{self.name}.level{k}"], np.uint8)))
+            k += 1
+        pts = np.asarray(lat[self.name + ".points"], np.float64)
+        while len(self._dense_sources) >= 2 * self.max_faces:
+            self._dense_sources.pop(next(iter(self._dense_sources)))
+        self._dense_sources[id(face)] = (face, levels, pts)
+        return levels, pts
+
+    def paste(
+        self,
+        frame: Any,
+        crops: Any,
+        crop_from_frame: np.ndarray,
+        mask: Any,
+        count: int,
+        *,
+        sources: Sources,
+        landmarks: Any,
+        dense: Any = None,
+    ) -> Any:
+        """Blend ``count`` swapped faces into ``frame`` in place. The dense swap renders each source
+        warped onto the target's ``landmarks`` (F, 5 or 68, 2) in frame pixels, at the frame's
+        resolution, with the colour maps ``crops`` of :meth:`swap` and the paste ``mask`` (crop
+        space); ``dense`` (F, 68, 2): a landmarker's points, used for each face where they agree
+        with its 5 (:func:`~vcam.stages.swap_classic.plausible`). Otherwise the crops are pasted
+        (:func:`vcam.kernels.paste.paste_back`)."""
+        from vcam.kernels.paste import paste_back
+
+        n = int(count)
+        if not self.dense:
+            return paste_back(self.ops, frame, crops, crop_from_frame, mask, n)
+        mats = np.asarray(crop_from_frame, np.float64).reshape(-1, 2, 3)[:n]
+        faces = [sources] * n if isinstance(sources, SourceFace) else list(sources)
+        lms = np.asarray(landmarks, np.float64)[:n]
+        d68 = None if dense is None else np.asarray(dense, np.float64)[:n]
+        target = []
+        for f in range(n):  # 68 points where the landmarker's agree with the face's 5
+            pts = lms[f]
+            if d68 is not None and pts.shape[0] == 5 and swap_classic.plausible(d68[f], pts):
+                pts = d68[f]
+            target.append(vmask.to_crop(pts[None], mats[f : f + 1])[0])
+        grids = np.empty((n, classic.GRID, classic.GRID, 2), np.float32)
+        origins = np.empty((n, 3), np.float64)
+        images = []
+        for f in range(n):
+            levels, pts = self._dense_source(faces[f])
+            tgt, src = swap_classic.matched(target[f], pts)
+            sizes = [int(lv.shape[0]) for lv in levels]
+            grids[f], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes)
+            images.append(levels[level])
+        with self.ops.activate():
+            return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n)
+
+
+def paste_faces(
+    ops: Any,
+    swapper: Any,
+    frame: Any,
+    crops: Any,
+    mats: np.ndarray,
+    mask: Any,
+    n: int,
+    sources: Sources,
+    landmarks: Any,
+    dense: Any = None,
+) -> Any:
+    """Blend the ``n`` swapped faces into ``frame``: through the swapper's own ``paste`` where it has
+    one (the dense classic swap draws at the frame's resolution from the target's ``landmarks``, or
+    the 68 ``dense`` points of a landmarker), else :func:`vcam.kernels.paste.paste_back` of its crops."""
+    render = getattr(swapper, "paste", None)
+    if render is not None:
+        return render(frame, crops, mats, mask, n, sources=sources, landmarks=landmarks, dense=dense)
+    from vcam.kernels.paste import paste_back
+
+    return paste_back(ops, frame, crops, mats, mask, n)
 
 
 def _box(size: int) -> np.ndarray:
@@ -452,4 +569,5 @@ __all__ = [
     "Swapper",
     "face_region",
     "make_builtin",
+    "paste_faces",
 ]

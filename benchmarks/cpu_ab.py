@@ -1,0 +1,81 @@
+"""The CPU demo's flat-out rate of two trees, alternated in one run (a busy machine slows both alike).
+
+    python -m benchmarks.cpu_ab OLD_TREE [--rounds 3] [--frames 300] [--size 1280x720] [--json cpu_ab.json]
+
+OLD_TREE: an exported older checkout (``git archive <commit> | tar -x -C DIR``); the new tree is this
+one. Each round runs ``benchmarks.demo``'s flat-out mode (the daemon on the 720p demo clip, classic
+swap, publishing to null) once per tree, in a fresh process, old first. Prints fps per round and the
+median new/old ratio; writes the numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+_CHILD = """
+import json, sys
+from dataclasses import replace
+from vcam.config import Config
+from benchmarks.demo import _run
+w, h, frames = (int(v) for v in sys.argv[1:4])
+base = Config()
+cfg = base.replace(
+    capture=replace(base.capture, input="demo", width=w, height=h, fps=30.0, loop=True, pacing="fast"),
+    output=replace(base.output, target="null"),
+    pipeline=replace(base.pipeline, device="cpu", max_latency=0.0),
+)
+r = _run(cfg, frames, False)
+print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"]}))
+"""
+
+
+def _one(tree: Path, w: int, h: int, frames: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(w), str(h), str(frames)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{tree}: no result\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--size", default="1280x720")
+    ap.add_argument("--json", default="cpu_ab.json")
+    args = ap.parse_args(argv)
+    w, h = (int(v) for v in args.size.lower().split("x"))
+    trees = {"old": Path(args.old).resolve(), "new": Path(__file__).resolve().parents[1]}
+    runs: dict[str, list[dict]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for name, tree in trees.items():
+            res = _one(tree, w, h, args.frames)
+            runs[name].append(res)
+            stages = ", ".join(f"{k} {v:.2f}" for k, v in res["stage_ms"].items())
+            print(f"round {r + 1} {name}: {res['fps']:.1f} fps ({stages})", flush=True)
+    ratios = [n["fps"] / o["fps"] for o, n in zip(runs["old"], runs["new"])]
+    med = {k: statistics.median(x["fps"] for x in v) for k, v in runs.items()}
+    print(f"median fps: old {med['old']:.1f}, new {med['new']:.1f}; new/old per round {[round(x, 3) for x in ratios]}")
+    Path(args.json).write_text(
+        json.dumps({"size": [w, h], "frames": args.frames, "runs": runs, "median_fps": med, "ratios": ratios}, indent=2)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""The classic swap's dense warp (host side): control points from the landmarks, the source's image
+pyramid with its face weight, and the per-face warp grid the render kernel
+(:mod:`vcam.kernels.classic`) interpolates.
+
+The warp is a thin-plate spline from the target's control points (crop pixels) to the source's
+(source pixels). Control points, index for index on both sides:
+
+- 68 landmarks (a landmarker on both sides): the eye corners, nose, mouth and lips, every other jaw
+  point, the brows raised by a quarter of their distance to the nose tip (the forehead line of
+  :func:`vcam.stages.mask.face_polygon`), and that outline pushed out by 35% from its centre (a
+  ring that keeps the warp calm outside the face);
+- 5 points (the detector's): the 5 points, the 16-point face outline of
+  :func:`~vcam.stages.mask.face_polygon` and the same outline grown by 35%.
+
+A face with 68 points on one side and 5 on the other uses the 5 points (the 68's eye centres, nose
+tip and mouth corners).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vcam.kernels import classic
+from vcam.kernels.mask import polygon_masks_ref
+from vcam.stages import mask as vmask
+
+
+def face_region(
+    landmarks: np.ndarray, size: int, *, margin: float = 0.0, scale: float = 1.0, feather: float = 0.12
+) -> np.ndarray:
+    """Face-region weight (size, size) float32 in [0, 1] from landmarks in crop pixels (5 or 68, (P, 2)).
+
+    The face outline of :func:`vcam.stages.mask.face_polygon` drawn with :func:`vcam.kernels.mask.polygon_masks_ref`,
+    moved ``margin`` pixels inwards and feathered inwards by ``feather`` eye-to-mouth distances: 0
+    on and outside the moved outline, 1 deeper inside than the feather.
+    """
+    lm = np.asarray(landmarks, np.float64).reshape(1, -1, 2)
+    planes, feathers = vmask.shape_params(lm, face=True, mouth=False, face_scale=scale, feather=feather)
+    edges = planes[0, 0]
+    live = edges[:, 2] > np.float32(-1e29)
+    edges[live, 2] += np.float32(margin)  # unit normals: + margin moves every edge inwards
+    out = np.empty((1, size, size), np.float32)
+    polygon_masks_ref(planes, feathers, np.ones((size, size), np.float32), 1, out)
+    return out[0]
+
+
+#: Levels of the source pyramid (each half the size of the one before), at most.
+MAX_LEVELS = 5
+#: Feather of the source's face weight (eye-to-mouth distances): narrow, as the target's face mask
+#: (:mod:`vcam.stages.mask`) feathers the paste already.
+SOURCE_FEATHER = 0.04
+#: The 68 landmarks the spline is tied to (a 45-point system: a larger one costs more than it
+#: gives, and small solves stay off the BLAS threads): every other jaw point, the brows' ends and
+#: middles, the eye corners, the nose's bridge, tip and wings, the mouth's corners and middles.
+_JAW = np.arange(0, 17, 2)
+_BROWS = np.array([0, 2, 4, 5, 7, 9])
+_INNER = np.array([36, 39, 42, 45, 27, 30, 31, 35, 48, 51, 54, 57, 62, 66])
+#: Growth of the outer ring of control points.
+RING = 1.35
+
+
+def five_from_68(lm: np.ndarray) -> np.ndarray:
+    """The 5 detector points (eyes, nose tip, mouth corners) of 68 landmarks."""
+    lm = np.asarray(lm, np.float64).reshape(68, 2)
+    return np.stack([lm[36:42].mean(0), lm[42:48].mean(0), lm[30], lm[48], lm[54]])
+
+
+def plausible(lm68: np.ndarray, lm5: np.ndarray, tol: float = 0.3) -> bool:
+    """Do 68 landmarks agree with 5 points of the same face (eyes, nose tip, mouth corners within
+    ``tol`` eye distances)? A landmarker that lost the face (or a stand-in model) does not."""
+    five = np.asarray(lm5, np.float64).reshape(5, 2)
+    eye = float(np.hypot(*(five[1] - five[0])))
+    return bool(np.all(np.hypot(*(five_from_68(lm68) - five).T) <= tol * max(eye, 1e-6)))
+
+
+def source_68(landmarker: object, image: np.ndarray, lm5: np.ndarray) -> np.ndarray | None:
+    """The source's 68 landmarks from ``landmarker`` (:class:`~vcam.stages.landmark.Landmarker`) on
+    ``image`` (host BGR), its box from the 5 points' face outline; None when they are not
+    :func:`plausible`."""
+    outline = vmask.face_polygon(lm5, 1.0)
+    box = np.concatenate([outline.min(0), outline.max(0)])[None]
+    ops = landmarker.ops  # type: ignore[attr-defined]
+    with ops.activate():
+        frame = ops.asarray(np.ascontiguousarray(image))
+    lm68 = np.asarray(landmarker.landmarks(frame, box, five=np.asarray(lm5, np.float32)[None]), np.float64)[0]  # type: ignore[attr-defined]
+    return lm68 if plausible(lm68, lm5) else None
+
+
+def control_points(lm: np.ndarray) -> np.ndarray:
+    """Control points (K, 2) float64 of 5 or 68 landmarks (see the module docstring)."""
+    lm = np.asarray(lm, np.float64).reshape(-1, 2)
+    if lm.shape[0] == 68:
+        brows = (lm[17:27] + (lm[17:27] - lm[30]) * 0.25)[_BROWS]
+        outline = np.concatenate([lm[_JAW], brows])
+        centre = outline.mean(0)
+        return np.concatenate([lm[_INNER], outline, centre + (outline - centre) * RING])
+    if lm.shape[0] == 5:
+        return np.concatenate([lm, vmask.face_polygon(lm, 1.0), vmask.face_polygon(lm, RING)])
+    raise ValueError(f"the classic swap needs 5 or 68 landmarks, got {lm.shape[0]}")
+
+
+def matched(target: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``target`` and ``source`` landmarks with the same layout (68 where both have 68, else 5)."""
+    t = np.asarray(target, np.float64).reshape(-1, 2)
+    s = np.asarray(source, np.float64).reshape(-1, 2)
+    if t.shape[0] != s.shape[0]:
+        t = five_from_68(t) if t.shape[0] == 68 else t
+        s = five_from_68(s) if s.shape[0] == 68 else s
+    return t, s
+
+
+def source_levels(image: np.ndarray, landmarks: np.ndarray, margin: float) -> list[np.ndarray]:
+    """The source pyramid: level k is ``image`` (S, S, 3) uint8 at ``S / 2**k`` (area averages), as
+    (s, s, 4) uint8 B, G, R and the source's face weight (255: 1; its face region, ``margin`` level pixels
+    inside the outline: no bilinear tap of a weighted pixel reaches outside the source's face)."""
+    import cv2
+
+    size = int(image.shape[0])
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
+    levels, img = [], np.asarray(image, np.float32)
+    for _ in range(MAX_LEVELS):
+        s = img.shape[0]
+        pts = (lm + 0.5) * (s / size) - 0.5
+        out = np.empty((s, s, 4), np.uint8)
+        out[..., :3] = np.clip(img + np.float32(0.5), 0, 255)
+        out[..., 3] = np.floor(face_region(pts, s, margin=margin, feather=SOURCE_FEATHER) * 255 + 0.5)
+        levels.append(out)
+        if s < 64:
+            break
+        img = cv2.resize(img, (s // 2, s // 2), interpolation=cv2.INTER_AREA)
+    return levels
+
+
+def fit_samples(image: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """:data:`~vcam.kernels.classic.FIT_SAMPLES` BGR colours (float32) of the source's face: the
+    colours at evenly spaced ranks of lightness among the face pixels (``weight`` > 0.5), so dark
+    brows and bright highlights weigh as much as the skin."""
+    px = np.asarray(image, np.float32).reshape(-1, 3)[np.asarray(weight).reshape(-1) > 0.5]
+    if px.shape[0] == 0:
+        px = np.asarray(image, np.float32).reshape(-1, 3)
+    order = np.argsort(px @ np.array([0.114, 0.587, 0.299], np.float32), kind="stable")
+    pick = order[np.linspace(0, len(order) - 1, classic.FIT_SAMPLES).round().astype(int)]
+    return np.ascontiguousarray(px[pick], np.float32)
+
+
+def warp_grid(
+    target_crop: np.ndarray, source: np.ndarray, crop_from_frame: np.ndarray, sizes: list[int]
+) -> tuple[np.ndarray, tuple[float, float, float], int]:
+    """The warp grid of one face: (grid in the chosen level's pixels, (origin x, origin y, nodes per
+    crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
+    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides. The
+    level is the one whose pixels are at most twice as dense as the frame's (no aliasing, no detail
+    lost)."""
+    dst, src = control_points(target_crop), control_points(source)
+    outline = vmask.face_polygon(np.asarray(target_crop, np.float64), 1.0)
+    lo, hi = outline.min(0) - 4.0, outline.max(0) + 4.0
+    grid, ox, oy, inv = classic.tps_grid(dst, src, (lo[0], lo[1], hi[0], hi[1]))
+    m = np.asarray(crop_from_frame, np.float64).reshape(2, 3)
+    crop_per_frame = math.sqrt(abs(float(np.linalg.det(m[:, :2]))))
+    spread = float(np.sqrt(src.var(0).sum() / max(dst.var(0).sum(), 1e-9)))  # source px per crop px
+    ratio = spread * crop_per_frame  # source px per frame px
+    level = int(np.clip(math.floor(math.log2(max(ratio, 1e-6))), 0, len(sizes) - 1))
+    if level:
+        k = np.float32(sizes[level] / sizes[0])
+        grid = ((grid + np.float32(0.5)) * k - np.float32(0.5)).astype(np.float32)
+    return grid, (ox, oy, inv), level
+
+
+__all__ = [
+    "MAX_LEVELS",
+    "face_region",
+    "control_points",
+    "fit_samples",
+    "five_from_68",
+    "matched",
+    "plausible",
+    "source_68",
+    "source_levels",
+    "warp_grid",
+]
