@@ -10,7 +10,8 @@ import pytest
 from conftest import demo_run, vcam_cli
 
 from vcam.config import Config
-from vcam.control.local import AlreadyRunning, ControlServer, InstanceLock
+from vcam.control.instance import AlreadyRunning, InstanceLock
+from vcam.control.local import ControlServer
 from vcam.errors import ControlError
 from vcam.state import RuntimeState
 

@@ -97,13 +97,13 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
 
 
 def take_instance_lock(d: Daemon) -> None:
-    """The control socket's lock (:class:`~vcam.control.local.InstanceLock`) and, with OBS control,
+    """The control socket's lock (:class:`~vcam.control.instance.InstanceLock`) and, with OBS control,
     each stream's OBS scene lock, released at shutdown. Another daemon holding one stops this one
     (one line naming its PID): two daemons on one scene would switch each other's faces. A lock that
     cannot be used at all (another user's file, a folder others can write) turns that control off
     with one line (the socket; OBS control keeps going without its lock), and the video goes on."""
     from vcam.config import ControlConfig
-    from vcam.control.local import AlreadyRunning, InstanceLock
+    from vcam.control.instance import AlreadyRunning, InstanceLock
 
     locks = LockSet()
     try:
