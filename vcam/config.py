@@ -183,7 +183,11 @@ class TrackConfig:
 @dataclass(frozen=True)
 class SwapConfig:
     swapper: str = _opt("classic", "Swapper: 'classic' (no model needed) or a swapper model name.")
-    source: str = _opt("", "Active source face: a face-bank name or an image path ('' : demo face for --input demo).")
+    source: str = _opt(
+        "",
+        "Active source face: a face-bank name or an image path ('' : none, frames pass through until a face is chosen "
+        "with `vcam ctl face` or OBS; the demo face for --input demo).",
+    )
     faces: Literal["all", "largest", "reference"] = _opt("all", "Which faces to swap.")
     reference: str = _opt("", "Reference face (bank name or image path) for faces = 'reference'.")
     reference_threshold: float = _opt(0.3, "Minimum similarity to the reference face.", min=-1.0, max=1.0)
@@ -255,6 +259,11 @@ class OutputConfig:
         "auto", "Virtual camera pixel format (auto: what the device takes)."
     )
     fps: float = _opt(0.0, "Output frame rate (0: the input's).", min=0, max=240)
+    chroma: Literal["420", "444"] = _opt(
+        "420",
+        "File output chroma: '420' (yuv420p, which every H.264 player decodes; an odd size is padded to even with the "
+        "edge pixels) or '444' (yuv444p, H.264 High 4:4:4 at the exact size; many players cannot decode it).",
+    )
 
 
 @dataclass(frozen=True)
