@@ -178,6 +178,15 @@ class TrackConfig:
     )
     min_cutoff: float = _opt(1.0, "One-Euro filter minimum cutoff frequency (Hz): lower removes more jitter.", min=0.001)
     beta: float = _opt(0.05, "One-Euro filter speed coefficient: higher reduces lag on fast motion.", min=0.0)
+    confirm_hits: int = _opt(
+        2,
+        "A new face is swapped (and counted) once confirmed: this many detections whose landmarks make a face "
+        "within its first confirm_within frames (1: at once).",
+        min=1,
+        max=10,
+    )
+    confirm_score: float = _opt(0.9, "Or at once when its first detection scores at least this.", min=0.0, max=1.0)
+    confirm_within: int = _opt(5, "Frames a new face has to be confirmed in, else it is dropped.", min=1, max=60)
 
 
 @dataclass(frozen=True)

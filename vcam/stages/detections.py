@@ -159,6 +159,53 @@ def merge(dets: list[Detection], iou: float) -> list[Detection]:
     return [dets[i] for i in out]
 
 
+def plausible_face(det: Detection) -> bool:
+    """Do the 5 landmarks of ``det`` make a face for its box? The eyes above the mouth (along the
+    eye line's downward normal, so a head tilted up to about 60 degrees passes), eyes apart by a
+    plausible share of the box, the nose between the eyes and the mouth, a mouth as wide as a mouth,
+    and every point near the box. What the small-face tiles (native-scale, upsampled regions) find
+    in textures and round objects mostly fails one of these; a real face at any size passes."""
+    lm = np.asarray(det.landmarks, dtype=np.float64).reshape(5, 2)
+    x1, y1, x2, y2 = (float(v) for v in det.box)
+    w, h = x2 - x1, y2 - y1
+    if w <= 1 or h <= 1 or not np.isfinite(lm).all():
+        return False
+    pad = 0.15 * max(w, h)
+    if (lm[:, 0] < x1 - pad).any() or (lm[:, 0] > x2 + pad).any() or (lm[:, 1] < y1 - pad).any() or (lm[:, 1] > y2 + pad).any():
+        return False
+    eye = lm[1] - lm[0]
+    iod = float(np.hypot(*eye))
+    if not 0.25 * w <= iod <= 0.75 * w or eye[0] <= 0.5 * iod:  # eye line within 60 degrees of level
+        return False
+    down = np.array([-eye[1], eye[0]]) / iod  # the eye line's normal, pointing to the chin
+    eyes_mid = (lm[0] + lm[1]) / 2
+    mouth_mid = (lm[3] + lm[4]) / 2
+    to_mouth = float((mouth_mid - eyes_mid) @ down) / iod
+    to_nose = float((lm[2] - eyes_mid) @ down) / iod
+    mouth = lm[4] - lm[3]
+    mouth_w = float(mouth @ (eye / iod)) / iod
+    return 0.55 <= to_mouth <= 1.6 and 0.1 * to_mouth <= to_nose <= 0.95 * to_mouth and 0.35 <= mouth_w <= 1.3
+
+
+def inside_larger(small: list[Detection], others: np.ndarray, frac: float = 0.3, larger: float = 1.5) -> list[bool]:
+    """For each of ``small``: does it lie inside or on a face at least ``larger`` times its side
+    among ``others`` (N, 4) boxes (a thumbnail face found on someone's cheek, ear or shirt collar),
+    i.e. cover it by ``frac`` of its own area?"""
+    if not small or len(others) == 0:
+        return [False] * len(small)
+    ob = np.asarray(others, dtype=np.float64).reshape(-1, 4)
+    o_side = np.maximum(ob[:, 2] - ob[:, 0], ob[:, 3] - ob[:, 1])
+    out = []
+    for d in small:
+        b = d.box.astype(np.float64)
+        side = max(b[2] - b[0], b[3] - b[1])
+        iw = (np.minimum(ob[:, 2], b[2]) - np.maximum(ob[:, 0], b[0])).clip(0)
+        ih = (np.minimum(ob[:, 3], b[3]) - np.maximum(ob[:, 1], b[1])).clip(0)
+        share = iw * ih / max(d.area, 1e-6)
+        out.append(bool(((share >= frac) & (o_side >= larger * side)).any()))
+    return out
+
+
 def decode(
     pri: np.ndarray,
     loc: np.ndarray,
