@@ -161,10 +161,11 @@ def merge(dets: list[Detection], iou: float) -> list[Detection]:
 
 def plausible_face(det: Detection) -> bool:
     """Do the 5 landmarks of ``det`` make a face for its box? The eyes above the mouth (along the
-    eye line's downward normal, so a head tilted up to about 60 degrees passes), eyes apart by a
-    plausible share of the box, the nose between the eyes and the mouth, a mouth as wide as a mouth,
-    and every point near the box. What the small-face tiles (native-scale, upsampled regions) find
-    in textures and round objects mostly fails one of these; a real face at any size passes."""
+    eye line's downward normal, so a head tilted up to about 60 degrees passes) by a share of the
+    box's height, the eyes apart by a share of its width (a turned head's shrink, not a texture's
+    collapse), the nose between the eyes and the mouth, the mouth corners in order, and every point
+    near the box. What the small-face tiles (native-scale regions, upsampled) find in textures and
+    round objects mostly fails one of these; a real face at any size passes."""
     lm = np.asarray(det.landmarks, dtype=np.float64).reshape(5, 2)
     x1, y1, x2, y2 = (float(v) for v in det.box)
     w, h = x2 - x1, y2 - y1
@@ -175,16 +176,15 @@ def plausible_face(det: Detection) -> bool:
         return False
     eye = lm[1] - lm[0]
     iod = float(np.hypot(*eye))
-    if not 0.25 * w <= iod <= 0.75 * w or eye[0] <= 0.5 * iod:  # eye line within 60 degrees of level
+    if not 0.15 * w <= iod <= 0.75 * w or eye[0] <= 0.5 * iod:  # eye line within 60 degrees of level
         return False
-    down = np.array([-eye[1], eye[0]]) / iod  # the eye line's normal, pointing to the chin
+    along = eye / iod
+    down = np.array([-along[1], along[0]])  # the eye line's normal, pointing to the chin
     eyes_mid = (lm[0] + lm[1]) / 2
-    mouth_mid = (lm[3] + lm[4]) / 2
-    to_mouth = float((mouth_mid - eyes_mid) @ down) / iod
-    to_nose = float((lm[2] - eyes_mid) @ down) / iod
-    mouth = lm[4] - lm[3]
-    mouth_w = float(mouth @ (eye / iod)) / iod
-    return 0.55 <= to_mouth <= 1.6 and 0.1 * to_mouth <= to_nose <= 0.95 * to_mouth and 0.35 <= mouth_w <= 1.3
+    to_mouth = float(((lm[3] + lm[4]) / 2 - eyes_mid) @ down)
+    to_nose = float((lm[2] - eyes_mid) @ down)
+    mouth_w = float((lm[4] - lm[3]) @ along)
+    return 0.15 * h <= to_mouth <= 0.7 * h and 0.05 * to_mouth <= to_nose <= 0.95 * to_mouth and 0.08 * w <= mouth_w <= 0.8 * w
 
 
 def inside_larger(small: list[Detection], others: np.ndarray, frac: float = 0.3, larger: float = 1.5) -> list[bool]:
