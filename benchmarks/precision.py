@@ -139,7 +139,14 @@ def scene(size: str, n: int, seed: int = 0):
         hb = boxes[id(grace)]
         side = 50 * s
         anchor = ((hb[0] + hb[2]) / 2, (hb[1] + hb[3]) / 2)
-        items.append((grace, placement(anchor, (host[0] + 0.06 * (host[2] - host[0]), (host[1] + host[3]) / 2), side / float(hb[2] - hb[0]), 0.0)))
+        items.append(
+            (
+                grace,
+                placement(
+                    anchor, (host[0] + 0.06 * (host[2] - host[0]), (host[1] + host[3]) / 2), side / float(hb[2] - hb[0]), 0.0
+                ),
+            )
+        )
         frame = compose((w, h), items, background=bg)
         _distractors(frame, i, seed, sketch, (int((host[0] + host[2]) / 2), int(host[3] + 170 * s)))
         yield frame, truth
@@ -164,7 +171,9 @@ def match(boxes: list[np.ndarray], truth: list[np.ndarray]) -> tuple[int, set[in
 def _run(device: str, mode: str, size: str, frames: int) -> dict:
     cfg = Config()
     ops = make_ops(device)
-    det = RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, ops=ops, device=ops.device, max_regions=16)
+    det = RetinaFaceDetector(
+        stage_params(DetectParams, cfg.detect), cfg.track.roi_size, ops=ops, device=ops.device, max_regions=16
+    )
     params = stage_params(TrackParams, cfg.track)
     if mode == "before":  # today's: every new track swapped at once, tile faces unchecked
         params = replace(params, confirm_hits=1)
@@ -219,7 +228,8 @@ def main(argv: list[str] | None = None) -> dict:
             frame, _ = next(iter(scene(size, 30)))
             cv2.imwrite(str(a.save / f"precision_scene_{size}.png"), frame)
     rows = [_run(a.device, mode, size, a.frames) for size in sizes for mode in a.modes.split(",")]
-    print(f"{'scene':6} {'mode':7} {'frames':>6} {'swapped':>8} {'false':>6} {'precision':>9} {'recall':>7} {'faces ok':>8} {'track ms':>9} {'p99':>7}")
+    head = f"{'scene':6} {'mode':7} {'frames':>6} {'swapped':>8} {'false':>6} {'precision':>9} {'recall':>7}"
+    print(head + f" {'faces ok':>8} {'track ms':>9} {'p99':>7}")
     for r in rows:
         print(
             f"{r['size']:6} {r['mode']:7} {r['frames']:6d} {r['swapped']:8d} {r['false']:6d} {r['precision']:9.4f} "

@@ -76,7 +76,18 @@ def test_piped_a_conversion_prints_plain_progress_lines_and_counts_the_input_fra
 @pytest.mark.slow
 def test_quiet_silences_the_progress(talk, tmp_path):
     out = tmp_path / "q.mp4"
-    p = vcam("--input", str(talk), "--output", f"file:{out}", "--frames", "60", "--quiet", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = vcam(
+        "--input",
+        str(talk),
+        "--output",
+        f"file:{out}",
+        "--frames",
+        "60",
+        "--quiet",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     text, _ = p.communicate(timeout=300)
     assert p.returncode == 0, text
     assert "converting" not in text and "stopped: 60 frames published of 60 input frames" in text, text

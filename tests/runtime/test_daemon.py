@@ -539,6 +539,7 @@ def test_without_face_nothing_is_swapped_in_even_with_a_face_bank(tmp_path):
     assert r.exit_code == 0, r.output
     assert "8 frames published of 8 input frames" in r.output and "; face none (pass-through);" in r.output, r.output
     given = frames_of(src)
+
     # the largest change of a frame's worst 32x32 block: re-encoding noise only, or a face swapped in
     def worst_block(path):
         return max(

@@ -164,7 +164,7 @@ def run(
             on_status=None if several else status_line.update,
             on_stream_status=status_line.update_stream if several else None,
         )
-        status_line.summaries = lambda: daemon.summaries
+        status_line.summaries = lambda d=daemon: d.summaries
         try:
             with status_line:
                 summary = daemon.run(max_frames=frames, duration=dur)
@@ -301,7 +301,9 @@ class _StatusLine:
         eta = f"{(total - done) / fps:.0f} s" if fps > 0 else "unknown"
         label = f"[{name}] " if name else ""
         console.print(
-            escape(f"{label}converting: {done} of {total} input frames ({100 * done / max(total, 1):.0f}%), {fps:.1f} fps, ETA {eta}"),
+            escape(
+                f"{label}converting: {done} of {total} input frames ({100 * done / max(total, 1):.0f}%), {fps:.1f} fps, ETA {eta}"
+            ),
             highlight=False,
             soft_wrap=True,
         )

@@ -35,19 +35,17 @@ from vcam.stages.detections import (
     EMBEDDED_DETECTOR,
     DetectParams,
     TopCandidates,
+    checked_small_faces,
     decode,
     decode_scrfd,
     decode_yoloface,
     decode_yunet,
-    inside_larger,
     merge,
-    plausible_face,
     priors,
 )
 from vcam.types import Detection
 
 _ALIGN = 32  # input sides are padded to a multiple of the coarsest stride
-
 
 #: Side (model-input pixels) of the smallest face a detector finds reliably (RetinaFace's smallest
 #: anchor is 16 px); it sets the scale of the tiles a full scan adds for small faces.
@@ -183,9 +181,7 @@ class FaceDetector:
         self._rgb = bool(spec.rgb)
         self._priors: dict[tuple[int, int], np.ndarray] = {}
         self._tiles: dict[tuple[int, int], np.ndarray] = {}
-        #: Faces found by the small-face tiles must pass the landmark check and lie on no larger
-        #: face (:meth:`small_faces`); off only to measure what the check gains (benchmarks).
-        self.tile_check = True
+        self.tile_check = True  # check the tiles' faces (:meth:`small_faces`); off: to measure the gain
         # The last call's end (its readback queued): calls on other streams (a frame's own detection
         # on the front stream, a predicted frame's on the back stream, several cameras' pipelines)
         # wait for it, so no call overwrites the engine's buffers while another still reads them.
@@ -279,25 +275,14 @@ class FaceDetector:
 
         return Pending(combine=combine, parts=[coarse, regions])
 
-    def small_faces(
-        self, per_tile: list[list[Detection]], height: int, width: int, *, others: Sequence[Any] = ()
-    ) -> list[Detection]:
-        """The faces :meth:`tiles` are for: those up to twice the coarse scan's smallest. Larger ones
-        the coarse scan finds whole, while a tile may see only the part of them inside it.
-
-        A tile sees its region upsampled, where textures and round objects can look like a small
-        face, so with :attr:`tile_check` (default) a tile's face must also pass
-        :func:`~vcam.stages.detections.plausible_face` (its 5 landmarks make a face for its box)
-        and not lie inside or on a larger face among ``others`` (boxes: the coarse scan's faces,
-        the tracked ones)."""
+    def small_faces(self, per_tile: list[list[Detection]], height: int, width: int, *, others: Any = ()) -> list[Detection]:
+        """The faces :meth:`tiles` are for: those up to twice the coarse scan's smallest (larger ones
+        the coarse scan finds whole, a tile only in part); with :attr:`tile_check`, only those
+        :func:`~vcam.stages.detections.checked_small_faces` keeps (``others``: larger faces' boxes)."""
         size, _, _ = self.scan_shape(height, width)
         limit = 2.0 * MIN_FACE_INPUT * max(height, width) / size
         found = [d for dets in per_tile for d in dets if max(d.box[2] - d.box[0], d.box[3] - d.box[1]) <= limit]
-        if not self.tile_check or not found:
-            return found
-        found = [d for d in found if plausible_face(d)]
-        boxes = np.asarray(list(others), dtype=np.float64).reshape(-1, 4)
-        return [d for d, inside in zip(found, inside_larger(found, boxes)) if not inside]
+        return checked_small_faces(found, others) if self.tile_check else found
 
     def detect_coarse(self, frame_bgr: Any) -> list[Detection]:
         """The whole frame letterboxed to ``[detect] size`` (padding right and bottom), one model

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -204,6 +205,17 @@ def inside_larger(small: list[Detection], others: np.ndarray, frac: float = 0.3,
         share = iw * ih / max(d.area, 1e-6)
         out.append(bool(((share >= frac) & (o_side >= larger * side)).any()))
     return out
+
+
+def checked_small_faces(found: list[Detection], others: Any = ()) -> list[Detection]:
+    """The small-face tiles see their regions upsampled, where textures and round objects can look
+    like a small face: keep the faces that pass :func:`plausible_face` and lie inside or on no
+    larger face among ``others`` (boxes: the coarse scan's faces, the tracked ones)."""
+    found = [d for d in found if plausible_face(d)]
+    if not found:
+        return found
+    boxes = np.asarray(list(others), dtype=np.float64).reshape(-1, 4)
+    return [d for d, inside in zip(found, inside_larger(found, boxes)) if not inside]
 
 
 def decode(
