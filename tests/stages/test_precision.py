@@ -52,10 +52,11 @@ def test_landmarks_that_make_no_face_fail(why, lms):
 def test_a_small_face_on_a_larger_one_is_found():
     host = np.array([[700.0, 400.0, 900.0, 650.0]])
     on_cheek = det(box=[690, 480, 740, 540])  # 40 of its 50 px inside the host's box
-    beside = det(box=[640, 480, 690, 540])  # touching it, outside
+    by_ear = det(box=[650, 480, 700, 540])  # touching it, where the ear is: on the head
+    beside = det(box=[610, 480, 660, 540])  # a head's width away
     alone = det(box=[100, 100, 150, 160])
     big_twin = det(box=[720, 420, 880, 640])  # as large as the host: another person, not a thumbnail
-    assert inside_larger([on_cheek, beside, alone, big_twin], host) == [True, False, False, False]
+    assert inside_larger([on_cheek, by_ear, beside, alone, big_twin], host) == [True, True, False, False, False]
     assert inside_larger([on_cheek], np.zeros((0, 4))) == [False]
 
 
@@ -99,7 +100,7 @@ def run(faces: dict[int, list[Detection]], frames: int, **params) -> list[list[i
 
 
 def test_a_new_face_with_a_modest_score_is_swapped_from_its_second_hit():
-    weak = det(score=0.7)
+    weak = det(score=0.8)
     got = run({i: [weak] for i in range(6)}, 6)
     assert got[0] == [] and all(len(ids) == 1 for ids in got[1:]), got
 
@@ -111,8 +112,28 @@ def test_a_confident_face_is_swapped_at_once():
 def test_a_one_frame_blip_is_never_swapped_or_counted():
     """A weak detection in one frame only (a texture, a reflection): followed, never confirmed,
     gone once its confirmation window and misses are over."""
-    got = run({0: [det(score=0.7)]}, 8)
+    got = run({0: [det(score=0.8)]}, 8)
     assert all(ids == [] for ids in got), got
+
+
+def test_hits_below_the_hit_score_do_not_confirm():
+    """A face-like texture the detector keeps scoring 0.7 (above its 0.6 threshold): never swapped."""
+    got = run({i: [det(score=0.7)] for i in range(10)}, 10)
+    assert all(ids == [] for ids in got), got
+
+
+def test_a_face_smaller_than_small_face_needs_a_hit_more_and_no_score_confirms_it_at_once():
+    class WithCfg(Scripted):
+        cfg = type("P", (), {"small_face": 60, "score": 0.6})()
+
+    sd = WithCfg({i: [det(score=0.97)] for i in range(4)})  # a 48 px face, below small_face 60
+    tr = Tracker(sd, TrackParams())
+    img = np.zeros((1080, 1920, 3), np.uint8)
+    got = []
+    for i in range(4):
+        sd.seq = i
+        got.append([t.id for t in tr.update(img, i)])
+    assert got == [[], [], [1], [1]], got
 
 
 def test_hits_whose_landmarks_make_no_face_do_not_confirm():

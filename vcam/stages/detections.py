@@ -191,11 +191,13 @@ def plausible_face(det: Detection) -> bool:
 def inside_larger(small: list[Detection], others: np.ndarray, frac: float = 0.3, larger: float = 1.5) -> list[bool]:
     """For each of ``small``: does it lie inside or on a face at least ``larger`` times its side
     among ``others`` (N, 4) boxes (a thumbnail face found on someone's cheek, ear or shirt collar),
-    i.e. cover it by ``frac`` of its own area?"""
+    i.e. cover it by ``frac`` of its own area? A face box ends at the cheeks: the ears and hair
+    around it (15% of its side each way) count as the face."""
     if not small or len(others) == 0:
         return [False] * len(small)
     ob = np.asarray(others, dtype=np.float64).reshape(-1, 4)
     o_side = np.maximum(ob[:, 2] - ob[:, 0], ob[:, 3] - ob[:, 1])
+    ob = ob + np.outer(o_side * 0.15, [-1.0, -1.0, 1.0, 1.0])
     out = []
     for d in small:
         b = d.box.astype(np.float64)

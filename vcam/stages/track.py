@@ -230,6 +230,9 @@ class Tracker:
         self.fps = float(fps)
         #: A new face lying on a larger one starts no track (off only to measure what that gains).
         self.admit_check = True
+        dcfg = getattr(detector, "cfg", None)
+        self._small_face = float(getattr(dcfg, "small_face", 0) or 0)
+        self._hit_score = (float(getattr(dcfg, "score", 0.6)) + self.cfg.confirm_score) / 2
         self._next_id = 1
         self.reset()
 
@@ -466,9 +469,9 @@ class Tracker:
         tr.missed = 0
         tr.last_seen = seq
         self.last_matched[tr.id] = det
-        if not state.confirmed and plausible_face(det):
+        if not state.confirmed and self._hit(det):
             state.hits += 1
-            state.confirmed = state.hits >= self.cfg.confirm_hits
+            state.confirmed = state.hits >= self.cfg.confirm_hits + self._smaller(det)
 
     def _new_state(self, det: Detection, seq: int, t: float) -> _State:
         flt = OneEuroFilter(self.cfg.min_cutoff, self.cfg.beta)
@@ -492,8 +495,20 @@ class Tracker:
             filter=flt,
             smooth_box=box.copy(),
             smooth_landmarks=det.landmarks.astype(np.float64).copy(),
-            confirmed=self.cfg.confirm_hits <= 1 or det.score >= self.cfg.confirm_score,
+            confirmed=self.cfg.confirm_hits <= 1 or (det.score >= self.cfg.confirm_score and not self._smaller(det)),
         )
+
+    def _smaller(self, det: Detection) -> int:
+        """1 for a face smaller than the detector's ``small_face`` (what a full scan promises to
+        find; below it cartoon faces, prints and far crowds look alike): it needs one hit more and
+        no first score confirms it at once; else 0."""
+        side = max(float(det.box[2] - det.box[0]), float(det.box[3] - det.box[1]))
+        return int(side < self._small_face)
+
+    def _hit(self, det: Detection) -> bool:
+        """A detection that counts toward confirming a new track: its landmarks make a face and it
+        scores at least halfway from the detector's threshold to ``confirm_score``."""
+        return det.score >= self._hit_score and plausible_face(det)
 
     def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
         """Start tracks for unmatched detections, keeping the ``max_faces`` largest faces."""
