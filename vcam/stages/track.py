@@ -376,6 +376,8 @@ class Tracker:
                 cands = [c for c, inside in zip(cands, on_face) if not inside]
             self._admit(cands, seq, t)
         self._drop_duplicates()
+        if self.admit_check:
+            self._drop_on_larger()
         return self.tracks
 
     # -- prediction (the swap need not wait for the detection) --------------------------------
@@ -532,6 +534,30 @@ class Tracker:
             for j in range(i + 1, len(self._states)):
                 if i not in drop and j not in drop and iou[i, j] > _DUPLICATE_IOU:
                     drop.add(j)  # states are in id order: j is the younger track
+        if drop:
+            self._states = [s for k, s in enumerate(self._states) if k not in drop]
+
+
+    def _drop_on_larger(self) -> None:
+        """A track that has come to lie on a larger one (a thumbnail face by the ear that started
+        while that face was hidden, a part of a face found as a face) goes: nothing is pasted on
+        a person's face but their own swap."""
+        if len(self._states) < 2:
+            return
+        boxes = np.array([s.track.box for s in self._states], dtype=np.float64)
+        dets = [Detection(b.astype(np.float32), np.zeros((5, 2), np.float32), 1.0) for b in boxes]
+        side = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+        drop = set()
+        for i, d in enumerate(dets):
+            others = np.array([boxes[j] for j in range(len(dets)) if j != i and side[j] > side[i]]).reshape(-1, 4)
+            if not len(others):
+                continue
+            on_face = inside_larger([d], others)[0]
+            ix = (np.minimum(others[:, 2], boxes[i, 2]) - np.maximum(others[:, 0], boxes[i, 0])).clip(0)
+            iy = (np.minimum(others[:, 3], boxes[i, 3]) - np.maximum(others[:, 1], boxes[i, 1])).clip(0)
+            contained = (ix * iy / max(d.area, 1e-6) >= 0.7).any()  # the same face, found in part
+            if on_face or contained:
+                drop.add(i)
         if drop:
             self._states = [s for k, s in enumerate(self._states) if k not in drop]
 
