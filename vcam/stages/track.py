@@ -539,24 +539,20 @@ class Tracker:
 
 
     def _drop_on_larger(self) -> None:
-        """A track that has come to lie on a larger one (a thumbnail face by the ear that started
-        while that face was hidden, a part of a face found as a face) goes: nothing is pasted on
-        a person's face but their own swap."""
+        """A track that lies mostly (70%) on a larger face seen in this frame (its box with the ears
+        and hair around it) goes: a thumbnail by the ear that started while that face was hidden,
+        or a part of a face found as a face. A face crossing in front of another hides it (that
+        one is not seen), so it stays."""
         if len(self._states) < 2:
             return
         boxes = np.array([s.track.box for s in self._states], dtype=np.float64)
-        dets = [Detection(b.astype(np.float32), np.zeros((5, 2), np.float32), 1.0) for b in boxes]
         side = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+        seen = np.array([s.track.missed == 0 for s in self._states])
         drop = set()
-        for i, d in enumerate(dets):
-            others = np.array([boxes[j] for j in range(len(dets)) if j != i and side[j] > side[i]]).reshape(-1, 4)
-            if not len(others):
-                continue
-            on_face = inside_larger([d], others)[0]
-            ix = (np.minimum(others[:, 2], boxes[i, 2]) - np.maximum(others[:, 0], boxes[i, 0])).clip(0)
-            iy = (np.minimum(others[:, 3], boxes[i, 3]) - np.maximum(others[:, 1], boxes[i, 1])).clip(0)
-            contained = (ix * iy / max(d.area, 1e-6) >= 0.7).any()  # the same face, found in part
-            if on_face or contained:
+        for i, st in enumerate(self._states):
+            others = boxes[(side > side[i]) & seen]
+            d = Detection(st.track.box, st.track.landmarks, st.track.score)
+            if len(others) and inside_larger([d], others, frac=0.7, larger=1.0)[0]:
                 drop.add(i)
         if drop:
             self._states = [s for k, s in enumerate(self._states) if k not in drop]
