@@ -81,7 +81,7 @@ def _distractors(frame: np.ndarray, i: int, rng_seed: int, sketch: np.ndarray, s
     for k in range(40):
         cx = int((0.03 + 0.94 * ((k * 0.6180339) % 1)) * w)
         cy = int((0.22 + 0.08 * ((k * 0.414) % 1)) * h) + int(2 * s * math.sin(i / 6 + k))
-        r = int((7 + 5 * ((k * 0.27) % 1)) * s)
+        r = int((5 + 3 * ((k * 0.27) % 1)) * s)  # far away: 10-16 px wide, below [detect] min_face
         skin = (int(90 + 60 * ((k * 0.33) % 1)), int(120 + 60 * ((k * 0.71) % 1)), int(160 + 60 * ((k * 0.13) % 1)))
         cv2.ellipse(frame, (cx, cy), (r, int(1.25 * r)), 0, 0, 360, skin, -1)
         for dx in (-r // 3, r // 3):
@@ -124,7 +124,7 @@ def scene(size: str, n: int, seed: int = 0):
     for i in range(n):
         faces = [
             (astro, 200 * s, (0.5 * w + 30 * s * math.sin(i / 15), 0.42 * h)),
-            (grace, 90 * s, ((0.25 + 0.4 * (i % 200) / 200) * w, 0.55 * h + 10 * s * math.sin(i / 7))),
+            (grace, 90 * s, ((0.25 + 0.4 * (i % 200) / 200) * w, 0.8 * h + 10 * s * math.sin(i / 7))),  # in front
         ]
         if i >= 20:
             faces.append((grace, 45 * s, ((0.78 - 0.002 * (i - 20) % 0.3) * w, 0.33 * h)))
