@@ -102,6 +102,12 @@ def _distractors(frame: np.ndarray, i: int, rng_seed: int, sketch: np.ndarray, s
         cv2.ellipse(frame, (cx, cy + r // 5), (r // 2, r // 3), 0, 10, 170, (20, 20, 20), max(1, r // 10))
 
 
+def _tri(x: float) -> float:
+    """A triangle wave 0 -> 1 -> 0 over each unit of ``x``: paths that turn back, never jump."""
+    f = x % 1.0
+    return 2 * f if f < 0.5 else 2 - 2 * f
+
+
 def _sketch(img: np.ndarray, side: int) -> np.ndarray:
     g = cv2.cvtColor(cv2.resize(img, (side, side)), cv2.COLOR_BGR2GRAY)
     edges = cv2.Canny(cv2.GaussianBlur(g, (5, 5), 0), 40, 100)
@@ -121,13 +127,17 @@ def scene(size: str, n: int, seed: int = 0):
     det = RetinaFaceDetector()
     boxes = {id(grace): face_box(grace, det), id(astro): face_box(astro, det)}
     sketch = _sketch(grace, int(160 * s))
+    gb = boxes[id(grace)].astype(int)  # the thumbnail: the face and a little around it, a sticker
+    m = (gb[2] - gb[0]) // 4
+    thumb = grace[max(0, gb[1] - m) : gb[3] + m, max(0, gb[0] - m) : gb[2] + m]
+    tb = gb - np.array([max(0, gb[0] - m), max(0, gb[1] - m)] * 2)
     for i in range(n):
         faces = [
             (astro, 200 * s, (0.5 * w + 30 * s * math.sin(i / 15), 0.42 * h)),
-            (grace, 90 * s, ((0.25 + 0.4 * (i % 200) / 200) * w, 0.8 * h + 10 * s * math.sin(i / 7))),  # in front
+            (grace, 90 * s, ((0.25 + 0.4 * _tri(i / 200)) * w, 0.8 * h + 10 * s * math.sin(i / 7))),  # in front
         ]
         if i >= 20:
-            faces.append((grace, 45 * s, ((0.78 - 0.002 * (i - 20) % 0.3) * w, 0.33 * h)))
+            faces.append((grace, 45 * s, ((0.78 - 0.3 * _tri((i - 20) / 150)) * w, 0.33 * h)))
         items, truth = [], []
         for img, px, centre in faces:
             b = boxes[id(img)]
@@ -136,17 +146,10 @@ def scene(size: str, n: int, seed: int = 0):
             truth.append(transform_box(b, m))
         host = truth[0]
         # a thumbnail face on the host's cheek, by the ear (a sticker, a reflection): not a person
-        hb = boxes[id(grace)]
         side = 50 * s
-        anchor = ((hb[0] + hb[2]) / 2, (hb[1] + hb[3]) / 2)
-        items.append(
-            (
-                grace,
-                placement(
-                    anchor, (host[0] + 0.06 * (host[2] - host[0]), (host[1] + host[3]) / 2), side / float(hb[2] - hb[0]), 0.0
-                ),
-            )
-        )
+        anchor = ((tb[0] + tb[2]) / 2, (tb[1] + tb[3]) / 2)
+        at = (host[0] + 0.06 * (host[2] - host[0]), (host[1] + host[3]) / 2)
+        items.append((thumb, placement(anchor, at, side / float(tb[2] - tb[0]), 0.0)))
         frame = compose((w, h), items, background=bg)
         _distractors(frame, i, seed, sketch, (int((host[0] + host[2]) / 2), int(host[3] + 170 * s)))
         yield frame, truth

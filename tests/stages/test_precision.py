@@ -56,7 +56,8 @@ def test_a_small_face_on_a_larger_one_is_found():
     beside = det(box=[610, 480, 660, 540])  # a head's width away
     alone = det(box=[100, 100, 150, 160])
     big_twin = det(box=[720, 420, 880, 640])  # as large as the host: another person, not a thumbnail
-    assert inside_larger([on_cheek, by_ear, beside, alone, big_twin], host) == [True, True, False, False, False]
+    assert inside_larger([on_cheek, by_ear, beside, alone, big_twin], host) == [True, False, False, False, False]
+    assert inside_larger([on_cheek, by_ear, beside], host, margin=0.15) == [True, True, False]  # ears count
     assert inside_larger([on_cheek], np.zeros((0, 4))) == [False]
 
 

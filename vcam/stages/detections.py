@@ -188,16 +188,18 @@ def plausible_face(det: Detection) -> bool:
     return 0.15 * h <= to_mouth <= 0.7 * h and 0.05 * to_mouth <= to_nose <= 0.95 * to_mouth and 0.08 * w <= mouth_w <= 0.8 * w
 
 
-def inside_larger(small: list[Detection], others: np.ndarray, frac: float = 0.3, larger: float = 1.5) -> list[bool]:
+def inside_larger(
+    small: list[Detection], others: np.ndarray, frac: float = 0.3, larger: float = 1.5, margin: float = 0.0
+) -> list[bool]:
     """For each of ``small``: does it lie inside or on a face at least ``larger`` times its side
     among ``others`` (N, 4) boxes (a thumbnail face found on someone's cheek, ear or shirt collar),
-    i.e. cover it by ``frac`` of its own area? A face box ends at the cheeks: the ears and hair
-    around it (15% of its side each way) count as the face."""
+    i.e. cover it by ``frac`` of its own area? ``margin``: the share of a face box's side around
+    it (ears, hair) that counts as the face too."""
     if not small or len(others) == 0:
         return [False] * len(small)
     ob = np.asarray(others, dtype=np.float64).reshape(-1, 4)
     o_side = np.maximum(ob[:, 2] - ob[:, 0], ob[:, 3] - ob[:, 1])
-    ob = ob + np.outer(o_side * 0.15, [-1.0, -1.0, 1.0, 1.0])
+    ob = ob + np.outer(o_side * margin, [-1.0, -1.0, 1.0, 1.0])
     out = []
     for d in small:
         b = d.box.astype(np.float64)

@@ -537,7 +537,6 @@ class Tracker:
         if drop:
             self._states = [s for k, s in enumerate(self._states) if k not in drop]
 
-
     def _drop_on_larger(self) -> None:
         """A track that lies mostly (70%) on a larger face seen in this frame (its box with the ears
         and hair around it) goes: a thumbnail by the ear that started while that face was hidden,
@@ -552,7 +551,7 @@ class Tracker:
         for i, st in enumerate(self._states):
             others = boxes[(side > side[i]) & seen]
             d = Detection(st.track.box, st.track.landmarks, st.track.score)
-            if len(others) and inside_larger([d], others, frac=0.7, larger=1.0)[0]:
+            if len(others) and inside_larger([d], others, frac=0.7, larger=1.0, margin=0.15)[0]:
                 drop.add(i)
         if drop:
             self._states = [s for k, s in enumerate(self._states) if k not in drop]
