@@ -178,12 +178,25 @@ class TrackConfig:
     )
     min_cutoff: float = _opt(1.0, "One-Euro filter minimum cutoff frequency (Hz): lower removes more jitter.", min=0.001)
     beta: float = _opt(0.05, "One-Euro filter speed coefficient: higher reduces lag on fast motion.", min=0.0)
+    confirm_hits: int = _opt(
+        2,
+        "A new face is swapped (and counted) once confirmed: this many detections whose landmarks make a face "
+        "within its first confirm_within frames (1: at once).",
+        min=1,
+        max=10,
+    )
+    confirm_score: float = _opt(0.9, "Or at once when its first detection scores at least this.", min=0.0, max=1.0)
+    confirm_within: int = _opt(5, "Frames a new face has to be confirmed in, else it is dropped.", min=1, max=60)
 
 
 @dataclass(frozen=True)
 class SwapConfig:
     swapper: str = _opt("classic", "Swapper: 'classic' (no model needed) or a swapper model name.")
-    source: str = _opt("", "Active source face: a face-bank name or an image path ('' : demo face for --input demo).")
+    source: str = _opt(
+        "",
+        "Active source face: a face-bank name or an image path ('' : none, frames pass through until a face is chosen "
+        "with `vcam ctl face` or OBS; the demo face for --input demo).",
+    )
     faces: Literal["all", "largest", "reference"] = _opt("all", "Which faces to swap.")
     reference: str = _opt("", "Reference face (bank name or image path) for faces = 'reference'.")
     reference_threshold: float = _opt(0.3, "Minimum similarity to the reference face.", min=-1.0, max=1.0)
@@ -255,6 +268,11 @@ class OutputConfig:
         "auto", "Virtual camera pixel format (auto: what the device takes)."
     )
     fps: float = _opt(0.0, "Output frame rate (0: the input's).", min=0, max=240)
+    chroma: Literal["420", "444"] = _opt(
+        "420",
+        "File output chroma: '420' (yuv420p, which every H.264 player decodes; an odd size is padded to even with the "
+        "edge pixels) or '444' (yuv444p, H.264 High 4:4:4 at the exact size; many players cannot decode it).",
+    )
 
 
 @dataclass(frozen=True)

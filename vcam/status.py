@@ -55,6 +55,17 @@ class RunSummary:
     #: overload (the degrader's last rung, vcam.runtime.rounds.SHED_SWAP).
     shed_frames: int = 0
     error: str | None = None
+    #: The input frames a conversion (every frame of a file, no loop) was to process: the file's
+    #: frame count (capped by ``--frames``); None for live inputs, which have no end.
+    frames_total: int | None = None
+    #: The face swapped in when the run stopped: a name, '' for none (frames passed through), None
+    #: when not known (stopped before the faces were loaded).
+    face: str | None = None
+    #: A conversion stopped (Ctrl-C) before the end of its input: its file is kept as NAME.partial.
+    interrupted: bool = False
+    #: The file output, as :meth:`vcam.stages.recording.FileOutput.describe` names it (codec, pixel
+    #: format, size), and where it was kept; '' for other outputs.
+    output: str = ""
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(np.fromiter(self.latencies_ms, float), q)) if self.latencies_ms else 0.0
@@ -64,9 +75,11 @@ class RunSummary:
         return self.frames_out / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
+        of = f"{self.frames_total} input frames" if self.frames_total is not None else f"{self.frames_in}"
+        face = "" if self.face is None else f"; face {self.face or 'none (pass-through)'}"
         return (
-            f"stopped: {self.frames_out} frames published of {self.frames_in} in {self.seconds:.1f}s "
-            f"({self.fps:.1f} fps) on {self.device}; latency p50 {self.percentile(50):.1f} ms, "
+            f"stopped{' (interrupted)' if self.interrupted else ''}: {self.frames_out} frames published of {of} "
+            f"in {self.seconds:.1f}s ({self.fps:.1f} fps) on {self.device}{face}; latency p50 {self.percentile(50):.1f} ms, "
             f"p99 {self.percentile(99):.1f} ms; dropped {self.dropped_capture} at capture, "
             f"{self.dropped_latency} over the latency budget"
             + (f" ({self.published_late} published late, to keep the picture moving)" if self.published_late else "")

@@ -115,7 +115,7 @@ def test_fast_and_realtime_together_is_a_flag_error(clip):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("frames,expect", [(None, 1), (5, 5)])
-def test_a_still_image_to_a_file_ends_and_keeps_an_odd_size(tmp_path, frames, expect):
+def test_a_still_image_to_a_file_ends_and_pads_an_odd_size(tmp_path, frames, expect, caplog):
     img = tmp_path / "still.png"
     yy, xx = np.mgrid[0:481, 0:641]
     cv2.imwrite(str(img), np.dstack([xx % 256, yy % 256, (xx + yy) % 256]).astype(np.uint8))
@@ -124,7 +124,8 @@ def test_a_still_image_to_a_file_ends_and_keeps_an_odd_size(tmp_path, frames, ex
     r = vcam_run(*args)
     assert r.exit_code == 0, r.output
     got = decode(out)
-    assert len(got) == expect and got[0].shape == (481, 641, 3)
+    assert len(got) == expect and got[0].shape == (482, 642, 3)  # 4:2:0 plays everywhere: padded to even
+    assert "641x481 is padded to 642x482 with the edge pixels" in caplog.text
 
 
 # -- outputs that cannot destroy anything ---------------------------------------------------------

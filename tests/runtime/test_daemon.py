@@ -362,6 +362,74 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("after", [0.0, 2.0])
+@pytest.mark.parametrize("gap", [0.0, 0.01, 0.03, 0.1])
+def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap):
+    """Issue 27 item 10: a second Ctrl-C at once (a forced exit) on a live recording may cut the
+    file off while it is written or finished: it is still left playable, under its name or as
+    NAME.partial.mp4, never only as a hidden temporary file."""
+    target = tmp_path / "live.mp4"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
+        + ["--device", "cpu", "--quiet", "--max-latency", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_terminal_signals,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not list(tmp_path.glob(".*partial*")):
+            time.sleep(0.05)
+        time.sleep(after)
+        p.send_signal(signal.SIGINT)
+        time.sleep(gap)  # the second lands in the stop the first began (closing the file, say)
+        p.send_signal(signal.SIGINT)
+        outp, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode in (0, 130), outp  # 0: the first stop finished before the second came
+    assert "Traceback" not in outp, outp
+    names = sorted(x.name for x in tmp_path.iterdir())
+    assert not [n for n in names if n.startswith(".")], (names, outp)  # no hidden partial left
+    if not names:  # stopped before a frame reached the file: nothing to keep, and it says so
+        assert "no frames were written" in outp, outp
+        return
+    assert names in (["live.mp4"], ["live.partial.mp4"]), names
+    with av.open(str(tmp_path / names[0])) as c:
+        assert next(c.decode(video=0), None) is not None  # it plays
+
+
+@pytest.mark.slow
+def test_a_live_recording_stopped_by_ctrl_c_keeps_its_name_and_exits_0(tmp_path):
+    """Ctrl-C is the normal stop of a live input recorded to a file: the named output, exit 0."""
+    target = tmp_path / "cam.mp4"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
+        + ["--device", "cpu", "--max-latency", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_terminal_signals,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not list(tmp_path.glob(".*partial*")):
+            time.sleep(0.05)
+        time.sleep(2.0)
+        p.send_signal(signal.SIGINT)
+        outp, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, outp
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["cam.mp4"]
+    assert "stopped: " in outp and "(interrupted)" not in outp and "output: cam.mp4: H.264 (libx264) yuv420p" in outp, outp
+    assert "converting" not in outp  # a live input has no end: no progress, only the status line on a terminal
+
+
+@pytest.mark.slow
 def test_run_with_a_neural_model_downloads_on_consent_or_says_how(tmp_path):
     """`vcam run --model inswapper_128_fp16`: without consent it names the missing files and the fix;
     with --download it fetches them (real HTTP on 127.0.0.1), verifies them and runs the swap."""
@@ -439,6 +507,51 @@ def test_face_added_to_the_bank_while_running_is_loaded_on_first_use(tmp_path):
         assert out.frames >= before + 5
     finally:
         d.stop()
+
+
+@pytest.mark.slow
+def test_without_face_nothing_is_swapped_in_even_with_a_face_bank(tmp_path):
+    """README: no source face chosen, frames pass through unchanged, even with faces in the bank
+    (no alphabetically first face is picked for the user); the summary names the active face."""
+    import cv2
+
+    from vcam.stages import demo
+    from vcam.stages.detect import RetinaFaceDetector
+    from vcam.stages.faces import FaceBank
+    from vcam.stages.recording import FileOutput
+
+    cfg = Config()
+    photo = tmp_path / "grace.jpg"
+    cv2.imwrite(str(photo), demo.portrait("grace_hopper"))
+    FaceBank(cfg.faces_dir).add(photo, "aaron", None, detector=RetinaFaceDetector(cfg.detect))
+    clip = demo.DemoClip(width=640, height=360, fps=30)
+    src = tmp_path / "in.mp4"
+    with FileOutput(src, 640, 360, 30.0, timing="frames") as out:
+        for i in range(8):
+            out.send(np.ascontiguousarray(clip.frame(i)))
+    base = ["run", "--input", str(src), "--device", "cpu", "--quiet"]
+
+    def frames_of(path):
+        with av.open(str(path)) as c:
+            return [f.to_ndarray(format="bgr24").astype(int) for f in c.decode(video=0)]
+
+    r = runner.invoke(app, [*base, "--output", f"file:{tmp_path / 'plain.mp4'}"])
+    assert r.exit_code == 0, r.output
+    assert "8 frames published of 8 input frames" in r.output and "; face none (pass-through);" in r.output, r.output
+    given = frames_of(src)
+
+    # the largest change of a frame's worst 32x32 block: re-encoding noise only, or a face swapped in
+    def worst_block(path):
+        return max(
+            cv2.resize(np.abs(a - b).mean(axis=2).astype(np.float32), (20, 12), interpolation=cv2.INTER_AREA).max()
+            for a, b in zip(frames_of(path), given)
+        )
+
+    plain = worst_block(tmp_path / "plain.mp4")
+    r = runner.invoke(app, [*base, "--face", "aaron", "--output", f"file:{tmp_path / 'swapped.mp4'}"])
+    assert r.exit_code == 0 and "; face aaron;" in r.output, r.output
+    swapped = worst_block(tmp_path / "swapped.mp4")
+    assert plain < 8 and swapped > 2 * plain + 8, (plain, swapped)
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ def frames_bgr(n: int, width: int, height: int) -> list[np.ndarray]:
     out = []
     for i in range(n):
         img = np.empty((height, width, 3), np.uint8)
-        img[:] = ((40 * i) % 256, 100, 200 - 10 * i)
+        img[:] = ((40 * i) % 256, 100, (200 - 10 * i) % 256)
         img[: height // 2, : width // 3] = rng.integers(0, 256, 3)  # a block so content differs
         out.append(img)
     return out
@@ -293,22 +293,91 @@ def test_file_output_wall_timing_keeps_real_speed(tmp_path):
     assert times == [0.0, 0.1, 0.15, 0.5, 0.501]
 
 
-def test_file_output_odd_size_is_kept(tmp_path):
-    """An odd frame size is written as it is (H.264 4:4:4); the MPEG-4 fallback crops to even and says so."""
+def pix_fmt_of(path: Path) -> tuple[str, int, int]:
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        return s.codec_context.pix_fmt, s.codec_context.width, s.codec_context.height
+
+
+def test_an_odd_size_is_padded_to_even_4_2_0_with_its_edge_pixels(tmp_path, caplog):
+    """Plays everywhere by default: H.264 yuv420p, the odd side padded with the edge pixels, said
+    in one line; the file's pix_fmt as PyAV reads it back."""
     path = tmp_path / "odd.mp4"
     frames = frames_bgr(5, 1281, 721)
-    with open_output(OutputConfig(target=f"file:{path}"), 1281, 721, 25.0) as out:
-        assert (out.width, out.height, out.pix_fmt) == (1281, 721, "yuv444p")
+    for f in frames:
+        f[:, -1] = (0, 255, 0)  # a green last column and a red last row: the padding repeats them
+        f[-1, :] = (0, 0, 255)
+    with caplog.at_level("WARNING", logger="vcam.stages.publish"):
+        out = open_output(OutputConfig(target=f"file:{path}"), 1281, 721, 25.0)
+    with out:
+        assert (out.width, out.height, out.coded_width, out.coded_height) == (1281, 721, 1282, 722)
+        assert (out.codec, out.pix_fmt) == ("libx264", "yuv420p")
+        assert out.describe() == "odd.mp4: H.264 (libx264) yuv420p 1282x722 (padded from 1281x721), 25 fps"
         out.send(frames[0])
         for f in frames[1:]:
             out.send_bgr(f)
+    said = [r.getMessage() for r in caplog.records if "padded" in r.getMessage()]
+    assert len(said) == 1 and "1281x721 is padded to 1282x722 with the edge pixels" in said[0] and "\n" not in said[0]
+    assert pix_fmt_of(path) == ("yuv420p", 1282, 722)
     got = decode(path)
-    assert len(got) == 5 and all(g.shape == (721, 1281, 3) for g in got)
-    assert np.abs(got[2].astype(int) - frames[2].astype(int)).mean() < 6
+    assert len(got) == 5 and all(g.shape == (722, 1282, 3) for g in got)
+    assert np.abs(got[2][:721, :1281].astype(int) - frames[2].astype(int)).mean() < 6
+    assert np.abs(got[2][:700, 1281].astype(int) - (0, 255, 0)).mean() < 40  # the edge column, repeated
+    assert np.abs(got[2][721, :1200].astype(int) - (0, 0, 255)).mean() < 40  # the edge row, repeated
+
+
+def test_4_4_4_on_request_keeps_the_exact_size(tmp_path, caplog):
+    path = tmp_path / "odd444.mp4"
+    frames = frames_bgr(3, 641, 361)
+    with caplog.at_level("WARNING", logger="vcam.stages.publish"):
+        with open_output(OutputConfig(target=f"file:{path}", chroma="444"), 641, 361, 25.0) as out:
+            assert out.describe() == "odd444.mp4: H.264 (libx264) yuv444p 641x361, 25 fps"
+            for f in frames:
+                out.send(f)
+    assert not [r for r in caplog.records if "padded" in r.getMessage()]
+    assert pix_fmt_of(path) == ("yuv444p", 641, 361)
+    assert decode(path)[1].shape == (361, 641, 3)
+
+
+def test_the_mpeg4_fallback_pads_too(tmp_path):
     with FileOutput(tmp_path / "odd4.mp4", 65, 49, 20.0, codecs=("mpeg4",)) as out:
-        assert (out.width, out.height) == (64, 48)
-        out.send(frames_bgr(1, 65, 49)[0])  # the pipeline's odd frame is cropped by the output
-    assert decode(tmp_path / "odd4.mp4")[0].shape == (48, 64, 3)
+        assert (out.width, out.height, out.coded_width, out.coded_height) == (65, 49, 66, 50)
+        out.send(frames_bgr(1, 65, 49)[0])
+    assert pix_fmt_of(tmp_path / "odd4.mp4") == ("yuv420p", 66, 50)
+
+
+def test_a_file_cut_short_is_kept_as_partial_never_under_its_name(tmp_path):
+    path = tmp_path / "conv.mp4"
+    out = FileOutput(path, 64, 48, 30.0, timing="frames")
+    for f in frames_bgr(6, 64, 48):
+        out.send(f)
+    out.close(complete=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv.partial.mp4"] and out.kept == out.partial_path
+    assert len(decode(out.partial_path)) == 6  # finished properly: every frame plays
+
+
+@pytest.mark.parametrize("where", ["writing", "closed-not-moved"])
+def test_salvage_after_a_forced_exit_leaves_no_hidden_file(tmp_path, where):
+    """A second Ctrl-C can cut a recording off while frames are written or while close() runs:
+    salvage() leaves it playable, under its name when it was finished, else as NAME.partial.mp4."""
+    path = tmp_path / "rec.mp4"
+    out = FileOutput(path, 64, 48, 30.0, timing="frames")
+    for f in frames_bgr(70, 64, 48):  # more than two one-second fragments
+        out.send(f)
+    if where == "closed-not-moved":  # the signal came after the container was finished, before the rename
+        for packet in out._stream.encode(None):
+            out._container.mux(packet)
+        out._container.close()
+        out._file.close()
+        out._container_done = True
+    kept = out.salvage()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    if where == "writing":
+        assert names == ["rec.partial.mp4"] and kept == out.partial_path
+        assert 30 <= len(decode(kept)) <= 70
+    else:
+        assert names == ["rec.mp4"] and kept == path and len(decode(path)) == 70
+    assert out.salvage() == kept  # idempotent
 
 
 def test_file_output_mpeg4_fallback(tmp_path):

@@ -33,8 +33,8 @@ class CountingDetector:
     def tiles(self, height, width):
         return self.inner.tiles(height, width)
 
-    def small_faces(self, per_tile, height, width):
-        return self.inner.small_faces(per_tile, height, width)
+    def small_faces(self, per_tile, height, width, *, others=()):
+        return self.inner.small_faces(per_tile, height, width, others=others)
 
     def detect_regions(self, frame, rects):
         self.region_calls.append(len(rects))

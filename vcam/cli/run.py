@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -94,9 +94,14 @@ def run(
     no_loop: bool = typer.Option(False, "--no-loop", help="Play video files and the demo clip once."),
     fast: bool = typer.Option(False, "--fast", help="Files, images, demo: every frame, as fast as the pipeline goes."),
     realtime: bool = typer.Option(False, "--realtime", help="Files, images, demo: at their frame rate, newest frame wins."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live status line (nor the panel's URL: `vcam panel`)."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No live status line, conversion progress or panel URL (`vcam panel` prints it)."
+    ),
     panel: Optional[str] = typer.Option(
         None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: [panel], on at 8765)."
+    ),
+    chroma: Optional[str] = typer.Option(
+        None, "--chroma", help="File output: 420 (default, plays everywhere; odd sizes padded) or 444 (exact size)."
     ),
     download: Optional[bool] = typer.Option(
         None, "--download/--no-download", help="Download missing models without asking (default: ask on a terminal)."
@@ -127,6 +132,7 @@ def run(
         ("capture", "decode"): ("--decode", decode),
         ("pipeline", "compile"): ("--compile", compile),
         ("models", "allow_download"): ("--download", download),
+        ("output", "chroma"): ("--chroma", chroma),
     }
     if panel is not None:
         value = panel.strip().lower()
@@ -174,13 +180,20 @@ def run(
             panel=True,
             announce=None if quiet else _announce,  # quiet: `vcam panel` still prints the URL
         )
+        status_line.summaries = lambda d=daemon: d.summaries
         try:
             with status_line:
                 summary = daemon.run(max_frames=frames, duration=dur)
             break
         except SystemExit:
-            if daemon.force_exit:  # a second Ctrl-C: the outputs are shut down; leave now, so no
-                sys.stdout.flush()  # native thread still loading a model can abort the exit
+            if daemon.force_exit:  # a second Ctrl-C: leave now, so no native thread still loading
+                import signal  # a model can abort the exit; a file output, perhaps cut off while it
+
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # was being finished,
+                    if signal.getsignal(sig) is not signal.SIG_IGN:  # is left playable first
+                        signal.signal(sig, signal.SIG_IGN)
+                daemon.salvage_outputs()
+                sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(130)
             raise
@@ -206,12 +219,20 @@ def run(
         )
     else:
         console.print(summary.line(), highlight=False, soft_wrap=True)
+    for name, s in daemon.summaries.items():
+        if s.output:
+            console.print(escape(f"{f'[{name}] ' if several else ''}output: {s.output}"), highlight=False, soft_wrap=True)
     if summary.models:
         console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
+    # A conversion stopped by Ctrl-C before its end: 130, as for any interrupted command (its file
+    # is kept as NAME.partial.mp4, never under the name asked for).
+    code = 130 if any(s.interrupted for s in daemon.summaries.values()) else 0
     if daemon.load_in_flight:  # stopped while the models loaded: leave without unwinding under the load
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    if code:
+        raise typer.Exit(code)
 
 
 def _announce(line: str) -> None:
@@ -258,12 +279,21 @@ def _pid_alive(pid: int) -> bool:
 
 
 class _StatusLine:
-    """One live line: fps in/out, latency p50/p99, drops, faces, active face."""
+    """One live line: fps in/out, latency p50/p99, drops, faces, active face. A conversion (every
+    frame of a file, to its end) adds a progress bar on a terminal (frames done / total, fps, ETA)
+    and prints a plain progress line every ``plain_every`` seconds elsewhere; ``enabled`` False
+    (``--quiet``) shows neither."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, plain_every: float = 5.0) -> None:
+        self.quiet = not enabled
         self.enabled = enabled and console.is_terminal
+        self.plain_every = plain_every
+        self.summaries: Any = lambda: {}
         self._live = None
         self._lines: dict[str, str] = {}
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        self._last_plain = 0.0
 
     def __enter__(self):
         if self.enabled:
@@ -275,19 +305,76 @@ class _StatusLine:
 
     def __exit__(self, *exc):
         if self._live is not None:
+            if self._progress is not None:  # the bar ends where the run did
+                summaries = self.summaries()
+                for name, task in self._tasks.items():
+                    s = summaries.get(name) if name else next(iter(summaries.values()), None)
+                    if s is not None:
+                        self._progress.update(task, completed=s.frames_out)
             self._live.__exit__(*exc)
 
     def update(self, status, active: str | None, swap: bool) -> None:
+        self._advance("", status)
         self._show(format_status(status, active, swap))
 
     def update_stream(self, name: str, status, active: str | None, swap: bool) -> None:
         """Several streams: one line each, named."""
+        self._advance(name, status)
         self._lines[name] = f"[bold]{escape(name)}[/] " + format_status(status, active, swap)
         self._show("\n".join(self._lines.values()), self._lines[name])
 
+    def _advance(self, name: str, status) -> None:
+        """A conversion's progress: the bar on a terminal, a plain line now and then elsewhere."""
+        if self.quiet:
+            return
+        summaries = self.summaries()
+        summary = summaries.get(name) if name else next(iter(summaries.values()), None)
+        total = summary.frames_total if summary is not None else None
+        if total is None:
+            return
+        done = status.frames_out
+        if self.enabled:
+            if self._progress is None:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self._progress = Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("frames {task.fields[fps]:.1f} fps  ETA"),
+                    TimeRemainingColumn(),
+                    console=console,
+                    auto_refresh=False,
+                )
+            if name not in self._tasks:
+                self._tasks[name] = self._progress.add_task(name or "converting", total=total, fps=0.0)
+            self._progress.update(self._tasks[name], completed=done, total=total, fps=status.fps_out)
+            return
+        import time
+
+        now = time.monotonic()
+        if now - self._last_plain < self.plain_every:
+            return
+        self._last_plain = now
+        fps = status.fps_out
+        eta = f"{(total - done) / fps:.0f} s" if fps > 0 else "unknown"
+        label = f"[{name}] " if name else ""
+        console.print(
+            escape(
+                f"{label}converting: {done} of {total} input frames ({100 * done / max(total, 1):.0f}%), {fps:.1f} fps, ETA {eta}"
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+
     def _show(self, text: str, line: str | None = None) -> None:
         if self._live is not None:
-            self._live.update(text)
+            if self._progress is not None:
+                from rich.console import Group
+
+                self._live.update(Group(self._progress, text))
+            else:
+                self._live.update(text)
         elif not console.is_terminal:
             logging.getLogger("vcam.status").info("%s", line or text)
 

@@ -373,7 +373,8 @@ def load_faces(
     others: list[tuple[RuntimeState, str, bool]] = (),  # type: ignore[assignment]
 ) -> Any:
     """The active face (``source``, default ``--face`` / ``[swap] source``, else the demo face for
-    the demo input) and every usable face of the bank, prepared for the swapper; later additions
+    the demo input; with none of them no face is active and frames pass through until one is
+    chosen) and every usable face of the bank, prepared for the swapper; later additions
     load on first use. ``others``: further streams as ``(state, source, demo_input)``, each with
     its own active face and every bank face (each face is loaded once and shared). Returns the
     :class:`~vcam.stages.faces.BankWatcher` that reloads bank faces replaced on disk into every state (not
@@ -418,7 +419,7 @@ def load_faces(
                 except VcamError as exc:
                     log.warning("face '%s' skipped: %s", name, exc)
                     break
-            st.add_face(face)
+            st.add_face(face, activate=False)  # loaded, never chosen for the user: no --face, no swap
     if cfg.swap.map:
         from vcam.stages.mapping import load_mappings
 

@@ -103,6 +103,8 @@ class Daemon:
         self.timing = timing
         self.should_exit = False
         self.force_exit = False
+        self.signalled = False  # a stop signal (Ctrl-C) came: a conversion not at its end is cut short
+        self._max_frames: int | None = None
         self._thread: threading.Thread | None = None
         self.streams: list[Stream] = [
             Stream(name, scfg, self.state if i == 0 else RuntimeState()) for i, (name, scfg) in enumerate(cfg.per_stream())
@@ -203,6 +205,7 @@ class Daemon:
         return restore
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        self.signalled = True
         if self.should_exit:
             self.force_exit = True
             log.warning("forced exit")
@@ -215,18 +218,66 @@ class Daemon:
         Returns the first stream's summary (:attr:`summaries` has every stream's)."""
         restore = self.install_signal_handlers()
         self.summary.error = None
+        self._max_frames = max_frames
         try:
             self.startup(max_frames)
             self.main_loop(max_frames, duration)
         except BaseException:
+            self.mark_cut_short()
             self.shutdown(raise_errors=False)  # the error in flight is the one to report
             raise
         else:
+            self.mark_cut_short()
             self.shutdown(raise_errors=True)  # e.g. the output file could not be finished
         finally:
             restore()
+            self.note_outcome()
             self.ready.set()
         return self.summary
+
+    def mark_cut_short(self) -> None:
+        """A stop signal before a conversion (every frame of a file) reached the end of its input
+        (or its ``--frames``): that stream's summary says so and its file output keeps what was
+        written as ``NAME.partial.mp4``, never under the name asked for."""
+        if not self.signalled:
+            return
+        for st in self.streams:
+            reached = self._max_frames is not None and st.summary.frames_in >= self._max_frames
+            if st.delivery is None or not st.delivery.lossless or st.delivery.loop or st.done or reached:
+                continue
+            st.summary.interrupted = True
+            if st.output is not None and hasattr(st.output, "cut_short"):
+                st.output.cut_short = True
+
+    def note_outcome(self) -> None:
+        """Each summary names its active face and its file output (codec, pixel format, size, and
+        where the file was kept)."""
+        for st in self.streams:
+            if self.assembly is not None:
+                st.summary.face = st.state.active or ""
+            out = st.output
+            describe = getattr(out, "describe", None)
+            if describe is None:
+                continue
+            text = describe()
+            kept = getattr(out, "kept", None)
+            if kept is not None and kept != getattr(out, "path", None):
+                text = f"{text}; cut short, kept as {kept}"
+            elif getattr(out, "closed", False) and kept is None:
+                text = f"{text}; nothing written"
+            st.summary.output = text
+
+    def salvage_outputs(self) -> None:
+        """A forced exit (a second signal), perhaps in the middle of closing the outputs: each file
+        output leaves its frames playable under its name or as ``NAME.partial.mp4``, never as a
+        hidden temporary file (:meth:`vcam.stages.recording.FileOutput.salvage`)."""
+        for st in self.streams:
+            salvage = getattr(st.output, "salvage", None)
+            if salvage is None:
+                continue
+            kept = salvage()
+            if kept is not None:
+                log.warning("forced exit: the recording is in %s", kept)
 
     def startup(self, max_frames: int | None = None) -> None:
         """Open the sources, load the models, open the outputs, start capture and control

@@ -71,6 +71,7 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
         st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
         d.components.append(st.source)
+        st.summary.frames_total = frames_to_convert(st.source, st.delivery, max_frames)
     if early_frames(d):
         for st in d.streams:
             assert st.source is not None
@@ -94,6 +95,17 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
         panel = start_panel(d)
         if panel is not None:
             d.components.append(panel)
+
+
+def frames_to_convert(source: Any, delivery: Any, max_frames: int | None) -> int | None:
+    """The input frames a conversion (every frame, played once) is to process: the source's frame
+    count, capped by ``max_frames``; None for live inputs and loops (no end) or an unknown count."""
+    if delivery is None or not delivery.lossless or delivery.loop:
+        return None
+    count = getattr(source, "frame_count", None)
+    if not isinstance(count, int) or count <= 0:
+        return max_frames
+    return min(count, max_frames) if max_frames is not None else count
 
 
 def take_instance_lock(d: Daemon) -> None:

@@ -35,6 +35,7 @@ from vcam.stages.detections import (
     EMBEDDED_DETECTOR,
     DetectParams,
     TopCandidates,
+    checked_small_faces,
     decode,
     decode_scrfd,
     decode_yoloface,
@@ -45,7 +46,6 @@ from vcam.stages.detections import (
 from vcam.types import Detection
 
 _ALIGN = 32  # input sides are padded to a multiple of the coarsest stride
-
 
 #: Side (model-input pixels) of the smallest face a detector finds reliably (RetinaFace's smallest
 #: anchor is 16 px); it sets the scale of the tiles a full scan adds for small faces.
@@ -181,6 +181,7 @@ class FaceDetector:
         self._rgb = bool(spec.rgb)
         self._priors: dict[tuple[int, int], np.ndarray] = {}
         self._tiles: dict[tuple[int, int], np.ndarray] = {}
+        self.tile_check = True  # check the tiles' faces (:meth:`small_faces`); off: to measure the gain
         # The last call's end (its readback queued): calls on other streams (a frame's own detection
         # on the front stream, a predicted frame's on the back stream, several cameras' pipelines)
         # wait for it, so no call overwrites the engine's buffers while another still reads them.
@@ -269,17 +270,19 @@ class FaceDetector:
         regions = self.launch_regions(frame, tiles)
 
         def combine(parts: list) -> list[Detection]:
-            found = parts[0] + self.small_faces(parts[1], height, width)
+            found = parts[0] + self.small_faces(parts[1], height, width, others=[d.box for d in parts[0]])
             return merge(found, self.cfg.nms_iou)
 
         return Pending(combine=combine, parts=[coarse, regions])
 
-    def small_faces(self, per_tile: list[list[Detection]], height: int, width: int) -> list[Detection]:
-        """The faces :meth:`tiles` are for: those up to twice the coarse scan's smallest. Larger ones
-        the coarse scan finds whole, while a tile may see only the part of them inside it."""
+    def small_faces(self, per_tile: list[list[Detection]], height: int, width: int, *, others: Any = ()) -> list[Detection]:
+        """The faces :meth:`tiles` are for: those up to twice the coarse scan's smallest (larger ones
+        the coarse scan finds whole, a tile only in part); with :attr:`tile_check`, only those
+        :func:`~vcam.stages.detections.checked_small_faces` keeps (``others``: larger faces' boxes)."""
         size, _, _ = self.scan_shape(height, width)
         limit = 2.0 * MIN_FACE_INPUT * max(height, width) / size
-        return [d for dets in per_tile for d in dets if max(d.box[2] - d.box[0], d.box[3] - d.box[1]) <= limit]
+        found = [d for dets in per_tile for d in dets if max(d.box[2] - d.box[0], d.box[3] - d.box[1]) <= limit]
+        return checked_small_faces(found, others) if self.tile_check else found
 
     def detect_coarse(self, frame_bgr: Any) -> list[Detection]:
         """The whole frame letterboxed to ``[detect] size`` (padding right and bottom), one model

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -157,6 +158,68 @@ def merge(dets: list[Detection], iou: float) -> list[Detection]:
         if not inside:
             out.append(i)
     return [dets[i] for i in out]
+
+
+def plausible_face(det: Detection) -> bool:
+    """Do the 5 landmarks of ``det`` make a face for its box? The eyes above the mouth (along the
+    eye line's downward normal, so a head tilted up to about 60 degrees passes) by a share of the
+    box's height, the eyes apart by a share of its width (a turned head's shrink, not a texture's
+    collapse), the nose between the eyes and the mouth, the mouth corners in order, and every point
+    near the box. What the small-face tiles (native-scale regions, upsampled) find in textures and
+    round objects mostly fails one of these; a real face at any size passes."""
+    lm = np.asarray(det.landmarks, dtype=np.float64).reshape(5, 2)
+    x1, y1, x2, y2 = (float(v) for v in det.box)
+    w, h = x2 - x1, y2 - y1
+    if w <= 1 or h <= 1 or not np.isfinite(lm).all():
+        return False
+    pad = 0.15 * max(w, h)
+    if (lm[:, 0] < x1 - pad).any() or (lm[:, 0] > x2 + pad).any() or (lm[:, 1] < y1 - pad).any() or (lm[:, 1] > y2 + pad).any():
+        return False
+    eye = lm[1] - lm[0]
+    iod = float(np.hypot(*eye))
+    if not 0.15 * w <= iod <= 0.75 * w or eye[0] <= 0.5 * iod:  # eye line within 60 degrees of level
+        return False
+    along = eye / iod
+    down = np.array([-along[1], along[0]])  # the eye line's normal, pointing to the chin
+    eyes_mid = (lm[0] + lm[1]) / 2
+    to_mouth = float(((lm[3] + lm[4]) / 2 - eyes_mid) @ down)
+    to_nose = float((lm[2] - eyes_mid) @ down)
+    mouth_w = float((lm[4] - lm[3]) @ along)
+    return 0.15 * h <= to_mouth <= 0.7 * h and 0.05 * to_mouth <= to_nose <= 0.95 * to_mouth and 0.08 * w <= mouth_w <= 0.8 * w
+
+
+def inside_larger(
+    small: list[Detection], others: np.ndarray, frac: float = 0.3, larger: float = 1.5, margin: float = 0.0
+) -> list[bool]:
+    """For each of ``small``: does it lie inside or on a face at least ``larger`` times its side
+    among ``others`` (N, 4) boxes (a thumbnail face found on someone's cheek, ear or shirt collar),
+    i.e. cover it by ``frac`` of its own area? ``margin``: the share of a face box's side around
+    it (ears, hair) that counts as the face too."""
+    if not small or len(others) == 0:
+        return [False] * len(small)
+    ob = np.asarray(others, dtype=np.float64).reshape(-1, 4)
+    o_side = np.maximum(ob[:, 2] - ob[:, 0], ob[:, 3] - ob[:, 1])
+    ob = ob + np.outer(o_side * margin, [-1.0, -1.0, 1.0, 1.0])
+    out = []
+    for d in small:
+        b = d.box.astype(np.float64)
+        side = max(b[2] - b[0], b[3] - b[1])
+        iw = (np.minimum(ob[:, 2], b[2]) - np.maximum(ob[:, 0], b[0])).clip(0)
+        ih = (np.minimum(ob[:, 3], b[3]) - np.maximum(ob[:, 1], b[1])).clip(0)
+        share = iw * ih / max(d.area, 1e-6)
+        out.append(bool(((share >= frac) & (o_side >= larger * side)).any()))
+    return out
+
+
+def checked_small_faces(found: list[Detection], others: Any = ()) -> list[Detection]:
+    """The small-face tiles see their regions upsampled, where textures and round objects can look
+    like a small face: keep the faces that pass :func:`plausible_face` and lie inside or on no
+    larger face among ``others`` (boxes: the coarse scan's faces, the tracked ones)."""
+    found = [d for d in found if plausible_face(d)]
+    if not found:
+        return found
+    boxes = np.asarray(list(others), dtype=np.float64).reshape(-1, 4)
+    return [d for d, inside in zip(found, inside_larger(found, boxes)) if not inside]
 
 
 def decode(

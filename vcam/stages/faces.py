@@ -471,7 +471,7 @@ class BankWatcher:
                     log.warning("face '%s' changed on disk but cannot be loaded: %s", name, exc)
                 continue
             self._failed.pop(name, None)
-            self.state.add_face(face)
+            self.state.add_face(face, activate=False)  # the active face stays what it was
             reloaded.append(name)
             log.info("face '%s' was replaced in the face bank; reloaded", name)
         return reloaded

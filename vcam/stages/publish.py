@@ -51,6 +51,8 @@ class OutputSettings(Protocol):
     def pixel_format(self) -> str: ...
     @property
     def fps(self) -> float: ...
+    @property
+    def chroma(self) -> str: ...
 
 
 TARGET_FORMS = "vcam, file:PATH (.mp4, .mkv, .mov), window, or null"
@@ -104,7 +106,7 @@ def open_output(
         )
     path = file_target(target)
     if path is not None:
-        return FileOutput(path, width, height, rate, timing=file_timing)
+        return FileOutput(path, width, height, rate, timing=file_timing, chroma=getattr(cfg, "chroma", "420"))
     if low == "window":
         return WindowOutput(width, height, rate)
     if low == "null":

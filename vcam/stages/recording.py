@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from vcam.errors import OutputError
@@ -27,9 +28,11 @@ log = logging.getLogger("vcam.stages.publish")
 class FileOutput(OutputBase):
     """A video file written with PyAV: H.264 (libx264) when available, else MPEG-4 Part 2.
 
-    Takes BGR frames (``fmt`` BGR; PyAV's swscale converts them). The file keeps the frame's size:
-    even sizes are yuv420p (plays everywhere), odd ones yuv444p (H.264 High 4:4:4, exact size; the
-    MPEG-4 fallback crops them to even with a warning). The container follows the extension
+    Takes BGR frames (``fmt`` BGR; PyAV's swscale converts them). ``chroma`` ``"420"`` (default):
+    yuv420p, which every H.264 player decodes; an odd size is padded to even with the edge pixels
+    (one line says so), since 4:2:0 has no odd sizes. ``"444"``: yuv444p (H.264 High 4:4:4) at the
+    exact size, which many players (browsers, QuickTime, phones) cannot decode; the MPEG-4 fallback
+    is always 4:2:0. :meth:`describe` names the codec, pixel format and size. The container follows the extension
     (``.mp4``, ``.m4v``, ``.mov``, ``.mkv``); any other extension is refused. MP4/MOV are written
     fragmented with a keyframe every second, so whatever was written before a failure plays.
 
@@ -40,6 +43,11 @@ class FileOutput(OutputBase):
     :meth:`close` keeps the frames written so far, playable, as ``<name>.partial<ext>`` beside
     ``path`` (``partial_path``); nothing hidden is left behind. With no frames written, close
     removes the temporary file and leaves ``path`` untouched.
+
+    Cut short: ``close(complete=False)`` (a conversion stopped before the input's end) finishes the
+    file but keeps it as ``partial_path``, never under ``path``; :meth:`salvage` (a forced exit,
+    possibly in the middle of :meth:`close`) leaves whatever is on disk playable under ``path`` when
+    the file was finished, else as ``partial_path``, never as the hidden temporary file.
 
     ``timing``: ``"wall"`` (default) stamps each frame with the time :meth:`send` was called, so a
     live recording plays at real speed even when frames were dropped; ``"frames"`` stamps frame
@@ -62,6 +70,7 @@ class FileOutput(OutputBase):
         codecs: tuple[str, ...] | None = None,
         preset: str = "superfast",
         timing: str = "wall",
+        chroma: str = "420",
         clock: Any = None,
         opener: Any = None,
     ) -> None:
@@ -79,6 +88,9 @@ class FileOutput(OutputBase):
         if timing not in ("wall", "frames"):
             raise ValueError(f"timing must be 'wall' or 'frames', got {timing!r}")
         self.timing = timing
+        if chroma not in ("420", "444"):
+            raise ValueError(f"chroma must be '420' or '444', got {chroma!r}")
+        self.chroma = chroma
         self._clock = clock or time.perf_counter
         self.fps = float(fps) if fps and fps > 0 else 30.0
         suffix = self.path.suffix.lower()
@@ -102,17 +114,22 @@ class FileOutput(OutputBase):
             )
         self.partial_path = parent / f"{self.path.stem}.partial{self.path.suffix}"
         codec, pix_fmt = self._pick_codec(codecs or self.CODECS, preset)
-        if pix_fmt == "yuv420p" and (self.width % 2 or self.height % 2):
+        # The coded size: 4:2:0 needs even sides, so an odd frame is padded with its edge pixels.
+        self.coded_width, self.coded_height = (
+            (self.width, self.height) if pix_fmt == "yuv444p" else even_size(self.width + 1, self.height + 1)
+        )
+        self._pad = (self.coded_height - self.height, self.coded_width - self.width)
+        if any(self._pad):
             log.warning(
-                "%s: %s cannot encode %dx%d; the file is cropped to even %dx%d",
+                "%s: %dx%d is padded to %dx%d with the edge pixels for %s 4:2:0, which every player decodes "
+                "([output] chroma = '444' keeps the exact size, for players that decode 4:4:4)",
                 self.path.name,
-                codec,
                 self.width,
                 self.height,
-                self.width - self.width % 2,
-                self.height - self.height % 2,
+                self.coded_width,
+                self.coded_height,
+                "H.264" if codec != "mpeg4" else "MPEG-4",
             )
-            self.width, self.height = even_size(self.width, self.height)
         self._tmp = parent / f".{self.path.stem}.{os.getpid()}.{os.urandom(3).hex()}.partial{self.path.suffix}"
         try:
             self._file = (opener or _open_with_umask)(self._tmp)
@@ -126,11 +143,11 @@ class FileOutput(OutputBase):
         try:
             self._container = av.open(self._file, mode="w", format=container_format, options=options)
             stream = self._container.add_stream(codec, rate=rate)
-            stream.width, stream.height, stream.pix_fmt = self.width, self.height, pix_fmt
+            stream.width, stream.height, stream.pix_fmt = self.coded_width, self.coded_height, pix_fmt
             stream.codec_context.time_base = self._frame_tb
             stream.options = self._codec_options(codec, preset)
             if codec == "mpeg4":
-                stream.bit_rate = max(1_000_000, int(self.width * self.height * self.fps * 0.15))
+                stream.bit_rate = max(1_000_000, int(self.coded_width * self.coded_height * self.fps * 0.15))
             stream.codec_context.open()
         except Exception as exc:
             self._discard()
@@ -140,6 +157,9 @@ class FileOutput(OutputBase):
         self._reported = False
         self._t0: float | None = None
         self._last_pts = -1
+        self.cut_short = False  # stopped before the input's end: kept as partial_path, never path
+        self._container_done = False  # the container is closed: the file is complete on disk
+        self.kept: Path | None = None  # where the file went once closed (path, partial_path or nowhere)
 
     def _codec_options(self, codec: str, preset: str) -> dict[str, str]:
         keyint = str(max(1, round(self.fps)))  # a keyframe (and an MP4 fragment) every second
@@ -149,13 +169,12 @@ class FileOutput(OutputBase):
 
     def _pick_codec(self, names: tuple[str, ...], preset: str) -> tuple[str, str]:
         """The first encoder that opens for this size here, and its pixel format."""
-        odd = self.width % 2 or self.height % 2
         errors = []
         for name in names:
-            pix = "yuv444p" if odd and name in ("libx264", "h264") else "yuv420p"
+            pix = "yuv444p" if self.chroma == "444" and name in ("libx264", "h264") else "yuv420p"
             try:
                 ctx = self._av.CodecContext.create(name, "w")
-                w, h = (self.width, self.height) if pix == "yuv444p" else even_size(self.width, self.height)
+                w, h = (self.width, self.height) if pix == "yuv444p" else even_size(self.width + 1, self.height + 1)
                 ctx.width, ctx.height, ctx.pix_fmt = w, h, pix
                 ctx.time_base = Fraction(1, 30)
                 ctx.options = self._codec_options(name, preset)
@@ -175,6 +194,8 @@ class FileOutput(OutputBase):
         if self._closed:
             raise OutputError(f"the file output {self.path} is closed")
         a = self._check(data)
+        if any(self._pad):
+            a = cv2.copyMakeBorder(a, 0, self._pad[0], 0, self._pad[1], cv2.BORDER_REPLICATE)
         vf = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(a), format="bgr24")
         if self.timing == "wall":
             now = self._clock()
@@ -198,11 +219,19 @@ class FileOutput(OutputBase):
             ) from None
         self.frames += 1
 
-    def close(self) -> None:
-        """Finish the file and move it to ``path``; after a failure keep what was written as
-        ``partial_path``. Idempotent; raises OutputError when finishing fails."""
+    def describe(self) -> str:
+        """``out.mp4: H.264 (libx264) yuv420p 642x362 (padded from 641x361), 30 fps``."""
+        name = {"libx264": "H.264 (libx264)", "h264": "H.264", "mpeg4": "MPEG-4 Part 2"}.get(self.codec, self.codec)
+        padded = f" (padded from {self.width}x{self.height})" if any(self._pad) else ""
+        return f"{self.path.name}: {name} {self.pix_fmt} {self.coded_width}x{self.coded_height}{padded}, {self.fps:g} fps"
+
+    def close(self, complete: bool = True) -> None:
+        """Finish the file and move it to ``path``; after a failure, or when ``complete`` is False
+        (cut short), keep what was written as ``partial_path``. Idempotent; raises OutputError
+        when finishing fails."""
         if self._closed:
             return
+        self.cut_short = self.cut_short or not complete
         if self.frames and not self._failed:
             try:  # the encoder's delayed frames; never after a failed write (a second mux can crash FFmpeg)
                 for packet in self._stream.encode(None):
@@ -229,17 +258,25 @@ class FileOutput(OutputBase):
             self._file.close()
         except OSError as exc:
             self._failed = self._failed or reason(exc)
+        self._container_done = True
+        self.kept = self._place()
+        return self.kept
+
+    def _place(self) -> Path | None:
+        """The closed temporary file to ``path`` (complete), ``partial_path`` (failed, cut short),
+        or removed (no frames, nothing playable)."""
         if not self.frames:
             self._discard()
             if not self._failed:
                 log.warning("no frames were written; %s left untouched", self.path)
             return None
-        if self._failed and self._tmp.suffix.lower() in (".mp4", ".m4v", ".mov"):
+        broken = bool(self._failed) or not self._container_done  # cut off mid-write
+        if broken and self._tmp.suffix.lower() in (".mp4", ".m4v", ".mov"):
             _trim_to_whole_fragments(self._tmp)
-        if self._failed and not _is_video(self._tmp, playable=True):
+        if (broken or self.cut_short) and not _is_video(self._tmp, playable=True):
             self._discard()  # the failure came before anything playable reached the disk
             return None
-        target = self.partial_path if self._failed else self.path
+        target = self.partial_path if broken or self.cut_short else self.path
         try:
             os.replace(self._tmp, target)
         except OSError as exc:
@@ -254,6 +291,25 @@ class FileOutput(OutputBase):
             return None
         return target
 
+    def salvage(self) -> Path | None:
+        """On a forced exit (a second Ctrl-C), perhaps in the middle of :meth:`close`: leave no
+        hidden temporary file. A finished file goes to ``path`` (``partial_path`` if cut short);
+        one cut off mid-write is trimmed to its last whole fragment and kept as ``partial_path``
+        when it plays. Never raises; returns where the file is."""
+        try:
+            if self.kept is not None or not self._tmp.exists():
+                return self.kept
+            if not self._container_done:
+                self._closed = True
+                try:
+                    self._file.flush()
+                except Exception:  # a write failure, or the file closed meanwhile: keep what is there
+                    pass
+            self.kept = self._place()
+        except Exception as exc:  # a forced exit leaves whatever it can
+            log.warning("could not keep %s: %s", self.path, exc)
+        return self.kept
+
     def _discard(self) -> None:
         try:
             self._file.close()
@@ -262,7 +318,7 @@ class FileOutput(OutputBase):
         self._tmp.unlink(missing_ok=True)
 
     def __repr__(self) -> str:
-        return f"FileOutput({self.path} {self.width}x{self.height} {self.pix_fmt} @ {self.fps:g})"
+        return f"FileOutput({self.path} {self.coded_width}x{self.coded_height} {self.pix_fmt} @ {self.fps:g})"
 
 
 def _open_with_umask(path: Path) -> Any:

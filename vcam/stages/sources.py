@@ -129,6 +129,12 @@ class _SourceBase(Closing):
     def read(self) -> Frame | None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    @property
+    def frame_count(self) -> int | None:
+        """The frames this source delivers before it ends; None when endless (a camera, a loop) or
+        not known (a container without a frame count)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.width}x{self.height} {self.fmt.value} @ {self.fps:g} fps)"
 
@@ -313,6 +319,14 @@ class VideoSource(_SourceBase):
         rate = stream.average_rate or stream.guessed_rate or stream.base_rate
         self.fps = float(rate) if rate else self._fallback_fps
         self._time_base = float(stream.time_base) if stream.time_base else None
+        count = int(stream.frames or 0)
+        if not count and container.duration and self.fps:  # no count in the header (MKV, raw streams): estimate
+            count = round(container.duration / 1_000_000 * self.fps)
+        self._count = count or None
+
+    @property
+    def frame_count(self) -> int | None:
+        return None if self.loop else self._count
 
     def _next_decoded(self):
         import av
@@ -447,6 +461,10 @@ class ImageSource(_SourceBase):
         self.frames = frames
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
 
+    @property
+    def frame_count(self) -> int | None:
+        return self.frames
+
     def read(self) -> Frame | None:
         if self._closed or (self.frames is not None and self._seq >= self.frames):
             return None
@@ -530,6 +548,10 @@ class DemoSource(_SourceBase):
         if self._n <= 0:
             raise InputError("the demo clip has no frames", hint="set a positive length for the demo clip")
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
+
+    @property
+    def frame_count(self) -> int | None:
+        return None if self.loop else self._n
 
     def read(self) -> Frame | None:
         if self._closed:

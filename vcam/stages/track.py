@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vcam.stages.detect import Detector
-from vcam.stages.detections import box_iou, merge
+from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face
 from vcam.types import Detection, Track
 
 _MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
@@ -55,6 +55,9 @@ class TrackParams:
     max_missed: int = 2
     min_cutoff: float = 1.0
     beta: float = 0.05
+    confirm_hits: int = 2
+    confirm_score: float = 0.9
+    confirm_within: int = 5
 
 
 class OneEuroFilter:
@@ -111,6 +114,8 @@ class _State:
     smooth_box: np.ndarray  # the filter's last box and landmarks (the track's, before any prediction)
     smooth_landmarks: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))  # box change per frame
+    hits: int = 1  # detections that passed the landmark check (what confirms a new track)
+    confirmed: bool = True  # swapped and counted; a new track is not until confirmed
 
     def predict(self, seq: int) -> np.ndarray:
         """Box expected at ``seq`` (constant velocity from the last detection)."""
@@ -223,6 +228,11 @@ class Tracker:
         self.cfg = track_cfg or TrackParams()
         self.max_faces = int(max_faces)
         self.fps = float(fps)
+        #: A new face lying on a larger one starts no track (off only to measure what that gains).
+        self.admit_check = True
+        dcfg = getattr(detector, "cfg", None)
+        self._small_face = float(getattr(dcfg, "small_face", 0) or 0)
+        self._hit_score = (float(getattr(dcfg, "score", 0.6)) + self.cfg.confirm_score) / 2
         self._next_id = 1
         self.reset()
 
@@ -244,8 +254,17 @@ class Tracker:
 
     @property
     def tracks(self) -> list[Track]:
-        """Live tracks, by id."""
-        return [s.track for s in self._states]
+        """Live confirmed tracks, by id: what is swapped and counted. A new track is followed (its
+        region searched every frame) but left out until confirmed: ``confirm_hits`` detections
+        whose landmarks make a face (:func:`~vcam.stages.detections.plausible_face`) within its
+        first ``confirm_within`` frames, or at once when its first detection scores at least
+        ``confirm_score``; one not confirmed in time is dropped."""
+        return [s.track for s in self._states if s.confirmed]
+
+    @property
+    def candidates(self) -> int:
+        """Tracks followed but not confirmed yet."""
+        return sum(not s.confirmed for s in self._states)
 
     # -- the per-frame step ------------------------------------------------------------------
     def update(self, frame_bgr: np.ndarray, seq: int, t: float | None = None) -> list[Track]:
@@ -320,7 +339,7 @@ class Tracker:
                     matches.append((lost[k], len(dets) - 1))
                 lost = [lost[k] for k in lost_k]
         elif step.pending is not None:
-            dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2])
+            dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2], predicted)
             if step.coarse is not None:
                 dets = merge(dets + step.coarse.result(), 0.5)
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
@@ -343,10 +362,22 @@ class Tracker:
             self._states[ti].track.missed += 1
         for s in self._states:
             s.track.age += 1
-        self._states = [s for s in self._states if s.track.missed <= self.cfg.max_missed]
-        if dets:
-            self._admit([dets[d] for d in fresh], seq, t)
+        window = self.cfg.confirm_within
+        self._states = [
+            s for s in self._states if s.track.missed <= self.cfg.max_missed and (s.confirmed or s.track.age < window)
+        ]
+        if dets and fresh:
+            cands = [dets[d] for d in fresh]
+            if self.admit_check:
+                # A new face on a larger one (a thumbnail by the ear, a face in a face's texture) is
+                # not a person: it starts no track, whichever scan found it.
+                larger = [d.box for d in dets] + [s.track.box for s in self._states]
+                on_face = inside_larger(cands, np.asarray(larger, dtype=np.float64).reshape(-1, 4))
+                cands = [c for c, inside in zip(cands, on_face) if not inside]
+            self._admit(cands, seq, t)
         self._drop_duplicates()
+        if self.admit_check:
+            self._drop_on_larger()
         return self.tracks
 
     # -- prediction (the swap need not wait for the detection) --------------------------------
@@ -411,12 +442,13 @@ class Tracker:
         self.roi_calls += 1
         return self._found(per_region, len(rects), frame.shape[:2])
 
-    def _found(self, per_region: list[list[Detection]], n: int, hw: tuple) -> list[Detection]:
+    def _found(self, per_region: list[list[Detection]], n: int, hw: tuple, tracked: Any = ()) -> list[Detection]:
         """The faces of a regions call: those of the ``n`` tracks' regions, and the small ones of
-        the tiles after them; each face once."""
+        the tiles after them (none inside or on a face found or ``tracked``, boxes); each face once."""
         found = [d for dets in per_region[:n] for d in dets]
         if len(per_region) > n:
-            found += self.detector.small_faces(per_region[n:], *hw)
+            others = [d.box for d in found] + [b for b in np.asarray(tracked).reshape(-1, 4)]
+            found += self.detector.small_faces(per_region[n:], *hw, others=others)
         if len(found) < 2:
             return found
         return merge(found, 0.5)  # overlapping regions can see the same face twice
@@ -439,6 +471,9 @@ class Tracker:
         tr.missed = 0
         tr.last_seen = seq
         self.last_matched[tr.id] = det
+        if not state.confirmed and self._hit(det):
+            state.hits += 1
+            state.confirmed = state.hits >= self.cfg.confirm_hits + self._smaller(det)
 
     def _new_state(self, det: Detection, seq: int, t: float) -> _State:
         flt = OneEuroFilter(self.cfg.min_cutoff, self.cfg.beta)
@@ -462,7 +497,20 @@ class Tracker:
             filter=flt,
             smooth_box=box.copy(),
             smooth_landmarks=det.landmarks.astype(np.float64).copy(),
+            confirmed=self.cfg.confirm_hits <= 1 or (det.score >= self.cfg.confirm_score and not self._smaller(det)),
         )
+
+    def _smaller(self, det: Detection) -> int:
+        """1 for a face smaller than the detector's ``small_face`` (what a full scan promises to
+        find; below it cartoon faces, prints and far crowds look alike): it needs one hit more and
+        no first score confirms it at once; else 0."""
+        side = max(float(det.box[2] - det.box[0]), float(det.box[3] - det.box[1]))
+        return int(side < self._small_face)
+
+    def _hit(self, det: Detection) -> bool:
+        """A detection that counts toward confirming a new track: its landmarks make a face and it
+        scores at least halfway from the detector's threshold to ``confirm_score``."""
+        return det.score >= self._hit_score and plausible_face(det)
 
     def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
         """Start tracks for unmatched detections, keeping the ``max_faces`` largest faces."""
@@ -486,6 +534,25 @@ class Tracker:
             for j in range(i + 1, len(self._states)):
                 if i not in drop and j not in drop and iou[i, j] > _DUPLICATE_IOU:
                     drop.add(j)  # states are in id order: j is the younger track
+        if drop:
+            self._states = [s for k, s in enumerate(self._states) if k not in drop]
+
+    def _drop_on_larger(self) -> None:
+        """A track that lies mostly (70%) on a larger face seen in this frame (its box with the ears
+        and hair around it) goes: a thumbnail by the ear that started while that face was hidden,
+        or a part of a face found as a face. A face crossing in front of another hides it (that
+        one is not seen), so it stays."""
+        if len(self._states) < 2:
+            return
+        boxes = np.array([s.track.box for s in self._states], dtype=np.float64)
+        side = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+        seen = np.array([s.track.missed == 0 for s in self._states])
+        drop = set()
+        for i, st in enumerate(self._states):
+            others = boxes[(side > side[i]) & seen]
+            d = Detection(st.track.box, st.track.landmarks, st.track.score)
+            if len(others) and inside_larger([d], others, frac=0.7, larger=1.0, margin=0.15)[0]:
+                drop.add(i)
         if drop:
             self._states = [s for k, s in enumerate(self._states) if k not in drop]
 
