@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -152,6 +153,9 @@ def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     grpc, http, metrics = free_ports(3)
     args = ["serve", "--repo", str(repo), "--port", str(grpc), "--http-port", str(http), "--metrics-port", str(metrics)]
     proc = subprocess.Popen([sys.executable, "-m", "vcam", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
         end = time.monotonic() + 180
         ready = False
@@ -164,7 +168,13 @@ def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
         assert ready, proc.stderr.read() if proc.poll() is not None else "not ready"
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
             assert 'nv_inference_count{model="inswapper_128"' in r.read().decode()
+        # Triton answers before `vcam serve` has said so: wait for its line before stopping it.
+        while time.monotonic() < end and proc.poll() is None and not any("serving " in ln for ln in lines):
+            time.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        proc.wait(60)
+        reader.join(10)
+        err = proc.stderr.read()
+    out = "".join(lines)
     assert f"serving {repo} on grpc://127.0.0.1:{grpc}" in out, out + err
