@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import write_report
+from benchmarks import demo_daemon, write_report
 
 CLIENTS = r"""
 import json, sys, threading
@@ -61,38 +61,14 @@ with ControlServer(sys.argv[1], RuntimeState(faces, active="alice")):
 
 
 def _storms(external: bool, clients: int, rounds: int, root: Path) -> dict:
-    from vcam.config_file import build
-    from vcam.runtime.daemon import Daemon
-    from vcam.stages.outputs import NullOutput
-    from vcam.state import RuntimeState
-    from vcam.types import PixelFormat, SourceFace
-
-    class Stamped(NullOutput):
-        def __init__(self) -> None:
-            super().__init__(320, 240, 30.0, fmt=PixelFormat.BGR)
-            self.stamps: list[float] = []
-
-        def send(self, data) -> None:
-            super().send(data)
-            self.stamps.append(time.perf_counter())
-
     sock = root / ("ext" if external else "own") / "vcam.sock"
-    cfg = build(
-        {
-            "capture": {"input": "demo", "width": 320, "height": 240, "pacing": "realtime"},
-            "pipeline": {"device": "cpu", "max_latency": 0},
-            "control": {"socket": str(sock)},
-        }
-    )
     server = None
     if external:
         sock.parent.mkdir(mode=0o700)
         server = subprocess.Popen([sys.executable, "-c", SERVER, str(sock), str(30 + 10 * rounds)])
         while not sock.exists():
             time.sleep(0.05)
-    faces = {n: SourceFace(name=n, image=np.full((128, 128, 3), c, np.uint8)) for n, c in (("alice", 60), ("bob", 200))}
-    out = Stamped()
-    daemon = Daemon(cfg, state=RuntimeState(faces, active="alice"), output=out, control=not external)
+    daemon, out = demo_daemon(sock, control=not external, max_latency=0)
     daemon.start()
     rows, pooled_before, pooled_during = [], [], []
     try:

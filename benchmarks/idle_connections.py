@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import write_report
+from benchmarks import demo_daemon, write_report
 
 HOLDER = r"""
 import socket, sys, time
@@ -76,32 +76,8 @@ def _window(out, sock: Path, seconds: float) -> dict:
 
 
 def run(connections: int, seconds: float, rounds: int, root: Path) -> dict:
-    from vcam.config_file import build
-    from vcam.runtime.daemon import Daemon
-    from vcam.stages.outputs import NullOutput
-    from vcam.state import RuntimeState
-    from vcam.types import PixelFormat, SourceFace
-
-    class Stamped(NullOutput):
-        def __init__(self) -> None:
-            super().__init__(320, 240, 30.0, fmt=PixelFormat.BGR)
-            self.stamps: list[float] = []
-
-        def send(self, data) -> None:
-            super().send(data)
-            self.stamps.append(time.perf_counter())
-
     sock = root / "vcam.sock"
-    cfg = build(
-        {
-            "capture": {"input": "demo", "width": 320, "height": 240, "pacing": "realtime"},
-            "pipeline": {"device": "cpu", "max_latency": 0},
-            "control": {"socket": str(sock)},
-        }
-    )
-    faces = {n: SourceFace(name=n, image=np.full((128, 128, 3), c, np.uint8)) for n, c in (("alice", 60), ("bob", 200))}
-    out = Stamped()
-    daemon = Daemon(cfg, state=RuntimeState(faces, active="alice"), output=out, control=True)
+    daemon, out = demo_daemon(sock, max_latency=0)
     daemon.start()
     rows = []
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import write_report
+from benchmarks import demo_daemon, write_report
 
 
 def _proc() -> tuple[float, int, int]:
@@ -66,32 +66,8 @@ def _traffic(sock: Path, stop: threading.Event, answers: dict) -> None:
 
 
 def run(minutes: float, width: int, height: int, root: Path) -> dict:
-    from vcam.config_file import build
-    from vcam.runtime.daemon import Daemon
-    from vcam.stages.outputs import NullOutput
-    from vcam.state import RuntimeState
-    from vcam.types import PixelFormat, SourceFace
-
-    class Stamped(NullOutput):
-        def __init__(self) -> None:
-            super().__init__(width, height, 30.0, fmt=PixelFormat.BGR)
-            self.stamps: list[float] = []
-
-        def send(self, data) -> None:
-            super().send(data)
-            self.stamps.append(time.perf_counter())
-
     sock = root / "vcam.sock"
-    cfg = build(
-        {
-            "capture": {"input": "demo", "width": width, "height": height, "fps": 30, "pacing": "realtime"},
-            "pipeline": {"device": "cpu"},
-            "control": {"socket": str(sock)},
-        }
-    )
-    faces = {n: SourceFace(name=n, image=np.full((128, 128, 3), c, np.uint8)) for n, c in (("alice", 60), ("bob", 200))}
-    out = Stamped()
-    daemon = Daemon(cfg, state=RuntimeState(faces, active="alice"), output=out, control=True)
+    daemon, out = demo_daemon(sock, width=width, height=height)
     daemon.start()
     stop = threading.Event()
     answers = {"ok": 0, "refused": 0, "failed": 0}
