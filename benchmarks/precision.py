@@ -138,8 +138,8 @@ def scene(size: str, n: int, seed: int = 0):
             (grace, 90 * s, ((0.25 + 0.4 * _tri(i / 200)) * w, 0.8 * h + 10 * s * math.sin(i / 7))),  # in front
         ]
         if i >= 20:
-            # far away, so drawn first: the host's head hides it when it passes behind
-            faces.insert(0, (grace, 45 * s, ((0.78 - 0.3 * _tri((i - 20) / 150)) * w, 0.33 * h)))
+            # far away (drawn first), over the foliage beside the host
+            faces.insert(0, (grace, 45 * s, ((0.83 + 0.12 * _tri((i - 20) / 150)) * w, 0.33 * h)))
         items, truth = [], []
         for img, px, centre in faces:
             b = boxes[id(img)]

@@ -232,7 +232,7 @@ class Tracker:
         self.admit_check = True
         dcfg = getattr(detector, "cfg", None)
         self._small_face = float(getattr(dcfg, "small_face", 0) or 0)
-        self._hit_score = (float(getattr(dcfg, "score", 0.6)) + self.cfg.confirm_score) / 2
+        self._hit_score = max(float(getattr(dcfg, "score", 0.6)), self.cfg.confirm_score - 0.1)
         self._next_id = 1
         self.reset()
 
@@ -509,7 +509,7 @@ class Tracker:
 
     def _hit(self, det: Detection) -> bool:
         """A detection that counts toward confirming a new track: its landmarks make a face and it
-        scores at least halfway from the detector's threshold to ``confirm_score``."""
+        scores within 0.1 of ``confirm_score`` (what a shiny ball or a texture rarely keeps doing)."""
         return det.score >= self._hit_score and plausible_face(det)
 
     def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
