@@ -508,7 +508,11 @@ def test_sustained_overload_turns_the_occlusion_mask_off_and_the_status_says_so(
     assert daemon.degrader.off == ("occlusion",), f"budget {budget * 1e3:.0f} ms: {daemon.summary.line()}"
     assert daemon.assembly.stages_on == {"occlusion": False}
     assert any("degrade: occlusion off" in r.getMessage() for r in caplog.records)
-    assert statuses[-1].degraded == ("occlusion",) and "degraded: occlusion off" in status_suffix(statuses[-1])
+    # the status names the stage: "degraded: occlusion off", or while frames still go out late on a
+    # busy machine "overloaded: shedding occlusion"
+    suffix = status_suffix(statuses[-1])
+    assert statuses[-1].degraded == ("occlusion",)
+    assert "degraded: occlusion off" in suffix or "overloaded: shedding occlusion" in suffix, suffix
     # after the switch the occluder no longer ran, and frames were published within the budget again
     t_off = applied[-1]
     # (after the switch, frames at 30% of the rate or more the daemon managed without the occluder)
