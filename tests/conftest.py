@@ -193,3 +193,13 @@ def need_torch():
     except ImportError as exc:
         require("torch", f"PyTorch is not installed ({exc}); pip install 'fastswap-cam[torch]'")
     return torch
+
+
+def terminal_signals() -> None:
+    """``preexec_fn`` for a child that a test stops with a signal: the stop signals at their
+    defaults, as in a terminal session. A runner started in the background has SIGINT ignored (and
+    under nohup SIGHUP), which the child inherits and vcam rightly keeps ignoring."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

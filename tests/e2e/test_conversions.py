@@ -18,6 +18,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from conftest import terminal_signals
 
 from vcam.stages import demo
 from vcam.stages.recording import FileOutput
@@ -36,15 +37,10 @@ def talk(tmp_path_factory) -> Path:
     return path
 
 
-def _default_signals() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def vcam(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "vcam", "run", "--device", "cpu", *args],
-        preexec_fn=_default_signals,
+        preexec_fn=terminal_signals,
         env=dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200"),
         **kw,
     )

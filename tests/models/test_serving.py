@@ -15,7 +15,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from conftest import require, vcam_cli
+from conftest import require, terminal_signals, vcam_cli
 
 from vcam.errors import EngineUnavailable
 from vcam.models import registry, serving, standin
@@ -152,7 +152,13 @@ def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     repo = export(models, tmp_path / "repo", served=(("inswapper_128", "inswapper_128", False, False),))
     grpc, http, metrics = free_ports(3)
     args = ["serve", "--repo", str(repo), "--port", str(grpc), "--http-port", str(http), "--metrics-port", str(metrics)]
-    proc = subprocess.Popen([sys.executable, "-m", "vcam", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vcam", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=terminal_signals,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()

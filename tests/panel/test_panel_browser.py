@@ -28,7 +28,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import require
+from conftest import require, terminal_signals
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +172,12 @@ port = 0
     )
     log = tmp / "vcam.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "vcam", "run", "--config", str(cfg)], stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vcam", "run", "--config", str(cfg)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            preexec_fn=terminal_signals,
+        )
     url = wait_for(lambda: next((ln.split("panel: ", 1)[1] for ln in log.read_text().splitlines() if "panel: " in ln), None), 120)
     assert url, log.read_text()
     r = Run(proc, url.strip(), out, shots, log)

@@ -12,7 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import demo_run, need_torch, vcam_cli
+from conftest import demo_run, need_torch, terminal_signals, vcam_cli
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
@@ -276,17 +276,10 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
     assert "5 frames published of 5" in p.stderr
 
 
-def _terminal_signals() -> None:
-    """In the child: the stop signals at their defaults, as a terminal session has them (a test
-    runner may itself run with SIGHUP ignored, which vcam would rightly keep ignoring)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 @pytest.mark.slow
 def test_a_hangup_is_ignored_under_nohup(tmp_path):
     def nohup() -> None:
-        _terminal_signals()
+        terminal_signals()
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     p = subprocess.Popen(
@@ -338,7 +331,7 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
-        preexec_fn=_terminal_signals,
+        preexec_fn=terminal_signals,
     )
     try:
         deadline = time.time() + 60
@@ -375,7 +368,7 @@ def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_terminal_signals,
+        preexec_fn=terminal_signals,
     )
     try:
         deadline = time.time() + 60
@@ -411,7 +404,7 @@ def test_a_live_recording_stopped_by_ctrl_c_keeps_its_name_and_exits_0(tmp_path)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_terminal_signals,
+        preexec_fn=terminal_signals,
     )
     try:
         deadline = time.time() + 60
