@@ -434,6 +434,8 @@ def test_several_streams_have_their_rows_and_a_picker(tmp_path):
         d.find_element("css selector", '#faces .face[data-face="bob"] .pick').click()
         assert wait_for(lambda: backend.states["b"].active == "bob", 5)
         assert backend.states["a"].active == "alice"
+        # the server has switched the face; the page has its reply a moment later
+        assert wait_for(lambda: d.execute_script("return window.vcamPanel.lastReply"), 5)
         reply = d.execute_script("return window.vcamPanel.lastReply")
         assert reply["stream"] == "b" and reply["published"] == {"a": 7, "b": 7}
     finally:
