@@ -354,6 +354,23 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
     assert n > 0
 
 
+def _live_recording(target, *extra: str) -> subprocess.Popen:
+    """A real `vcam run` of the live demo recorded to ``target``, returned once its (hidden) partial
+    file exists: frames are being written."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
+        + ["--device", "cpu", "--max-latency", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=terminal_signals,
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(target.parent.glob(".*partial*")):
+        time.sleep(0.05)
+    return p
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("after", [0.0, 2.0])
 @pytest.mark.parametrize("gap", [0.0, 0.01, 0.03, 0.1])
@@ -361,19 +378,8 @@ def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap)
     """Issue 27 item 10: a second Ctrl-C at once (a forced exit) on a live recording may cut the
     file off while it is written or finished: it is still left playable, under its name or as
     NAME.partial.mp4, never only as a hidden temporary file."""
-    target = tmp_path / "live.mp4"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
-        + ["--device", "cpu", "--quiet", "--max-latency", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=terminal_signals,
-    )
+    p = _live_recording(tmp_path / "live.mp4", "--quiet")
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline and not list(tmp_path.glob(".*partial*")):
-            time.sleep(0.05)
         time.sleep(after)
         p.send_signal(signal.SIGINT)
         time.sleep(gap)  # the second lands in the stop the first began (closing the file, say)
@@ -399,18 +405,8 @@ def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap)
 def test_a_live_recording_stopped_by_ctrl_c_keeps_its_name_and_exits_0(tmp_path):
     """Ctrl-C is the normal stop of a live input recorded to a file: the named output, exit 0."""
     target = tmp_path / "cam.mp4"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
-        + ["--device", "cpu", "--max-latency", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=terminal_signals,
-    )
+    p = _live_recording(target)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline and not list(tmp_path.glob(".*partial*")):
-            time.sleep(0.05)
         time.sleep(2.0)
         p.send_signal(signal.SIGINT)
         outp, _ = p.communicate(timeout=60)
