@@ -134,6 +134,24 @@ def test_daemon_publishes_the_guard_counts_of_each_model():
     assert d.summary.guarded == {"classic": 0}
 
 
+def test_stop_signals_held_while_an_output_opens_are_handled_on_the_way_out():
+    """Two Ctrl-C while an output is being opened: nothing happens inside (the output reaches the
+    stream first, where a forced exit's salvage finds it), then the first asks to stop and the
+    second forces the exit."""
+    d = Daemon(Config(), control=False)
+    with pytest.raises(SystemExit) as exc:
+        with d.held_signals():
+            d.handle_exit(signal.SIGINT, None)
+            d.handle_exit(signal.SIGINT, None)
+            assert not d.should_exit and not d.force_exit
+            opened = True
+    assert opened and d.should_exit and d.force_exit and exc.value.code == 130
+    d.should_exit = d.force_exit = False
+    with d.held_signals():
+        d.handle_exit(signal.SIGTERM, None)
+    assert d.should_exit and not d.force_exit  # one signal: a clean stop, asked for after
+
+
 @pytest.mark.slow
 def test_background_start_stop_while_frames_flow():
     cfg = demo_cfg(pacing="realtime")

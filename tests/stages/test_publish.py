@@ -380,6 +380,19 @@ def test_salvage_after_a_forced_exit_leaves_no_hidden_file(tmp_path, where):
     assert out.salvage() == kept  # idempotent
 
 
+def test_a_stop_signal_while_the_file_is_opened_leaves_no_hidden_file(tmp_path, monkeypatch):
+    """A forced exit (SystemExit from the second Ctrl-C) that lands while the encoder is set up
+    removes the hidden temporary file already made and goes on as a SystemExit."""
+
+    def stopped(*a, **k):
+        raise SystemExit(130)
+
+    monkeypatch.setattr(av, "open", stopped)
+    with pytest.raises(SystemExit):
+        FileOutput(tmp_path / "rec.mp4", 64, 48, 30.0)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_file_output_mpeg4_fallback(tmp_path):
     path = tmp_path / "fallback.mp4"
     out = FileOutput(path, 64, 48, 20.0, codecs=("no-such-encoder", "mpeg4"))

@@ -35,7 +35,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
@@ -104,6 +105,7 @@ class Daemon:
         self.should_exit = False
         self.force_exit = False
         self.signalled = False  # a stop signal (Ctrl-C) came: a conversion not at its end is cut short
+        self._held: list[int] | None = None  # stop signals held while an output is opened (held_signals)
         self._max_frames: int | None = None
         self._thread: threading.Thread | None = None
         self.streams: list[Stream] = [
@@ -205,6 +207,9 @@ class Daemon:
         return restore
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        if self._held is not None:
+            self._held.append(sig)
+            return
         self.signalled = True
         if self.should_exit:
             self.force_exit = True
@@ -212,6 +217,22 @@ class Daemon:
             raise SystemExit(130)
         self.should_exit = True
         self.wake.set()
+
+    @contextmanager
+    def held_signals(self) -> Iterator[None]:
+        """Stop signals that come inside wait and are handled on the way out: an output being
+        opened (its hidden temporary file made, not yet in :attr:`streams`) is never left behind by
+        a forced exit that :meth:`salvage_outputs` could not see."""
+        if self._held is not None:
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            for sig in held:
+                self.handle_exit(sig, None)
 
     def run(self, *, max_frames: int | None = None, duration: float | None = None) -> RunSummary:
         """Start up, run the loop until a limit, the end of the input or a stop request, shut down.

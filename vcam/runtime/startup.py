@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +56,8 @@ class Daemon(Protocol):
     given_outputs: dict[str, Any]
     given_sources: dict[str, Any]
     wake: threading.Event
+
+    def held_signals(self) -> AbstractContextManager[None]: ...
 
 
 def start(d: Daemon, max_frames: int | None = None) -> None:
@@ -172,15 +175,16 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
     from vcam.stages import publish
 
     output = d.given_outputs.get(st.name)
-    if output is None:
-        assert st.delivery is not None and st.source is not None
-        # Live input: stamp file frames by wall clock (plays at real speed even with drops);
-        # lossless input: by frame count, so the file keeps the input's rate and every frame.
-        timing = "frames" if st.delivery.lossless else "wall"
-        fps = st.cfg.output.fps or st.source.fps or d.cfg.capture.fps
-        output = publish.open_output(st.cfg.output, width, height, fps, file_timing=timing)
-    d.components.append(output)
-    st.output = output
+    with d.held_signals():  # a forced exit finds the output in st.output, its temporary file salvaged
+        if output is None:
+            assert st.delivery is not None and st.source is not None
+            # Live input: stamp file frames by wall clock (plays at real speed even with drops);
+            # lossless input: by frame count, so the file keeps the input's rate and every frame.
+            timing = "frames" if st.delivery.lossless else "wall"
+            fps = st.cfg.output.fps or st.source.fps or d.cfg.capture.fps
+            output = publish.open_output(st.cfg.output, width, height, fps, file_timing=timing)
+        d.components.append(output)
+        st.output = output
 
 
 def load(d: Daemon) -> None:

@@ -149,8 +149,10 @@ class FileOutput(OutputBase):
             if codec == "mpeg4":
                 stream.bit_rate = max(1_000_000, int(self.coded_width * self.coded_height * self.fps * 0.15))
             stream.codec_context.open()
-        except Exception as exc:
+        except BaseException as exc:  # a stop signal too: no hidden file left behind
             self._discard()
+            if not isinstance(exc, Exception):
+                raise
             raise OutputError(f"cannot write {self.path}: {exc}", hint="check the folder's permissions and free space") from exc
         self._stream, self.codec, self.pix_fmt = stream, codec, pix_fmt
         self._failed: str | None = None
