@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--server-engine", choices=("vcam", "onnxruntime"), default="vcam")
     ap.add_argument("--fp16-wire", action="store_true", help="FP16 crops on the wire (default FP32)")
     ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--queue-delay-us", type=int, default=100, help="the server's batcher wait (vcam serve export's)")
+    ap.add_argument("--no-one", action="store_true", help="leave out the one-face rows (local 1, remote 1)")
     ap.add_argument("--tiny", action="store_true", help="tiny stand-ins (a smoke run on a CPU)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", default="", help=argparse.SUPPRESS)
@@ -183,7 +185,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     from vcam.runtime.serve import TritonServer
 
     src = args.models / "inswapper_128.onnx"
-    repo = export_repository(out / "repo", "inswapper_128", src, fp16=args.fp16_wire, max_batch=args.max_batch).repository
+    repo = export_repository(
+        out / "repo", "inswapper_128", src, fp16=args.fp16_wire, max_batch=args.max_batch, queue_delay_us=args.queue_delay_us
+    ).repository
     grpc, http, metrics = _free_ports(3)
     runner = ("benchmarks.remote_runner:torch_engine", {"inswapper_128": str(src)}) if args.server_engine == "vcam" else None
     server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, log=out / "server.log", runner=runner)
@@ -193,8 +197,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         served = next((ln for ln in server.lines if ln.startswith("model ")), "model ?")
         print(f"server: {served} on {server.url}", flush=True)
         probe = RemoteEngine(server.url, "inswapper_128", label="probe")
-        rows["local 1"] = _one(args, 1, args.device)
-        rows["remote 1"] = _one(args, 1, args.device, server.url)
+        if not args.no_one:
+            rows["local 1"] = _one(args, 1, args.device)
+            rows["remote 1"] = _one(args, 1, args.device, server.url)
         for n in [int(c) for c in args.clients.split(",") if c]:
             rows[f"local {n}"] = _one(args, n, args.device)
             before = probe.statistics()
@@ -221,6 +226,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     report = {
         "server": served,
         "server_engine": args.server_engine,
+        "queue_delay_us": args.queue_delay_us,
         "wire": "fp16" if args.fp16_wire else "fp32",
         "size": args.size,
         "seconds": args.seconds,

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,28 @@ def test_the_serving_environment_is_made_once(monkeypatch):
     assert any(
         (first[1] and os.path.isfile(os.path.join(first[1], f)) for f in os.listdir(first[1]) if f.startswith("libpython"))
     )
+
+
+def test_the_serving_environment_sees_a_base_virtual_environments_packages(tmp_path):
+    """VCAM_SERVE_SYSTEM_SITE=1 with an interpreter that is itself a virtual environment (torch
+    installed in one): the serving environment sees that environment's packages, after its own."""
+    from vcam.runtime import serve
+
+    base, env = tmp_path / "base", tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
+    base_py = str(base / "bin" / "python")
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    base_site = subprocess.run([base_py, "-c", purelib], capture_output=True, text=True, check=True).stdout.strip()
+    (Path(base_site) / "only_in_base.py").write_text("WHERE = 'base'\n")
+    subprocess.run([base_py, "-m", "venv", "--without-pip", "--system-site-packages", str(env)], check=True)
+    env_py = env / "bin" / "python"
+    env_site = subprocess.run([str(env_py), "-c", purelib], capture_output=True, text=True, check=True).stdout.strip()
+    probe = "import only_in_base; print(only_in_base.WHERE)"
+    assert subprocess.run([str(env_py), "-c", probe], capture_output=True, text=True).returncode != 0  # before
+    serve._see_base_venv(base_py, env_py)
+    assert subprocess.run([str(env_py), "-c", probe], capture_output=True, text=True).stdout.strip() == "base"
+    (Path(env_site) / "only_in_base.py").write_text("WHERE = 'own'\n")  # the environment's own comes first
+    assert subprocess.run([str(env_py), "-c", probe], capture_output=True, text=True).stdout.strip() == "own"
 
 
 def test_no_python_with_a_shared_libpython_is_one_line(monkeypatch, tmp_path):

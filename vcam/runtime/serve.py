@@ -87,6 +87,21 @@ def find_python() -> tuple[str, str, str]:
     )
 
 
+def _see_base_venv(base: str, py: Path, env: dict[str, str] | None = None) -> None:
+    """``--system-site-packages`` sees the base interpreter's packages; when ``base`` is itself a
+    virtual environment (torch installed in one, as on many GPU images) its packages are added too,
+    by a ``.pth`` file: after the environment's own, so its numpy < 2 still comes first."""
+    probe = "import site, sys; print(int(sys.prefix != sys.base_prefix)); print(*site.getsitepackages(), sep='\\n')"
+    lines = subprocess.run([base, "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env).stdout.splitlines()
+    if not lines or lines[0] != "1":
+        return
+    own = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, timeout=60, check=True, env=env,
+    ).stdout.strip()  # fmt: skip
+    (Path(own) / "vcam-base-venv.pth").write_text("".join(f"{d}\n" for d in lines[1:]))
+
+
 def ensure_env(*, quiet: bool = True) -> tuple[Path, str]:
     """The serving environment's python and the libpython folder, made on first use (idempotent)."""
     root = env_dir()
@@ -105,12 +120,17 @@ def ensure_env(*, quiet: bool = True) -> tuple[Path, str]:
         base, libdir, _ = find_python()
         shutil.rmtree(root, ignore_errors=True)  # a half-made environment is made again
         out = subprocess.DEVNULL if quiet else None
+        # The caller's PYTHONPATH is not the environment's: packages pip found there would count as
+        # installed and be missing once the server runs without it.
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         try:
             venv = [base, "-m", "venv", *(["--system-site-packages"] if _system_site() else []), str(root)]
-            subprocess.run(venv, check=True, stdout=out, stderr=subprocess.PIPE, text=True)
+            subprocess.run(venv, check=True, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
+            if _system_site():
+                _see_base_venv(base, py, env)
             subprocess.run(
                 [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q", *PINS],
-                check=True, stdout=out, stderr=subprocess.PIPE, text=True,
+                check=True, stdout=out, stderr=subprocess.PIPE, text=True, env=env,
             )  # fmt: skip
         except subprocess.CalledProcessError as exc:
             last = (exc.stderr or "").strip().splitlines()
