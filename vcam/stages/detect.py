@@ -42,6 +42,7 @@ from vcam.stages.detections import (
     decode_yunet,
     merge,
     priors,
+    smallest_searched,
 )
 from vcam.types import Detection
 
@@ -224,7 +225,7 @@ class FaceDetector:
         size, _, _ = self.scan_shape(height, width)
         long_side = float(max(height, width))
         coarse_min = MIN_FACE_INPUT * long_side / size
-        want = max(float(self.cfg.small_face), long_side / 64.0)
+        want = smallest_searched(self.cfg.small_face, height, width)
         if want >= coarse_min:
             tiles = np.zeros((0, 3))
         else:
