@@ -1,7 +1,7 @@
 // The classic swap at the frame's resolution: the source face, warped by a dense landmark field and
 // colour-mapped, blended straight into the frame (no intermediate crop).
 //
-// Twins: vcam/kernels/classic.py color_fit_ref and classic_paste_ref, same arguments. Built with
+// Twins: vcam/kernels/classic.py color_fit_ref, color_fit_crops_ref and classic_paste_ref, same arguments. Built with
 // --fmad=false, float32 pixels in the NumPy order, coordinates in float64 where the NumPy side uses
 // float64 (the crop matrix), float32 elsewhere.
 
@@ -44,28 +44,19 @@ __device__ void bgr_of(const double* lab, double* bgr) {
     }
 }
 
-// One thread per face: the exact transfer (lab - src_mean) / src_std * tgt_std + tgt_mean of the
-// face's FIT_SAMPLES source colours, fitted by least squares (ridge 1e-3 on the colour terms) as
-// out[f] = 3 rows (a_b, a_g, a_r, offset) for B, G, R. `match` == 0: the identity.
-extern "C" __global__ void color_fit(const float* __restrict__ samples, const float* __restrict__ src_mean,
-                                     const float* __restrict__ src_std, const float* __restrict__ tgt_mean,
-                                     const float* __restrict__ tgt_std, int count, int match, float* __restrict__ out) {
-    int f = blockIdx.x * blockDim.x + threadIdx.x;
-    if (f >= count) return;
-    float* o = out + (size_t)f * 12;
-    if (!match) {
-        for (int k = 0; k < 12; ++k) o[k] = (k % 5 == 0) ? 1.0f : 0.0f;
-        return;
-    }
+// The exact transfer (lab - src_mean) / src_std * tgt_std + tgt_mean of one face's FIT_SAMPLES source
+// colours, fitted by least squares (ridge 1e-3 on the colour terms) as o = 3 rows (a_b, a_g, a_r,
+// offset) for B, G, R. ms, ss, mt, st: that face's 3 statistics each.
+__device__ void fit_face(const float* __restrict__ samples, const float* ms, const float* ss, const float* mt,
+                         const float* st, float* __restrict__ o) {
     double xtx[4][4] = {{0}}, xty[4][3] = {{0}};
     for (int s = 0; s < FIT_SAMPLES; ++s) {
-        const float* p = samples + ((size_t)f * FIT_SAMPLES + s) * 3;
+        const float* p = samples + (size_t)s * 3;
         double x[4] = {(double)p[0], (double)p[1], (double)p[2], 1.0};
         double lab[3], y[3];
         lab_of(x, lab);
         for (int c = 0; c < 3; ++c)
-            lab[c] = (lab[c] - (double)src_mean[f * 3 + c]) / (double)src_std[f * 3 + c] * (double)tgt_std[f * 3 + c] +
-                     (double)tgt_mean[f * 3 + c];
+            lab[c] = (lab[c] - (double)ms[c]) / (double)ss[c] * (double)st[c] + (double)mt[c];
         bgr_of(lab, y);
         for (int i = 0; i < 4; ++i) {
             for (int j = 0; j < 4; ++j) xtx[i][j] += x[i] * x[j];
@@ -99,6 +90,112 @@ extern "C" __global__ void color_fit(const float* __restrict__ samples, const fl
     }
     for (int c = 0; c < 3; ++c)
         for (int i = 0; i < 4; ++i) o[c * 4 + i] = (float)a[i][4 + c];
+}
+
+__device__ __forceinline__ void identity_map(float* o) {
+    for (int k = 0; k < 12; ++k) o[k] = (k % 5 == 0) ? 1.0f : 0.0f;
+}
+
+// One thread per face: fit_face of face f < count into out[f] (12 floats); `match` == 0: the identity.
+extern "C" __global__ void color_fit(const float* __restrict__ samples, const float* __restrict__ src_mean,
+                                     const float* __restrict__ src_std, const float* __restrict__ tgt_mean,
+                                     const float* __restrict__ tgt_std, int count, int match, float* __restrict__ out) {
+    int f = blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= count) return;
+    float* o = out + (size_t)f * 12;
+    if (!match) {
+        identity_map(o);
+        return;
+    }
+    fit_face(samples + (size_t)f * FIT_SAMPLES * 3, src_mean + f * 3, src_std + f * 3, tgt_mean + f * 3, tgt_std + f * 3, o);
+}
+
+// ---- the target's statistics and the fit in one launch ---------------------------------------------
+// The L*a*b* of one BGR code triple, float32 in the order of vcam/kernels/color.py lab_from_bgr_ref
+// (the transfer curve and the cube root in double, rounded once; kernels/color.cu lab_from_bgr).
+__device__ __forceinline__ float stats_linear(unsigned char v) {
+    double c = (double)v / 255.0;
+    return (float)(c <= 0.04045 ? c / 12.92 : pow((c + 0.055) / 1.055, 2.4));
+}
+
+__device__ __forceinline__ float stats_f(float t) {
+    return t > 0.00885645207f ? (float)cbrt((double)t) : t * 7.7870369f + 0.137931034f;
+}
+
+__device__ __forceinline__ void stats_lab(const unsigned char* p, float* lab) {
+    float b = stats_linear(p[0]), g = stats_linear(p[1]), r = stats_linear(p[2]);
+    float x = (0.433949947f * r + 0.376209766f * g) + 0.189840287f * b;
+    float y = (0.212672904f * r + 0.715152204f * g) + 0.0721750036f * b;
+    float z = (0.0177565832f * r + 0.109467961f * g) + 0.872775435f * b;
+    float fx = stats_f(x), fy = stats_f(y), fz = stats_f(z);
+    lab[0] = 116.0f * fy - 16.0f;
+    lab[1] = 500.0f * (fx - fy);
+    lab[2] = 200.0f * (fy - fz);
+}
+
+#define STATS_THREADS 256  // threads per face (vcam/kernels/classic.py STATS_THREADS); a power of two
+
+// Sums red[c][0..STATS_THREADS) into red[c][0] (every thread of the block calls it).
+__device__ void block_sum3(double (*red)[STATS_THREADS], int t) {
+    __syncthreads();
+    for (int k = STATS_THREADS / 2; k > 0; k >>= 1) {
+        if (t < k)
+            for (int c = 0; c < 3; ++c) red[c][t] += red[c][t + k];
+        __syncthreads();
+    }
+}
+
+// One block of STATS_THREADS per face f < count: the weighted L*a*b* mean and spread of its target
+// crop (crops (count, size, size, 3) uint8 BGR; weight (size, size) float32 summing to wsum) as
+// vcam/stages/swap.py _weighted_stats computes them (mean = sum(lab * w) / wsum; std =
+// sqrt(sum((lab - mean)^2 * w) / wsum) + 1e-3; float32 terms, summed in double here), then fit_face
+// with the source's statistics into out[f]. `match` == 0: the identity, no statistics.
+extern "C" __global__ void color_fit_crops(const unsigned char* __restrict__ crops, int size,
+                                           const float* __restrict__ weight, float wsum,
+                                           const float* __restrict__ samples, const float* __restrict__ src_mean,
+                                           const float* __restrict__ src_std, int count, int match,
+                                           float* __restrict__ out) {
+    __shared__ double red[3][STATS_THREADS];
+    __shared__ float stat[6];  // target mean (3), std (3)
+    int f = blockIdx.x;
+    if (f >= count) return;  // uniform per block: before any barrier
+    int t = threadIdx.x;
+    float* o = out + (size_t)f * 12;
+    if (!match) {
+        if (t == 0) identity_map(o);
+        return;
+    }
+    int plane = size * size;
+    const unsigned char* crop = crops + (size_t)f * plane * 3;
+    double s[3] = {0.0, 0.0, 0.0};
+    for (int i = t; i < plane; i += STATS_THREADS) {
+        float lab[3];
+        stats_lab(crop + (size_t)i * 3, lab);
+        float w = weight[i];
+        for (int c = 0; c < 3; ++c) s[c] += (double)(lab[c] * w);
+    }
+    for (int c = 0; c < 3; ++c) red[c][t] = s[c];
+    block_sum3(red, t);
+    if (t == 0)
+        for (int c = 0; c < 3; ++c) stat[c] = (float)red[c][0] / wsum;
+    __syncthreads();
+    float mean[3] = {stat[0], stat[1], stat[2]};
+    for (int c = 0; c < 3; ++c) s[c] = 0.0;
+    for (int i = t; i < plane; i += STATS_THREADS) {
+        float lab[3];
+        stats_lab(crop + (size_t)i * 3, lab);
+        float w = weight[i];
+        for (int c = 0; c < 3; ++c) {
+            float d = lab[c] - mean[c];
+            s[c] += (double)((d * d) * w);
+        }
+    }
+    for (int c = 0; c < 3; ++c) red[c][t] = s[c];
+    block_sum3(red, t);
+    if (t == 0) {
+        for (int c = 0; c < 3; ++c) stat[3 + c] = sqrtf((float)red[c][0] / wsum) + 1e-3f;
+        fit_face(samples + (size_t)f * FIT_SAMPLES * 3, src_mean + f * 3, src_std + f * 3, stat, stat + 3, o);
+    }
 }
 
 // ---- the render -----------------------------------------------------------------------------------

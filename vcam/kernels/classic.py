@@ -45,10 +45,9 @@ RENDER = np.dtype(
 
 # -- the warp field (host) -------------------------------------------------------------------------
 def _tps_kernel(d2: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k = d2 * np.log(d2)
-    k[d2 <= 0] = 0.0
-    return k
+    """``r^2 log r^2`` of squared distances (0 at 0)."""
+    d2 = np.maximum(d2, 1e-300)
+    return d2 * np.log(d2)
 
 
 def tps_fit(dst: np.ndarray, src: np.ndarray, smooth: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -90,16 +89,31 @@ def tps_grid(
 ) -> tuple[np.ndarray, float, float, float]:
     """The warp grid of the spline ``dst`` -> ``src`` over ``box`` (x0, y0, x1, y1) of the target:
     (grid (GRID, GRID, 2) float32 source points, origin x, origin y, nodes per target pixel). The
-    grid is square (the box's longer side) and centred on the box."""
+    grid is square (the box's longer side) and centred on the box.
+
+    This runs per face and frame on the host, so it is :func:`tps_fit` and :func:`tps_eval` written
+    for speed: the fit in float64; the nodes' kernel values (GRID * GRID * points logarithms, most
+    of the cost) in float32, from the grid's separable squared distances (a node's position is
+    off by a few thousandths of a pixel at most)."""
     x0, y0, x1, y1 = (float(b) for b in box)
     side = max(x1 - x0, y1 - y0, 1.0)
     ox, oy = (x0 + x1 - side) / 2, (y0 + y1 - side) / 2
+    w, aff = tps_fit(dst, src, smooth)
+    centre, span = aff[3], aff[4, 0]
+    q = ((np.asarray(dst, np.float64).reshape(-1, 2) - centre) / span).astype(np.float32)
     t = np.linspace(0.0, side, GRID)
-    nodes = np.empty((GRID, GRID, 2))
-    nodes[..., 0], nodes[..., 1] = (ox + t)[None, :], (oy + t)[:, None]
-    nodes = nodes.reshape(-1, 2)
-    out = tps_eval(dst, tps_fit(dst, src, smooth), nodes).reshape(GRID, GRID, 2)
-    return out.astype(np.float32), float(ox), float(oy), float((GRID - 1) / side)
+    gx = ((ox + t - centre[0]) / span).astype(np.float32)  # node columns
+    gy = ((oy + t - centre[1]) / span).astype(np.float32)  # node rows
+    dx2 = np.square(gx[:, None] - q[None, :, 0])  # (GRID, N)
+    dy2 = np.square(gy[:, None] - q[None, :, 1])
+    d2 = dy2[:, None, :] + dx2[None, :, :]  # (rows, cols, N)
+    np.maximum(d2, np.float32(1e-30), out=d2)  # r^2 log r^2 -> 0 at a control point
+    k = d2 * np.log(d2)
+    out = (k.reshape(GRID * GRID, -1) @ w.astype(np.float32)).reshape(GRID, GRID, 2)
+    out += aff[0].astype(np.float32)
+    out += gx[None, :, None] * aff[1].astype(np.float32)
+    out += gy[:, None, None] * aff[2].astype(np.float32)
+    return out, float(ox), float(oy), float((GRID - 1) / side)
 
 
 # -- NumPy references ------------------------------------------------------------------------------
@@ -166,6 +180,43 @@ def color_fit_ref(
         sol = np.linalg.solve(xtx, xa.T @ y)  # (4, 3)
         out[f] = sol.T.reshape(12).astype(np.float32)
     return out
+
+
+def color_fit_crops_ref(
+    crops: np.ndarray,
+    weight: np.ndarray,
+    wsum: float,
+    samples: np.ndarray,
+    src_mean: np.ndarray,
+    src_std: np.ndarray,
+    count: int,
+    match: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """The colour maps of :func:`color_fit_ref` with the target statistics measured here: for each
+    face ``f < count``, the L*a*b* (:func:`vcam.kernels.color.lab_from_bgr_ref`) of ``crops[f]`` ((F,
+    S, S, 3) uint8 BGR, the target's face) weighted by ``weight`` ((S, S) float32 summing to
+    ``wsum``): ``mean = sum(lab * w) / wsum``, ``std = sqrt(sum((lab - mean)^2 * w) / wsum) + 1e-3``
+    (float32). ``match`` False: the identity (the crops are not read)."""
+    from vcam.kernels.color import lab_from_bgr_ref
+
+    n = int(count)
+    if not match or n <= 0:
+        return color_fit_ref(samples, src_mean, src_std, src_mean, src_std, n, False, out)
+    src = np.asarray(crops)[:n]
+    lab = lab_from_bgr_ref(src, n, np.empty(src.shape, np.float32))
+    w = np.asarray(weight, np.float32)[None, :, :, None]
+    tmp = lab * w
+    mean = tmp.sum(axis=(1, 2), keepdims=True)
+    mean /= wsum
+    np.subtract(lab, mean, out=tmp)
+    tmp *= tmp
+    tmp *= w
+    std = tmp.sum(axis=(1, 2), keepdims=True)
+    std /= wsum
+    np.sqrt(std, out=std)
+    std += 1e-3
+    return color_fit_ref(samples, src_mean, src_std, mean.reshape(n, 3), std.reshape(n, 3), n, True, out)
 
 
 #: The NumPy reference refines the warp grid this many times (exactly: the refined grid's bilinear
@@ -293,6 +344,36 @@ def color_fit(
     return out
 
 
+#: Threads per face of the ``color_fit_crops`` kernel (kernels/classic.cu STATS_THREADS).
+STATS_THREADS = 256
+
+
+def color_fit_crops(
+    ops: Any,
+    crops: Any,
+    weight: Any,
+    wsum: float,
+    samples: Any,
+    src_mean: Any,
+    src_std: Any,
+    count: int,
+    match: bool,
+    out: Any,
+) -> Any:
+    """The per-face colour maps (F, 12) with the target statistics measured from ``crops``
+    (:func:`color_fit_crops_ref`), one launch; arrays in the ops' memory, C-contiguous (``crops``,
+    ``samples``, ``src_mean``, ``src_std`` and ``out`` hold at least ``count`` faces)."""
+    if not on_device(ops):
+        return color_fit_crops_ref(crops, weight, wsum, samples, src_mean, src_std, count, match, out)
+    n = int(count)
+    if n <= 0:
+        return out
+    size = int(weight.shape[-1])
+    args = (crops, np.int32(size), weight, np.float32(wsum), samples, src_mean, src_std, np.int32(n), np.int32(bool(match)), out)
+    launch(ops, "classic", "color_fit_crops", (n,), args, block=(STATS_THREADS,))
+    return out
+
+
 def classic_paste(
     ops: Any,
     frame: Any,
@@ -348,7 +429,10 @@ __all__ = [
     "RENDER",
     "classic_paste",
     "classic_paste_ref",
+    "STATS_THREADS",
     "color_fit",
+    "color_fit_crops",
+    "color_fit_crops_ref",
     "color_fit_ref",
     "tps_eval",
     "tps_fit",

@@ -145,17 +145,34 @@ def fit_samples(image: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(px[pick], np.float32)
 
 
+def face_bounds(lm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (min, max) corners of :func:`vcam.stages.mask.face_polygon` of 5 or 68 landmarks (scale 1),
+    without building the 68 points' hull (its corners are those of the points it wraps)."""
+    lm = np.asarray(lm, np.float64).reshape(-1, 2)
+    if lm.shape[0] == 68:
+        pts = np.concatenate([lm[:17], lm[17:27] + (lm[17:27] - lm[30]) * 0.25])
+    else:
+        pts = vmask.face_polygon(lm, 1.0)
+    return pts.min(0), pts.max(0)
+
+
 def warp_grid(
-    target_crop: np.ndarray, source: np.ndarray, crop_from_frame: np.ndarray, sizes: list[int]
+    target_crop: np.ndarray,
+    source: np.ndarray,
+    crop_from_frame: np.ndarray,
+    sizes: list[int],
+    source_points: np.ndarray | None = None,
 ) -> tuple[np.ndarray, tuple[float, float, float], int]:
     """The warp grid of one face: (grid in the chosen level's pixels, (origin x, origin y, nodes per
     crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
-    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides. The
-    level is the one whose pixels are at most twice as dense as the frame's (no aliasing, no detail
-    lost)."""
-    dst, src = control_points(target_crop), control_points(source)
-    outline = vmask.face_polygon(np.asarray(target_crop, np.float64), 1.0)
-    lo, hi = outline.min(0) - 4.0, outline.max(0) + 4.0
+    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides;
+    ``source_points``: ``control_points(source)`` when the caller keeps them (they change only with
+    the source). The level is the one whose pixels are at most twice as dense as the frame's (no
+    aliasing, no detail lost)."""
+    dst = control_points(target_crop)
+    src = control_points(source) if source_points is None else source_points
+    lo, hi = face_bounds(target_crop)
+    lo, hi = lo - 4.0, hi + 4.0
     grid, ox, oy, inv = classic.tps_grid(dst, src, (lo[0], lo[1], hi[0], hi[1]))
     m = np.asarray(crop_from_frame, np.float64).reshape(2, 3)
     crop_per_frame = math.sqrt(abs(float(np.linalg.det(m[:, :2]))))
@@ -173,6 +190,7 @@ __all__ = [
     "face_region",
     "control_points",
     "fit_samples",
+    "face_bounds",
     "five_from_68",
     "matched",
     "plausible",
