@@ -84,6 +84,9 @@ def tps_eval(dst: np.ndarray, fit: tuple[np.ndarray, np.ndarray], pts: np.ndarra
     return k @ w + aff[0] + x[:, :1] * aff[1] + x[:, 1:] * aff[2]
 
 
+_UNIT = np.linspace(0.0, 1.0, GRID)  # the grid's nodes along a side, as a share of it
+
+
 def tps_grid(
     dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0
 ) -> tuple[np.ndarray, float, float, float]:
@@ -101,7 +104,7 @@ def tps_grid(
     w, aff = tps_fit(dst, src, smooth)
     centre, span = aff[3], aff[4, 0]
     q = ((np.asarray(dst, np.float64).reshape(-1, 2) - centre) / span).astype(np.float32)
-    t = np.linspace(0.0, side, GRID)
+    t = _UNIT * side
     gx = ((ox + t - centre[0]) / span).astype(np.float32)  # node columns
     gy = ((oy + t - centre[1]) / span).astype(np.float32)  # node rows
     dx2 = np.square(gx[:, None] - q[None, :, 0])  # (GRID, N)

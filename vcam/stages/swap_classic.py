@@ -97,7 +97,9 @@ def control_points(lm: np.ndarray) -> np.ndarray:
         centre = outline.mean(0)
         return np.concatenate([lm[_INNER], outline, centre + (outline - centre) * RING])
     if lm.shape[0] == 5:
-        return np.concatenate([lm, vmask.face_polygon(lm, 1.0), vmask.face_polygon(lm, RING)])
+        outline = vmask.face_polygon(lm, 1.0)
+        centre = outline.mean(0)  # the 5-point outline is a centred ring: its mean is its centre
+        return np.concatenate([lm, outline, centre + (outline - centre) * RING])
     raise ValueError(f"the classic swap needs 5 or 68 landmarks, got {lm.shape[0]}")
 
 
@@ -171,14 +173,18 @@ def warp_grid(
     aliasing, no detail lost)."""
     dst = control_points(target_crop)
     src = control_points(source) if source_points is None else source_points
-    lo, hi = face_bounds(target_crop)
-    lo, hi = lo - 4.0, hi + 4.0
-    grid, ox, oy, inv = classic.tps_grid(dst, src, (lo[0], lo[1], hi[0], hi[1]))
-    m = np.asarray(crop_from_frame, np.float64).reshape(2, 3)
-    crop_per_frame = math.sqrt(abs(float(np.linalg.det(m[:, :2]))))
-    spread = float(np.sqrt(src.var(0).sum() / max(dst.var(0).sum(), 1e-9)))  # source px per crop px
+    if np.shape(target_crop)[0] == 5:  # the outline follows the 5 points in the control points
+        outline = dst[5 : 5 + (dst.shape[0] - 5) // 2]
+        lo, hi = outline.min(0), outline.max(0)
+    else:
+        lo, hi = face_bounds(target_crop)
+    grid, ox, oy, inv = classic.tps_grid(dst, src, (lo[0] - 4.0, lo[1] - 4.0, hi[0] + 4.0, hi[1] + 4.0))
+    (a, b, _), (c, d, _) = np.asarray(crop_from_frame, np.float64).reshape(2, 3).tolist()
+    crop_per_frame = math.sqrt(abs(a * d - b * c))
+    ds, ss = dst - dst.mean(0), src - src.mean(0)
+    spread = math.sqrt(float(np.vdot(ss, ss)) / max(float(np.vdot(ds, ds)), 1e-9))  # source px per crop px
     ratio = spread * crop_per_frame  # source px per frame px
-    level = int(np.clip(math.floor(math.log2(max(ratio, 1e-6))), 0, len(sizes) - 1))
+    level = min(max(math.floor(math.log2(max(ratio, 1e-6))), 0), len(sizes) - 1)
     if level:
         k = np.float32(sizes[level] / sizes[0])
         grid = ((grid + np.float32(0.5)) * k - np.float32(0.5)).astype(np.float32)
