@@ -48,8 +48,7 @@ from vcam.types import Detection
 
 _ALIGN = 32  # input sides are padded to a multiple of the coarsest stride
 
-#: Side (model-input pixels) of the smallest face a detector finds reliably (RetinaFace's smallest
-#: anchor is 16 px); it sets the scale of the tiles a full scan adds for small faces.
+#: Side (model-input pixels) of the smallest face a detector finds reliably (its smallest anchor: 16 px).
 MIN_FACE_INPUT = 20.0
 
 
