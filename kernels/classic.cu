@@ -1,7 +1,7 @@
 // The classic swap at the frame's resolution: the source face, warped by a dense landmark field and
 // colour-mapped, blended straight into the frame (no intermediate crop).
 //
-// Twins: vcam/kernels/classic.py color_fit_ref, color_fit_crops_ref and classic_paste_ref, same arguments. Built with
+// Twins: vcam/kernels/classic.py color_fit_ref, color_fit_crops_ref, tps_nodes_ref and classic_paste_ref. Built with
 // --fmad=false, float32 pixels in the NumPy order, coordinates in float64 where the NumPy side uses
 // float64 (the crop matrix), float32 elsewhere.
 
@@ -199,13 +199,44 @@ extern "C" __global__ void color_fit_crops(const unsigned char* __restrict__ cro
 }
 
 // ---- the render -----------------------------------------------------------------------------------
+// ---- the warp grid: a thin-plate spline evaluated at the grid's nodes --------------------------------
+#define TPS_MAX 48  // control points of a spline, at most (vcam/kernels/classic.py TPS_MAX)
+
+struct Spline {              // vcam/kernels/classic.py SPLINE, in the spline's unit coordinates
+    float q[TPS_MAX][2];     // control points (the first n)
+    float w[TPS_MAX][2];     // their weights
+    float a[3][2];           // affine part: constant, x, y rows
+    double g0[2];            // node (0, 0)
+    double step;             // between nodes
+    int n;
+};
+
+// One thread per node (GRID * GRID) of one face: grid[(r * GRID + c) * 2 + k] = the spline at
+// (g0[0] + c * step, g0[1] + r * step), twin of tps_nodes_ref (float32 terms, summed in double).
+extern "C" __global__ void tps_nodes(const Spline s, float* __restrict__ grid) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= GRID * GRID) return;
+    int r = i / GRID, c = i - r * GRID;
+    float x = (float)(s.g0[0] + (double)c * s.step);
+    float y = (float)(s.g0[1] + (double)r * s.step);
+    double sx = 0.0, sy = 0.0;
+    for (int j = 0; j < s.n; ++j) {
+        float dx = x - s.q[j][0], dy = y - s.q[j][1];
+        float d2 = fmaxf(dy * dy + dx * dx, 1e-30f);
+        float k = d2 * logf(d2);
+        sx += (double)(k * s.w[j][0]);
+        sy += (double)(k * s.w[j][1]);
+    }
+    grid[i * 2] = (((float)sx + s.a[0][0]) + x * s.a[1][0]) + y * s.a[2][0];
+    grid[i * 2 + 1] = (((float)sy + s.a[0][1]) + x * s.a[1][1]) + y * s.a[2][1];
+}
+
 struct Render {
     double crop_from_frame[6];  // row-major (2, 3): frame pixel centre -> crop pixel centre
     int box[4];                 // x0, y0, x1, y1 (exclusive), clipped to the frame
     float grid_origin[2];       // crop point of grid node (0, 0)
     float grid_inv;             // grid nodes per crop pixel
     int size;                   // crop size (the mask's side)
-    float grid[GRID * GRID * 2];  // source (x, y) of every node, row-major
 };
 
 __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, double x, double y) {
@@ -220,11 +251,12 @@ __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, 
 }
 
 // frame (height, width, 3) uint8 in place; source (sh, sw, 4) uint8 B, G, R, face weight (255: 1); mask
-// (size, size) float32 of this face; affine (12,) float32 of this face. One thread per box pixel.
+// (size, size) float32 of this face; affine (12,) float32 of this face; grid (GRID, GRID, 2) float32
+// source (x, y) of every node, row-major (tps_nodes). One thread per box pixel.
 extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int width, int height,
                                          const unsigned char* __restrict__ source, int sw, int sh,
                                          const float* __restrict__ mask, const float* __restrict__ affine,
-                                         const Render p) {
+                                         const float* __restrict__ grid, const Render p) {
     int bw = p.box[2] - p.box[0], bh = p.box[3] - p.box[1];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (bw <= 0 || bh <= 0 || i >= bw * bh) return;
@@ -247,8 +279,8 @@ extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int 
     float tx = gx - (float)gx0, ty = gy - (float)gy0;
     float src[2];
     for (int c = 0; c < 2; ++c) {
-        float top = p.grid[(gy0 * GRID + gx0) * 2 + c] * (1.0f - tx) + p.grid[(gy0 * GRID + gx1) * 2 + c] * tx;
-        float bot = p.grid[(gy1 * GRID + gx0) * 2 + c] * (1.0f - tx) + p.grid[(gy1 * GRID + gx1) * 2 + c] * tx;
+        float top = grid[(gy0 * GRID + gx0) * 2 + c] * (1.0f - tx) + grid[(gy0 * GRID + gx1) * 2 + c] * tx;
+        float bot = grid[(gy1 * GRID + gx0) * 2 + c] * (1.0f - tx) + grid[(gy1 * GRID + gx1) * 2 + c] * tx;
         src[c] = top * (1.0f - ty) + bot * ty;
     }
     // source sample (bilinear, replicate border), 4 channels

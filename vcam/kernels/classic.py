@@ -33,11 +33,25 @@ GRID = 19  # warp-grid nodes per side (kernels/classic.cu)
 FIT_SAMPLES = 64  # source colours the colour map is fitted on (kernels/classic.cu)
 RIDGE = 1e-3  # least-squares ridge on the colour terms, per sample
 
+TPS_MAX = 48  # control points of a spline, at most (kernels/classic.cu)
+
 #: Mirrors ``struct Render`` of kernels/classic.cu (passed by value, one face per launch).
 RENDER = np.dtype(
     {
-        "names": ["crop_from_frame", "box", "grid_origin", "grid_inv", "size", "grid"],
-        "formats": [("f8", (6,)), ("i4", (4,)), ("f4", (2,)), "f4", "i4", ("f4", (GRID * GRID * 2,))],
+        "names": ["crop_from_frame", "box", "grid_origin", "grid_inv", "size"],
+        "formats": [("f8", (6,)), ("i4", (4,)), ("f4", (2,)), "f4", "i4"],
+    },
+    align=True,
+)
+
+#: One face's thin-plate spline as the node kernel evaluates it (mirrors ``struct Spline`` of
+#: kernels/classic.cu, by value): control points ``q`` and weights ``w`` (``n`` of them) and the affine
+#: part ``a`` (constant, x, y rows) in the spline's unit coordinates; node (r, c) of the grid lies at
+#: ``(g0[0] + c * step, g0[1] + r * step)`` there.
+SPLINE = np.dtype(
+    {
+        "names": ["q", "w", "a", "g0", "step", "n"],
+        "formats": [("f4", (TPS_MAX, 2)), ("f4", (TPS_MAX, 2)), ("f4", (3, 2)), ("f8", (2,)), "f8", "i4"],
     },
     align=True,
 )
@@ -84,39 +98,70 @@ def tps_eval(dst: np.ndarray, fit: tuple[np.ndarray, np.ndarray], pts: np.ndarra
     return k @ w + aff[0] + x[:, :1] * aff[1] + x[:, 1:] * aff[2]
 
 
-_UNIT = np.linspace(0.0, 1.0, GRID)  # the grid's nodes along a side, as a share of it
+_INDEX = np.arange(GRID, dtype=np.float64)
+
+
+def tps_spline(
+    dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0, scale: float = 1.0
+) -> tuple[np.ndarray, float, float, float]:
+    """The spline ``dst`` -> ``src`` ((N, 2) each, N <= :data:`TPS_MAX`) fitted (:func:`tps_fit`) for
+    a grid over ``box`` (x0, y0, x1, y1) of the target: (one :data:`SPLINE` record (a (1,) array),
+    origin x, origin y, nodes per target pixel). The grid is square (the box's longer side) and
+    centred on the box. ``scale``: its output is in pixels of the source scaled by that (a pyramid
+    level: ``(p + 0.5) * scale - 0.5``). :func:`tps_nodes` evaluates it."""
+    x0, y0, x1, y1 = (float(b) for b in box)
+    side = max(x1 - x0, y1 - y0, 1.0)
+    ox, oy = (x0 + x1 - side) / 2, (y0 + y1 - side) / 2
+    p = np.asarray(dst, np.float64).reshape(-1, 2)
+    n = p.shape[0]
+    if n > TPS_MAX:
+        raise ValueError(f"a spline of at most {TPS_MAX} control points, got {n}")
+    w, aff = tps_fit(p, src, smooth)
+    centre, span = aff[3], aff[4, 0]
+    k = float(scale)
+    rec = np.zeros(1, SPLINE)
+    rec["q"][0, :n] = (p - centre) / span
+    rec["w"][0, :n] = w * k
+    rec["a"][0] = aff[:3] * k
+    rec["a"][0, 0] += 0.5 * k - 0.5
+    rec["g0"][0] = ((ox - centre[0]) / span, (oy - centre[1]) / span)
+    rec["step"][0] = side / (GRID - 1) / span
+    rec["n"][0] = n
+    return rec, float(ox), float(oy), float((GRID - 1) / side)
+
+
+def tps_nodes_ref(splines: np.ndarray, count: int, out: np.ndarray) -> np.ndarray:
+    """The grids (F, GRID, GRID, 2) float32 of ``count`` :data:`SPLINE` records into ``out``: at node
+    (r, c), ``x = g0[0] + c * step``, ``y = g0[1] + r * step`` (float64, then float32), ``d2 = (y -
+    q_y)^2 + (x - q_x)^2`` (float32, at least 1e-30), ``sum_j d2_j log(d2_j) w_j + a[0] + x a[1] + y
+    a[2]`` (float32; the sum in any order: a few thousandths of a pixel)."""
+    for f in range(int(count)):
+        rec = splines[f]
+        n = int(rec["n"])
+        q, w = rec["q"][:n], rec["w"][:n]
+        gx = (rec["g0"][0] + _INDEX * rec["step"]).astype(np.float32)  # node columns
+        gy = (rec["g0"][1] + _INDEX * rec["step"]).astype(np.float32)  # node rows
+        dx2 = np.square(gx[:, None] - q[None, :, 0])  # (GRID, n): the grid's distances are separable
+        dy2 = np.square(gy[:, None] - q[None, :, 1])
+        d2 = dy2[:, None, :] + dx2[None, :, :]  # (rows, cols, n)
+        np.maximum(d2, np.float32(1e-30), out=d2)  # r^2 log r^2 -> 0 at a control point
+        kern = d2 * np.log(d2)
+        g = (kern.reshape(GRID * GRID, n) @ w).reshape(GRID, GRID, 2)
+        g += rec["a"][0]
+        g += gx[None, :, None] * rec["a"][1]
+        g += gy[:, None, None] * rec["a"][2]
+        out[f] = g
+    return out
 
 
 def tps_grid(
     dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0
 ) -> tuple[np.ndarray, float, float, float]:
     """The warp grid of the spline ``dst`` -> ``src`` over ``box`` (x0, y0, x1, y1) of the target:
-    (grid (GRID, GRID, 2) float32 source points, origin x, origin y, nodes per target pixel). The
-    grid is square (the box's longer side) and centred on the box.
-
-    This runs per face and frame on the host, so it is :func:`tps_fit` and :func:`tps_eval` written
-    for speed: the fit in float64; the nodes' kernel values (GRID * GRID * points logarithms, most
-    of the cost) in float32, from the grid's separable squared distances (a node's position is
-    off by a few thousandths of a pixel at most)."""
-    x0, y0, x1, y1 = (float(b) for b in box)
-    side = max(x1 - x0, y1 - y0, 1.0)
-    ox, oy = (x0 + x1 - side) / 2, (y0 + y1 - side) / 2
-    w, aff = tps_fit(dst, src, smooth)
-    centre, span = aff[3], aff[4, 0]
-    q = ((np.asarray(dst, np.float64).reshape(-1, 2) - centre) / span).astype(np.float32)
-    t = _UNIT * side
-    gx = ((ox + t - centre[0]) / span).astype(np.float32)  # node columns
-    gy = ((oy + t - centre[1]) / span).astype(np.float32)  # node rows
-    dx2 = np.square(gx[:, None] - q[None, :, 0])  # (GRID, N)
-    dy2 = np.square(gy[:, None] - q[None, :, 1])
-    d2 = dy2[:, None, :] + dx2[None, :, :]  # (rows, cols, N)
-    np.maximum(d2, np.float32(1e-30), out=d2)  # r^2 log r^2 -> 0 at a control point
-    k = d2 * np.log(d2)
-    out = (k.reshape(GRID * GRID, -1) @ w.astype(np.float32)).reshape(GRID, GRID, 2)
-    out += aff[0].astype(np.float32)
-    out += gx[None, :, None] * aff[1].astype(np.float32)
-    out += gy[:, None, None] * aff[2].astype(np.float32)
-    return out, float(ox), float(oy), float((GRID - 1) / side)
+    (grid (GRID, GRID, 2) float32 source points, origin x, origin y, nodes per target pixel)
+    (:func:`tps_spline`, then :func:`tps_nodes_ref`)."""
+    rec, ox, oy, inv = tps_spline(dst, src, box, smooth)
+    return tps_nodes_ref(rec, 1, np.empty((1, GRID, GRID, 2), np.float32))[0], ox, oy, inv
 
 
 # -- NumPy references ------------------------------------------------------------------------------
@@ -377,20 +422,31 @@ def color_fit_crops(
     return out
 
 
+def tps_nodes(ops: Any, splines: np.ndarray, count: int, out: Any) -> Any:
+    """The warp grids of ``count`` :data:`SPLINE` records (host) into ``out`` (F, GRID, GRID, 2)
+    float32 in the ops' memory (:func:`tps_nodes_ref`): one launch per face, the record by value."""
+    if not on_device(ops):
+        return tps_nodes_ref(splines, count, out)
+    for f in range(int(count)):
+        launch(ops, "classic", "tps_nodes", (_grid(GRID * GRID),), (np.ascontiguousarray(splines[f : f + 1]), out[f]))
+    return out
+
+
 def classic_paste(
     ops: Any,
     frame: Any,
     sources: Sequence[Any],
-    grids: np.ndarray,
+    grids: Any,
     origins: np.ndarray,
     affine: Any,
     mask: Any,
     crop_from_frame: np.ndarray,
     count: int,
 ) -> Any:
-    """Render ``count`` faces into ``frame`` in place (:func:`classic_paste_ref`); ``grids``,
-    ``origins`` and ``crop_from_frame`` on the host (passed by value), the rest in the ops' memory.
-    One launch per face, in order."""
+    """Render ``count`` faces into ``frame`` in place (:func:`classic_paste_ref`); ``origins`` and
+    ``crop_from_frame`` on the host (passed by value), ``grids`` (F, GRID, GRID, 2) float32 in the
+    ops' memory (:func:`tps_nodes`; a host array is uploaded), the rest in the ops' memory. One
+    launch per face, in order."""
     if not on_device(ops):
         return classic_paste_ref(frame, sources, grids, origins, affine, mask, crop_from_frame, count)
     mats = np.asarray(crop_from_frame, np.float64).reshape(-1, 2, 3)
@@ -399,6 +455,8 @@ def classic_paste(
     h, w = int(frame.shape[0]), int(frame.shape[1])
     boxes = paste_boxes(mats[:n], size, h, w)
     per_face = mask.ndim == 3
+    if isinstance(grids, np.ndarray):  # host grids (a test's): uploaded for the kernel
+        grids = ops.asarray(np.ascontiguousarray(grids, np.float32))
     for f in range(n):
         x0, y0, x1, y1 = (int(v) for v in boxes[f])
         if x1 <= x0 or y1 <= y0:
@@ -409,7 +467,6 @@ def classic_paste(
         p["grid_origin"][0] = origins[f][:2]
         p["grid_inv"][0] = origins[f][2]
         p["size"][0] = size
-        p["grid"][0] = np.asarray(grids[f], np.float32).reshape(-1)
         src = sources[f]
         args = (
             frame,
@@ -420,6 +477,7 @@ def classic_paste(
             np.int32(src.shape[0]),
             mask[f] if per_face else mask,
             affine[f],
+            grids[f],
             p,
         )
         launch(ops, "classic", "classic_paste", (_grid((x1 - x0) * (y1 - y0)),), args)
@@ -430,6 +488,8 @@ __all__ = [
     "FIT_SAMPLES",
     "GRID",
     "RENDER",
+    "SPLINE",
+    "TPS_MAX",
     "classic_paste",
     "classic_paste_ref",
     "STATS_THREADS",
@@ -440,4 +500,7 @@ __all__ = [
     "tps_eval",
     "tps_fit",
     "tps_grid",
+    "tps_nodes",
+    "tps_nodes_ref",
+    "tps_spline",
 ]

@@ -296,6 +296,7 @@ class ClassicSwapper(SwapperBase):
         g = color.membrane_grid(s)
         self._membrane = ops.empty((f, g, g, 3), np.float32) if self.seamless else None
         self._out = ops.empty((f, s, s, 3), np.uint8)
+        self._grids = ops.empty((f, classic.GRID, classic.GRID, 2), np.float32) if self.dense else None
 
     # -- source side (off the frame loop) ---------------------------------------------------------
     def prepare(self, face: SourceFace) -> SourceFace:
@@ -471,7 +472,7 @@ class ClassicSwapper(SwapperBase):
             if d68 is not None and pts.shape[0] == 5 and swap_classic.plausible(d68[f], pts):
                 pts = d68[f]
             target.append(vmask.to_crop(pts[None], mats[f : f + 1])[0])
-        grids = np.empty((n, classic.GRID, classic.GRID, 2), np.float32)
+        splines = np.empty(n, classic.SPLINE)
         origins = np.empty((n, 3), np.float64)
         images = []
         for f in range(n):
@@ -480,9 +481,10 @@ class ClassicSwapper(SwapperBase):
             if src.shape[0] not in controls:
                 controls[src.shape[0]] = swap_classic.control_points(src)
             sizes = [int(lv.shape[0]) for lv in levels]
-            grids[f], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls[src.shape[0]])
+            splines[f : f + 1], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls[src.shape[0]])
             images.append(levels[level])
         with self.ops.activate():
+            grids = classic.tps_nodes(self.ops, splines, n, self._grids)  # on the device there
             return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n)
 
 

@@ -165,8 +165,9 @@ def warp_grid(
     sizes: list[int],
     source_points: np.ndarray | None = None,
 ) -> tuple[np.ndarray, tuple[float, float, float], int]:
-    """The warp grid of one face: (grid in the chosen level's pixels, (origin x, origin y, nodes per
-    crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
+    """The warp grid of one face: (its :data:`~vcam.kernels.classic.SPLINE` record (a (1,) array;
+    :func:`~vcam.kernels.classic.tps_nodes` gives the grid, in the chosen level's pixels), (origin
+    x, origin y, nodes per crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
     source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides;
     ``source_points``: ``control_points(source)`` when the caller keeps them (they change only with
     the source). The level is the one whose pixels are at most twice as dense as the frame's (no
@@ -178,17 +179,15 @@ def warp_grid(
         lo, hi = outline.min(0), outline.max(0)
     else:
         lo, hi = face_bounds(target_crop)
-    grid, ox, oy, inv = classic.tps_grid(dst, src, (lo[0] - 4.0, lo[1] - 4.0, hi[0] + 4.0, hi[1] + 4.0))
     (a, b, _), (c, d, _) = np.asarray(crop_from_frame, np.float64).reshape(2, 3).tolist()
     crop_per_frame = math.sqrt(abs(a * d - b * c))
     ds, ss = dst - dst.mean(0), src - src.mean(0)
     spread = math.sqrt(float(np.vdot(ss, ss)) / max(float(np.vdot(ds, ds)), 1e-9))  # source px per crop px
     ratio = spread * crop_per_frame  # source px per frame px
     level = min(max(math.floor(math.log2(max(ratio, 1e-6))), 0), len(sizes) - 1)
-    if level:
-        k = np.float32(sizes[level] / sizes[0])
-        grid = ((grid + np.float32(0.5)) * k - np.float32(0.5)).astype(np.float32)
-    return grid, (ox, oy, inv), level
+    box = (lo[0] - 4.0, lo[1] - 4.0, hi[0] + 4.0, hi[1] + 4.0)
+    spline, ox, oy, inv = classic.tps_spline(dst, src, box, scale=sizes[level] / sizes[0])
+    return spline, (ox, oy, inv), level
 
 
 __all__ = [
