@@ -357,12 +357,12 @@ class Tracker:
         fresh: list[int] = []
         if full:
             dets = list(step.pending.result())
-            matches, lost, fresh = associate(predicted, [d.box for d in dets], self._reach)
+            matches, lost, fresh = associate(predicted, [d.box for d in dets])
             if lost and not step.deferred:
                 # The scheduled scan missed a tracked face (the whole-frame input may be too coarse
                 # for a small one): look where it should be before counting a miss.
                 extra = self._detect_regions(frame_bgr, predicted[lost])
-                found, lost_k, _ = associate(predicted[lost], [d.box for d in extra], self._reach)
+                found, lost_k, _ = associate(predicted[lost], [d.box for d in extra])
                 for k, e in found:
                     dets.append(extra[e])
                     matches.append((lost[k], len(dets) - 1))
@@ -371,13 +371,20 @@ class Tracker:
             dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2], predicted)
             if step.coarse is not None:
                 dets = merge(dets + step.coarse.result(), 0.5)
-            matches, lost, fresh = associate(predicted, [d.box for d in dets], self._reach)
+            matches, lost, fresh = associate(predicted, [d.box for d in dets])
             if lost and not step.deferred:
                 # A track left its region (fast motion, occlusion, or it left the frame): look
                 # everywhere before counting a miss.
                 full = True
                 dets = self.detector.detect(frame_bgr)
-                matches, lost, fresh = associate(predicted, [d.box for d in dets], self._reach)
+                matches, lost, fresh = associate(predicted, [d.box for d in dets])
+        if lost and fresh and dets:
+            # What is left after every look: a detection inside the region a lost track searches,
+            # of its size, is that face having moved fast (or a predicted frame's face), not a new
+            # face beside a stale track (see associate).
+            more, lost_k, fresh_k = associate(predicted[lost], [dets[d].box for d in fresh], self._reach)
+            matches += [(lost[t], fresh[d]) for t, d in more]
+            lost, fresh = [lost[k] for k in lost_k], [fresh[k] for k in fresh_k]
         if full:
             self.full_scans += 1
             self._last_scan_seq = seq
