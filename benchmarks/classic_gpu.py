@@ -48,8 +48,10 @@ def _run(ops, dense: bool, frame, lms, mats, boxes, source, det, frames: int):
     sw = ClassicSwapper(128, ops=ops, dense=dense, max_faces=max(8, n))
     masker = create_masker(["box", "face"], 128, ops=ops, max_faces=max(8, n), feather=0.12)
     face = face_from_image(source, "astronaut", detector=det, swappers=[sw])
-    dev = ops.asarray(frame)
-    work = ops.asarray(frame)
+    # Copies: on the CPU ``asarray`` returns the array itself, and the paste writes in place (the
+    # reference frame must be the input frame swapped once, and the caller's frame stay as it is).
+    dev = ops.asarray(frame.copy())
+    work = ops.asarray(frame.copy())
 
     def once():
         ops.xp.copyto(work, dev)

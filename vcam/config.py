@@ -139,7 +139,9 @@ class DetectConfig:
         40,
         "Smallest face (pixels) a full scan must find. Where `size` is too coarse for it (large frames), full scans "
         "add tiles of the frame at a finer scale; faces down to max(small_face, long side / 64) are found "
-        "(40 px at 1080p, 60 at 4K).",
+        "(40 px at 1080p, 60 at 4K). A new face smaller than 3/4 of that starts no track (a crowd far away, a "
+        "cartoon on a poster: seen only near a tracked face, never by the search); a tracked face that shrinks "
+        "below it stays tracked.",
         min=8,
     )
     fp16: bool = _opt(

@@ -94,6 +94,76 @@ def test_ops_color_fit(ops):
     np.testing.assert_allclose(host(ops, out), ref, rtol=1e-3, atol=1e-4)
 
 
+def test_ops_tps_nodes(ops):
+    """The spline's nodes on the device (a record by value per face) against the NumPy evaluation,
+    both faces of a batch, a pyramid level's scale folded in; and the grid is the spline's."""
+    rng = np.random.default_rng(5)
+    recs = []
+    for n, scale in ((37, 1.0), (44, 0.5)):
+        dst = rng.uniform(4, 124, (n, 2))
+        src = dst * 3.0 + rng.normal(0, 4.0, dst.shape)
+        rec, ox, oy, inv = classic.tps_spline(dst, src, (2, 3, 125, 122), scale=scale)
+        recs.append(rec)
+        nodes = np.stack(np.meshgrid(ox + np.arange(classic.GRID) / inv, oy + np.arange(classic.GRID) / inv), -1)
+        exact = classic.tps_eval(dst, classic.tps_fit(dst, src), nodes.reshape(-1, 2)).reshape(nodes.shape)
+        got = classic.tps_nodes_ref(rec, 1, np.empty((1, classic.GRID, classic.GRID, 2), np.float32))[0]
+        np.testing.assert_allclose(got, (exact + 0.5) * scale - 0.5, atol=2e-3)
+    splines = np.concatenate(recs)
+    ref = classic.tps_nodes_ref(splines, 2, np.empty((2, classic.GRID, classic.GRID, 2), np.float32))
+    out = ops.asarray(np.full((3, classic.GRID, classic.GRID, 2), np.nan, np.float32))
+    with ops.activate():
+        classic.tps_nodes(ops, splines, 2, out)
+    got = host(ops, out)
+    np.testing.assert_allclose(got[:2], ref, atol=2e-3)  # float32 terms summed in another order
+    assert np.isnan(got[2]).all()
+
+
+def _face_crops(n: int, size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` smooth random BGR crops (n, size, size, 3) uint8 and a face-like weight (size, size)."""
+    rng = np.random.default_rng(n)
+    crops = np.stack([cv2.GaussianBlur(rng.integers(0, 256, (size, size, 3), dtype=np.uint8), (0, 0), 2.0) for _ in range(n)])
+    yy, xx = np.mgrid[:size, :size]
+    r = np.hypot((xx - size / 2) / (0.4 * size), (yy - size / 2) / (0.48 * size))
+    return crops, np.clip((1.0 - r) / 0.15, 0, 1).astype(np.float32)
+
+
+def test_color_fit_crops_measures_the_target_then_fits():
+    """The fused statistics + fit equal the L*a*b* weighted mean and spread (float64 here) of each
+    crop passed to :func:`color_fit_ref`; without the match, the identity."""
+    n = 3
+    crops, w = _face_crops(n)
+    s = np.stack([_samples(k) for k in range(n)])
+    stats = [_stats(x) for x in s]
+    ms, ss = np.stack([a for a, _ in stats]), np.stack([b for _, b in stats])
+    got = classic.color_fit_crops_ref(crops, w, float(w.sum()), s, ms, ss, n, True, np.empty((n, 12), np.float32))
+    lab = classic._lab_of(crops.astype(np.float64))
+    wt = w.astype(np.float64)[None, :, :, None]
+    mt = (lab * wt).sum((1, 2)) / wt.sum()
+    st = np.sqrt((((lab - mt[:, None, None]) ** 2) * wt).sum((1, 2)) / wt.sum()) + 1e-3
+    want = classic.color_fit_ref(s, ms, ss, mt.astype(np.float32), st.astype(np.float32), n, True, np.empty((n, 12), np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    off = classic.color_fit_crops_ref(crops, w, float(w.sum()), s, ms, ss, n, False, np.empty((n, 12), np.float32))
+    np.testing.assert_array_equal(off, np.tile([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0], (n, 1)))
+
+
+@pytest.mark.parametrize("match", [True, False])
+def test_ops_color_fit_crops(ops, match):
+    """One launch per frame on the device (a block per face) against the NumPy reference; faces past
+    ``count`` in the buffers are left alone."""
+    n = 3
+    crops, w = _face_crops(n + 1)
+    s = np.stack([_samples(k) for k in range(n + 1)])
+    stats = [_stats(x) for x in s]
+    ms, ss = np.stack([a for a, _ in stats]), np.stack([b for _, b in stats])
+    ref = classic.color_fit_crops_ref(crops, w, float(w.sum()), s, ms, ss, n, match, np.empty((n + 1, 12), np.float32))
+    out = ops.asarray(np.full((n + 1, 12), np.nan, np.float32))
+    dev = [ops.asarray(a) for a in (crops, w, s, ms, ss)]
+    classic.color_fit_crops(ops, dev[0], dev[1], float(w.sum()), *dev[2:], n, match, out)
+    got = host(ops, out)
+    np.testing.assert_allclose(got[:n], ref[:n], rtol=1e-3, atol=1e-3)
+    assert np.isnan(got[n]).all()
+
+
 def _scene(seed: int = 0):
     """A textured frame (odd size), two sources with a face weight, grids of a bent map, masks."""
     rng = np.random.default_rng(seed)

@@ -4,6 +4,7 @@ upload and one download per frame and the same output as the CPU within one leve
 
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -537,3 +538,34 @@ def test_gpu_detector_finds_what_the_cpu_detector_finds(detector, photo_detector
     for a, b in zip(got, ref):
         assert np.abs(a.box - b.box).max() < 1.0
         assert np.abs(a.landmarks - b.landmarks).max() < 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("predict", [False, True])
+def test_a_fast_face_is_swapped_once_and_nowhere_else(detector, source_face, predict):
+    """A face jumping about 60% of its size a frame (every 9th frame of the demo clip): with or
+    without prediction (the default on CUDA) it stays one track, one face is swapped per frame, and
+    nothing changes outside that track's face (no stale track left where the face was, no second
+    track started beside it: before, a predicted frame's detection that fell outside the match
+    gate started a new track and the old one was swapped for two more frames, pasting up to three
+    faces)."""
+    from vcam.stages import mask as vmask
+
+    clip = DemoClip(width=1280, height=720, fps=30.0, seconds=2.0, face="astronaut", seed=1)
+    snap = state_with(source_face).snapshot()
+    pipe = make_pipeline(detector, ClassicSwapper(ops=detector.ops))
+    pipe.predict = predict
+    ids = set()
+    for f in frames_of(clip, 7, step=9):
+        src = f.data.copy()
+        out, stats = pipe.process(f, snap)
+        assert stats.swapped == 1 and len(pipe.last_tracks) == 1, [(t.id, t.box) for t in pipe.last_tracks]
+        ids.add(pipe.last_tracks[0].id)
+        changed = np.abs(np.asarray(out).astype(np.int16) - src).max(axis=2) > 0
+        outline = np.round(vmask.face_polygon(pipe.last_tracks[0].landmarks, 1.15)).astype(np.int32)
+        near = np.zeros(changed.shape, np.uint8)
+        cv2.fillConvexPoly(near, outline, 1)
+        assert not changed[near == 0].any(), f"frame {f.seq}: {int(changed[near == 0].sum())} pixels changed off the face"
+    assert ids == {1}
+    if predict:
+        assert pipe.predicted >= 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vcam.stages.detections import inside_larger, plausible_face
+from vcam.stages.detections import DetectParams, inside_larger, plausible_face
 from vcam.stages.track import Tracker, TrackParams
 from vcam.types import Detection
 
@@ -135,6 +135,33 @@ def test_a_face_smaller_than_small_face_needs_a_hit_more_and_no_score_confirms_i
         sd.seq = i
         got.append([t.id for t in tr.update(img, i)])
     assert got == [[], [], [1], [1]], got
+
+
+def test_a_face_far_smaller_than_the_search_looks_for_starts_no_track():
+    """A confident 28 px "face" (a head in a crowd far away) in a 4K frame, where a full scan looks
+    for faces down to 60 px: never swapped; the same face scaled to 48 px is (45 px is the least
+    a new track needs there: 3/4 of 60); in a 1080p frame (40 px searched) a 30 px one is too."""
+
+    def ids(face: Detection, shape: tuple[int, int]) -> list[list[int]]:
+        sd = Scripted({i: [face] for i in range(6)})
+        sd.cfg = DetectParams()  # type: ignore[attr-defined]  # small_face 40, as configured by default
+        tr = Tracker(sd, TrackParams())
+        img = np.zeros((*shape, 3), np.uint8)
+        out = []
+        for i in range(6):
+            sd.seq = i
+            out.append([t.id for t in tr.update(img, i)])
+        return out
+
+    def scaled(k: float) -> Detection:
+        c = (BOX[:2] + BOX[2:]) / 2
+        return det(box=np.concatenate([c + (BOX[:2] - c) * k, c + (BOX[2:] - c) * k]), lms=c + (LMS - c) * k, score=0.99)
+
+    tiny, small = scaled(0.5), scaled(0.86)  # sides 28 and 48.7 px
+    assert all(got == [] for got in ids(tiny, (2160, 3840)))
+    assert ids(small, (2160, 3840))[-1] == [1]
+    assert ids(scaled(0.54), (1080, 1920))[-1] == [1]  # 30.6 px at 1080p: at least 30
+    assert all(got == [] for got in ids(tiny, (1080, 1920)))
 
 
 def test_hits_whose_landmarks_make_no_face_do_not_confirm():

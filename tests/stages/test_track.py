@@ -285,6 +285,21 @@ def test_associate_prefers_overlap_then_distance():
     assert matches == [] and lost == [0, 1, 2] and fresh == []
 
 
+def test_associate_reaches_into_the_tracks_region_for_what_is_left():
+    """A face that moved 0.7 of its size (fast motion, or a predicted frame): no match within the
+    first gate; with ``reach`` 1.0 (the region a track searches) the leftover detection is that
+    track's, unless its size is far from the track's, or another track took it first."""
+    track = np.array([[100.0, 100.0, 200.0, 200.0]])
+    moved = np.array([[170.0, 100.0, 270.0, 200.0]])
+    assert associate(track, moved) == ([], [0], [0])
+    assert associate(track, moved, 1.0) == ([(0, 0)], [], [])
+    small = np.array([[185.0, 115.0, 235.0, 165.0]])  # half the track's side
+    assert associate(track, small, 1.0) == ([], [0], [0])
+    two = np.array([[100.0, 100.0, 200.0, 200.0], [400.0, 100.0, 500.0, 200.0]])
+    matches, lost, fresh = associate(two, np.array([[105.0, 100.0, 205.0, 200.0], [170.0, 100.0, 270.0, 200.0]]), 1.0)
+    assert matches == [(0, 0)] and lost == [1] and fresh == [1]  # the second track is 2.3 sides away
+
+
 def test_one_euro_filter_smooths_rest_and_follows_motion():
     f = OneEuroFilter(min_cutoff=1.0, beta=0.05)
     rng = np.random.default_rng(0)

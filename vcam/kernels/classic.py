@@ -33,11 +33,25 @@ GRID = 19  # warp-grid nodes per side (kernels/classic.cu)
 FIT_SAMPLES = 64  # source colours the colour map is fitted on (kernels/classic.cu)
 RIDGE = 1e-3  # least-squares ridge on the colour terms, per sample
 
+TPS_MAX = 48  # control points of a spline, at most (kernels/classic.cu)
+
 #: Mirrors ``struct Render`` of kernels/classic.cu (passed by value, one face per launch).
 RENDER = np.dtype(
     {
-        "names": ["crop_from_frame", "box", "grid_origin", "grid_inv", "size", "grid"],
-        "formats": [("f8", (6,)), ("i4", (4,)), ("f4", (2,)), "f4", "i4", ("f4", (GRID * GRID * 2,))],
+        "names": ["crop_from_frame", "box", "grid_origin", "grid_inv", "size"],
+        "formats": [("f8", (6,)), ("i4", (4,)), ("f4", (2,)), "f4", "i4"],
+    },
+    align=True,
+)
+
+#: One face's thin-plate spline as the node kernel evaluates it (mirrors ``struct Spline`` of
+#: kernels/classic.cu, by value): control points ``q`` and weights ``w`` (``n`` of them) and the affine
+#: part ``a`` (constant, x, y rows) in the spline's unit coordinates; node (r, c) of the grid lies at
+#: ``(g0[0] + c * step, g0[1] + r * step)`` there.
+SPLINE = np.dtype(
+    {
+        "names": ["q", "w", "a", "g0", "step", "n"],
+        "formats": [("f4", (TPS_MAX, 2)), ("f4", (TPS_MAX, 2)), ("f4", (3, 2)), ("f8", (2,)), "f8", "i4"],
     },
     align=True,
 )
@@ -45,10 +59,9 @@ RENDER = np.dtype(
 
 # -- the warp field (host) -------------------------------------------------------------------------
 def _tps_kernel(d2: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k = d2 * np.log(d2)
-    k[d2 <= 0] = 0.0
-    return k
+    """``r^2 log r^2`` of squared distances (0 at 0)."""
+    d2 = np.maximum(d2, 1e-300)
+    return d2 * np.log(d2)
 
 
 def tps_fit(dst: np.ndarray, src: np.ndarray, smooth: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -85,21 +98,70 @@ def tps_eval(dst: np.ndarray, fit: tuple[np.ndarray, np.ndarray], pts: np.ndarra
     return k @ w + aff[0] + x[:, :1] * aff[1] + x[:, 1:] * aff[2]
 
 
+_INDEX = np.arange(GRID, dtype=np.float64)
+
+
+def tps_spline(
+    dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0, scale: float = 1.0
+) -> tuple[np.ndarray, float, float, float]:
+    """The spline ``dst`` -> ``src`` ((N, 2) each, N <= :data:`TPS_MAX`) fitted (:func:`tps_fit`) for
+    a grid over ``box`` (x0, y0, x1, y1) of the target: (one :data:`SPLINE` record (a (1,) array),
+    origin x, origin y, nodes per target pixel). The grid is square (the box's longer side) and
+    centred on the box. ``scale``: its output is in pixels of the source scaled by that (a pyramid
+    level: ``(p + 0.5) * scale - 0.5``). :func:`tps_nodes` evaluates it."""
+    x0, y0, x1, y1 = (float(b) for b in box)
+    side = max(x1 - x0, y1 - y0, 1.0)
+    ox, oy = (x0 + x1 - side) / 2, (y0 + y1 - side) / 2
+    p = np.asarray(dst, np.float64).reshape(-1, 2)
+    n = p.shape[0]
+    if n > TPS_MAX:
+        raise ValueError(f"a spline of at most {TPS_MAX} control points, got {n}")
+    w, aff = tps_fit(p, src, smooth)
+    centre, span = aff[3], aff[4, 0]
+    k = float(scale)
+    rec = np.zeros(1, SPLINE)
+    rec["q"][0, :n] = (p - centre) / span
+    rec["w"][0, :n] = w * k
+    rec["a"][0] = aff[:3] * k
+    rec["a"][0, 0] += 0.5 * k - 0.5
+    rec["g0"][0] = ((ox - centre[0]) / span, (oy - centre[1]) / span)
+    rec["step"][0] = side / (GRID - 1) / span
+    rec["n"][0] = n
+    return rec, float(ox), float(oy), float((GRID - 1) / side)
+
+
+def tps_nodes_ref(splines: np.ndarray, count: int, out: np.ndarray) -> np.ndarray:
+    """The grids (F, GRID, GRID, 2) float32 of ``count`` :data:`SPLINE` records into ``out``: at node
+    (r, c), ``x = g0[0] + c * step``, ``y = g0[1] + r * step`` (float64, then float32), ``d2 = (y -
+    q_y)^2 + (x - q_x)^2`` (float32, at least 1e-30), ``sum_j d2_j log(d2_j) w_j + a[0] + x a[1] + y
+    a[2]`` (float32; the sum in any order: a few thousandths of a pixel)."""
+    for f in range(int(count)):
+        rec = splines[f]
+        n = int(rec["n"])
+        q, w = rec["q"][:n], rec["w"][:n]
+        gx = (rec["g0"][0] + _INDEX * rec["step"]).astype(np.float32)  # node columns
+        gy = (rec["g0"][1] + _INDEX * rec["step"]).astype(np.float32)  # node rows
+        dx2 = np.square(gx[:, None] - q[None, :, 0])  # (GRID, n): the grid's distances are separable
+        dy2 = np.square(gy[:, None] - q[None, :, 1])
+        d2 = dy2[:, None, :] + dx2[None, :, :]  # (rows, cols, n)
+        np.maximum(d2, np.float32(1e-30), out=d2)  # r^2 log r^2 -> 0 at a control point
+        kern = d2 * np.log(d2)
+        g = (kern.reshape(GRID * GRID, n) @ w).reshape(GRID, GRID, 2)
+        g += rec["a"][0]
+        g += gx[None, :, None] * rec["a"][1]
+        g += gy[:, None, None] * rec["a"][2]
+        out[f] = g
+    return out
+
+
 def tps_grid(
     dst: np.ndarray, src: np.ndarray, box: Sequence[float], smooth: float = 0.0
 ) -> tuple[np.ndarray, float, float, float]:
     """The warp grid of the spline ``dst`` -> ``src`` over ``box`` (x0, y0, x1, y1) of the target:
-    (grid (GRID, GRID, 2) float32 source points, origin x, origin y, nodes per target pixel). The
-    grid is square (the box's longer side) and centred on the box."""
-    x0, y0, x1, y1 = (float(b) for b in box)
-    side = max(x1 - x0, y1 - y0, 1.0)
-    ox, oy = (x0 + x1 - side) / 2, (y0 + y1 - side) / 2
-    t = np.linspace(0.0, side, GRID)
-    nodes = np.empty((GRID, GRID, 2))
-    nodes[..., 0], nodes[..., 1] = (ox + t)[None, :], (oy + t)[:, None]
-    nodes = nodes.reshape(-1, 2)
-    out = tps_eval(dst, tps_fit(dst, src, smooth), nodes).reshape(GRID, GRID, 2)
-    return out.astype(np.float32), float(ox), float(oy), float((GRID - 1) / side)
+    (grid (GRID, GRID, 2) float32 source points, origin x, origin y, nodes per target pixel)
+    (:func:`tps_spline`, then :func:`tps_nodes_ref`)."""
+    rec, ox, oy, inv = tps_spline(dst, src, box, smooth)
+    return tps_nodes_ref(rec, 1, np.empty((1, GRID, GRID, 2), np.float32))[0], ox, oy, inv
 
 
 # -- NumPy references ------------------------------------------------------------------------------
@@ -166,6 +228,43 @@ def color_fit_ref(
         sol = np.linalg.solve(xtx, xa.T @ y)  # (4, 3)
         out[f] = sol.T.reshape(12).astype(np.float32)
     return out
+
+
+def color_fit_crops_ref(
+    crops: np.ndarray,
+    weight: np.ndarray,
+    wsum: float,
+    samples: np.ndarray,
+    src_mean: np.ndarray,
+    src_std: np.ndarray,
+    count: int,
+    match: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """The colour maps of :func:`color_fit_ref` with the target statistics measured here: for each
+    face ``f < count``, the L*a*b* (:func:`vcam.kernels.color.lab_from_bgr_ref`) of ``crops[f]`` ((F,
+    S, S, 3) uint8 BGR, the target's face) weighted by ``weight`` ((S, S) float32 summing to
+    ``wsum``): ``mean = sum(lab * w) / wsum``, ``std = sqrt(sum((lab - mean)^2 * w) / wsum) + 1e-3``
+    (float32). ``match`` False: the identity (the crops are not read)."""
+    from vcam.kernels.color import lab_from_bgr_ref
+
+    n = int(count)
+    if not match or n <= 0:
+        return color_fit_ref(samples, src_mean, src_std, src_mean, src_std, n, False, out)
+    src = np.asarray(crops)[:n]
+    lab = lab_from_bgr_ref(src, n, np.empty(src.shape, np.float32))
+    w = np.asarray(weight, np.float32)[None, :, :, None]
+    tmp = lab * w
+    mean = tmp.sum(axis=(1, 2), keepdims=True)
+    mean /= wsum
+    np.subtract(lab, mean, out=tmp)
+    tmp *= tmp
+    tmp *= w
+    std = tmp.sum(axis=(1, 2), keepdims=True)
+    std /= wsum
+    np.sqrt(std, out=std)
+    std += 1e-3
+    return color_fit_ref(samples, src_mean, src_std, mean.reshape(n, 3), std.reshape(n, 3), n, True, out)
 
 
 #: The NumPy reference refines the warp grid this many times (exactly: the refined grid's bilinear
@@ -293,20 +392,61 @@ def color_fit(
     return out
 
 
+#: Threads per face of the ``color_fit_crops`` kernel (kernels/classic.cu STATS_THREADS).
+STATS_THREADS = 256
+
+
+def color_fit_crops(
+    ops: Any,
+    crops: Any,
+    weight: Any,
+    wsum: float,
+    samples: Any,
+    src_mean: Any,
+    src_std: Any,
+    count: int,
+    match: bool,
+    out: Any,
+) -> Any:
+    """The per-face colour maps (F, 12) with the target statistics measured from ``crops``
+    (:func:`color_fit_crops_ref`), one launch; arrays in the ops' memory, C-contiguous (``crops``,
+    ``samples``, ``src_mean``, ``src_std`` and ``out`` hold at least ``count`` faces)."""
+    if not on_device(ops):
+        return color_fit_crops_ref(crops, weight, wsum, samples, src_mean, src_std, count, match, out)
+    n = int(count)
+    if n <= 0:
+        return out
+    size = int(weight.shape[-1])
+    args = (crops, np.int32(size), weight, np.float32(wsum), samples, src_mean, src_std, np.int32(n), np.int32(bool(match)), out)
+    launch(ops, "classic", "color_fit_crops", (n,), args, block=(STATS_THREADS,))
+    return out
+
+
+def tps_nodes(ops: Any, splines: np.ndarray, count: int, out: Any) -> Any:
+    """The warp grids of ``count`` :data:`SPLINE` records (host) into ``out`` (F, GRID, GRID, 2)
+    float32 in the ops' memory (:func:`tps_nodes_ref`): one launch per face, the record by value."""
+    if not on_device(ops):
+        return tps_nodes_ref(splines, count, out)
+    for f in range(int(count)):
+        launch(ops, "classic", "tps_nodes", (_grid(GRID * GRID),), (np.ascontiguousarray(splines[f : f + 1]), out[f]))
+    return out
+
+
 def classic_paste(
     ops: Any,
     frame: Any,
     sources: Sequence[Any],
-    grids: np.ndarray,
+    grids: Any,
     origins: np.ndarray,
     affine: Any,
     mask: Any,
     crop_from_frame: np.ndarray,
     count: int,
 ) -> Any:
-    """Render ``count`` faces into ``frame`` in place (:func:`classic_paste_ref`); ``grids``,
-    ``origins`` and ``crop_from_frame`` on the host (passed by value), the rest in the ops' memory.
-    One launch per face, in order."""
+    """Render ``count`` faces into ``frame`` in place (:func:`classic_paste_ref`); ``origins`` and
+    ``crop_from_frame`` on the host (passed by value), ``grids`` (F, GRID, GRID, 2) float32 in the
+    ops' memory (:func:`tps_nodes`; a host array is uploaded), the rest in the ops' memory. One
+    launch per face, in order."""
     if not on_device(ops):
         return classic_paste_ref(frame, sources, grids, origins, affine, mask, crop_from_frame, count)
     mats = np.asarray(crop_from_frame, np.float64).reshape(-1, 2, 3)
@@ -315,6 +455,8 @@ def classic_paste(
     h, w = int(frame.shape[0]), int(frame.shape[1])
     boxes = paste_boxes(mats[:n], size, h, w)
     per_face = mask.ndim == 3
+    if isinstance(grids, np.ndarray):  # host grids (a test's): uploaded for the kernel
+        grids = ops.asarray(np.ascontiguousarray(grids, np.float32))
     for f in range(n):
         x0, y0, x1, y1 = (int(v) for v in boxes[f])
         if x1 <= x0 or y1 <= y0:
@@ -325,7 +467,6 @@ def classic_paste(
         p["grid_origin"][0] = origins[f][:2]
         p["grid_inv"][0] = origins[f][2]
         p["size"][0] = size
-        p["grid"][0] = np.asarray(grids[f], np.float32).reshape(-1)
         src = sources[f]
         args = (
             frame,
@@ -336,6 +477,7 @@ def classic_paste(
             np.int32(src.shape[0]),
             mask[f] if per_face else mask,
             affine[f],
+            grids[f],
             p,
         )
         launch(ops, "classic", "classic_paste", (_grid((x1 - x0) * (y1 - y0)),), args)
@@ -346,11 +488,19 @@ __all__ = [
     "FIT_SAMPLES",
     "GRID",
     "RENDER",
+    "SPLINE",
+    "TPS_MAX",
     "classic_paste",
     "classic_paste_ref",
+    "STATS_THREADS",
     "color_fit",
+    "color_fit_crops",
+    "color_fit_crops_ref",
     "color_fit_ref",
     "tps_eval",
     "tps_fit",
     "tps_grid",
+    "tps_nodes",
+    "tps_nodes_ref",
+    "tps_spline",
 ]

@@ -8,11 +8,11 @@ frame, clipped to the frame), so its cost follows the face size, not the frame s
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from vcam.align import apply, invert
 from vcam.kernels.build import grid as _grid
 from vcam.kernels.build import launch, on_device
 from vcam.kernels.warp import MAX_FACES
@@ -59,15 +59,20 @@ def paste_boxes(crop_from_frame: np.ndarray, size: int, height: int, width: int)
     ``[0, size-1]^2``; an empty box has ``x1 <= x0`` or ``y1 <= y0``.
     """
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
-    inv = invert(mats)
-    corners = np.array([[0, 0], [size - 1, 0], [0, size - 1], [size - 1, size - 1]], dtype=np.float64)
     boxes = np.zeros((mats.shape[0], 4), dtype=np.int32)
-    for f in range(mats.shape[0]):
-        pts = apply(inv[f], corners)
-        x0 = int(np.clip(np.floor(pts[:, 0].min()), 0, width))
-        y0 = int(np.clip(np.floor(pts[:, 1].min()), 0, height))
-        x1 = int(np.clip(np.ceil(pts[:, 0].max()) + 1, 0, width))
-        y1 = int(np.clip(np.ceil(pts[:, 1].max()) + 1, 0, height))
+    s = float(size - 1)
+    # The crop's corners in the frame, the inverse affine written out in Python floats (this runs
+    # every frame, for a few faces: NumPy's per-call cost would be most of it).
+    for f, ((a, b, tx), (c, d, ty)) in enumerate(mats.tolist()):
+        det = a * d - b * c
+        xs, ys = [], []
+        for u, v in ((-tx, -ty), (s - tx, -ty), (-tx, s - ty), (s - tx, s - ty)):
+            xs.append((d * u - b * v) / det)
+            ys.append((a * v - c * u) / det)
+        x0 = min(max(math.floor(min(xs)), 0), width)
+        y0 = min(max(math.floor(min(ys)), 0), height)
+        x1 = min(max(math.ceil(max(xs)) + 1, 0), width)
+        y1 = min(max(math.ceil(max(ys)) + 1, 0), height)
         boxes[f] = (x0, y0, x1, y1)
     return boxes
 

@@ -42,13 +42,13 @@ from vcam.stages.detections import (
     decode_yunet,
     merge,
     priors,
+    smallest_searched,
 )
 from vcam.types import Detection
 
 _ALIGN = 32  # input sides are padded to a multiple of the coarsest stride
 
-#: Side (model-input pixels) of the smallest face a detector finds reliably (RetinaFace's smallest
-#: anchor is 16 px); it sets the scale of the tiles a full scan adds for small faces.
+#: Side (model-input pixels) of the smallest face a detector finds reliably (its smallest anchor: 16 px).
 MIN_FACE_INPUT = 20.0
 
 
@@ -224,7 +224,7 @@ class FaceDetector:
         size, _, _ = self.scan_shape(height, width)
         long_side = float(max(height, width))
         coarse_min = MIN_FACE_INPUT * long_side / size
-        want = max(float(self.cfg.small_face), long_side / 64.0)
+        want = smallest_searched(self.cfg.small_face, height, width)
         if want >= coarse_min:
             tiles = np.zeros((0, 3))
         else:

@@ -51,6 +51,16 @@ MAX_CANDIDATES = 2000
 
 MAX_FACES_PER_IMAGE = 256
 
+#: A full scan finds faces down to this fraction of the frame's long side or ``small_face``, the
+#: larger (with the default 40: 40 px at 1080p, 60 px at 4K).
+SEARCH_SHARE = 1.0 / 64.0
+
+
+def smallest_searched(small_face: float, height: int, width: int) -> float:
+    """Side (pixels) of the smallest face a full scan of a ``height`` x ``width`` frame promises to
+    find: ``max(small_face, long side * SEARCH_SHARE)``."""
+    return max(float(small_face), float(max(height, width)) * SEARCH_SHARE)
+
 
 def priors(height: int, width: int) -> np.ndarray:
     """RetinaFace priors for an input of ``height`` x ``width``: (P, 4) float32 ``cx, cy, w, h``

@@ -257,7 +257,7 @@ class ClassicSwapper(SwapperBase):
         self.color_match = bool(color_match)
         self.seamless = bool(seamless)
         self.dense = (not self.seamless) if dense is None else bool(dense) and not self.seamless
-        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray]] = {}
+        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray, dict[int, np.ndarray]]] = {}
         #: A :class:`~vcam.stages.landmark.Landmarker` (the mask stage's): the dense swap then warps
         #: with the 68 points it finds on the source and the mask stage finds on the target.
         self.landmarker: Any = None
@@ -274,11 +274,13 @@ class ClassicSwapper(SwapperBase):
         weight = face_region(TEMPLATES[self.template] * self._stats_size, self._stats_size, margin=SOURCE_MARGIN)
         self._wsum = float(weight.sum())
         self._w = ops.asarray(weight[None, :, :, None])
+        self._w2d = ops.asarray(np.ascontiguousarray(weight, np.float32))
         # Source rows (written on an assignment change only).
         self._src_norm = ops.empty((f, s, s, 3), np.float32)
         self._src_raw = ops.empty((f, s, s, 3), np.uint8)
         self._src_mask = ops.empty((f, s, s), np.float32)
         self._src_stats = ops.empty((2, f, 3), np.float32)  # the source's own mean, std per row
+        self._src_stats_rows = (self._src_stats[0], self._src_stats[1])  # views, made once
         self._band = ops.empty((f, s, s), np.float32) if self.seamless else None
         # Per-frame scratch.
         lab = self.color_match or self.seamless
@@ -294,6 +296,7 @@ class ClassicSwapper(SwapperBase):
         g = color.membrane_grid(s)
         self._membrane = ops.empty((f, g, g, 3), np.float32) if self.seamless else None
         self._out = ops.empty((f, s, s, 3), np.uint8)
+        self._grids = ops.empty((f, classic.GRID, classic.GRID, 2), np.float32) if self.dense else None
 
     # -- source side (off the frame loop) ---------------------------------------------------------
     def prepare(self, face: SourceFace) -> SourceFace:
@@ -404,26 +407,27 @@ class ClassicSwapper(SwapperBase):
         ops, t = self.ops, self._stats_size
         if n == 0:
             return self._affine[:0], self.mask
-        mean, std = self._mean[:n], self._std[:n]
         if self.color_match:
             k = t / self.crop_size  # the statistics crop: the swapper's crop at t pixels
             for frame, mats, lo, hi in self._rows(parts):
                 m = mats * k
                 m[:, :, 2] += 0.5 * k - 0.5
                 warp.warp_crops(ops, frame, m, t, out=self._crops[lo:hi])
-            lab = color.lab_from_bgr(ops, self._crops[:n], n, self._lab[:n])
-            _weighted_stats(ops.xp, lab, self._w, self._wsum, self._tmp[:n], mean, std)
-        src_mean, src_std = self._src_stats[0, :n], self._src_stats[1, :n]
-        tgt_mean, tgt_std = mean.reshape(n, 3), std.reshape(n, 3)
-        classic.color_fit(ops, self._samples[:n], src_mean, src_std, tgt_mean, tgt_std, n, self.color_match, self._affine[:n])
+        # The target's statistics and the colour fit in one launch (the buffers whole: the kernel
+        # reads the first n faces; no per-frame views).
+        src_mean, src_std = self._src_stats_rows
+        classic.color_fit_crops(
+            ops, self._crops, self._w2d, self._wsum, self._samples, src_mean, src_std, n, self.color_match, self._affine
+        )
         return self._affine[:n], self.mask
 
-    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray]:
-        """The source pyramid in the ops' memory and the source's landmarks (uploaded once per face;
-        the last ``2 * max_faces`` faces are kept)."""
+    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray, dict[int, np.ndarray]]:
+        """The source pyramid in the ops' memory, the source's landmarks and their warp control
+        points per layout (``{5 or 68: points}``, filled on first use) (uploaded once per face; the
+        last ``2 * max_faces`` faces are kept)."""
         hit = self._dense_sources.get(id(face))
         if hit is not None and hit[0] is face:
-            return hit[1], hit[2]
+            return hit[1], hit[2], hit[3]
         lat = self._prepared(face).latents
         levels, k = [], 0
         while f"{self.name}.level{k}" in lat:
@@ -432,8 +436,8 @@ class ClassicSwapper(SwapperBase):
         pts = np.asarray(lat[self.name + ".points"], np.float64)
         while len(self._dense_sources) >= 2 * self.max_faces:
             self._dense_sources.pop(next(iter(self._dense_sources)))
-        self._dense_sources[id(face)] = (face, levels, pts)
-        return levels, pts
+        self._dense_sources[id(face)] = (face, levels, pts, {})
+        return levels, pts, self._dense_sources[id(face)][3]
 
     def paste(
         self,
@@ -468,16 +472,19 @@ class ClassicSwapper(SwapperBase):
             if d68 is not None and pts.shape[0] == 5 and swap_classic.plausible(d68[f], pts):
                 pts = d68[f]
             target.append(vmask.to_crop(pts[None], mats[f : f + 1])[0])
-        grids = np.empty((n, classic.GRID, classic.GRID, 2), np.float32)
+        splines = np.empty(n, classic.SPLINE)
         origins = np.empty((n, 3), np.float64)
         images = []
         for f in range(n):
-            levels, pts = self._dense_source(faces[f])
+            levels, pts, controls = self._dense_source(faces[f])
             tgt, src = swap_classic.matched(target[f], pts)
+            if src.shape[0] not in controls:
+                controls[src.shape[0]] = swap_classic.control_points(src)
             sizes = [int(lv.shape[0]) for lv in levels]
-            grids[f], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes)
+            splines[f : f + 1], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls[src.shape[0]])
             images.append(levels[level])
         with self.ops.activate():
+            grids = classic.tps_nodes(self.ops, splines, n, self._grids)  # on the device there
             return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n)
 
 

@@ -97,7 +97,9 @@ def control_points(lm: np.ndarray) -> np.ndarray:
         centre = outline.mean(0)
         return np.concatenate([lm[_INNER], outline, centre + (outline - centre) * RING])
     if lm.shape[0] == 5:
-        return np.concatenate([lm, vmask.face_polygon(lm, 1.0), vmask.face_polygon(lm, RING)])
+        outline = vmask.face_polygon(lm, 1.0)
+        centre = outline.mean(0)  # the 5-point outline is a centred ring: its mean is its centre
+        return np.concatenate([lm, outline, centre + (outline - centre) * RING])
     raise ValueError(f"the classic swap needs 5 or 68 landmarks, got {lm.shape[0]}")
 
 
@@ -145,27 +147,47 @@ def fit_samples(image: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(px[pick], np.float32)
 
 
+def face_bounds(lm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (min, max) corners of :func:`vcam.stages.mask.face_polygon` of 5 or 68 landmarks (scale 1),
+    without building the 68 points' hull (its corners are those of the points it wraps)."""
+    lm = np.asarray(lm, np.float64).reshape(-1, 2)
+    if lm.shape[0] == 68:
+        pts = np.concatenate([lm[:17], lm[17:27] + (lm[17:27] - lm[30]) * 0.25])
+    else:
+        pts = vmask.face_polygon(lm, 1.0)
+    return pts.min(0), pts.max(0)
+
+
 def warp_grid(
-    target_crop: np.ndarray, source: np.ndarray, crop_from_frame: np.ndarray, sizes: list[int]
+    target_crop: np.ndarray,
+    source: np.ndarray,
+    crop_from_frame: np.ndarray,
+    sizes: list[int],
+    source_points: np.ndarray | None = None,
 ) -> tuple[np.ndarray, tuple[float, float, float], int]:
-    """The warp grid of one face: (grid in the chosen level's pixels, (origin x, origin y, nodes per
-    crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
-    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides. The
-    level is the one whose pixels are at most twice as dense as the frame's (no aliasing, no detail
-    lost)."""
-    dst, src = control_points(target_crop), control_points(source)
-    outline = vmask.face_polygon(np.asarray(target_crop, np.float64), 1.0)
-    lo, hi = outline.min(0) - 4.0, outline.max(0) + 4.0
-    grid, ox, oy, inv = classic.tps_grid(dst, src, (lo[0], lo[1], hi[0], hi[1]))
-    m = np.asarray(crop_from_frame, np.float64).reshape(2, 3)
-    crop_per_frame = math.sqrt(abs(float(np.linalg.det(m[:, :2]))))
-    spread = float(np.sqrt(src.var(0).sum() / max(dst.var(0).sum(), 1e-9)))  # source px per crop px
+    """The warp grid of one face: (its :data:`~vcam.kernels.classic.SPLINE` record (a (1,) array;
+    :func:`~vcam.kernels.classic.tps_nodes` gives the grid, in the chosen level's pixels), (origin
+    x, origin y, nodes per crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
+    source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides;
+    ``source_points``: ``control_points(source)`` when the caller keeps them (they change only with
+    the source). The level is the one whose pixels are at most twice as dense as the frame's (no
+    aliasing, no detail lost)."""
+    dst = control_points(target_crop)
+    src = control_points(source) if source_points is None else source_points
+    if np.shape(target_crop)[0] == 5:  # the outline follows the 5 points in the control points
+        outline = dst[5 : 5 + (dst.shape[0] - 5) // 2]
+        lo, hi = outline.min(0), outline.max(0)
+    else:
+        lo, hi = face_bounds(target_crop)
+    (a, b, _), (c, d, _) = np.asarray(crop_from_frame, np.float64).reshape(2, 3).tolist()
+    crop_per_frame = math.sqrt(abs(a * d - b * c))
+    ds, ss = dst - dst.mean(0), src - src.mean(0)
+    spread = math.sqrt(float(np.vdot(ss, ss)) / max(float(np.vdot(ds, ds)), 1e-9))  # source px per crop px
     ratio = spread * crop_per_frame  # source px per frame px
-    level = int(np.clip(math.floor(math.log2(max(ratio, 1e-6))), 0, len(sizes) - 1))
-    if level:
-        k = np.float32(sizes[level] / sizes[0])
-        grid = ((grid + np.float32(0.5)) * k - np.float32(0.5)).astype(np.float32)
-    return grid, (ox, oy, inv), level
+    level = min(max(math.floor(math.log2(max(ratio, 1e-6))), 0), len(sizes) - 1)
+    box = (lo[0] - 4.0, lo[1] - 4.0, hi[0] + 4.0, hi[1] + 4.0)
+    spline, ox, oy, inv = classic.tps_spline(dst, src, box, scale=sizes[level] / sizes[0])
+    return spline, (ox, oy, inv), level
 
 
 __all__ = [
@@ -173,6 +195,7 @@ __all__ = [
     "face_region",
     "control_points",
     "fit_samples",
+    "face_bounds",
     "five_from_68",
     "matched",
     "plausible",

@@ -33,14 +33,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from vcam.stages.detect import Detector
-from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face
+from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face, smallest_searched
 from vcam.types import Detection, Track
 
 _MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
 _MATCH_DIST = 0.5  # or: centre distance below this fraction of the track's box side
+_MATCH_SIZE = 1.5  # the second pass (see associate): box sides within this factor
 _DUPLICATE_IOU = 0.6  # two tracks this overlapped follow one face: the younger one goes
 _KEEP_BONUS = 1.5  # an existing track keeps its slot unless a new face is this much larger
 _VEL_GAIN = 0.6  # weight of the newest motion in the velocity estimate
+#: A new track needs a face of at least this share of the smallest face a full scan promises to
+#: find (:func:`~vcam.stages.detections.smallest_searched`: 40 px at 1080p, 60 px at 4K). Smaller
+#: ones (a crowd far away, a cartoon on a poster) are only ever seen near a tracked face, inside its
+#: region, never by the search itself: swapped, they would come and go with that face's region.
+_NEW_FACE_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -126,11 +132,17 @@ def _box_side(box: np.ndarray) -> float:
     return float(max(box[2] - box[0], box[3] - box[1]))
 
 
-def associate(track_boxes: np.ndarray, det_boxes: np.ndarray) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+def associate(
+    track_boxes: np.ndarray, det_boxes: np.ndarray, reach: float = 0.0
+) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     """Greedy one-to-one matching of detections to tracks.
 
     A pair qualifies when IoU >= 0.3 or the centre distance is below half the track box's longer
-    side; pairs are taken by IoU, then by distance. Returns (matches (track, det), unmatched tracks,
+    side; pairs are taken by IoU, then by distance. ``reach`` > 0.5: a second pass then pairs the
+    tracks and detections left over when the centre distance is below ``reach`` track sides and
+    the two boxes' sides are within a factor 1.5 (a face that moved further than half its size
+    since the track's last position, still inside the region its track searches: the same face,
+    not a new one beside a stale track). Returns (matches (track, det), unmatched tracks,
     unmatched detections).
     """
     nt, nd = len(track_boxes), len(det_boxes)
@@ -154,6 +166,20 @@ def associate(track_boxes: np.ndarray, det_boxes: np.ndarray) -> tuple[list[tupl
         used_t.add(t)
         used_d.add(d)
         matches.append((t, d))
+    if reach > _MATCH_DIST and len(used_t) < nt and len(used_d) < nd:
+        dside = np.maximum(db[:, 2] - db[:, 0], db[:, 3] - db[:, 1]).clip(1.0)
+        ratio = dside[None, :] / side[:, None]
+        near = (dist < reach) & (ratio <= _MATCH_SIZE) & (ratio >= 1.0 / _MATCH_SIZE)
+        near[list(used_t), :] = False
+        near[:, list(used_d)] = False
+        ti, di = np.nonzero(near)
+        for k in np.argsort(dist[ti, di], kind="stable"):
+            t, d = int(ti[k]), int(di[k])
+            if t in used_t or d in used_d:
+                continue
+            used_t.add(t)
+            used_d.add(d)
+            matches.append((t, d))
     return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
 
 
@@ -233,6 +259,9 @@ class Tracker:
         dcfg = getattr(detector, "cfg", None)
         self._small_face = float(getattr(dcfg, "small_face", 0) or 0)
         self._hit_score = max(float(getattr(dcfg, "score", 0.6)), self.cfg.confirm_score - 0.1)
+        #: How far (track sides) a tracked face may have moved and still be matched: the half side
+        #: of the region its track searches (see :func:`associate`).
+        self._reach = 0.5 * float(self.cfg.roi_scale)
         self._next_id = 1
         self.reset()
 
@@ -349,6 +378,13 @@ class Tracker:
                 full = True
                 dets = self.detector.detect(frame_bgr)
                 matches, lost, fresh = associate(predicted, [d.box for d in dets])
+        if lost and fresh and dets:
+            # What is left after every look: a detection inside the region a lost track searches,
+            # of its size, is that face having moved fast (or a predicted frame's face), not a new
+            # face beside a stale track (see associate).
+            more, lost_k, fresh_k = associate(predicted[lost], [dets[d].box for d in fresh], self._reach)
+            matches += [(lost[t], fresh[d]) for t, d in more]
+            lost, fresh = [lost[k] for k in lost_k], [fresh[k] for k in fresh_k]
         if full:
             self.full_scans += 1
             self._last_scan_seq = seq
@@ -370,10 +406,12 @@ class Tracker:
             cands = [dets[d] for d in fresh]
             if self.admit_check:
                 # A new face on a larger one (a thumbnail by the ear, a face in a face's texture) is
-                # not a person: it starts no track, whichever scan found it.
+                # not a person, nor is one far smaller than the search looks for (_NEW_FACE_SHARE):
+                # it starts no track, whichever scan found it.
                 larger = [d.box for d in dets] + [s.track.box for s in self._states]
                 on_face = inside_larger(cands, np.asarray(larger, dtype=np.float64).reshape(-1, 4))
-                cands = [c for c, inside in zip(cands, on_face) if not inside]
+                least = _NEW_FACE_SHARE * smallest_searched(self._small_face, *np.shape(frame_bgr)[:2])
+                cands = [c for c, inside in zip(cands, on_face) if not inside and _box_side(c.box) >= least]
             self._admit(cands, seq, t)
         self._drop_duplicates()
         if self.admit_check:
