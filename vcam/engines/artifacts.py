@@ -12,7 +12,8 @@ Only the native architectures (:mod:`vcam.engines.native`: the inswapper generat
 generic ONNX graph reads shape tensors on the host, which TorchDynamo cannot trace into one graph.
 The key's ``model_sha256`` is a digest of the structure, not of the weights: the architecture's
 source code and every parameter's name, shape and dtype (no weights file is hashed at start).
-``library`` names torch, Triton and the build options, ``gpu`` the device. A changed fact means
+``library`` names torch, Triton, the CUDA version of the driver and the build options, ``gpu``
+the device. A changed fact means
 another file name; a sidecar that does not match (a copied or edited file) or an artifact that fails
 to load is an :class:`ArtifactError`, which the loader (:mod:`vcam.engines.compiled`) answers by
 rebuilding or by running uncompiled, with one log line: never a crash.
@@ -93,6 +94,10 @@ def library_of(device: str, channels_last: bool) -> str:
         import triton
 
         parts.append(f"triton {triton.__version__}")
+        driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+        if driver is not None:  # the CUDA version the driver supports (12080: 12.8), which loads the kernels
+            v = int(driver())
+            parts.append(f"driver cuda {v // 1000}.{v % 1000 // 10}")
     parts.append(f"build {BUILD_VERSION}")
     if channels_last:
         parts.append("channels-last")

@@ -66,6 +66,11 @@ LOADING = ("auto", "background", "load")
 #: Where ``auto`` builds the missing artifacts in the background (on the CPU a build would take the
 #: cores the frames run on: ``background`` builds there too).
 AUTO_BUILDS_ON = ("cuda",)
+#: A build job's exit statuses that mean it was stopped (SIGINT, SIGKILL, SIGTERM, SIGHUP), not that it failed.
+STOPPED = (-2, -9, -15, -1)
+#: Set (to anything but 0) to make ``auto`` and ``background`` load only: benchmark sessions, whose
+#: measurements a build in the background would disturb (``benchmarks/gpu_check.sh`` sets it).
+NO_BUILDS_ENV = "VCAM_NO_BACKGROUND_COMPILE"
 
 
 def compile_mode(value: bool | str | None) -> str:
@@ -126,7 +131,9 @@ class CompiledLoader:
                 "%s: compiled engines are for the native architectures (inswapper); running uncompiled", host.name
             )
             self.mode = "off"
-        self.builds = self.mode == "background" or (self.mode == "auto" and host.device in AUTO_BUILDS_ON)
+        self.builds = (self.mode == "background" or (self.mode == "auto" and host.device in AUTO_BUILDS_ON)) and (
+            os.environ.get(NO_BUILDS_ENV, "") in ("", "0")
+        )
         if self.mode in LOADING and built_any(self.cache_dir, host.architecture or "", host.precision):
             self._prepared = threading.Thread(target=self._prepare, name=f"{host.name}-inductor", daemon=True)
             self._prepared.start()
@@ -321,6 +328,7 @@ class CompiledLoader:
         if not todo or model is None:
             return [] if todo == [] else todo
         spec = job_spec(host, self.cache_dir, items)
+        inductor_cache(self.cache_dir)  # the jobs' and this process's Inductor share one cache (the loads find their kernels)
         try:
             self._builder = BackgroundBuild(
                 spec,
@@ -371,7 +379,16 @@ class CompiledLoader:
                         why = prog.failed.get(b)
                         if why is None:
                             codes = [c for c in builder.returncodes if c]
-                            why = f"the build process ended (exit status {codes[0] if codes else 0})"
+                            code = codes[0] if codes else 0
+                            if code in STOPPED:  # stopped from outside: not the build's fault, the next start tries again
+                                self._log.warning(
+                                    "%s: the background compile of batch %d was stopped (signal %d); it runs uncompiled",
+                                    host.name,
+                                    b,
+                                    -code,
+                                )
+                                continue
+                            why = f"the build process ended (exit status {code})"
                             if not self._closing.is_set():
                                 mark_failed(path, why)
                         self._log.warning(
