@@ -38,7 +38,7 @@ def main() -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
 
     from vcam.engines.autobuild import default_jobs
-    from vcam.engines.compiled import prebuild
+    from vcam.engines.build_job import prebuild
 
     sizes = [int(b) for b in args.batches.split(",")]
     lines: list[tuple[float, str]] = []

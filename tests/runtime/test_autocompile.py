@@ -86,8 +86,46 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
     # then the compiled engine, the note gone, the same output
     assert compiled[-1][2] == (1,) and compiled[-1][1] == ()
     assert diffs and diffs[0] < 1e-4, diffs
-    assert summary.frames_out == out.frames > compiled[0][0] > 0
+    assert summary.frames_out > compiled[0][0] > 0 and out.frames >= summary.frames_out  # (out: the early frames too)
     messages = [r.getMessage() for r in caplog.records]
     assert [m for m in messages if "compiling batch 1 in the background" in m]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("vcam.engines")], messages
     assert running_builds() is None  # the job ended; its progress file is gone
+
+
+def test_check_says_how_far_a_running_build_is_and_which_sizes_failed(tmp_path):
+    """`vcam check` reads the build jobs' progress files (of live processes only) and the failure
+    marks in the engine cache."""
+    import json
+    import os
+    import time
+
+    from vcam.config import Config
+    from vcam.engines import artifacts
+    from vcam.engines.autobuild import progress_path
+    from vcam.engines.cache import resolve_cache_dir
+    from vcam.runtime.check import check_compiled
+
+    cfg = Config()
+    cfg = cfg.replace(swap=replace(cfg.swap, swapper="inswapper_128"), pipeline=replace(cfg.pipeline, device="cpu"))
+    assert check_compiled(cfg) == []  # the CPU with compile = "auto": nothing is compiled there
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, compile="background"))
+    (item,) = check_compiled(cfg)
+    assert item.level == "info" and "none built for this GPU and torch yet" in item.detail and "vcam engines build" in item.fix
+    # a job of this process (alive) half-way through; one of a dead process is ignored and removed
+    mine = progress_path(None, "inswapper", "fp16", os.getpid())
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    mine.write_text(json.dumps({"sizes": [1, 2, 4, 8], "done": [1, 2], "current": {"4": now - 10}, "durations": [30, 30]}))
+    dead = progress_path(None, "inswapper", "fp16", 2**22 + 12345)
+    dead.write_text(json.dumps({"sizes": [8], "done": []}))
+    (item,) = check_compiled(cfg)
+    assert item.detail.startswith("compiling engines: 2/4, ~5") and "s left" in item.detail, item.detail
+    assert not dead.exists()
+    mine.unlink()
+    bad = resolve_cache_dir(None) / "compiled" / "inswapper.fp16.b8.0123456789abcdef.art"
+    artifacts.mark_failed(bad, "RuntimeError: out of registers")
+    items = check_compiled(cfg)
+    warn = [i for i in items if i.level == "warn"]
+    assert len(warn) == 1 and "batch 8 failed to build (RuntimeError: out of registers)" in warn[0].detail
+    assert warn[0].fix == "vcam engines build --fp16 --batch 8"

@@ -46,7 +46,7 @@ def build(
 ) -> None:
     """Compile the swap network for this GPU, torch and precision, each batch size a daemon uses
     (`vcam run` also does this in the background on first use); a progress bar per size."""
-    from vcam.engines.compiled import prebuild
+    from vcam.engines.build_job import prebuild
 
     sizes = _batches(batch)
     cfg = load_config(config)

@@ -1,8 +1,9 @@
-"""One build job of :mod:`vcam.engines.autobuild`, run as ``python -m vcam.engines.build_job SPEC``
-(SPEC: JSON, see :class:`~vcam.engines.autobuild.BackgroundBuild`): the engine's module made from
-its ONNX file as the engine makes it, then :meth:`CompiledLoader.build
+"""Builds outside the daemon: one build job of :mod:`vcam.engines.autobuild`, run as ``python -m
+vcam.engines.build_job SPEC`` (SPEC: JSON, see :class:`~vcam.engines.autobuild.BackgroundBuild`):
+the engine's module made from its ONNX file as the engine makes it, then :meth:`CompiledLoader.build
 <vcam.engines.compiled.CompiledLoader.build>` for the job's sizes, one after the other, with a
-progress file the parent reads."""
+progress file the parent reads; and :func:`prebuild`, ``vcam engines build``, which runs such jobs
+and waits for them."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vcam.engines.autobuild import progress_path
-from vcam.engines.compiled import torch_engine
+from vcam.engines.artifacts import built_seconds, device_name, failure, good, inductor_cache, read_meta
+from vcam.engines.autobuild import BackgroundBuild, BuildProgress, progress_path
+from vcam.engines.compiled import job_spec, torch_engine
+from vcam.errors import EngineUnavailable
 
 
 class _Progress:
@@ -97,12 +100,89 @@ def job(spec: dict[str, Any]) -> int:
     return 1 if any(state == "failed" for _, state, _ in done) else 0
 
 
+def prebuild(
+    model: str | os.PathLike[str],
+    *,
+    device: str = "cuda",
+    fp16: bool = True,
+    max_batch: int = 8,
+    batches: Sequence[int] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    jobs: int | None = None,
+    progress: Callable[[BuildProgress], None] | None = None,
+) -> tuple[str, list[tuple[int, str, float]]]:
+    """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
+    batch size of ``max_batch``), built by the jobs a daemon's background build runs
+    (:class:`~vcam.engines.autobuild.BackgroundBuild`, ``jobs`` side by side; a size whose last
+    build failed is built again). ``progress(state)`` about four times a second while they run.
+    Returns the engine's description and ``(batch, "built" | "cached", seconds)`` per size; a size
+    that failed raises :class:`~vcam.errors.EngineUnavailable` once the others are done."""
+    from vcam.engines import item_shapes
+
+    engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="load", warmup=False)
+    try:
+        loader = engine.loader
+        if engine.compile_mode == "off" or loader is None:
+            raise EngineUnavailable(
+                f"{engine.name} does not compile: only the native architectures (inswapper) do",
+                hint="it runs uncompiled; nothing to build",
+            )
+        items = item_shapes(engine.inputs, None)
+        sizes = sorted({engine._padded(b) for b in batches or engine.batch_sizes})
+        paths = {b: loader.target(b, items)[1] for b in sizes}
+        todo = [b for b in sizes if not good(paths[b])]
+        state: BuildProgress | None = None
+        if todo:
+            inductor_cache(cache_dir)
+            builder = BackgroundBuild(
+                job_spec(engine, cache_dir, items),
+                todo,
+                name=engine.architecture or engine.name,
+                precision=engine.precision,
+                jobs=jobs,
+                nice=0,
+                wait_locked=True,
+                retry_failed=True,
+                guess_s=built_seconds(cache_dir, device_name(device)),
+            )
+            try:
+                while builder.running:
+                    if progress is not None:
+                        progress(builder.progress())
+                    time.sleep(0.25)
+                state = builder.progress()
+                if progress is not None:
+                    progress(state)
+            finally:
+                builder.stop()
+        done, failed = [], []
+        for b in sizes:
+            if b not in todo:
+                done.append((b, "cached", 0.0))
+            elif good(paths[b]):
+                done.append((b, "built", float(read_meta(paths[b]).get("built_s") or 0.0)))
+            else:
+                why = (state.failed.get(b) if state else None) or failure(paths[b]) or "the build process ended early"
+                failed.append(f"batch {b}: {why}")
+        if failed:
+            raise EngineUnavailable(
+                f"compiling {engine.name} failed ({'; '.join(failed)[:400]})",
+                hint=f'see {builder.log_path}; run without compiled engines ([pipeline] compile = "off") and report the error',
+            )
+    finally:
+        engine.close()
+    return engine.describe(), done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: python -m vcam.engines.build_job SPEC_JSON", file=sys.stderr)
         return 2
     return job(json.loads(args[0]))
+
+
+__all__ = ["job", "main", "prebuild"]
 
 
 if __name__ == "__main__":

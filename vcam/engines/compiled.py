@@ -13,6 +13,9 @@ The torch engine never imports this module: :func:`torch_engine` (and
 ``compile="auto"``: Inductor's imports start in a thread at the engine's construction (only when
 the cache holds an artifact of the architecture), the built sizes load in another from the end of
 the warm-up, each is called once there, and the engine puts it into use between two calls.
+On CUDA ``auto`` also builds the missing sizes, in build jobs of their own
+(:mod:`vcam.engines.autobuild`, other processes), and a thread loads each one they finish and hands
+it over the same way; ``"background"`` does so on the CPU too, ``"load"`` never builds.
 ``"build"``: missing artifacts are built now and everything is loaded before the first call.
 """
 
@@ -45,14 +48,11 @@ from vcam.engines.artifacts import (
     locked,
     mark_failed,
     prepare_load,
-    read_meta,
     remove,
     structure_digest,
 )
-from vcam.engines.autobuild import BuildProgress
 from vcam.engines.cache import EngineKey
 from vcam.engines.threads import QUICK_SWITCHES
-from vcam.errors import EngineUnavailable
 
 if TYPE_CHECKING:  # types only; the engine's module is imported where the factory runs
     from vcam.engines.onnx_graph import ModelSource
@@ -325,8 +325,8 @@ class CompiledLoader:
             )
         todo = [b for b in missing if b not in failed]
         model = getattr(host, "model_path", None)
-        if not todo or model is None:
-            return [] if todo == [] else todo
+        if not todo or model is None:  # a model given as bytes: no file for a job to read
+            return todo
         spec = job_spec(host, self.cache_dir, items)
         inductor_cache(self.cache_dir)  # the jobs' and this process's Inductor share one cache (the loads find their kernels)
         try:
@@ -360,17 +360,19 @@ class CompiledLoader:
         progress line; a size that failed, or that no job built, gets one warning and stays uncompiled."""
         host, builder = self.host, self._builder
         pending = list(sizes)
+        paths = {b: self.target(b, items)[1] for b in sizes}
         ready: list[int] = []
         try:
             while pending and not self._closing.is_set():
                 running = builder.running
                 prog = builder.progress()
                 for b in list(pending):
-                    path = self.target(b, items)[1]
+                    path = paths[b]
                     if good(path) and not locked(path):
                         pending.remove(b)
                         if self._thread is not None:
                             self._thread.join()  # the load of the sizes built before (started at plan)
+                        self._started = time.perf_counter()
                         with QUICK_SWITCHES.held():
                             self._load_sizes([b], items)
                         ready.append(b)
@@ -431,8 +433,8 @@ class CompiledLoader:
 
     @property
     def started(self) -> bool:
-        """Whether a background load was ever started."""
-        return self._thread is not None
+        """Whether a background load (or build) was ever started."""
+        return self._thread is not None or self._watch is not None
 
     @property
     def loading(self) -> bool:
@@ -538,79 +540,4 @@ def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items:
     }
 
 
-def prebuild(
-    model: str | os.PathLike[str],
-    *,
-    device: str = "cuda",
-    fp16: bool = True,
-    max_batch: int = 8,
-    batches: Sequence[int] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    jobs: int | None = None,
-    progress: Callable[[BuildProgress], None] | None = None,
-) -> tuple[str, list[tuple[int, str, float]]]:
-    """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
-    batch size of ``max_batch``), built by the jobs a daemon's background build runs
-    (:class:`~vcam.engines.autobuild.BackgroundBuild`, ``jobs`` side by side; a size whose last
-    build failed is built again). ``progress(state)`` about four times a second while they run.
-    Returns the engine's description and ``(batch, "built" | "cached", seconds)`` per size; a size
-    that failed raises :class:`~vcam.errors.EngineUnavailable` once the others are done."""
-    from vcam.engines import item_shapes
-    from vcam.engines.autobuild import BackgroundBuild
-
-    engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="load", warmup=False)
-    try:
-        loader = engine.loader
-        if engine.compile_mode == "off" or loader is None:
-            raise EngineUnavailable(
-                f"{engine.name} does not compile: only the native architectures (inswapper) do",
-                hint="it runs uncompiled; nothing to build",
-            )
-        items = item_shapes(engine.inputs, None)
-        sizes = sorted({engine._padded(b) for b in batches or engine.batch_sizes})
-        paths = {b: loader.target(b, items)[1] for b in sizes}
-        todo = [b for b in sizes if not good(paths[b])]
-        state: BuildProgress | None = None
-        if todo:
-            inductor_cache(cache_dir)
-            builder = BackgroundBuild(
-                job_spec(engine, cache_dir, items),
-                todo,
-                name=engine.architecture or engine.name,
-                precision=engine.precision,
-                jobs=jobs,
-                nice=0,
-                wait_locked=True,
-                retry_failed=True,
-                guess_s=built_seconds(cache_dir, device_name(device)),
-            )
-            try:
-                while builder.running:
-                    if progress is not None:
-                        progress(builder.progress())
-                    time.sleep(0.25)
-                state = builder.progress()
-                if progress is not None:
-                    progress(state)
-            finally:
-                builder.stop()
-        done, failed = [], []
-        for b in sizes:
-            if b not in todo:
-                done.append((b, "cached", 0.0))
-            elif good(paths[b]):
-                done.append((b, "built", float(read_meta(paths[b]).get("built_s") or 0.0)))
-            else:
-                why = (state.failed.get(b) if state else None) or failure(paths[b]) or "the build process ended early"
-                failed.append(f"batch {b}: {why}")
-        if failed:
-            raise EngineUnavailable(
-                f"compiling {engine.name} failed ({'; '.join(failed)[:400]})",
-                hint=f'see {builder.log_path}; run without compiled engines ([pipeline] compile = "off") and report the error',
-            )
-    finally:
-        engine.close()
-    return engine.describe(), done
-
-
-__all__ = ["COMPILE_MODES", "CompiledLoader", "compile_mode", "job_spec", "prebuild", "torch_engine"]
+__all__ = ["COMPILE_MODES", "CompiledLoader", "compile_mode", "job_spec", "torch_engine"]

@@ -173,10 +173,19 @@ def check_compiled(cfg: Config) -> list[CheckItem]:
     from vcam.engines.artifacts import entries, failure, here
     from vcam.engines.autobuild import running_builds
     from vcam.engines.cache import resolve_cache_dir
+    from vcam.errors import DeviceError
+    from vcam.runtime.assemble import resolve_device
 
     name = "compiled engines"
     running = running_builds()
-    if running is not None:
+    if running is None:
+        try:
+            device = resolve_device(cfg)[0]
+        except DeviceError:
+            device = "cpu"
+        if device != "cuda" and cfg.pipeline.compile != "background":
+            return []  # the CPU runs onnxruntime, or torch uncompiled unless asked
+    else:
         what = running.text() or "compiling engines"
         return [CheckItem(name, "info", f"{what} (a daemon or `vcam engines build` builds them now)")]
     current = here()
