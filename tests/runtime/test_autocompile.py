@@ -20,6 +20,7 @@ from vcam import config_file
 from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
 from vcam.stages.outputs import NullOutput
+from vcam.status import status_suffix
 from vcam.types import PixelFormat
 
 
@@ -63,12 +64,14 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
     want = TorchEngine(written["inswapper_128"], device="cpu", max_batch=1).run(f)[0]
     seen: list[tuple[int, tuple[str, ...], tuple[int, ...]]] = []
     diffs: list[float] = []
+    lines: list[str] = []
     out = Capturing(640, 360)
     daemon: Daemon
 
     def on_status(status, active, swap):  # on the frame thread, at the status interval
         engine = daemon.assembly.swapper.engine
         seen.append((status.frames_out, tuple(status.engines), engine.compiled_batches))
+        lines.append(status_suffix(status))  # the live status line's and the OBS text's phrases
         if engine.compiled_batches and not diffs:
             diffs.append(float(np.abs(engine.run(f)[0] - want).max()))
         elif diffs and len(seen) > 2 and seen[-3][2]:  # a few frames swapped compiled: done
@@ -83,6 +86,7 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
     # swapping from the start, while the build ran, with the progress in the status
     assert building[0][0] > 0 and building[-1][0] > building[0][0]
     assert all(len(s[1]) == 1 and s[1][0].startswith("swapper: compiling engines: 0/1, ~") for s in building), building[:3]
+    assert lines[0].startswith(" | swapper: compiling engines: 0/1, ~") and lines[-1] == ""
     # then the compiled engine, the note gone, the same output
     assert compiled[-1][2] == (1,) and compiled[-1][1] == ()
     assert diffs and diffs[0] < 1e-4, diffs

@@ -18,7 +18,7 @@ from typing import Any
 
 from vcam.engines.artifacts import built_seconds, device_name, failure, good, inductor_cache, read_meta
 from vcam.engines.autobuild import BackgroundBuild, BuildProgress, progress_path
-from vcam.engines.compiled import job_spec, torch_engine
+from vcam.engines.compiled import CompiledLoader, job_spec, torch_engine
 from vcam.errors import EngineUnavailable
 
 
@@ -82,7 +82,7 @@ def job(spec: dict[str, Any]) -> int:
     )
     try:
         loader = engine.loader
-        assert loader is not None
+        assert isinstance(loader, CompiledLoader)
         items = {k: tuple(v) for k, v in spec["items"].items()}
         sizes = [int(b) for b in spec["sizes"]]
         path = progress_path(spec.get("cache_dir"), engine.architecture or engine.name, engine.precision, os.getpid())
@@ -122,7 +122,7 @@ def prebuild(
     engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="load", warmup=False)
     try:
         loader = engine.loader
-        if engine.compile_mode == "off" or loader is None:
+        if engine.compile_mode == "off" or not isinstance(loader, CompiledLoader):
             raise EngineUnavailable(
                 f"{engine.name} does not compile: only the native architectures (inswapper) do",
                 hint="it runs uncompiled; nothing to build",

@@ -194,7 +194,7 @@ class CompiledLoader:
         one of ``built``, ``cached``, ``busy``, ``failed``."""
         host = self.host
         inductor_cache(self.cache_dir)
-        tell = progress or (lambda event, b, detail=None: None)
+        tell = progress or _ignore
         done = []
         for i, b in enumerate(sizes):
             key, path = self.target(b, items)
@@ -525,6 +525,10 @@ def torch_engine(
     from vcam.engines.torch import TorchEngine
 
     return TorchEngine(model, cache_dir=cache_dir, loader=CompiledLoader(compile, cache_dir), **options)
+
+
+def _ignore(event: str, b: int, detail: Any = None) -> None:
+    """No progress wanted."""
 
 
 def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items: Items) -> dict[str, Any]:
