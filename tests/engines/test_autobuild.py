@@ -134,3 +134,31 @@ def test_auto_builds_in_the_background_on_cuda_only_and_load_never(model, tmp_pa
         engine = torch_engine(model, device="cpu", max_batch=1, compile=mode, cache_dir=tmp_path, warmup=False)
         assert engine.loader.builds is builds and engine.compile_mode == "auto", mode
         engine.close()
+
+
+def test_jobs_side_by_side_time_their_kernels_in_turns(tmp_path, monkeypatch):
+    """A job's Inductor benchmarks run under a lock the other jobs share (their compiling overlaps,
+    their timing on the GPU does not)."""
+    need_torch()
+    from filelock import FileLock, Timeout
+    from torch._inductor.runtime import benchmarking
+
+    from vcam.engines.build_job import serialise_benchmarks
+
+    lock_path = tmp_path / ".benchmark.lock"
+    held: list[bool] = []
+
+    def fake_benchmark(*args, **kwargs):
+        try:
+            FileLock(lock_path).acquire(timeout=0)  # another process's view (another fd)
+            held.append(False)
+        except Timeout:
+            held.append(True)
+        return 1.0
+
+    bm = benchmarking.benchmarker
+    monkeypatch.setattr(bm, "benchmark_gpu", fake_benchmark)
+    monkeypatch.setattr(bm, "benchmark_gpu_with_cuda_graph", fake_benchmark, raising=False)
+    assert serialise_benchmarks(lock_path)
+    assert bm.benchmark_gpu(lambda: None) == 1.0 and bm.benchmark_gpu_with_cuda_graph(lambda: None) == 1.0
+    assert held == [True, True]

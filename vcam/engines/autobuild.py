@@ -7,7 +7,8 @@ other (:meth:`vcam.engines.compiled.CompiledLoader.build`: one process, so its i
 Inductor's compile workers and its caches serve every size). Several jobs may run side by side
 (``jobs``: the sizes dealt out to them, batch 1 first): an Inductor build spends most of its time
 compiling a few candidate kernels per layer and waiting for them, which leaves most of a many-core
-host idle. Each job runs at a lower CPU priority (``nice``) so that a daemon's frame thread keeps
+host idle; their timing of those candidates on the GPU takes turns (a lock), so no job times its
+kernels while another's run. Each job runs at a lower CPU priority (``nice``) so that a daemon's frame thread keeps
 its core; its Python, memory and compile workers are its own, never the frame thread's.
 
 Each entry is built under its lock (:func:`vcam.engines.artifacts.lock`), so a second daemon or
@@ -130,12 +131,24 @@ def running_builds(cache_dir: str | os.PathLike | None = None) -> BuildProgress 
     return read_progress(live) if live else None
 
 
+#: Free device memory one CUDA build job is given room for (its context, the module, the autotuning).
+JOB_MEMORY = 6e9
+
+
 def default_jobs(device: str, sizes: int) -> int:
-    """Build jobs side by side: on CUDA one per four host cores (at most one per size); on the CPU
-    one (the build's kernels are benchmarked on the cores the frames need)."""
+    """Build jobs side by side: on CUDA one per four host cores and per :data:`JOB_MEMORY` of free
+    device memory (at most one per size); on the CPU one (the build's kernels are benchmarked on
+    the cores the frames need)."""
     if device != "cuda":
         return 1
-    return max(1, min(sizes, (os.cpu_count() or 1) // 4))
+    jobs = max(1, min(sizes, (os.cpu_count() or 1) // 4))
+    try:
+        import torch
+
+        jobs = min(jobs, max(1, int(torch.cuda.mem_get_info()[0] // JOB_MEMORY)))
+    except Exception:  # no torch or no device here: the cores decide
+        pass
+    return jobs
 
 
 def deal(sizes: Sequence[int], jobs: int) -> list[list[int]]:
@@ -185,6 +198,7 @@ class BackgroundBuild:
                 job = dict(spec, sizes=part, nice=nice, wait_locked=wait_locked, retry_failed=retry_failed, guess_s=guess)
                 if threads is not None:
                     job["compile_threads"] = threads
+                    job["serialise_benchmarks"] = device == "cuda"  # build_job.serialise_benchmarks
                 env = dict(os.environ, PYTHONUNBUFFERED="1")
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "vcam.engines.build_job", json.dumps(job)],

@@ -18,6 +18,7 @@ from typing import Any
 
 from vcam.engines.artifacts import built_seconds, device_name, failure, good, inductor_cache, read_meta
 from vcam.engines.autobuild import BackgroundBuild, BuildProgress, progress_path
+from vcam.engines.cache import resolve_cache_dir
 from vcam.engines.compiled import CompiledLoader, job_spec, torch_engine
 from vcam.errors import EngineUnavailable
 
@@ -63,6 +64,33 @@ class _Progress:
         self.write()
 
 
+def serialise_benchmarks(lock_path: Path) -> bool:
+    """Make Inductor's kernel benchmarks of this process take a lock that the other build jobs take
+    too, so that jobs side by side overlap their compiling (CPU) but never time their candidate
+    kernels while another job's run on the GPU (that would favour the wrong candidate). Returns
+    whether Inductor's benchmarker had the methods to wrap (it does from torch 2.5 on)."""
+    from filelock import FileLock
+
+    try:
+        from torch._inductor.runtime.benchmarking import benchmarker
+    except ImportError:
+        return False
+    lock = FileLock(lock_path, poll_interval=0.002)
+    wrapped = False
+    for name in ("benchmark_gpu", "benchmark_gpu_with_cuda_graph"):
+        fn = getattr(benchmarker, name, None)
+        if fn is None:
+            continue
+
+        def locked(*args: Any, _fn: Any = fn, **kwargs: Any) -> Any:
+            with lock:
+                return _fn(*args, **kwargs)
+
+        setattr(benchmarker, name, locked)  # an instance attribute: every module holds this instance
+        wrapped = True
+    return wrapped
+
+
 def job(spec: dict[str, Any]) -> int:
     """One build job (the child process): returns its exit status (0: no size failed)."""
     if spec.get("nice") and hasattr(os, "nice"):
@@ -83,6 +111,10 @@ def job(spec: dict[str, Any]) -> int:
     try:
         loader = engine.loader
         assert isinstance(loader, CompiledLoader)
+        if spec.get("serialise_benchmarks"):
+            lock_path = resolve_cache_dir(spec.get("cache_dir")) / "compiled" / ".benchmark.lock"
+            if not serialise_benchmarks(lock_path):
+                logging.getLogger(__name__).info("Inductor's benchmarker not found: benchmarks run side by side")
         items = {k: tuple(v) for k, v in spec["items"].items()}
         sizes = [int(b) for b in spec["sizes"]]
         path = progress_path(spec.get("cache_dir"), engine.architecture or engine.name, engine.precision, os.getpid())
