@@ -24,6 +24,8 @@ except ImportError:  # CI without the torch extra
     torch = None
 
 TOL = 1e-4  # compiled against eager, float32: reassociated sums only
+# The module's builds take 15 s each on two idle cores, minutes on a shared busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def need_compiler():

@@ -192,7 +192,7 @@ class BackgroundBuild:
         self._procs: list[subprocess.Popen] = []
         self._paths: list[Path] = []
         threads = max(1, (os.cpu_count() or 1) // len(self.jobs)) if len(self.jobs) > 1 else None
-        guess = guess_s or FIRST_GUESS_S.get(device, 90.0)
+        guess = self.guess_s = guess_s or FIRST_GUESS_S.get(device, 90.0)
         with open(self.log_path, "ab") as logf:
             for part in self.jobs:
                 job = dict(spec, sizes=part, nice=nice, wait_locked=wait_locked, retry_failed=retry_failed, guess_s=guess)
@@ -222,7 +222,7 @@ class BackgroundBuild:
     def progress(self) -> BuildProgress:
         out = read_progress(self._paths, jobs=sum(p.poll() is None for p in self._procs) or 1)
         if not out.sizes:  # the jobs are starting (importing torch): nothing written yet
-            out.sizes = list(self.sizes)
+            out.sizes, out.guess_s = list(self.sizes), self.guess_s
         return out
 
     def wait(self, timeout: float | None = None) -> bool:
