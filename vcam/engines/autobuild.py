@@ -86,13 +86,18 @@ def progress_path(cache_dir: str | os.PathLike | None, name: str, precision: str
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (an exited one not yet reaped by its parent does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def read_progress(paths: Sequence[Path], jobs: int | None = None) -> BuildProgress:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,8 +92,24 @@ def serialise_benchmarks(lock_path: Path) -> bool:
     return wrapped
 
 
+def exit_with_parent(poll: float = 1.0) -> None:
+    """End this job when the process that started it ends (a daemon stopped, or killed outright):
+    a job is for that daemon's engine, and a later start starts its own (an entry half built is
+    lost, its temporary file is named after this process and never used)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def job(spec: dict[str, Any]) -> int:
     """One build job (the child process): returns its exit status (0: no size failed)."""
+    exit_with_parent()
     if spec.get("nice") and hasattr(os, "nice"):
         os.nice(int(spec["nice"]))
     if spec.get("compile_threads"):

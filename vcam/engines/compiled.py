@@ -410,8 +410,9 @@ class CompiledLoader:
             self._log.warning("%s: the background compile stopped (%s: %s)", host.name, type(exc).__name__, exc)
         finally:
             self._progress = ""
-            if not builder.running or self._closing.is_set():
-                builder.stop()
+            if not self._closing.is_set():
+                builder.wait(60)  # the jobs close their engines and exit once their last size is built
+            builder.stop()
 
     @property
     def progress(self) -> str:
