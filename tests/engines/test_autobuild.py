@@ -93,6 +93,7 @@ def test_an_entry_another_process_builds_is_waited_for_and_never_built_twice(mod
 @pytest.mark.slow
 def test_a_failed_background_build_is_one_warning_uncompiled_swapping_and_no_retry(model, tmp_path, monkeypatch, caplog):
     need_torch()
+    monkeypatch.delenv("VCAM_NO_BACKGROUND_COMPILE")
     from vcam.engines import artifacts
     from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
@@ -125,14 +126,16 @@ def test_a_failed_background_build_is_one_warning_uncompiled_swapping_and_no_ret
     again.close()
 
 
-def test_auto_builds_in_the_background_on_cuda_only_and_load_never(model, tmp_path):
-    """``auto`` builds where it pays (CUDA); on the CPU it loads only, as ``load`` does everywhere."""
+def test_auto_builds_in_the_background_on_cuda_only_and_load_never(model, tmp_path, monkeypatch):
+    """``auto`` builds where it pays (CUDA); on the CPU it loads only, as ``load`` does everywhere;
+    ``VCAM_NO_BACKGROUND_COMPILE`` (benchmark sessions, the test suite) turns building off."""
     need_torch()
     from vcam.engines.compiled import torch_engine
 
-    for mode, builds in (("auto", False), ("load", False), ("background", True)):
+    for env, mode, builds in (("", "auto", False), ("", "load", False), ("", "background", True), ("1", "background", False)):
+        monkeypatch.setenv("VCAM_NO_BACKGROUND_COMPILE", env)
         engine = torch_engine(model, device="cpu", max_batch=1, compile=mode, cache_dir=tmp_path, warmup=False)
-        assert engine.loader.builds is builds and engine.compile_mode == "auto", mode
+        assert engine.loader.builds is builds and engine.compile_mode == "auto", (env, mode)
         engine.close()
 
 

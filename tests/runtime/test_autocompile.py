@@ -36,8 +36,9 @@ class Capturing(NullOutput):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_ones_it_builds(tmp_path, caplog):
+def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_ones_it_builds(tmp_path, caplog, monkeypatch):
     need_torch()
+    monkeypatch.delenv("VCAM_NO_BACKGROUND_COMPILE")
     if not (shutil.which("g++") or shutil.which("c++")):
         require("compiler", "Inductor's CPU kernels need a C++ compiler (g++)")
     from vcam.engines.autobuild import running_builds
