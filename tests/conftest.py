@@ -79,6 +79,9 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     (home / "run").mkdir(mode=0o700)
     monkeypatch.delenv("VCAM_CONFIG", raising=False)
     monkeypatch.setenv("VCAM_ENGINE_CACHE", str(home / "engines"))  # not the checkout's engines/
+    # No compiled engines built in the background by the swappers tests make ([pipeline] compile =
+    # "auto" does on CUDA): the tests of that feature unset it.
+    monkeypatch.setenv("VCAM_NO_BACKGROUND_COMPILE", "1")
     yield
 
 

@@ -103,12 +103,15 @@ class PipelineConfig:
         "'pixelate' in coarse blocks (no face can be recognised), 'camera' as it is (unswapped), 'off' nothing until "
         "the first swapped frame. Live runs without a frame enhancer; a file conversion is swapped throughout.",
     )
-    compile: Literal["auto", "build", "off"] = _opt(
+    compile: Literal["auto", "background", "load", "build", "off"] = _opt(
         "auto",
-        "Compiled swap network (the inswapper on the PyTorch backend; on an H200 1.0 ms a face instead of 1.9): "
-        "'auto' uses the batch sizes `vcam engines build` compiled for this GPU and torch, loaded in the background "
-        "while the rest of the pipeline loads (a frame that comes first runs uncompiled); 'build' compiles the "
-        "missing ones before swapping (about two minutes each on a GPU, once); 'off' never. Flag: --compile.",
+        "Compiled swap network (the inswapper on the PyTorch backend; on an H200 1.2 ms a face instead of 1.9): "
+        "'auto' loads the batch sizes compiled for this GPU, driver, torch and Triton in the background, and on a GPU "
+        "compiles the missing ones in the background on first use (other processes, at a lower priority; frames run "
+        "uncompiled meanwhile, `vcam ctl status` and the OBS text say 'compiling engines: 2/4, ~40 s left', each size "
+        "is put into use once built; a failed build is remembered and not retried); 'background' also compiles on the "
+        "CPU; 'load' only loads what `vcam engines build` compiled; 'build' compiles the missing ones before swapping; "
+        "'off' never. Flag: --compile.",
     )
     band: bool = _opt(
         True,

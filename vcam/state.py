@@ -65,7 +65,8 @@ class Status:
     gpu: dict | None = None  # the newest GPU reading (vcam.telemetry.GpuSample.as_dict()), None without telemetry
     upscale_skipped: int = 0  # frames resized instead of enhanced: the frame enhancer would have pushed them over the budget
     degraded: tuple[str, ...] = ()  # optional stages turned off under load (vcam.runtime.degrade), in the order they went
-    engines: tuple[str, ...] = ()  # engines not working now: 'swapper: remote gpu-box:8001 down since 12:01:03'
+    #: Engine notes: 'swapper: remote gpu-box:8001 down since 12:01:03', 'swapper: compiling engines: 2/4, ~40 s left'.
+    engines: tuple[str, ...] = ()
 
     @property
     def guarded_total(self) -> int:

@@ -24,6 +24,8 @@ except ImportError:  # CI without the torch extra
     torch = None
 
 TOL = 1e-4  # compiled against eager, float32: reassociated sums only
+# The module's builds take 15 s each on two idle cores, minutes on a shared busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def need_compiler():
@@ -224,7 +226,7 @@ def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, capl
 def test_compile_values():
     from vcam.engines.compiled import compile_mode
 
-    assert [compile_mode(v) for v in (True, False, None, "auto", "BUILD", "off", "on")] == [
+    assert [compile_mode(v) for v in (True, False, None, "auto", "BUILD", "off", "on", "Load", "background")] == [
         "build",
         "off",
         "off",
@@ -232,19 +234,21 @@ def test_compile_values():
         "build",
         "off",
         "build",
+        "load",
+        "background",
     ]
-    with pytest.raises(ValueError, match="auto, build, off"):
+    with pytest.raises(ValueError, match="auto, background, load, build, off"):
         compile_mode("fast")
 
 
-def test_config_takes_the_three_modes_and_rejects_a_bool_with_the_fix(tmp_path):
+def test_config_takes_the_modes_and_rejects_a_bool_with_the_fix(tmp_path):
     from vcam import config_file as config_mod
     from vcam.errors import ConfigError
 
     assert config_mod.load(None).pipeline.compile == "auto"
     p = tmp_path / "c.toml"
     p.write_text("[pipeline]\ncompile = true\n")
-    with pytest.raises(ConfigError, match="'auto', 'build', 'off'"):
+    with pytest.raises(ConfigError, match="'auto', 'background', 'load', 'build', 'off'"):
         config_mod.load(p)
 
 

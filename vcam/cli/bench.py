@@ -19,7 +19,7 @@ def bench(
     compile: str = typer.Option(
         "auto",
         "--compile",
-        help="Compiled swapper: auto (the sizes `vcam engines build` built) | build (compile the missing ones) | off.",
+        help="Compiled swapper: auto or load (the sizes built so far; a bench never builds in the background) | build | off.",
     ),
     model: str = typer.Option("", "--model", help="An inswapper ONNX file (default: the full-size stand-in, built once)."),
     predict: bool = typer.Option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -41,10 +41,12 @@ def build(
     device: str = typer.Option("cuda", "--device", help="cuda, or cpu (Inductor's C++ kernels)."),
     fp16: Optional[bool] = typer.Option(None, "--fp16/--fp32", help="Precision (default: fp16 on CUDA, fp32 on the CPU)."),
     batch: str = typer.Option("", "--batch", help="Comma list of batch sizes (default: every size up to [pipeline] max_faces)."),
+    jobs: int = typer.Option(0, "--jobs", min=0, help="Build jobs side by side (0: one per 4 host cores on CUDA, 1 on the CPU)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="config.toml to use."),
 ) -> None:
-    """Compile the swap network for this GPU, torch and precision, once per batch size."""
-    from vcam.engines.compiled import prebuild
+    """Compile the swap network for this GPU, torch and precision, each batch size a daemon uses
+    (`vcam run` also does this in the background on first use); a progress bar per size."""
+    from vcam.engines.build_job import prebuild
 
     sizes = _batches(batch)
     cfg = load_config(config)
@@ -58,13 +60,15 @@ def build(
             path = model_store(cfg).ensure([name])[name]
         precision = (device == "cuda") if fp16 is None else fp16
         started = time.perf_counter()
-
-        def progress(b: int, i: int, n: int) -> None:
-            err.print(f"compiling {path.stem} for batch {b} ({i + 1} of {n}; about two minutes each on a GPU) ...")
-
-        with err.status(f"{path.stem}: compiled engines for {device} ..."):
+        with _Bars(path.stem) as bars:
             how, done = prebuild(
-                path, device=device, fp16=precision, max_batch=cfg.pipeline.max_faces, batches=sizes, progress=progress
+                path,
+                device=device,
+                fp16=precision,
+                max_batch=cfg.pipeline.max_faces,
+                batches=sizes,
+                jobs=jobs or None,
+                progress=bars.update,
             )
     except VcamError as exc:
         fail(exc)
@@ -73,6 +77,51 @@ def build(
         table.add_row(str(b), state, f"{seconds:.0f}" if state == "built" else "-")
     out.print(table)
     out.print(f"{path.name}: {how}; {time.perf_counter() - started:.0f} s (compiler reports: *.art.log beside the engines)")
+
+
+class _Bars:
+    """One rich progress bar per batch size being built (time against the expected build time;
+    full when built), and a line for all of them with the time left."""
+
+    def __init__(self, name: str) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.name = name
+        self.bars = Progress(
+            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=err
+        )
+        self.tasks: dict[int, Any] = {}
+        self.total: Any = None
+
+    def __enter__(self) -> _Bars:
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bars.__exit__(*exc)
+
+    def update(self, state: Any) -> None:
+        now = time.time()
+        per = sum(state.durations) / len(state.durations) if state.durations else state.guess_s
+        if self.total is None:
+            self.total = self.bars.add_task(f"{self.name}: all", total=len(state.sizes), note="")
+        for b in sorted(state.sizes):
+            if b not in self.tasks:
+                self.tasks[b] = self.bars.add_task(f"  batch {b}", total=100, note="queued", start=False)
+            task = self.tasks[b]
+            if b in state.failed:
+                self.bars.update(task, note=f"[red]failed[/] {state.failed[b][:60]}")
+                self.bars.stop_task(task)
+            elif b in state.done:
+                self.bars.update(task, completed=100, note="done")
+                self.bars.stop_task(task)
+            elif b in state.current:
+                self.bars.start_task(task)
+                self.bars.update(task, completed=min(95.0, 100 * (now - state.current[b]) / max(per, 1.0)), note="compiling")
+            elif b in state.waiting:
+                self.bars.update(task, note="another process compiles it")
+        left = state.text(now)
+        self.bars.update(self.total, completed=len(state.done), note=left.split(", ", 1)[1] if ", " in left else "")
 
 
 @app.command("list")

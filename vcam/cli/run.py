@@ -87,7 +87,10 @@ def run(
     backend: Optional[str] = typer.Option(None, "--backend", help="auto | tensorrt | torch | onnxruntime"),
     decode: Optional[str] = typer.Option(None, "--decode", help="Where MJPG input is decoded: auto | gpu | cpu."),
     compile: Optional[str] = typer.Option(
-        None, "--compile", help="Compiled swap network: auto (when built) | build (compile what is missing) | off."
+        None,
+        "--compile",
+        help="Compiled swap network: auto (load; on a GPU build what is missing in the background) | background | load | "
+        "build (before swapping) | off.",
     ),
     frames: Optional[int] = typer.Option(None, "--frames", min=1, help="Stop after this many input frames."),
     duration: Optional[str] = typer.Option(None, "--duration", help="Stop after this long, e.g. 10s."),

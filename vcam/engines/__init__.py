@@ -168,6 +168,8 @@ class CompileHost(Protocol):
     precision: str
     channels_last: bool
     inputs: list[TensorInfo]
+    max_batch: int
+    model_path: Any  # the ONNX file (a background build makes the module from it), None for bytes
 
     def call_args(self, b: int, items: Items) -> list[Any]:
         """The module's arguments for batch ``b`` from the engine's static buffers."""
@@ -191,9 +193,14 @@ class CompiledArtifacts(Protocol):
         ...
 
     def build(
-        self, sizes: Sequence[int], items: Items, progress: Callable[[int, int, int], None] | None = None
+        self, sizes: Sequence[int], items: Items, progress: Callable[[str, int, Any], None] | None = None
     ) -> list[tuple[int, str, float]]:
         """Build the missing artifacts of ``sizes``; ``(batch, "built" | "cached", seconds)`` each."""
+        ...
+
+    @property
+    def progress(self) -> str:
+        """``compiling engines: 2/4, ~40 s left`` while artifacts are built in the background, else ''."""
         ...
 
     def load_now(self, sizes: Sequence[int], items: Items) -> list[Loaded]:

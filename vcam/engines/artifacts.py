@@ -12,7 +12,8 @@ Only the native architectures (:mod:`vcam.engines.native`: the inswapper generat
 generic ONNX graph reads shape tensors on the host, which TorchDynamo cannot trace into one graph.
 The key's ``model_sha256`` is a digest of the structure, not of the weights: the architecture's
 source code and every parameter's name, shape and dtype (no weights file is hashed at start).
-``library`` names torch, Triton and the build options, ``gpu`` the device. A changed fact means
+``library`` names torch, Triton, the CUDA version of the driver and the build options, ``gpu``
+the device. A changed fact means
 another file name; a sidecar that does not match (a copied or edited file) or an artifact that fails
 to load is an :class:`ArtifactError`, which the loader (:mod:`vcam.engines.compiled`) answers by
 rebuilding or by running uncompiled, with one log line: never a crash.
@@ -93,6 +94,10 @@ def library_of(device: str, channels_last: bool) -> str:
         import triton
 
         parts.append(f"triton {triton.__version__}")
+        driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+        if driver is not None:  # the CUDA version the driver supports (12080: 12.8), which loads the kernels
+            v = int(driver())
+            parts.append(f"driver cuda {v // 1000}.{v % 1000 // 10}")
     parts.append(f"build {BUILD_VERSION}")
     if channels_last:
         parts.append("channels-last")
@@ -295,6 +300,75 @@ def built_any(cache_dir: str | os.PathLike | None, name: str, precision: str) ->
     return root.is_dir() and any(root.glob(f"{_stem(name, precision)}*{SUFFIX}"))
 
 
+def good(path: Path) -> bool:
+    """Whether ``path`` is a built entry with a readable sidecar (not yet loaded: a load checks more)."""
+    try:
+        read_meta(path)
+        return path.stat().st_size > 0
+    except (ArtifactError, OSError):
+        return False
+
+
+def lock(path: Path) -> Any:
+    """The lock one process holds while it builds ``path`` (``<entry>.lock``, a ``filelock.FileLock``:
+    an OS lock, released when its process dies): a second process, or daemon, waits for it or
+    builds something else, never the same entry at the same time."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(path.with_name(path.name + ".lock"))
+
+
+def locked(path: Path) -> bool:
+    """Whether another process (or lock object) builds ``path`` now."""
+    from filelock import Timeout
+
+    probe = lock(path)
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return True
+    probe.release()
+    return False
+
+
+def failed_path(path: Path) -> Path:
+    """Where a failed build of ``path`` is remembered (so no daemon retries it at every start)."""
+    return path.with_name(path.name + ".failed")
+
+
+def mark_failed(path: Path, reason: str) -> None:
+    """Remember that building ``path`` failed, and why (one line); :func:`failure` reads it back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.failed.tmp")
+    tmp.write_text(json.dumps({"reason": reason[:500], "when": time.time()}))
+    os.replace(tmp, failed_path(path))
+
+
+def failure(path: Path) -> str | None:
+    """Why the last build of ``path`` failed, or None when none failed (or the mark was cleared)."""
+    try:
+        return str(json.loads(failed_path(path).read_text())["reason"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError, OSError):
+        return "unknown reason (unreadable mark)"
+
+
+def clear_failure(path: Path) -> None:
+    try:
+        failed_path(path).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def built_seconds(cache_dir: str | os.PathLike | None, gpu: str) -> float | None:
+    """The median build time of the entries built for ``gpu`` (their sidecars), or None: what a
+    progress line estimates a build takes before one has finished."""
+    times = sorted(e.built_s for e in entries(cache_dir) if e.key is not None and e.key.gpu == gpu and e.built_s)
+    return float(times[len(times) // 2]) if times else None
+
+
 def remove(path: Path) -> None:
     """Delete an entry, its sidecar and its build log (a stale or corrupt one)."""
     for p in (path, sidecar(path), build_log(path)):
@@ -353,12 +427,20 @@ __all__ = [
     "build_log",
     "build_options",
     "built_any",
+    "built_seconds",
+    "clear_failure",
     "device_name",
     "entries",
+    "failed_path",
+    "failure",
+    "good",
     "here",
     "inductor_cache",
     "library_of",
     "load",
+    "lock",
+    "locked",
+    "mark_failed",
     "prepare_load",
     "read_meta",
     "remove",

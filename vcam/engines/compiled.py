@@ -13,6 +13,9 @@ The torch engine never imports this module: :func:`torch_engine` (and
 ``compile="auto"``: Inductor's imports start in a thread at the engine's construction (only when
 the cache holds an artifact of the architecture), the built sizes load in another from the end of
 the warm-up, each is called once there, and the engine puts it into use between two calls.
+On CUDA ``auto`` also builds the missing sizes, in build jobs of their own
+(:mod:`vcam.engines.autobuild`, other processes), and a thread loads each one they finish and hands
+it over the same way; ``"background"`` does so on the CPU too, ``"load"`` never builds.
 ``"build"``: missing artifacts are built now and everything is loaded before the first call.
 """
 
@@ -32,17 +35,24 @@ from vcam.engines.artifacts import (
     artifact_key,
     artifact_path,
     build,
+    build_log,
     built_any,
+    built_seconds,
+    clear_failure,
+    device_name,
+    failure,
+    good,
     inductor_cache,
     load,
+    lock,
+    locked,
+    mark_failed,
     prepare_load,
-    read_meta,
     remove,
     structure_digest,
 )
 from vcam.engines.cache import EngineKey
 from vcam.engines.threads import QUICK_SWITCHES
-from vcam.errors import EngineUnavailable
 
 if TYPE_CHECKING:  # types only; the engine's module is imported where the factory runs
     from vcam.engines.onnx_graph import ModelSource
@@ -50,11 +60,22 @@ if TYPE_CHECKING:  # types only; the engine's module is imported where the facto
 
 log = logging.getLogger(__name__)
 
-COMPILE_MODES = ("auto", "build", "off")
+COMPILE_MODES = ("auto", "background", "load", "build", "off")
+#: The modes that load built artifacts in the background (the engine sees them all as ``auto``).
+LOADING = ("auto", "background", "load")
+#: Where ``auto`` builds the missing artifacts in the background (on the CPU a build would take the
+#: cores the frames run on: ``background`` builds there too).
+AUTO_BUILDS_ON = ("cuda",)
+#: A build job's exit statuses that mean it was stopped (SIGINT, SIGKILL, SIGTERM, SIGHUP), not that it failed.
+STOPPED = (-2, -9, -15, -1)
+#: Set (to anything but 0) to make ``auto`` and ``background`` load only: benchmark sessions, whose
+#: measurements a build in the background would disturb (``benchmarks/gpu_check.sh`` sets it).
+NO_BUILDS_ENV = "VCAM_NO_BACKGROUND_COMPILE"
 
 
 def compile_mode(value: bool | str | None) -> str:
-    """``auto`` | ``build`` | ``off`` from a config value (``true`` is ``build``, ``false`` ``off``)."""
+    """``auto`` | ``background`` | ``load`` | ``build`` | ``off`` from a config value (``true`` is
+    ``build``, ``false`` ``off``)."""
     if value is True:
         return "build"
     if value is False or value is None:
@@ -92,6 +113,10 @@ class CompiledLoader:
         self._started = 0.0  # when the last load started (perf_counter)
         self._uncompiled_calls = 0  # calls made while a load was under way, before any size ran compiled
         self._closing = threading.Event()
+        self.builds = False  # whether missing artifacts are built in the background (bind)
+        self._builder: Any = None  # the build jobs (vcam.engines.autobuild.BackgroundBuild)
+        self._watch: threading.Thread | None = None  # loads each size the jobs finish
+        self._progress = ""  # "compiling engines: 2/4, ~40 s left" while they run
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -106,10 +131,13 @@ class CompiledLoader:
                 "%s: compiled engines are for the native architectures (inswapper); running uncompiled", host.name
             )
             self.mode = "off"
-        if self.mode == "auto" and built_any(self.cache_dir, host.architecture or "", host.precision):
+        self.builds = (self.mode == "background" or (self.mode == "auto" and host.device in AUTO_BUILDS_ON)) and (
+            os.environ.get(NO_BUILDS_ENV, "") in ("", "0")
+        )
+        if self.mode in LOADING and built_any(self.cache_dir, host.architecture or "", host.precision):
             self._prepared = threading.Thread(target=self._prepare, name=f"{host.name}-inductor", daemon=True)
             self._prepared.start()
-        return self.mode
+        return "auto" if self.mode in LOADING else self.mode
 
     @property
     def host(self) -> CompileHost:
@@ -145,33 +173,83 @@ class CompiledLoader:
     # -- building and loading now ------------------------------------------------------------------
 
     def build(
-        self, sizes: Sequence[int], items: Items, progress: Callable[[int, int, int], None] | None = None
+        self,
+        sizes: Sequence[int],
+        items: Items,
+        progress: Callable[[str, int, Any], None] | None = None,
+        *,
+        keep_going: bool = False,
+        wait_locked: bool = True,
+        retry_failed: bool = True,
     ) -> list[tuple[int, str, float]]:
         """Build each size's artifact unless the cache has a good one (a stale or corrupt entry is
-        rebuilt, with one log line); ``progress(batch, index, count)`` before each build. Returns
-        ``(batch, "built" | "cached", seconds)`` per size."""
+        rebuilt, with one log line), each under its lock (:func:`~vcam.engines.artifacts.lock`: a
+        size another process builds is waited for, then found built; without ``wait_locked`` it is
+        left to that process, ``"busy"``). ``progress(event, batch, detail)``: events ``"wait"``
+        (for the lock), ``"start"``, ``"built"`` (detail: seconds), ``"cached"``, ``"busy"``,
+        ``"failed"`` (detail: the reason). A failed build is remembered per entry
+        (:func:`~vcam.engines.artifacts.mark_failed`); a size whose last build failed is skipped
+        unless ``retry_failed``. The first failure is raised, or with ``keep_going`` logged (one
+        warning) and the next size built. Returns ``(batch, state, seconds)`` per size, the state
+        one of ``built``, ``cached``, ``busy``, ``failed``."""
         host = self.host
         inductor_cache(self.cache_dir)
+        tell = progress or _ignore
         done = []
         for i, b in enumerate(sizes):
             key, path = self.target(b, items)
-            if path.is_file():
-                try:
-                    read_meta(path)
-                    if path.stat().st_size > 0:
-                        done.append((b, "cached", 0.0))
-                        continue
-                except ArtifactError as exc:
-                    self._log.warning("%s: rebuilding the compiled engine for batch %d (%s)", host.name, b, exc)
+            if good(path):
+                tell("cached", b, None)
+                done.append((b, "cached", 0.0))
+                continue
+            reason = failure(path)
+            if reason is not None and not retry_failed:
+                tell("failed", b, reason)
+                done.append((b, "failed", 0.0))
+                continue
+            guard = lock(path)
+            if locked(path):
+                if not wait_locked:
+                    tell("busy", b, None)
+                    done.append((b, "busy", 0.0))
+                    continue
+                tell("wait", b, None)
+                self._log.info("%s: batch %d is being compiled by another process; waiting for it", host.name, b)
+            with guard:
+                if good(path):  # built by the process that held the lock
+                    tell("cached", b, None)
+                    done.append((b, "cached", 0.0))
+                    continue
+                if path.is_file():
+                    self._log.warning("%s: rebuilding the compiled engine for batch %d (unreadable entry)", host.name, b)
                     remove(path)
-            if progress is not None:
-                progress(b, i, len(sizes))
-            self._log.info(
-                "%s: compiling for batch %d (%d of %d; about two minutes each on a GPU)", host.name, b, i + 1, len(sizes)
-            )
-            with host.backend_flags():
-                seconds = build(host.module, host.call_args(b, items), path, key, device=host.device)
+                tell("start", b, None)
+                self._log.info(
+                    "%s: compiling for batch %d (%d of %d; about a minute or two each on a GPU)", host.name, b, i + 1, len(sizes)
+                )
+                try:
+                    with host.backend_flags():
+                        seconds = build(host.module, host.call_args(b, items), path, key, device=host.device)
+                except Exception as exc:  # Inductor fails in many ways: remembered, never retried by a daemon
+                    why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                    mark_failed(path, why)
+                    tell("failed", b, why)
+                    if not keep_going:
+                        raise
+                    self._log.warning(
+                        "%s: compiling for batch %d failed (%s); it runs uncompiled (`vcam engines build --batch %d` "
+                        "tries again, compiler report: %s)",
+                        host.name,
+                        b,
+                        why,
+                        b,
+                        build_log(path),
+                    )
+                    done.append((b, "failed", 0.0))
+                    continue
+                clear_failure(path)
             self._log.info("%s: batch %d compiled in %.0f s into %s", host.name, b, seconds, path)
+            tell("built", b, seconds)
             done.append((b, "built", seconds))
         return done
 
@@ -210,20 +288,136 @@ class CompiledLoader:
     def plan(self, sizes: Sequence[int], items: Items) -> None:
         """``compile="auto"``: the built sizes are loaded in a background thread, started now, at the
         end of the warm-up: while the rest of the pipeline loads, so the first frames usually find
-        them ready (each first call waits for the other engines' graph captures, and they for it)."""
+        them ready (each first call waits for the other engines' graph captures, and they for it).
+        The missing ones are built by jobs in other processes when this loader builds
+        (:attr:`builds`), each loaded and handed over once built; else they run uncompiled, with
+        one line."""
         host = self.host
         todo = [b for b in sorted(set(sizes)) if self.target(b, items)[1].is_file()]
         missing = sorted(set(sizes) - set(todo))
+        if missing and self.builds:
+            missing = self._build_in_background(missing, items)
         if missing:
             self._log.warning(
                 "%s: no compiled engine for batch %s on this GPU and torch; running uncompiled "
-                "(`vcam engines build` compiles them, about two minutes each)",
+                "(`vcam engines build` compiles them, about a minute or two each, or `vcam run` on a GPU in the background)",
                 host.name,
                 ",".join(map(str, missing)),
             )
         if todo:
             self._planned = (todo, items)
             self.resume()
+
+    def _build_in_background(self, missing: list[int], items: Items) -> list[int]:
+        """Start the build jobs for ``missing`` and the thread that loads what they build; returns
+        the sizes left uncompiled without a word more (those whose last build failed: one warning)."""
+        from vcam.engines.autobuild import BackgroundBuild
+
+        host = self.host
+        failed = {b: why for b in missing if (why := failure(self.target(b, items)[1])) is not None}
+        if failed:
+            self._log.warning(
+                "%s: compiling for batch %s failed before (%s); running uncompiled (`vcam engines build --batch %s` tries again)",
+                host.name,
+                ",".join(map(str, failed)),
+                next(iter(failed.values())),
+                ",".join(map(str, failed)),
+            )
+        todo = [b for b in missing if b not in failed]
+        model = getattr(host, "model_path", None)
+        if not todo or model is None:  # a model given as bytes: no file for a job to read
+            return todo
+        spec = job_spec(host, self.cache_dir, items)
+        inductor_cache(self.cache_dir)  # the jobs' and this process's Inductor share one cache (the loads find their kernels)
+        try:
+            self._builder = BackgroundBuild(
+                spec,
+                todo,
+                name=host.architecture or host.name,
+                precision=host.precision,
+                wait_locked=True,
+                retry_failed=False,
+                guess_s=built_seconds(self.cache_dir, device_name(host.device)),
+            )
+        except OSError as exc:
+            self._log.warning("%s: the background compile could not start (%s); running uncompiled", host.name, exc)
+            return todo
+        self._log.info(
+            "%s: compiling batch %s in the background (%d job%s; frames run uncompiled until each is ready, log: %s)",
+            host.name,
+            ",".join(map(str, todo)),
+            len(self._builder.jobs),
+            "" if len(self._builder.jobs) == 1 else "s",
+            self._builder.log_path,
+        )
+        self._progress = self._builder.progress().text()
+        self._watch = threading.Thread(target=self._watch_builds, args=(todo, items), name=f"{host.name}-autobuild", daemon=True)
+        self._watch.start()
+        return []
+
+    def _watch_builds(self, sizes: list[int], items: Items) -> None:
+        """While the jobs run: load each size they finish (as :meth:`_load_sizes` does) and keep the
+        progress line; a size that failed, or that no job built, gets one warning and stays uncompiled."""
+        host, builder = self.host, self._builder
+        pending = list(sizes)
+        paths = {b: self.target(b, items)[1] for b in sizes}
+        ready: list[int] = []
+        try:
+            while pending and not self._closing.is_set():
+                running = builder.running
+                prog = builder.progress()
+                for b in list(pending):
+                    path = paths[b]
+                    if good(path) and not locked(path):
+                        pending.remove(b)
+                        if self._thread is not None:
+                            self._thread.join()  # the load of the sizes built before (started at plan)
+                        self._started = time.perf_counter()
+                        with QUICK_SWITCHES.held():
+                            self._load_sizes([b], items)
+                        ready.append(b)
+                    elif b in prog.failed or not running:
+                        pending.remove(b)
+                        why = prog.failed.get(b)
+                        if why is None:
+                            codes = [c for c in builder.returncodes if c]
+                            code = codes[0] if codes else 0
+                            if code in STOPPED:  # stopped from outside: not the build's fault, the next start tries again
+                                self._log.warning(
+                                    "%s: the background compile of batch %d was stopped (signal %d); it runs uncompiled",
+                                    host.name,
+                                    b,
+                                    -code,
+                                )
+                                continue
+                            why = f"the build process ended (exit status {code})"
+                            if not self._closing.is_set():
+                                mark_failed(path, why)
+                        self._log.warning(
+                            "%s: compiling for batch %d failed (%s); it runs uncompiled (`vcam engines build --batch %d` "
+                            "tries again; log: %s)",
+                            host.name,
+                            b,
+                            why,
+                            b,
+                            builder.log_path,
+                        )
+                prog.done = sorted(set(prog.done) | set(ready))
+                self._progress = prog.text() if pending else ""
+                if pending:
+                    self._closing.wait(0.25)
+        except Exception as exc:  # never take the daemon down
+            self._log.warning("%s: the background compile stopped (%s: %s)", host.name, type(exc).__name__, exc)
+        finally:
+            self._progress = ""
+            if not self._closing.is_set():
+                builder.wait(60)  # the jobs close their engines and exit once their last size is built
+            builder.stop()
+
+    @property
+    def progress(self) -> str:
+        """``compiling engines: 2/4, ~40 s left`` while background builds run, else ''."""
+        return self._progress
 
     def resume(self) -> None:
         """Start the planned load unless one runs (then a later call starts it)."""
@@ -240,13 +434,13 @@ class CompiledLoader:
 
     @property
     def started(self) -> bool:
-        """Whether a background load was ever started."""
-        return self._thread is not None
+        """Whether a background load (or build) was ever started."""
+        return self._thread is not None or self._watch is not None
 
     @property
     def loading(self) -> bool:
-        """Whether a background load runs now."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether a background load (or build) runs now."""
+        return any(t is not None and t.is_alive() for t in (self._thread, self._watch))
 
     def _load_in_background(self, sizes: Sequence[int], items: Items) -> None:
         with QUICK_SWITCHES.held():  # a second of Python, beside the warm-ups or the first frames
@@ -303,16 +497,24 @@ class CompiledLoader:
     def wait(self, timeout: float | None = None) -> bool:
         """Start a planned load, wait for the running one; True when none is still running."""
         self.resume()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in (self._thread, self._watch):
+            if t is not None:
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.resume()  # a size the build finished while the first load ran
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not self.loading
 
     def close(self) -> None:
         """Stop loading (between two sizes) and drop what was not taken (idempotent)."""
         self._closing.set()
         self._planned = None
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        if self._builder is not None:
+            self._builder.stop()  # a size in hand is lost; those built stay in the cache
+        for t in (self._thread, self._watch):
+            if t is not None and t is not threading.current_thread():
+                t.join(timeout=10)
         self._ready.clear()
 
 
@@ -326,30 +528,21 @@ def torch_engine(
     return TorchEngine(model, cache_dir=cache_dir, loader=CompiledLoader(compile, cache_dir), **options)
 
 
-def prebuild(
-    model: str | os.PathLike[str],
-    *,
-    device: str = "cuda",
-    fp16: bool = True,
-    max_batch: int = 8,
-    batches: Sequence[int] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    progress: Callable[[int, int, int], None] | None = None,
-) -> tuple[str, list[tuple[int, str, float]]]:
-    """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
-    batch size of ``max_batch``). Returns the engine's description and ``(batch, "built" | "cached",
-    seconds)`` per size."""
-    engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="auto", warmup=False)
-    try:
-        done = engine.build_compiled(batches, progress=progress)
-    except (ArtifactError, RuntimeError, AssertionError, TypeError, ValueError) as exc:  # Inductor's failures
-        raise EngineUnavailable(
-            f"compiling {engine.name} failed ({type(exc).__name__}: {str(exc)[:300]})",
-            hint='run without compiled engines ([pipeline] compile = "off") and report the error',
-        ) from exc
-    finally:
-        engine.close()
-    return engine.describe(), done
+def _ignore(event: str, b: int, detail: Any = None) -> None:
+    """No progress wanted."""
 
 
-__all__ = ["COMPILE_MODES", "CompiledLoader", "compile_mode", "prebuild", "torch_engine"]
+def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items: Items) -> dict[str, Any]:
+    """What a build job (:mod:`vcam.engines.autobuild`) needs to make ``host``'s module and keys."""
+    return {
+        "model": str(host.model_path),
+        "device": host.device,
+        "fp16": host.precision == "fp16",
+        "max_batch": int(host.max_batch),
+        "channels_last": host.channels_last,
+        "cache_dir": None if cache_dir is None else str(cache_dir),
+        "items": {k: list(v) for k, v in items.items()},
+    }
+
+
+__all__ = ["COMPILE_MODES", "CompiledLoader", "compile_mode", "job_spec", "torch_engine"]

@@ -95,8 +95,10 @@ class TorchEngine:
     engine (:func:`vcam.engines.compiled.torch_engine` builds one for a ``compile`` mode). Its mode
     ``"auto"``: each batch size whose artifact is in the engine cache is loaded in a background
     thread from the end of the warm-up on (Inductor's imports from the construction on) and
-    replaces that size's uncompiled graph between two calls (a call before that runs uncompiled; a
-    missing size stays uncompiled, with one log line that names ``vcam engines build``);
+    replaces that size's uncompiled graph between two calls (a call before that runs uncompiled); a
+    missing size is built by the loader in other processes (on CUDA; see
+    :mod:`vcam.engines.autobuild`) and replaces its graph the same way once built, or stays
+    uncompiled with one log line (``compile="load"``, or on the CPU);
     ``"build"``: missing artifacts are built now (minutes each on CUDA), and every size is captured
     compiled; ``"off"``: never compiled.
     """
@@ -228,6 +230,11 @@ class TorchEngine:
         return f"torch {self.precision} on {self.device} ({', '.join(extras)})"
 
     @property
+    def compile_progress(self) -> str:
+        """``compiling engines: 2/4, ~40 s left`` while the loader builds in the background, else ''."""
+        return self.loader.progress if self.loader is not None else ""
+
+    @property
     def compiled(self) -> bool:
         """Whether any batch size runs a compiled artifact."""
         return bool(self._compiled_fns)
@@ -322,12 +329,13 @@ class TorchEngine:
         self,
         batches: Sequence[int] | None = None,
         shapes: dict[str, Sequence[int]] | None = None,
-        progress: Callable[[int, int, int], None] | None = None,
+        progress: Callable[[str, int, Any], None] | None = None,
     ) -> list[tuple[int, str, float]]:
         """Build the compiled artifact of each batch size (default: every captured size) unless the
         cache has a good one; a stale or corrupt entry is rebuilt with one log line. ``progress``:
-        called as ``progress(batch, index, count)`` before each build. Returns ``(batch, "built" |
-        "cached", seconds)`` per size. Needs a loader (see the class docstring)."""
+        called as ``progress(event, batch, detail)`` (:meth:`CompiledLoader.build
+        <vcam.engines.compiled.CompiledLoader.build>`). Returns ``(batch, "built" | "cached",
+        seconds)`` per size. Needs a loader (see the class docstring)."""
         if self.loader is None:
             raise RuntimeError(f"{self.name}: no compiled-artifact loader (create it with vcam.engines.compiled.torch_engine)")
         items = item_shapes(self.inputs, shapes)

@@ -164,6 +164,61 @@ def check_models(cfg: Config) -> list[CheckItem]:
     return items
 
 
+def check_compiled(cfg: Config) -> list[CheckItem]:
+    """The compiled swap network in the engine cache (``[pipeline] compile``): a build running now
+    (``compiling engines: 2/4, ~40 s left``), the sizes built for this GPU and torch, the sizes whose
+    build failed (a daemon does not retry them)."""
+    if cfg.pipeline.compile == "off" or "inswapper" not in cfg.swap.swapper:
+        return []
+    from vcam.engines.artifacts import entries, failure, here
+    from vcam.engines.autobuild import running_builds
+    from vcam.engines.cache import resolve_cache_dir
+    from vcam.errors import DeviceError
+    from vcam.runtime.assemble import resolve_device
+
+    name = "compiled engines"
+    running = running_builds()
+    if running is None:
+        try:
+            device = resolve_device(cfg)[0]
+        except DeviceError:
+            device = "cpu"
+        if device != "cuda" and cfg.pipeline.compile != "background":
+            return []  # the CPU runs onnxruntime, or torch uncompiled unless asked
+    else:
+        what = running.text() or "compiling engines"
+        return [CheckItem(name, "info", f"{what} (a daemon or `vcam engines build` builds them now)")]
+    current = here()
+    usable: dict[str, list[int]] = {}
+    for e in entries(None):
+        if e.key is not None and (e.key.gpu, e.key.library.split(",")[0]) in current:
+            usable.setdefault(f"{e.key.precision} on {e.key.gpu}", []).append(int(next(iter(dict(e.key.profile).values()))[0][0]))
+    root = resolve_cache_dir(None) / "compiled"
+    failed = sorted(root.glob("*.art.failed")) if root.is_dir() else []
+    items = []
+    for where, sizes in usable.items():
+        items.append(CheckItem(name, "ok", f"batch {','.join(map(str, sorted(sizes)))} built ({where})"))
+    if not usable:
+        how = (
+            "`vcam run` on a GPU compiles them in the background on first use (a minute or two; frames run uncompiled meanwhile)"
+            if cfg.pipeline.compile in ("auto", "background")
+            else f'compile = "{cfg.pipeline.compile}" does not build them in the background'
+        )
+        items.append(CheckItem(name, "info", f"none built for this GPU and torch yet: {how}", "vcam engines build --fp16"))
+    for mark in failed:
+        art = mark.with_name(mark.name[: -len(".failed")])
+        batch = next((part[1:] for part in art.name.split(".") if part[:1] == "b" and part[1:].isdigit()), "?")
+        items.append(
+            CheckItem(
+                name,
+                "warn",
+                f"batch {batch} failed to build ({failure(art)}); it runs uncompiled and a daemon does not retry it",
+                f"vcam engines build --fp16 --batch {batch}",
+            )
+        )
+    return items
+
+
 def check_telemetry(cfg: Config) -> list[CheckItem]:
     """The GPU's NVML reading now (temperature, clocks, power, memory, throttling), as `vcam run` sees it."""
     from vcam.telemetry import TelemetryUnavailable, probe, throttle_warning
@@ -245,6 +300,7 @@ def run_checks(cfg: Config) -> list[CheckItem]:
         lambda: check_virtual_camera(cfg),
         check_cameras,
         lambda: check_models(cfg),
+        lambda: check_compiled(cfg),
         lambda: check_remote(cfg),
         lambda: check_obs(cfg),
     ):

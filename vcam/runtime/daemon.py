@@ -401,9 +401,12 @@ __all__ = ["Daemon", "Stream", "check_streams", "pixelate"]
 
 
 def engine_notes(swapper: Any) -> tuple[str, ...]:
-    """What the status says about engines that do not work now: a remote swapper's server that is
-    down (``swapper: remote gpu-box:8001 down since 12:01:03``)."""
+    """What the status says about the swapper's engine beyond the numbers: a remote server that is
+    down (``swapper: remote gpu-box:8001 down since 12:01:03``), compiled engines being built in
+    the background (``swapper: compiling engines: 2/4, ~40 s left``)."""
     engine = getattr(swapper, "engine", None)
     if engine is not None and getattr(engine, "down", False):
         return (f"swapper: {engine.health()}",)
+    if engine is not None and (progress := getattr(engine, "compile_progress", "")):
+        return (f"swapper: {progress}",)
     return ()

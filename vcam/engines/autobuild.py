@@ -1,0 +1,266 @@
+"""Compiled engines built in other processes: the daemon's background build on first use and
+``vcam engines build`` both run here.
+
+A build job is a child process (``python -m vcam.engines.build_job SPEC``, :mod:`vcam.engines.build_job`) that makes the
+swap module from its ONNX file, as the engine does, and builds a list of batch sizes one after the
+other (:meth:`vcam.engines.compiled.CompiledLoader.build`: one process, so its imports, its module,
+Inductor's compile workers and its caches serve every size). Several jobs may run side by side
+(``jobs``: the sizes dealt out to them, batch 1 first): an Inductor build spends most of its time
+compiling a few candidate kernels per layer and waiting for them, which leaves most of a many-core
+host idle; their timing of those candidates on the GPU takes turns (a lock), so no job times its
+kernels while another's run. Each job runs at a lower CPU priority (``nice``) so that a daemon's frame thread keeps
+its core; its Python, memory and compile workers are its own, never the frame thread's.
+
+Each entry is built under its lock (:func:`vcam.engines.artifacts.lock`), so a second daemon or
+``vcam engines build`` waits for the entry rather than building it again; a build that fails is
+remembered per entry (:func:`~vcam.engines.artifacts.mark_failed`) and not retried by a daemon.
+
+Progress: a job writes ``<cache>/compiled/<name>.<precision>.<pid>.build.json`` after each step
+(sizes, done, failed, the one in hand and since when); :class:`BackgroundBuild` and ``vcam check``
+read those files into one :class:`BuildProgress` ("compiling engines: 2/4, ~40 s left").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vcam.engines.cache import resolve_cache_dir
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".build.json"
+#: What one size is expected to take before any has finished here (no sidecar of this GPU yet).
+FIRST_GUESS_S = {"cuda": 90.0, "cpu": 20.0}
+
+
+@dataclass
+class BuildProgress:
+    """Where one or more build jobs stand (merged from their progress files)."""
+
+    sizes: list[int] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    current: dict[int, float] = field(default_factory=dict)  # batch -> when its build started (time.time)
+    waiting: list[int] = field(default_factory=list)  # sizes another process builds now (their locks)
+    durations: list[float] = field(default_factory=list)
+    guess_s: float = 90.0  # one size, before any has finished
+    jobs: int = 1
+
+    @property
+    def total(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done) + len(self.failed) >= self.total
+
+    def left_s(self, now: float | None = None) -> float:
+        """Seconds until every size is built, from the sizes done so far (or the first guess)."""
+        now = time.time() if now is None else now
+        per = sum(self.durations) / len(self.durations) if self.durations else self.guess_s
+        running = [max(per - (now - t), 0.05 * per) for t in self.current.values()]
+        queued = self.total - len(self.done) - len(self.failed) - len(running)
+        work = sum(running) + per * max(queued, 0)
+        return work / max(1, min(self.jobs, max(1, len(running) + max(queued, 0))))
+
+    def text(self, now: float | None = None) -> str:
+        """``compiling engines: 2/4, ~40 s left`` (done of all), or '' when nothing is left."""
+        if not self.sizes or self.finished:
+            return ""
+        left = self.left_s(now)
+        eta = f"~{left:.0f} s left" if left < 120 else f"~{left / 60:.0f} min left"
+        return f"compiling engines: {len(self.done)}/{self.total}, {eta}"
+
+
+def progress_path(cache_dir: str | os.PathLike | None, name: str, precision: str, pid: int) -> Path:
+    return resolve_cache_dir(cache_dir) / "compiled" / f"{Path(name).stem}.{precision}.{pid}{SUFFIX}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (an exited one not yet reaped by its parent does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def read_progress(paths: Sequence[Path], jobs: int | None = None) -> BuildProgress:
+    """The progress files ``paths`` merged (a file not written yet or half-written is skipped)."""
+    out = BuildProgress()
+    for p in paths:
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        out.sizes += [int(b) for b in d.get("sizes", [])]
+        out.done += [int(b) for b in d.get("done", [])]
+        out.failed.update({int(b): str(r) for b, r in d.get("failed", {}).items()})
+        out.current.update({int(b): float(t) for b, t in d.get("current", {}).items()})
+        out.waiting += [int(b) for b in d.get("waiting", [])]
+        out.durations += [float(s) for s in d.get("durations", [])]
+        out.guess_s = float(d.get("guess_s", out.guess_s))
+    out.jobs = jobs if jobs is not None else max(1, len(paths))
+    return out
+
+
+def running_builds(cache_dir: str | os.PathLike | None = None) -> BuildProgress | None:
+    """What the build jobs running now on this machine (any daemon's, or ``vcam engines build``'s)
+    have done, or None when none runs (``vcam check``); files of jobs that died are removed."""
+    root = resolve_cache_dir(cache_dir) / "compiled"
+    live = []
+    for p in sorted(root.glob(f"*{SUFFIX}")) if root.is_dir() else []:
+        try:
+            pid = int(p.name[: -len(SUFFIX)].rsplit(".", 1)[1])
+        except (ValueError, IndexError):
+            continue
+        if _alive(pid):
+            live.append(p)
+        else:
+            p.unlink(missing_ok=True)
+    return read_progress(live) if live else None
+
+
+#: Free device memory one CUDA build job is given room for (its context, the module, the autotuning).
+JOB_MEMORY = 6e9
+
+
+def default_jobs(device: str, sizes: int) -> int:
+    """Build jobs side by side: on CUDA one per four host cores and per :data:`JOB_MEMORY` of free
+    device memory (at most one per size); on the CPU one (the build's kernels are benchmarked on
+    the cores the frames need)."""
+    if device != "cuda":
+        return 1
+    jobs = max(1, min(sizes, (os.cpu_count() or 1) // 4))
+    try:
+        import torch
+
+        jobs = min(jobs, max(1, int(torch.cuda.mem_get_info()[0] // JOB_MEMORY)))
+    except Exception:  # no torch or no device here: the cores decide
+        pass
+    return jobs
+
+
+def deal(sizes: Sequence[int], jobs: int) -> list[list[int]]:
+    """``sizes`` (ascending) dealt out to ``jobs`` jobs: the first job starts with the smallest."""
+    ordered = sorted(set(sizes))
+    jobs = max(1, min(jobs, len(ordered)))
+    return [ordered[i::jobs] for i in range(jobs)]
+
+
+class BackgroundBuild:
+    """Build jobs for the missing sizes of one engine, started now; read :meth:`progress`, poll
+    :attr:`running`, :meth:`stop` them (a size in hand is lost, the finished ones are kept).
+
+    ``spec``: what a job needs to make the same module and keys as the engine (``model`` path,
+    ``device``, ``fp16``, ``max_batch``, ``channels_last``, ``items``, ``cache_dir``). ``nice``:
+    the jobs' CPU priority is lowered by that much; ``wait_locked``: a size another process builds
+    is waited for (``vcam engines build``) rather than left to it; ``retry_failed``: sizes whose
+    last build failed are built again (else skipped).
+    """
+
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        sizes: Sequence[int],
+        *,
+        name: str,
+        precision: str,
+        jobs: int | None = None,
+        nice: int = 10,
+        wait_locked: bool = False,
+        retry_failed: bool = False,
+        guess_s: float | None = None,
+    ) -> None:
+        self.sizes = sorted(set(sizes))
+        device = spec.get("device", "cuda")
+        self.jobs = deal(self.sizes, jobs or default_jobs(device, len(self.sizes)))
+        self.root = resolve_cache_dir(spec.get("cache_dir")) / "compiled"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.root / f"{Path(name).stem}.{precision}.build.log"
+        self.name, self.precision = name, precision
+        self._procs: list[subprocess.Popen] = []
+        self._paths: list[Path] = []
+        threads = max(1, (os.cpu_count() or 1) // len(self.jobs)) if len(self.jobs) > 1 else None
+        guess = self.guess_s = guess_s or FIRST_GUESS_S.get(device, 90.0)
+        with open(self.log_path, "ab") as logf:
+            for part in self.jobs:
+                job = dict(spec, sizes=part, nice=nice, wait_locked=wait_locked, retry_failed=retry_failed, guess_s=guess)
+                if threads is not None:
+                    job["compile_threads"] = threads
+                    job["serialise_benchmarks"] = device == "cuda"  # build_job.serialise_benchmarks
+                env = dict(os.environ, PYTHONUNBUFFERED="1")
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "vcam.engines.build_job", json.dumps(job)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=logf,
+                    env=env,
+                    start_new_session=True,  # the terminal's Ctrl-C goes to the daemon, which stops them
+                )
+                self._procs.append(proc)
+                self._paths.append(progress_path(spec.get("cache_dir"), name, precision, proc.pid))
+
+    @property
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self._procs)
+
+    @property
+    def returncodes(self) -> list[int | None]:
+        return [p.poll() for p in self._procs]
+
+    def progress(self) -> BuildProgress:
+        out = read_progress(self._paths, jobs=sum(p.poll() is None for p in self._procs) or 1)
+        if not out.sizes:  # the jobs are starting (importing torch): nothing written yet
+            out.sizes, out.guess_s = list(self.sizes), self.guess_s
+        return out
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in self._procs:
+            try:
+                p.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Stop the jobs still running (idempotent); their progress files are removed."""
+        for p in self._procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self._procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for path in self._paths:
+            path.unlink(missing_ok=True)
+
+
+__all__ = [
+    "BackgroundBuild",
+    "FIRST_GUESS_S",
+    "BuildProgress",
+    "default_jobs",
+    "deal",
+    "progress_path",
+    "read_progress",
+    "running_builds",
+]
