@@ -48,6 +48,7 @@ def main() -> None:
         text = state.text()
         if text and (not lines or lines[-1][1] != text):
             lines.append((round(time.perf_counter() - t0, 1), text))
+            print(f"  {lines[-1][0]:6.1f} s  {text}", flush=True)  # as it goes: a call cut off still shows how far
 
     how, done = prebuild(
         args.model, device=args.device, fp16=args.device == "cuda", max_batch=max(sizes), batches=sizes,
@@ -59,10 +60,6 @@ def main() -> None:
     for b, state, seconds in done:
         print(f"{b:>6} {state:>7} {seconds:>8.1f}")
     print(f"total {total:.1f} s for batch {args.batches} with {jobs} jobs (target <= {args.target:.0f} s): {how}")
-    # what the status said, thinned to about one line per 10 s
-    shown = [ln for i, ln in enumerate(lines) if i == 0 or ln[0] - lines[i - 1][0] >= 10 or i == len(lines) - 1]
-    for t, text in shown:
-        print(f"  {t:6.1f} s  {text}")
     (args.out / "autocompile.json").write_text(
         json.dumps(
             {
