@@ -37,7 +37,7 @@ import numpy as np
 
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
-from vcam.engines.onnx_graph import ModelSource, OnnxGraph, recognise, source_name
+from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
 from vcam.engines.threads import CAPTURE_LOCK, StreamMap, private_stream
 from vcam.errors import EngineUnavailable
 
@@ -88,7 +88,9 @@ class TorchEngine:
     ``autotune``: cuDNN benchmarks the convolution algorithms of every new input shape (about half a
     second each); None: only for models of :data:`AUTOTUNE_WEIGHTS` weights or more, where the
     chosen algorithm pays (the swappers), not for small networks run at many shapes (the detector's
-    scan and region sizes times its batch sizes took ~17 s of every GPU start).
+    scan and region sizes times its batch sizes took ~17 s of every GPU start). ``saved_build``: take
+    a native module from its saved build in the engine cache (:mod:`vcam.engines.native.saved`),
+    without reading the ONNX file, and save one after a build.
 
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
@@ -130,6 +132,7 @@ class TorchEngine:
         warmup: bool = True,
         tf32: bool = False,
         autotune: bool | None = None,
+        saved_build: bool = True,
     ) -> None:
         reason = self.unavailable_reason(device)
         if reason:
@@ -149,14 +152,22 @@ class TorchEngine:
         self.cache_dir = cache_dir
         self.skipped: list[str] = []
 
-        graph = OnnxGraph.load(model, name)
-        self.architecture = recognise(graph)
+        # A native architecture's module comes from its saved build when the engine cache has a good
+        # one (the ONNX file is not read then), else from the graph (and is saved for the next start).
+        from vcam.engines.native.saved import open_native
+
+        native, graph = open_native(model, name, cache_dir, use_saved=saved_build)
+        self.architecture = native.architecture if native is not None else None
+        #: Whether the module came from a saved build (:mod:`vcam.engines.native.saved`).
+        self.from_saved = bool(native is not None and native.saved)
         # With "auto" and an artifact of the architecture in the cache, the loader starts Inductor's
         # imports in a thread now, while this thread builds the module and captures its graphs.
         self.loader = loader
         self.compile_mode = loader.bind(self, log) if loader is not None else "off"
-        self.inputs = [TensorInfo(n, s, d) for n, s, d in graph.inputs]
-        raw_outputs = [TensorInfo(n, s, d) for n, s, d in graph.outputs]
+        source = native if native is not None else graph
+        assert source is not None
+        self.inputs = [TensorInfo(n, s, d) for n, s, d in source.inputs]
+        raw_outputs = [TensorInfo(n, s, d) for n, s, d in source.outputs]
         self._in_names = [i.name for i in self.inputs]
         self._out_dtypes = [torch_dtype(o.dtype) for o in raw_outputs]
         self.epilogue = epilogue
@@ -169,7 +180,11 @@ class TorchEngine:
         self.batch_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch)
         self._cap = max(self.batch_sizes + (self.max_batch,))
 
-        module, call_order, out_order = self._build_module(graph)
+        if native is not None:
+            module, call_order, out_order = native.module, native.call_order, native.out_order
+        else:
+            assert graph is not None
+            module, call_order, out_order = self._build_module(graph)
         self._call_order = call_order
         self._out_index = [out_order.index(o.name) for o in raw_outputs]
         if channels_last is None:
@@ -198,14 +213,7 @@ class TorchEngine:
     # -- construction helpers -----------------------------------------------------------------------
 
     def _build_module(self, graph: OnnxGraph) -> tuple[Any, list[str], list[str]]:
-        if self.architecture == "inswapper":
-            from vcam.engines.native.inswapper import load_inswapper_from_graph
-
-            return load_inswapper_from_graph(graph), ["target", "source"], list(graph.output_names)
-        if self.architecture == "retinaface":
-            from vcam.engines.native.retinaface import load_retinaface_from_graph
-
-            return load_retinaface_from_graph(graph), ["input"], ["loc", "conf", "landmarks"]
+        """A graph without a native module, run node by node (the native ones: see ``__init__``)."""
         from vcam.engines.native.graph import GraphModule
 
         module = GraphModule(graph)
