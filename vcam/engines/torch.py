@@ -38,7 +38,7 @@ import numpy as np
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
-from vcam.engines.threads import CAPTURE_LOCK, StreamMap, private_stream
+from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -90,7 +90,8 @@ class TorchEngine:
     chosen algorithm pays (the swappers), not for small networks run at many shapes (the detector's
     scan and region sizes times its batch sizes took ~17 s of every GPU start). ``saved_build``: take
     a native module from its saved build in the engine cache (:mod:`vcam.engines.native.saved`),
-    without reading the ONNX file, and save one after a build.
+    without reading the ONNX file, and save one after a build. ``background_capture``: the warm-up
+    captures the first batch size and leaves the others to a background thread (see :meth:`warmup`).
 
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
@@ -133,6 +134,7 @@ class TorchEngine:
         tf32: bool = False,
         autotune: bool | None = None,
         saved_build: bool = True,
+        background_capture: bool = True,
     ) -> None:
         reason = self.unavailable_reason(device)
         if reason:
@@ -206,6 +208,8 @@ class TorchEngine:
         self._views: dict[tuple, Any] = {}
         self._fast: dict[tuple, tuple] = {}
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
+        self.background_capture = bool(background_capture)
+        self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()
@@ -297,18 +301,30 @@ class TorchEngine:
                 self._fast[ptrs] = (cap, [from_torch(o, "cupy") for o in outs])
         return out
 
-    def warmup(self, shapes: dict[str, Sequence[int]] | None = None, batches: Sequence[int] | None = None) -> None:
-        """Capture the CUDA graphs now (so no live frame pays for them): every batch size, or
-        ``batches``, for the item ``shapes`` (default: the model's fixed dims)."""
+    def warmup(
+        self,
+        shapes: dict[str, Sequence[int]] | None = None,
+        batches: Sequence[int] | None = None,
+        *,
+        background: bool | None = None,
+    ) -> None:
+        """Capture the CUDA graphs (so no live frame pays for them): every batch size, or
+        ``batches``, for the item ``shapes`` (default: the model's fixed dims). ``background`` (None:
+        the engine's ``background_capture``): the first size is captured now, the others by a
+        background thread while the frames run (a frame that needs one before captures it itself;
+        :meth:`wait_graphs` waits for them)."""
         items = item_shapes(self.inputs, shapes)
-        sizes = [self._padded(b) for b in batches or self.batch_sizes]
+        sizes = list(dict.fromkeys(self._padded(b) for b in batches or self.batch_sizes))
         if self.compile_mode == "build" and self.loader is not None:
             self.build_compiled(sizes, shapes)
             for b, its, fn in self.loader.load_now(sizes, items):
                 self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
-            for b in sizes:
+            later = self.background_capture if background is None else background
+            for b in sizes[:1] if later else sizes:
                 self._captured_for(b, items)
+            if later and len(sizes) > 1:
+                self._later.put(sizes[1:], items)
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(sizes, items)
 
@@ -382,6 +398,7 @@ class TorchEngine:
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait for the background loads and put what they loaded into use now (benchmarks: call it
         from the thread that runs the engine). True when no load is still running."""
+        self.wait_graphs(timeout)
         if self.loader is None:
             return True
         done = self.loader.wait(timeout)
@@ -399,37 +416,53 @@ class TorchEngine:
         return self.epilogue.torch(outs) if self.epilogue is not None else outs
 
     def _capture(self, b: int, items: Items) -> _Captured:
+        """Warm up and capture batch ``b`` on a side stream of its own. Nothing here waits for, or
+        frees memory under, the other threads' streams (``torch.cuda.graph`` would synchronise the
+        device and empty the allocator's cache first), so a capture in the background thread does
+        not stall the frames meanwhile."""
         torch = _torch
-        static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
-        fn = self._compiled_fns.get(self._graph_key(b, items))
         with CAPTURE_LOCK, torch.inference_mode(), self.backend_flags():
+            static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
+            fn = self._compiled_fns.get(self._graph_key(b, items))
             side = torch.cuda.Stream(self._dev)
-            side.wait_stream(torch.cuda.current_stream(self._dev))
+            side.wait_stream(torch.cuda.current_stream(self._dev))  # the static buffers' zeroing
+            graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(side):
                 for _ in range(2):  # cuDNN autotune, lazy init, a compiled artifact's kernels loaded
                     self._forward(static, fn)
-            torch.cuda.current_stream(self._dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: other threads (the capture thread's nvJPEG) may call the driver meanwhile;
-            # only this thread's calls would break the capture.
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                outputs = self._forward(static, fn)
-        torch.cuda.synchronize(self._dev)
+                # thread_local: other threads (the frames, the capture thread's nvJPEG) may call the
+                # driver meanwhile; only this thread's calls would break the capture.
+                graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+                try:
+                    outputs = self._forward(static, fn)
+                finally:
+                    graph.capture_end()
+            side.synchronize()
         return _Captured(graph, outputs)
 
     def _graph_key(self, b: int, items: Items) -> tuple[Any, ...]:
         return (b,) + tuple(tuple(items[i.name]) for i in self.inputs)
 
     def _captured_for(self, b: int, items: Items) -> _Captured:
+        """The graph of batch ``b`` (captured now when missing). A graph already there is found
+        without a lock; a missing one is captured under :data:`CAPTURE_LOCK`, after the background
+        capture (:meth:`warmup`) that may hold it, unless that one captured it meanwhile."""
         key = self._graph_key(b, items)
         cap = self._graphs.get(key)
         if cap is None:
-            cap = self._graphs[key] = self._capture(b, items)
-            while len(self._graphs) > 32:  # dynamic-shape models: keep the most recent shapes
-                self._graphs.popitem(last=False)
+            with CAPTURE_LOCK:
+                cap = self._graphs.get(key)
+                if cap is None:
+                    cap = self._graphs[key] = self._capture(b, items)
+                    while len(self._graphs) > 32:  # dynamic-shape models: keep the most recent shapes
+                        self._graphs.popitem(last=False)
         else:
             self._graphs.move_to_end(key)
         return cap
+
+    def wait_graphs(self, timeout: float | None = None) -> bool:
+        """Wait for the background captures (:meth:`warmup`); True when none is still running."""
+        return self._later.wait(timeout)
 
     def _run_once(self, tensors: list[Any], n: int) -> list[Any]:
         """One call of at most one padded batch; tensors on the engine's device."""
@@ -527,6 +560,7 @@ class TorchEngine:
 
     def close(self) -> None:
         """Drop the captured graphs and buffers (idempotent); stops the compiled engines' loader."""
+        self._later.close()  # it stops between two sizes
         if self.loader is not None:
             self.loader.close()  # it stops between two sizes
         self._compiled_fns.clear()

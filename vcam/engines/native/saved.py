@@ -214,7 +214,9 @@ def load(path: Path) -> NativeBuild:
             raise SavedBuildError(f"format {meta.get('format')} != {FORMAT}")
         arch = str(meta["architecture"])
         module = _empty_module(arch, meta.get("spec"))
-        if not isinstance(state, dict) or any(not isinstance(t, torch.Tensor) or t.dtype != torch.float32 for t in state.values()):
+        if not isinstance(state, dict) or any(
+            not isinstance(t, torch.Tensor) or t.dtype != torch.float32 for t in state.values()
+        ):
             raise SavedBuildError("the weights are not float32 tensors")
         module.load_state_dict(state, strict=True, assign=True)
         build = NativeBuild(
@@ -230,7 +232,9 @@ def load(path: Path) -> NativeBuild:
     except SavedBuildError:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: load_state_dict's mismatches
-        raise SavedBuildError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}") from None
+        raise SavedBuildError(
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+        ) from None
     if any(p.is_meta for p in module.parameters()) or any(b.is_meta for b in module.buffers()):
         raise SavedBuildError("weights missing")
     return build
