@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from vcam.stages.enhance import Enhancer
     from vcam.stages.mapping import Assigner
     from vcam.stages.mask import Masker
-    from vcam.stages.recognize import ArcFaceRecogniser
+    from vcam.stages.recognize import ArcFaceRecogniser, DeferredRecogniser
     from vcam.stages.swap import Swapper
     from vcam.stages.track import Tracker
     from vcam.stages.upscale import FrameEnhancer
@@ -121,7 +121,7 @@ class Assembly:
     swapper: Swapper
     tracker: Tracker
     face_filter: FaceFilter
-    recogniser: ArcFaceRecogniser | None = None
+    recogniser: ArcFaceRecogniser | DeferredRecogniser | None = None
     enhancer: Enhancer | None = None
     masker: Masker | None = None
     assigner: Assigner | None = None
@@ -136,8 +136,28 @@ class Assembly:
     _warm: set[tuple[int, int]] = field(default_factory=set)
 
     def describe(self) -> str:
-        """One line: where each model runs."""
+        """One line: where each model runs (a model that was loading in the background is looked at again)."""
+        models = {"recogniser": self.recogniser}
+        for i, p in enumerate(self.placements):
+            if p.where == "loading in the background" and models.get(p.role) is not None:
+                self.placements[i] = Placement(p.role, p.model, _where(models[p.role], self.device), p.ok)
         return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait for what loads in the background (the recogniser, the engines' graph captures), so a
+        short run's summary says where each model ran and no load is torn down at exit."""
+        if self.recogniser is not None and hasattr(self.recogniser, "get"):
+            try:
+                self.recogniser.get()
+            except Exception:  # said when it failed; the summary says it too
+                pass
+        for model in (self.swapper, self.detector, self.recogniser if getattr(self.recogniser, "ready", True) else None):
+            try:
+                wait = getattr(getattr(model, "engine", None), "wait_graphs", None)
+            except Exception:
+                wait = None
+            if wait is not None:
+                wait(timeout)
 
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         """The size of the frames a pipeline built here publishes for ``width`` x ``height`` input
@@ -274,8 +294,14 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
         else RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
     )
-    recogniser = _roles.build("recogniser", cfg, store=store, device=device) if "recogniser" in names else None
+    recogniser = None
+    if "recogniser" in names:  # built beside the rest (faces seen before need only its name)
+        from vcam.stages.recognize import DeferredRecogniser
+
+        recogniser = DeferredRecogniser(names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device))
     swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
+    if recogniser is not None:  # after the swapper: its first graph capture does not wait for the recogniser's
+        recogniser.start()
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None
@@ -316,13 +342,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         ("recogniser", recogniser),
     )
     for role, model in roles:
-        if model is None:
-            continue
-        engine = getattr(model, "engine", None)
-        where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
-        if engine is not None and getattr(engine, "skipped", None):
-            where += " [after " + "; ".join(engine.skipped) + "]"
-        placements.append(Placement(role, names[role], where))
+        if model is not None:
+            placements.append(Placement(role, names[role], _where(model, device)))
     return Assembly(
         cfg=cfg,
         device=device,
@@ -341,6 +362,20 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         fps=fps,
         placements=placements,
     )
+
+
+def _where(model: Any, device: str) -> str:
+    """Where ``model`` runs (its engine's description), or that it is still loading."""
+    if not getattr(model, "ready", True):
+        return "loading in the background"
+    try:
+        engine = getattr(model, "engine", None)
+    except VcamError as exc:  # a background load that failed
+        return f"failed: {exc.message}"
+    where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
+    if engine is not None and getattr(engine, "skipped", None):
+        where += " [after " + "; ".join(engine.skipped) + "]"
+    return where
 
 
 def _reference_filter(cfg: Config, detector: Any, recogniser: Any) -> Any:

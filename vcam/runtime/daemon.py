@@ -273,9 +273,12 @@ class Daemon:
     def note_outcome(self) -> None:
         """Each summary names its active face and its file output (codec, pixel format, size, and
         where the file was kept)."""
+        if self.assembly is not None:
+            self.assembly.settle()
         for st in self.streams:
             if self.assembly is not None:
                 st.summary.face = st.state.active or ""
+                st.summary.models = self.assembly.describe()
             out = st.output
             describe = getattr(out, "describe", None)
             if describe is None:
