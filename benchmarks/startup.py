@@ -14,7 +14,10 @@ counts pipeline frames, so the wall time always includes loading the models). Co
 built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
 random weights) with the recogniser in FP16 on CUDA.
 ``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
-session). ``--profile``: a cProfile of one warm inswapper start.
+session; each checkout keeps its own engine cache, ``engines/`` in it). ``--profile``: a cProfile of
+one warm inswapper start (the main thread only: the models load in a thread). ``--phases``: the
+daemon's own INFO lines of the last start of each configuration (``vcam -v``: where the load's time
+went, what was captured in the background), printed and kept in the JSON.
 """
 
 from __future__ import annotations
@@ -43,11 +46,19 @@ def _models(root: Path) -> Path:
     return root
 
 
-def _start(args: list[str], env: dict, cwd: Path, profile: Path | None = None) -> tuple[float, int, str]:
-    cmd = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "vcam", *args]
+PHASE_WORDS = ("start-up:", "models loaded in", "in the background", "native build", "first frame", "compiled engine")
+
+
+def _start(
+    args: list[str], env: dict, cwd: Path, profile: Path | None = None, phases: bool = False
+) -> tuple[float, int, str, list[str]]:
+    cmd = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "vcam"]
+    cmd += (["-v"] if phases else []) + args
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
-    return time.perf_counter() - t0, r.returncode, (r.stdout + r.stderr).strip()[-600:]
+    text = (r.stdout + r.stderr).strip()
+    lines = [ln.strip()[:300] for ln in text.splitlines() if any(w in ln for w in PHASE_WORDS)] if phases else []
+    return time.perf_counter() - t0, r.returncode, text[-600:], lines
 
 
 def _first_frame(text: str) -> float | None:
@@ -74,6 +85,8 @@ def main() -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--before", default="", help="another checkout to time the same way (a baseline)")
     ap.add_argument("--profile", default="", help="write a cProfile of one warm inswapper start here")
+    ap.add_argument("--phases", action="store_true", help="run vcam -v and keep its start-up lines (last start)")
+    ap.add_argument("--torch", action="store_true", help="also inswapper_128 on the torch backend (the CPU's default is onnxruntime)")
     args = ap.parse_args()
     import platformdirs
 
@@ -87,6 +100,8 @@ def main() -> int:
         "classic": base,
         "inswapper_128 fp16": base + ["--model", "inswapper_128", "--fp16", "--face", str(face)],
     }
+    if args.torch:
+        configs["inswapper_128 torch"] = configs["inswapper_128 fp16"] + ["--backend", "torch"]
     here = Path(__file__).resolve().parents[1]
     trees = {"now": here}
     if args.before:
@@ -95,9 +110,9 @@ def main() -> int:
     for tree, root in trees.items():
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
         for label, cmd in configs.items():
-            times, firsts, processed = [], [], []
+            times, firsts, processed, lines = [], [], [], []
             for _ in range(args.runs):
-                secs, rc, text = _start(cmd, env, root)
+                secs, rc, text, lines = _start(cmd, env, root, phases=args.phases)
                 if rc != 0:
                     print(f"{tree} {label}: rc={rc}: {text}", flush=True)
                     break
@@ -110,12 +125,15 @@ def main() -> int:
                 "seconds": [round(t, 2) for t in times],
                 "first_frame_s": firsts,
                 "first_processed_s": processed,
+                "phases": lines,
             }
             rows.append(row)
             print(f"{tree:7s} {label:20s} " + " ".join(f"{t:6.2f}s" for t in times), flush=True)
+            for ln in lines:
+                print(f"        {ln}", flush=True)
     if args.profile:
         path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
-        _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile))
+        _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile), phases=False)
         import pstats
 
         pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)

@@ -12,6 +12,7 @@ shown by ``vcam run``).
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,7 @@ def resolve_device(cfg: Config) -> tuple[str, str]:
         return "cpu", "--device cpu"
     ok, why = cuda_status()
     if ok:
-        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend)
+        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend, first=True)  # no import past the first
         if not any(r[1] for r in rows):
             ok, why = False, "no CUDA inference backend (" + "; ".join(f"{n}: {r}" for n, _, r in rows) + ")"
     if ok:
@@ -289,11 +290,10 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     top, right, bottom, left = cfg.mask.box_padding if box else (0.0, 0.0, 0.0, 0.0)
     mask = ops.asarray(blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, (top, right, bottom, left)))
     detector = _roles.build("detector", cfg, store=store, ops=ops, device=device)
-    photo_detector = (
-        detector
-        if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
-        else RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
-    )
+    photo_detector: Any = detector
+    if not (device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR):  # built when a photo is first read
+        params = stage_params(DetectParams, cfg.detect)
+        photo_detector = OnFirstUse(params, lambda: RetinaFaceDetector(params, cfg.track.roi_size, backend="onnxruntime"))
     recogniser = None
     if "recogniser" in names:  # built beside the rest (faces seen before need only its name)
         from vcam.stages.recognize import DeferredRecogniser
@@ -362,6 +362,31 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         fps=fps,
         placements=placements,
     )
+
+
+class OnFirstUse:
+    """A detector built at its first :meth:`detect` (the photo detector: a start whose faces are all
+    known from the caches never builds it); ``cfg``, what the face caches are keyed by, at once."""
+
+    def __init__(self, cfg: Any, build: Any) -> None:
+        self.cfg = cfg
+        self._build = build
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._value is None:
+                self._value = self._build()
+            return self._value
+
+    def detect(self, frame_bgr: Any) -> Any:
+        return self.get().detect(frame_bgr)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.get(), attr)
 
 
 def _where(model: Any, device: str) -> str:

@@ -196,9 +196,11 @@ def load(d: Daemon) -> None:
     cfg = d.cfg
     first = d.streams[0]
     assert first.source is not None
+    t0 = time.perf_counter()
     asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return
+    t1 = time.perf_counter()
     d.assembly = asm
     for st in d.streams:
         st.summary.device = asm.device
@@ -216,6 +218,7 @@ def load(d: Daemon) -> None:
         d.components.append(watcher)
     else:  # faces given with the state (tests, embedding): every stream gets them
         assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
+    t2 = time.perf_counter()
     for st in d.streams:
         src = st.source
         assert src is not None and st.delivery is not None
@@ -235,6 +238,11 @@ def load(d: Daemon) -> None:
         )
         st.stage = capture_stage(d, st)  # the decoder is built here too, off the frame loop
         st.live = LiveStats(st.summary)
+    age = process_age()
+    log.info(
+        "start-up: models %.2f s, faces %.2f s, pipelines %.2f s (loading began %s after the start)",
+        t1 - t0, t2 - t1, time.perf_counter() - t2, "?" if age is None else f"{age - (time.perf_counter() - t0):.2f} s",
+    )  # fmt: skip
 
 
 def start_capture(d: Daemon, early: bool) -> None:
