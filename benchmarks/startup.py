@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--before", default="", help="another checkout to time the same way (a baseline)")
     ap.add_argument("--profile", default="", help="write a cProfile of one warm inswapper start here")
     ap.add_argument("--phases", action="store_true", help="run vcam -v and keep its start-up lines (last start)")
-    ap.add_argument("--torch", action="store_true", help="also inswapper_128 on the torch backend (the CPU's default is onnxruntime)")
+    ap.add_argument("--torch", action="store_true", help="also inswapper_128 on the torch backend (CPU default: onnxruntime)")
     args = ap.parse_args()
     import platformdirs
 
