@@ -4,7 +4,8 @@
   exclude each other, across threads and engines (a first call may synchronise the device, which
   is illegal while any stream captures and would void that capture).
 - :data:`QUICK_SWITCHES`: the interpreter's switch interval, shortened while a background load runs.
-- :class:`CaptureQueue`: an engine's batch sizes captured by a background thread.
+- :class:`CaptureQueue`: an engine's batch sizes captured by a background thread, after the
+  start-up's own captures (:data:`vcam.engines.gate.BACKGROUND`).
 - :func:`private_stream`: a side stream of the calling thread's own for one piece of device work.
 - :class:`OnStream`: a cheap, reusable "this stream is current" context for the replay hot path.
 - :class:`StreamMap`: CuPy streams (or raw handles) as torch streams, and their replay contexts.
@@ -27,6 +28,8 @@ try:  # optional: the package imports everywhere
     import torch as _torch
 except ImportError:  # pragma: no cover - exercised where torch is absent
     _torch = None  # type: ignore[assignment]
+
+from vcam.engines.gate import BACKGROUND
 
 log = logging.getLogger("vcam.engines.torch")
 
@@ -117,6 +120,7 @@ class CaptureQueue:
                         break
                     sizes, items = self._todo.pop(0)
                 for b in sizes:
+                    BACKGROUND.wait()  # after the start-up's own captures
                     if self._closing.is_set():
                         break
                     try:

@@ -295,13 +295,11 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         params = stage_params(DetectParams, cfg.detect)
         photo_detector = OnFirstUse(params, lambda: RetinaFaceDetector(params, cfg.track.roi_size, backend="onnxruntime"))
     recogniser = None
-    if "recogniser" in names:  # built beside the rest (faces seen before need only its name)
+    if "recogniser" in names:  # built at its first use or start() (faces seen before need only its name)
         from vcam.stages.recognize import DeferredRecogniser
 
         recogniser = DeferredRecogniser(names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device))
     swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
-    if recogniser is not None:  # after the swapper: its first graph capture does not wait for the recogniser's
-        recogniser.start()
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None

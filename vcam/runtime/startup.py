@@ -189,8 +189,21 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
 
 def load(d: Daemon) -> None:
     """The models, the faces, each stream's output (opened here unless early frames opened it) and
-    pipeline (built with its output format, budget and degradability), every buffer and CUDA graph
-    warmed up."""
+    pipeline (built with its output format, budget and degradability), the buffers and the CUDA
+    graphs of the first frame warmed up; the engines' other graphs are captured in the background
+    once this returns (:data:`vcam.engines.gate.BACKGROUND`), and the recogniser is built in the
+    background from then on (a face that needs it meanwhile builds it at once)."""
+    from vcam.engines.gate import BACKGROUND
+
+    with BACKGROUND.held():
+        _load(d)
+    asm = d.assembly
+    start_recogniser = getattr(asm.recogniser, "start", None) if asm is not None else None
+    if start_recogniser is not None:
+        start_recogniser()
+
+
+def _load(d: Daemon) -> None:
     from vcam.runtime import assemble
 
     cfg = d.cfg
