@@ -213,9 +213,10 @@ for step in $steps; do
         --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_mjpeg.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_mjpeg.txt" | tail -n 12 || rc=1 ;;
     startup)
-      # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start.
-      timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} \
-        --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
+      # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start;
+      # the daemon's start-up lines (--phases). STARTUP_BEFORE=DIR: that checkout's vcam alternated with this one.
+      timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} --phases \
+        ${STARTUP_BEFORE:+--before "$STARTUP_BEFORE"} --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 12 || rc=1 ;;
     panel)
       # The control panel open with its preview on against no panel, alternated (issue 31): one-face

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _models(root: Path) -> Path:
@@ -104,33 +105,36 @@ def main() -> int:
         configs["inswapper_128 torch"] = configs["inswapper_128 fp16"] + ["--backend", "torch"]
     here = Path(__file__).resolve().parents[1]
     trees = {"now": here}
-    if args.before:
-        trees = {"before": Path(args.before).resolve(), **trees}
-    rows = []
-    for tree, root in trees.items():
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
+    if args.before:  # alternated run by run, the new code first (its first start meets the coldest caches)
+        trees["before"] = Path(args.before).resolve()
+    envs = {
+        tree: dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
+        for tree, root in trees.items()
+    }
+    rows: dict[tuple[str, str], dict[str, Any]] = {
+        (tree, label): {"tree": tree, "config": label, "seconds": [], "first_frame_s": [], "first_processed_s": [], "phases": []}
+        for tree in trees
+        for label in configs
+    }
+    failed: set[tuple[str, str]] = set()
+    for i in range(args.runs):
         for label, cmd in configs.items():
-            times, firsts, processed, lines = [], [], [], []
-            for _ in range(args.runs):
-                secs, rc, text, lines = _start(cmd, env, root, phases=args.phases)
+            for tree, root in trees.items():
+                if (tree, label) in failed:
+                    continue
+                secs, rc, text, lines = _start(cmd, envs[tree], root, phases=args.phases)
                 if rc != 0:
                     print(f"{tree} {label}: rc={rc}: {text}", flush=True)
-                    break
-                times.append(secs)
-                firsts.append(_first_frame(text))
-                processed.append(_first_processed(text))
-            row = {
-                "tree": tree,
-                "config": label,
-                "seconds": [round(t, 2) for t in times],
-                "first_frame_s": firsts,
-                "first_processed_s": processed,
-                "phases": lines,
-            }
-            rows.append(row)
-            print(f"{tree:7s} {label:20s} " + " ".join(f"{t:6.2f}s" for t in times), flush=True)
-            for ln in lines:
-                print(f"        {ln}", flush=True)
+                    failed.add((tree, label))
+                    continue
+                row = rows[(tree, label)]
+                row["seconds"].append(round(secs, 2))
+                row["first_frame_s"].append(_first_frame(text))
+                row["first_processed_s"].append(_first_processed(text))
+                row["phases"] = lines
+                print(f"run {i + 1} {tree:7s} {label:20s} {secs:6.2f}s", flush=True)
+                for ln in lines:
+                    print(f"        {ln}", flush=True)
     if args.profile:
         path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
         _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile), phases=False)
@@ -144,7 +148,7 @@ def main() -> int:
     cols = ("code", "config", "first start s", "warm start s (best)", "first frame s (daemon)", "through the pipeline s")
     for col in cols:
         t.add_column(col, justify="right")
-    for r in rows:
+    for r in rows.values():
         s = r["seconds"]
         ff = [f for f in r["first_frame_s"] if f is not None]
         fp = [f for f in r.get("first_processed_s", []) if f is not None]
@@ -158,7 +162,9 @@ def main() -> int:
         )
     Console(width=120).print(t)
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": args.device, "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"device": args.device, "date": time.strftime("%Y-%m-%d"), "rows": list(rows.values())}, indent=2)
+        )
     return 0
 
 

@@ -178,3 +178,24 @@ def test_unwritable_cache_is_not_fatal(tiny, tmp_path, caplog):
         assert saved.wait_saves(60)
     assert e.run(feeds())[0].shape == (2, 3, 128, 128)
     assert any("was not saved" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.gpu
+def test_saved_build_on_cuda_fp16_has_the_same_weights_and_outputs(tiny, tmp_path):
+    torch = need_torch()
+    if not torch.cuda.is_available():
+        from conftest import require
+
+        require("cuda", "no CUDA device")
+    from vcam.engines.native import saved
+    from vcam.engines.torch import TorchEngine
+
+    cache = tmp_path / "cache"
+    fresh = TorchEngine(tiny, device="cuda", fp16=True, cache_dir=cache, max_batch=2)
+    assert saved.wait_saves(60) and not fresh.from_saved
+    again = TorchEngine(tiny, device="cuda", fp16=True, cache_dir=cache, max_batch=2)
+    assert again.from_saved
+    for (n, a), (_, b) in zip(fresh.module.state_dict().items(), again.module.state_dict().items()):
+        assert a.dtype == b.dtype == torch.float16 and a.is_cuda and torch.equal(a, b), n
+    for g, w in zip(again.run(feeds()), fresh.run(feeds())):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3)
