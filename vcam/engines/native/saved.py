@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from vcam.engines.cache import model_identity
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, recognise, source_name
 
 log = logging.getLogger("vcam.engines.torch")
 
 #: Bump when the meaning of a saved file changes (its fields, the state's layout).
 FORMAT = 1
-_SAMPLE = 64 * 1024
 _SUFFIX = ".pt"
 
 #: Module argument order and output order of each native architecture.
@@ -78,22 +78,6 @@ def converter_digest() -> str:
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
-
-
-def model_identity(model: ModelSource) -> dict[str, Any]:
-    """What identifies the ONNX source: bytes by their SHA-256; a file by its name, size,
-    modification time and a hash of its first and last 64 KiB (no full read of 550 MB)."""
-    if isinstance(model, (bytes, bytearray)):
-        return {"sha256": hashlib.sha256(bytes(model)).hexdigest()}
-    path = Path(model)
-    st = path.stat()
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(_SAMPLE))
-        if st.st_size > 2 * _SAMPLE:
-            f.seek(st.st_size - _SAMPLE)
-            h.update(f.read(_SAMPLE))
-    return {"file": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": h.hexdigest()}
 
 
 def key_digest(model: ModelSource) -> str:
