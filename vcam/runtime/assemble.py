@@ -229,7 +229,11 @@ class Assembly:
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait until the swapper's compiled engines (``[pipeline] compile = "auto"``) are loaded and in
-        use; call it from the thread that runs the frames (benchmarks: time the compiled swapper)."""
+        use, and the engines' background graph captures are done; call it from the thread that runs
+        the frames (benchmarks: time the compiled swapper, with nothing captured beside the frames)."""
+        wait_graphs = getattr(getattr(self.detector, "engine", None), "wait_graphs", None)
+        if wait_graphs is not None:
+            wait_graphs(timeout)
         wait = getattr(getattr(self.swapper, "engine", None), "wait_compiled", None)
         return wait(timeout) if wait is not None else True
 
