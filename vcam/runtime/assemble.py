@@ -303,6 +303,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         from vcam.stages.recognize import DeferredRecogniser
 
         recogniser = DeferredRecogniser(names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device))
+        if cfg.swap.map or cfg.swap.faces == "reference":  # the frames call it for each new track: load it now
+            recogniser.start()
     swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
