@@ -288,6 +288,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         store.ensure(list(dict.fromkeys(needed)))
 
     ops = make_ops(device)
+    if device == "cuda":  # the kernel modules build (NVRTC on a fresh machine: seconds) while the models load
+        threading.Thread(target=_build_kernels, args=(ops,), name="vcam-kernels", daemon=True).start()
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
     # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
     box = "box" in cfg.mask.types
@@ -366,6 +368,15 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         fps=fps,
         placements=placements,
     )
+
+
+def _build_kernels(ops: Ops) -> None:
+    """``ops.warmup()`` in a background thread; a failure is left to the warm-up that needs the
+    kernels (:meth:`Assembly.warmup`), which raises it where the start can report it."""
+    try:
+        ops.warmup()
+    except Exception as exc:
+        log.debug("building the kernels in the background failed (%s); the warm-up tries again", exc)
 
 
 class OnFirstUse:
