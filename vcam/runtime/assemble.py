@@ -410,8 +410,8 @@ def _where(model: Any, device: str) -> str:
         return "loading in the background"
     try:
         engine = getattr(model, "engine", None)
-    except VcamError as exc:  # a background load that failed
-        return f"failed: {exc.message}"
+    except Exception as exc:  # a background load that failed
+        return f"failed: {getattr(exc, 'message', None) or exc}"
     where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
     if engine is not None and getattr(engine, "skipped", None):
         where += " [after " + "; ".join(engine.skipped) + "]"
