@@ -136,13 +136,17 @@ class Assembly:
     _pipelines: int = 0
     _warm: set[tuple[int, int]] = field(default_factory=set)
 
-    def describe(self) -> str:
-        """One line: where each model runs (a model that was loading in the background is looked at again)."""
+    def current_placements(self) -> list[Placement]:
+        """:attr:`placements`, a model that was loading in the background looked at again."""
         models = {"recogniser": self.recogniser}
         for i, p in enumerate(self.placements):
             if p.where == "loading in the background" and models.get(p.role) is not None:
                 self.placements[i] = Placement(p.role, p.model, _where(models[p.role], self.device), p.ok)
-        return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
+        return self.placements
+
+    def describe(self) -> str:
+        """One line: where each model runs (:meth:`current_placements`)."""
+        return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.current_placements())
 
     def settle(self, timeout: float = 60.0) -> None:
         """Wait for what loads in the background (the recogniser, the engines' graph captures), so a
