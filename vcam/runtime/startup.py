@@ -300,6 +300,8 @@ def load_while_passing_through(d: Daemon) -> bool:
     loader = threading.Thread(target=loading, name="vcam-load", daemon=True)
     t0 = time.perf_counter()
     loader.start()
+    if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
+        threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()
     while loader.is_alive() and not d.should_exit:
         for st, frame in d.rounds.gather(None, timeout=0.05):
             if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
@@ -324,6 +326,21 @@ def load_while_passing_through(d: Daemon) -> bool:
     passed = sum(st.summary.early_frames for st in d.streams)
     log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
     return True
+
+
+#: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
+PANEL_MODULES = ("vcam.runtime.panel", "vcam.panel.access", "vcam.panel.server", "uvicorn", "starlette.applications")
+
+
+def preimport(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` (in a thread, while the models load); a failure is left to the real use."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            log.debug("importing %s ahead failed: %s", name, exc)
 
 
 def capture_stage(d: Daemon, st: Stream) -> Callable[[Frame], Frame] | None:
