@@ -87,7 +87,11 @@ def key_digest(model: ModelSource) -> str:
 
 
 def _stem(model: ModelSource, name: str | None) -> str:
-    raw = Path(source_name(model, name)).stem if not isinstance(model, (bytes, bytearray)) or name else "model-bytes"
+    """The file's stem, the name given for bytes; unnamed bytes by their hash (so two of them never
+    take each other's save for an older version of themselves)."""
+    if isinstance(model, (bytes, bytearray)) and not name:
+        return "bytes-" + hashlib.sha256(bytes(model)).hexdigest()[:12]
+    raw = Path(source_name(model, name)).stem
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-.") or "model"
 
 
