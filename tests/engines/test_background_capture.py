@@ -165,3 +165,20 @@ def test_close_while_capturing_in_the_background(tiny):
     e = TorchEngine(tiny, device="cuda", max_batch=32)
     e.close()
     assert not e._later.running
+
+
+def test_gate_hold_release_is_idempotent_and_counted():
+    from vcam.engines.gate import BackgroundGate
+
+    g = BackgroundGate(patience=5)
+    a, b = g.hold(), g.hold()
+    a()
+    a()  # twice: still one release
+    assert not g._open.is_set()  # b still holds it
+    t0 = time.perf_counter()
+    threading.Timer(0.1, b).start()
+    g.wait()
+    assert g._open.is_set() and time.perf_counter() - t0 < 4
+    with g.held():
+        assert not g._open.is_set()
+    assert g._open.is_set()

@@ -113,3 +113,25 @@ def test_deferred_recogniser_raises_its_build_error_at_use():
     with pytest.raises(ModelError, match="broken"):
         d.embed(np.zeros((8, 8, 3), np.uint8), np.zeros((1, 5, 2), np.float32))
     assert d.ready and d.name == "arcface_w600k_r50"
+
+
+def test_deferred_recogniser_waits_for_its_gate_unless_used_first(recogniser):
+    built: list[str] = []
+
+    def build():
+        built.append(threading.current_thread().name)
+        return recogniser
+
+    gate = threading.Event()
+    d = DeferredRecogniser(recogniser.name, build).start(gate.wait)
+    assert d.started and not d.ready and built == []  # held back by its gate
+    gate.set()
+    d._thread.join(10)  # the thread builds it once the gate opens
+    assert d.ready and d.get() is recogniser and built == ["vcam-recogniser"]
+
+    held = threading.Event()
+    e = DeferredRecogniser(recogniser.name, build).start(held.wait)
+    assert e.get() is recogniser and built[-1] == threading.current_thread().name  # a use builds it now
+    held.set()
+    e._thread.join(5)
+    assert len(built) == 2  # the thread found it built: never twice

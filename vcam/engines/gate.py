@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class BackgroundGate:
@@ -20,18 +20,31 @@ class BackgroundGate:
         self._lock = threading.Lock()
         self._holders = 0
 
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def hold(self) -> Callable[[], None]:
+        """Hold the gate; returns the release (idempotent: call it as often as is convenient)."""
         with self._lock:
             self._holders += 1
             self._open.clear()
-        try:
-            yield
-        finally:
+        released = threading.Event()
+
+        def release() -> None:
             with self._lock:
+                if released.is_set():
+                    return
+                released.set()
                 self._holders -= 1
                 if self._holders == 0:
                     self._open.set()
+
+        return release
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        release = self.hold()
+        try:
+            yield
+        finally:
+            release()
 
     def wait(self) -> None:
         self._open.wait(self.patience)

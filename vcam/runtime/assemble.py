@@ -151,9 +151,10 @@ class Assembly:
     def settle(self, timeout: float = 60.0) -> None:
         """Wait for what loads in the background (the recogniser, the engines' graph captures), so a
         short run's summary says where each model ran and no load is torn down at exit."""
-        if self.recogniser is not None and hasattr(self.recogniser, "get"):
+        rec = self.recogniser
+        if rec is not None and getattr(rec, "started", False):  # never asked for: never built
             try:
-                self.recogniser.get()
+                getattr(rec, "get")()  # noqa: B009 - a DeferredRecogniser's
             except Exception:  # said when it failed; the summary says it too
                 pass
         for model in (self.swapper, self.detector, self.recogniser if getattr(self.recogniser, "ready", True) else None):

@@ -50,6 +50,7 @@ class Daemon(Protocol):
     instance_lock: Any
     loading: threading.Thread | None
     assembly: Assembly | None
+    release_background: Callable[[], None] | None
     telemetry: Telemetry | None
     degrader: Degrader | None
     components: list[Any]
@@ -190,17 +191,28 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
 def load(d: Daemon) -> None:
     """The models, the faces, each stream's output (opened here unless early frames opened it) and
     pipeline (built with its output format, budget and degradability), the buffers and the CUDA
-    graphs of the first frame warmed up; the engines' other graphs are captured in the background
-    once this returns (:data:`vcam.engines.gate.BACKGROUND`), and the recogniser is built in the
-    background from then on (a face that needs it meanwhile builds it at once)."""
+    graphs of the first frame warmed up. The engines' other graphs and the recogniser are built in
+    the background once the first frame went out through the pipeline (the daemon holds
+    :data:`vcam.engines.gate.BACKGROUND` until then, at most its patience; ``d.release_background``
+    lets it go earlier); a face that needs the recogniser meanwhile builds it at once."""
     from vcam.engines.gate import BACKGROUND
 
-    with BACKGROUND.held():
+    release = BACKGROUND.hold()
+    try:
         _load(d)
-    asm = d.assembly
-    start_recogniser = getattr(asm.recogniser, "start", None) if asm is not None else None
+    except BaseException:
+        release()
+        raise
+    d.release_background = release
+    if d.assembly is None:
+        release()
+        return
+    for st in d.streams:  # the background work begins when the first frame is out
+        if st.live is not None:
+            st.live.on_first = release
+    start_recogniser = getattr(d.assembly.recogniser, "start", None)
     if start_recogniser is not None:
-        start_recogniser()
+        start_recogniser(BACKGROUND.wait)
 
 
 def _load(d: Daemon) -> None:

@@ -117,7 +117,8 @@ class DeferredRecogniser:
     ``name`` is known at once (what the cached embeddings of the face bank and of photos are keyed
     by, :mod:`vcam.stages.face_cache`), so faces seen before load without it; the first use of
     anything else (:meth:`embed`, ``engine``, ...) waits for the build, and raises what the build
-    raised. :meth:`start` starts the build (a use before that builds it in the caller's thread)."""
+    raised. :meth:`start` starts the thread, which first calls ``wait`` (the daemon: until its first
+    frame is out); a use before the thread began building builds it at once in the caller's thread."""
 
     def __init__(self, name: str, build: Callable[[], ArcFaceRecogniser]) -> None:
         self.name = name
@@ -125,17 +126,36 @@ class DeferredRecogniser:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._building = False
         self._value: ArcFaceRecogniser | None = None
         self._error: BaseException | None = None
 
-    def start(self) -> DeferredRecogniser:
+    def start(self, wait: Callable[[], Any] | None = None) -> DeferredRecogniser:
         with self._lock:
-            if self._thread is None and not self._done.is_set():
-                self._thread = threading.Thread(target=self._run, name="vcam-recogniser", daemon=True)
+            if self._thread is None and not self._building:
+                self._thread = threading.Thread(target=self._run, args=(wait,), name="vcam-recogniser", daemon=True)
                 self._thread.start()
         return self
 
-    def _run(self) -> None:
+    @property
+    def started(self) -> bool:
+        """Whether the build was asked for (:meth:`start` or a use)."""
+        return self._thread is not None or self._building
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._building:
+                return False
+            self._building = True
+            return True
+
+    def _run(self, wait: Callable[[], Any] | None) -> None:
+        if wait is not None:
+            wait()
+        if self._claim():
+            self._build_now()
+
+    def _build_now(self) -> None:
         try:
             self._value = self._build()
         except BaseException as exc:  # kept for the first use, which raises it
@@ -150,8 +170,9 @@ class DeferredRecogniser:
         return self._done.is_set()
 
     def get(self) -> ArcFaceRecogniser:
-        """The recogniser, built (waiting for the background build)."""
-        self.start()
+        """The recogniser, built (now, in this thread, unless a build is under way: then waited for)."""
+        if self._claim():
+            self._build_now()
         self._done.wait()
         if self._error is not None:
             raise self._error
