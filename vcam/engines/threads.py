@@ -111,7 +111,7 @@ class CaptureQueue:
         on_device = (
             _torch.cuda.device(self._device) if getattr(self._device, "type", None) == "cuda" else contextlib.nullcontext()
         )
-        with QUICK_SWITCHES.held(), on_device:
+        with on_device:
             while True:
                 with self._lock:
                     if not self._todo or self._closing.is_set():
@@ -123,8 +123,11 @@ class CaptureQueue:
                     BACKGROUND.wait()  # after the start-up's own captures
                     if self._closing.is_set():
                         break
+                    if not done:
+                        t0 = time.perf_counter()  # from the first capture on, not from the wait
                     try:
-                        self._capture(b, items)
+                        with QUICK_SWITCHES.held():  # its Python beside the frame loop: hand the GIL back soon
+                            self._capture(b, items)
                         done.append(b)
                     except Exception as exc:  # never take the daemon down: captured on first use instead
                         log.warning(
