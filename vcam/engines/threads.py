@@ -107,7 +107,8 @@ class CaptureQueue:
                 self._thread.start()
 
     def _run(self) -> None:
-        t0, done = time.perf_counter(), list[int]()
+        t0 = time.perf_counter()
+        done: list[int] = []
         on_device = (
             _torch.cuda.device(self._device) if getattr(self._device, "type", None) == "cuda" else contextlib.nullcontext()
         )
