@@ -263,7 +263,8 @@ class TorchEngine:
         t = self._storage.get(key)
         if t is None:
             dtype = self.dtype if np.issubdtype(info.dtype, np.floating) else torch_dtype(info.dtype)
-            t = self._storage[key] = _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev)
+            # setdefault: a background capture and a call creating it at once end up with one buffer
+            t = self._storage.setdefault(key, _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev))
         return t
 
     def _padded(self, n: int) -> int:
