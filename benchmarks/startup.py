@@ -14,7 +14,10 @@ counts pipeline frames, so the wall time always includes loading the models). Co
 built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
 random weights) with the recogniser in FP16 on CUDA.
 ``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
-session). ``--profile``: a cProfile of one warm inswapper start.
+session; each checkout keeps its own engine cache, ``engines/`` in it). ``--profile``: a cProfile of
+one warm inswapper start (the main thread only: the models load in a thread). ``--phases``: the
+daemon's own INFO lines of the last start of each configuration (``vcam -v``: where the load's time
+went, what was captured in the background), printed and kept in the JSON.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _models(root: Path) -> Path:
@@ -43,11 +47,19 @@ def _models(root: Path) -> Path:
     return root
 
 
-def _start(args: list[str], env: dict, cwd: Path, profile: Path | None = None) -> tuple[float, int, str]:
-    cmd = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "vcam", *args]
+PHASE_WORDS = ("start-up:", "models loaded in", "in the background", "native build", "first frame", "compiled engine")
+
+
+def _start(
+    args: list[str], env: dict, cwd: Path, profile: Path | None = None, phases: bool = False
+) -> tuple[float, int, str, list[str]]:
+    cmd = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "vcam"]
+    cmd += (["-v"] if phases else []) + args
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
-    return time.perf_counter() - t0, r.returncode, (r.stdout + r.stderr).strip()[-600:]
+    text = (r.stdout + r.stderr).strip()
+    lines = [ln.strip()[:300] for ln in text.splitlines() if any(w in ln for w in PHASE_WORDS)] if phases else []
+    return time.perf_counter() - t0, r.returncode, text[-600:], lines
 
 
 def _first_frame(text: str) -> float | None:
@@ -74,6 +86,8 @@ def main() -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--before", default="", help="another checkout to time the same way (a baseline)")
     ap.add_argument("--profile", default="", help="write a cProfile of one warm inswapper start here")
+    ap.add_argument("--phases", action="store_true", help="run vcam -v and keep its start-up lines (last start)")
+    ap.add_argument("--torch", action="store_true", help="also inswapper_128 on the torch backend (CPU default: onnxruntime)")
     args = ap.parse_args()
     import platformdirs
 
@@ -87,35 +101,43 @@ def main() -> int:
         "classic": base,
         "inswapper_128 fp16": base + ["--model", "inswapper_128", "--fp16", "--face", str(face)],
     }
+    if args.torch:
+        configs["inswapper_128 torch"] = configs["inswapper_128 fp16"] + ["--backend", "torch"]
     here = Path(__file__).resolve().parents[1]
     trees = {"now": here}
-    if args.before:
-        trees = {"before": Path(args.before).resolve(), **trees}
-    rows = []
-    for tree, root in trees.items():
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
+    if args.before:  # alternated run by run, the new code first (its first start meets the coldest caches)
+        trees["before"] = Path(args.before).resolve()
+    envs = {
+        tree: dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p))
+        for tree, root in trees.items()
+    }
+    rows: dict[tuple[str, str], dict[str, Any]] = {
+        (tree, label): {"tree": tree, "config": label, "seconds": [], "first_frame_s": [], "first_processed_s": [], "phases": []}
+        for tree in trees
+        for label in configs
+    }
+    failed: set[tuple[str, str]] = set()
+    for i in range(args.runs):
         for label, cmd in configs.items():
-            times, firsts, processed = [], [], []
-            for _ in range(args.runs):
-                secs, rc, text = _start(cmd, env, root)
+            for tree, root in trees.items():
+                if (tree, label) in failed:
+                    continue
+                secs, rc, text, lines = _start(cmd, envs[tree], root, phases=args.phases)
                 if rc != 0:
                     print(f"{tree} {label}: rc={rc}: {text}", flush=True)
-                    break
-                times.append(secs)
-                firsts.append(_first_frame(text))
-                processed.append(_first_processed(text))
-            row = {
-                "tree": tree,
-                "config": label,
-                "seconds": [round(t, 2) for t in times],
-                "first_frame_s": firsts,
-                "first_processed_s": processed,
-            }
-            rows.append(row)
-            print(f"{tree:7s} {label:20s} " + " ".join(f"{t:6.2f}s" for t in times), flush=True)
+                    failed.add((tree, label))
+                    continue
+                row = rows[(tree, label)]
+                row["seconds"].append(round(secs, 2))
+                row["first_frame_s"].append(_first_frame(text))
+                row["first_processed_s"].append(_first_processed(text))
+                row["phases"] = lines
+                print(f"run {i + 1} {tree:7s} {label:20s} {secs:6.2f}s", flush=True)
+                for ln in lines:
+                    print(f"        {ln}", flush=True)
     if args.profile:
         path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
-        _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile))
+        _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile), phases=False)
         import pstats
 
         pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)
@@ -126,7 +148,7 @@ def main() -> int:
     cols = ("code", "config", "first start s", "warm start s (best)", "first frame s (daemon)", "through the pipeline s")
     for col in cols:
         t.add_column(col, justify="right")
-    for r in rows:
+    for r in rows.values():
         s = r["seconds"]
         ff = [f for f in r["first_frame_s"] if f is not None]
         fp = [f for f in r.get("first_processed_s", []) if f is not None]
@@ -140,7 +162,9 @@ def main() -> int:
         )
     Console(width=120).print(t)
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": args.device, "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"device": args.device, "date": time.strftime("%Y-%m-%d"), "rows": list(rows.values())}, indent=2)
+        )
     return 0
 
 

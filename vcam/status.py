@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +110,9 @@ class LiveStats:
         self._over = 0
         self._late = 0  # > 0 while frames go out late (overloaded): counts down on on-time frames
         self.faces = 0
+        #: Called once, when the first frame went out through the pipeline (the daemon lets the
+        #: work it held back for the first frame begin then).
+        self.on_first: Callable[[], Any] | None = None
 
     def frame_in(self, t_capture: float) -> None:
         self.summary.frames_in += 1
@@ -127,6 +132,8 @@ class LiveStats:
             s.first_processed_s = process_age()
             if s.first_frame_s is None:
                 s.first_frame_s = s.first_processed_s
+            if self.on_first is not None:
+                self.on_first()
         s.frames_out += 1
         self._out.append(t_pub)
         ms = (t_pub - t_capture) * 1000.0

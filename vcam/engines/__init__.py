@@ -350,11 +350,13 @@ def explain_backends(
     max_batch: int = 8,
     cache_dir: str | os.PathLike | None = None,
     name: str | None = None,
+    first: bool = False,
 ) -> list[tuple[str, bool, str]]:
     """Why each backend would be picked or skipped: ``[(name, ok, reason)]`` in the order tried.
 
-    Without ``model`` only importability and the device are checked; with it each backend actually
-    loads the model (slow for TensorRT). It stops at the first that works.
+    Without ``model`` only importability and the device are checked (every backend, or up to the
+    first that can run with ``first``: the later ones are not even imported); with it each backend
+    actually loads the model (slow for TensorRT). It stops at the first that works.
     """
     out: list[tuple[str, bool, str]] = []
     for b in backend_order(backend, device):
@@ -362,7 +364,7 @@ def explain_backends(
             b, model, label=name, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=None, compile=False
         )
         out.append((b, ok, reason))
-        if ok and model is not None:
+        if ok and (model is not None or first):
             break
     return out
 

@@ -23,6 +23,7 @@ from typing import Any
 
 APP = "vcam"
 KEY_VERSION = 1  # bump when the meaning of a key field changes
+_SAMPLE = 64 * 1024  # bytes hashed at each end of a model file by model_identity
 
 
 def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
@@ -32,6 +33,22 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def model_identity(model: bytes | bytearray | str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies the ONNX source: bytes by their SHA-256; a file by its name, size,
+    modification time and a hash of its first and last 64 KiB (no full read of 550 MB)."""
+    if isinstance(model, (bytes, bytearray)):
+        return {"sha256": hashlib.sha256(bytes(model)).hexdigest()}
+    path = Path(model)
+    st = path.stat()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_SAMPLE))
+        if st.st_size > 2 * _SAMPLE:
+            f.seek(st.st_size - _SAMPLE)
+            h.update(f.read(_SAMPLE))
+    return {"file": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": h.hexdigest()}
 
 
 def profile_for(
@@ -175,6 +192,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 __all__ = [
     "EngineKey",
     "sha256_file",
+    "model_identity",
     "profile_for",
     "default_cache_dir",
     "resolve_cache_dir",

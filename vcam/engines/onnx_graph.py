@@ -115,6 +115,13 @@ class OnnxGraph:
             return self._numpy_helper.to_array(self.constants[name])
         return None
 
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of the constant behind a tensor name (initializer or Constant node), read from
+        its header: none of its data is converted (:meth:`array` copies it out of the protobuf)."""
+        name = self.resolve(name)
+        t = self.initializers.get(name) or self.constants.get(name)
+        return None if t is None else tuple(int(d) for d in t.dims)
+
     def of_type(self, *ops: str) -> list:
         return [n for n in self.nodes if n.op_type in ops]
 

@@ -11,6 +11,10 @@ model with a fixed batch (files exported for one image) runs item by item.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -24,6 +28,53 @@ from vcam.engines.onnx_graph import ModelSource, source_name
 from vcam.errors import EngineUnavailable, ModelError
 
 log = logging.getLogger(__name__)
+
+
+#: Bump when what an optimised-graph file holds changes.
+OPTIMIZED_FORMAT = 1
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@functools.lru_cache(maxsize=1)
+def _host_key() -> str:
+    """The onnxruntime version and this CPU's instruction sets: an optimised graph may hold kernels
+    and layouts for them (ORT_ENABLE_ALL), so it is kept per host kind."""
+    import platform
+
+    import onnxruntime as ort
+
+    flags = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    return f"{ort.__version__}|{platform.machine()}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def optimized_path(model_path: Path, cache_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``<engine cache>/ort/<stem>.<digest>.onnx``: the optimised graph of ``model_path`` for this
+    host (:func:`_host_key`), keyed by the file's identity (:func:`vcam.engines.cache.model_identity`);
+    None when the file cannot be read (the session's own error says so)."""
+    from vcam.engines.cache import model_identity, resolve_cache_dir
+
+    try:
+        ident = model_identity(model_path)
+    except OSError:
+        return None
+    blob = json.dumps({"format": OPTIMIZED_FORMAT, "host": _host_key(), "model": ident}, sort_keys=True)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return resolve_cache_dir(cache_dir) / "ort" / f"{model_path.stem}.{digest}.onnx"
+
+
+def _drop_older(path: Path) -> None:
+    """Remove the cached graphs of the same model stem under other keys (an older file or onnxruntime)."""
+    stem = path.name.rsplit(".", 2)[0]
+    for old in path.parent.glob("*.onnx"):
+        if old != path and old.name.rsplit(".", 2)[0] == stem:
+            old.unlink(missing_ok=True)
 
 
 def _dims(shape: list) -> tuple:
@@ -73,23 +124,12 @@ class OrtEngine:
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
         if self.model_path is not None and not self.model_path.is_file():
             raise ModelError(f"model file not found: {self.model_path}", hint="run `vcam models pull NAME`")
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        # Idle worker threads sleep instead of spinning between calls: on a small CPU a spinning
-        # worker held a whole core between frames (the daemon's frame rate swung 30-80 fps on 2 cores).
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if threads:
-            opts.intra_op_num_threads = int(threads)
-            opts.inter_op_num_threads = 1
-        try:
-            src = bytes(model) if isinstance(model, (bytes, bytearray)) else str(self.model_path)
-            self.session = ort.InferenceSession(src, sess_options=opts, providers=providers)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(
-                f"onnxruntime cannot load {self.name}: {first}", hint="the file may be corrupt; run `vcam models verify`"
-            ) from None
+        src = bytes(model) if isinstance(model, (bytes, bytearray)) else str(self.model_path)
+        # On the CPU a model file's optimised graph is kept in the engine cache: building it is most of
+        # a session's creation (7 s of 7.3 for the 550 MB inswapper on a busy 2-core host; 2.1 s to load).
+        optimized = optimized_path(self.model_path, cache_dir) if device == "cpu" and self.model_path is not None else None
+        session = self._cached_session(ort, optimized, providers, threads) if optimized is not None else None
+        self.session = session if session is not None else self._new_session(ort, src, providers, threads, optimized)
         got = self.session.get_providers()
         self.device = "cuda" if got and got[0] == "CUDAExecutionProvider" else "cpu"
         if device == "cuda" and self.device != "cuda":
@@ -102,6 +142,70 @@ class OrtEngine:
         self.outputs = list(epilogue.outputs) if epilogue is not None else raw
         self.item_batch = self.inputs[0].fixed_batch if self.inputs else None
         self._storage: dict[tuple, np.ndarray] = {}
+
+    @staticmethod
+    def _options(ort: Any, threads: int, level: Any) -> Any:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level
+        opts.log_severity_level = 3
+        # Idle worker threads sleep instead of spinning between calls: on a small CPU a spinning
+        # worker held a whole core between frames (the daemon's frame rate swung 30-80 fps on 2 cores).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if threads:
+            opts.intra_op_num_threads = int(threads)
+            opts.inter_op_num_threads = 1
+        return opts
+
+    def _cached_session(self, ort: Any, optimized: Path, providers: list[str], threads: int) -> Any:
+        """A session of the optimised graph kept in the cache, or None (none, or damaged: removed with
+        one warning, and built again by :meth:`_new_session`)."""
+        if not optimized.is_file():
+            return None
+        opts = self._options(ort, threads, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        try:
+            return ort.InferenceSession(str(optimized), sess_options=opts, providers=providers)
+        except Exception as exc:
+            log.warning(
+                "%s: the cached optimised graph %s is damaged (%s); rebuilding it", self.name, optimized, _first_line(exc)
+            )
+            optimized.unlink(missing_ok=True)
+            return None
+
+    def _new_session(self, ort: Any, src: Any, providers: list[str], threads: int, optimized: Path | None) -> Any:
+        """A session optimising the graph now; with ``optimized`` the result is written there too
+        (a cache that cannot be written costs the optimisation at the next start, nothing more)."""
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        tmp = None
+        if optimized is not None:
+            try:
+                optimized.parent.mkdir(parents=True, exist_ok=True)
+                tmp = optimized.with_name(f".{optimized.name}.{os.getpid()}.tmp.onnx")
+            except OSError:
+                tmp = None
+        for attempt in [tmp, None] if tmp is not None else [None]:
+            opts = self._options(ort, threads, level)
+            if attempt is not None:
+                opts.optimized_model_filepath = str(attempt)
+            try:
+                session = ort.InferenceSession(src, sess_options=opts, providers=providers)
+            except Exception as exc:
+                if attempt is not None:
+                    with contextlib.suppress(OSError):
+                        attempt.unlink(missing_ok=True)
+                    continue  # perhaps the write failed: once more without it
+                raise ModelError(
+                    f"onnxruntime cannot load {self.name}: {_first_line(exc)}",
+                    hint="the file may be corrupt; run `vcam models verify`",
+                ) from None
+            if attempt is not None and optimized is not None:
+                try:
+                    os.replace(attempt, optimized)
+                    _drop_older(optimized)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        attempt.unlink(missing_ok=True)
+            return session
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def describe(self) -> str:
         return f"onnxruntime {self.precision} on {self.device}"

@@ -4,6 +4,8 @@
   exclude each other, across threads and engines (a first call may synchronise the device, which
   is illegal while any stream captures and would void that capture).
 - :data:`QUICK_SWITCHES`: the interpreter's switch interval, shortened while a background load runs.
+- :class:`CaptureQueue`: an engine's batch sizes captured by a background thread, after the
+  start-up's own captures (:data:`vcam.engines.gate.BACKGROUND`).
 - :func:`private_stream`: a side stream of the calling thread's own for one piece of device work.
 - :class:`OnStream`: a cheap, reusable "this stream is current" context for the replay hot path.
 - :class:`StreamMap`: CuPy streams (or raw handles) as torch streams, and their replay contexts.
@@ -14,8 +16,10 @@ Imports without PyTorch; the stream helpers need it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -24,6 +28,10 @@ try:  # optional: the package imports everywhere
     import torch as _torch
 except ImportError:  # pragma: no cover - exercised where torch is absent
     _torch = None  # type: ignore[assignment]
+
+from vcam.engines.gate import BACKGROUND
+
+log = logging.getLogger("vcam.engines.torch")
 
 #: See the module docstring. Re-entrant: a capture may run inside an adoption that holds it.
 CAPTURE_LOCK = threading.RLock()
@@ -73,6 +81,79 @@ def private_stream(device: Any) -> Iterator[None]:
     with _torch.cuda.stream(side):
         yield
     side.synchronize()
+
+
+class CaptureQueue:
+    """Batch sizes of one engine captured by a background thread (``capture(b, items)``, the
+    engine's capture-if-missing, which takes :data:`CAPTURE_LOCK` itself), one at a time, while the
+    frames run; a failure leaves that size to be captured when a call needs it, with one log line.
+    :meth:`close` stops it between two sizes."""
+
+    def __init__(self, capture: Any, device: Any, name: str) -> None:
+        self._capture, self._device, self.name = capture, device, name
+        self._todo: list[tuple[list[int], Any]] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+
+    def put(self, sizes: Any, items: Any) -> None:
+        """Queue ``sizes`` for ``items`` (the thread starts when none runs)."""
+        with self._lock:
+            if self._closing.is_set():
+                return
+            self._todo.append((list(sizes), items))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"{self.name}-graphs", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        done: list[int] = []
+        on_device = (
+            _torch.cuda.device(self._device) if getattr(self._device, "type", None) == "cuda" else contextlib.nullcontext()
+        )
+        with on_device:
+            while True:
+                with self._lock:
+                    if not self._todo or self._closing.is_set():
+                        self._todo.clear()
+                        self._thread = None
+                        break
+                    sizes, items = self._todo.pop(0)
+                for b in sizes:
+                    BACKGROUND.wait()  # after the start-up's own captures
+                    if self._closing.is_set():
+                        break
+                    if not done:
+                        t0 = time.perf_counter()  # from the first capture on, not from the wait
+                    try:
+                        with QUICK_SWITCHES.held():  # its Python beside the frame loop: hand the GIL back soon
+                            self._capture(b, items)
+                        done.append(b)
+                    except Exception as exc:  # never take the daemon down: captured on first use instead
+                        log.warning(
+                            "%s: capturing batch %d in the background failed (%s: %s)", self.name, b, type(exc).__name__, exc
+                        )
+        if done:
+            log.info(
+                "%s: batch %s captured in the background in %.2f s", self.name, ",".join(map(str, done)), time.perf_counter() - t0
+            )
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the queued captures; True when none is still running."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        return not self.running
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._closing.set()
+        self.wait(timeout)
 
 
 class OnStream:
@@ -149,4 +230,4 @@ class StreamMap:
         self._contexts.clear()
 
 
-__all__ = ["CAPTURE_LOCK", "QUICK_SWITCHES", "OnStream", "QuickSwitches", "StreamMap", "private_stream"]
+__all__ = ["CAPTURE_LOCK", "QUICK_SWITCHES", "CaptureQueue", "OnStream", "QuickSwitches", "StreamMap", "private_stream"]

@@ -37,8 +37,8 @@ import numpy as np
 
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
-from vcam.engines.onnx_graph import ModelSource, OnnxGraph, recognise, source_name
-from vcam.engines.threads import CAPTURE_LOCK, StreamMap, private_stream
+from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
+from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -88,7 +88,10 @@ class TorchEngine:
     ``autotune``: cuDNN benchmarks the convolution algorithms of every new input shape (about half a
     second each); None: only for models of :data:`AUTOTUNE_WEIGHTS` weights or more, where the
     chosen algorithm pays (the swappers), not for small networks run at many shapes (the detector's
-    scan and region sizes times its batch sizes took ~17 s of every GPU start).
+    scan and region sizes times its batch sizes took ~17 s of every GPU start). ``saved_build``: take
+    a native module from its saved build in the engine cache (:mod:`vcam.engines.native.saved`),
+    without reading the ONNX file, and save one after a build. ``background_capture``: the warm-up
+    captures the first batch size and leaves the others to a background thread (see :meth:`warmup`).
 
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
@@ -132,6 +135,8 @@ class TorchEngine:
         warmup: bool = True,
         tf32: bool = False,
         autotune: bool | None = None,
+        saved_build: bool = True,
+        background_capture: bool = True,
     ) -> None:
         reason = self.unavailable_reason(device)
         if reason:
@@ -151,14 +156,22 @@ class TorchEngine:
         self.cache_dir = cache_dir
         self.skipped: list[str] = []
 
-        graph = OnnxGraph.load(model, name)
-        self.architecture = recognise(graph)
+        # A native architecture's module comes from its saved build when the engine cache has a good
+        # one (the ONNX file is not read then), else from the graph (and is saved for the next start).
+        from vcam.engines.native.saved import open_native
+
+        native, graph = open_native(model, name, cache_dir, use_saved=saved_build)
+        self.architecture = native.architecture if native is not None else None
+        #: Whether the module came from a saved build (:mod:`vcam.engines.native.saved`).
+        self.from_saved = bool(native is not None and native.saved)
         # With "auto" and an artifact of the architecture in the cache, the loader starts Inductor's
         # imports in a thread now, while this thread builds the module and captures its graphs.
         self.loader = loader
         self.compile_mode = loader.bind(self, log) if loader is not None else "off"
-        self.inputs = [TensorInfo(n, s, d) for n, s, d in graph.inputs]
-        raw_outputs = [TensorInfo(n, s, d) for n, s, d in graph.outputs]
+        source = native if native is not None else graph
+        assert source is not None
+        self.inputs = [TensorInfo(n, s, d) for n, s, d in source.inputs]
+        raw_outputs = [TensorInfo(n, s, d) for n, s, d in source.outputs]
         self._in_names = [i.name for i in self.inputs]
         self._out_dtypes = [torch_dtype(o.dtype) for o in raw_outputs]
         self.epilogue = epilogue
@@ -171,7 +184,11 @@ class TorchEngine:
         self.batch_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch)
         self._cap = max(self.batch_sizes + (self.max_batch,))
 
-        module, call_order, out_order = self._build_module(graph)
+        if native is not None:
+            module, call_order, out_order = native.module, native.call_order, native.out_order
+        else:
+            assert graph is not None
+            module, call_order, out_order = self._build_module(graph)
         self._call_order = call_order
         self._out_index = [out_order.index(o.name) for o in raw_outputs]
         if channels_last is None:
@@ -193,6 +210,8 @@ class TorchEngine:
         self._views: dict[tuple, Any] = {}
         self._fast: dict[tuple, tuple] = {}
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
+        self.background_capture = bool(background_capture)
+        self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()
@@ -200,14 +219,7 @@ class TorchEngine:
     # -- construction helpers -----------------------------------------------------------------------
 
     def _build_module(self, graph: OnnxGraph) -> tuple[Any, list[str], list[str]]:
-        if self.architecture == "inswapper":
-            from vcam.engines.native.inswapper import load_inswapper_from_graph
-
-            return load_inswapper_from_graph(graph), ["target", "source"], list(graph.output_names)
-        if self.architecture == "retinaface":
-            from vcam.engines.native.retinaface import load_retinaface_from_graph
-
-            return load_retinaface_from_graph(graph), ["input"], ["loc", "conf", "landmarks"]
+        """A graph without a native module, run node by node (the native ones: see ``__init__``)."""
         from vcam.engines.native.graph import GraphModule
 
         module = GraphModule(graph)
@@ -258,7 +270,8 @@ class TorchEngine:
         t = self._storage.get(key)
         if t is None:
             dtype = self.dtype if np.issubdtype(info.dtype, np.floating) else torch_dtype(info.dtype)
-            t = self._storage[key] = _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev)
+            # setdefault: a background capture and a call creating it at once end up with one buffer
+            t = self._storage.setdefault(key, _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev))
         return t
 
     def _padded(self, n: int) -> int:
@@ -296,18 +309,30 @@ class TorchEngine:
                 self._fast[ptrs] = (cap, [from_torch(o, "cupy") for o in outs])
         return out
 
-    def warmup(self, shapes: dict[str, Sequence[int]] | None = None, batches: Sequence[int] | None = None) -> None:
-        """Capture the CUDA graphs now (so no live frame pays for them): every batch size, or
-        ``batches``, for the item ``shapes`` (default: the model's fixed dims)."""
+    def warmup(
+        self,
+        shapes: dict[str, Sequence[int]] | None = None,
+        batches: Sequence[int] | None = None,
+        *,
+        background: bool | None = None,
+    ) -> None:
+        """Capture the CUDA graphs (so no live frame pays for them): every batch size, or
+        ``batches``, for the item ``shapes`` (default: the model's fixed dims). ``background`` (None:
+        the engine's ``background_capture``): the first size is captured now, the others by a
+        background thread while the frames run (a frame that needs one before captures it itself;
+        :meth:`wait_graphs` waits for them)."""
         items = item_shapes(self.inputs, shapes)
-        sizes = [self._padded(b) for b in batches or self.batch_sizes]
+        sizes = list(dict.fromkeys(self._padded(b) for b in batches or self.batch_sizes))
         if self.compile_mode == "build" and self.loader is not None:
             self.build_compiled(sizes, shapes)
             for b, its, fn in self.loader.load_now(sizes, items):
                 self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
-            for b in sizes:
+            later = self.background_capture if background is None else background
+            for b in sizes[:1] if later else sizes:
                 self._captured_for(b, items)
+            if later and len(sizes) > 1:
+                self._later.put(sizes[1:], items)
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(sizes, items)
 
@@ -382,6 +407,7 @@ class TorchEngine:
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait for the background loads and put what they loaded into use now (benchmarks: call it
         from the thread that runs the engine). True when no load is still running."""
+        self.wait_graphs(timeout)
         if self.loader is None:
             return True
         done = self.loader.wait(timeout)
@@ -399,37 +425,53 @@ class TorchEngine:
         return self.epilogue.torch(outs) if self.epilogue is not None else outs
 
     def _capture(self, b: int, items: Items) -> _Captured:
+        """Warm up and capture batch ``b`` on a side stream of its own. Nothing here waits for, or
+        frees memory under, the other threads' streams (``torch.cuda.graph`` would synchronise the
+        device and empty the allocator's cache first), so a capture in the background thread does
+        not stall the frames meanwhile."""
         torch = _torch
-        static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
-        fn = self._compiled_fns.get(self._graph_key(b, items))
         with CAPTURE_LOCK, torch.inference_mode(), self.backend_flags():
+            static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
+            fn = self._compiled_fns.get(self._graph_key(b, items))
             side = torch.cuda.Stream(self._dev)
-            side.wait_stream(torch.cuda.current_stream(self._dev))
+            side.wait_stream(torch.cuda.current_stream(self._dev))  # the static buffers' zeroing
+            graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(side):
                 for _ in range(2):  # cuDNN autotune, lazy init, a compiled artifact's kernels loaded
                     self._forward(static, fn)
-            torch.cuda.current_stream(self._dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: other threads (the capture thread's nvJPEG) may call the driver meanwhile;
-            # only this thread's calls would break the capture.
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                outputs = self._forward(static, fn)
-        torch.cuda.synchronize(self._dev)
+                # thread_local: other threads (the frames, the capture thread's nvJPEG) may call the
+                # driver meanwhile; only this thread's calls would break the capture.
+                graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+                try:
+                    outputs = self._forward(static, fn)
+                finally:
+                    graph.capture_end()
+            side.synchronize()
         return _Captured(graph, outputs)
 
     def _graph_key(self, b: int, items: Items) -> tuple[Any, ...]:
         return (b,) + tuple(tuple(items[i.name]) for i in self.inputs)
 
     def _captured_for(self, b: int, items: Items) -> _Captured:
+        """The graph of batch ``b`` (captured now when missing). A graph already there is found
+        without a lock; a missing one is captured under :data:`CAPTURE_LOCK`, after the background
+        capture (:meth:`warmup`) that may hold it, unless that one captured it meanwhile."""
         key = self._graph_key(b, items)
         cap = self._graphs.get(key)
         if cap is None:
-            cap = self._graphs[key] = self._capture(b, items)
-            while len(self._graphs) > 32:  # dynamic-shape models: keep the most recent shapes
-                self._graphs.popitem(last=False)
+            with CAPTURE_LOCK:
+                cap = self._graphs.get(key)
+                if cap is None:
+                    cap = self._graphs[key] = self._capture(b, items)
+                    while len(self._graphs) > 32:  # dynamic-shape models: keep the most recent shapes
+                        self._graphs.popitem(last=False)
         else:
             self._graphs.move_to_end(key)
         return cap
+
+    def wait_graphs(self, timeout: float | None = None) -> bool:
+        """Wait for the background captures (:meth:`warmup`); True when none is still running."""
+        return self._later.wait(timeout)
 
     def _run_once(self, tensors: list[Any], n: int) -> list[Any]:
         """One call of at most one padded batch; tensors on the engine's device."""
@@ -527,6 +569,7 @@ class TorchEngine:
 
     def close(self) -> None:
         """Drop the captured graphs and buffers (idempotent); stops the compiled engines' loader."""
+        self._later.close()  # it stops between two sizes
         if self.loader is not None:
             self.loader.close()  # it stops between two sizes
         self._compiled_fns.clear()

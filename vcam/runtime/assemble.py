@@ -12,6 +12,7 @@ shown by ``vcam run``).
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from vcam.stages.enhance import Enhancer
     from vcam.stages.mapping import Assigner
     from vcam.stages.mask import Masker
-    from vcam.stages.recognize import ArcFaceRecogniser
+    from vcam.stages.recognize import ArcFaceRecogniser, DeferredRecogniser
     from vcam.stages.swap import Swapper
     from vcam.stages.track import Tracker
     from vcam.stages.upscale import FrameEnhancer
@@ -70,7 +71,7 @@ def resolve_device(cfg: Config) -> tuple[str, str]:
         return "cpu", "--device cpu"
     ok, why = cuda_status()
     if ok:
-        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend)
+        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend, first=True)  # no import past the first
         if not any(r[1] for r in rows):
             ok, why = False, "no CUDA inference backend (" + "; ".join(f"{n}: {r}" for n, _, r in rows) + ")"
     if ok:
@@ -121,7 +122,7 @@ class Assembly:
     swapper: Swapper
     tracker: Tracker
     face_filter: FaceFilter
-    recogniser: ArcFaceRecogniser | None = None
+    recogniser: ArcFaceRecogniser | DeferredRecogniser | None = None
     enhancer: Enhancer | None = None
     masker: Masker | None = None
     assigner: Assigner | None = None
@@ -135,9 +136,34 @@ class Assembly:
     _pipelines: int = 0
     _warm: set[tuple[int, int]] = field(default_factory=set)
 
+    def current_placements(self) -> list[Placement]:
+        """:attr:`placements`, a model that was loading in the background looked at again."""
+        models = {"recogniser": self.recogniser}
+        for i, p in enumerate(self.placements):
+            if p.where == "loading in the background" and models.get(p.role) is not None:
+                self.placements[i] = Placement(p.role, p.model, _where(models[p.role], self.device), p.ok)
+        return self.placements
+
     def describe(self) -> str:
-        """One line: where each model runs."""
-        return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.placements)
+        """One line: where each model runs (:meth:`current_placements`)."""
+        return "; ".join(f"{p.role} {p.model}: {p.where}" for p in self.current_placements())
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait for what loads in the background (the recogniser, the engines' graph captures), so a
+        short run's summary says where each model ran and no load is torn down at exit."""
+        rec = self.recogniser
+        if rec is not None and getattr(rec, "started", False):  # never asked for: never built
+            try:
+                getattr(rec, "get")()  # noqa: B009 - a DeferredRecogniser's
+            except Exception:  # said when it failed; the summary says it too
+                pass
+        for model in (self.swapper, self.detector, self.recogniser if getattr(self.recogniser, "ready", True) else None):
+            try:
+                wait = getattr(getattr(model, "engine", None), "wait_graphs", None)
+            except Exception:
+                wait = None
+            if wait is not None:
+                wait(timeout)
 
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         """The size of the frames a pipeline built here publishes for ``width`` x ``height`` input
@@ -208,7 +234,11 @@ class Assembly:
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait until the swapper's compiled engines (``[pipeline] compile = "auto"``) are loaded and in
-        use; call it from the thread that runs the frames (benchmarks: time the compiled swapper)."""
+        use, and the engines' background graph captures are done; call it from the thread that runs
+        the frames (benchmarks: time the compiled swapper, with nothing captured beside the frames)."""
+        wait_graphs = getattr(getattr(self.detector, "engine", None), "wait_graphs", None)
+        if wait_graphs is not None:
+            wait_graphs(timeout)
         wait = getattr(getattr(self.swapper, "engine", None), "wait_compiled", None)
         return wait(timeout) if wait is not None else True
 
@@ -263,18 +293,25 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         store.ensure(list(dict.fromkeys(needed)))
 
     ops = make_ops(device)
+    if device == "cuda":  # the kernel modules build (NVRTC on a fresh machine: seconds) while the models load
+        threading.Thread(target=_build_kernels, args=(ops,), name="vcam-kernels", daemon=True).start()
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
     # Without 'box' the paste mask still fades out on the crop's outermost pixels (blur 0: one pixel).
     box = "box" in cfg.mask.types
     top, right, bottom, left = cfg.mask.box_padding if box else (0.0, 0.0, 0.0, 0.0)
     mask = ops.asarray(blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, (top, right, bottom, left)))
     detector = _roles.build("detector", cfg, store=store, ops=ops, device=device)
-    photo_detector = (
-        detector
-        if device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR
-        else RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
-    )
-    recogniser = _roles.build("recogniser", cfg, store=store, device=device) if "recogniser" in names else None
+    photo_detector: Any = detector
+    if not (device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR):  # built when a photo is first read
+        params = stage_params(DetectParams, cfg.detect)
+        photo_detector = OnFirstUse(params, lambda: RetinaFaceDetector(params, cfg.track.roi_size, backend="onnxruntime"))
+    recogniser = None
+    if "recogniser" in names:  # built at its first use or start() (faces seen before need only its name)
+        from vcam.stages.recognize import DeferredRecogniser
+
+        recogniser = DeferredRecogniser(names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device))
+        if cfg.swap.map or cfg.swap.faces == "reference":  # the frames call it for each new track: load it now
+            recogniser.start()
     swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
@@ -316,13 +353,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         ("recogniser", recogniser),
     )
     for role, model in roles:
-        if model is None:
-            continue
-        engine = getattr(model, "engine", None)
-        where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
-        if engine is not None and getattr(engine, "skipped", None):
-            where += " [after " + "; ".join(engine.skipped) + "]"
-        placements.append(Placement(role, names[role], where))
+        if model is not None:
+            placements.append(Placement(role, names[role], _where(model, device)))
     return Assembly(
         cfg=cfg,
         device=device,
@@ -341,6 +373,54 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         fps=fps,
         placements=placements,
     )
+
+
+def _build_kernels(ops: Ops) -> None:
+    """``ops.warmup()`` in a background thread; a failure is left to the warm-up that needs the
+    kernels (:meth:`Assembly.warmup`), which raises it where the start can report it."""
+    try:
+        ops.warmup()
+    except Exception as exc:
+        log.debug("building the kernels in the background failed (%s); the warm-up tries again", exc)
+
+
+class OnFirstUse:
+    """A detector built at its first :meth:`detect` (the photo detector: a start whose faces are all
+    known from the caches never builds it); ``cfg``, what the face caches are keyed by, at once."""
+
+    def __init__(self, cfg: Any, build: Any) -> None:
+        self.cfg = cfg
+        self._build = build
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._value is None:
+                self._value = self._build()
+            return self._value
+
+    def detect(self, frame_bgr: Any) -> Any:
+        return self.get().detect(frame_bgr)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.get(), attr)
+
+
+def _where(model: Any, device: str) -> str:
+    """Where ``model`` runs (its engine's description), or that it is still loading."""
+    if not getattr(model, "ready", True):
+        return "loading in the background"
+    try:
+        engine = getattr(model, "engine", None)
+    except Exception as exc:  # a background load that failed
+        return f"failed: {getattr(exc, 'message', None) or exc}"
+    where = engine.describe() if engine is not None else f"built in, {PIXELS[device]} on {device}"
+    if engine is not None and getattr(engine, "skipped", None):
+        where += " [after " + "; ".join(engine.skipped) + "]"
+    return where
 
 
 def _reference_filter(cfg: Config, detector: Any, recogniser: Any) -> Any:

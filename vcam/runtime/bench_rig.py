@@ -238,6 +238,7 @@ def gpu_rig(
     pipe = asm.make_pipeline(
         out_fmt, width, height, in_fmt, timing=True, tracker=FixedTracker(det, synthetic_faces(faces, width, height))
     )
+    asm.wait_compiled()  # and the graphs the warm-ups left to the background
     ops.synchronize()
     face = SourceFace(
         name="bench",

@@ -121,6 +121,8 @@ class Daemon:
             self.given_sources[first] = source
         self.ready = threading.Event()
         self.assembly: Assembly | None = None
+        #: Lets the work held back for the first frame begin (set by the load; see startup.load).
+        self.release_background: Callable[[], None] | None = None
         self.components: list[Any] = []
         self.wake = threading.Event()
         self.telemetry: Telemetry | None = None  # when NVML is there
@@ -273,9 +275,14 @@ class Daemon:
     def note_outcome(self) -> None:
         """Each summary names its active face and its file output (codec, pixel format, size, and
         where the file was kept)."""
+        if self.release_background is not None:  # a run that ends before its first frame
+            self.release_background()
+        if self.assembly is not None:
+            self.assembly.settle()
         for st in self.streams:
             if self.assembly is not None:
                 st.summary.face = st.state.active or ""
+                st.summary.models = self.assembly.describe()
             out = st.output
             describe = getattr(out, "describe", None)
             if describe is None:

@@ -46,7 +46,7 @@ class DaemonBackend:
         asm = self.d.assembly
         if asm is None:
             return {"device": "", "models": []}
-        models = [{"role": p.role, "model": p.model, "where": p.where} for p in asm.placements]
+        models = [{"role": p.role, "model": p.model, "where": p.where} for p in asm.current_placements()]
         return {"device": asm.device, "models": models}
 
     def published(self, stream: str) -> int:

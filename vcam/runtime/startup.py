@@ -50,6 +50,7 @@ class Daemon(Protocol):
     instance_lock: Any
     loading: threading.Thread | None
     assembly: Assembly | None
+    release_background: Callable[[], None] | None
     telemetry: Telemetry | None
     degrader: Degrader | None
     components: list[Any]
@@ -189,16 +190,42 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
 
 def load(d: Daemon) -> None:
     """The models, the faces, each stream's output (opened here unless early frames opened it) and
-    pipeline (built with its output format, budget and degradability), every buffer and CUDA graph
-    warmed up."""
+    pipeline (built with its output format, budget and degradability), the buffers and the CUDA
+    graphs of the first frame warmed up. The engines' other graphs and the recogniser are built in
+    the background once the first frame went out through the pipeline (the daemon holds
+    :data:`vcam.engines.gate.BACKGROUND` until then, at most its patience; ``d.release_background``
+    lets it go earlier); a face that needs the recogniser meanwhile builds it at once."""
+    from vcam.engines.gate import BACKGROUND
+
+    release = BACKGROUND.hold()
+    try:
+        _load(d)
+    except BaseException:
+        release()
+        raise
+    d.release_background = release
+    if d.assembly is None:
+        release()
+        return
+    for st in d.streams:  # the background work begins when the first frame is out
+        if st.live is not None:
+            st.live.on_first = release
+    start_recogniser = getattr(d.assembly.recogniser, "start", None)
+    if start_recogniser is not None:
+        start_recogniser(BACKGROUND.wait)
+
+
+def _load(d: Daemon) -> None:
     from vcam.runtime import assemble
 
     cfg = d.cfg
     first = d.streams[0]
     assert first.source is not None
+    t0 = time.perf_counter()
     asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return
+    t1 = time.perf_counter()
     d.assembly = asm
     for st in d.streams:
         st.summary.device = asm.device
@@ -216,6 +243,7 @@ def load(d: Daemon) -> None:
         d.components.append(watcher)
     else:  # faces given with the state (tests, embedding): every stream gets them
         assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
+    t2 = time.perf_counter()
     for st in d.streams:
         src = st.source
         assert src is not None and st.delivery is not None
@@ -235,6 +263,11 @@ def load(d: Daemon) -> None:
         )
         st.stage = capture_stage(d, st)  # the decoder is built here too, off the frame loop
         st.live = LiveStats(st.summary)
+    age = process_age()
+    log.info(
+        "start-up: models %.2f s, faces %.2f s, pipelines %.2f s (loading began %s after the start)",
+        t1 - t0, t2 - t1, time.perf_counter() - t2, "?" if age is None else f"{age - (time.perf_counter() - t0):.2f} s",
+    )  # fmt: skip
 
 
 def start_capture(d: Daemon, early: bool) -> None:
@@ -279,6 +312,8 @@ def load_while_passing_through(d: Daemon) -> bool:
     loader = threading.Thread(target=loading, name="vcam-load", daemon=True)
     t0 = time.perf_counter()
     loader.start()
+    if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
+        threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()
     while loader.is_alive() and not d.should_exit:
         for st, frame in d.rounds.gather(None, timeout=0.05):
             if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
@@ -303,6 +338,21 @@ def load_while_passing_through(d: Daemon) -> bool:
     passed = sum(st.summary.early_frames for st in d.streams)
     log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
     return True
+
+
+#: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
+PANEL_MODULES = ("vcam.runtime.panel", "vcam.panel.access", "vcam.panel.server", "uvicorn", "starlette.applications")
+
+
+def preimport(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` (in a thread, while the models load); a failure is left to the real use."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            log.debug("importing %s ahead failed: %s", name, exc)
 
 
 def capture_stage(d: Daemon, st: Stream) -> Callable[[Frame], Frame] | None:

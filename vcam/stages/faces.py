@@ -505,17 +505,29 @@ def face_from_image(
     image: np.ndarray, name: str, *, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
 ) -> SourceFace:
     """The largest face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128, :data:`SOURCE_SIZE`), with
-    its embedding when a ``recogniser`` is given, prepared for each of ``swappers``."""
-    dets = detector.detect(image)
-    if not dets:
-        raise FaceError(
-            f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal"
-        )
-    best = max(dets, key=lambda d: d.area)
-    crop, lms = _aligned(image, best.landmarks, CLASSIC_TEMPLATE, SOURCE_SIZE)
+    its embedding when a ``recogniser`` is given, prepared for each of ``swappers``. The landmarks and
+    the embedding of a photo seen before come from :mod:`vcam.stages.face_cache` (neither the
+    detector nor the recogniser runs then)."""
+    from vcam.stages import face_cache
+
+    digest, found_by = face_cache.image_digest(image), face_cache.detector_id(detector)
+    points = face_cache.landmarks(digest, found_by)
+    if points is None:
+        dets = detector.detect(image)
+        if not dets:
+            raise FaceError(
+                f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal"
+            )
+        points = np.asarray(max(dets, key=lambda d: d.area).landmarks, np.float32).reshape(5, 2)
+        face_cache.store_landmarks(digest, found_by, points)
+    crop, lms = _aligned(image, points, CLASSIC_TEMPLATE, SOURCE_SIZE)
     embeddings = {}
     if recogniser is not None:
-        embeddings[recogniser.name] = np.asarray(recogniser.embed(image, best.landmarks[None]), np.float32)[0]
+        emb = face_cache.embedding(digest, recogniser.name, points)
+        if emb is None:
+            emb = np.asarray(recogniser.embed(image, points[None]), np.float32)[0]
+            face_cache.store_embedding(digest, recogniser.name, points, emb)
+        embeddings[recogniser.name] = emb
     face = SourceFace(name=name, image=crop, landmarks=lms, embeddings=embeddings)
     for swapper in swappers:
         face = swapper.prepare(face)

@@ -9,6 +9,7 @@ and when a track starts, never per frame.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,85 @@ class ArcFaceRecogniser:
     def _run(self, x: np.ndarray) -> np.ndarray:
         out = np.asarray(self.engine.run({self._input.name: x})[0], np.float32)
         return out.reshape(x.shape[0], -1)
+
+
+class DeferredRecogniser:
+    """A recogniser built in a background thread (``build()``), off the start's critical path: its
+    ``name`` is known at once (what the cached embeddings of the face bank and of photos are keyed
+    by, :mod:`vcam.stages.face_cache`), so faces seen before load without it; the first use of
+    anything else (:meth:`embed`, ``engine``, ...) waits for the build, and raises what the build
+    raised. :meth:`start` starts the thread, which first calls ``wait`` (the daemon: until its first
+    frame is out); a use before the thread began building builds it at once in the caller's thread."""
+
+    def __init__(self, name: str, build: Callable[[], ArcFaceRecogniser]) -> None:
+        self.name = name
+        self._build = build
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._building = False
+        self._value: ArcFaceRecogniser | None = None
+        self._error: BaseException | None = None
+
+    def start(self, wait: Callable[[], Any] | None = None) -> DeferredRecogniser:
+        with self._lock:
+            if self._thread is None and not self._building:
+                self._thread = threading.Thread(target=self._run, args=(wait,), name="vcam-recogniser", daemon=True)
+                self._thread.start()
+        return self
+
+    @property
+    def started(self) -> bool:
+        """Whether the build was asked for (:meth:`start` or a use)."""
+        return self._thread is not None or self._building
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._building:
+                return False
+            self._building = True
+            return True
+
+    def _run(self, wait: Callable[[], Any] | None) -> None:
+        if wait is not None:
+            wait()
+        if self._claim():
+            self._build_now()
+
+    def _build_now(self) -> None:
+        try:
+            self._value = self._build()
+        except BaseException as exc:  # kept for the first use, which raises it
+            self._error = exc
+            log.warning("the recogniser %s could not be loaded: %s", self.name, getattr(exc, "message", exc))
+        finally:
+            self._done.set()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the build ended (loaded or failed)."""
+        return self._done.is_set()
+
+    def get(self) -> ArcFaceRecogniser:
+        """The recogniser, built (now, in this thread, unless a build is under way: then waited for)."""
+        if self._claim():
+            self._build_now()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def describe(self) -> str:
+        return self.get().describe() if self.ready else f"{self.name}: loading in the background"
+
+    def embed(self, frame: np.ndarray, landmarks: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+        return self.get().embed(frame, landmarks)
+
+    def __getattr__(self, attr: str) -> Any:  # everything else of ArcFaceRecogniser, once built
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.get(), attr)
 
 
 def create_recogniser(

@@ -242,7 +242,7 @@ def _check_all_loaded(model: Any, loaded: Any) -> None:
 def spec_from_graph(graph: OnnxGraph) -> InSwapperSpec:
     """Read the architecture's free details from the graph (see the module docstring)."""
     convs = distinct_convs(graph)
-    n_lin = len(graph.of_type("Gemm")) or len([n for n in graph.of_type("MatMul") if graph.array(n.input[1]) is not None])
+    n_lin = len(graph.of_type("Gemm")) or len([n for n in graph.of_type("MatMul") if graph.shape(n.input[1]) is not None])
     if n_lin % 2 or n_lin == 0:
         raise mismatch(graph, f"expected two linear layers (Gemm) per residual block, found {n_lin}")
     blocks = n_lin // 2
@@ -250,10 +250,10 @@ def spec_from_graph(graph: OnnxGraph) -> InSwapperSpec:
         raise mismatch(graph, f"expected {8 + 2 * blocks} convolutions for {blocks} blocks, found {len(convs)}")
     shapes = []
     for node in convs:
-        w = graph.array(node.input[1])
-        if w is None or w.ndim != 4:
+        w = graph.shape(node.input[1])  # the header only: the weights are converted once, by the loader
+        if w is None or len(w) != 4:
             raise mismatch(graph, f"Conv {node.name}: weight is not a constant 4-D tensor")
-        shapes.append(w.shape)
+        shapes.append(w)
     plain = [_plain_spec(graph, node, shapes[i]) for i, node in enumerate(convs) if i < 4 or i >= 4 + 2 * blocks]
     width = shapes[4][0]
     block_reflect = _reflect_before(graph, convs[4])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,8 +143,11 @@ def _fold_bn(graph: OnnxGraph, bn: Any, w: np.ndarray, b: np.ndarray | None) -> 
 def _copy(graph: OnnxGraph, where: str, param: Any, value: np.ndarray) -> None:
     if tuple(value.shape) != tuple(param.shape):
         raise mismatch(graph, f"{where}: shape {tuple(value.shape)} != expected {tuple(param.shape)}")
-    with torch.no_grad():
-        param.copy_(torch.from_numpy(np.array(value, dtype=np.float32)))
+    src = value if value.dtype == np.float32 and value.flags.c_contiguous else np.ascontiguousarray(value, dtype=np.float32)
+    with torch.no_grad(), warnings.catch_warnings():
+        # The arrays of the protobuf's bytes are read-only; they are only read here (one copy).
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        param.copy_(torch.from_numpy(src))
 
 
 __all__ = ["distinct_convs", "load_graph_weights"]

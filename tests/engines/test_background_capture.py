@@ -1,0 +1,184 @@
+"""Batch sizes captured in the background (TorchEngine.warmup, vcam.engines.threads.CaptureQueue):
+the first size is captured at construction and the others by a thread while calls run; a call
+that needs a size first captures it itself; close() stops the thread. The queue's own logic runs
+on the CPU; the captures need CUDA (marked gpu)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import need_torch, require
+
+from vcam.models import standin
+
+
+def test_queue_captures_in_order_and_survives_a_failure(caplog):
+    need_torch()
+    from vcam.engines.threads import CaptureQueue
+
+    seen: list[tuple[int, str]] = []
+
+    def capture(b, items):
+        if b == 4:
+            raise RuntimeError("boom")
+        seen.append((b, items))
+
+    q = CaptureQueue(capture, "cpu", "model")
+    with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
+        q.put([2, 4, 8], "a")
+        q.put([16], "b")
+        assert q.wait(10)
+    assert seen == [(2, "a"), (8, "a"), (16, "b")]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "batch 4" in warned[0] and "boom" in warned[0]
+    q.put([32], "c")  # a new thread after the first ended
+    assert q.wait(10) and seen[-1] == (32, "c")
+
+
+def test_queue_close_stops_between_sizes():
+    need_torch()
+    from vcam.engines.threads import CaptureQueue
+
+    started, release, seen = threading.Event(), threading.Event(), []
+
+    def capture(b, items):
+        started.set()
+        release.wait(10)
+        seen.append(b)
+
+    q = CaptureQueue(capture, "cpu", "model")
+    q.put([2, 4, 8], None)
+    assert started.wait(10)
+    closer = threading.Thread(target=q.close)
+    closer.start()
+    time.sleep(0.05)
+    release.set()
+    closer.join(10)
+    assert seen == [2] and not q.running
+    q.put([16], None)  # closed: nothing more runs
+    assert q.wait(1) and seen == [2]
+
+
+# -- on the GPU ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return standin.write("inswapper_128", tmp_path_factory.mktemp("m") / "inswapper_128.onnx", tiny=True, seed=3)
+
+
+def need_cuda():
+    torch = need_torch()
+    if not torch.cuda.is_available():
+        require("cuda", "no CUDA device")
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        require("gpu", "CuPy is not installed")
+    return torch
+
+
+def feeds(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    src = rng.standard_normal((n, 512)).astype(np.float32)
+    return {"target": rng.random((n, 3, 128, 128), dtype=np.float32), "source": src / np.linalg.norm(src, axis=1, keepdims=True)}
+
+
+def keys(engine) -> set[int]:
+    return {k[0] for k in engine._graphs}
+
+
+@pytest.mark.gpu
+def test_first_size_now_the_others_in_the_background(tiny):
+    need_cuda()
+    from vcam.engines.torch import TorchEngine
+
+    ref = TorchEngine(tiny, device="cuda", max_batch=8, background_capture=False)
+    assert keys(ref) == {1, 2, 4, 8}
+    e = TorchEngine(tiny, device="cuda", max_batch=8)
+    assert 1 in keys(e)
+    assert e.wait_graphs(120)
+    assert keys(e) == {1, 2, 4, 8}
+    for n in (1, 3, 8):
+        for got, want in zip(e.run(feeds(n)), ref.run(feeds(n))):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    e.close()
+    ref.close()
+
+
+@pytest.mark.gpu
+def test_calls_run_while_the_background_captures(tiny):
+    """Batch-1 calls replay their graph while the thread captures the rest; a call of 5 faces
+    before its size is there captures it itself; every result matches the eager module."""
+    torch = need_cuda()
+    import cupy as cp
+
+    from vcam.engines.torch import TorchEngine
+
+    e = TorchEngine(tiny, device="cuda", max_batch=8)
+    eager = TorchEngine(tiny, device="cuda", max_batch=8, cuda_graphs=False)
+    stream = cp.cuda.Stream(non_blocking=True)
+    calls = 0
+    with stream:
+        while e._later.running or calls < 3:
+            f = feeds(1, calls)
+            bufs = e.input_buffers(1)
+            for k, v in f.items():
+                bufs[k][...] = cp.asarray(v)
+            out = e.run_device(bufs, stream=stream)
+            stream.synchronize()
+            want = eager.run(f)[0]
+            np.testing.assert_allclose(cp.asnumpy(out[0]), want, rtol=1e-4, atol=1e-4)
+            calls += 1
+        big = feeds(5, 99)
+        np.testing.assert_allclose(e.run(big)[0], eager.run(big)[0], rtol=1e-4, atol=1e-4)
+    assert e.wait_graphs(120) and keys(e) == {1, 2, 4, 8}
+    torch.cuda.synchronize()
+    e.close()
+    eager.close()
+
+
+@pytest.mark.gpu
+def test_a_size_needed_first_is_captured_by_the_caller(tiny):
+    need_cuda()
+    from vcam.engines.torch import TorchEngine
+
+    e = TorchEngine(tiny, device="cuda", max_batch=8, warmup=False)
+    e.warmup(background=True)
+    e.input_buffers(8)  # captures batch 8 here unless the thread got there first; never twice
+    assert 8 in keys(e)
+    assert e.wait_graphs(120) and keys(e) == {1, 2, 4, 8}
+    e.close()
+    assert not e._later.running
+
+
+@pytest.mark.gpu
+def test_close_while_capturing_in_the_background(tiny):
+    need_cuda()
+    from vcam.engines.torch import TorchEngine
+
+    e = TorchEngine(tiny, device="cuda", max_batch=32)
+    e.close()
+    assert not e._later.running
+
+
+def test_gate_hold_release_is_idempotent_and_counted():
+    from vcam.engines.gate import BackgroundGate
+
+    g = BackgroundGate(patience=5)
+    a, b = g.hold(), g.hold()
+    a()
+    a()  # twice: still one release
+    assert not g._open.is_set()  # b still holds it
+    t0 = time.perf_counter()
+    threading.Timer(0.1, b).start()
+    g.wait()
+    assert g._open.is_set() and time.perf_counter() - t0 < 4
+    with g.held():
+        assert not g._open.is_set()
+    assert g._open.is_set()
