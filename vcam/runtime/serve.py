@@ -92,7 +92,9 @@ def _see_base_venv(base: str, py: Path, env: dict[str, str] | None = None) -> No
     virtual environment (torch installed in one, as on many GPU images) its packages are added too,
     by a ``.pth`` file: after the environment's own, so its numpy < 2 still comes first."""
     probe = "import site, sys; print(int(sys.prefix != sys.base_prefix)); print(*site.getsitepackages(), sep='\\n')"
-    lines = subprocess.run([base, "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env).stdout.splitlines()
+    lines = subprocess.run(
+        [base, "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env
+    ).stdout.splitlines()
     if not lines or lines[0] != "1":
         return
     own = subprocess.run(
