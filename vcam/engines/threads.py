@@ -15,11 +15,13 @@ Imports without PyTorch; the stream helpers need it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -105,6 +107,9 @@ class CaptureQueue:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=f"{self.name}-graphs", daemon=True)
                 self._thread.start()
+                # A capture still running when the interpreter ends aborts the process ("terminate
+                # called without an active exception"): at exit the queue stops after its current size.
+                atexit.register(_close_at_exit, weakref.ref(self))
 
     def _run(self) -> None:
         t0 = time.perf_counter()
@@ -154,6 +159,12 @@ class CaptureQueue:
     def close(self, timeout: float = 30.0) -> None:
         self._closing.set()
         self.wait(timeout)
+
+
+def _close_at_exit(ref: weakref.ref[CaptureQueue]) -> None:
+    queue = ref()
+    if queue is not None:
+        queue.close(timeout=30.0)
 
 
 class OnStream:
