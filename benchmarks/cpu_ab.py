@@ -36,7 +36,8 @@ print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"]}))
 
 
 def _one(tree: Path, w: int, h: int, frames: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    extra = os.environ.get("PYTHONPATH", "")  # the tree first, then what the caller's path holds (wheels)
+    env = {**os.environ, "PYTHONPATH": str(tree) + (os.pathsep + extra if extra else "")}
     p = subprocess.run(
         [sys.executable, "-c", _CHILD, str(w), str(h), str(frames)],
         cwd=tree,
