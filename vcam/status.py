@@ -13,6 +13,24 @@ from vcam.state import Status, guard_text
 from vcam.types import FrameStats
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists (ours or another user's), and is not an exited one
+    its parent has not reaped yet (a zombie, on Linux)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def process_age() -> float | None:
     """Seconds since this process started (Linux: from /proc, so the interpreter and the imports
     count too), or None where that cannot be read."""

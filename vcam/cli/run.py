@@ -250,11 +250,12 @@ def panel_cmd(
 ) -> None:
     """Print the running daemon's control-panel URL (with this run's token), or open it."""
     from vcam.panel.access import read_panel_file
+    from vcam.status import process_alive
 
     cfg = load_config(config)
     data = read_panel_file(cfg.panel_file)
     pid = data.get("pid") if data else None
-    alive = isinstance(pid, int) and _pid_alive(pid)
+    alive = isinstance(pid, int) and process_alive(pid)
     if data is None or not alive:
         fail(
             VcamError(
@@ -269,16 +270,6 @@ def panel_cmd(
             fail(VcamError("no browser could be opened here", hint="run `vcam panel` and open the URL it prints"))
         return
     out.print(data["url"], highlight=False, markup=False, soft_wrap=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _StatusLine:

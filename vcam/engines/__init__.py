@@ -249,6 +249,29 @@ def item_shapes(inputs: Sequence[TensorInfo], shapes: dict[str, Sequence[int]] |
     return out
 
 
+def reused_inputs(
+    inputs: Sequence[TensorInfo],
+    storage: dict[Any, Any],
+    n: int,
+    max_batch: int,
+    shapes: dict[str, Sequence[int]] | None,
+    xp: Any = np,
+) -> dict[str, Any]:
+    """Views ``[:n]`` of one ``(max_batch, *item)`` array per input and item shape, made once with
+    ``xp.zeros`` in the input's dtype and kept in ``storage`` (an engine's ``input_buffers``)."""
+    if n < 1 or n > max_batch:
+        raise ValueError(f"batch of {n} is outside 1..{max_batch}")
+    items = item_shapes(inputs, shapes)
+    out = {}
+    for info in inputs:
+        key = (info.name, items[info.name])
+        buf = storage.get(key)
+        if buf is None:
+            buf = storage[key] = xp.zeros((max_batch, *items[info.name]), dtype=info.dtype)
+        out[info.name] = buf[:n]
+    return out
+
+
 def check_feeds(engine: Engine, feeds: dict[str, Any]) -> list[Any]:
     """The feeds in input order; ModelError for a missing input, ValueError for unequal batches."""
     names = [i.name for i in engine.inputs]

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from vcam.engines.cache import resolve_cache_dir
+from vcam.status import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +86,6 @@ def progress_path(cache_dir: str | os.PathLike | None, name: str, precision: str
     return resolve_cache_dir(cache_dir) / "compiled" / f"{Path(name).stem}.{precision}.{pid}{SUFFIX}"
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (an exited one not yet reaped by its parent does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def read_progress(paths: Sequence[Path], jobs: int | None = None) -> BuildProgress:
     """The progress files ``paths`` merged (a file not written yet or half-written is skipped)."""
     out = BuildProgress()
@@ -129,7 +115,7 @@ def running_builds(cache_dir: str | os.PathLike | None = None) -> BuildProgress 
             pid = int(p.name[: -len(SUFFIX)].rsplit(".", 1)[1])
         except (ValueError, IndexError):
             continue
-        if _alive(pid):
+        if process_alive(pid):
             live.append(p)
         else:
             p.unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.engines import Epilogue, TensorInfo, check_feeds, item_shapes
+from vcam.engines import Epilogue, TensorInfo, check_feeds, reused_inputs
 from vcam.engines.onnx_graph import ModelSource, source_name
 from vcam.errors import EngineUnavailable, ModelError
 
@@ -212,16 +212,7 @@ class OrtEngine:
 
     def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]:
         """Host arrays ``[:n]`` (reused across calls) in each input's dtype."""
-        if n < 1 or n > self.max_batch:
-            raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
-        items = item_shapes(self.inputs, shapes)
-        out = {}
-        for info in self.inputs:
-            key = (info.name, items[info.name])
-            buf = self._storage.get(key)
-            if buf is None:
-                buf = self._storage[key] = np.zeros((self.max_batch, *items[info.name]), dtype=info.dtype)
-            out[info.name] = buf[:n]
+        out = reused_inputs(self.inputs, self._storage, n, self.max_batch, shapes)
         if self.device == "cuda":
             import cupy
 

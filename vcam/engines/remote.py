@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from vcam.engines import TensorInfo, check_feeds, item_shapes
+from vcam.engines import TensorInfo, check_feeds, reused_inputs
 from vcam.errors import ConfigError, EngineUnavailable, ModelError
 
 log = logging.getLogger(__name__)
@@ -282,21 +282,11 @@ class RemoteEngine:
 
     # -- calls ------------------------------------------------------------------------------------
     def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]:
-        """Host FP32 arrays ``[:n]`` (reused across calls)."""
-        if n < 1 or n > self.max_batch:
-            raise ValueError(f"batch of {n} is outside 1..{self.max_batch}")
-        items = item_shapes(self.inputs, shapes)
-        out = {}
-        for info in self.inputs:
-            key = (info.name, items[info.name])
-            buf = self._storage.get(key)
-            if buf is None:
-                xp = np
-                if self.device == "cuda":
-                    import cupy as xp  # type: ignore[no-redef]
-                buf = self._storage[key] = xp.zeros((self.max_batch, *items[info.name]), dtype=info.dtype)
-            out[info.name] = buf[:n]
-        return out
+        """Host FP32 arrays ``[:n]`` (reused across calls; CuPy arrays on a CUDA pipeline)."""
+        xp = np
+        if self.device == "cuda":
+            import cupy as xp  # type: ignore[no-redef]
+        return reused_inputs(self.inputs, self._storage, n, self.max_batch, shapes, xp)
 
     def _encode(self, name: str, a: np.ndarray) -> np.ndarray:
         """One input as the wire dtype; an input whose rows equal the last call's is not converted again."""

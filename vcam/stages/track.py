@@ -157,15 +157,8 @@ def associate(
     dist = np.linalg.norm(tc[:, None] - dc[None], axis=-1) / side[:, None]
     ok = (iou >= _MATCH_IOU) | (dist < _MATCH_DIST)
     ti, di = np.nonzero(ok)
-    order = np.lexsort((dist[ti, di], -iou[ti, di]))
-    used_t, used_d, matches = set(), set(), []
-    for k in order:
-        t, d = int(ti[k]), int(di[k])
-        if t in used_t or d in used_d:
-            continue
-        used_t.add(t)
-        used_d.add(d)
-        matches.append((t, d))
+    used_t, used_d, matches = set[int](), set[int](), list[tuple[int, int]]()
+    _take_pairs(ti, di, np.lexsort((dist[ti, di], -iou[ti, di])), used_t, used_d, matches)
     if reach > _MATCH_DIST and len(used_t) < nt and len(used_d) < nd:
         dside = np.maximum(db[:, 2] - db[:, 0], db[:, 3] - db[:, 1]).clip(1.0)
         ratio = dside[None, :] / side[:, None]
@@ -173,14 +166,21 @@ def associate(
         near[list(used_t), :] = False
         near[:, list(used_d)] = False
         ti, di = np.nonzero(near)
-        for k in np.argsort(dist[ti, di], kind="stable"):
-            t, d = int(ti[k]), int(di[k])
-            if t in used_t or d in used_d:
-                continue
-            used_t.add(t)
-            used_d.add(d)
-            matches.append((t, d))
+        _take_pairs(ti, di, np.argsort(dist[ti, di], kind="stable"), used_t, used_d, matches)
     return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
+
+
+def _take_pairs(
+    ti: np.ndarray, di: np.ndarray, order: np.ndarray, used_t: set[int], used_d: set[int], matches: list[tuple[int, int]]
+) -> None:
+    """Greedy: candidate pairs (``ti[k]``, ``di[k]``) in ``order``, each side taken at most once."""
+    for k in order:
+        t, d = int(ti[k]), int(di[k])
+        if t in used_t or d in used_d:
+            continue
+        used_t.add(t)
+        used_d.add(d)
+        matches.append((t, d))
 
 
 @dataclass
