@@ -97,6 +97,7 @@ class CaptureQueue:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._exit_hooked = False  # the at-exit stop is registered once per queue
 
     def put(self, sizes: Any, items: Any) -> None:
         """Queue ``sizes`` for ``items`` (the thread starts when none runs)."""
@@ -109,7 +110,9 @@ class CaptureQueue:
                 self._thread.start()
                 # A capture still running when the interpreter ends aborts the process ("terminate
                 # called without an active exception"): at exit the queue stops after its current size.
-                atexit.register(_close_at_exit, weakref.ref(self))
+                if not self._exit_hooked:
+                    self._exit_hooked = True
+                    atexit.register(_close_at_exit, weakref.ref(self))
 
     def _run(self) -> None:
         t0 = time.perf_counter()
