@@ -152,6 +152,27 @@ def test_stop_signals_held_while_an_output_opens_are_handled_on_the_way_out():
     assert d.should_exit and not d.force_exit  # one signal: a clean stop, asked for after
 
 
+def test_after_a_run_stopped_by_a_signal_further_stop_signals_are_ignored(monkeypatch, tmp_path):
+    """`vcam run` stopped by Ctrl-C: once the daemon has finished, only the summary is left, and a
+    second signal then is ignored (it used to reach the early handler of vcam.__main__, whose
+    SystemExit inside an import's callbacks was printed as an ignored exception with a traceback)."""
+
+    def stopped_run(self, **kw):
+        self.signalled = True
+        return self.summary
+
+    monkeypatch.setattr(Daemon, "run", stopped_run)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        r = CliRunner().invoke(app, ["run", "--input", "demo", "--output", "null", "--device", "cpu", "--quiet"])
+        after = {sig: signal.getsignal(sig) for sig in saved}
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert r.exit_code == 0, r.output
+    assert all(h is signal.SIG_IGN for h in after.values()), after
+
+
 @pytest.mark.slow
 def test_background_start_stop_while_frames_flow():
     cfg = demo_cfg(pacing="realtime")

@@ -187,14 +187,17 @@ def run(
         try:
             with status_line:
                 summary = daemon.run(max_frames=frames, duration=dur)
+                # Stopped by a signal and finished: only the summary is left. A second signal now
+                # would land in vcam.__main__'s early handler wherever the code is (inside an
+                # import's callbacks its SystemExit is printed as ignored, with a traceback).
+                if daemon.signalled:
+                    _ignore_stop_signals()
             break
         except SystemExit:
             if daemon.force_exit:  # a second Ctrl-C: leave now, so no native thread still loading
-                import signal  # a model can abort the exit; a file output, perhaps cut off while it
-
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # was being finished,
-                    if signal.getsignal(sig) is not signal.SIG_IGN:  # is left playable first
-                        signal.signal(sig, signal.SIG_IGN)
+                # a model can abort the exit; a file output, perhaps cut off while it was being
+                # finished, is left playable first
+                _ignore_stop_signals()
                 daemon.salvage_outputs()
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -270,6 +273,15 @@ def panel_cmd(
             fail(VcamError("no browser could be opened here", hint="run `vcam panel` and open the URL it prints"))
         return
     out.print(data["url"], highlight=False, markup=False, soft_wrap=True)
+
+
+def _ignore_stop_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP ignored from here on (the stop is under way)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 class _StatusLine:
