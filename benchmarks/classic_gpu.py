@@ -46,7 +46,7 @@ def _run(ops, dense: bool, frame, lms, mats, boxes, source, det, frames: int):
 
     n = mats.shape[0]
     sw = ClassicSwapper(128, ops=ops, dense=dense, max_faces=max(8, n))
-    masker = create_masker(["box", "face"], 128, ops=ops, max_faces=max(8, n), feather=0.12)
+    masker = create_masker(["box", "face"], 128, ops=ops, max_faces=max(8, n), feather=0.06)
     face = face_from_image(source, "astronaut", detector=det, swappers=[sw])
     # Copies: on the CPU ``asarray`` returns the array itself, and the paste writes in place (the
     # reference frame must be the input frame swapped once, and the caller's frame stay as it is).

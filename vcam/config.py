@@ -251,7 +251,7 @@ class MaskConfig:
         keys=("top", "right", "bottom", "left"),
     )
     face_feather: float = _opt(
-        0.12, "Feather of the face and mouth masks as a fraction of the eye-to-mouth distance.", min=0.0, max=1.0
+        0.06, "Feather of the face and mouth masks as a fraction of the eye-to-mouth distance.", min=0.0, max=1.0
     )
     face_scale: float = _opt(1.0, "Size of the face mask relative to the face the landmarks describe.", min=0.5, max=1.5)
     mouth_scale: float = _opt(1.0, "Size of the mouth opening (1: the lips corner to corner).", min=0.3, max=3.0)

@@ -328,7 +328,7 @@ class ClassicSwapper(SwapperBase):
             if self.landmarker is not None and lms_big.shape[0] == 5:
                 dense = swap_classic.source_68(self.landmarker, big, lms_big)
                 lms_big = lms_big if dense is None else dense
-            for k, level in enumerate(swap_classic.source_levels(big, lms_big, SOURCE_MARGIN)):
+            for k, level in enumerate(swap_classic.source_levels(big, lms_big)):
                 latents[f"{self.name}.level{k}"] = level
             latents[self.name + ".points"] = lms_big.astype(np.float32)
         return dataclasses.replace(face, latents=latents)

@@ -48,9 +48,17 @@ def face_region(
 
 #: Levels of the source pyramid (each half the size of the one before), at most.
 MAX_LEVELS = 5
-#: Feather of the source's face weight (eye-to-mouth distances): narrow, as the target's face mask
-#: (:mod:`vcam.stages.mask`) feathers the paste already.
-SOURCE_FEATHER = 0.04
+#: Feather of the source's face weight (eye-to-mouth distances), inwards from :data:`SOURCE_MARGIN`:
+#: narrow, as the target's face mask (:mod:`vcam.stages.mask`) feathers the paste already.
+SOURCE_FEATHER = 0.02
+#: Level pixels between the source's face outline and its weight's zero line: the least for which no
+#: bilinear tap of a weighted pixel (1.41 px on a diagonal) reads a level pixel whose area average
+#: (0.71 px) or the face bank's own warp reaches past the outline (2.0 lets a recoloured backdrop
+#: through, tests/stages/test_swap_classic.py). The warp maps the target's outline onto the source's,
+#: so the weight is 1 over the target's face up to about a frame pixel or two from its outline; with
+#: 3 level pixels and a feather of 0.04 before, the product of this ramp and the face mask's left
+#: the outer band of the face ellipse unchanged (issue 29: the jaw sides and the chin).
+SOURCE_MARGIN = 2.5
 #: The 68 landmarks the spline is tied to (a 45-point system: a larger one costs more than it
 #: gives, and small solves stay off the BLAS threads): every other jaw point, the brows' ends and
 #: middles, the eye corners, the nose's bridge, tip and wings, the mouth's corners and middles.
@@ -113,10 +121,11 @@ def matched(target: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, np.ndar
     return t, s
 
 
-def source_levels(image: np.ndarray, landmarks: np.ndarray, margin: float) -> list[np.ndarray]:
+def source_levels(image: np.ndarray, landmarks: np.ndarray, margin: float = SOURCE_MARGIN) -> list[np.ndarray]:
     """The source pyramid: level k is ``image`` (S, S, 3) uint8 at ``S / 2**k`` (area averages), as
-    (s, s, 4) uint8 B, G, R and the source's face weight (255: 1; its face region, ``margin`` level pixels
-    inside the outline: no bilinear tap of a weighted pixel reaches outside the source's face)."""
+    (s, s, 4) uint8 B, G, R and the source's face weight (255: 1; its face region, ``margin`` level
+    pixels inside the outline and feathered inwards by :data:`SOURCE_FEATHER`: no bilinear tap of a
+    weighted pixel reaches outside the source's face)."""
     import cv2
 
     size = int(image.shape[0])
@@ -192,6 +201,8 @@ def warp_grid(
 
 __all__ = [
     "MAX_LEVELS",
+    "SOURCE_FEATHER",
+    "SOURCE_MARGIN",
     "face_region",
     "control_points",
     "fit_samples",
