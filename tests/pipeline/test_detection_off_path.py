@@ -129,3 +129,23 @@ def test_with_the_detections_in_time_both_swap_alike(detector, snap):
     assert outs[True][1] == outs[False][1] >= 10
     for i, (a, b) in enumerate(zip(outs[True][0], outs[False][0])):
         assert np.array_equal(a, b), f"frame {i} differs"
+
+
+@pytest.mark.slow
+def test_hostpath_bench_runs_and_reports(tmp_path, ops):
+    """`python -m benchmarks.hostpath` on the CPU, small: the daemon's path waits for fewer
+    detections and spends less CPU before the swap at p99 than the patient one; JSON written."""
+    if ops.device != "cpu":
+        pytest.skip("a CPU benchmark")
+    import json
+
+    from benchmarks import hostpath
+
+    out = tmp_path / "h.json"
+    hostpath.main(
+        ["--faces", "2", "--size", "640x360", "--frames", "24", "--miss-every", "8", "--rounds", "1", "--json", str(out)]
+    )
+    med = json.loads(out.read_text())["median"]
+    assert med["daemon"]["frames_waited"] < med["patient"]["frames_waited"]
+    assert med["daemon"]["begin_cpu_p99_ms"] < med["patient"]["begin_cpu_p99_ms"]
+    assert med["daemon"]["faces_swapped"] >= med["patient"]["faces_swapped"] - 2
