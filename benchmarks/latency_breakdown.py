@@ -123,13 +123,24 @@ def main() -> None:
     prev = "capture"
     print(
         f"{len(rows)} frames of {args.streams} stream(s), {'paced at 30 fps' if args.paced else 'flat out'}, switch interval "
-        f"{sys.getswitchinterval() * 1e3:g} ms; host phases, median (p99) ms:"
+        f"{sys.getswitchinterval() * 1e3:g} ms; host phases, median (p99) ms, and the loop's CPU in each, median ms:"
     )
     for ph in PHASES:
         d = np.array([(m[ph] - m[prev]) * 1e3 for m in rows])
         result[f"{prev}->{ph}"] = float(np.median(d))
-        print(f"  {prev:>10s} -> {ph:<10s} {np.median(d):7.3f} ({np.percentile(d, 99):7.3f})")
+        cpu = ""
+        if prev != "capture":
+            c = float(np.median([(m[f"cpu {ph}"] - m[f"cpu {prev}"]) * 1e3 for m in rows]))
+            result[f"host CPU ms {prev}->{ph}"] = c
+            cpu = f"  CPU {c:6.3f}"
+        print(f"  {prev:>10s} -> {ph:<10s} {np.median(d):7.3f} ({np.percentile(d, 99):7.3f}){cpu}")
         prev = ph
+    # The loop's CPU outside any frame's phases: after a publish up to the next frame's arrival (the
+    # detection queued after the publish, the pending one applied while waiting, the gather).
+    between = [(m["cpu frame"] - (m["cpu published"] - m["cpu gathered"])) * 1e3 for m in rows if "cpu frame" in m]
+    if between and args.streams == 1:
+        result["host CPU ms between frames"] = float(np.median(between))
+        print(f"  (published -> next gathered: the loop's CPU {np.median(between):6.3f}: detection queued and applied, gather)")
     total = np.array([(m["published"] - m["capture"]) * 1e3 for m in rows])
     print(f"  capture -> published   {np.median(total):7.3f} ({np.percentile(total, 99):7.3f})")
     result["capture->published p50"] = float(np.median(total))
