@@ -209,7 +209,7 @@ for step in $steps; do
         timeout 150 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --faces $faces --seconds ${HOSTPATH_SECONDS:-6} \
           --compile ${HOSTPATH_COMPILE:-off} $mode --first 0 --json "$OUT/hostpath_$tag.json" 2>&1 | grep -v NON-COMMERCIAL \
           > "$OUT/hostpath_$tag.txt" || rc=1
-        echo "== $tag"; grep -E "begun|capture -> published|per frame|gathered->finished|full scan|swap " "$OUT/hostpath_$tag.txt"
+        echo "== $tag"; grep -E -e "->|per frame|full scan|swap " "$OUT/hostpath_$tag.txt" | grep -v "^  [ 0-9.]*:"
       done; done; done ;;
     faces6)
       # Issue 9's six-face daemon figure: one 1080p stream of six faces at 30 fps (compiled batch 8).
