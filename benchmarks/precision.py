@@ -17,7 +17,12 @@ returns is what the pipeline swaps and what the status line counts as ``faces N`
 - recall: true faces with a returned track / all true faces in view (the first 5 frames of a scene
   and of a face's entry are given to the search; a face another one crosses is not in view);
 - faces_ok: frames where the count equals the true faces in view.
-Prints a table and writes ``precision.json`` to the ``--json`` folder.
+Prints a table and writes ``precision.json`` to the ``--json`` folder. Modes: ``before``, ``after``,
+and (``--modes ...,predicted,daemon``) the tracker as a predicting pipeline drives it (issue 28):
+``predicted`` swaps a frame with the predicted tracks while every tracked face was found and waits
+for its detection otherwise (a patient pipeline), ``daemon`` predicts through a miss too (the
+daemon's pipelines, :meth:`~vcam.stages.track.Tracker.predictable`); each frame's detection applied
+at the next frame.
 """
 
 from __future__ import annotations
@@ -183,6 +188,21 @@ def match(boxes: list[np.ndarray], truth: list[np.ndarray]) -> tuple[int, set[in
     return len(used_b), used_t
 
 
+def _step(tracker: Tracker, img, i: int, mode: str, pending: list) -> list:
+    """The tracks frame ``i`` is swapped with: its own detection's, or (``predicted``, ``daemon``)
+    the predicted ones while its detection is deferred to the next frame."""
+    if mode not in ("predicted", "daemon"):
+        return tracker.update(img, i)
+    if pending:
+        tracker.complete(pending.pop())
+    ok = tracker.predictable(img, i) if mode == "daemon" else tracker.confident(img, i)
+    if not ok:
+        return tracker.update(img, i)
+    tracks = tracker.predict(i)
+    pending.append(tracker.launch(img, i, deferred=True))
+    return tracks
+
+
 def _run(device: str, mode: str, size: str, frames: int) -> dict:
     cfg = Config()
     ops = make_ops(device)
@@ -196,11 +216,12 @@ def _run(device: str, mode: str, size: str, frames: int) -> dict:
     tracker = Tracker(det, params, cfg.pipeline.max_faces)
     tracker.admit_check = mode != "before"
     tp = fp = found = truths = count_ok = 0
-    ms = []
+    ms: list[float] = []
+    pending: list = []  # the deferred detection of a predicted frame, applied at the next one
     for i, (frame, truth) in enumerate(scene(size, frames)):
         img = ops.asarray(frame)  # the frame where the pipeline's tracker sees it (device memory on cuda)
         t0 = time.perf_counter()
-        tracks = tracker.update(img, i)
+        tracks = _step(tracker, img, i, mode, pending)
         ms.append((time.perf_counter() - t0) * 1000)
         boxes = [np.asarray(t.box) for t in tracks]
         matched, people = match(boxes, truth)

@@ -129,6 +129,8 @@ def _config(args: argparse.Namespace, streams: int, paced: bool) -> Config:
         data["models"] = {"dir": args.model_dir}
     if args.deadline is not None:
         data["pipeline"]["batch_deadline"] = args.deadline
+    if getattr(args, "predict", None):
+        data["track"] = {"predict": args.predict}
     return build(data)
 
 
@@ -164,10 +166,12 @@ def make_daemon(
     deadline: str | None = None,
     hook: RoundHook | None = None,
     timing: bool = False,
+    predict: str | None = None,
 ) -> Daemon:
     """The benchmark's daemon (``streams`` demo-clip streams to the null output) from keywords, for
     tools that time its phases (tools/profile_streams.py, tools/latency_breakdown.py) through
-    ``hook`` (:data:`vcam.runtime.rounds.RoundHook`); ``timing``: device-side stage times."""
+    ``hook`` (:data:`vcam.runtime.rounds.RoundHook`); ``timing``: device-side stage times;
+    ``predict``: ``[track] predict`` (None: the default)."""
     args = argparse.Namespace(
         size=size,
         device=device,
@@ -179,6 +183,7 @@ def make_daemon(
         deadline=deadline,
         faces=faces,
         compile=compile,
+        predict=predict,
     )
     return _daemon(args, streams, paced, hook=hook, timing=timing)
 

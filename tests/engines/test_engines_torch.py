@@ -280,7 +280,7 @@ def test_cuda_parity_and_graph_replay(tiny_inswapper, retinaface_file, fp16):
     assert engine.cuda_graphs and len(engine._graphs) >= 1  # the first size captured at construction
     assert engine.wait_graphs(60) and len(engine._graphs) == len(engine.batch_sizes)  # the others in the background
     assert engine.describe() == f"torch {'fp16' if fp16 else 'fp32'} on cuda (native inswapper, CUDA graphs)"
-    for n in (1, 3, 8):  # 3 is padded to the captured 4
+    for n in (1, 3, 8):  # 3 runs at its own size (every size up to 8 is captured)
         feeds = swap_feeds(n, seed=10 + n)
         (out,) = engine.run(feeds)
         assert rel(out, ort_run(tiny_inswapper, feeds)[0]) < tol, n

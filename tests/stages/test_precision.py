@@ -192,3 +192,16 @@ def test_precision_benchmark_today_vs_confirmed(tmp_path, capsys):
     assert "precision" in capsys.readouterr().out and (tmp_path / "precision.json").is_file()
     assert rows["before"]["false"] > 0
     assert rows["after"]["false"] == 0 and rows["after"]["precision"] == 1.0 and rows["after"]["recall"] >= 0.95
+
+
+@pytest.mark.slow
+def test_predicting_through_a_miss_keeps_precision(tmp_path):
+    """The tracker as the daemon's pipelines drive it (issue 28: predicted frames, also through a
+    miss, each detection applied at the next frame) swaps only the people on the distractor
+    scene, and finds them as the waiting flow does."""
+    from benchmarks import precision
+
+    payload = precision.main(["--device", "cpu", "--frames", "40", "--sizes", "1080p", "--modes", "after,daemon"])
+    rows = {r["mode"]: r for r in payload["rows"]}
+    assert rows["daemon"]["false"] == 0 and rows["daemon"]["precision"] == 1.0
+    assert rows["daemon"]["recall"] >= rows["after"]["recall"] - 0.02

@@ -428,6 +428,75 @@ def test_a_face_lost_while_predicted_waits_for_the_next_frames_detection(detecto
     assert tracks == []
 
 
+def _through_misses(tracker, frame, seq, state):
+    """The daemon's flow (a pipeline that is not patient): apply the pending detection, then predict
+    the frame whenever the tracker has faces to predict, through a miss too, else wait for it."""
+    if state.get("step") is not None:
+        tracker.complete(state.pop("step"))
+    if tracker.predictable(frame, seq):
+        state["step"] = tracker.launch(frame, seq, deferred=True)
+        state["predicted"] = state.get("predicted", 0) + 1
+        return tracker.predict(seq)
+    state["waited"] = state.get("waited", 0) + 1
+    return tracker.update(frame, seq)
+
+
+def test_a_face_lost_while_predicted_is_scanned_for_without_waiting(detector, grace):
+    """Predicting through a miss: the frame after the deferred miss is still predicted and its own
+    (deferred) detection scans the whole frame; the face gone is swapped on exactly the frames the
+    waiting flow swaps it on, then dropped. A face missed once and back is found again by that scan,
+    keeps its id, and no frame waits for its detection."""
+    img, fb, _ = grace
+    anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
+    face = compose((640, 360), [(img, placement(anchor, (320, 180), 0.6, 0.0))], (90, 90, 90))
+    blank = np.full_like(face, 90)
+    clip = [face] * 10 + [blank] * 4
+    counts = {}
+    for flow in (_predictive, _through_misses):
+        counting = CountingDetector(detector)
+        tracker = Tracker(counting, TrackParams(), max_faces=2)
+        state: dict = {}
+        counts[flow.__name__] = [len(flow(tracker, f, i, state)) for i, f in enumerate(clip)]
+        if flow is _through_misses:
+            assert state["predicted"] == 11 and state["waited"] == 3  # all but the first and the last two
+    assert counts["_predictive"] == counts["_through_misses"] == [1] * 12 + [0] * 2
+
+    counting = CountingDetector(detector)
+    tracker = Tracker(counting, TrackParams(), max_faces=2)
+    state = {}
+    for i in range(10):
+        _through_misses(tracker, face, i, state)
+    _through_misses(tracker, blank, 10, state)  # predicted; its detection misses the face
+    tracker.complete(state.pop("step"))
+    assert tracker.tracks[0].missed == 1 and not tracker.confident(face, 11) and tracker.predictable(face, 11)
+    full_before = counting.full
+    (track,) = tracker.predict(11)
+    state["step"] = tracker.launch(face, 11, deferred=True)  # the face is back
+    assert counting.full == full_before + 1  # a deferred frame after a miss: the whole frame
+    for i in range(12, 16):
+        tracks = _through_misses(tracker, face, i, state)
+    assert [t.id for t in tracks] == [track.id] and tracks[0].missed == 0
+    assert state.get("waited") == 1  # the first frame only
+
+
+def test_faces_not_confirmed_yet_do_not_stop_prediction(detector, grace):
+    """A candidate (a face found but not confirmed, not swapped) that is missed keeps the frame from
+    being confident, not from being predicted."""
+    import dataclasses
+
+    img, fb, _ = grace
+    anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)
+    tracker = Tracker(detector, TrackParams(), max_faces=3)
+    face = compose((640, 360), [(img, placement(anchor, (320, 180), 0.6, 0.0))], (90, 90, 90))
+    tracker.update(face, 0)
+    (state,) = tracker._states
+    track = dataclasses.replace(state.track, id=99, missed=1)
+    tracker._states.append(dataclasses.replace(state, track=track, confirmed=False))
+    assert tracker.candidates == 1 and not tracker.confident(face, 1) and tracker.predictable(face, 1)
+    tracker._states[0].track.missed = 2  # a confirmed face missed as often as max_missed allows
+    assert not tracker.predictable(face, 1)
+
+
 def test_prediction_needs_the_same_source(detector, grace):
     img, fb, _ = grace
     anchor = ((fb[0] + fb[2]) / 2, (fb[1] + fb[3]) / 2)

@@ -39,6 +39,7 @@ from vcam import align
 from vcam.errors import InputError
 from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
+from vcam.pipeline.parts import FaceFilter, arrived, output_size, select_all, select_largest
 from vcam.stages.swap import paste_faces
 from vcam.state import Snapshot
 from vcam.types import OPTIONAL_STAGES, Frame, FrameStats, PixelFormat, Track
@@ -51,10 +52,6 @@ if TYPE_CHECKING:
     from vcam.stages.swap import Swapper
     from vcam.stages.track import FaceTracker
     from vcam.stages.upscale import FrameEnhancer
-
-#: ``face_filter(tracks, host_frame) -> tracks to swap``; ``host_frame()`` gives the frame on the host
-#: (on the GPU: a download, so call it only when needed, e.g. once for a new track's embedding).
-FaceFilter = Callable[[list[Track], Callable[[], np.ndarray]], list[Track]]
 
 STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
 
@@ -86,34 +83,6 @@ class Work:
         return int(self.mats.shape[0])
 
 
-def _arrived(step: Any) -> bool:
-    """Has a tracker step's detection arrived (no wait; a step that cannot tell has)."""
-    ready = getattr(step, "ready", None)
-    return ready is None or bool(ready())
-
-
-def select_all(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
-    return tracks
-
-
-def select_largest(tracks: list[Track], host_frame: Callable[[], np.ndarray]) -> list[Track]:
-    if not tracks:
-        return tracks
-
-    def area(t: Track) -> float:
-        x1, y1, x2, y2 = (float(v) for v in t.box)
-        return (x2 - x1) * (y2 - y1)
-
-    return [max(tracks, key=area)]
-
-
-def output_size(fmt: PixelFormat, width: int, height: int) -> tuple[int, int]:
-    """4:2:0 outputs need even sizes: odd frames lose their last row/column."""
-    if PixelFormat(fmt) in (PixelFormat.I420, PixelFormat.NV12):
-        return width - width % 2, height - height % 2
-    return width, height
-
-
 class Pipeline:
     """One frame through every stage (see the module docstring).
 
@@ -125,10 +94,10 @@ class Pipeline:
     (default: all). ``ring``: frames in flight; an output returned by :meth:`collect` is valid until
     ``ring`` more frames are submitted. ``timing``: device-side stage times (CUDA events).
     ``predict``: swap with the tracks predicted for the frame while its detection runs
-    (``[track] predict``, see :meth:`_track`). ``band``: move such a frame in two row bands (see
-    the module docstring). ``degradable``: False for a stream whose every frame is kept (its
-    optional stages stay on whatever the load). ``upscale_budget``: the latency budget the frame
-    enhancer must fit (``[upscale] drop_first``; 0: always enhance).
+    (``[track] predict``, see :meth:`_track`); ``patient``: see :meth:`_predicted`. ``band``: move
+    such a frame in two row bands (see the module docstring). ``degradable``: False for a stream
+    whose every frame is kept (its optional stages stay on whatever the load). ``upscale_budget``:
+    the latency budget the frame enhancer must fit (``[upscale] drop_first``; 0: always enhance).
     """
 
     def __init__(
@@ -148,6 +117,7 @@ class Pipeline:
         ring: int = 2,
         timing: bool = False,
         predict: bool = False,
+        patient: bool = True,
         band: bool = True,
         degradable: bool = True,
         upscale_budget: float = 0.0,
@@ -183,6 +153,9 @@ class Pipeline:
         #: Swap with predicted tracks while the frame's detection runs (``[track] predict``; needs a
         #: tracker with ``confident``/``predict``/``launch``/``complete``, see :mod:`vcam.stages.track`).
         self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
+        #: Wait for a pending detection before a frame, and predict only confident frames (see above).
+        self.patient = bool(patient)
+        self.skipped_detections = 0  # predicted frames whose detection a newer frame's replaced (not patient)
         #: Move a predicted frame in two row bands (see the module docstring).
         self.band = bool(band)
         self.banded = 0  # frames moved in bands
@@ -394,21 +367,45 @@ class Pipeline:
         tracks = self._predicted(img, seq)
         if tracks is not None:
             return tracks, True
+        # The frame waits for its detection; what is pending goes first (not patient: a detection
+        # not queued yet is dropped, this frame's is newer).
+        if not self.patient and self._later is not None:
+            self._later = None
+            self.skipped_detections += 1
+        self.launch_detection()
+        self._apply_step()
         return self.tracker.update(img, seq), False
 
     def _predicted(self, img: Any, seq: int) -> list[Track] | None:
         """The tracks predicted for frame ``seq`` when prediction is on and the tracker is confident
         (which looks at ``img``'s shape only, so it may be asked before the frame's pixels arrive),
-        else None. A detection still pending from the frame before is applied first (launched
-        first, if the caller of :meth:`finish` has not)."""
+        else None. :attr:`patient`: a detection still pending from the frame before is applied
+        first (launched first, if the caller of :meth:`finish` has not), waiting for it. Not (the
+        daemon's cameras): only if it has arrived (else :meth:`launch_detection` applies it after
+        this frame is published), and the frame is predicted through a missed face too."""
         tracker = self.tracker
-        self.launch_detection()
-        if self._step is not None:
-            step, self._step = self._step, None
-            tracker.complete(step)
-        if self.predict and tracker.confident(img, seq):
+        if self.patient:
+            self.launch_detection()
+            self._apply_step()
+        elif self._step is not None and arrived(self._step):
+            self._apply_step()  # it is there: decoding it costs no wait, and the prediction is fresher
+        if self.predict and self._predictable(img, seq):
             return tracker.predict(seq)
         return None
+
+    def _predictable(self, img: Any, seq: int) -> bool:
+        """Patient: the tracker is confident; not: it has tracks to predict, also through a miss
+        (:meth:`~vcam.stages.track.Tracker.predictable`)."""
+        tracker = self.tracker
+        predictable = None if self.patient else getattr(tracker, "predictable", None)
+        return bool(predictable(img, seq)) if predictable is not None else bool(tracker.confident(img, seq))
+
+    def _apply_step(self) -> None:
+        """Apply the pending detection, waiting for it if it has not arrived."""
+        if self._step is not None:
+            step, self._step = self._step, None
+            self._planned = None
+            self.tracker.complete(step)
 
     def _plan(self, seq: int) -> tuple[list[Track] | None, tuple[int, int] | None] | None:
         """(the tracks predicted for frame ``seq`` or None, their band or None), as :meth:`settle`
@@ -418,7 +415,7 @@ class Pipeline:
         planned = self._planned
         if planned is not None and planned[0] == seq:
             return planned[1], planned[2]
-        if self._later is not None or (self._step is not None and not _arrived(self._step)):
+        if self.patient and (self._later is not None or (self._step is not None and not arrived(self._step))):
             return None
         tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
         height = self._geometry[1] if self._geometry is not None else 0
@@ -434,7 +431,7 @@ class Pipeline:
         detection is pending any more."""
         step = self._step
         if step is not None:
-            if not _arrived(step):
+            if not arrived(step):
                 return False
             self._step, self._planned = None, None
             self.tracker.complete(step)
@@ -460,7 +457,9 @@ class Pipeline:
 
     def _detect_later(self, work: Work, frame: Any) -> None:
         """Queue the detection of a frame swapped with predicted tracks on the back stream (lowest
-        priority: it takes what the swap leaves of the GPU); the next frame applies it."""
+        priority: it takes what the swap leaves of the GPU); the next frame applies it. A detection
+        still pending is applied first (waiting for it): the tracker takes its frames in order."""
+        self._apply_step()
         with self.ops.back_stream():
             self._step = self.tracker.launch(frame, work.stats.seq, deferred=True)
 
@@ -518,6 +517,8 @@ class Pipeline:
             ops.record(self._free[slot])
             self.io.download(slot, None if work.band is None else [work.band])
         if detect is not None:  # queued after this frame's GPU work, so the host queues that first
+            if self._later is not None:  # not patient: the older frame's copy is overwritten, its detection goes
+                self.skipped_detections += 1
             self._later = (work, detect)
             if detect_now:
                 self.launch_detection()
@@ -525,7 +526,9 @@ class Pipeline:
         return slot
 
     def launch_detection(self) -> None:
-        """Queue the detection :meth:`finish` left (see there); nothing when there is none."""
+        """Queue the detection :meth:`finish` left (see there); nothing when there is none. The
+        detection pending before it is applied first (a pipeline that is not patient leaves it to
+        here, after the frame was published, when it had not arrived by the frame's start)."""
         if self._later is not None:
             (work, frame), self._later = self._later, None
             self._detect_later(work, frame)

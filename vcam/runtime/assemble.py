@@ -185,13 +185,14 @@ class Assembly:
         degradable: bool = True,
         upscale_budget: float = 0.0,
         tracker: Any = None,
+        patient: bool = True,
     ) -> Pipeline:
         """A pipeline over these stages, publishing ``out_fmt``. The first one uses :attr:`tracker`
         and :attr:`assigner`; each further one (another stream) gets its own (tracks and their
         identities are per stream; the models are shared). With the frame geometry given, its
         buffers are allocated and the detector's engine warmed up now, so the first frame pays for
-        neither. ``predict``: None follows ``[track] predict`` (:attr:`predicts`); ``degradable``
-        and ``upscale_budget``: see :class:`~vcam.pipeline.pipeline.Pipeline`. ``tracker``: instead of
+        neither. ``predict``: None follows ``[track] predict`` (:attr:`predicts`); ``patient``,
+        ``degradable`` and ``upscale_budget``: see :class:`~vcam.pipeline.pipeline.Pipeline`. ``tracker``: instead of
         the assembly's (the bench's fixed faces)."""
         from vcam.pipeline.pipeline import Pipeline
 
@@ -223,6 +224,7 @@ class Assembly:
             max_faces=self.cfg.pipeline.max_faces,
             timing=timing,
             predict=self.predicts if predict is None else predict,
+            patient=patient,
             band=self.cfg.pipeline.band,
             degradable=degradable,
             upscale_budget=upscale_budget,

@@ -15,7 +15,9 @@ it. The daemon submits round k+1 before it collects round k where the ops run wo
 
 Measuring tools pass a :data:`RoundHook`: it is called with a :class:`Mark` at every phase boundary
 of every frame (``gathered``, ``begun``, ``swapped``, ``finished``, ``collected``, then ``published``
-or ``dropped``), so nothing needs to be patched to time the loop.
+or ``dropped``), so nothing needs to be patched to time the loop. Each mark carries the frame
+loop's host CPU time so far (``Mark.cpu``: :func:`time.thread_time` of the thread that runs the
+rounds), so a tool can tell the loop's CPU time per frame from its wall time.
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ class Stream:
 @dataclass(frozen=True)
 class Mark:
     """One phase boundary of one frame: ``phase``, the ``stream``, the frame's ``seq``, ``t``
-    (``time.perf_counter()``), its capture time, and its stats once collected."""
+    (``time.perf_counter()``), its capture time, its stats once collected, and ``cpu``: the host CPU
+    seconds the frame loop's thread has used so far (``time.thread_time()``; the difference between
+    two marks is the loop's CPU time between them, whatever it waited for meanwhile)."""
 
     phase: Phase
     stream: Stream
@@ -107,6 +111,7 @@ class Mark:
     t: float
     t_capture: float = 0.0
     stats: FrameStats | None = None
+    cpu: float = 0.0
 
 
 #: Called at every phase boundary (see the module docstring); it runs on the frame loop: keep it short.
@@ -157,7 +162,7 @@ class Rounds:
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
-            self.hook(Mark(phase, st, seq, time.perf_counter(), t_capture, stats))
+            self.hook(Mark(phase, st, seq, time.perf_counter(), t_capture, stats, time.thread_time()))
 
     # -- gather -----------------------------------------------------------------------------------
     def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Frame]]:

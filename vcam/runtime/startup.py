@@ -259,6 +259,7 @@ def _load(d: Daemon) -> None:
             PixelFormat.BGR if src.fmt == PixelFormat.MJPEG else src.fmt,
             timing=d.timing,
             degradable=live,
+            patient=not live,  # a camera's frame never waits for the detection once faces are tracked
             upscale_budget=st.frame_budget() if live and cfg.upscale.drop_first else 0.0,
         )
         st.stage = capture_stage(d, st)  # the decoder is built here too, off the frame loop

@@ -26,7 +26,6 @@ face stops jittering while a moving one is followed closely.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from vcam.stages.detect import Detector
 from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face, smallest_searched
+from vcam.stages.smoothing import OneEuroFilter
 from vcam.types import Detection, Track
 
 _MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
@@ -64,49 +64,6 @@ class TrackParams:
     confirm_hits: int = 2
     confirm_score: float = 0.9
     confirm_within: int = 5
-
-
-class OneEuroFilter:
-    """One-Euro filter over an array of 2-D points (N, 2), one cutoff per point.
-
-    ``min_cutoff`` (Hz): cutoff at rest, lower removes more jitter; ``beta``: how fast the cutoff
-    rises with speed (pixels/s), higher reduces lag; ``d_cutoff`` (Hz): smoothing of the speed.
-    """
-
-    def __init__(self, min_cutoff: float, beta: float, d_cutoff: float = 1.0) -> None:
-        self.min_cutoff = float(min_cutoff)
-        self.beta = float(beta)
-        self.d_cutoff = float(d_cutoff)
-        self._x: np.ndarray | None = None
-        self._dx: np.ndarray | None = None
-        self._t = 0.0
-
-    @staticmethod
-    def _alpha(dt: float, cutoff: np.ndarray | float) -> np.ndarray | float:
-        tau = 1.0 / (2.0 * math.pi * cutoff)
-        return 1.0 / (1.0 + tau / dt)
-
-    def reset(self, x: np.ndarray, t: float) -> np.ndarray:
-        self._x = np.asarray(x, dtype=np.float64).copy()
-        self._dx = np.zeros_like(self._x)
-        self._t = float(t)
-        return self._x.copy()
-
-    def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
-        """Filter the new sample ``x`` (N, 2) taken at time ``t`` (seconds); returns the estimate."""
-        x = np.asarray(x, dtype=np.float64)
-        if self._x is None or self._dx is None:
-            return self.reset(x, t)
-        dt = float(t) - self._t
-        if dt <= 0:
-            dt = 1e-3
-        dx = (x - self._x) / dt
-        self._dx = self._dx + self._alpha(dt, self.d_cutoff) * (dx - self._dx)
-        speed = np.linalg.norm(self._dx, axis=-1, keepdims=True)
-        a = self._alpha(dt, self.min_cutoff + self.beta * speed)
-        self._x = self._x + a * (x - self._x)
-        self._t = float(t)
-        return self._x.copy()
 
 
 @dataclass
@@ -323,7 +280,9 @@ class Tracker:
             self._shape = shape
             self._cycle = None
         self._last_seq = seq
-        full = self._scan_due(seq)
+        # A deferred frame's detection after a tracked face was missed (see predictable): the whole
+        # frame, so the face is found wherever it went.
+        full = self._scan_due(seq) or (deferred and any(s.track.missed for s in self._states if s.confirmed))
         predicted = np.array([s.predict(seq) for s in self._states]).reshape(-1, 4)
         step = Step(frame=frame_bgr, seq=seq, t=t, full=full, predicted=predicted, deferred=deferred)
         if full:
@@ -426,6 +385,21 @@ class Tracker:
         return (
             bool(self._states)
             and all(s.track.missed == 0 for s in self._states)
+            and tuple(np.shape(frame_bgr)) == self._shape
+            and self._last_seq is not None
+            and int(seq) > self._last_seq
+        )
+
+    def predictable(self, frame_bgr: Any, seq: int) -> bool:
+        """Like :meth:`confident`, also through a miss: confirmed faces are tracked, none missed
+        in as many frames as ``max_missed`` allows (so a face gone is predicted on no frame the
+        waiting path would not have swapped it on), and this frame continues that source. Faces not
+        confirmed yet (not swapped) are not asked about. A frame predicted after a miss has its
+        (deferred) detection scan the whole frame (:meth:`launch`)."""
+        live = [s for s in self._states if s.confirmed]
+        return (
+            bool(live)
+            and all(s.track.missed < max(1, self.cfg.max_missed) for s in live)
             and tuple(np.shape(frame_bgr)) == self._shape
             and self._last_seq is not None
             and int(seq) > self._last_seq
