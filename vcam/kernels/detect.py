@@ -186,9 +186,7 @@ def detector_input_cv(
             cx, cy, cw, ch = crop
             win = cv2.resize(frame[cy : cy + ch, cx : cx + cw], (j1 - j0, i1 - i0), interpolation=cv2.INTER_LINEAR)
         else:
-            m = np.array(
-                [[step, 0.0, x0 + (j0 + 0.5) * step - 0.5], [0.0, step, y0 + (i0 + 0.5) * step - 0.5]], dtype=np.float64
-            )
+            m = np.array([[step, 0.0, x0 + (j0 + 0.5) * step - 0.5], [0.0, step, y0 + (i0 + 0.5) * step - 0.5]], dtype=np.float64)
             win = cv2.warpAffine(frame, m, (j1 - j0, i1 - i0), flags=flags, borderMode=cv2.BORDER_REPLICATE)
         for c, src in enumerate(order):
             target = dst[c, i0:i1, j0:j1]

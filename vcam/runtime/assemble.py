@@ -12,6 +12,7 @@ shown by ``vcam run``).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,7 +202,11 @@ class Assembly:
             from vcam.stages.track import Tracker, TrackParams
 
             tracker = Tracker(
-                self.detector, stage_params(TrackParams, self.cfg.track), max_faces=self.cfg.pipeline.max_faces, fps=self.fps
+                self.detector,
+                stage_params(TrackParams, self.cfg.track),
+                max_faces=self.cfg.pipeline.max_faces,
+                fps=self.fps,
+                search=search_worker(self.cfg, self.device, self.store),
             )
             if assigner is not None:
                 from vcam.stages.mapping import Assigner
@@ -334,7 +339,13 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
                 hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
             )
 
-    tracker = Tracker(detector, stage_params(TrackParams, cfg.track), max_faces=cfg.pipeline.max_faces, fps=fps)
+    tracker = Tracker(
+        detector,
+        stage_params(TrackParams, cfg.track),
+        max_faces=cfg.pipeline.max_faces,
+        fps=fps,
+        search=search_worker(cfg, device, store),
+    )
     if cfg.swap.faces == "reference":
         face_filter = _reference_filter(cfg, photo_detector, recogniser)
     else:
@@ -373,6 +384,23 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         fps=fps,
         placements=placements,
     )
+
+
+def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
+    """The tracker's :class:`~vcam.stages.search.SearchWorker` (``[track] search``) with a detector
+    of its own on one CPU thread, or None (the search runs in the frame: on a GPU, or as configured)."""
+    mode = cfg.track.search
+    if mode == "frame" or device != "cpu" or cfg.track.rolling <= 0:
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    if mode == "auto" and cores < 2:
+        return None
+    from vcam.stages.search import SearchWorker
+
+    return SearchWorker(_roles.build("detector", cfg, store=store, device="cpu", threads=1))
 
 
 def _build_kernels(ops: Ops) -> None:

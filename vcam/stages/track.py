@@ -26,7 +26,6 @@ face stops jittering while a moving one is followed closely.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +33,8 @@ import numpy as np
 
 from vcam.stages.detect import Detector
 from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face, smallest_searched
+from vcam.stages.filters import OneEuroFilter
+from vcam.stages.search import SearchWorker
 from vcam.types import Detection, Track
 
 _MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
@@ -64,49 +65,6 @@ class TrackParams:
     confirm_hits: int = 2
     confirm_score: float = 0.9
     confirm_within: int = 5
-
-
-class OneEuroFilter:
-    """One-Euro filter over an array of 2-D points (N, 2), one cutoff per point.
-
-    ``min_cutoff`` (Hz): cutoff at rest, lower removes more jitter; ``beta``: how fast the cutoff
-    rises with speed (pixels/s), higher reduces lag; ``d_cutoff`` (Hz): smoothing of the speed.
-    """
-
-    def __init__(self, min_cutoff: float, beta: float, d_cutoff: float = 1.0) -> None:
-        self.min_cutoff = float(min_cutoff)
-        self.beta = float(beta)
-        self.d_cutoff = float(d_cutoff)
-        self._x: np.ndarray | None = None
-        self._dx: np.ndarray | None = None
-        self._t = 0.0
-
-    @staticmethod
-    def _alpha(dt: float, cutoff: np.ndarray | float) -> np.ndarray | float:
-        tau = 1.0 / (2.0 * math.pi * cutoff)
-        return 1.0 / (1.0 + tau / dt)
-
-    def reset(self, x: np.ndarray, t: float) -> np.ndarray:
-        self._x = np.asarray(x, dtype=np.float64).copy()
-        self._dx = np.zeros_like(self._x)
-        self._t = float(t)
-        return self._x.copy()
-
-    def __call__(self, x: np.ndarray, t: float) -> np.ndarray:
-        """Filter the new sample ``x`` (N, 2) taken at time ``t`` (seconds); returns the estimate."""
-        x = np.asarray(x, dtype=np.float64)
-        if self._x is None or self._dx is None:
-            return self.reset(x, t)
-        dt = float(t) - self._t
-        if dt <= 0:
-            dt = 1e-3
-        dx = (x - self._x) / dt
-        self._dx = self._dx + self._alpha(dt, self.d_cutoff) * (dx - self._dx)
-        speed = np.linalg.norm(self._dx, axis=-1, keepdims=True)
-        a = self._alpha(dt, self.min_cutoff + self.beta * speed)
-        self._x = self._x + a * (x - self._x)
-        self._t = float(t)
-        return self._x.copy()
 
 
 @dataclass
@@ -236,6 +194,8 @@ class Tracker:
     ``detector``: a :class:`vcam.stages.detect.Detector`; ``track_cfg``: scan interval, ROI size and scale,
     misses allowed, filter settings; ``max_faces``: most tracks kept (largest faces first).
     ``fps``: frame rate used for the filter's clock when :meth:`update` gets no timestamp.
+    ``search``: a :class:`~vcam.stages.search.SearchWorker` that runs the rolling search beside the
+    frame (its cycle ``max_lag`` frames shorter, so new faces come as soon); None: in the frame.
 
     After each :meth:`update`: ``last_full_scan`` (whether this frame was scanned whole),
     ``frames`` and ``full_scans`` (counts since start), ``roi_calls`` (batched region calls),
@@ -244,7 +204,13 @@ class Tracker:
     """
 
     def __init__(
-        self, detector: Detector, track_cfg: TrackParams | None = None, max_faces: int = 8, *, fps: float = 30.0
+        self,
+        detector: Detector,
+        track_cfg: TrackParams | None = None,
+        max_faces: int = 8,
+        *,
+        fps: float = 30.0,
+        search: SearchWorker | None = None,
     ) -> None:
         if max_faces < 1:
             raise ValueError(f"max_faces must be at least 1, got {max_faces}")
@@ -254,6 +220,7 @@ class Tracker:
         self.cfg = track_cfg or TrackParams()
         self.max_faces = int(max_faces)
         self.fps = float(fps)
+        self.search = search
         #: A new face lying on a larger one starts no track (off only to measure what that gains).
         self.admit_check = True
         dcfg = getattr(detector, "cfg", None)
@@ -269,6 +236,8 @@ class Tracker:
         """Forget every track and counter (IDs keep increasing)."""
         self._states: list[_State] = []
         self._cycle: list | None = None  # the rolling search's slices for this frame size
+        if getattr(self, "search", None) is not None:
+            self.search.drop()  # type: ignore[union-attr]
         self._cursor = 0
         self._last_scan_seq: int | None = None
         self._shape: tuple[int, ...] | None = None
@@ -322,6 +291,8 @@ class Tracker:
             self._last_scan_seq = None
             self._shape = shape
             self._cycle = None
+            if self.search is not None:
+                self.search.drop()
         self._last_seq = seq
         full = self._scan_due(seq)
         predicted = np.array([s.predict(seq) for s in self._states]).reshape(-1, 4)
@@ -333,6 +304,10 @@ class Tracker:
             # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
             # is found within ``rolling`` frames at a bounded cost per frame.
             item = self._rolling_item(shape)
+            if self.search is not None:  # the slice goes to the worker (held back while it is busy)
+                if item is not None and not self.search.submit(frame_bgr, seq, item):
+                    self._cursor -= 1
+                item = None
             tiles = item if isinstance(item, np.ndarray) else None
             rects = self._regions(predicted)
             step.regions = len(rects)
@@ -355,6 +330,7 @@ class Tracker:
         matches: list[tuple[int, int]] = []
         lost: list[int] = []
         fresh: list[int] = []
+        searched = self.search.collect(seq) if self.search is not None else None
         if full:
             dets = list(step.pending.result())
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
@@ -371,6 +347,8 @@ class Tracker:
             dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2], predicted)
             if step.coarse is not None:
                 dets = merge(dets + step.coarse.result(), 0.5)
+            if searched is not None and searched[1]:
+                dets += _apart(searched[1], [d.box for d in dets] + list(predicted))
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
             if lost and not step.deferred:
                 # A track left its region (fast motion, occlusion, or it left the frame): look
@@ -453,7 +431,9 @@ class Tracker:
         since = seq - self._last_scan_seq
         if not self._states:  # nothing to track: look again soon (every other frame at most)
             return since >= min(2, self.cfg.rescan_every)
-        return since >= self.cfg.rescan_every
+        # The search beside the frame covers it every few frames, coarse scan and tiles: no frame
+        # waits for a scheduled scan.
+        return self.search is None and since >= self.cfg.rescan_every
 
     def _regions(self, boxes: np.ndarray) -> np.ndarray:
         centre = (boxes[:, :2] + boxes[:, 2:]) / 2
@@ -467,9 +447,11 @@ class Tracker:
         if self._cycle is None:
             tiles_of = getattr(self.detector, "tiles", None)
             tiles = tiles_of(shape[0], shape[1]) if tiles_of is not None else np.zeros((0, 3))
-            parts = self.cfg.rolling - 1
+            # Beside the frame a slice's faces come max_lag frames late: a cycle that much shorter.
+            slots = self.cfg.rolling if self.search is None else max(2, self.cfg.rolling - self.search.max_lag)
+            parts = slots - 1
             chunks = [c for c in np.array_split(tiles, parts) if len(c)] if parts and len(tiles) else []
-            self._cycle = ["coarse", *chunks] + [None] * (self.cfg.rolling - 1 - len(chunks))
+            self._cycle = ["coarse", *chunks] + [None] * (slots - 1 - len(chunks))
         item = self._cycle[self._cursor % len(self._cycle)]
         self._cursor += 1
         return item
@@ -597,3 +579,12 @@ class Tracker:
 
 def _area(box: np.ndarray) -> float:
     return float(max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1]))
+
+
+def _apart(found: list[Detection], boxes: list) -> list[Detection]:
+    """The faces of an earlier frame's search that overlap none of ``boxes`` (this frame's faces and
+    tracks): new faces; the others are tracked faces where they were a frame or two ago."""
+    if not boxes:
+        return list(found)
+    iou = box_iou(np.array([d.box for d in found]), np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+    return [d for d, row in zip(found, iou) if not np.any(row > 0.0)]
