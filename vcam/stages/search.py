@@ -14,7 +14,9 @@ follows (new faces only) and lets their first region call place them.
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from concurrent.futures import Future
 from queue import SimpleQueue
 from typing import Any
@@ -30,7 +32,9 @@ class SearchWorker:
 
     ``max_lag``: the frames between a search's submission and its :meth:`collect` (default 2: a
     coarse scan on one core takes about a frame's time, so the frame rarely waits; the tracker's
-    search cycle is that much shorter). The thread is a daemon, started at the first search."""
+    search cycle is that much shorter). The thread is a daemon, started at the first search and stopped
+    by :meth:`close` or at exit, after the search in hand (an interpreter torn down under a search inside
+    onnxruntime aborts: "terminate called without an active exception")."""
 
     def __init__(self, detector: Any, *, max_lag: int = 2) -> None:
         if max_lag < 1:
@@ -58,6 +62,7 @@ class SearchWorker:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="vcam-search", daemon=True)
             self._thread.start()
+            atexit.register(_close_at_exit, weakref.ref(self))
         job: Future = Future()
         self._inbox.put((np.array(frame, copy=True), item, job))
         self._job, self._seq = job, int(seq)
@@ -104,6 +109,12 @@ class SearchWorker:
             return list(self.detector.detect_coarse(frame))
         per_tile = self.detector.detect_regions(frame, item)
         return list(self.detector.small_faces(per_tile, *frame.shape[:2]))
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    worker = ref()
+    if worker is not None:
+        worker.close()
 
 
 __all__ = ["SearchWorker"]
