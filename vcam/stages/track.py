@@ -4,7 +4,9 @@ Per frame, :class:`Tracker` either scans the whole frame or, between scans, runs
 inside one square region around each track's predicted position (all regions in one batched call),
 plus one slice of a rolling search for new faces: over ``rolling`` frames it covers the coarse scan
 and every tile a full scan uses (:meth:`vcam.stages.detect.FaceDetector.tiles`), so a face entering
-anywhere is found within ``rolling`` frames while the cost per frame stays bounded.
+anywhere is found within ``rolling`` frames while the cost per frame stays bounded. On the CPU the
+slices run beside the frame (:class:`~vcam.stages.search.SearchWorker`, ``[track] search``) on a
+core the frame's own work leaves idle; tracked frames then need no scheduled full scan.
 A full scan (:meth:`vcam.stages.detect.FaceDetector.detect`: the coarse pass plus the tiles) happens on
 the first frame, every ``rescan_every`` frames, whenever a track is not found in its region (same
 frame), and — while nothing is tracked — on every other frame (every frame with ``rescan_every =
