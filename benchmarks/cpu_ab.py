@@ -5,7 +5,8 @@
 OLD_TREE: an exported older checkout (``git archive <commit> | tar -x -C DIR``); the new tree is this
 one. Each round runs ``benchmarks.demo``'s flat-out mode (the daemon on the 720p demo clip, classic
 swap, publishing to null) once per tree, in a fresh process, old first. Prints fps per round and the
-median new/old ratio; writes the numbers as JSON.
+median new/old ratio; writes the numbers as JSON. The share of frames with a full scan tells where the
+rolling search ran (``[track] search``: a worker beside the frame leaves only the first frame's).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ cfg = base.replace(
     pipeline=replace(base.pipeline, device="cpu", max_latency=0.0),
 )
 r = _run(cfg, frames, False)
-print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"]}))
+print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"], "full_scan_pct": r["full_scan_pct"]}))
 """
 
 
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             res = _one(tree, w, h, args.frames)
             runs[name].append(res)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in res["stage_ms"].items())
-            print(f"round {r + 1} {name}: {res['fps']:.1f} fps ({stages})", flush=True)
+            scans = f", full scans {res['full_scan_pct']:.1f} %" if "full_scan_pct" in res else ""
+            print(f"round {r + 1} {name}: {res['fps']:.1f} fps ({stages}{scans})", flush=True)
     ratios = [n["fps"] / o["fps"] for o, n in zip(runs["old"], runs["new"])]
     med = {k: statistics.median(x["fps"] for x in v) for k, v in runs.items()}
     print(f"median fps: old {med['old']:.1f}, new {med['new']:.1f}; new/old per round {[round(x, 3) for x in ratios]}")

@@ -388,7 +388,8 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
 
 def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
     """The tracker's :class:`~vcam.stages.search.SearchWorker` (``[track] search``) with a detector
-    of its own on one CPU thread, or None (the search runs in the frame: on a GPU, or as configured)."""
+    of its own on one CPU thread, or None (the search runs in the frame: on a GPU, as configured, or for
+    ``auto`` on one core or a machine whose other programs leave no core idle)."""
     mode = cfg.track.search
     if mode == "frame" or device != "cpu" or cfg.track.rolling <= 0:
         return None
@@ -396,11 +397,21 @@ def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    if mode == "auto" and cores < 2:
+    if mode == "auto" and (cores < 2 or _busy()):
         return None
     from vcam.stages.search import SearchWorker
 
     return SearchWorker(_roles.build("detector", cfg, store=store, device="cpu", threads=1))
+
+
+def _busy() -> bool:
+    """No core to spare at start: the machine's load (1 minute) above all its cores but one (other
+    programs hold them; a worker beside the frame would only take the frame's own share)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not Unix
+        return False
+    return load > (os.cpu_count() or 1) - 1
 
 
 def _build_kernels(ops: Ops) -> None:
