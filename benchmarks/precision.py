@@ -198,7 +198,8 @@ def _run(device: str, mode: str, size: str, frames: int) -> dict:
     search = None
     if mode == "worker":  # "after" with the rolling search beside the frame ([track] search, the CPU's default)
         search = SearchWorker(
-            RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, max_regions=16, threads=1)
+            RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, max_regions=16, threads=1),
+            wait=True,  # its faces always two frames late, as on a machine with a core to spare
         )
     tracker = Tracker(det, params, cfg.pipeline.max_faces, search=search)
     tracker.admit_check = mode != "before"

@@ -42,7 +42,7 @@ class _Gated:
 
 def test_worker_hands_the_faces_over_max_lag_frames_later_and_waits_then():
     det = _Gated()
-    worker = SearchWorker(det, max_lag=2)
+    worker = SearchWorker(det, max_lag=2, wait=True)
     frame = np.full((4, 4, 3), 7, np.uint8)
     assert worker.submit(frame, 10, "coarse")
     frame[...] = 9  # the worker searches its own copy
@@ -54,18 +54,35 @@ def test_worker_hands_the_faces_over_max_lag_frames_later_and_waits_then():
     assert worker.collect(13) is None  # nothing submitted
     # Waited for at its age; a failed search raises in the collecting thread.
     det.gate.clear()
-    waits = worker.waits  # the first may have waited a moment for the thread
+    late = worker.late  # the first may have waited a moment for the thread
     worker.submit(np.full((4, 4, 3), 255, np.uint8), 20, "coarse")
     threading.Timer(0.05, det.gate.set).start()
     with pytest.raises(RuntimeError, match="bad frame"):
         worker.collect(22)
-    assert worker.waits == waits + 1 and worker.searches == 2
+    assert worker.late == late + 1 and worker.searches == 2
     worker.submit(frame, 30, "coarse")
     worker.drop()  # a new source: forgotten, and a new search may start
     assert not worker.busy and worker.submit(frame, 31, "coarse")
     worker.close()
     with pytest.raises(ValueError):
         SearchWorker(det, max_lag=0)
+
+
+def test_without_wait_a_late_search_is_taken_when_done_and_the_frame_goes_on():
+    det = _Gated()
+    worker = SearchWorker(det, max_lag=2)  # the daemon's: never holds a frame up
+    frame = np.full((4, 4, 3), 5, np.uint8)
+    worker.submit(frame, 0, "coarse")
+    assert worker.collect(2) is None and worker.collect(3) is None  # due, not done: the frames go on
+    assert worker.late == 2 and worker.busy and not worker.submit(frame, 3, "coarse")
+    det.gate.set()
+    for _ in range(500):  # the search ends; the next frame takes it
+        got = worker.collect(4)
+        if got is not None:
+            break
+        threading.Event().wait(0.01)
+    assert got is not None and got[0] == 0 and not worker.busy
+    worker.close()
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +134,7 @@ def test_tracker_with_the_worker_finds_a_new_small_face_as_soon_and_runs_the_sam
     runs = []
     for _ in range(2):
         main = _Counting(RetinaFaceDetector(DetectParams(), 160))
-        worker = SearchWorker(RetinaFaceDetector(DetectParams(), 160, threads=1))
+        worker = SearchWorker(RetinaFaceDetector(DetectParams(), 160, threads=1), wait=True)
         tracker = Tracker(main, TrackParams(rescan_every=30, rolling=5), search=worker)
         boxes, first = [], None
         for i, (frame, _) in enumerate(frames):
@@ -148,7 +165,7 @@ def pipeline_run():
 
         ops = make_ops("cpu")
         det = RetinaFaceDetector(cfg.detect, cfg.track.roi_size, max_regions=16)
-        worker = SearchWorker(RetinaFaceDetector(cfg.detect, cfg.track.roi_size, max_regions=16, threads=1))
+        worker = SearchWorker(RetinaFaceDetector(cfg.detect, cfg.track.roi_size, max_regions=16, threads=1), wait=True)
         tracker = Tracker(det, TrackParams(), cfg.pipeline.max_faces, search=worker)
         pipe = Pipeline(ops=ops, tracker=tracker, swapper=SolidSwapper(ops=ops), out_fmt=PixelFormat.BGR)
         hits = []

@@ -5,9 +5,11 @@ On the CPU the frame's own work (its tracked faces' regions, the swap, the paste
 second core mostly idle, while the rolling search's coarse scan is the largest single cost of a
 tracked frame. :class:`SearchWorker` takes that slice off the frame: :meth:`~SearchWorker.submit` hands it
 a copy of frame ``seq`` and one slice, :meth:`~SearchWorker.collect` returns the faces found at frame
-``seq + max_lag`` (waiting for them if need be; never sooner, so a run does the same whatever the
-machine's speed), and a face entering the frame is still found within a bounded number of frames
-(the tracker shortens its cycle by that lag).
+``seq + max_lag`` (never sooner, so a run does the same whatever the machine's speed while the
+worker keeps up), and a face entering the frame is still found within a bounded number of frames
+(the tracker shortens its cycle by that lag). A search not done by then is taken at the first
+frame after it is (``wait=False``, the daemon's: a machine with no idle core delays new faces, never
+the frame) or waited for (``wait=True``: the same frames on any machine, for tests and benchmarks).
 Its faces are from an older frame: the tracker keeps those that lie apart from every face it
 follows (new faces only) and lets their first region call place them.
 """
@@ -15,6 +17,9 @@ follows (new faces only) and lets their first region call place them.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
+import sys
 import threading
 import weakref
 from concurrent.futures import Future
@@ -25,24 +30,29 @@ import numpy as np
 
 from vcam.types import Detection
 
+#: How much lower the worker's priority is than the frame's threads (Linux nice levels): on a machine with
+#: no idle core it takes what the frame leaves rather than an equal share (it is waited for, at worst).
+NICE = 5
+
 
 class SearchWorker:
     """One worker thread searching frames for new faces with its own ``detector`` (not the
     tracker's: a detector is not thread-safe), one search at a time.
 
     ``max_lag``: the frames between a search's submission and its :meth:`collect` (default 2: a
-    coarse scan on one core takes about a frame's time, so the frame rarely waits; the tracker's
-    search cycle is that much shorter). The thread is a daemon, started at the first search and stopped
+    coarse scan on one core takes about a frame's time, so a search is rarely late; the tracker's
+    search cycle is that much shorter). ``wait``: a late search holds the frame up (see above). The thread is a daemon, started at the first search and stopped
     by :meth:`close` or at exit, after the search in hand (an interpreter torn down under a search inside
     onnxruntime aborts: "terminate called without an active exception")."""
 
-    def __init__(self, detector: Any, *, max_lag: int = 2) -> None:
+    def __init__(self, detector: Any, *, max_lag: int = 2, wait: bool = False) -> None:
         if max_lag < 1:
             raise ValueError(f"max_lag must be at least 1, got {max_lag}")
         self.detector = detector
         self.max_lag = int(max_lag)
+        self.wait = bool(wait)
         self.searches = 0  # submitted since start
-        self.waits = 0  # collects that had to wait for the worker
+        self.late = 0  # frames a search was due and not done (waited for only with ``wait``)
         self._inbox: SimpleQueue = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._job: Future | None = None
@@ -70,14 +80,16 @@ class SearchWorker:
         return True
 
     def collect(self, seq: int) -> tuple[int, list[Detection]] | None:
-        """``(frame seq, faces)`` of the submitted search once it is ``max_lag`` frames old (waited
-        for if still running), else None (none submitted, or younger). A search that failed raises
-        its error here."""
+        """``(frame seq, faces)`` of the submitted search once it is ``max_lag`` frames old and done
+        (with ``wait``: waited for at that age), else None (none submitted, younger, or still
+        running). A search that failed raises its error here."""
         job = self._job
         if job is None or int(seq) - self._seq < self.max_lag:
             return None
         if not job.done():
-            self.waits += 1
+            self.late += 1  # the machine has no core to spare
+            if not self.wait:
+                return None
         self._job = None
         return self._seq, job.result()
 
@@ -94,6 +106,10 @@ class SearchWorker:
         self._job = None
 
     def _loop(self) -> None:
+        if sys.platform.startswith("linux"):  # below the frame's threads when they want the core (per thread on Linux)
+            with contextlib.suppress(OSError):
+                tid = threading.get_native_id()
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + NICE))
         while True:
             msg = self._inbox.get()
             if msg is None:
