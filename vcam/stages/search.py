@@ -41,9 +41,10 @@ class SearchWorker:
 
     ``max_lag``: the frames between a search's submission and its :meth:`collect` (default 2: a
     coarse scan on one core takes about a frame's time, so a search is rarely late; the tracker's
-    search cycle is that much shorter). ``wait``: a late search holds the frame up (see above). The thread is a daemon, started at the first search and stopped
-    by :meth:`close` or at exit, after the search in hand (an interpreter torn down under a search inside
-    onnxruntime aborts: "terminate called without an active exception")."""
+    search cycle is that much shorter). ``wait``: a late search holds the frame up (see above).
+    The thread is a daemon, started at the first search and stopped by :meth:`close` or at exit,
+    after the search in hand (an interpreter torn down under a search inside onnxruntime aborts:
+    "terminate called without an active exception")."""
 
     def __init__(self, detector: Any, *, max_lag: int = 2, wait: bool = False) -> None:
         if max_lag < 1:
