@@ -1,11 +1,13 @@
 """The CPU demo's flat-out rate of two trees, alternated in one run (a busy machine slows both alike).
 
     python -m benchmarks.cpu_ab OLD_TREE [--rounds 3] [--frames 300] [--size 1280x720] [--json cpu_ab.json]
+                                [--search auto|worker|frame]
 
 OLD_TREE: an exported older checkout (``git archive <commit> | tar -x -C DIR``); the new tree is this
 one. Each round runs ``benchmarks.demo``'s flat-out mode (the daemon on the 720p demo clip, classic
 swap, publishing to null) once per tree, in a fresh process, old first. Prints fps per round and the
-median new/old ratio; writes the numbers as JSON.
+median new/old ratio; writes the numbers as JSON. The share of frames with a full scan tells where the
+rolling search ran (``[track] search``: a worker beside the frame leaves only the first frame's).
 """
 
 from __future__ import annotations
@@ -24,22 +26,25 @@ from dataclasses import replace
 from vcam.config import Config
 from benchmarks.demo import _run
 w, h, frames = (int(v) for v in sys.argv[1:4])
+search = sys.argv[4] if len(sys.argv) > 4 else ""
 base = Config()
 cfg = base.replace(
     capture=replace(base.capture, input="demo", width=w, height=h, fps=30.0, loop=True, pacing="fast"),
     output=replace(base.output, target="null"),
     pipeline=replace(base.pipeline, device="cpu", max_latency=0.0),
 )
+if search:  # the new tree's [track] search
+    cfg = cfg.replace(track=replace(cfg.track, search=search))
 r = _run(cfg, frames, False)
-print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"]}))
+print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"], "full_scan_pct": r["full_scan_pct"]}))
 """
 
 
-def _one(tree: Path, w: int, h: int, frames: int) -> dict:
+def _one(tree: Path, w: int, h: int, frames: int, search: str = "") -> dict:
     extra = os.environ.get("PYTHONPATH", "")  # the tree first, then what the caller's path holds (wheels)
     env = {**os.environ, "PYTHONPATH": str(tree) + (os.pathsep + extra if extra else "")}
     p = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(w), str(h), str(frames)],
+        [sys.executable, "-c", _CHILD, str(w), str(h), str(frames), *([search] if search else [])],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -59,16 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--size", default="1280x720")
     ap.add_argument("--json", default="cpu_ab.json")
+    ap.add_argument("--search", default="", help="the new tree's [track] search (auto, worker, frame); default: its config's")
     args = ap.parse_args(argv)
     w, h = (int(v) for v in args.size.lower().split("x"))
     trees = {"old": Path(args.old).resolve(), "new": Path(__file__).resolve().parents[1]}
     runs: dict[str, list[dict]] = {"old": [], "new": []}
     for r in range(args.rounds):
         for name, tree in trees.items():
-            res = _one(tree, w, h, args.frames)
+            res = _one(tree, w, h, args.frames, args.search if name == "new" else "")
             runs[name].append(res)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in res["stage_ms"].items())
-            print(f"round {r + 1} {name}: {res['fps']:.1f} fps ({stages})", flush=True)
+            scans = f", full scans {res['full_scan_pct']:.1f} %" if "full_scan_pct" in res else ""
+            print(f"round {r + 1} {name}: {res['fps']:.1f} fps ({stages}{scans})", flush=True)
     ratios = [n["fps"] / o["fps"] for o, n in zip(runs["old"], runs["new"])]
     med = {k: statistics.median(x["fps"] for x in v) for k, v in runs.items()}
     print(f"median fps: old {med['old']:.1f}, new {med['new']:.1f}; new/old per round {[round(x, 3) for x in ratios]}")

@@ -9,6 +9,8 @@ Runs the real daemon (capture thread, tracking, classic swap, paste-back, publis
 - ``flat out``: frames as fast as the pipeline takes them: the capacity in fps;
 - ``flat out, NV12 in / I420 out``: the same with the frames in a camera's format and published in a
   virtual camera's (the colour conversions of the CPU path at work);
+- ``flat out, search in the frame``: flat out with the rolling search for new faces in the frame's
+  own detector call (``[track] search = "frame"``) instead of a worker beside it (the CPU's default);
 and, as the naive baseline in the same run, the same frames with a full-frame detection on every
 frame (no ROI tracking). Also reports the mean per-stage times, how often a full scan ran, and how
 many frames the source produced against how many the daemon published: on demand (``--fast``) the
@@ -158,7 +160,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if w % 2 == 0 and h % 2 == 0:  # 4:2:0 formats need an even size
         modes["flat out, NV12 in / I420 out"] = (fast, True)
-    modes["naive: full scan every frame"] = (fast.replace(track=TrackConfig(rescan_every=1)), False)
+    # The rolling search in the frame's own detector call instead of the worker beside it ([track] search).
+    modes["flat out, search in the frame"] = (fast.replace(track=replace(fast.track, search="frame")), False)
+    modes["naive: full scan every frame"] = (fast.replace(track=TrackConfig(rescan_every=1, search="frame")), False)
     runs: dict[str, list[dict]] = {name: [] for name in modes}
     for _ in range(max(1, args.runs)):
         for name, (cfg, camera_formats) in modes.items():

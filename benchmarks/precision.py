@@ -1,6 +1,7 @@
 """No face pasted on a non-face (issue 29): detection precision and recall on scenes with face-like
 distractors, today's behaviour ("before": every detection swapped at once, tile faces unchecked)
-beside the confirmed tracks and checked tile faces ("after", the default), in the same run.
+beside the confirmed tracks and checked tile faces ("after", the default), in the same run; on the
+CPU also "worker": "after" with the rolling search beside the frame (`[track] search`, its default there).
 
     python -m benchmarks.precision [--device cpu|cuda] [--frames 250] [--json DIR]
 
@@ -44,6 +45,7 @@ from vcam.runtime.roles import stage_params
 from vcam.stages.demo import compose, face_box, gradient, placement, portrait, transform_box
 from vcam.stages.detect import RetinaFaceDetector
 from vcam.stages.detections import DetectParams, box_iou
+from vcam.stages.search import SearchWorker
 from vcam.stages.track import Tracker, TrackParams
 
 SIZES = {"1080p": (1920, 1080), "4K": (3840, 2160)}
@@ -213,7 +215,13 @@ def _run(device: str, mode: str, size: str, frames: int) -> dict:
     if mode == "before":  # today's: every new track swapped at once, tile faces unchecked
         params = replace(params, confirm_hits=1)
         det.tile_check = False
-    tracker = Tracker(det, params, cfg.pipeline.max_faces)
+    search = None
+    if mode == "worker":  # "after" with the rolling search beside the frame ([track] search, the CPU's default)
+        search = SearchWorker(
+            RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, max_regions=16, threads=1),
+            wait=True,  # its faces always two frames late, as on a machine with a core to spare
+        )
+    tracker = Tracker(det, params, cfg.pipeline.max_faces, search=search)
     tracker.admit_check = mode != "before"
     tp = fp = found = truths = count_ok = 0
     ms: list[float] = []
@@ -235,6 +243,8 @@ def _run(device: str, mode: str, size: str, frames: int) -> dict:
                     continue  # the small face's first 5 frames: the search's to find it
                 truths += 1
                 found += k in people
+    if search is not None:
+        search.close()
     return {
         "mode": mode,
         "size": size,
@@ -254,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--frames", type=int, default=250, help="frames per scene (2 sizes: 1080p, 4K)")
     ap.add_argument("--sizes", default="1080p,4K")
-    ap.add_argument("--modes", default="before,after")
+    ap.add_argument("--modes", default=None, help="default: before,after (and worker on the CPU)")
     ap.add_argument("--json", type=Path, default=None, help="folder for precision.json")
     ap.add_argument("--save", type=Path, default=None, help="folder: the first frame of each scene as PNG")
     a = ap.parse_args(argv)
@@ -264,7 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
         for size in sizes:
             frame, _ = next(iter(scene(size, 30)))
             cv2.imwrite(str(a.save / f"precision_scene_{size}.png"), frame)
-    rows = [_run(a.device, mode, size, a.frames) for size in sizes for mode in a.modes.split(",")]
+    modes = (a.modes or ("before,after,worker" if a.device == "cpu" else "before,after")).split(",")
+    rows = [_run(a.device, mode, size, a.frames) for size in sizes for mode in modes]
     head = f"{'scene':6} {'mode':7} {'frames':>6} {'swapped':>8} {'false':>6} {'precision':>9} {'recall':>7}"
     print(head + f" {'faces ok':>8} {'track ms':>9} {'p99':>7}")
     for r in rows:

@@ -160,7 +160,8 @@ class TrackConfig:
     rescan_every: int = _opt(
         30,
         "A full scan (the coarse pass plus the tiles) every N frames, at start, when a track is lost, and every "
-        "other frame while no face is tracked; in between, only the tracked faces' regions and the `rolling` slice run.",
+        "other frame while no face is tracked; in between, only the tracked faces' regions and the `rolling` slice run "
+        "(with `search` in a worker, tracked frames have no scheduled scan: the worker's slices cover the frame).",
         min=1,
     )
     rolling: int = _opt(
@@ -170,6 +171,14 @@ class TrackConfig:
         "0: new faces wait for the next full scan.",
         min=0,
         max=120,
+    )
+    search: Literal["auto", "worker", "frame"] = _opt(
+        "auto",
+        "Where the rolling search runs. 'worker': a thread beside the frame with its own detector (one CPU thread); "
+        "each slice's faces are taken two frames after it, the cycle is two frames shorter (new faces come as soon) "
+        "and tracked frames need no scheduled full scan (CPU only); 'frame': in the frame's own detector call; "
+        "'auto': a worker on the CPU with two cores or more when the machine's load at start leaves one idle (the "
+        "frame's own work keeps one core busy), else the frame; the frame on a GPU.",
     )
     roi_scale: float = _opt(2.0, "ROI side as a multiple of the tracked box's longer side.", min=1.0, max=6.0)
     roi_size: int = _opt(160, "Side the ROI crop is resized to for detection.", min=64, max=1024)

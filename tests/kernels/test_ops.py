@@ -185,6 +185,15 @@ def _regions(rng, w, h, count):
     return np.array(rects)
 
 
+def _close_cv(got, ref, scale):
+    """Within :data:`~vcam.kernels.detect.CV_TOLERANCE` frame levels of the reference (float16: plus its
+    rounding), and on average well within one level."""
+    levels = np.abs(np.asarray(got, np.float64) - ref) / np.float64(scale).max()
+    assert np.isfinite(levels).all(), "output has NaN/Inf (unwritten poisoned elements)"
+    assert levels.max() <= detect.CV_TOLERANCE + 0.2, levels.max()
+    assert levels.mean() <= 0.5, levels.mean()
+
+
 @pytest.mark.parametrize("w,h", [(641, 359), (160, 160), pytest.param(1920, 1080, marks=FULL_HD)])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_detector_input(ops, w, h, dtype):
@@ -200,7 +209,9 @@ def test_detector_input(ops, w, h, dtype):
                 ops, _dev(ops, frame), rects, size, mean, scale=scale, rgb=rgb, out=poisoned(ops, ref.shape, dtype)
             ),
         )
-        if dtype == "float16":
+        if ops.device == "cpu":  # the CPU front is OpenCV's bilinear (tests/kernels/test_detect_cv.py)
+            _close_cv(got, ref, scale)
+        elif dtype == "float16":
             _close_f(got, ref.astype(np.float16), atol=0.01)
         else:
             _close_f(got, ref, atol=1e-4)
@@ -218,7 +229,10 @@ def test_detector_input(ops, w, h, dtype):
                 out=poisoned(ops, (1, 3, size - 33, size - 7), dtype),
             ),
         )
-        np.testing.assert_allclose(win, got[:1, :, : size - 33, : size - 7], rtol=0, atol=1e-6)
+        # (On the CPU the whole region may go through cv2.resize and the window through warpAffine:
+        # their fixed-point weights differ by up to a level.)
+        atol = 1e-6 if ops.device != "cpu" else 1.01 * max(scale) + (0.01 if dtype == "float16" else 0)
+        np.testing.assert_allclose(win, got[:1, :, : size - 33, : size - 7], rtol=0, atol=atol)
 
 
 def test_detector_input_golden(ops):

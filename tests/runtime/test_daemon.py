@@ -67,6 +67,23 @@ def test_daemon_runs_demo_and_stops_cleanly():
 
 
 @pytest.mark.slow
+def test_the_search_worker_runs_and_stops_with_the_daemon():
+    """``[track] search = worker``: the rolling search runs in its thread while faces are tracked,
+    no frame has a scheduled full scan, and the thread is gone once the daemon has stopped."""
+    cfg = demo_cfg()
+    cfg = cfg.replace(track=replace(cfg.track, search="worker", rescan_every=5))
+    out = Capturing(640, 360)
+    d = Daemon(cfg, output=out, control=False)
+    s = d.run(max_frames=20)
+    assert s.frames_out == 20
+    search = d.streams[0].pipeline.tracker.search
+    assert search is not None and search.searches >= 1  # every 3 frames when the machine has a core to spare
+    assert s.full_scans == 1  # the first frame; rescan_every 5 would have made 4
+    time.sleep(0.2)
+    assert not any(t.name == "vcam-search" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.slow
 def test_a_paced_daemon_applies_each_predicted_frames_detection_while_it_waits():
     """Frames from a camera (paced) leave the frame loop idle between them: there it applies the
     detection of the frame swapped with predicted faces (``[track] predict``), so the next frame

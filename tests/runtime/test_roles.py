@@ -28,3 +28,28 @@ def test_stage_params_copy_every_field_from_the_section():
     )
     assert stage_params(DetectParams, cfg.detect) == DetectParams(score=0.71, small_face=55)
     assert stage_params(TrackParams, cfg.track) == TrackParams(rolling=9)
+
+
+def test_the_search_runs_beside_the_frame_on_a_cpu_with_two_cores(monkeypatch):
+    """``[track] search``: auto puts the rolling search in a worker with its own one-thread detector
+    on a CPU with two cores or more, one of them idle at start; never on a GPU, nor with the search off or asked in the frame."""
+    import os
+
+    from vcam.runtime.assemble import search_worker
+
+    cfg = Config()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5))
+    worker = search_worker(cfg, "cpu")
+    assert worker is not None and worker.max_lag == 2
+    assert worker.detector.engine.session.get_session_options().intra_op_num_threads == 1
+    assert search_worker(cfg, "cuda") is None
+    assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="frame")), "cpu") is None
+    assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, rolling=0)), "cpu") is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 2.0, 1.0))  # other programs hold both cores
+    assert search_worker(cfg, "cpu") is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert search_worker(cfg, "cpu") is None
+    assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="worker")), "cpu") is not None

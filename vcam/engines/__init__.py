@@ -330,6 +330,7 @@ def _try(
     cache_dir: str | os.PathLike[str] | None,
     epilogue: Epilogue | None,
     compile: bool | str,
+    threads: int = 0,
 ) -> tuple[Engine | None, bool, str]:
     """Try one backend. Returns (engine or None, ok, reason)."""
     try:
@@ -347,7 +348,9 @@ def _try(
     if model is None:
         return None, True, "available"
     make: Callable[..., Engine] = _resolve(FACTORIES[name]) if name in FACTORIES else cls
-    extra = {"compile": compile} if name in FACTORIES else {}
+    extra: dict[str, Any] = {"compile": compile} if name in FACTORIES else {}
+    if threads and name == "onnxruntime":
+        extra["threads"] = int(threads)
     try:
         engine = make(
             model, name=label, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=epilogue, **extra
@@ -403,9 +406,11 @@ def create_engine(
     cache_dir: str | os.PathLike[str] | None = None,
     epilogue: Epilogue | None = None,
     compile: bool | str = False,
+    threads: int = 0,
 ) -> Any:
     """Load ``model`` (a path, or ONNX bytes named ``name``) with ``backend`` (or the first that works
-    for ``auto``) on ``device``.
+    for ``auto``) on ``device``. ``threads``: the CPU threads of one call on onnxruntime (0: its
+    default, one per core; other backends ignore it).
 
     The engine's ``skipped`` lists the backends tried before it and why. Raises
     :class:`EngineUnavailable` listing every backend tried and why it was skipped, with the fix.
@@ -424,6 +429,7 @@ def create_engine(
             cache_dir=cache_dir,
             epilogue=epilogue,
             compile=compile,
+            threads=threads,
         )
         if ok and engine is not None:
             engine.skipped = list(reasons)

@@ -12,6 +12,7 @@ shown by ``vcam run``).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +203,11 @@ class Assembly:
             from vcam.stages.track import Tracker, TrackParams
 
             tracker = Tracker(
-                self.detector, stage_params(TrackParams, self.cfg.track), max_faces=self.cfg.pipeline.max_faces, fps=self.fps
+                self.detector,
+                stage_params(TrackParams, self.cfg.track),
+                max_faces=self.cfg.pipeline.max_faces,
+                fps=self.fps,
+                search=search_worker(self.cfg, self.device, self.store),
             )
             if assigner is not None:
                 from vcam.stages.mapping import Assigner
@@ -336,7 +341,13 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
                 hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
             )
 
-    tracker = Tracker(detector, stage_params(TrackParams, cfg.track), max_faces=cfg.pipeline.max_faces, fps=fps)
+    tracker = Tracker(
+        detector,
+        stage_params(TrackParams, cfg.track),
+        max_faces=cfg.pipeline.max_faces,
+        fps=fps,
+        search=search_worker(cfg, device, store),
+    )
     if cfg.swap.faces == "reference":
         face_filter = _reference_filter(cfg, photo_detector, recogniser)
     else:
@@ -375,6 +386,34 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
         fps=fps,
         placements=placements,
     )
+
+
+def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
+    """The tracker's :class:`~vcam.stages.search.SearchWorker` (``[track] search``) with a detector
+    of its own on one CPU thread, or None (the search runs in the frame: on a GPU, as configured, or for
+    ``auto`` on one core or a machine whose other programs leave no core idle)."""
+    mode = cfg.track.search
+    if mode == "frame" or device != "cpu" or cfg.track.rolling <= 0:
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    if mode == "auto" and (cores < 2 or _busy()):
+        return None
+    from vcam.stages.search import SearchWorker
+
+    return SearchWorker(_roles.build("detector", cfg, store=store, device="cpu", threads=1))
+
+
+def _busy() -> bool:
+    """No core to spare at start: the machine's load (1 minute) above all its cores but one (other
+    programs hold them; a worker beside the frame would only take the frame's own share)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not Unix
+        return False
+    return load > (os.cpu_count() or 1) - 1
 
 
 def _build_kernels(ops: Ops) -> None:

@@ -165,11 +165,12 @@ def build(
     download: bool | None = None,
     mask: Any = None,
     crop_size: int | None = None,
+    threads: int = 0,
 ) -> Any:
     """The stage of ``role`` for ``cfg`` (model ``name``, default the config's; ``backend``, default
     ``[pipeline] backend``): its precision and batch from :data:`ROLES`, its other settings from
     the config's section. ``store``: default :func:`model_store`. ``mask``: the swapper's paste mask;
-    ``crop_size``: the masker's crop (the swapper's)."""
+    ``crop_size``: the masker's crop (the swapper's). ``threads``: the detector's CPU threads (0: one per core)."""
     spec = ROLES[role]
     name = name if name is not None else configured(cfg, role)
     store = store if store is not None else model_store(cfg)
@@ -185,7 +186,7 @@ def build(
         params = replace(stage_params(DetectParams, cfg.detect), model=name)
         return make_detector(
             params, roi_size=cfg.track.roi_size, store=store, ops=ops, device=device, backend=backend,
-            fp16=engine["fp16"], max_regions=batch,
+            fp16=engine["fp16"], max_regions=batch, threads=threads,
         )  # fmt: skip
     if role == "swapper":
         from vcam.stages.swap import BUILT_IN, make_builtin

@@ -262,6 +262,9 @@ def _load(d: Daemon) -> None:
             patient=not live,  # a camera's frame never waits for the detection once faces are tracked
             upscale_budget=st.frame_budget() if live and cfg.upscale.drop_first else 0.0,
         )
+        search = getattr(st.pipeline.tracker, "search", None)
+        if search is not None:
+            d.components.append(search)  # the search thread stops with the daemon
         st.stage = capture_stage(d, st)  # the decoder is built here too, off the frame loop
         st.live = LiveStats(st.summary)
     age = process_age()

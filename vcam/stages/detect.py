@@ -23,7 +23,6 @@ top-left), whatever region or input size the model saw.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,6 +34,7 @@ from vcam.ops import make_ops
 from vcam.stages.detections import (
     EMBEDDED_DETECTOR,
     DetectParams,
+    Pending,
     TopCandidates,
     checked_small_faces,
     decode,
@@ -85,47 +85,6 @@ def _as_bgr(frame: np.ndarray) -> np.ndarray:
 
 def _round_up(v: int, m: int) -> int:
     return max(m, -(-v // m) * m)
-
-
-class Pending:
-    """Detector calls queued on the device, decoded on demand: :meth:`result` waits for their
-    readbacks (once) and returns the detections, as the blocking call would have.
-
-    ``jobs``: ``(readback, decode)`` pairs (``decode(host outputs) -> part``), or ``parts``: other
-    pending calls (their results are the parts); ``combine(parts) -> result`` (default: the first
-    part)."""
-
-    def __init__(self, jobs: Sequence[tuple[Any, Any]] = (), combine: Any = None, *, parts: Sequence[Pending] = ()) -> None:
-        self._jobs = list(jobs)
-        self._parts = list(parts)
-        self._combine = combine or (lambda got: got[0])
-        self._result: Any = None
-        self._done = False
-
-    @classmethod
-    def done(cls, result: Any) -> Pending:
-        """A result already there (a blocking detector, or nothing to detect)."""
-        p = cls()
-        p._result, p._done = result, True
-        return p
-
-    def ready(self) -> bool:
-        """:meth:`result` would not wait for the device (its readbacks have landed)."""
-        if self._done:
-            return True
-        return all(q.ready() for q in self._parts) and all(getattr(h, "ready", lambda: True)() for h, _ in self._jobs)
-
-    def result(self) -> Any:
-        if not self._done:
-            got = [q.result() for q in self._parts]
-            for handle, decode in self._jobs:
-                try:
-                    got.append(decode(handle.wait()))
-                finally:
-                    handle.release()
-            self._result = self._combine(got)
-            self._done = True
-        return self._result
 
 
 class FaceDetector:
@@ -409,11 +368,12 @@ class RetinaFaceDetector(FaceDetector):
         device: str = "cpu",
         fp16: bool = False,
         max_regions: int = 8,
+        threads: int = 0,
     ) -> None:
         from vcam.models import registry
 
         if engine is None:
-            engine = embedded_engine(model, backend=backend, device=device, fp16=fp16, max_batch=max_regions)
+            engine = embedded_engine(model, backend=backend, device=device, fp16=fp16, max_batch=max_regions, threads=threads)
         super().__init__(engine, registry.get(EMBEDDED_DETECTOR), cfg or DetectParams(), roi_size, ops=ops)
 
     def _priors_for(self, h: int, w: int) -> np.ndarray:
@@ -444,7 +404,13 @@ class RetinaFaceDetector(FaceDetector):
 
 
 def embedded_engine(
-    model: bytes | str | Any = None, *, backend: str = "auto", device: str = "cpu", fp16: bool = False, max_batch: int = 8
+    model: bytes | str | Any = None,
+    *,
+    backend: str = "auto",
+    device: str = "cpu",
+    fp16: bool = False,
+    max_batch: int = 8,
+    threads: int = 0,
 ) -> Any:
     """An engine for the embedded RetinaFace (or a file of its layout) with :class:`TopCandidates`.
     Failures name the fix: the package's weights, or the file given."""
@@ -478,6 +444,7 @@ def embedded_engine(
             fp16=fp16,
             max_batch=max_batch,
             epilogue=TopCandidates(),
+            threads=threads,
         )
     except ModelError as exc:
         raise ModelError(f"cannot load the RetinaFace detector from {origin}: {exc.message}", hint=hint) from None
@@ -572,6 +539,7 @@ def make_detector(
     backend: str = "auto",
     fp16: bool = False,
     max_regions: int = 8,
+    threads: int = 0,
 ) -> FaceDetector:
     """The face detector ``params.model`` names (``params``: its ``[detect]`` thresholds), on
     ``backend`` for ``device`` with ``ops``: the embedded RetinaFace, or a registry detector
@@ -589,12 +557,14 @@ def make_detector(
     spec = registry.get(name)
     family = detector_family(spec)
     if spec.file is None:  # the embedded RetinaFace
-        return RetinaFaceDetector(params, roi_size, ops=ops, backend=backend, device=device, fp16=fp16, max_regions=regions)
+        return RetinaFaceDetector(
+            params, roi_size, ops=ops, backend=backend, device=device, fp16=fp16, max_regions=regions, threads=threads
+        )
     if store is None:
         raise ModelError(f"the detector {name} needs a model store", hint="pass store=ModelStore(models_dir)")
     path = store.ensure([name])[name]
     if family == "retinaface":
-        engine = embedded_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions)
+        engine = embedded_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions, threads=threads)
     else:
-        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions)
+        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions, threads=threads)
     return DETECTOR_CLASSES[family](engine, spec, params, roi_size=roi_size, ops=ops)

@@ -5,6 +5,7 @@ faces. :mod:`vcam.stages.detect` runs the networks and calls these on the host."
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -423,3 +424,44 @@ def decode_yoloface(out: np.ndarray, to_frame: tuple[float, float, float], cfg: 
     boxes = np.stack([c[0] - half[0], c[1] - half[1], c[0] + half[0], c[1] + half[1]], axis=1)
     pts = c[5:].T.reshape(-1, 5, 3)[:, :, :2]
     return _to_detections(boxes, pts, c[4], to_frame, cfg)
+
+
+class Pending:
+    """Detector calls queued on the device, decoded on demand: :meth:`result` waits for their
+    readbacks (once) and returns the detections, as the blocking call would have.
+
+    ``jobs``: ``(readback, decode)`` pairs (``decode(host outputs) -> part``), or ``parts``: other
+    pending calls (their results are the parts); ``combine(parts) -> result`` (default: the first
+    part)."""
+
+    def __init__(self, jobs: Sequence[tuple[Any, Any]] = (), combine: Any = None, *, parts: Sequence[Pending] = ()) -> None:
+        self._jobs = list(jobs)
+        self._parts = list(parts)
+        self._combine = combine or (lambda got: got[0])
+        self._result: Any = None
+        self._done = False
+
+    @classmethod
+    def done(cls, result: Any) -> Pending:
+        """A result already there (a blocking detector, or nothing to detect)."""
+        p = cls()
+        p._result, p._done = result, True
+        return p
+
+    def ready(self) -> bool:
+        """:meth:`result` would not wait for the device (its readbacks have landed)."""
+        if self._done:
+            return True
+        return all(q.ready() for q in self._parts) and all(getattr(h, "ready", lambda: True)() for h, _ in self._jobs)
+
+    def result(self) -> Any:
+        if not self._done:
+            got = [q.result() for q in self._parts]
+            for handle, decode in self._jobs:
+                try:
+                    got.append(decode(handle.wait()))
+                finally:
+                    handle.release()
+            self._result = self._combine(got)
+            self._done = True
+        return self._result

@@ -4,7 +4,9 @@ Per frame, :class:`Tracker` either scans the whole frame or, between scans, runs
 inside one square region around each track's predicted position (all regions in one batched call),
 plus one slice of a rolling search for new faces: over ``rolling`` frames it covers the coarse scan
 and every tile a full scan uses (:meth:`vcam.stages.detect.FaceDetector.tiles`), so a face entering
-anywhere is found within ``rolling`` frames while the cost per frame stays bounded.
+anywhere is found within ``rolling`` frames while the cost per frame stays bounded. On the CPU the
+slices run beside the frame (:class:`~vcam.stages.search.SearchWorker`, ``[track] search``) on a
+core the frame's own work leaves idle; tracked frames then need no scheduled full scan.
 A full scan (:meth:`vcam.stages.detect.FaceDetector.detect`: the coarse pass plus the tiles) happens on
 the first frame, every ``rescan_every`` frames, whenever a track is not found in its region (same
 frame), and — while nothing is tracked — on every other frame (every frame with ``rescan_every =
@@ -31,14 +33,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vcam.stages.association import associate
 from vcam.stages.detect import Detector
 from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face, smallest_searched
+from vcam.stages.search import SearchWorker
 from vcam.stages.smoothing import OneEuroFilter
 from vcam.types import Detection, Track
 
-_MATCH_IOU = 0.3  # IoU at which a detection is the same face as a track's predicted box
-_MATCH_DIST = 0.5  # or: centre distance below this fraction of the track's box side
-_MATCH_SIZE = 1.5  # the second pass (see associate): box sides within this factor
 _DUPLICATE_IOU = 0.6  # two tracks this overlapped follow one face: the younger one goes
 _KEEP_BONUS = 1.5  # an existing track keeps its slot unless a new face is this much larger
 _VEL_GAIN = 0.6  # weight of the newest motion in the velocity estimate
@@ -87,57 +88,6 @@ class _State:
 
 def _box_side(box: np.ndarray) -> float:
     return float(max(box[2] - box[0], box[3] - box[1]))
-
-
-def associate(
-    track_boxes: np.ndarray, det_boxes: np.ndarray, reach: float = 0.0
-) -> tuple[list[tuple[int, int]], list[int], list[int]]:
-    """Greedy one-to-one matching of detections to tracks.
-
-    A pair qualifies when IoU >= 0.3 or the centre distance is below half the track box's longer
-    side; pairs are taken by IoU, then by distance. ``reach`` > 0.5: a second pass then pairs the
-    tracks and detections left over when the centre distance is below ``reach`` track sides and
-    the two boxes' sides are within a factor 1.5 (a face that moved further than half its size
-    since the track's last position, still inside the region its track searches: the same face,
-    not a new one beside a stale track). Returns (matches (track, det), unmatched tracks,
-    unmatched detections).
-    """
-    nt, nd = len(track_boxes), len(det_boxes)
-    if nt == 0 or nd == 0:
-        return [], list(range(nt)), list(range(nd))
-    tb = np.asarray(track_boxes, dtype=np.float64).reshape(-1, 4)
-    db = np.asarray(det_boxes, dtype=np.float64).reshape(-1, 4)
-    iou = box_iou(tb, db)
-    tc = (tb[:, :2] + tb[:, 2:]) / 2
-    dc = (db[:, :2] + db[:, 2:]) / 2
-    side = np.maximum(tb[:, 2] - tb[:, 0], tb[:, 3] - tb[:, 1]).clip(1.0)
-    dist = np.linalg.norm(tc[:, None] - dc[None], axis=-1) / side[:, None]
-    ok = (iou >= _MATCH_IOU) | (dist < _MATCH_DIST)
-    ti, di = np.nonzero(ok)
-    used_t, used_d, matches = set[int](), set[int](), list[tuple[int, int]]()
-    _take_pairs(ti, di, np.lexsort((dist[ti, di], -iou[ti, di])), used_t, used_d, matches)
-    if reach > _MATCH_DIST and len(used_t) < nt and len(used_d) < nd:
-        dside = np.maximum(db[:, 2] - db[:, 0], db[:, 3] - db[:, 1]).clip(1.0)
-        ratio = dside[None, :] / side[:, None]
-        near = (dist < reach) & (ratio <= _MATCH_SIZE) & (ratio >= 1.0 / _MATCH_SIZE)
-        near[list(used_t), :] = False
-        near[:, list(used_d)] = False
-        ti, di = np.nonzero(near)
-        _take_pairs(ti, di, np.argsort(dist[ti, di], kind="stable"), used_t, used_d, matches)
-    return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
-
-
-def _take_pairs(
-    ti: np.ndarray, di: np.ndarray, order: np.ndarray, used_t: set[int], used_d: set[int], matches: list[tuple[int, int]]
-) -> None:
-    """Greedy: candidate pairs (``ti[k]``, ``di[k]``) in ``order``, each side taken at most once."""
-    for k in order:
-        t, d = int(ti[k]), int(di[k])
-        if t in used_t or d in used_d:
-            continue
-        used_t.add(t)
-        used_d.add(d)
-        matches.append((t, d))
 
 
 @dataclass
@@ -193,6 +143,8 @@ class Tracker:
     ``detector``: a :class:`vcam.stages.detect.Detector`; ``track_cfg``: scan interval, ROI size and scale,
     misses allowed, filter settings; ``max_faces``: most tracks kept (largest faces first).
     ``fps``: frame rate used for the filter's clock when :meth:`update` gets no timestamp.
+    ``search``: a :class:`~vcam.stages.search.SearchWorker` that runs the rolling search beside the
+    frame (its cycle ``max_lag`` frames shorter, so new faces come as soon); None: in the frame.
 
     After each :meth:`update`: ``last_full_scan`` (whether this frame was scanned whole),
     ``frames`` and ``full_scans`` (counts since start), ``roi_calls`` (batched region calls),
@@ -201,7 +153,13 @@ class Tracker:
     """
 
     def __init__(
-        self, detector: Detector, track_cfg: TrackParams | None = None, max_faces: int = 8, *, fps: float = 30.0
+        self,
+        detector: Detector,
+        track_cfg: TrackParams | None = None,
+        max_faces: int = 8,
+        *,
+        fps: float = 30.0,
+        search: SearchWorker | None = None,
     ) -> None:
         if max_faces < 1:
             raise ValueError(f"max_faces must be at least 1, got {max_faces}")
@@ -211,6 +169,7 @@ class Tracker:
         self.cfg = track_cfg or TrackParams()
         self.max_faces = int(max_faces)
         self.fps = float(fps)
+        self.search = search
         #: A new face lying on a larger one starts no track (off only to measure what that gains).
         self.admit_check = True
         dcfg = getattr(detector, "cfg", None)
@@ -226,6 +185,8 @@ class Tracker:
         """Forget every track and counter (IDs keep increasing)."""
         self._states: list[_State] = []
         self._cycle: list | None = None  # the rolling search's slices for this frame size
+        if getattr(self, "search", None) is not None:
+            self.search.drop()  # type: ignore[union-attr]
         self._cursor = 0
         self._last_scan_seq: int | None = None
         self._shape: tuple[int, ...] | None = None
@@ -279,6 +240,8 @@ class Tracker:
             self._last_scan_seq = None
             self._shape = shape
             self._cycle = None
+            if self.search is not None:
+                self.search.drop()
         self._last_seq = seq
         # A deferred frame's detection after a tracked face was missed (see predictable): the whole
         # frame, so the face is found wherever it went.
@@ -292,6 +255,10 @@ class Tracker:
             # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
             # is found within ``rolling`` frames at a bounded cost per frame.
             item = self._rolling_item(shape)
+            if self.search is not None:  # the slice goes to the worker (held back while it is busy)
+                if item is not None and not self.search.submit(frame_bgr, seq, item):
+                    self._cursor -= 1
+                item = None
             tiles = item if isinstance(item, np.ndarray) else None
             rects = self._regions(predicted)
             step.regions = len(rects)
@@ -314,6 +281,7 @@ class Tracker:
         matches: list[tuple[int, int]] = []
         lost: list[int] = []
         fresh: list[int] = []
+        searched = self.search.collect(seq) if self.search is not None else None
         if full:
             dets = list(step.pending.result())
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
@@ -330,6 +298,8 @@ class Tracker:
             dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2], predicted)
             if step.coarse is not None:
                 dets = merge(dets + step.coarse.result(), 0.5)
+            if searched is not None and searched[1]:
+                dets += _apart(searched[1], [d.box for d in dets] + list(predicted))
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
             if lost and not step.deferred:
                 # A track left its region (fast motion, occlusion, or it left the frame): look
@@ -427,7 +397,9 @@ class Tracker:
         since = seq - self._last_scan_seq
         if not self._states:  # nothing to track: look again soon (every other frame at most)
             return since >= min(2, self.cfg.rescan_every)
-        return since >= self.cfg.rescan_every
+        # The search beside the frame covers it every few frames, coarse scan and tiles: no frame
+        # waits for a scheduled scan.
+        return self.search is None and since >= self.cfg.rescan_every
 
     def _regions(self, boxes: np.ndarray) -> np.ndarray:
         centre = (boxes[:, :2] + boxes[:, 2:]) / 2
@@ -441,9 +413,11 @@ class Tracker:
         if self._cycle is None:
             tiles_of = getattr(self.detector, "tiles", None)
             tiles = tiles_of(shape[0], shape[1]) if tiles_of is not None else np.zeros((0, 3))
-            parts = self.cfg.rolling - 1
+            # Beside the frame a slice's faces come max_lag frames late: a cycle that much shorter.
+            slots = self.cfg.rolling if self.search is None else max(2, self.cfg.rolling - self.search.max_lag)
+            parts = slots - 1
             chunks = [c for c in np.array_split(tiles, parts) if len(c)] if parts and len(tiles) else []
-            self._cycle = ["coarse", *chunks] + [None] * (self.cfg.rolling - 1 - len(chunks))
+            self._cycle = ["coarse", *chunks] + [None] * (slots - 1 - len(chunks))
         item = self._cycle[self._cursor % len(self._cycle)]
         self._cursor += 1
         return item
@@ -571,3 +545,12 @@ class Tracker:
 
 def _area(box: np.ndarray) -> float:
     return float(max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1]))
+
+
+def _apart(found: list[Detection], boxes: list) -> list[Detection]:
+    """The faces of an earlier frame's search that overlap none of ``boxes`` (this frame's faces and
+    tracks): new faces; the others are tracked faces where they were a frame or two ago."""
+    if not boxes:
+        return list(found)
+    iou = box_iou(np.array([d.box for d in found]), np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+    return [d for d, row in zip(found, iou) if not np.any(row > 0.0)]
