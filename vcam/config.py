@@ -319,7 +319,8 @@ class DegradeConfig:
         [*OPTIONAL_STAGES, "swap"],
         "Which stages go first: 'upscale' the frame enhancer, 'enhancer' the face enhancer, 'occlusion' and 'region' the "
         "model masks; 'swap', the last resort, publishes the camera as the early frames do ([pipeline] early_frames: "
-        "pixelated, or as it is with 'camera'; never with 'off') until there is headroom again. Leave 'swap' out to keep swapping late.",
+        "pixelated, or as it is with 'camera'; never with 'off') until there is headroom again. Leave 'swap' out to keep "
+        "swapping late.",
     )
     after: Duration = _opt(Duration(2.0), "Overload lasting this long turns the next stage off.", min=0.1)
     recover: Duration = _opt(Duration(10.0), "Headroom lasting this long brings the last stage turned off back.", min=0.1)

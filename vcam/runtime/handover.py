@@ -127,9 +127,9 @@ class Handover:
         """Something to swap with: the CPU assembly, or (without it) the end of the full load."""
         return (self._cpu_done.is_set() and self.cpu is not None) or self._done.is_set()
 
-    def adopt_first(self) -> None:
+    def adopt_first(self) -> bool:
         """Put in use what :meth:`first_ready` found: the CPU assembly while the full one loads (or
-        the full one, loaded meanwhile; its error raised)."""
+        the full one, loaded meanwhile; its error raised). False when there is none (stopped)."""
         from vcam.runtime import startup
 
         d = self.d
@@ -138,14 +138,16 @@ class Handover:
             if self.failure is not None:
                 raise self.failure
             loaded = self.full or self.cpu
-            assert loaded is not None
+            if loaded is None:  # stopped while loading
+                return False
             startup.adopt(d, loaded)
-            return
+            return True
         assert self.cpu is not None
         startup.adopt(d, self.cpu)
         self.on_cpu = True
         age = process_age()
         log.info("swapping on the CPU while the models load (%s after the start)", "?" if age is None else f"{age:.2f} s")
+        return True
 
     def ready(self) -> bool:
         """The full load ended: :meth:`switch` now, between two frames."""
@@ -173,6 +175,8 @@ class Handover:
             st.cap.stage, st.cap.target = st.stage, st.target
         startup.start_telemetry(d)
         age = process_age()
+        for st in d.streams:
+            st.summary.switched_s = age
         log.info(
             "switched to %s after %d frames swapped on the CPU (%s after the start)",
             self.full.assembly.device, n, "?" if age is None else f"{age:.2f} s",

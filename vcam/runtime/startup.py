@@ -24,8 +24,8 @@ from vcam.status import LiveStats, process_age
 from vcam.types import Frame, PixelFormat
 
 if TYPE_CHECKING:
-    from vcam.runtime.assemble import Assembly
     from vcam.pipeline.pipeline import Pipeline
+    from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
     from vcam.runtime.handover import Handover
     from vcam.runtime.rounds import Rounds, Stream
@@ -53,6 +53,7 @@ class Daemon(Protocol):
     loading: threading.Thread | None
     assembly: Assembly | None
     handover: Handover | None
+    early_swap: bool | None
     load_delay: float
     release_background: Callable[[], None] | None
     telemetry: Telemetry | None
@@ -389,11 +390,13 @@ def load_while_passing_through(d: Daemon) -> bool:
         return False
     passed = sum(st.summary.early_frames for st in d.streams)
     if ho is not None:
-        ho.adopt_first()
-        return True
+        return ho.adopt_first()
     loader.join()
     if failure:
         raise failure[0]
+    if d.assembly is None:  # the stop came while loading, and the load gave up on it meanwhile
+        log.info("stopped before the models were loaded")
+        return False
     log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
     return True
 
