@@ -328,6 +328,14 @@ class Daemon:
             self._wire()
             self.ready.set()
 
+    def plan_handover(self) -> None:
+        """At the start, the outputs open: :attr:`handover` where the early frames can be swapped on
+        the CPU while the models load (:func:`vcam.runtime.handover.cpu_config`), else None."""
+        from vcam.runtime.handover import Handover, cpu_config
+
+        cpu_cfg = cpu_config(self)
+        self.handover = Handover(self, cpu_cfg) if cpu_cfg is not None else None
+
     def _wire(self) -> None:
         """The rounds on the assembly in use (at the start, and at a handover's switch)."""
         assert self.assembly is not None

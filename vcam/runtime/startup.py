@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from vcam.pipeline.pipeline import Pipeline
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
-    from vcam.runtime.handover import Handover
     from vcam.runtime.rounds import Rounds, Stream
     from vcam.state import RuntimeState
     from vcam.status import RunSummary
@@ -52,7 +51,7 @@ class Daemon(Protocol):
     instance_lock: Any
     loading: threading.Thread | None
     assembly: Assembly | None
-    handover: Handover | None
+    handover: Any  # a vcam.runtime.handover.Handover (the layer above) under way, else None
     early_swap: bool | None
     load_delay: float
     release_background: Callable[[], None] | None
@@ -64,6 +63,8 @@ class Daemon(Protocol):
     wake: threading.Event
 
     def held_signals(self) -> AbstractContextManager[None]: ...
+
+    def plan_handover(self) -> None: ...
 
 
 def start(d: Daemon, max_frames: int | None = None) -> None:
@@ -86,10 +87,7 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
             assert st.source is not None
             open_output(d, st, st.source.width, st.source.height)
         start_capture(d, early=True)
-        from vcam.runtime import handover
-
-        cpu_cfg = handover.cpu_config(d)
-        d.handover = handover.Handover(d, cpu_cfg) if cpu_cfg is not None else None
+        d.plan_handover()  # early frames swapped on the CPU where they can be (vcam.runtime.handover)
         if not load_while_passing_through(d):
             return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
         for st in d.streams:
