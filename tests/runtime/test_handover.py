@@ -176,3 +176,34 @@ print(loaded.assembly.device, sorted(m for m in ("torch", "cupy") if m in sys.mo
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[-2] == "cpu []", r.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_gpu_run_of_the_classic_swap_starts_on_the_cpu_and_switches_to_cuda(device, caplog):
+    """The real thing on a GPU: the default config (``early_frames = "swap"``), the CPU's frames first,
+    then the CUDA assembly, every frame swapped and published once, through NV12 -> I420 as a camera."""
+    if device != "cuda":
+        pytest.skip("the handover starts GPU runs only (the CPU one is tested above with two CPU assemblies)")
+    marks = Marks()
+    out = Capturing(640, 360)
+    cfg = _cfg(device="cuda")
+    daemon = Daemon(cfg, output=out, control=False, hook=marks)
+    with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
+        daemon.start()
+        deadline = time.monotonic() + 120
+        while daemon.summary.switched_s is None and time.monotonic() < deadline and daemon._thread.is_alive():
+            time.sleep(0.05)
+        switched = daemon.summary.frames_out
+        while daemon.summary.frames_out < switched + 30 and time.monotonic() < deadline and daemon._thread.is_alive():
+            time.sleep(0.05)
+        daemon.stop(timeout=30)
+    s = daemon.summary
+    assert s.error is None, s.error
+    assert s.device == "cuda" and s.switched_s is not None and 0 < s.cpu_frames < s.frames_out, s.line()
+    assert "switched to cuda after" in caplog.text
+    seqs = [seq for seq, _ in marks.published]
+    gathered = marks.gathered[marks.gathered.index(seqs[0]) :]
+    assert seqs == sorted(set(seqs)) and seqs == gathered, "a frame lost or published twice"
+    assert len(out.frames_seen) == s.early_frames + s.frames_out and s.dropped_latency == 0
+    assert len({id(p) for _, p in marks.published}) == 2
