@@ -1,6 +1,6 @@
 """What the CPU's early frames cost the GPU load: the GPU libraries imported beside them (the GIL).
 
-    python -m benchmarks.handover [--runs 3] [--size 720p] [--modules torch,cupy] [--json OUT]
+    python -m benchmarks.handover [--runs 3] [--size 720p] [--modules cupy,torch] [--switch S] [--json OUT]
 
 A handover start (:mod:`vcam.runtime.handover`) swaps frames on the CPU in the frame loop while the
 load thread imports CuPy and PyTorch and builds the GPU assembly; both need the GIL. Each run is a
@@ -12,7 +12,9 @@ flow, times ``import`` of ``--modules`` in another thread, as the load thread do
     swap      the frames swapped on the CPU (the handover's CPU assembly; its full load held back)
 
 The table gives each mode's import time (best and median of the runs) and the frames the daemon
-published meanwhile; the JSON has every run. Alternate modes run by run (the same machine load).
+published meanwhile; the JSON has every run. Modes alternate run by run (the same machine load).
+``--switch``: the interpreter's switch interval in the child (how long the import keeps the GIL
+before a waiting frame loop gets it): shorter makes the CPU's frames quicker, the import slower.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 CHILD = r"""
 import sys, threading, time
 mode, size, modules = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+if len(sys.argv) > 4:
+    sys.setswitchinterval(float(sys.argv[4]))
 w, h = {"360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}[size]
 from dataclasses import replace
 from vcam.config import Config, Duration
@@ -75,6 +79,7 @@ def main() -> int:
     ap.add_argument("--size", default="720p", choices=["360p", "720p", "1080p"])
     ap.add_argument("--modules", default="cupy,torch")
     ap.add_argument("--modes", default="alone,pixelate,swap")
+    ap.add_argument("--switch", type=float, default=0.0, help="sys.setswitchinterval in the child (0: Python's 5 ms)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     here = Path(__file__).resolve().parents[1]
@@ -83,7 +88,7 @@ def main() -> int:
     for i in range(args.runs):
         for mode in modes:
             r = subprocess.run(
-                [sys.executable, "-c", CHILD, mode, args.size, args.modules],
+                [sys.executable, "-c", CHILD, mode, args.size, args.modules, *([str(args.switch)] if args.switch else [])],
                 capture_output=True,
                 text=True,
                 cwd=here,
@@ -111,7 +116,7 @@ def main() -> int:
         secs = [r["import_s"] for r in runs]
         fps = statistics.median([r["frames"] / r["import_s"] for r in runs])
         med = statistics.median(secs)
-        t.add_row(mode, f"{min(secs):.2f}", f"{med:.2f}", f"{fps:.1f}", f"+{med - alone:.2f} s" if alone else "-")
+        t.add_row(mode, f"{min(secs):.2f}", f"{med:.2f}", f"{fps:.1f}", f"{med - alone:+.2f} s" if alone else "-")
     Console(width=120).print(t)
     if args.json:
         out = {"size": args.size, "modules": args.modules, "date": time.strftime("%Y-%m-%d"), "rows": rows}
