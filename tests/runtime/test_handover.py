@@ -207,3 +207,21 @@ def test_a_gpu_run_of_the_classic_swap_starts_on_the_cpu_and_switches_to_cuda(de
     assert seqs == sorted(set(seqs)) and seqs == gathered, "a frame lost or published twice"
     assert len(out.frames_seen) == s.early_frames + s.frames_out and s.dropped_latency == 0
     assert len({id(p) for _, p in marks.published}) == 2
+
+
+@pytest.mark.slow
+def test_a_face_photo_without_a_face_stops_the_handover_start_with_one_error(tmp_path, caplog):
+    """The CPU assembly's own faces fail as the full load's would: that error, not a fallback warning."""
+    import cv2
+
+    from vcam.errors import FaceError
+
+    photo = tmp_path / "wall.png"
+    yy, xx = np.mgrid[0:200, 0:200]
+    cv2.imwrite(str(photo), np.dstack([xx, yy, xx // 2 + yy // 2]).astype(np.uint8))
+    cfg = _cfg()
+    cfg = cfg.replace(swap=replace(cfg.swap, source=str(photo)))
+    daemon = Daemon(cfg, output=Capturing(640, 360), control=False, early_swap=True)
+    with caplog.at_level(logging.WARNING), pytest.raises(FaceError, match="no face found"):
+        daemon.run(max_frames=5)
+    assert "no swap on the CPU" not in caplog.text and daemon.summary.frames_out == 0

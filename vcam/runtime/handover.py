@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vcam.config import Config
+from vcam.errors import ConfigError, FaceError
 from vcam.status import process_age
 
 if TYPE_CHECKING:
@@ -84,7 +85,6 @@ class Handover:
         self.cpu: Loaded | None = None
         self.full: Loaded | None = None
         self.failure: BaseException | None = None
-        self.on_cpu = False  # the frame loop runs the CPU assembly
         self._cpu_done = threading.Event()  # the CPU assembly is built, or could not be
         self._done = threading.Event()  # the full load ended (loaded, failed or stopped)
         self.thread = threading.Thread(target=self._run, name="vcam-load", daemon=True)
@@ -97,6 +97,8 @@ class Handover:
         try:
             try:
                 self.cpu = startup.prepare(d, self.cpu_cfg, hold=False)
+            except (ConfigError, FaceError):
+                raise  # the full load would say the same (a face photo without a face, a bad setting)
             except Exception as exc:
                 why = getattr(exc, "message", None) or exc
                 log.warning("no swap on the CPU while the models load (%s): the early frames are pixelated", why)
@@ -144,7 +146,6 @@ class Handover:
             return True
         assert self.cpu is not None
         startup.adopt(d, self.cpu)
-        self.on_cpu = True
         age = process_age()
         log.info("swapping on the CPU while the models load (%s after the start)", "?" if age is None else f"{age:.2f} s")
         return True
@@ -161,7 +162,6 @@ class Handover:
 
         d = self.d
         d.handover = None
-        self.on_cpu = False
         if self.failure is not None:
             raise self.failure
         n = sum(st.summary.frames_out for st in d.streams)
