@@ -66,7 +66,7 @@ def _start(
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     text = (r.stdout + r.stderr).strip()
     lines = [ln.strip()[:300] for ln in text.splitlines() if any(w in ln for w in PHASE_WORDS)] if phases else []
-    return time.perf_counter() - t0, r.returncode, text[-600:], lines
+    return time.perf_counter() - t0, r.returncode, text[-1500:], lines
 
 
 def _first_frame(text: str) -> float | None:
