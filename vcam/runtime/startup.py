@@ -4,7 +4,10 @@ threads, telemetry and control, in that order.
 With early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
 open first and each stream's newest camera frame is published (pixelated by default) while the
 models load in a thread; the capture threads then get their stream's own stage (:func:`capture_stage`:
-the MJPG decode and the pinned staging of the GPU path).
+the MJPG decode and the pinned staging of the GPU path). A GPU run of the model-free swap
+(``early_frames = "swap"``) swaps them on a CPU assembly instead as soon as that is built, and the
+frame loop switches to the GPU's between two frames (:mod:`vcam.runtime.handover`): hence the load's
+two halves, :func:`prepare` (build, touching no stream) and :func:`adopt` (put in use).
 """
 
 from __future__ import annotations
@@ -341,7 +344,7 @@ def start_capture(d: Daemon, early: bool) -> None:
 
 def load_while_passing_through(d: Daemon) -> bool:
     """:func:`load` in a thread while this one publishes each stream's newest frame, pixelated
-    (``early_frames = "pixelate"``) or as it is (``"camera"``), converted on the CPU, so a video
+    (``early_frames = "pixelate"``, or ``"swap"``) or as it is (``"camera"``), converted on the CPU, so a video
     call sees the camera within a second of the start. Those frames are counted in
     ``early_frames``, not in ``frames_in``/``frames_out``. With ``d.handover`` (``"swap"``, see
     :mod:`vcam.runtime.handover`) only until its CPU assembly is in use; the frame loop switches to
