@@ -47,6 +47,18 @@ def test_the_cpu_start_applies_to_a_gpu_run_of_the_model_free_swap_only():
         assert cpu_config(Daemon(other, control=False)) is None
 
 
+def test_check_says_what_the_first_frames_of_a_gpu_run_are():
+    from vcam.runtime.handover import describe_start
+
+    gpu = _cfg(device="cuda")
+    assert "swap their first frames on the CPU" in describe_start(gpu, "cuda")
+    assert describe_start(gpu, "cpu") == ""
+    assert describe_start(_cfg(device="cuda", early_frames="pixelate"), "cuda") == ""
+    enhanced = gpu.replace(swap=replace(gpu.swap, enhancer="gfpgan_1.4"))
+    assert "pixelated frames while the GPU loads" in describe_start(enhanced, "cuda")
+    assert "needs enhancer" in describe_start(enhanced, "cuda")
+
+
 class Marks:
     """The frame loop's marks (the daemon's hook): each published frame's seq and the pipeline that made it."""
 

@@ -71,6 +71,22 @@ def cpu_config(d: Daemon) -> Config | None:
     return cfg.replace(pipeline=replace(cfg.pipeline, device="cpu", backend="onnxruntime", fp16=False))
 
 
+def describe_start(cfg: Config, device: str) -> str:
+    """What a live run's first frames are on ``device`` (``vcam check``), '' where that is plain
+    (the CPU, or ``early_frames`` other than ``"swap"``)."""
+    if device != "cuda" or cfg.pipeline.early_frames != "swap":
+        return ""
+    if qualifies(cfg):
+        return "live runs swap their first frames on the CPU (NumPy, onnxruntime) while the GPU loads, then switch to it"
+    from vcam.runtime.roles import model_names
+
+    needs = sorted(set(model_names(cfg)) - CPU_ROLES) or [f"backend {cfg.pipeline.backend}"]
+    return (
+        f"live runs publish pixelated frames while the GPU loads (the swap on the CPU meanwhile is for the "
+        f"model-free swap alone; this one needs {', '.join(needs)})"
+    )
+
+
 class Handover:
     """The two loads of a handover start (see the module docstring) and their outcome.
 
@@ -193,4 +209,4 @@ class Handover:
             d.loading = self.thread
 
 
-__all__ = ["CPU_ROLES", "Handover", "cpu_config", "qualifies"]
+__all__ = ["CPU_ROLES", "Handover", "cpu_config", "describe_start", "qualifies"]
