@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from test_daemon import Capturing, demo_cfg
 
+from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.handover import cpu_config, qualifies
 from vcam.types import PixelFormat
@@ -108,7 +109,10 @@ def test_frames_are_swapped_on_the_cpu_until_the_switch_between_two_frames(caplo
 @pytest.mark.slow
 def test_a_stop_while_the_gpu_loads_ends_on_the_cpu_frames_without_waiting():
     out = Capturing(640, 360)
-    daemon = Daemon(_cfg(), output=out, control=False, early_swap=True, load_delay=5.0)
+    statuses = []
+    cfg = _cfg()
+    cfg = cfg.replace(status=replace(cfg.status, interval=Duration(0.1)))
+    daemon = Daemon(cfg, output=out, control=False, early_swap=True, load_delay=5.0, on_status=lambda st, *_: statuses.append(st))
     daemon.start()
     deadline = time.monotonic() + 30.0
     while daemon.summary.frames_out < 3 and time.monotonic() < deadline:
@@ -120,6 +124,7 @@ def test_a_stop_while_the_gpu_loads_ends_on_the_cpu_frames_without_waiting():
     s = daemon.summary
     assert not daemon._thread.is_alive() and s.error is None and s.cpu_frames == s.frames_out >= 3
     assert s.device == "cpu" and len(out.frames_seen) == s.early_frames + s.frames_out
+    assert "swapping on the CPU while the GPU loads" in statuses[-1].engines, statuses[-1]
     # the full load goes on in the background, and the daemon says so (the CLI then ends with os._exit)
     assert daemon.load_in_flight
     daemon.loading.join(30)
@@ -173,6 +178,7 @@ sys.path[:0] = ["tests", "tests/runtime"]
 from dataclasses import replace
 from test_daemon import demo_cfg
 from vcam.runtime import handover, startup
+from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
 from vcam.stages import capture
 from vcam.stages.outputs import NullOutput

@@ -413,6 +413,8 @@ class Daemon:
         gpu = self.telemetry.latest() if self.telemetry is not None else None
         off = self.degrader.off if self.degrader is not None else ()
         engines = engine_notes(self.assembly.swapper if self.assembly is not None else None)
+        if self.handover is not None:  # the status line, `vcam ctl status` and the OBS text say why the device is the CPU
+            engines += ("swapping on the CPU while the GPU loads",)
         for i, st in enumerate(self.streams):
             assert st.live is not None and st.cap is not None
             status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off, engines=engines)
