@@ -102,7 +102,8 @@ def test_frames_are_swapped_on_the_cpu_until_the_switch_between_two_frames(caplo
     clip = DemoClip(width=640, height=360, fps=30)
     for i in (0, s.cpu_frames - 1, s.cpu_frames, 59):
         got, raw = out.frames_seen[s.early_frames + i], clip.frame(seqs[i])
-        assert got.shape == raw.shape and np.abs(got.astype(int) - raw).mean() > 0.5, f"frame {i} not swapped"
+        changed = (np.abs(got.astype(int) - raw).max(axis=2) > 10).mean()  # a face's worth of pixels
+        assert got.shape == raw.shape and changed > 0.003, f"frame {i} not swapped ({changed:.4f} of it changed)"
     assert not daemon.load_in_flight
 
 
