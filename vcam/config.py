@@ -97,11 +97,14 @@ class PipelineConfig:
         min=0,
         max=0.1,
     )
-    early_frames: Literal["pixelate", "camera", "off"] = _opt(
-        "pixelate",
+    early_frames: Literal["swap", "pixelate", "camera", "off"] = _opt(
+        "swap",
         "While the models load, publish the camera so a video call shows a picture within a second of the start: "
-        "'pixelate' in coarse blocks (no face can be recognised), 'camera' as it is (unswapped), 'off' nothing until "
-        "the first swapped frame. Live runs without a frame enhancer; a file conversion is swapped throughout.",
+        "'swap' swaps it on the CPU (NumPy, onnxruntime's detector) where the run needs no model but the detector "
+        "(the model-free swap without enhancer, model masks or recogniser) and runs on a GPU, and switches to the GPU "
+        "between two frames once it is loaded; elsewhere as 'pixelate'; 'pixelate' in coarse blocks (no face can be "
+        "recognised), 'camera' as it is (unswapped), 'off' nothing until the first swapped frame. Live runs without "
+        "a frame enhancer; a file conversion is swapped throughout.",
     )
     compile: Literal["auto", "background", "load", "build", "off"] = _opt(
         "auto",
@@ -325,7 +328,8 @@ class DegradeConfig:
         [*OPTIONAL_STAGES, "swap"],
         "Which stages go first: 'upscale' the frame enhancer, 'enhancer' the face enhancer, 'occlusion' and 'region' the "
         "model masks; 'swap', the last resort, publishes the camera as the early frames do ([pipeline] early_frames: "
-        "pixelated, or as it is; never with 'off') until there is headroom again. Leave 'swap' out to keep swapping late.",
+        "pixelated, or as it is with 'camera'; never with 'off') until there is headroom again. Leave 'swap' out to keep "
+        "swapping late.",
     )
     after: Duration = _opt(Duration(2.0), "Overload lasting this long turns the next stage off.", min=0.1)
     recover: Duration = _opt(Duration(10.0), "Headroom lasting this long brings the last stage turned off back.", min=0.1)

@@ -71,6 +71,9 @@ class RunSummary:
     first_frame_s: float | None = None  # process start -> first frame published (start-up, as a user waits)
     first_processed_s: float | None = None  # process start -> first frame published through the pipeline
     early_frames: int = 0  # early frames: published (pixelated or as they came) while the models loaded
+    #: Frames swapped on the CPU while the GPU loaded (vcam.runtime.handover); counted in frames_out too.
+    cpu_frames: int = 0
+    switched_s: float | None = None  # process start -> the switch from the CPU to the GPU (vcam.runtime.handover)
     #: Frames published without the pipeline (pixelated, or as they came) while the swap was shed under
     #: overload (the degrader's last rung, vcam.runtime.rounds.SHED_SWAP).
     shed_frames: int = 0
@@ -106,6 +109,12 @@ class RunSummary:
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; {self.shed_frames} frames without the swap (overload)" if self.shed_frames else "")
+            + (
+                f"; {self.cpu_frames} swapped on the CPU while the GPU loaded"
+                + (f" (on {self.device} from {self.switched_s:.1f} s)" if self.switched_s is not None else "")
+                if self.cpu_frames
+                else ""
+            )
             + (f"; first frame {self.first_frame_s:.1f} s after start" if self.first_frame_s is not None else "")
             + (
                 f" (through the pipeline {self.first_processed_s:.1f} s; {self.early_frames} early frames while the "

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from vcam.pipeline.pipeline import Pipeline
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
+    from vcam.runtime.handover import Handover
     from vcam.stages.capture import Delivery
     from vcam.stages.outputs import Output
     from vcam.telemetry import Telemetry
@@ -72,7 +73,10 @@ class Daemon:
     the local socket and OBS control. ``panel``: serve the control panel as ``[panel]`` says
     (``announce(line)`` is told its URL). ``hook``: called at every phase boundary of every frame
     (:data:`vcam.runtime.rounds.RoundHook`: how measuring tools time the loop). ``timing``: the
-    pipelines measure their device-side stage times.
+    pipelines measure their device-side stage times. ``early_swap``: whether early frames are
+    swapped on the CPU while the models load (:mod:`vcam.runtime.handover`): None as ``[pipeline]
+    early_frames`` says on a GPU run, True whatever the device (two CPU assemblies: tests), False
+    never. ``load_delay``: seconds the model load (the full one of a handover) is made slower.
     """
 
     def __init__(
@@ -91,6 +95,8 @@ class Daemon:
         timing: bool = False,
         panel: bool = False,
         announce: Callable[[str], None] | None = None,
+        early_swap: bool | None = None,
+        load_delay: float = 0.0,
     ) -> None:
         self.cfg = cfg
         self.state = state or RuntimeState()
@@ -121,6 +127,10 @@ class Daemon:
             self.given_sources[first] = source
         self.ready = threading.Event()
         self.assembly: Assembly | None = None
+        self.early_swap = early_swap
+        self.load_delay = float(load_delay)
+        #: A handover start under way (the CPU assembly swapping while the full one loads), else None.
+        self.handover: Handover | None = None
         #: Lets the work held back for the first frame begin (set by the load; see startup.load).
         self.release_background: Callable[[], None] | None = None
         self.components: list[Any] = []
@@ -254,6 +264,8 @@ class Daemon:
             self.shutdown(raise_errors=True)  # e.g. the output file could not be finished
         finally:
             restore()
+            if self.handover is not None:  # ended on the CPU assembly: the full load is left running
+                self.handover.left_running()
             self.note_outcome()
             self.ready.set()
         return self.summary
@@ -313,11 +325,33 @@ class Daemon:
         load), then wire the rounds to the loaded models."""
         _startup.start(self, max_frames)
         if self.assembly is not None:
-            rounds = self.rounds
-            rounds.swapper = self.assembly.swapper
-            rounds.stages_on = self.assembly.stages_on
-            rounds.degrader, rounds.telemetry = self.degrader, self.telemetry
+            self._wire()
             self.ready.set()
+
+    def plan_handover(self) -> None:
+        """At the start, the outputs open: :attr:`handover` where the early frames can be swapped on
+        the CPU while the models load (:func:`vcam.runtime.handover.cpu_config`), else None."""
+        from vcam.runtime.handover import Handover, cpu_config
+
+        cpu_cfg = cpu_config(self)
+        self.handover = Handover(self, cpu_cfg) if cpu_cfg is not None else None
+
+    def _wire(self) -> None:
+        """The rounds on the assembly in use (at the start, and at a handover's switch)."""
+        assert self.assembly is not None
+        rounds = self.rounds
+        rounds.swapper = self.assembly.swapper
+        rounds.stages_on = self.assembly.stages_on
+        rounds.degrader, rounds.telemetry = self.degrader, self.telemetry
+
+    def _switch(self) -> bool:
+        """A handover start's full assembly, loaded: in use from the next round (see
+        :meth:`vcam.runtime.handover.Handover.switch`). True when the assembly changed."""
+        assert self.handover is not None
+        switched = self.handover.switch()
+        if switched:
+            self._wire()
+        return switched
 
     # -- the loop -------------------------------------------------------------------------------
     def main_loop(self, max_frames: int | None, duration: float | None) -> None:
@@ -333,8 +367,19 @@ class Daemon:
         # waiting, round k is collected at once (no latency added when frames come one by one).
         inflight = Round()
         # A remote swapper (deferred) overlaps too: round k's round trip runs while round k+1 begins.
-        overlap = bool(getattr(self.assembly.ops, "concurrent", False) or getattr(self.assembly.swapper, "deferred", False))
+        overlap = overlaps(self.assembly)
+        release_after: int | None = None  # after a switch: frames out by then (the background work waits for one more)
         while not self.should_exit:
+            if self.handover is not None and self.handover.ready():
+                rounds.collect(inflight)  # nothing in flight on the CPU assembly; the switch is between two frames
+                inflight = Round()
+                if self._switch():
+                    overlap = overlaps(self.assembly)
+                    release_after = sum(st.summary.frames_out for st in self.streams)
+            if release_after is not None and sum(st.summary.frames_out for st in self.streams) > release_after:
+                release_after = None
+                if self.release_background is not None:  # the first frame through the full assembly is out
+                    self.release_background()
             if max_frames is not None and all(st.summary.frames_in >= max_frames or st.done for st in self.streams):
                 break
             if duration is not None and time.perf_counter() - t_start >= duration:
@@ -368,6 +413,8 @@ class Daemon:
         gpu = self.telemetry.latest() if self.telemetry is not None else None
         off = self.degrader.off if self.degrader is not None else ()
         engines = engine_notes(self.assembly.swapper if self.assembly is not None else None)
+        if self.handover is not None:  # the status line, `vcam ctl status` and the OBS text say why the device is the CPU
+            engines += ("swapping on the CPU while the GPU loads",)
         for i, st in enumerate(self.streams):
             assert st.live is not None and st.cap is not None
             status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off, engines=engines)
@@ -405,6 +452,12 @@ class Daemon:
 
 
 __all__ = ["Daemon", "Stream", "check_streams", "pixelate"]
+
+
+def overlaps(asm: Any) -> bool:
+    """Whether the frame loop submits the next round before it collects this one: where the ops run
+    work beside the host (CUDA), or the swapper answers later (remote)."""
+    return bool(getattr(asm.ops, "concurrent", False) or getattr(asm.swapper, "deferred", False))
 
 
 def engine_notes(swapper: Any) -> tuple[str, ...]:

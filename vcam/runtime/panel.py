@@ -172,14 +172,15 @@ def start_panel(d: Any) -> Any:
         log.warning("panel disabled: %s", exc)
         return None
     offer = server.tap.offer
-    # A published frame stays valid until `ring` more frames are begun; one more may already be
-    # begun when it is published where rounds overlap (the GPU).
-    overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
-    slack = {st.name: max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1)) for st in d.streams}
 
+    # A published frame stays valid until `ring` more frames are begun; one more may already be
+    # begun when it is published where rounds overlap (the GPU). Asked at each frame: a handover
+    # start (vcam.runtime.handover) changes the pipelines and the ops between two frames.
     def tap(st: Any, data: Any) -> None:
         summary = st.summary
-        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack[st.name])
+        overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
+        slack = max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1))
+        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
 
     d.rounds.tap = tap
     if d.instance_lock is not None:

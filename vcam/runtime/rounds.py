@@ -231,7 +231,7 @@ class Rounds:
         for st, frame in ready:
             _live(st).frame_in(frame.t_capture)
             if shed:
-                data = early_frame(st, frame, pixelated=st.cfg.pipeline.early_frames == "pixelate")
+                data = early_frame(st, frame, pixelated=st.cfg.pipeline.early_frames != "camera")
                 out.slots.append((st, Passed(data, FrameStats(seq=frame.seq, t_capture=frame.t_capture))))
                 self._mark("finished", st, frame.seq, frame.t_capture)
                 continue

@@ -4,7 +4,10 @@ threads, telemetry and control, in that order.
 With early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
 open first and each stream's newest camera frame is published (pixelated by default) while the
 models load in a thread; the capture threads then get their stream's own stage (:func:`capture_stage`:
-the MJPG decode and the pinned staging of the GPU path).
+the MJPG decode and the pinned staging of the GPU path). A GPU run of the model-free swap
+(``early_frames = "swap"``) swaps them on a CPU assembly instead as soon as that is built, and the
+frame loop switches to the GPU's between two frames (:mod:`vcam.runtime.handover`): hence the load's
+two halves, :func:`prepare` (build, touching no stream) and :func:`adopt` (put in use).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from vcam.status import LiveStats, process_age
 from vcam.types import Frame, PixelFormat
 
 if TYPE_CHECKING:
+    from vcam.pipeline.pipeline import Pipeline
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
     from vcam.runtime.rounds import Rounds, Stream
@@ -50,6 +54,9 @@ class Daemon(Protocol):
     instance_lock: Any
     loading: threading.Thread | None
     assembly: Assembly | None
+    handover: Any  # a vcam.runtime.handover.Handover (the layer above) under way, else None
+    early_swap: bool | None
+    load_delay: float
     release_background: Callable[[], None] | None
     telemetry: Telemetry | None
     degrader: Degrader | None
@@ -59,6 +66,8 @@ class Daemon(Protocol):
     wake: threading.Event
 
     def held_signals(self) -> AbstractContextManager[None]: ...
+
+    def plan_handover(self) -> None: ...
 
 
 def start(d: Daemon, max_frames: int | None = None) -> None:
@@ -81,6 +90,7 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
             assert st.source is not None
             open_output(d, st, st.source.width, st.source.height)
         start_capture(d, early=True)
+        d.plan_handover()  # early frames swapped on the CPU where they can be (vcam.runtime.handover)
         if not load_while_passing_through(d):
             return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
         for st in d.streams:
@@ -188,50 +198,92 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
         st.output = output
 
 
+@dataclass
+class Loaded:
+    """What a load built for the streams (:func:`prepare`), not yet in use (:func:`adopt`): the
+    assembly, each stream's pipeline and capture stage (stage, target, decoder), and the release
+    of the engines' background work (None: nothing held)."""
+
+    assembly: Assembly
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)
+    stages: dict[str, tuple[Any, Any, Any]] = field(default_factory=dict)
+    release: Callable[[], None] | None = None
+
+
 def load(d: Daemon) -> None:
     """The models, the faces, each stream's output (opened here unless early frames opened it) and
     pipeline (built with its output format, budget and degradability), the buffers and the CUDA
-    graphs of the first frame warmed up. The engines' other graphs and the recogniser are built in
-    the background once the first frame went out through the pipeline (the daemon holds
-    :data:`vcam.engines.gate.BACKGROUND` until then, at most its patience; ``d.release_background``
-    lets it go earlier); a face that needs the recogniser meanwhile builds it at once."""
+    graphs of the first frame warmed up, put in use (:func:`prepare` then :func:`adopt`). The
+    engines' other graphs and the recogniser are built in the background once the first frame went
+    out through the pipeline (the daemon holds :data:`vcam.engines.gate.BACKGROUND` until then, at
+    most its patience; ``d.release_background`` lets it go earlier); a face that needs the
+    recogniser meanwhile builds it at once."""
+    if d.load_delay:
+        time.sleep(d.load_delay)
+    loaded = prepare(d, d.cfg)
+    if loaded is not None:
+        adopt(d, loaded)
+
+
+def prepare(d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True) -> Loaded | None:
+    """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
+    :mod:`vcam.runtime.handover`), touching no stream: it may run while the frame loop runs other
+    pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
+    hold the engines' background work until the first frame. None when stopped meanwhile."""
     from vcam.engines.gate import BACKGROUND
 
-    release = BACKGROUND.hold()
+    release = BACKGROUND.hold() if hold else None
     try:
-        _load(d)
+        loaded = _prepare(d, cfg, faces=faces)
     except BaseException:
-        release()
+        if release is not None:
+            release()
         raise
-    d.release_background = release
-    if d.assembly is None:
-        release()
-        return
-    for st in d.streams:  # the background work begins when the first frame is out
-        if st.live is not None:
-            st.live.on_first = release
-    start_recogniser = getattr(d.assembly.recogniser, "start", None)
+    if loaded is None:
+        if release is not None:
+            release()
+        return None
+    loaded.release = release
+    start_recogniser = getattr(loaded.assembly.recogniser, "start", None)
     if start_recogniser is not None:
         start_recogniser(BACKGROUND.wait)
+    return loaded
 
 
-def _load(d: Daemon) -> None:
+def adopt(d: Daemon, loaded: Loaded) -> None:
+    """Put ``loaded`` in use: the daemon's assembly, each stream's pipeline and capture stage (set
+    on its capture thread by the caller). Between two frames of the frame loop, or before it."""
+    asm = d.assembly = loaded.assembly
+    d.release_background = loaded.release
+    for st in d.streams:
+        st.summary.device = asm.device
+        st.summary.models = asm.describe()
+        before = st.pipeline
+        st.pipeline = loaded.pipelines[st.name]
+        search = getattr(getattr(before, "tracker", None), "search", None)
+        if search is not None:  # the hand-over's CPU pipeline: its search thread is done
+            search.close()
+        st.stage, st.target, st.decoder = loaded.stages[st.name]
+        if st.live is None:
+            st.live = LiveStats(st.summary)
+        if loaded.release is not None and st.summary.frames_out == 0:  # the background work begins when the first frame is out
+            st.live.on_first = loaded.release
+    log.info("models: %s", d.summary.models)
+
+
+def _prepare(d: Daemon, cfg: Config, *, faces: bool) -> Loaded | None:
     from vcam.runtime import assemble
 
-    cfg = d.cfg
     first = d.streams[0]
     assert first.source is not None
     t0 = time.perf_counter()
     asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
-        return
+        return None
     t1 = time.perf_counter()
-    d.assembly = asm
-    for st in d.streams:
-        st.summary.device = asm.device
-        st.summary.models = asm.describe()
-    log.info("models: %s", d.summary.models)
-    if not d.state.names:
+    if not faces:
+        pass
+    elif not d.state.names:
         watcher = assemble.load_faces(
             asm,
             d.state,
@@ -244,6 +296,7 @@ def _load(d: Daemon) -> None:
     else:  # faces given with the state (tests, embedding): every stream gets them
         assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
     t2 = time.perf_counter()
+    loaded = Loaded(asm)
     for st in d.streams:
         src = st.source
         assert src is not None and st.delivery is not None
@@ -251,7 +304,7 @@ def _load(d: Daemon) -> None:
             open_output(d, st, *asm.frame_size(src.width, src.height))
         assert st.output is not None
         live = not st.delivery.lossless
-        st.pipeline = asm.make_pipeline(
+        loaded.pipelines[st.name] = asm.make_pipeline(
             st.output.fmt,
             src.width,
             src.height,
@@ -262,16 +315,17 @@ def _load(d: Daemon) -> None:
             patient=not live,  # a camera's frame never waits for the detection once faces are tracked
             upscale_budget=st.frame_budget() if live and cfg.upscale.drop_first else 0.0,
         )
-        search = getattr(st.pipeline.tracker, "search", None)
+        search = getattr(loaded.pipelines[st.name].tracker, "search", None)
         if search is not None:
             d.components.append(search)  # the search thread stops with the daemon
-        st.stage = capture_stage(d, st)  # the decoder is built here too, off the frame loop
-        st.live = LiveStats(st.summary)
+        loaded.stages[st.name] = capture_stage(d, st, asm)  # the decoder is built here too, off the frame loop
     age = process_age()
     log.info(
-        "start-up: models %.2f s, faces %.2f s, pipelines %.2f s (loading began %s after the start)",
-        t1 - t0, t2 - t1, time.perf_counter() - t2, "?" if age is None else f"{age - (time.perf_counter() - t0):.2f} s",
+        "start-up: models %.2f s, faces %.2f s, pipelines %.2f s on %s (loading began %s after the start)",
+        t1 - t0, t2 - t1, time.perf_counter() - t2, asm.device,
+        "?" if age is None else f"{age - (time.perf_counter() - t0):.2f} s",
     )  # fmt: skip
+    return loaded
 
 
 def start_capture(d: Daemon, early: bool) -> None:
@@ -298,12 +352,15 @@ def start_capture(d: Daemon, early: bool) -> None:
 
 def load_while_passing_through(d: Daemon) -> bool:
     """:func:`load` in a thread while this one publishes each stream's newest frame, pixelated
-    (``early_frames = "pixelate"``) or as it is (``"camera"``), converted on the CPU, so a video
+    (``early_frames = "pixelate"``, or ``"swap"``) or as it is (``"camera"``), converted on the CPU, so a video
     call sees the camera within a second of the start. Those frames are counted in
-    ``early_frames``, not in ``frames_in``/``frames_out``. False when a stop was requested before
-    the models were loaded (the loading thread is left to finish on its own)."""
-    pixelated = d.cfg.pipeline.early_frames == "pixelate"
+    ``early_frames``, not in ``frames_in``/``frames_out``. With ``d.handover`` (``"swap"``, see
+    :mod:`vcam.runtime.handover`) only until its CPU assembly is in use; the frame loop switches to
+    the full one later. False when a stop was requested before the models were loaded (the
+    loading thread is left to finish on its own)."""
+    pixelated = d.cfg.pipeline.early_frames != "camera"
     failure: list[BaseException] = []
+    ho = d.handover
 
     def loading() -> None:
         try:
@@ -313,14 +370,18 @@ def load_while_passing_through(d: Daemon) -> bool:
         finally:
             d.wake.set()
 
-    loader = threading.Thread(target=loading, name="vcam-load", daemon=True)
+    loader = ho.thread if ho is not None else threading.Thread(target=loading, name="vcam-load", daemon=True)
+
+    def loaded() -> bool:
+        return ho.first_ready() if ho is not None else not loader.is_alive()
+
     t0 = time.perf_counter()
     loader.start()
     if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
         threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()
-    while loader.is_alive() and not d.should_exit:
+    while not loaded() and not d.should_exit:
         for st, frame in d.rounds.gather(None, timeout=0.05):
-            if not loader.is_alive():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
+            if loaded():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
                 break
             assert st.output is not None
             st.output.send(early_frame(st, frame, pixelated=pixelated))
@@ -328,7 +389,7 @@ def load_while_passing_through(d: Daemon) -> bool:
             if s.first_frame_s is None:
                 s.first_frame_s = process_age()
             s.early_frames += 1
-    if loader.is_alive():
+    if not loaded():
         # A stop while loading does not wait for the models: the load goes on in the background. It
         # may be inside a native library (onnxruntime, torch) whose threads must not be torn down
         # under it, so the daemon says so (Daemon.loading) and the command ends the process with
@@ -336,10 +397,15 @@ def load_while_passing_through(d: Daemon) -> bool:
         d.loading = loader
         log.info("stopped before the models were loaded")
         return False
+    passed = sum(st.summary.early_frames for st in d.streams)
+    if ho is not None:
+        return ho.adopt_first()
     loader.join()
     if failure:
         raise failure[0]
-    passed = sum(st.summary.early_frames for st in d.streams)
+    if d.assembly is None:  # the stop came while loading, and the load gave up on it meanwhile
+        log.info("stopped before the models were loaded")
+        return False
     log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
     return True
 
@@ -359,34 +425,33 @@ def preimport(modules: tuple[str, ...]) -> None:
             log.debug("importing %s ahead failed: %s", name, exc)
 
 
-def capture_stage(d: Daemon, st: Stream) -> Callable[[Frame], Frame] | None:
-    """What the capture thread does to each frame before handing it over: an MJPG frame is decoded
-    (:mod:`vcam.stages.decode`: on the GPU into device memory, or on the CPU); a frame on the host is
-    put in pinned staging on the GPU path: read into it by the source where it can (``st.target``),
-    else copied."""
+def capture_stage(d: Daemon, st: Stream, asm: Assembly) -> tuple[Callable[[Frame], Frame] | None, Any, Any]:
+    """What the capture thread does to each frame before handing it over, as (stage, target,
+    decoder): an MJPG frame is decoded (:mod:`vcam.stages.decode`: on the GPU into device memory,
+    or on the CPU; the decoder); a frame on the host is put in pinned staging on the GPU path: read
+    into it by the source where it can (the target), else copied."""
     from vcam.kernels.convert import frame_shape
     from vcam.stages.decode import open_decoder
 
-    assert d.assembly is not None and st.source is not None
-    ops, src = d.assembly.ops, st.source
+    assert st.source is not None
+    ops, src = asm.ops, st.source
     fmt = src.fmt
     decoder = None
     if fmt == PixelFormat.MJPEG:
-        decoder = st.decoder = open_decoder(st.cfg.capture.decode, ops)
+        decoder = open_decoder(st.cfg.capture.decode, ops)
         log.info("%s: MJPG decoded on the %s", st.name, "GPU (nvJPEG)" if decoder.device == "cuda" else "CPU")
         if decoder.device == "cuda":
-            return decoder.decode
+            return decoder.decode, None, decoder
         fmt = PixelFormat.BGR
     staging = ops.staging(frame_shape(fmt, src.width, src.height))
     if staging is not None:
         d.components.append(staging)  # its copy threads stop with the daemon
     if decoder is None:
-        st.target = staging.claim if staging is not None else None
-        return staging.stage if staging is not None else None
+        return (staging.stage, staging.claim, None) if staging is not None else (None, None, None)
     if staging is None:
-        return decoder.decode
+        return decoder.decode, None, decoder
     decode, stage = decoder.decode, staging.stage
-    return lambda frame: stage(decode(frame))
+    return (lambda frame: stage(decode(frame))), None, decoder
 
 
 def start_telemetry(d: Daemon) -> None:
@@ -401,6 +466,8 @@ def start_telemetry(d: Daemon) -> None:
     d.telemetry = open_telemetry(cfg.telemetry, d.assembly.device, gpu_index=0)
     if d.telemetry is not None:
         d.components.append(d.telemetry)
+    if d.handover is not None:  # the CPU assembly's frames: no GPU to watch, no load to shed yet (at the switch)
+        return
     lossless = all(st.delivery is not None and st.delivery.lossless for st in d.streams)
     available = available_stages(cfg)
     # The last rung (the swap shed, frames out as the early frames go) where those can be made:

@@ -1,0 +1,246 @@
+"""The handover start (vcam.runtime.handover): early frames swapped on the CPU while the full
+assembly loads, then the switch between two frames. Here both assemblies run on the CPU (the
+daemon's ``early_swap=True``), the second one slowed by the daemon's ``load_delay``."""
+
+import logging
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_daemon import Capturing, demo_cfg
+
+from vcam.config import Duration
+from vcam.runtime.daemon import Daemon
+from vcam.runtime.handover import cpu_config, qualifies
+from vcam.types import PixelFormat
+
+
+def _cfg(**pipeline):
+    cfg = demo_cfg(pacing="realtime")
+    return cfg.replace(pipeline=replace(cfg.pipeline, **pipeline)) if pipeline else cfg
+
+
+def test_the_cpu_start_applies_to_a_gpu_run_of_the_model_free_swap_only():
+    gpu = _cfg(device="cuda", fp16=True, backend="auto")
+    cpu = cpu_config(Daemon(gpu, control=False))
+    assert cpu is not None and (cpu.pipeline.device, cpu.pipeline.backend, cpu.pipeline.fp16) == ("cpu", "onnxruntime", False)
+    assert cpu.swap == gpu.swap and cpu.detect == gpu.detect and cpu.mask == gpu.mask  # the same swap, only elsewhere
+    # a CPU run is on the CPU already (unless asked: tests), and the other early-frame modes keep theirs
+    assert cpu_config(Daemon(_cfg(device="cpu"), control=False)) is None
+    assert cpu_config(Daemon(_cfg(device="cpu"), control=False, early_swap=True)) is not None
+    assert cpu_config(Daemon(gpu, control=False, early_swap=False)) is None
+    for mode in ("pixelate", "camera", "off"):
+        assert cpu_config(Daemon(_cfg(device="cuda", early_frames=mode), control=False)) is None
+    # anything that needs a model beside the detector (PyTorch on the GPU) keeps the early frames pixelated
+    assert qualifies(gpu)
+    others = [
+        gpu.replace(swap=replace(gpu.swap, swapper="inswapper_128")),
+        gpu.replace(swap=replace(gpu.swap, enhancer="gfpgan_1.4")),
+        gpu.replace(swap=replace(gpu.swap, map=["a=b"])),
+        gpu.replace(mask=replace(gpu.mask, types=["box", "occlusion"])),
+        gpu.replace(pipeline=replace(gpu.pipeline, backend="torch")),
+    ]
+    for other in others:
+        assert not qualifies(other)
+        assert cpu_config(Daemon(other, control=False)) is None
+
+
+def test_check_says_what_the_first_frames_of_a_gpu_run_are():
+    from vcam.runtime.handover import describe_start
+
+    gpu = _cfg(device="cuda")
+    assert "swap their first frames on the CPU" in describe_start(gpu, "cuda")
+    assert describe_start(gpu, "cpu") == ""
+    assert describe_start(_cfg(device="cuda", early_frames="pixelate"), "cuda") == ""
+    enhanced = gpu.replace(swap=replace(gpu.swap, enhancer="gfpgan_1.4"))
+    assert "pixelated frames while the GPU loads" in describe_start(enhanced, "cuda")
+    assert "needs enhancer" in describe_start(enhanced, "cuda")
+
+
+class Marks:
+    """The frame loop's marks (the daemon's hook): each published frame's seq and the pipeline that made it."""
+
+    def __init__(self):
+        self.gathered: list[int] = []
+        self.published: list[tuple[int, int]] = []
+
+    def __call__(self, mark):
+        if mark.phase == "gathered":
+            self.gathered.append(mark.seq)
+        elif mark.phase == "published":
+            self.published.append((mark.seq, id(mark.stream.pipeline)))
+
+
+@pytest.mark.slow
+def test_frames_are_swapped_on_the_cpu_until_the_switch_between_two_frames(caplog):
+    from vcam.stages.demo import DemoClip
+
+    marks = Marks()
+    out = Capturing(640, 360, fmt=PixelFormat.BGR)
+    daemon = Daemon(_cfg(), output=out, control=False, early_swap=True, load_delay=1.5, hook=marks)
+    with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
+        s = daemon.run(max_frames=60)
+    # swapped through the CPU assembly first (counted as pipeline frames), then through the other one
+    assert 2 <= s.cpu_frames < s.frames_out == 60 == s.frames_in, s  # a busy machine swaps a few fps on the CPU
+    assert s.first_processed_s is not None and s.first_frame_s is not None
+    assert f"{s.cpu_frames} swapped on the CPU while the GPU loaded" in s.line()
+    lines = [r.getMessage() for r in caplog.records if "switched to" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(f"switched to cpu after {s.cpu_frames} frames swapped on the CPU"), lines
+    # one output throughout: every frame in order, none lost between gathered and published, none twice
+    assert len(out.frames_seen) == s.early_frames + s.frames_out
+    assert all(f.shape == (360, 640, 3) for f in out.frames_seen)
+    seqs = [seq for seq, _ in marks.published]
+    gathered = marks.gathered[marks.gathered.index(seqs[0]) :]  # those before: the early frames' (pixelated)
+    assert seqs == sorted(set(seqs)) and seqs == gathered, "a frame lost or published twice"
+    pipes = [p for _, p in marks.published]
+    assert pipes[: s.cpu_frames] == [pipes[0]] * s.cpu_frames
+    assert pipes[s.cpu_frames :] == [pipes[-1]] * (60 - s.cpu_frames) and pipes[0] != pipes[-1], "not one switch"
+    # swapped on both sides of the switch: the face differs from the camera's
+    clip = DemoClip(width=640, height=360, fps=30)
+    for i in (0, s.cpu_frames - 1, s.cpu_frames, 59):
+        got, raw = out.frames_seen[s.early_frames + i], clip.frame(seqs[i])
+        changed = (np.abs(got.astype(int) - raw).max(axis=2) > 10).mean()  # a face's worth of pixels
+        assert got.shape == raw.shape and changed > 0.003, f"frame {i} not swapped ({changed:.4f} of it changed)"
+    assert not daemon.load_in_flight
+
+
+@pytest.mark.slow
+def test_a_stop_while_the_gpu_loads_ends_on_the_cpu_frames_without_waiting():
+    out = Capturing(640, 360)
+    statuses = []
+    cfg = _cfg()
+    cfg = cfg.replace(status=replace(cfg.status, interval=Duration(0.1)))
+    daemon = Daemon(cfg, output=out, control=False, early_swap=True, load_delay=5.0, on_status=lambda st, *_: statuses.append(st))
+    daemon.start()
+    deadline = time.monotonic() + 30.0
+    while daemon.summary.frames_out < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert daemon.summary.frames_out >= 3, "no frame swapped on the CPU"
+    t0 = time.perf_counter()
+    daemon.stop(timeout=3.0)
+    assert time.perf_counter() - t0 < 1.5, "the stop waited for the models"
+    s = daemon.summary
+    assert not daemon._thread.is_alive() and s.error is None and s.cpu_frames == s.frames_out >= 3
+    assert s.device == "cpu" and len(out.frames_seen) == s.early_frames + s.frames_out
+    assert "swapping on the CPU while the GPU loads" in statuses[-1].engines, statuses[-1]
+    # the full load goes on in the background, and the daemon says so (the CLI then ends with os._exit)
+    assert daemon.load_in_flight
+    daemon.loading.join(30)
+    assert not daemon.load_in_flight
+
+
+def _fail_build(monkeypatch, which: str):
+    """``assemble.build`` fails for the ``cpu`` assembly of a handover or the ``full`` one."""
+    from vcam.errors import ModelError
+    from vcam.runtime import assemble
+
+    build = assemble.build
+
+    def failing(cfg, **kw):
+        if (cfg.pipeline.backend == "onnxruntime") == (which == "cpu"):
+            raise ModelError(f"the {which} load is broken", hint="none")
+        return build(cfg, **kw)
+
+    monkeypatch.setattr(assemble, "build", failing)
+
+
+@pytest.mark.slow
+def test_a_full_load_that_fails_stops_the_cpu_frames_with_its_error(monkeypatch):
+    from vcam.errors import ModelError
+
+    _fail_build(monkeypatch, "full")
+    out = Capturing(640, 360)
+    daemon = Daemon(_cfg(), output=out, control=False, early_swap=True, load_delay=0.5)
+    with pytest.raises(ModelError, match="full load is broken"):
+        daemon.run(max_frames=1000)
+    assert daemon.summary.frames_out >= 1 and not daemon.load_in_flight
+
+
+@pytest.mark.slow
+def test_without_the_cpu_assembly_the_early_frames_stay_pixelated(monkeypatch, caplog):
+    _fail_build(monkeypatch, "cpu")
+    out = Capturing(640, 360)
+    daemon = Daemon(_cfg(), output=out, control=False, early_swap=True, load_delay=0.5)
+    with caplog.at_level(logging.WARNING):
+        s = daemon.run(max_frames=5)
+    assert "no swap on the CPU while the models load (the cpu load is broken): the early frames are pixelated" in caplog.text
+    assert s.early_frames >= 5 and s.frames_out == 5 and s.cpu_frames == 0, s
+
+
+@pytest.mark.slow
+def test_the_cpu_assembly_imports_neither_torch_nor_cupy():
+    """What makes it fast on a GPU machine: its start needs none of the GPU libraries."""
+    code = """
+import sys
+sys.path[:0] = ["tests", "tests/runtime"]
+from dataclasses import replace
+from test_daemon import demo_cfg
+from vcam.runtime import handover, startup
+from vcam.config import Duration
+from vcam.runtime.daemon import Daemon
+from vcam.stages import capture
+from vcam.stages.outputs import NullOutput
+cfg = demo_cfg(pacing="realtime")
+d = Daemon(cfg.replace(pipeline=replace(cfg.pipeline, device="cuda")), control=False)
+st = d.streams[0]
+st.delivery = capture.plan_delivery(st.cfg.capture, "null", None)
+st.source = capture.open_source(st.cfg.capture, delivery=st.delivery)
+st.output = NullOutput(640, 360, 30.0)
+loaded = startup.prepare(d, handover.cpu_config(d), hold=False)
+print(loaded.assembly.device, sorted(m for m in ("torch", "cupy") if m in sys.modules))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "cpu []", r.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_gpu_run_of_the_classic_swap_starts_on_the_cpu_and_switches_to_cuda(device, caplog):
+    """The real thing on a GPU: the default config (``early_frames = "swap"``), the CPU's frames first,
+    then the CUDA assembly, every frame swapped and published once, through NV12 -> I420 as a camera."""
+    if device != "cuda":
+        pytest.skip("the handover starts GPU runs only (the CPU one is tested above with two CPU assemblies)")
+    marks = Marks()
+    out = Capturing(640, 360)
+    cfg = _cfg(device="cuda")
+    daemon = Daemon(cfg, output=out, control=False, hook=marks)
+    with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
+        daemon.start()
+        deadline = time.monotonic() + 120
+        while daemon.summary.switched_s is None and time.monotonic() < deadline and daemon._thread.is_alive():
+            time.sleep(0.05)
+        switched = daemon.summary.frames_out
+        while daemon.summary.frames_out < switched + 30 and time.monotonic() < deadline and daemon._thread.is_alive():
+            time.sleep(0.05)
+        daemon.stop(timeout=30)
+    s = daemon.summary
+    assert s.error is None, s.error
+    assert s.device == "cuda" and s.switched_s is not None and 0 < s.cpu_frames < s.frames_out, s.line()
+    assert "switched to cuda after" in caplog.text
+    seqs = [seq for seq, _ in marks.published]
+    gathered = marks.gathered[marks.gathered.index(seqs[0]) :]
+    assert seqs == sorted(set(seqs)) and seqs == gathered, "a frame lost or published twice"
+    assert len(out.frames_seen) == s.early_frames + s.frames_out and s.dropped_latency == 0
+    assert len({id(p) for _, p in marks.published}) == 2
+
+
+@pytest.mark.slow
+def test_a_face_photo_without_a_face_stops_the_handover_start_with_one_error(tmp_path, caplog):
+    """The CPU assembly's own faces fail as the full load's would: that error, not a fallback warning."""
+    import cv2
+
+    from vcam.errors import FaceError
+
+    photo = tmp_path / "wall.png"
+    yy, xx = np.mgrid[0:200, 0:200]
+    cv2.imwrite(str(photo), np.dstack([xx, yy, xx // 2 + yy // 2]).astype(np.uint8))
+    cfg = _cfg()
+    cfg = cfg.replace(swap=replace(cfg.swap, source=str(photo)))
+    daemon = Daemon(cfg, output=Capturing(640, 360), control=False, early_swap=True)
+    with caplog.at_level(logging.WARNING), pytest.raises(FaceError, match="no face found"):
+        daemon.run(max_frames=5)
+    assert "no swap on the CPU" not in caplog.text and daemon.summary.frames_out == 0

@@ -1,0 +1,212 @@
+"""Swapped from the first frame on a GPU run: the CPU swaps while the GPU loads, then hands over.
+
+A GPU start spends seconds importing CuPy and PyTorch and building the detector before its first
+swapped frame; the model-free swap needs neither on the CPU (NumPy ops, onnxruntime's detector:
+about half a second to build). With ``[pipeline] early_frames = "swap"`` (the default) a live run
+whose streams need no model but the detector (:func:`qualifies`) therefore loads twice, in one
+thread (``vcam-load``): first a CPU assembly (:func:`cpu_config`), which the frame loop uses at
+once, the frames counted as swapped (``frames_in``/``frames_out``, the first frame "through the
+pipeline"); then the full assembly, which the frame loop takes over between two frames
+(:meth:`Handover.switch`): the outputs stay open (same format and size), no frame in flight (the
+CPU collects each round at once), the faces stay (the classic swap's prepared source is host data,
+the same for any device), each stream gets its new pipeline and capture stage, the degrader and
+the GPU telemetry start then. Until the CPU assembly is there the early frames are pixelated.
+
+A CPU assembly that cannot be built (one warning line) leaves the early frames pixelated until the
+full one is loaded; a full load that fails stops the run with its error, as without the handover.
+A run that ends while the full load runs leaves it running (``Daemon.loading``: the command ends
+the process with ``os._exit``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from vcam.config import Config
+from vcam.errors import ConfigError, FaceError
+from vcam.status import process_age
+
+if TYPE_CHECKING:
+    from vcam.runtime.startup import Daemon, Loaded
+
+log = logging.getLogger(__name__)
+
+#: The roles a run may use and still start on the CPU (onnxruntime's detector, the built-in swap).
+CPU_ROLES = frozenset({"detector", "swapper"})
+
+
+def qualifies(cfg: Config) -> bool:
+    """Whether ``cfg``'s swap can run on the CPU without PyTorch or CuPy: a built-in swap, no
+    model but the detector (no enhancer, model masks, landmarker, frame enhancer or recogniser),
+    the detector on onnxruntime (``[pipeline] backend`` auto or onnxruntime, onnxruntime installed)."""
+    from vcam.runtime.roles import model_names
+    from vcam.stages.swap import BUILT_IN
+
+    if cfg.swap.swapper not in BUILT_IN or set(model_names(cfg)) - CPU_ROLES:
+        return False
+    if cfg.pipeline.backend not in ("auto", "onnxruntime"):
+        return False
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def cpu_config(d: Daemon) -> Config | None:
+    """The config of the CPU assembly that swaps while the full one loads, or None where the
+    handover does not apply: ``[pipeline] early_frames`` not ``"swap"``, a stream that does not
+    :func:`qualify <qualifies>`, or a run on the CPU anyway (``--device cpu``, or ``auto`` without
+    CuPy installed). ``d.early_swap``: True hands over whatever the device (tests, measurements:
+    two CPU assemblies), False never."""
+    cfg = d.cfg
+    if cfg.pipeline.early_frames != "swap" or d.early_swap is False:
+        return None
+    if not all(qualifies(c) for c in (cfg, *(st.cfg for st in d.streams))):
+        return None
+    gpu = cfg.pipeline.device == "cuda" or (cfg.pipeline.device == "auto" and importlib.util.find_spec("cupy") is not None)
+    if not gpu and d.early_swap is not True:
+        return None
+    return cfg.replace(pipeline=replace(cfg.pipeline, device="cpu", backend="onnxruntime", fp16=False))
+
+
+def describe_start(cfg: Config, device: str) -> str:
+    """What a live run's first frames are on ``device`` (``vcam check``), '' where that is plain
+    (the CPU, or ``early_frames`` other than ``"swap"``)."""
+    if device != "cuda" or cfg.pipeline.early_frames != "swap":
+        return ""
+    if qualifies(cfg):
+        return "live runs swap their first frames on the CPU (NumPy, onnxruntime) while the GPU loads, then switch to it"
+    from vcam.runtime.roles import model_names
+
+    needs = sorted(set(model_names(cfg)) - CPU_ROLES) or [f"backend {cfg.pipeline.backend}"]
+    return (
+        f"live runs publish pixelated frames while the GPU loads (the swap on the CPU meanwhile is for the "
+        f"model-free swap alone; this one needs {', '.join(needs)})"
+    )
+
+
+class Handover:
+    """The two loads of a handover start (see the module docstring) and their outcome.
+
+    :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full` (``Daemon.load_delay`` seconds
+    later: tests, measurements); :meth:`first_ready` says when the early frames can stop,
+    :meth:`adopt_first` puts the CPU assembly in use, :meth:`ready` and :meth:`switch` the full one.
+    """
+
+    def __init__(self, d: Daemon, cpu_cfg: Config) -> None:
+        self.d = d
+        self.cpu_cfg = cpu_cfg
+        self.cpu: Loaded | None = None
+        self.full: Loaded | None = None
+        self.failure: BaseException | None = None
+        self._cpu_done = threading.Event()  # the CPU assembly is built, or could not be
+        self._done = threading.Event()  # the full load ended (loaded, failed or stopped)
+        self.thread = threading.Thread(target=self._run, name="vcam-load", daemon=True)
+
+    # -- the load thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        from vcam.runtime import startup
+
+        d = self.d
+        try:
+            try:
+                self.cpu = startup.prepare(d, self.cpu_cfg, hold=False)
+            except (ConfigError, FaceError):
+                raise  # the full load would say the same (a face photo without a face, a bad setting)
+            except Exception as exc:
+                why = getattr(exc, "message", None) or exc
+                log.warning("no swap on the CPU while the models load (%s): the early frames are pixelated", why)
+            finally:
+                self._cpu_done.set()
+                d.wake.set()
+            if d.load_delay:
+                time.sleep(d.load_delay)
+            if d.should_exit:
+                return
+            cfg = d.cfg
+            if cfg.pipeline.device == "auto":
+                from vcam.runtime.assemble import resolve_device
+
+                device, why = resolve_device(cfg)
+                if device == "cpu" and self.cpu is not None:  # no GPU after all: the CPU assembly stays
+                    log.info("running on the CPU: %s", why)
+                    return
+            self.full = startup.prepare(d, cfg, faces=self.cpu is None)
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self._done.set()
+            d.wake.set()
+
+    # -- the frame loop's side ----------------------------------------------------------------------
+    def first_ready(self) -> bool:
+        """Something to swap with: the CPU assembly, or (without it) the end of the full load."""
+        return (self._cpu_done.is_set() and self.cpu is not None) or self._done.is_set()
+
+    def adopt_first(self) -> bool:
+        """Put in use what :meth:`first_ready` found: the CPU assembly while the full one loads (or
+        the full one, loaded meanwhile; its error raised). False when there is none (stopped)."""
+        from vcam.runtime import startup
+
+        d = self.d
+        if self._done.is_set() and (self.failure is not None or self.cpu is None or self.full is not None):
+            d.handover = None
+            if self.failure is not None:
+                raise self.failure
+            loaded = self.full or self.cpu
+            if loaded is None:  # stopped while loading
+                return False
+            startup.adopt(d, loaded)
+            return True
+        assert self.cpu is not None
+        startup.adopt(d, self.cpu)
+        age = process_age()
+        log.info("swapping on the CPU while the models load (%s after the start)", "?" if age is None else f"{age:.2f} s")
+        return True
+
+    def ready(self) -> bool:
+        """The full load ended: :meth:`switch` now, between two frames."""
+        return self._done.is_set()
+
+    def switch(self) -> bool:
+        """Between two rounds (none in flight): the full assembly in use for every stream, the
+        degrader and GPU telemetry started; its failure raised. False when there was nothing to
+        switch to (no GPU after all: the CPU assembly stays)."""
+        from vcam.runtime import startup
+
+        d = self.d
+        d.handover = None
+        if self.failure is not None:
+            raise self.failure
+        n = sum(st.summary.frames_out for st in d.streams)
+        for st in d.streams:
+            st.summary.cpu_frames = st.summary.frames_out
+        if self.full is None:
+            return False
+        startup.adopt(d, self.full)
+        for st in d.streams:
+            assert st.cap is not None
+            st.cap.stage, st.cap.target = st.stage, st.target
+        startup.start_telemetry(d)
+        age = process_age()
+        for st in d.streams:
+            st.summary.switched_s = age
+        log.info(
+            "switched to %s after %d frames swapped on the CPU (%s after the start)",
+            self.full.assembly.device, n, "?" if age is None else f"{age:.2f} s",
+        )  # fmt: skip
+        return True
+
+    def left_running(self) -> None:
+        """The run ends on the CPU assembly: what was swapped there is counted; a full load still
+        running is left to finish on its own (``Daemon.loading``)."""
+        d = self.d
+        for st in d.streams:
+            st.summary.cpu_frames = st.summary.frames_out
+        if self.thread.is_alive():
+            d.loading = self.thread
+
+
+__all__ = ["CPU_ROLES", "Handover", "cpu_config", "describe_start", "qualifies"]
