@@ -68,7 +68,10 @@ def cpu_config(d: Daemon) -> Config | None:
     gpu = cfg.pipeline.device == "cuda" or (cfg.pipeline.device == "auto" and importlib.util.find_spec("cupy") is not None)
     if not gpu and d.early_swap is not True:
         return None
-    return cfg.replace(pipeline=replace(cfg.pipeline, device="cpu", backend="onnxruntime", fp16=False))
+    # The search stays in the frame: a few seconds of CPU frames need no second detector session.
+    return cfg.replace(
+        pipeline=replace(cfg.pipeline, device="cpu", backend="onnxruntime", fp16=False), track=replace(cfg.track, search="frame")
+    )
 
 
 def describe_start(cfg: Config, device: str) -> str:
