@@ -520,8 +520,10 @@ def test_gpu_matches_cpu_on_the_demo_clip(detector, photo_detector, swapper):
         got, gs = gpu.process(Frame(frames[i].copy(), 1280, 720, PixelFormat.BGR, 0.0, i), snap)
         assert rs.swapped == gs.swapped == len(per_frame[i])
         d = np.abs(got.astype(np.int16) - ref.astype(np.int16))
-        # the classic swap samples at float32 warp coordinates on the device: 2 levels on a handful of values
-        worst = 2 if swapper == "classic" else 1
+        # the classic swap samples at float32 warp coordinates on the device: a few levels on a handful of
+        # values, where its source weight's ramp (0.02 of the face, two pixels here) meets a coordinate a
+        # hundredth of a pixel apart (3 levels on 30 values on the H200)
+        worst = 3 if swapper == "classic" else 1
         assert d.max() <= worst and (d > 1).sum() <= 50, f"frame {i}: max {d.max()} on {int((d > 1).sum())} values"
         if swapper == "classic":
             assert np.abs(ref.astype(np.int16) - frames[i]).max() > 20  # the face really changed
