@@ -109,7 +109,7 @@ def test_one_artifact_built_once_serves_every_batch_size_and_matches_eager(built
 
 def test_the_dynamic_artifacts_key_covers_its_batch_range_and_the_build(models, tmp_path):
     """One key and one file for batch 1..max_batch, tuned at max_batch: another range, a static
-    batch or an older build is another entry; an engine of one size gets a static artifact."""
+    batch or an older build is another entry; an engine of one or two sizes gets static artifacts."""
     need_torch()
     from vcam.engines import artifacts, item_shapes
     from vcam.engines.compiled import torch_engine
@@ -126,9 +126,11 @@ def test_the_dynamic_artifacts_key_covers_its_batch_range_and_the_build(models, 
     keys = {dyn.key.digest(), *(u.key.digest() for u in statics), engine.loader.unit((1, 4), items).key.digest()}
     assert len(keys) == 6
     engine.close()
-    one = torch_engine(models[0], device="cpu", max_batch=1, compile="load", cache_dir=tmp_path, warmup=False)
-    assert one.loader.dynamic_unit(items) is None and [u.label for u in one.loader.units([1], items)] == ["1"]
-    one.close()
+    for top in (1, 2):  # one size, or two (torch traces a batch of 1..2 as a fixed 2): each size its own
+        small = torch_engine(models[0], device="cpu", max_batch=top, compile="load", cache_dir=tmp_path, warmup=False)
+        assert small.loader.dynamic_unit(items) is None
+        assert [u.label for u in small.loader.units(range(1, top + 1), items)] == [str(b) for b in range(1, top + 1)]
+        small.close()
 
 
 def test_a_new_build_removes_the_entries_an_older_build_made_for_its_gpu_and_torch(tmp_path):

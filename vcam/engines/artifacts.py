@@ -269,12 +269,23 @@ def _check_dynamic(fakes: list, inputs: list, by_arg: dict[int, int], ranges: di
             raise ArtifactError(f"the batch traced for {r.lower}..{r.upper}, not {batch[0]}..{batch[1]}")
 
 
+def _feed(names: Sequence[str], fixed: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """The graph's inputs for the call arguments ``args``: ``@i`` the i-th, ``#i.d`` its size in
+    dimension ``d``, any other name ``fixed`` at its place (a module tensor)."""
+    out = list(fixed)
+    for j, n in enumerate(names):
+        if n[:1] in ("#", "@"):
+            a, d = _arg_dim(n)
+            out[j] = args[a] if n[0] == "@" else args[a].shape[d]
+    return out
+
+
 def _arg_dim(name: str) -> tuple[int, int]:
-    """``#i.d`` -> ``(i, d)`` (``(0, 0)`` for any other name)."""
-    if not name.startswith("#"):
+    """``#i.d`` -> ``(i, d)``, ``@i`` -> ``(i, 0)`` (``(0, 0)`` for any other name)."""
+    if name[:1] not in ("#", "@"):
         return 0, 0
-    i, d = name[1:].split(".")
-    return int(i), int(d)
+    i, _, d = name[1:].partition(".")
+    return int(i), int(d or 0)
 
 
 def _size_name(fakes: list, j: int, args: Sequence[Any], by_arg: dict[int, int], inputs: list) -> str:
@@ -320,9 +331,16 @@ def build(
             dynamic_shapes="from_graph" if dynamic_batch else "from_example_inputs",
             options={"config_patches": build_options(device)},
         )
-        # The artifact runs before it is saved (nothing is tuned at a call: build_options); a size
-        # input gets the argument's size (the graph's example of it is a symbol).
-        art(*(args[a].shape[d] if n[0] == "#" else x for n, x in zip(names, inputs) for a, d in [_arg_dim(n)]))
+        # The artifact runs before it is saved (nothing is tuned at a call: build_options), at the
+        # traced batch and, when dynamic, at the smallest (where a torch fixed the batch after all).
+        art(*_feed(names, inputs, args))
+        if dynamic_batch is not None:
+            try:
+                art(*_feed(names, inputs, [a[: dynamic_batch[0]] for a in args]))
+            except Exception as exc:
+                raise ArtifactError(
+                    f"the dynamic batch fails at {dynamic_batch[0]} ({type(exc).__name__}: {str(exc)[:120]})"
+                ) from exc
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         art.save(path=str(tmp), format="binary")
@@ -377,8 +395,8 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
     names: list[str] = meta["inputs"]
     try:
         bound = [None if n[:1] in "@#" else tensors[n] for n in names]
-        slots = [(i, int(n[1:])) for i, n in enumerate(names) if n.startswith("@")]
-        sizes = [(i, *_arg_dim(n)) for i, n in enumerate(names) if n.startswith("#")]
+        for n in names:
+            _arg_dim(n)  # a name it cannot read: a foreign sidecar
     except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{path.name} names a tensor this module lacks ({exc})") from exc
     try:
@@ -390,12 +408,7 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
         raise ArtifactError(f"{path.name} does not load ({type(exc).__name__}: {str(exc)[:160]})") from exc
 
     def call(*args: Any) -> Any:
-        feed = list(bound)
-        for i, a in slots:
-            feed[i] = args[a]
-        for i, a, d in sizes:
-            feed[i] = args[a].shape[d]
-        return fn(*feed)
+        return fn(*_feed(names, bound, args))
 
     return call
 

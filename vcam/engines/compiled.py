@@ -195,9 +195,10 @@ class CompiledLoader:
         return Unit(batch_label(batch), batch, covers, key, path)
 
     def dynamic_unit(self, items: Items) -> Unit | None:
-        """The one artifact of every batch size ``1..max_batch`` (None when the engine takes one size)."""
+        """The one artifact of every batch size ``1..max_batch``; None below 3, where each size gets its
+        own (torch traces a batch of 1..2 as a fixed 2)."""
         top = int(self.host.max_batch)
-        return self.unit((1, top), items) if top > 1 else None
+        return self.unit((1, top), items) if top >= 3 else None
 
     def units(self, sizes: Sequence[int], items: Items, *, dynamic: bool = True) -> list[Unit]:
         """What serves ``sizes``: the dynamic artifact (when ``dynamic`` and the engine has more than
