@@ -139,8 +139,9 @@ def main() -> None:
             f"{run['mode']:>8}: total {run['total_s']:.1f} s for batch {args.batches}, {len(run['entries'])} artifact(s), "
             f"{run['jobs']} job(s) (target <= {args.target:.0f} s)"
         )
-    if len(runs) == 2:
-        print(f"static / dynamic build time: {runs[1]['total_s'] / max(runs[0]['total_s'], 1e-9):.2f}x")
+    by = {r["mode"]: r for r in runs}
+    if len(by) == 2:
+        print(f"static / dynamic build time: {by['static']['total_s'] / max(by['dynamic']['total_s'], 1e-9):.2f}x")
     if args.calls:
         print(f"ms per call (median of {args.calls}), {args.device}:")
         print(f"{'batch':>6} {'uncompiled':>11} " + " ".join(f"{r['mode']:>9}" for r in runs))
