@@ -43,7 +43,7 @@ def build(
     batch: str = typer.Option(
         "",
         "--batch",
-        help="Comma list of the batch sizes that must be covered (default: every size up to [pipeline] max_faces). "
+        help="Comma list of the batch sizes that must be covered (default: every size up to the config's max_faces). "
         "One engine with a dynamic batch covers them all; these are the sizes built one by one with --static, "
         "or where the dynamic build fails.",
     ),
