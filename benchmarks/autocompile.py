@@ -5,7 +5,7 @@ against one artifact per batch size (static), each mode in the same run with a f
 cache of its own, and optionally the call time per batch size of each against the uncompiled module.
 
     python -m benchmarks.autocompile OUT --model DIR/inswapper_128.onnx [--batches 1,2,4,8]
-        [--modes dynamic,static] [--jobs 0] [--calls 0] [--cache DIR]
+        [--modes dynamic,static] [--jobs 0] [--calls 0] [--cache DIR] [--hint N]
     python -m benchmarks.autocompile OUT --tiny --device cpu --modes dynamic,static --calls 30
 
 ``--tiny``: the tiny inswapper stand-in (the full one takes many minutes per build on a small CPU).
@@ -108,7 +108,10 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=0, help="time this many calls per batch size and mode (0: none)")
     ap.add_argument("--cache", type=Path, default=None, help="engine cache of a single mode (default OUT/engines, emptied first)")
     ap.add_argument("--target", type=float, default=120.0)
+    ap.add_argument("--hint", type=int, default=0, help="dynamic: the batch it is tuned at (VCAM_COMPILE_HINT; 0: the largest)")
     args = ap.parse_args()
+    if args.hint:
+        os.environ["VCAM_COMPILE_HINT"] = str(args.hint)  # the build jobs and the timed engines read it
     args.out.mkdir(parents=True, exist_ok=True)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - {"dynamic", "static"}:

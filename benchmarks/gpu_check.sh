@@ -81,8 +81,10 @@ for step in $steps; do
       # Issue 28 item 3, one artifact for every batch size against one per size, in one call: the dynamic
       # build timed on a fresh cache (target <= 120 s), static batch 1 and 8 built after it (2 jobs), then
       # `vcam bench` 1 and 8 faces on each cache, alternated DB_ROUNDS times (target 1 face p50 <= 1.45 ms).
+      # DB_HINT=N: the dynamic artifact traced and tuned at batch N instead of 8 (VCAM_COMPILE_HINT).
       standins
       rm -rf /tmp/vcam-db
+      if [ -n "${DB_HINT:-}" ]; then export VCAM_COMPILE_HINT=$DB_HINT; fi
       timeout ${AC_BUILD_TIMEOUT:-200} python3 -m benchmarks.autocompile "$OUT/dynbatch" --model $M/inswapper_128.onnx \
         --batches 1,2,4,8 --modes dynamic --cache /tmp/vcam-db/dynamic 2>&1 | tee "$OUT/dynbatch_build.txt" | tail -n 8 || rc=1
       cp /tmp/vcam-db/dynamic/compiled/*.log "$OUT/" 2>/dev/null
@@ -95,7 +97,8 @@ for step in $steps; do
           VCAM_ENGINE_CACHE=/tmp/vcam-db/$c timeout 150 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 \
             --compile load --no-naive --json "$OUT/bench_db_${c}_$i.json" 2>&1 | tee "$OUT/bench_db_${c}_$i.txt" | tail -n 8 || rc=1
         done
-      done ;;
+      done
+      unset VCAM_COMPILE_HINT ;;
     compiled)
       # Issue 9 item 3: the swapper compiled once into the engine cache (`vcam engines build`), then the
       # bench and the one-stream daemon with it, against cuDNN in the same call.

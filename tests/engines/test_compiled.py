@@ -125,6 +125,10 @@ def test_the_dynamic_artifacts_key_covers_its_batch_range_and_the_build(models, 
     assert [u.label for u in statics] == ["1", "2", "4", "8"] and artifacts.key_batch(statics[3].key) == "8"
     keys = {dyn.key.digest(), *(u.key.digest() for u in statics), engine.loader.unit((1, 4), items).key.digest()}
     assert len(keys) == 6
+    with pytest.MonkeyPatch.context() as mp:  # tuned at another batch (measurements): another entry
+        mp.setenv("VCAM_COMPILE_HINT", "4")
+        tuned4 = engine.loader.dynamic_unit(items)
+    assert dict(tuned4.key.profile)["source"] == ((1, 512), (4, 512), (8, 512)) and tuned4.path != dyn.path
     engine.close()
     for top in (1, 2):  # one size, or two (torch traces a batch of 1..2 as a fixed 2): each size its own
         small = torch_engine(models[0], device="cpu", max_batch=top, compile="load", cache_dir=tmp_path, warmup=False)

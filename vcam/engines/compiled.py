@@ -76,6 +76,18 @@ AUTO_BUILDS_ON = ("cuda",)
 #: Set (to anything but 0) to make ``auto`` and ``background`` load only: benchmark sessions, whose
 #: measurements a build in the background would disturb (``benchmarks/gpu_check.sh`` sets it).
 NO_BUILDS_ENV = "VCAM_NO_BACKGROUND_COMPILE"
+#: The batch a dynamic artifact is traced and tuned at (default: its largest), for measurements:
+#: another hint is another key, so another entry.
+HINT_ENV = "VCAM_COMPILE_HINT"
+
+
+def size_hint(lo: int, hi: int) -> int:
+    """The batch a dynamic artifact of ``lo..hi`` is tuned at: ``$VCAM_COMPILE_HINT`` within the
+    range, else ``hi``."""
+    try:
+        return min(hi, max(lo, int(os.environ.get(HINT_ENV, "") or hi)))
+    except ValueError:
+        return hi
 
 
 def compile_mode(value: bool | str | None) -> str:
@@ -189,6 +201,7 @@ class CompiledLoader:
             channels_last=host.channels_last,
             items={i.name: items[i.name] for i in host.inputs},
             batch=batch,
+            hint=size_hint(*batch) if isinstance(batch, tuple) else None,
         )
         covers = tuple(range(batch[0], batch[1] + 1)) if isinstance(batch, tuple) else (batch,)
         path = artifact_path(self.cache_dir, host.architecture or host.name, key, batch)
@@ -303,7 +316,7 @@ class CompiledLoader:
             tell("start", u.label, None)
             self._log.info("%s: compiling for batch %s (%s; a minute or two on a GPU)", host.name, u.label, which)
             dynamic = u.batch if isinstance(u.batch, tuple) else None
-            top = u.batch[1] if isinstance(u.batch, tuple) else u.batch  # the size the build tunes for
+            top = size_hint(*u.batch) if isinstance(u.batch, tuple) else u.batch  # the size the build tunes for
             try:
                 with host.backend_flags():
                     args = host.call_args(top, items)
