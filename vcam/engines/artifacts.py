@@ -1,5 +1,9 @@
-"""Compiled artifacts on disk: a module compiled by TorchInductor once per GPU, library version, precision and
-batch size, saved in the engine cache and loaded on later starts without compiling.
+"""Compiled artifacts on disk: a module compiled by TorchInductor once per GPU, library version and
+precision, saved in the engine cache and loaded on later starts without compiling.
+
+One artifact serves every batch size of an engine: its batch dimension traced as dynamic
+(``1..max_batch``, tuned at the largest; :func:`trace`); the torch engine captures a CUDA graph
+per batch bucket from it. One artifact per batch size is the fallback where that fails.
 
 A build traces the module's forward with TorchDynamo (the parameters and buffers become inputs of
 the graph, so the artifact holds code, not weights), compiles it with ``standalone_compile`` (on
@@ -42,10 +46,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vcam.engines.cache import EngineKey, resolve_cache_dir, sidecar
+from vcam.engines.cache import (
+    EngineKey,
+    clear_failure,
+    failed_path,
+    failure,
+    lock,
+    locked,
+    mark_failed,
+    resolve_cache_dir,
+    sidecar,
+)
 
 #: Bump when what a build does changes in a way the other key fields do not show.
-BUILD_VERSION = 2  # 2: no runtime autotuning (build_options)
+BUILD_VERSION = 3  # 2: no runtime autotuning (build_options); 3: one artifact with a dynamic batch
 SUFFIX = ".art"
 
 
@@ -125,24 +139,63 @@ def structure_digest(module: Any, architecture: str) -> str:
     return h.hexdigest()
 
 
+def batch_label(batch: int | tuple[int, int]) -> str:
+    """``"4"`` for a static batch, ``"1-8"`` for a dynamic one (file names, progress lines)."""
+    return f"{batch[0]}-{batch[1]}" if isinstance(batch, tuple) else str(batch)
+
+
 def artifact_key(
-    structure: str, *, device: str, precision: str, channels_last: bool, items: dict[str, tuple], batch: int
+    structure: str,
+    *,
+    device: str,
+    precision: str,
+    channels_last: bool,
+    items: dict[str, tuple],
+    batch: int | tuple[int, int],
+    hint: int | None = None,
 ) -> EngineKey:
-    """The key of one batch size's artifact (``items``: each input's shape without the batch)."""
-    shapes = {n: (batch, *s) for n, s in items.items()}
+    """The key of one artifact (``items``: each input's shape without the batch). ``batch``: one
+    size, or ``(lo, hi)`` for a dynamic batch dimension tuned at ``hint`` (default ``hi``); the
+    key's profile is then ``(lo, hint, hi)`` per input."""
+    if isinstance(batch, tuple):
+        lo, hi = batch
+        opt = hi if hint is None else hint
+        profile = {n: ((lo, *s), (opt, *s), (hi, *s)) for n, s in items.items()}
+    else:
+        profile = {n: ((batch, *s),) * 3 for n, s in items.items()}
     return EngineKey.make(
         model_sha256=structure,
         gpu=device_name(device),
         library=library_of(device, channels_last),
         precision=precision,
-        profile={n: (s, s, s) for n, s in shapes.items()},
+        profile=profile,
     )
 
 
-def artifact_path(cache_dir: str | os.PathLike | None, name: str, key: EngineKey, batch: int) -> Path:
-    """``<cache>/compiled/<name>.<precision>.b<batch>.<digest>.art``; ``name``: the native
-    architecture (one artifact serves every file of it) or the model file's name."""
-    return resolve_cache_dir(cache_dir) / "compiled" / f"{_stem(name, key.precision)}{batch}.{key.digest()}{SUFFIX}"
+def key_batch(key: EngineKey) -> str:
+    """What batch sizes an artifact of ``key`` serves: ``"4"``, or ``"dynamic 1-8"``."""
+    profile = dict(key.profile)
+    if not profile:
+        return "-"
+    lo, _, hi = (s[0] for s in next(iter(profile.values())))
+    return str(lo) if lo == hi else f"dynamic {lo}-{hi}"
+
+
+def build_version(key: EngineKey) -> int | None:
+    """The :data:`BUILD_VERSION` an artifact of ``key`` was built by (None: unreadable)."""
+    for part in key.library.split(", "):
+        if part.startswith("build "):
+            try:
+                return int(part[6:])
+            except ValueError:
+                return None
+    return None
+
+
+def artifact_path(cache_dir: str | os.PathLike | None, name: str, key: EngineKey, batch: int | tuple[int, int]) -> Path:
+    """``<cache>/compiled/<name>.<precision>.b<batch>.<digest>.art`` (``b1-8`` for a dynamic batch);
+    ``name``: the native architecture (one artifact serves every file of it) or the model file's name."""
+    return resolve_cache_dir(cache_dir) / "compiled" / f"{_stem(name, key.precision)}{batch_label(batch)}.{key.digest()}{SUFFIX}"
 
 
 def _stem(name: str, precision: str) -> str:
@@ -150,26 +203,40 @@ def _stem(name: str, precision: str) -> str:
     return f"{Path(name).stem}.{precision}.b"
 
 
-def trace(module: Any, args: Sequence[Any]) -> tuple[Any, list, list[str]]:
+def trace(module: Any, args: Sequence[Any], dynamic_batch: tuple[int, int] | None = None) -> tuple[Any, list, list[str]]:
     """TorchDynamo's graph of ``module(*args)`` with parameters and buffers as inputs; returns the
-    graph, its example inputs and their names (``@i`` for the i-th call argument)."""
+    graph, its example inputs and their names (``@i`` for the i-th call argument, ``#i.d`` for
+    the size of its dimension ``d``: a symbolic size the graph takes as an input).
+    ``dynamic_batch=(lo, hi)``: every argument's first dimension is traced as one dynamic size in
+    that range (the arguments' own batch is the size the build tunes for)."""
     import torch
 
     seen: dict[str, Any] = {}
 
     def grab(gm: Any, example_inputs: list) -> Any:
         seen["gm"], seen["inputs"] = gm, list(example_inputs)
+        ctx = torch._guards.TracingContext.try_get()
+        env = getattr(getattr(ctx, "fake_mode", None), "shape_env", None)
+        seen["ranges"] = dict(env.var_to_range) if env is not None else {}
         return gm.forward
 
     torch._dynamo.reset()
-    with torch.inference_mode():
-        torch.compile(module, backend=grab, fullgraph=True, dynamic=False)(*args)
+    if dynamic_batch is not None:
+        for a in args:
+            torch._dynamo.mark_dynamic(a, 0, min=dynamic_batch[0], max=dynamic_batch[1])
+    with torch.inference_mode(), size_oblivious(dynamic_batch is not None):
+        torch.compile(module, backend=grab, fullgraph=True, dynamic=None if dynamic_batch else False)(*args)
     torch._dynamo.reset()
     named = {id(t): n for n, t in list(module.named_parameters()) + list(module.named_buffers())}
     by_arg = {id(a): i for i, a in enumerate(args)}
+    fakes = [n.meta.get("example_value") for n in seen["gm"].graph.nodes if n.op == "placeholder"]
+    if dynamic_batch is not None:
+        _check_dynamic(fakes, seen["inputs"], by_arg, seen["ranges"], dynamic_batch)
     names = []
-    for t in seen["inputs"]:
-        if id(t) in by_arg:
+    for j, t in enumerate(seen["inputs"]):
+        if not isinstance(t, torch.Tensor):
+            names.append(_size_name(fakes, j, args, by_arg, seen["inputs"]))
+        elif id(t) in by_arg:
             names.append(f"@{by_arg[id(t)]}")
         elif id(t) in named:
             names.append(named[id(t)])
@@ -178,24 +245,112 @@ def trace(module: Any, args: Sequence[Any]) -> tuple[Any, list, list[str]]:
     return seen["gm"], seen["inputs"], names
 
 
-def build(module: Any, args: Sequence[Any], path: Path, key: EngineKey, *, device: str) -> float:
-    """Compile ``module`` for these ``args`` and save the artifact at ``path`` with its sidecar (both
-    written to temporary names, then renamed: a crash leaves no half-written entry). Returns seconds."""
+def size_oblivious(on: bool) -> Any:
+    """Trace a dynamic batch as any size of its range, 1 included (torch otherwise assumes a traced
+    size is not 1: a range of 2..8, and 1..2 collapses to 2), where the torch has the switch."""
+    from torch.fx.experimental import _config
+
+    if on and hasattr(_config, "backed_size_oblivious"):
+        return _config.patch(backed_size_oblivious=True)  # type: ignore[attr-defined]  # installed by torch's config module
+    return contextlib.nullcontext()
+
+
+def _check_dynamic(fakes: list, inputs: list, by_arg: dict[int, int], ranges: dict, batch: tuple[int, int]) -> None:
+    """Raise :class:`ArtifactError` unless every argument's batch is one symbol over ``batch``'s
+    range (a module that fixes or branches on its batch keeps it static, or narrows it)."""
+    for fake, real in zip(fakes, inputs):
+        if id(real) not in by_arg:
+            continue
+        expr = getattr(getattr(fake.shape[0], "node", None), "expr", None)
+        if expr is None:
+            raise ArtifactError("the module fixes its batch size: a dynamic batch does not trace")
+        r = ranges.get(expr)
+        if r is not None and (int(r.lower) > batch[0] or int(r.upper) < batch[1]):
+            raise ArtifactError(f"the batch traced for {r.lower}..{r.upper}, not {batch[0]}..{batch[1]}")
+
+
+def _feed(names: Sequence[str], fixed: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """The graph's inputs for the call arguments ``args``: ``@i`` the i-th, ``#i.d`` its size in
+    dimension ``d``, any other name ``fixed`` at its place (a module tensor)."""
+    out = list(fixed)
+    for j, n in enumerate(names):
+        if n[:1] in ("#", "@"):
+            a, d = _arg_dim(n)
+            out[j] = args[a] if n[0] == "@" else args[a].shape[d]
+    return out
+
+
+def _arg_dim(name: str) -> tuple[int, int]:
+    """``#i.d`` -> ``(i, d)``, ``@i`` -> ``(i, 0)`` (``(0, 0)`` for any other name)."""
+    if name[:1] not in ("#", "@"):
+        return 0, 0
+    i, _, d = name[1:].partition(".")
+    return int(i), int(d or 0)
+
+
+def _size_name(fakes: list, j: int, args: Sequence[Any], by_arg: dict[int, int], inputs: list) -> str:
+    """``#i.d``: the argument dimension whose symbolic size is the graph's ``j``-th input."""
+    sym = fakes[j] if j < len(fakes) else None
+    expr = getattr(getattr(sym, "node", None), "expr", None)
+    for fake, real in zip(fakes, inputs):
+        if expr is None or id(real) not in by_arg:
+            continue
+        for d, size in enumerate(getattr(fake, "shape", ())):
+            if getattr(getattr(size, "node", None), "expr", None) == expr:
+                return f"#{by_arg[id(real)]}.{d}"
+    raise ArtifactError(f"the traced graph takes a size ({sym}) that is no argument's dimension")
+
+
+def build(
+    module: Any,
+    args: Sequence[Any],
+    path: Path,
+    key: EngineKey,
+    *,
+    device: str,
+    dynamic_batch: tuple[int, int] | None = None,
+) -> float:
+    """Compile ``module`` for these ``args`` (``dynamic_batch``: see :func:`trace`) and save the
+    artifact at ``path`` with its sidecar (both written to temporary names, then renamed: a crash
+    leaves no half-written entry). Returns seconds."""
     import torch
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
-    gm, inputs, names = trace(module, args)
+    gm, inputs, names = trace(module, args, dynamic_batch)
     # Inductor writes its autotuning reports and warnings to stderr: into the entry's build log.
-    with open(build_log(path), "w") as report, contextlib.redirect_stderr(report), torch.inference_mode():
+    with (
+        open(build_log(path), "w") as report,
+        contextlib.redirect_stderr(report),
+        torch.inference_mode(),
+        size_oblivious(dynamic_batch is not None),
+    ):
         art = torch._inductor.standalone_compile(
-            gm, inputs, dynamic_shapes="from_example_inputs", options={"config_patches": build_options(device)}
+            gm,
+            inputs,
+            dynamic_shapes="from_graph" if dynamic_batch else "from_example_inputs",
+            options={"config_patches": build_options(device)},
         )
-        art(*inputs)  # the artifact runs before it is saved (nothing is tuned at a call: build_options)
+        # The artifact runs before it is saved (nothing is tuned at a call: build_options), at the
+        # traced batch and, when dynamic, at the smallest (where a torch fixed the batch after all).
+        art(*_feed(names, inputs, args))
+        if dynamic_batch is not None:
+            try:
+                art(*_feed(names, inputs, [a[: dynamic_batch[0]] for a in args]))
+            except Exception as exc:
+                raise ArtifactError(
+                    f"the dynamic batch fails at {dynamic_batch[0]} ({type(exc).__name__}: {str(exc)[:120]})"
+                ) from exc
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         art.save(path=str(tmp), format="binary")
-        meta = {"key": key.to_json(), "inputs": names, "built_s": round(time.perf_counter() - t0, 1), "built": time.time()}
+        meta = {
+            "key": key.to_json(),
+            "inputs": names,
+            "batch": key_batch(key),
+            "built_s": round(time.perf_counter() - t0, 1),
+            "built": time.time(),
+        }
         tmp_meta = sidecar(tmp)
         tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
         os.replace(tmp, path)
@@ -239,9 +394,10 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
     tensors = dict(list(module.named_parameters()) + list(module.named_buffers()))
     names: list[str] = meta["inputs"]
     try:
-        bound = [None if n.startswith("@") else tensors[n] for n in names]
-        slots = [(i, int(n[1:])) for i, n in enumerate(names) if n.startswith("@")]
-    except (KeyError, ValueError) as exc:
+        bound = [None if n[:1] in "@#" else tensors[n] for n in names]
+        for n in names:
+            _arg_dim(n)  # a name it cannot read: a foreign sidecar
+    except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{path.name} names a tensor this module lacks ({exc})") from exc
     try:
         # One thread: every kernel is in the artifact, so a pool of compile workers (processes that
@@ -252,10 +408,7 @@ def load(path: Path, key: EngineKey, module: Any) -> Callable[..., Any]:
         raise ArtifactError(f"{path.name} does not load ({type(exc).__name__}: {str(exc)[:160]})") from exc
 
     def call(*args: Any) -> Any:
-        feed = list(bound)
-        for i, a in slots:
-            feed[i] = args[a]
-        return fn(*feed)
+        return fn(*_feed(names, bound, args))
 
     return call
 
@@ -309,59 +462,6 @@ def good(path: Path) -> bool:
         return False
 
 
-def lock(path: Path) -> Any:
-    """The lock one process holds while it builds ``path`` (``<entry>.lock``, a ``filelock.FileLock``:
-    an OS lock, released when its process dies): a second process, or daemon, waits for it or
-    builds something else, never the same entry at the same time."""
-    from filelock import FileLock
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(path.with_name(path.name + ".lock"))
-
-
-def locked(path: Path) -> bool:
-    """Whether another process (or lock object) builds ``path`` now."""
-    from filelock import Timeout
-
-    probe = lock(path)
-    try:
-        probe.acquire(timeout=0)
-    except Timeout:
-        return True
-    probe.release()
-    return False
-
-
-def failed_path(path: Path) -> Path:
-    """Where a failed build of ``path`` is remembered (so no daemon retries it at every start)."""
-    return path.with_name(path.name + ".failed")
-
-
-def mark_failed(path: Path, reason: str) -> None:
-    """Remember that building ``path`` failed, and why (one line); :func:`failure` reads it back."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.failed.tmp")
-    tmp.write_text(json.dumps({"reason": reason[:500], "when": time.time()}))
-    os.replace(tmp, failed_path(path))
-
-
-def failure(path: Path) -> str | None:
-    """Why the last build of ``path`` failed, or None when none failed (or the mark was cleared)."""
-    try:
-        return str(json.loads(failed_path(path).read_text())["reason"])
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError, OSError):
-        return "unknown reason (unreadable mark)"
-
-
-def clear_failure(path: Path) -> None:
-    try:
-        failed_path(path).unlink()
-    except FileNotFoundError:
-        pass
-
-
 def built_seconds(cache_dir: str | os.PathLike | None, gpu: str) -> float | None:
     """The median build time of the entries built for ``gpu`` (their sidecars), or None: what a
     progress line estimates a build takes before one has finished."""
@@ -401,6 +501,13 @@ class Entry:
     built_s: float | None
     problem: str | None  # None when readable
 
+    @property
+    def superseded(self) -> bool:
+        """Built by an older :data:`BUILD_VERSION` (one artifact per batch size, say): never loaded
+        again, removed by the next build of its architecture on its GPU and torch."""
+        version = None if self.key is None else build_version(self.key)
+        return version is not None and version < BUILD_VERSION
+
 
 def entries(cache_dir: str | os.PathLike | None) -> list[Entry]:
     """Every artifact under ``<cache>/compiled``, readable or not."""
@@ -415,6 +522,26 @@ def entries(cache_dir: str | os.PathLike | None) -> list[Entry]:
     return out
 
 
+def prune_superseded(cache_dir: str | os.PathLike | None, name: str, key: EngineKey) -> list[Path]:
+    """Remove the entries of ``name`` at ``key``'s precision built for its GPU and torch by an older
+    build (:attr:`Entry.superseded`), once ``key``'s artifact is built; returns what was removed.
+    Other GPUs' and torch versions' entries are left alone (another installation may use them)."""
+    torch_version = key.library.split(", ")[0]
+    stem = _stem(name, key.precision)
+    gone = []
+    for e in entries(cache_dir):
+        if (
+            e.superseded
+            and e.key is not None
+            and e.path.name.startswith(stem)
+            and e.key.gpu == key.gpu
+            and e.key.library.split(", ")[0] == torch_version
+        ):
+            remove(e.path)
+            gone.append(e.path)
+    return gone
+
+
 __all__ = [
     "ArtifactError",
     "BUILD_VERSION",
@@ -423,7 +550,9 @@ __all__ = [
     "SUFFIX",
     "artifact_key",
     "artifact_path",
+    "batch_label",
     "build",
+    "build_version",
     "build_log",
     "build_options",
     "built_any",
@@ -436,12 +565,14 @@ __all__ = [
     "good",
     "here",
     "inductor_cache",
+    "key_batch",
     "library_of",
     "load",
     "lock",
     "locked",
     "mark_failed",
     "prepare_load",
+    "prune_superseded",
     "read_meta",
     "remove",
     "structure_digest",

@@ -1,10 +1,12 @@
-"""Compiled engines built in other processes: the daemon's background build on first use and
-``vcam engines build`` both run here.
+"""Compiled engines built in other processes: the daemon's background build on first use
+(:class:`DaemonBuild`) and ``vcam engines build`` both run here.
 
 A build job is a child process (``python -m vcam.engines.build_job SPEC``, :mod:`vcam.engines.build_job`) that makes the
-swap module from its ONNX file, as the engine does, and builds a list of batch sizes one after the
-other (:meth:`vcam.engines.compiled.CompiledLoader.build`: one process, so its imports, its module,
-Inductor's compile workers and its caches serve every size). Several jobs may run side by side
+swap module from its ONNX file, as the engine does, and builds what serves a list of batch sizes
+(:meth:`vcam.engines.compiled.CompiledLoader.build`): the one artifact with a dynamic batch, or
+where that fails, one per size, one after the other (one process, so its imports, its module,
+Inductor's compile workers and its caches serve every size). A daemon runs one job. For static
+builds several jobs may run side by side
 (``jobs``: the sizes dealt out to them, batch 1 first): an Inductor build spends most of its time
 compiling a few candidate kernels per layer and waiting for them, which leaves most of a many-core
 host idle; their timing of those candidates on the GPU takes turns (a lock), so no job times its
@@ -16,8 +18,9 @@ Each entry is built under its lock (:func:`vcam.engines.artifacts.lock`), so a s
 remembered per entry (:func:`~vcam.engines.artifacts.mark_failed`) and not retried by a daemon.
 
 Progress: a job writes ``<cache>/compiled/<name>.<precision>.<pid>.build.json`` after each step
-(sizes, done, failed, the one in hand and since when); :class:`BackgroundBuild` and ``vcam check``
-read those files into one :class:`BuildProgress` ("compiling engines: 2/4, ~40 s left").
+(the entries by label, ``"1-8"`` for the dynamic one, ``"4"`` for one size's: all, done, failed,
+the one in hand and since when); :class:`BackgroundBuild` and ``vcam check`` read those files into
+one :class:`BuildProgress` ("compiling engines: 0/1, ~40 s left").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,16 +49,18 @@ FIRST_GUESS_S = {"cuda": 90.0, "cpu": 20.0}
 
 @dataclass
 class BuildProgress:
-    """Where one or more build jobs stand (merged from their progress files)."""
+    """Where one or more build jobs stand (merged from their progress files). Entries by label:
+    ``"1-8"`` (the dynamic artifact) or ``"4"`` (one batch size's)."""
 
-    sizes: list[int] = field(default_factory=list)
-    done: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
-    current: dict[int, float] = field(default_factory=dict)  # batch -> when its build started (time.time)
-    waiting: list[int] = field(default_factory=list)  # sizes another process builds now (their locks)
+    sizes: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    current: dict[str, float] = field(default_factory=dict)  # label -> when its build started (time.time)
+    waiting: list[str] = field(default_factory=list)  # entries another process builds now (their locks)
     durations: list[float] = field(default_factory=list)
-    guess_s: float = 90.0  # one size, before any has finished
+    guess_s: float = 90.0  # one entry, before any has finished
     jobs: int = 1
+    fallback: str = ""  # why the dynamic artifact failed (the job builds each size's then)
 
     @property
     def total(self) -> int:
@@ -65,7 +71,7 @@ class BuildProgress:
         return len(self.done) + len(self.failed) >= self.total
 
     def left_s(self, now: float | None = None) -> float:
-        """Seconds until every size is built, from the sizes done so far (or the first guess)."""
+        """Seconds until every entry is built, from those done so far (or the first guess)."""
         now = time.time() if now is None else now
         per = sum(self.durations) / len(self.durations) if self.durations else self.guess_s
         running = [max(per - (now - t), 0.05 * per) for t in self.current.values()]
@@ -94,13 +100,14 @@ def read_progress(paths: Sequence[Path], jobs: int | None = None) -> BuildProgre
             d = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        out.sizes += [int(b) for b in d.get("sizes", [])]
-        out.done += [int(b) for b in d.get("done", [])]
-        out.failed.update({int(b): str(r) for b, r in d.get("failed", {}).items()})
-        out.current.update({int(b): float(t) for b, t in d.get("current", {}).items()})
-        out.waiting += [int(b) for b in d.get("waiting", [])]
+        out.sizes += [str(b) for b in d.get("sizes", [])]
+        out.done += [str(b) for b in d.get("done", [])]
+        out.failed.update({str(b): str(r) for b, r in d.get("failed", {}).items()})
+        out.current.update({str(b): float(t) for b, t in d.get("current", {}).items()})
+        out.waiting += [str(b) for b in d.get("waiting", [])]
         out.durations += [float(s) for s in d.get("durations", [])]
         out.guess_s = float(d.get("guess_s", out.guess_s))
+        out.fallback = out.fallback or str(d.get("fallback", ""))
     out.jobs = jobs if jobs is not None else max(1, len(paths))
     return out
 
@@ -151,10 +158,12 @@ def deal(sizes: Sequence[int], jobs: int) -> list[list[int]]:
 
 class BackgroundBuild:
     """Build jobs for the missing sizes of one engine, started now; read :meth:`progress`, poll
-    :attr:`running`, :meth:`stop` them (a size in hand is lost, the finished ones are kept).
+    :attr:`running`, :meth:`stop` them (an entry in hand is lost, the finished ones are kept).
 
     ``spec``: what a job needs to make the same module and keys as the engine (``model`` path,
-    ``device``, ``fp16``, ``max_batch``, ``channels_last``, ``items``, ``cache_dir``). ``nice``:
+    ``device``, ``fp16``, ``max_batch``, ``channels_last``, ``items``, ``cache_dir``, ``dynamic``:
+    one artifact for every size, built by one job, else one per size, dealt out to the jobs).
+    ``labels``: the entries the progress counts before a job has written its file. ``nice``:
     the jobs' CPU priority is lowered by that much; ``wait_locked``: a size another process builds
     is waited for (``vcam engines build``) rather than left to it; ``retry_failed``: sizes whose
     last build failed are built again (else skipped).
@@ -165,6 +174,7 @@ class BackgroundBuild:
         spec: dict[str, Any],
         sizes: Sequence[int],
         *,
+        labels: Sequence[str] | None = None,
         name: str,
         precision: str,
         jobs: int | None = None,
@@ -174,8 +184,10 @@ class BackgroundBuild:
         guess_s: float | None = None,
     ) -> None:
         self.sizes = sorted(set(sizes))
+        self.labels = list(labels) if labels else [str(b) for b in self.sizes]
         device = spec.get("device", "cuda")
-        self.jobs = deal(self.sizes, jobs or default_jobs(device, len(self.sizes)))
+        dynamic = bool(spec.get("dynamic"))
+        self.jobs = [self.sizes] if dynamic else deal(self.sizes, jobs or default_jobs(device, len(self.sizes)))
         self.root = resolve_cache_dir(spec.get("cache_dir")) / "compiled"
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_path = self.root / f"{Path(name).stem}.{precision}.build.log"
@@ -213,7 +225,7 @@ class BackgroundBuild:
     def progress(self) -> BuildProgress:
         out = read_progress(self._paths, jobs=sum(p.poll() is None for p in self._procs) or 1)
         if not out.sizes:  # the jobs are starting (importing torch): nothing written yet
-            out.sizes, out.guess_s = list(self.sizes), self.guess_s
+            out.sizes, out.guess_s = list(self.labels), self.guess_s
         return out
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -240,8 +252,162 @@ class BackgroundBuild:
             path.unlink(missing_ok=True)
 
 
+#: A build job's exit statuses that mean it was stopped (SIGINT, SIGKILL, SIGTERM, SIGHUP), not that it failed.
+STOPPED = (-2, -9, -15, -1)
+
+
+class DaemonBuild:
+    """A daemon's background build of what its engine lacks: one build job (:class:`BackgroundBuild`:
+    the one dynamic artifact, or where that failed before, each size's own, one after the other)
+    and a thread that loads what the job finishes into the engine's loader
+    (:class:`~vcam.engines.compiled.CompiledLoader`) and keeps the progress line. Made by
+    :meth:`start`."""
+
+    def __init__(self, loader: Any, builder: BackgroundBuild, sizes: list[int], items: Any, dynamic: bool) -> None:
+        self.loader, self.builder = loader, builder
+        self.progress = builder.progress().text()
+        self.thread = threading.Thread(
+            target=self._watch, args=(sizes, items, dynamic), name=f"{loader.host.name}-autobuild", daemon=True
+        )
+        self.thread.start()
+
+    @classmethod
+    def start(cls, loader: Any, missing: list[int], items: Any, spec: dict[str, Any]) -> tuple[DaemonBuild | None, list[int]]:
+        """Start the job for ``missing`` (``spec``: :func:`~vcam.engines.compiled.job_spec`); returns
+        it (None when none started) and the sizes left uncompiled without a word more (those whose
+        last build failed: one warning)."""
+        from vcam.engines.artifacts import built_seconds, device_name, failure, inductor_cache
+
+        host, log = loader.host, loader.log
+        dyn = loader.dynamic_unit(items)
+        dynamic = dyn is not None and failure(dyn.path) is None
+        failed = {} if dynamic else {b: why for b in missing if (why := failure(loader.unit(b, items).path)) is not None}
+        if failed:
+            log.warning(
+                "%s: compiling for batch %s failed before (%s); running uncompiled (`vcam engines build --batch %s` tries again)",
+                host.name,
+                ",".join(map(str, failed)),
+                next(iter(failed.values())),
+                ",".join(map(str, failed)),
+            )
+        todo = [b for b in missing if b not in failed]
+        if not todo or getattr(host, "model_path", None) is None:  # a model given as bytes: no file for a job to read
+            return None, todo
+        units = loader.units(todo, items, dynamic=dynamic)
+        inductor_cache(loader.cache_dir)  # the job's and this process's Inductor share one cache (the loads find their kernels)
+        try:
+            builder = BackgroundBuild(
+                dict(spec, dynamic=dynamic),
+                todo,
+                labels=[u.label for u in units],
+                name=host.architecture or host.name,
+                precision=host.precision,
+                jobs=1,  # one process: a build's autotuning takes the GPU; side by side they only wait for each other
+                wait_locked=True,
+                retry_failed=False,
+                guess_s=built_seconds(loader.cache_dir, device_name(host.device)),
+            )
+        except OSError as exc:
+            log.warning("%s: the background compile could not start (%s); running uncompiled", host.name, exc)
+            return None, todo
+        log.info(
+            "%s: compiling %s in the background (frames run uncompiled until it is ready, log: %s)",
+            host.name,
+            f"one engine for batch {units[0].label}" if dynamic else f"batch {','.join(map(str, todo))}",
+            builder.log_path,
+        )
+        return cls(loader, builder, todo, items, dynamic), []
+
+    def _watch(self, sizes: list[int], items: Any, dynamic: bool) -> None:
+        """While the job runs: load what it finishes (the dynamic artifact once, for every size) and
+        keep the progress line; a size that failed, or that the job never built, gets one warning
+        and stays uncompiled."""
+        from vcam.engines.artifacts import good, locked
+
+        loader, builder = self.loader, self.builder
+        closing = loader.closing
+        pending = list(sizes)
+        dyn = loader.dynamic_unit(items) if dynamic else None
+        statics = {b: loader.unit(b, items) for b in sizes}
+        ready: list[str] = []
+        try:
+            while pending and not closing.is_set():
+                running = builder.running
+                prog = builder.progress()
+                if dyn is not None:
+                    if good(dyn.path) and not locked(dyn.path):
+                        loader.load_built(pending, items)
+                        ready.append(dyn.label)
+                        pending = []
+                    elif prog.fallback:  # the job builds each size now
+                        loader.log.warning(
+                            "%s: compiling one engine for batch %s failed (%s); compiling each batch size instead (log: %s)",
+                            loader.host.name,
+                            dyn.label,
+                            prog.fallback,
+                            builder.log_path,
+                        )
+                        dyn = None
+                    elif not running:
+                        self._ended(dyn, pending, prog)
+                        pending = []
+                for b in list(pending) if dyn is None else []:
+                    u = statics[b]
+                    if good(u.path) and not locked(u.path):
+                        pending.remove(b)
+                        loader.load_built([b], items)
+                        ready.append(u.label)
+                    elif u.label in prog.failed or not running:
+                        pending.remove(b)
+                        self._ended(u, [b], prog)
+                prog.done = sorted(set(prog.done) | set(ready))
+                self.progress = prog.text() if pending else ""
+                if pending:
+                    closing.wait(0.25)
+        except Exception as exc:  # never take the daemon down
+            loader.log.warning("%s: the background compile stopped (%s: %s)", loader.host.name, type(exc).__name__, exc)
+        finally:
+            self.progress = ""
+            if not closing.is_set():
+                builder.wait(60)  # the job closes its engine and exits once its last entry is built
+            builder.stop()
+
+    def _ended(self, u: Any, sizes: list[int], prog: BuildProgress) -> None:
+        """``u`` failed in the job, or the job ended without it: one warning (and the failure
+        remembered, unless the job was stopped from outside)."""
+        from vcam.engines.artifacts import mark_failed
+
+        log, name = self.loader.log, self.loader.host.name
+        why = prog.failed.get(u.label)
+        batches = ",".join(map(str, sizes))
+        if why is None:
+            codes = [c for c in self.builder.returncodes if c]
+            code = codes[0] if codes else 0
+            if code in STOPPED:  # stopped from outside: not the build's fault, the next start tries again
+                log.warning(
+                    "%s: the background compile of batch %s was stopped (signal %d); it runs uncompiled",
+                    name,
+                    batches,
+                    -code,
+                )
+                return
+            why = f"the build process ended (exit status {code})"
+            if not self.loader.closing.is_set():
+                mark_failed(u.path, why)
+        log.warning(
+            "%s: compiling for batch %s failed (%s); it runs uncompiled (`vcam engines build --batch %s` tries again; log: %s)",
+            name,
+            batches,
+            why,
+            batches,
+            self.builder.log_path,
+        )
+
+
 __all__ = [
     "BackgroundBuild",
+    "DaemonBuild",
+    "STOPPED",
     "FIRST_GUESS_S",
     "BuildProgress",
     "default_jobs",

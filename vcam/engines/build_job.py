@@ -1,9 +1,9 @@
 """Builds outside the daemon: one build job of :mod:`vcam.engines.autobuild`, run as ``python -m
 vcam.engines.build_job SPEC`` (SPEC: JSON, see :class:`~vcam.engines.autobuild.BackgroundBuild`):
 the engine's module made from its ONNX file as the engine makes it, then :meth:`CompiledLoader.build
-<vcam.engines.compiled.CompiledLoader.build>` for the job's sizes, one after the other, with a
-progress file the parent reads; and :func:`prebuild`, ``vcam engines build``, which runs such jobs
-and waits for them."""
+<vcam.engines.compiled.CompiledLoader.build>` for the job's sizes (the one dynamic artifact, or each
+size's, one after the other), with a progress file the parent reads; and :func:`prebuild`, ``vcam
+engines build``, which runs such jobs and waits for them."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from vcam.errors import EngineUnavailable
 class _Progress:
     """A job's progress file, rewritten (atomically) after each step."""
 
-    def __init__(self, path: Path, sizes: list[int], guess_s: float) -> None:
+    def __init__(self, path: Path, sizes: list[str], guess_s: float) -> None:
         self.path = path
         self.state: dict[str, Any] = {
             "pid": os.getpid(),
@@ -38,6 +38,7 @@ class _Progress:
             "waiting": [],
             "durations": [],
             "guess_s": guess_s,
+            "fallback": "",
         }
         self.write()
 
@@ -46,9 +47,12 @@ class _Progress:
         tmp.write_text(json.dumps(self.state))
         os.replace(tmp, self.path)
 
-    def __call__(self, event: str, b: int, detail: Any = None) -> None:
+    def __call__(self, event: str, b: str, detail: Any = None) -> None:
         s = self.state
-        if event == "start":
+        if event == "fallback":  # the dynamic artifact failed: each size's replaces it
+            why, labels = detail
+            s.update(fallback=why, sizes=list(labels), current={}, waiting=[])
+        elif event == "start":
             s["current"] = {str(b): time.time()}
             s["waiting"] = [x for x in s["waiting"] if x != b]
         elif event == "wait":
@@ -134,8 +138,10 @@ def job(spec: dict[str, Any]) -> int:
                 logging.getLogger(__name__).info("Inductor's benchmarker not found: benchmarks run side by side")
         items = {k: tuple(v) for k, v in spec["items"].items()}
         sizes = [int(b) for b in spec["sizes"]]
+        dynamic = bool(spec.get("dynamic"))
         path = progress_path(spec.get("cache_dir"), engine.architecture or engine.name, engine.precision, os.getpid())
-        progress = _Progress(path, sizes, float(spec.get("guess_s", 90.0)))
+        labels = [u.label for u in loader.units(sizes, items, dynamic=dynamic)]
+        progress = _Progress(path, labels, float(spec.get("guess_s", 90.0)))
         done = loader.build(
             sizes,
             items,
@@ -143,7 +149,10 @@ def job(spec: dict[str, Any]) -> int:
             keep_going=True,
             wait_locked=bool(spec.get("wait_locked")),
             retry_failed=bool(spec.get("retry_failed")),
+            dynamic=dynamic,
         )
+        if dynamic and done[0][1] == "failed":  # fell back: what counts is whether every size got its own
+            done = done[1:]
     finally:
         engine.close()
     return 1 if any(state == "failed" for _, state, _ in done) else 0
@@ -159,16 +168,21 @@ def prebuild(
     cache_dir: str | os.PathLike[str] | None = None,
     jobs: int | None = None,
     progress: Callable[[BuildProgress], None] | None = None,
-) -> tuple[str, list[tuple[int, str, float]]]:
-    """``vcam engines build``: the compiled artifacts of ``model`` for ``batches`` (default: every
-    batch size of ``max_batch``), built by the jobs a daemon's background build runs
-    (:class:`~vcam.engines.autobuild.BackgroundBuild`, ``jobs`` side by side; a size whose last
-    build failed is built again). ``progress(state)`` about four times a second while they run.
-    Returns the engine's description and ``(batch, "built" | "cached", seconds)`` per size; a size
-    that failed raises :class:`~vcam.errors.EngineUnavailable` once the others are done."""
+    dynamic: bool = True,
+) -> tuple[str, list[tuple[str, str, float]]]:
+    """``vcam engines build``: the compiled artifacts of ``model`` that serve ``batches`` (default:
+    every batch size of ``max_batch``), built by the job a daemon's background build runs
+    (:class:`~vcam.engines.autobuild.BackgroundBuild`): the one artifact with a dynamic batch
+    ``1..max_batch`` (tried again when it failed before, unless each of ``batches`` has its own),
+    or with ``dynamic=False``, or where the dynamic one fails, one per size (``jobs`` side by side
+    for ``dynamic=False``; a size whose last build failed is built again). ``progress(state)``
+    about four times a second while they run. Returns the engine's description and ``(label,
+    "built" | "cached", seconds)`` per entry that serves them (label ``"1-8"``: the dynamic one); a
+    size that failed raises :class:`~vcam.errors.EngineUnavailable` once the others are done."""
     from vcam.engines import item_shapes
 
     engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="load", warmup=False)
+    builder: BackgroundBuild | None = None
     try:
         loader = engine.loader
         if engine.compile_mode == "off" or not isinstance(loader, CompiledLoader):
@@ -178,14 +192,20 @@ def prebuild(
             )
         items = item_shapes(engine.inputs, None)
         sizes = sorted({engine._padded(b) for b in batches or engine.batch_sizes})
-        paths = {b: loader.target(b, items)[1] for b in sizes}
-        todo = [b for b in sizes if not good(paths[b])]
+        statics = {b: loader.unit(b, items) for b in sizes}
+        dyn = loader.dynamic_unit(items) if dynamic else None
+        if dyn is not None and not good(dyn.path) and failure(dyn.path) and all(good(u.path) for u in statics.values()):
+            dyn = None  # failed on this torch before, and each size has its own: nothing to build
+        units = [dyn] if dyn is not None else list(statics.values())
+        before = {u.path for u in [*units, *statics.values()] if good(u.path)}
+        todo = [u for u in units if u.path not in before]
         state: BuildProgress | None = None
         if todo:
             inductor_cache(cache_dir)
             builder = BackgroundBuild(
-                job_spec(engine, cache_dir, items),
-                todo,
+                dict(job_spec(engine, cache_dir, items), dynamic=dyn is not None),
+                sizes if dyn is not None else [u.covers[0] for u in todo],
+                labels=[u.label for u in todo],
                 name=engine.architecture or engine.name,
                 precision=engine.precision,
                 jobs=jobs,
@@ -204,19 +224,24 @@ def prebuild(
                     progress(state)
             finally:
                 builder.stop()
+        if dyn is not None and (good(dyn.path) or not todo):
+            units = [dyn]
+        else:  # static, or the dynamic build fell back to each size's
+            units = list(statics.values())
         done, failed = [], []
-        for b in sizes:
-            if b not in todo:
-                done.append((b, "cached", 0.0))
-            elif good(paths[b]):
-                done.append((b, "built", float(read_meta(paths[b]).get("built_s") or 0.0)))
+        for u in units:
+            if u.path in before:
+                done.append((u.label, "cached", 0.0))
+            elif good(u.path):
+                done.append((u.label, "built", float(read_meta(u.path).get("built_s") or 0.0)))
             else:
-                why = (state.failed.get(b) if state else None) or failure(paths[b]) or "the build process ended early"
-                failed.append(f"batch {b}: {why}")
+                why = (state.failed.get(u.label) if state else None) or failure(u.path) or "the build process ended early"
+                failed.append(f"batch {u.label}: {why}")
         if failed:
+            where = builder.log_path if builder is not None else "the build logs beside the engines"
             raise EngineUnavailable(
                 f"compiling {engine.name} failed ({'; '.join(failed)[:400]})",
-                hint=f'see {builder.log_path}; run without compiled engines ([pipeline] compile = "off") and report the error',
+                hint=f'see {where}; run without compiled engines ([pipeline] compile = "off") and report the error',
             )
     finally:
         engine.close()

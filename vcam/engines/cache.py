@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,66 @@ def _atomic_write(path: Path, data: bytes) -> None:
             tmp.unlink()
 
 
+def lock(path: Path) -> Any:
+    """The lock one process holds while it builds ``path`` (``<entry>.lock``, a ``filelock.FileLock``:
+    an OS lock, released when its process dies): a second process, or daemon, waits for it or
+    builds something else, never the same entry at the same time."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(path.with_name(path.name + ".lock"))
+
+
+def locked(path: Path) -> bool:
+    """Whether another process (or lock object) builds ``path`` now."""
+    from filelock import Timeout
+
+    probe = lock(path)
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return True
+    probe.release()
+    return False
+
+
+def failed_path(path: Path) -> Path:
+    """Where a failed build of ``path`` is remembered (so no daemon retries it at every start)."""
+    return path.with_name(path.name + ".failed")
+
+
+def mark_failed(path: Path, reason: str) -> None:
+    """Remember that building ``path`` failed, and why (one line); :func:`failure` reads it back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.failed.tmp")
+    tmp.write_text(json.dumps({"reason": reason[:500], "when": time.time()}))
+    os.replace(tmp, failed_path(path))
+
+
+def failure(path: Path) -> str | None:
+    """Why the last build of ``path`` failed, or None when none failed (or the mark was cleared)."""
+    try:
+        return str(json.loads(failed_path(path).read_text())["reason"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError, OSError):
+        return "unknown reason (unreadable mark)"
+
+
+def clear_failure(path: Path) -> None:
+    try:
+        failed_path(path).unlink()
+    except FileNotFoundError:
+        pass
+
+
 __all__ = [
+    "clear_failure",
+    "failed_path",
+    "failure",
+    "lock",
+    "locked",
+    "mark_failed",
     "EngineKey",
     "sha256_file",
     "model_identity",

@@ -10,13 +10,19 @@ The torch engine never imports this module: :func:`torch_engine` (and
 (:class:`~vcam.engines.CompiledArtifacts`); the loader calls the engine back through
 :class:`~vcam.engines.CompileHost`.
 
+One artifact serves every batch size (its batch dimension dynamic, ``1..max_batch``; a
+:class:`Unit`); where a torch cannot build that one, each size gets its own, built one after the
+other in the same process (:meth:`CompiledLoader.build`, one log line), and the failure is
+remembered so later starts go straight to those.
+
 ``compile="auto"``: Inductor's imports start in a thread at the engine's construction (only when
-the cache holds an artifact of the architecture), the built sizes load in another from the end of
-the warm-up, each is called once there, and the engine puts it into use between two calls.
-On CUDA ``auto`` also builds the missing sizes, in build jobs of their own
-(:mod:`vcam.engines.autobuild`, other processes), and a thread loads each one they finish and hands
-it over the same way; ``"background"`` does so on the CPU too, ``"load"`` never builds.
-``"build"``: missing artifacts are built now and everything is loaded before the first call.
+the cache holds an artifact of the architecture), what is built loads in another from the end of
+the warm-up (the dynamic artifact once), each size is called once there, and the engine puts it
+into use (its own CUDA graph per size) between two calls. On CUDA ``auto`` also builds what is
+missing, in one build job (:mod:`vcam.engines.autobuild`, another process), and a thread loads
+what it finishes and hands it over the same way; ``"background"`` does so on the CPU too,
+``"load"`` never builds. ``"build"``: missing artifacts are built now and everything is loaded
+before the first call.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +41,11 @@ from vcam.engines.artifacts import (
     ArtifactError,
     artifact_key,
     artifact_path,
+    batch_label,
     build,
     build_log,
     built_any,
-    built_seconds,
     clear_failure,
-    device_name,
     failure,
     good,
     inductor_cache,
@@ -48,6 +54,7 @@ from vcam.engines.artifacts import (
     locked,
     mark_failed,
     prepare_load,
+    prune_superseded,
     remove,
     structure_digest,
 )
@@ -66,11 +73,21 @@ LOADING = ("auto", "background", "load")
 #: Where ``auto`` builds the missing artifacts in the background (on the CPU a build would take the
 #: cores the frames run on: ``background`` builds there too).
 AUTO_BUILDS_ON = ("cuda",)
-#: A build job's exit statuses that mean it was stopped (SIGINT, SIGKILL, SIGTERM, SIGHUP), not that it failed.
-STOPPED = (-2, -9, -15, -1)
 #: Set (to anything but 0) to make ``auto`` and ``background`` load only: benchmark sessions, whose
 #: measurements a build in the background would disturb (``benchmarks/gpu_check.sh`` sets it).
 NO_BUILDS_ENV = "VCAM_NO_BACKGROUND_COMPILE"
+#: The batch a dynamic artifact is traced and tuned at (default: its largest), for measurements:
+#: another hint is another key, so another entry.
+HINT_ENV = "VCAM_COMPILE_HINT"
+
+
+def size_hint(lo: int, hi: int) -> int:
+    """The batch a dynamic artifact of ``lo..hi`` is tuned at: ``$VCAM_COMPILE_HINT`` within the
+    range, else ``hi``."""
+    try:
+        return min(hi, max(lo, int(os.environ.get(HINT_ENV, "") or hi)))
+    except ValueError:
+        return hi
 
 
 def compile_mode(value: bool | str | None) -> str:
@@ -88,6 +105,18 @@ def compile_mode(value: bool | str | None) -> str:
     if v not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)} (got {value!r})")
     return v
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One artifact to build or load: the dynamic one (``batch=(1, max_batch)``, label ``"1-8"``)
+    or one batch size's (label ``"4"``), and the batch sizes it serves."""
+
+    label: str
+    batch: int | tuple[int, int]
+    covers: tuple[int, ...]
+    key: EngineKey
+    path: Path
 
 
 class CompiledLoader:
@@ -114,9 +143,9 @@ class CompiledLoader:
         self._uncompiled_calls = 0  # calls made while a load was under way, before any size ran compiled
         self._closing = threading.Event()
         self.builds = False  # whether missing artifacts are built in the background (bind)
-        self._builder: Any = None  # the build jobs (vcam.engines.autobuild.BackgroundBuild)
-        self._watch: threading.Thread | None = None  # loads each size the jobs finish
-        self._progress = ""  # "compiling engines: 2/4, ~40 s left" while they run
+        self._auto: Any = None  # the background build (vcam.engines.autobuild.DaemonBuild)
+        self._builder: Any = None  # its build job (vcam.engines.autobuild.BackgroundBuild)
+        self._watch: threading.Thread | None = None  # loads what the job finishes
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -156,7 +185,12 @@ class CompiledLoader:
         self._log.info("%s: Inductor imported for the compiled engines in %.1f s", host.name, seconds)
 
     def target(self, b: int, items: Items) -> tuple[EngineKey, Path]:
-        """(key, path) of the artifact for batch ``b`` and these item shapes."""
+        """(key, path) of the static artifact for batch ``b`` and these item shapes (the fallback)."""
+        u = self.unit(b, items)
+        return u.key, u.path
+
+    def unit(self, batch: int | tuple[int, int], items: Items) -> Unit:
+        """The artifact for one batch size, or ``(lo, hi)``: a dynamic batch dimension tuned at ``hi``."""
         host = self.host
         if self._structure is None:
             self._structure = structure_digest(host.module, host.architecture or "")
@@ -166,9 +200,24 @@ class CompiledLoader:
             precision=host.precision,
             channels_last=host.channels_last,
             items={i.name: items[i.name] for i in host.inputs},
-            batch=b,
+            batch=batch,
+            hint=size_hint(*batch) if isinstance(batch, tuple) else None,
         )
-        return key, artifact_path(self.cache_dir, host.architecture or host.name, key, b)
+        covers = tuple(range(batch[0], batch[1] + 1)) if isinstance(batch, tuple) else (batch,)
+        path = artifact_path(self.cache_dir, host.architecture or host.name, key, batch)
+        return Unit(batch_label(batch), batch, covers, key, path)
+
+    def dynamic_unit(self, items: Items) -> Unit | None:
+        """The one artifact of every batch size ``1..max_batch``; None below 3, where each size gets its
+        own (torch traces a batch of 1..2 as a fixed 2)."""
+        top = int(self.host.max_batch)
+        return self.unit((1, top), items) if top >= 3 else None
+
+    def units(self, sizes: Sequence[int], items: Items, *, dynamic: bool = True) -> list[Unit]:
+        """What serves ``sizes``: the dynamic artifact (when ``dynamic`` and the engine has more than
+        one size), else one static artifact per size."""
+        dyn = self.dynamic_unit(items) if dynamic else None
+        return [dyn] if dyn is not None else [self.unit(b, items) for b in sorted(set(sizes))]
 
     # -- building and loading now ------------------------------------------------------------------
 
@@ -176,109 +225,147 @@ class CompiledLoader:
         self,
         sizes: Sequence[int],
         items: Items,
-        progress: Callable[[str, int, Any], None] | None = None,
+        progress: Callable[[str, str, Any], None] | None = None,
         *,
         keep_going: bool = False,
         wait_locked: bool = True,
         retry_failed: bool = True,
-    ) -> list[tuple[int, str, float]]:
-        """Build each size's artifact unless the cache has a good one (a stale or corrupt entry is
-        rebuilt, with one log line), each under its lock (:func:`~vcam.engines.artifacts.lock`: a
-        size another process builds is waited for, then found built; without ``wait_locked`` it is
-        left to that process, ``"busy"``). ``progress(event, batch, detail)``: events ``"wait"``
-        (for the lock), ``"start"``, ``"built"`` (detail: seconds), ``"cached"``, ``"busy"``,
-        ``"failed"`` (detail: the reason). A failed build is remembered per entry
-        (:func:`~vcam.engines.artifacts.mark_failed`); a size whose last build failed is skipped
-        unless ``retry_failed``. The first failure is raised, or with ``keep_going`` logged (one
-        warning) and the next size built. Returns ``(batch, state, seconds)`` per size, the state
-        one of ``built``, ``cached``, ``busy``, ``failed``."""
+        dynamic: bool = True,
+    ) -> list[tuple[str, str, float]]:
+        """Build what serves ``sizes`` unless the cache has it: the one artifact with a dynamic batch
+        (``dynamic``), or, where that fails (or failed before and not ``retry_failed``), one
+        static artifact per size, one after the other in this process (one log line says so).
+
+        A stale or corrupt entry is rebuilt, with one log line; each entry is built under its lock
+        (:func:`~vcam.engines.artifacts.lock`: an entry another process builds is waited for, then
+        found built; without ``wait_locked`` it is left to that process, ``"busy"``).
+        ``progress(event, label, detail)`` (label: ``"1-8"`` or ``"4"``): events ``"wait"`` (for the
+        lock), ``"start"``, ``"built"`` (detail: seconds), ``"cached"``, ``"busy"``, ``"failed"``
+        (detail: the reason), ``"fallback"`` (detail: the reason, and the static labels that
+        replace the dynamic one). A failed build is remembered per entry
+        (:func:`~vcam.engines.artifacts.mark_failed`); a static size whose last build failed is
+        skipped unless ``retry_failed``. The first static failure is raised, or with ``keep_going``
+        logged (one warning) and the next size built. Returns ``(label, state, seconds)`` per entry
+        tried, the state one of ``built``, ``cached``, ``busy``, ``failed``."""
         host = self.host
         inductor_cache(self.cache_dir)
         tell = progress or _ignore
-        done = []
+        sizes = sorted(set(sizes))
+        done: list[tuple[str, str, float]] = []
+        dyn = self.dynamic_unit(items) if dynamic else None
+        if dyn is not None and (retry_failed or failure(dyn.path) is None or good(dyn.path)):
+            state, seconds, exc = self._build_unit(dyn, items, "one engine for every batch size", tell, wait_locked, True)
+            if state != "failed":
+                return [(dyn.label, state, seconds)]
+            done.append((dyn.label, state, seconds))
+            statics = [str(b) for b in sizes]
+            self._log.warning(
+                "%s: compiling one engine for batch %s failed (%s); compiling batch %s instead, one after the other "
+                "(compiler report: %s)",
+                host.name,
+                dyn.label,
+                _why(exc),
+                ",".join(statics),
+                build_log(dyn.path),
+            )
+            tell("fallback", dyn.label, (_why(exc), statics))
         for i, b in enumerate(sizes):
-            key, path = self.target(b, items)
-            if good(path):
-                tell("cached", b, None)
-                done.append((b, "cached", 0.0))
-                continue
-            reason = failure(path)
-            if reason is not None and not retry_failed:
-                tell("failed", b, reason)
-                done.append((b, "failed", 0.0))
-                continue
-            guard = lock(path)
-            if locked(path):
-                if not wait_locked:
-                    tell("busy", b, None)
-                    done.append((b, "busy", 0.0))
-                    continue
-                tell("wait", b, None)
-                self._log.info("%s: batch %d is being compiled by another process; waiting for it", host.name, b)
-            with guard:
-                if good(path):  # built by the process that held the lock
-                    tell("cached", b, None)
-                    done.append((b, "cached", 0.0))
-                    continue
-                if path.is_file():
-                    self._log.warning("%s: rebuilding the compiled engine for batch %d (unreadable entry)", host.name, b)
-                    remove(path)
-                tell("start", b, None)
-                self._log.info(
-                    "%s: compiling for batch %d (%d of %d; about a minute or two each on a GPU)", host.name, b, i + 1, len(sizes)
+            u = self.unit(b, items)
+            state, seconds, exc = self._build_unit(u, items, f"{i + 1} of {len(sizes)}", tell, wait_locked, retry_failed)
+            done.append((u.label, state, seconds))
+            if state == "failed" and exc is not None:
+                if not keep_going:
+                    raise exc
+                self._log.warning(
+                    "%s: compiling for batch %d failed (%s); it runs uncompiled (`vcam engines build --batch %d` "
+                    "tries again, compiler report: %s)",
+                    host.name,
+                    b,
+                    _why(exc),
+                    b,
+                    build_log(u.path),
                 )
-                try:
-                    with host.backend_flags():
-                        seconds = build(host.module, host.call_args(b, items), path, key, device=host.device)
-                except Exception as exc:  # Inductor fails in many ways: remembered, never retried by a daemon
-                    why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-                    mark_failed(path, why)
-                    tell("failed", b, why)
-                    if not keep_going:
-                        raise
-                    self._log.warning(
-                        "%s: compiling for batch %d failed (%s); it runs uncompiled (`vcam engines build --batch %d` "
-                        "tries again, compiler report: %s)",
-                        host.name,
-                        b,
-                        why,
-                        b,
-                        build_log(path),
-                    )
-                    done.append((b, "failed", 0.0))
-                    continue
-                clear_failure(path)
-            self._log.info("%s: batch %d compiled in %.0f s into %s", host.name, b, seconds, path)
-            tell("built", b, seconds)
-            done.append((b, "built", seconds))
         return done
 
-    def load_one(self, b: int, items: Items, *, rebuild: bool) -> Callable[..., Any] | None:
-        """The loaded artifact for batch ``b`` or None (not built; stale or corrupt: removed, and
-        rebuilt when ``rebuild``), with one log line for a bad entry."""
+    def _build_unit(
+        self, u: Unit, items: Items, which: str, tell: Callable[[str, str, Any], None], wait_locked: bool, retry_failed: bool
+    ) -> tuple[str, float, Exception | None]:
+        """Build one entry (see :meth:`build`): ``(state, seconds, the exception of a failed build)``."""
         host = self.host
-        key, path = self.target(b, items)
-        if not path.is_file():
+        if good(u.path):
+            tell("cached", u.label, None)
+            return "cached", 0.0, None
+        reason = failure(u.path)
+        if reason is not None and not retry_failed:
+            tell("failed", u.label, reason)
+            return "failed", 0.0, None
+        guard = lock(u.path)
+        if locked(u.path):
+            if not wait_locked:
+                tell("busy", u.label, None)
+                return "busy", 0.0, None
+            tell("wait", u.label, None)
+            self._log.info("%s: batch %s is being compiled by another process; waiting for it", host.name, u.label)
+        with guard:
+            if good(u.path):  # built by the process that held the lock
+                tell("cached", u.label, None)
+                return "cached", 0.0, None
+            if u.path.is_file():
+                self._log.warning("%s: rebuilding the compiled engine for batch %s (unreadable entry)", host.name, u.label)
+                remove(u.path)
+            tell("start", u.label, None)
+            self._log.info("%s: compiling for batch %s (%s; a minute or two on a GPU)", host.name, u.label, which)
+            dynamic = u.batch if isinstance(u.batch, tuple) else None
+            top = size_hint(*u.batch) if isinstance(u.batch, tuple) else u.batch  # the size the build tunes for
+            try:
+                with host.backend_flags():
+                    args = host.call_args(top, items)
+                    seconds = build(host.module, args, u.path, u.key, device=host.device, dynamic_batch=dynamic)
+            except Exception as exc:  # Inductor fails in many ways: remembered, never retried by a daemon
+                mark_failed(u.path, _why(exc))
+                tell("failed", u.label, _why(exc))
+                return "failed", 0.0, exc
+            clear_failure(u.path)
+        gone = prune_superseded(self.cache_dir, host.architecture or host.name, u.key)
+        self._log.info(
+            "%s: batch %s compiled in %.0f s into %s%s",
+            host.name,
+            u.label,
+            seconds,
+            u.path,
+            f" (removed {len(gone)} entries of an older build)" if gone else "",
+        )
+        tell("built", u.label, seconds)
+        return "built", seconds, None
+
+    def load_unit(self, u: Unit, items: Items, *, rebuild: bool) -> Callable[..., Any] | None:
+        """The loaded artifact ``u`` or None (not built; stale or corrupt: removed, and rebuilt when
+        ``rebuild``), with one log line for a bad entry."""
+        host = self.host
+        if not u.path.is_file():
             return None
         try:
-            return load(path, key, host.module)
+            return load(u.path, u.key, host.module)
         except ArtifactError as exc:
-            remove(path)
+            remove(u.path)
             if not rebuild:
                 self._log.warning(
-                    "%s: compiled engine for batch %d removed (%s); `vcam engines build` rebuilds it", host.name, b, exc
+                    "%s: compiled engine for batch %s removed (%s); `vcam engines build` rebuilds it", host.name, u.label, exc
                 )
                 return None
-            self._log.warning("%s: rebuilding the compiled engine for batch %d (%s)", host.name, b, exc)
-            self.build([b], items)
-            return load(path, key, host.module)
+            self._log.warning("%s: rebuilding the compiled engine for batch %s (%s)", host.name, u.label, exc)
+            self.build(u.covers, items, dynamic=isinstance(u.batch, tuple))
+            return load(u.path, u.key, host.module) if u.path.is_file() else None
 
     def load_now(self, sizes: Sequence[int], items: Items) -> list[Loaded]:
-        """``compile="build"``: every size's artifact loaded in this thread (built where missing)."""
+        """``compile="build"``: the artifacts of ``sizes`` loaded in this thread (rebuilt where bad):
+        the dynamic one for every size when it is there, else each size's own."""
         inductor_cache(self.cache_dir)
+        dyn = self.dynamic_unit(items)
+        shared = self.load_unit(dyn, items, rebuild=True) if dyn is not None else None
         out: list[Loaded] = []
         for b in sizes:
-            fn = self.load_one(b, items, rebuild=True)
+            fn = shared or self.load_unit(self.unit(b, items), items, rebuild=True)
             if fn is not None:
                 out.append((b, items, fn))
         return out
@@ -286,21 +373,26 @@ class CompiledLoader:
     # -- loading in the background -----------------------------------------------------------------
 
     def plan(self, sizes: Sequence[int], items: Items) -> None:
-        """``compile="auto"``: the built sizes are loaded in a background thread, started now, at the
-        end of the warm-up: while the rest of the pipeline loads, so the first frames usually find
-        them ready (each first call waits for the other engines' graph captures, and they for it).
-        The missing ones are built by jobs in other processes when this loader builds
-        (:attr:`builds`), each loaded and handed over once built; else they run uncompiled, with
-        one line."""
+        """``compile="auto"``: what is built of ``sizes`` is loaded in a background thread, started
+        now, at the end of the warm-up: while the rest of the pipeline loads, so the first frames
+        usually find it ready (each first call waits for the other engines' graph captures, and they
+        for it): the one dynamic artifact for every size when it is there, else each size's own.
+        What is missing is built by one job in another process when this loader builds
+        (:attr:`builds`) and loaded once built; else it runs uncompiled, with one line."""
         host = self.host
-        todo = [b for b in sorted(set(sizes)) if self.target(b, items)[1].is_file()]
+        sizes = sorted(set(sizes))
+        dyn = self.dynamic_unit(items)
+        if dyn is not None and dyn.path.is_file():
+            todo = sizes
+        else:
+            todo = [b for b in sizes if self.unit(b, items).path.is_file()]
         missing = sorted(set(sizes) - set(todo))
         if missing and self.builds:
             missing = self._build_in_background(missing, items)
         if missing:
             self._log.warning(
                 "%s: no compiled engine for batch %s on this GPU and torch; running uncompiled "
-                "(`vcam engines build` compiles them, about a minute or two each, or `vcam run` on a GPU in the background)",
+                "(`vcam engines build` compiles one for every batch size, or `vcam run` on a GPU in the background)",
                 host.name,
                 ",".join(map(str, missing)),
             )
@@ -309,115 +401,38 @@ class CompiledLoader:
             self.resume()
 
     def _build_in_background(self, missing: list[int], items: Items) -> list[int]:
-        """Start the build jobs for ``missing`` and the thread that loads what they build; returns
-        the sizes left uncompiled without a word more (those whose last build failed: one warning)."""
-        from vcam.engines.autobuild import BackgroundBuild
+        """Start the build job for ``missing`` and the thread that loads what it builds
+        (:class:`vcam.engines.autobuild.DaemonBuild`); returns the sizes left uncompiled."""
+        from vcam.engines.autobuild import DaemonBuild
 
-        host = self.host
-        failed = {b: why for b in missing if (why := failure(self.target(b, items)[1])) is not None}
-        if failed:
-            self._log.warning(
-                "%s: compiling for batch %s failed before (%s); running uncompiled (`vcam engines build --batch %s` tries again)",
-                host.name,
-                ",".join(map(str, failed)),
-                next(iter(failed.values())),
-                ",".join(map(str, failed)),
-            )
-        todo = [b for b in missing if b not in failed]
-        model = getattr(host, "model_path", None)
-        if not todo or model is None:  # a model given as bytes: no file for a job to read
-            return todo
-        spec = job_spec(host, self.cache_dir, items)
-        inductor_cache(self.cache_dir)  # the jobs' and this process's Inductor share one cache (the loads find their kernels)
-        try:
-            self._builder = BackgroundBuild(
-                spec,
-                todo,
-                name=host.architecture or host.name,
-                precision=host.precision,
-                wait_locked=True,
-                retry_failed=False,
-                guess_s=built_seconds(self.cache_dir, device_name(host.device)),
-            )
-        except OSError as exc:
-            self._log.warning("%s: the background compile could not start (%s); running uncompiled", host.name, exc)
-            return todo
-        self._log.info(
-            "%s: compiling batch %s in the background (%d job%s; frames run uncompiled until each is ready, log: %s)",
-            host.name,
-            ",".join(map(str, todo)),
-            len(self._builder.jobs),
-            "" if len(self._builder.jobs) == 1 else "s",
-            self._builder.log_path,
-        )
-        self._progress = self._builder.progress().text()
-        self._watch = threading.Thread(target=self._watch_builds, args=(todo, items), name=f"{host.name}-autobuild", daemon=True)
-        self._watch.start()
-        return []
+        self._auto, left = DaemonBuild.start(self, missing, items, job_spec(self.host, self.cache_dir, items))
+        if self._auto is not None:
+            self._builder, self._watch = self._auto.builder, self._auto.thread
+        return left
 
-    def _watch_builds(self, sizes: list[int], items: Items) -> None:
-        """While the jobs run: load each size they finish (as :meth:`_load_sizes` does) and keep the
-        progress line; a size that failed, or that no job built, gets one warning and stays uncompiled."""
-        host, builder = self.host, self._builder
-        pending = list(sizes)
-        paths = {b: self.target(b, items)[1] for b in sizes}
-        ready: list[int] = []
-        try:
-            while pending and not self._closing.is_set():
-                running = builder.running
-                prog = builder.progress()
-                for b in list(pending):
-                    path = paths[b]
-                    if good(path) and not locked(path):
-                        pending.remove(b)
-                        if self._thread is not None:
-                            self._thread.join()  # the load of the sizes built before (started at plan)
-                        self._started = time.perf_counter()
-                        with QUICK_SWITCHES.held():
-                            self._load_sizes([b], items)
-                        ready.append(b)
-                    elif b in prog.failed or not running:
-                        pending.remove(b)
-                        why = prog.failed.get(b)
-                        if why is None:
-                            codes = [c for c in builder.returncodes if c]
-                            code = codes[0] if codes else 0
-                            if code in STOPPED:  # stopped from outside: not the build's fault, the next start tries again
-                                self._log.warning(
-                                    "%s: the background compile of batch %d was stopped (signal %d); it runs uncompiled",
-                                    host.name,
-                                    b,
-                                    -code,
-                                )
-                                continue
-                            why = f"the build process ended (exit status {code})"
-                            if not self._closing.is_set():
-                                mark_failed(path, why)
-                        self._log.warning(
-                            "%s: compiling for batch %d failed (%s); it runs uncompiled (`vcam engines build --batch %d` "
-                            "tries again; log: %s)",
-                            host.name,
-                            b,
-                            why,
-                            b,
-                            builder.log_path,
-                        )
-                prog.done = sorted(set(prog.done) | set(ready))
-                self._progress = prog.text() if pending else ""
-                if pending:
-                    self._closing.wait(0.25)
-        except Exception as exc:  # never take the daemon down
-            self._log.warning("%s: the background compile stopped (%s: %s)", host.name, type(exc).__name__, exc)
-        finally:
-            self._progress = ""
-            if not self._closing.is_set():
-                builder.wait(60)  # the jobs close their engines and exit once their last size is built
-            builder.stop()
+    def load_built(self, sizes: Sequence[int], items: Items) -> None:
+        """Load what a background build finished for ``sizes`` (in the calling thread, after the
+        load started at the warm-up); the engine takes it at a call."""
+        if self._thread is not None:
+            self._thread.join()
+        self._started = time.perf_counter()
+        with QUICK_SWITCHES.held():
+            self._load_sizes(sizes, items)
+
+    @property
+    def log(self) -> logging.Logger:
+        """The engine's logger (after :meth:`bind`)."""
+        return self._log
+
+    @property
+    def closing(self) -> threading.Event:
+        """Set once :meth:`close` was called."""
+        return self._closing
 
     @property
     def progress(self) -> str:
-        """``compiling engines: 2/4, ~40 s left`` while background builds run, else ''."""
-        return self._progress
+        """``compiling engines: 0/1, ~40 s left`` while a background build runs, else ''."""
+        return self._auto.progress if self._auto is not None else ""
 
     def resume(self) -> None:
         """Start the planned load unless one runs (then a later call starts it)."""
@@ -450,6 +465,18 @@ class CompiledLoader:
         host = self.host
         if self._prepared is not None:
             self._prepared.join()
+        shared = None
+        dyn = self.dynamic_unit(items)
+        if dyn is not None and dyn.path.is_file():
+            t0 = time.perf_counter()
+            try:
+                shared = self.load_unit(dyn, items, rebuild=False)
+            except Exception as exc:  # never take the daemon down: each size's own artifact, else uncompiled
+                why = f"{type(exc).__name__}: {exc}"
+                self._log.warning("%s: the compiled engine for batch %s is not used (%s)", host.name, dyn.label, why)
+            if shared is not None:
+                seconds = time.perf_counter() - t0
+                self._log.info("%s: compiled engine for batch %s loaded in %.1f s", host.name, dyn.label, seconds)
         for b in sizes:
             if self._closing.is_set():
                 return
@@ -457,7 +484,7 @@ class CompiledLoader:
             try:
                 # Python, file reads and the kernels' modules: nothing on a stream, so no lock (other
                 # threads' captures are thread-local).
-                fn = self.load_one(b, items, rebuild=False)
+                fn = shared or self.load_unit(self.unit(b, items), items, rebuild=False)
                 if fn is None:
                     continue
                 host.first_call(fn, b, items)
@@ -467,7 +494,13 @@ class CompiledLoader:
                 )
                 continue
             self._ready.append((b, items, fn))
-            self._log.info("%s: compiled engine for batch %d loaded in %.1f s", host.name, b, time.perf_counter() - t0)
+            self._log.info(
+                "%s: compiled engine for batch %d %s in %.1f s",
+                host.name,
+                b,
+                "ready" if shared else "loaded",
+                time.perf_counter() - t0,
+            )
 
     # -- handing over --------------------------------------------------------------------------------
 
@@ -528,8 +561,16 @@ def torch_engine(
     return TorchEngine(model, cache_dir=cache_dir, loader=CompiledLoader(compile, cache_dir), **options)
 
 
-def _ignore(event: str, b: int, detail: Any = None) -> None:
+def _ignore(event: str, label: str, detail: Any = None) -> None:
     """No progress wanted."""
+
+
+def _why(exc: BaseException | None) -> str:
+    """One line of a failed build's exception."""
+    if exc is None:
+        return "unknown reason"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items: Items) -> dict[str, Any]:
@@ -545,4 +586,4 @@ def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items:
     }
 
 
-__all__ = ["COMPILE_MODES", "CompiledLoader", "compile_mode", "job_spec", "torch_engine"]
+__all__ = ["COMPILE_MODES", "CompiledLoader", "Unit", "compile_mode", "job_spec", "torch_engine"]

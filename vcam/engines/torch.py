@@ -98,14 +98,14 @@ class TorchEngine:
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
     engine (:func:`vcam.engines.compiled.torch_engine` builds one for a ``compile`` mode). Its mode
-    ``"auto"``: each batch size whose artifact is in the engine cache is loaded in a background
-    thread from the end of the warm-up on (Inductor's imports from the construction on) and
-    replaces that size's uncompiled graph between two calls (a call before that runs uncompiled); a
-    missing size is built by the loader in other processes (on CUDA; see
-    :mod:`vcam.engines.autobuild`) and replaces its graph the same way once built, or stays
-    uncompiled with one log line (``compile="load"``, or on the CPU);
-    ``"build"``: missing artifacts are built now (minutes each on CUDA), and every size is captured
-    compiled; ``"off"``: never compiled.
+    ``"auto"``: the artifact in the engine cache (one with a dynamic batch serves every size; each
+    size still gets its own CUDA graph) is loaded in a background thread from the end of the
+    warm-up on (Inductor's imports from the construction on) and replaces each size's uncompiled
+    graph between two calls (a call before that runs uncompiled); a missing one is built by the
+    loader in another process (on CUDA; see :mod:`vcam.engines.autobuild`) and replaces the graphs
+    the same way once built, or the sizes stay uncompiled with one log line (``compile="load"``,
+    or on the CPU); ``"build"``: missing artifacts are built now (a minute or two on CUDA), and
+    every size is captured compiled; ``"off"``: never compiled.
     """
 
     backend = "torch"
@@ -365,13 +365,14 @@ class TorchEngine:
         self,
         batches: Sequence[int] | None = None,
         shapes: dict[str, Sequence[int]] | None = None,
-        progress: Callable[[str, int, Any], None] | None = None,
-    ) -> list[tuple[int, str, float]]:
-        """Build the compiled artifact of each batch size (default: every captured size) unless the
-        cache has a good one; a stale or corrupt entry is rebuilt with one log line. ``progress``:
-        called as ``progress(event, batch, detail)`` (:meth:`CompiledLoader.build
-        <vcam.engines.compiled.CompiledLoader.build>`). Returns ``(batch, "built" | "cached",
-        seconds)`` per size. Needs a loader (see the class docstring)."""
+        progress: Callable[[str, str, Any], None] | None = None,
+    ) -> list[tuple[str, str, float]]:
+        """Build what serves these batch sizes (default: every captured size) unless the cache has
+        it: one artifact with a dynamic batch, else one per size; a stale or corrupt entry is rebuilt
+        with one log line. ``progress``: called as ``progress(event, label, detail)``
+        (:meth:`CompiledLoader.build <vcam.engines.compiled.CompiledLoader.build>`). Returns
+        ``(label, "built" | "cached" | "failed", seconds)`` per entry tried (label ``"1-8"``: the
+        dynamic one). Needs a loader (see the class docstring)."""
         if self.loader is None:
             raise RuntimeError(f"{self.name}: no compiled-artifact loader (create it with vcam.engines.compiled.torch_engine)")
         items = item_shapes(self.inputs, shapes)

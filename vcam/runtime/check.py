@@ -171,11 +171,11 @@ def check_models(cfg: Config) -> list[CheckItem]:
 
 def check_compiled(cfg: Config) -> list[CheckItem]:
     """The compiled swap network in the engine cache (``[pipeline] compile``): a build running now
-    (``compiling engines: 2/4, ~40 s left``), the sizes built for this GPU and torch, the sizes whose
-    build failed (a daemon does not retry them)."""
+    (``compiling engines: 0/1, ~40 s left``), what is built for this GPU and torch (the one engine
+    of batch 1-8, or one per size), what failed to build (a daemon does not retry it)."""
     if cfg.pipeline.compile == "off" or "inswapper" not in cfg.swap.swapper:
         return []
-    from vcam.engines.artifacts import entries, failure, here
+    from vcam.engines.artifacts import entries, failure, here, key_batch
     from vcam.engines.autobuild import running_builds
     from vcam.engines.cache import resolve_cache_dir
     from vcam.errors import DeviceError
@@ -194,15 +194,16 @@ def check_compiled(cfg: Config) -> list[CheckItem]:
         what = running.text() or "compiling engines"
         return [CheckItem(name, "info", f"{what} (a daemon or `vcam engines build` builds them now)")]
     current = here()
-    usable: dict[str, list[int]] = {}
+    usable: dict[str, list[str]] = {}
     for e in entries(None):
-        if e.key is not None and (e.key.gpu, e.key.library.split(",")[0]) in current:
-            usable.setdefault(f"{e.key.precision} on {e.key.gpu}", []).append(int(next(iter(dict(e.key.profile).values()))[0][0]))
+        if e.key is not None and not e.superseded and (e.key.gpu, e.key.library.split(",")[0]) in current:
+            usable.setdefault(f"{e.key.precision} on {e.key.gpu}", []).append(key_batch(e.key))
     root = resolve_cache_dir(None) / "compiled"
     failed = sorted(root.glob("*.art.failed")) if root.is_dir() else []
     items = []
     for where, sizes in usable.items():
-        items.append(CheckItem(name, "ok", f"batch {','.join(map(str, sorted(sizes)))} built ({where})"))
+        order = sorted(sizes, key=lambda b: (not b.startswith("dynamic"), int(b.split("-")[0].split()[-1])))
+        items.append(CheckItem(name, "ok", f"batch {', '.join(order)} built ({where})"))
     if not usable:
         how = (
             "`vcam run` on a GPU compiles them in the background on first use (a minute or two; frames run uncompiled meanwhile)"
@@ -212,7 +213,11 @@ def check_compiled(cfg: Config) -> list[CheckItem]:
         items.append(CheckItem(name, "info", f"none built for this GPU and torch yet: {how}", "vcam engines build --fp16"))
     for mark in failed:
         art = mark.with_name(mark.name[: -len(".failed")])
-        batch = next((part[1:] for part in art.name.split(".") if part[:1] == "b" and part[1:].isdigit()), "?")
+        batch = next((part[1:] for part in art.name.split(".") if part[:1] == "b" and part[1:2].isdigit()), "?")
+        if "-" in batch:  # the one engine of every size: each size gets its own instead
+            why = f"one engine for batch {batch} failed to build ({failure(art)}); a daemon builds one per batch size instead"
+            items.append(CheckItem(name, "info", why, "vcam engines build --fp16 (tries it again)"))
+            continue
         items.append(
             CheckItem(
                 name,
