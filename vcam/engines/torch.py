@@ -12,11 +12,10 @@ once stays valid for every batch size. On CUDA each batch runs at a captured siz
 to 8, then 16, ... ``max_batch``: :func:`batch_buckets`; see :meth:`TorchEngine._padded`) by
 replaying the CUDA graph captured for that size and those item shapes; every graph reads the same
 static buffers. Conversions to channels-last and to the declared output dtypes, and the epilogue,
-are inside the graph. A model with a fixed batch (files exported for one image) runs item by item
-into a staging buffer.
+are inside the graph. A model with a fixed batch (files exported for one image) runs item by item into a staging buffer.
 
-Compiled artifacts (TorchInductor) are :mod:`vcam.engines.compiled`'s business: whoever creates
-the engine hands it a loader (:class:`~vcam.engines.CompiledArtifacts`, built by
+Compiled artifacts (TorchInductor) are :mod:`vcam.engines.compiled`'s business: whoever creates the
+engine hands it a loader (:class:`~vcam.engines.CompiledArtifacts`, built by
 :func:`vcam.engines.compiled.torch_engine`); this module never imports that one.
 
 This module imports without PyTorch (so the package and its tests import everywhere); constructing
