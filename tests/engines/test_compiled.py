@@ -410,7 +410,11 @@ def test_cuda_compiled_in_a_cuda_graph_matches_cudnn(models, tmp_path, monkeypat
     cache = tmp_path / "engines"
     ref = TorchEngine(models[0], device="cuda", fp16=True, max_batch=MAX)
     built = torch_engine(models[0], device="cuda", fp16=True, max_batch=MAX, compile="build", cache_dir=cache)
-    assert built.compiled_batches == SIZES and built.cuda_graphs and len(arts(cache)) == 1  # one artifact, a graph per size
+    assert built.compiled_batches == SIZES and built.cuda_graphs
+    # One artifact with a dynamic batch, a graph per size; or, where torch cannot keep the batch
+    # dynamic down to 1, its fallback: one artifact per size, built in the same process (torch 2.11
+    # on the H200 traced 1..8 as 2..8 on 2026-12-01; the CPU's torch keeps 1..8).
+    assert len(arts(cache)) in (1, len(SIZES)), arts(cache)
     for n in SIZES:
         f = feeds(n, seed=20 + n)
         a, b = built.run(f)[0].astype(np.float32), ref.run(f)[0].astype(np.float32)
