@@ -48,6 +48,19 @@ def _sample_axis(start: float, step: float, count: int, n: int) -> tuple[int, in
 _BGR_OFFSETS = np.arange(3)
 
 
+def _zero_outside(dst: np.ndarray, i0: int, i1: int, j0: int, j1: int) -> bool:
+    """Zero ``dst`` (3, out_h, out_w) outside rows ``i0:i1`` and columns ``j0:j1``, the window that
+    samples the frame; False when that window is empty (``dst`` all zero, nothing to sample)."""
+    if j0 == j1 or i0 == i1:
+        dst[...] = 0
+        return False
+    dst[:, :i0] = 0
+    dst[:, i1:] = 0
+    dst[:, i0:i1, :j0] = 0
+    dst[:, i0:i1, j1:] = 0
+    return True
+
+
 def detector_input_ref(
     frame: np.ndarray,
     rects: np.ndarray,
@@ -93,17 +106,8 @@ def detector_input_ref(
         j0, j1, xa, xb, fx = _sample_axis(x0, step, out_w, w)
         i0, i1, ya, yb, fy = _sample_axis(y0, step, out_h, h)
         dst = out[r]
-        if j0 == j1 or i0 == i1:
-            dst[...] = 0
+        if not _zero_outside(dst, i0, i1, j0, j1):
             continue
-        if i0 > 0:
-            dst[:, :i0] = 0
-        if i1 < out_h:
-            dst[:, i1:] = 0
-        if j0 > 0:
-            dst[:, i0:i1, :j0] = 0
-        if j1 < out_w:
-            dst[:, i0:i1, j1:] = 0
         c0, c1 = int(xa[0]) * 3, (int(xb[-1]) + 1) * 3
         col_a = (xa[:, None] * 3 + _BGR_OFFSETS).ravel() - c0
         col_b = (xb[:, None] * 3 + _BGR_OFFSETS).ravel() - c0
@@ -169,17 +173,8 @@ def detector_input_cv(
         j0, j1 = _inside(x0, step, out_w, w)
         i0, i1 = _inside(y0, step, out_h, h)
         dst = out[r]
-        if j0 == j1 or i0 == i1:
-            dst[...] = 0
+        if not _zero_outside(dst, i0, i1, j0, j1):
             continue
-        if i0 > 0:
-            dst[:, :i0] = 0
-        if i1 < out_h:
-            dst[:, i1:] = 0
-        if j0 > 0:
-            dst[:, i0:i1, :j0] = 0
-        if j1 < out_w:
-            dst[:, i0:i1, j1:] = 0
         # Output pixel (i0 + i, j0 + j) samples x = x0 + (j0 + j + 0.5) * step - 0.5 (likewise y).
         crop = _resize_crop(x0, y0, step, j0, j1, i0, i1, w, h)
         if crop is not None:  # a whole-pixel crop resized (a full scan's letterbox): cv2.resize, 5x faster
