@@ -58,6 +58,9 @@ class SearchWorker:
         self._thread: threading.Thread | None = None
         self._job: Future | None = None
         self._seq = 0
+        #: The frame copy the worker reads, reused once the search that read it is done (a dropped
+        #: search may still be reading its copy: then a new one is made).
+        self._copy: tuple[np.ndarray, Future] | None = None
 
     @property
     def busy(self) -> bool:
@@ -75,10 +78,21 @@ class SearchWorker:
             self._thread.start()
             atexit.register(_close_at_exit, weakref.ref(self))
         job: Future = Future()
-        self._inbox.put((np.array(frame, copy=True), item, job))
+        self._inbox.put((self._frame_copy(frame, job), item, job))
         self._job, self._seq = job, int(seq)
         self.searches += 1
         return True
+
+    def _frame_copy(self, frame: Any, job: Future) -> np.ndarray:
+        src = np.asarray(frame)
+        held = self._copy
+        if held is None or held[0].shape != src.shape or held[0].dtype != src.dtype or not held[1].done():
+            buf = np.empty_like(src)
+        else:
+            buf = held[0]
+        np.copyto(buf, src)
+        self._copy = (buf, job)
+        return buf
 
     def collect(self, seq: int) -> tuple[int, list[Detection]] | None:
         """``(frame seq, faces)`` of the submitted search once it is ``max_lag`` frames old and done
