@@ -12,11 +12,11 @@ X s after start", from the process start time), shown in its own column. With ea
 the models load; the next column is when the first frame went through the pipeline (``--frames 1``
 counts pipeline frames, so the wall time always includes loading the models). Configurations: the
 built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
-random weights) with the recogniser in FP16 on CUDA. On CUDA the classic swap's first frames are
-swapped on the CPU while the GPU loads (``early_frames = "swap"``, :mod:`vcam.runtime.handover`), so
-its ``--frames 1`` start ends on the CPU; the row "classic to the GPU" runs 12 s and reads when the
-daemon switched to the GPU ("on cuda from X s"; a checkout without the handover: its first frame
-through the pipeline), the column "on the GPU s".
+random weights) with the recogniser in FP16 on CUDA. On CUDA the first frames are swapped on the CPU
+while the GPU loads (``early_frames = "swap"``, :mod:`vcam.runtime.handover`: the classic swap on
+NumPy, the inswapper on onnxruntime's CPU engine), so a ``--frames 1`` start ends on the CPU; the
+rows "... to the GPU" run 12 s and read when the daemon switched to the GPU ("on cuda from X s";
+a checkout without the handover: its first frame through the pipeline), the column "on the GPU s".
 ``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
 session; each checkout keeps its own engine cache, ``engines/`` in it). ``--profile``: a cProfile of
 one warm inswapper start (the main thread only: the models load in a thread). ``--phases``: the
@@ -104,6 +104,13 @@ def main() -> int:
     ap.add_argument("--profile", default="", help="write a cProfile of one warm inswapper start here")
     ap.add_argument("--phases", action="store_true", help="run vcam -v and keep its start-up lines (last start)")
     ap.add_argument("--torch", action="store_true", help="also inswapper_128 on the torch backend (CPU default: onnxruntime)")
+    ap.add_argument(
+        "--early-threads", default="", help="also the inswapper's GPU switch with the CPU assembly on N threads a call (N,M,...)"
+    )
+    ap.add_argument(
+        "--early-sequential", action="store_true", help="also the inswapper's GPU switch with the CPU assembly built first"
+    )
+    ap.add_argument("--only", default="", help="only the configurations whose name contains this")
     args = ap.parse_args()
     import platformdirs
 
@@ -120,8 +127,19 @@ def main() -> int:
     if args.device == "cuda":  # long enough to switch from the CPU to the GPU (the frames count from the CPU's first)
         at = base.index("--frames")
         configs["classic to the GPU"] = base[:at] + base[at + 2 :] + ["--duration", "12s"]
+        configs["inswapper_128 fp16 to the GPU"] = configs["classic to the GPU"] + configs["inswapper_128 fp16"][len(base) :]
     if args.torch:
         configs["inswapper_128 torch"] = configs["inswapper_128 fp16"] + ["--backend", "torch"]
+    extra_env: dict[str, dict[str, str]] = {}  # config -> environment (vcam.runtime.handover's overrides)
+    for n in filter(None, args.early_threads.split(",")):
+        label = f"inswapper_128 fp16 to the GPU, {n} early threads"
+        configs[label], extra_env[label] = configs["inswapper_128 fp16 to the GPU"], {"VCAM_EARLY_THREADS": n}
+    if args.early_sequential:
+        for label, cmd in list(configs.items()):
+            if label.startswith("inswapper_128 fp16") and "threads" not in label:
+                configs[f"{label}, one after the other"] = cmd
+                extra_env[f"{label}, one after the other"] = {"VCAM_EARLY_SIDE_BY_SIDE": "0"}
+    configs = {k: v for k, v in configs.items() if args.only in k}
     here = Path(__file__).resolve().parents[1]
     trees = {"now": here}
     if args.before:  # alternated run by run, the new code first (its first start meets the coldest caches)
@@ -147,9 +165,10 @@ def main() -> int:
     for i in range(args.runs):
         for label, cmd in configs.items():
             for tree, root in trees.items():
-                if (tree, label) in failed:
+                if (tree, label) in failed or (tree != "now" and label in extra_env):  # variants of this tree's code
                     continue
-                secs, rc, text, lines = _start(cmd, envs[tree], root, phases=args.phases)
+                env = dict(envs[tree], **extra_env.get(label, {}))
+                secs, rc, text, lines = _start(cmd, env, root, phases=args.phases)
                 if rc != 0:
                     print(f"{tree} {label}: rc={rc}: {text}", flush=True)
                     failed.add((tree, label))
@@ -163,12 +182,15 @@ def main() -> int:
                 print(f"run {i + 1} {tree:7s} {label:20s} {secs:6.2f}s", flush=True)
                 for ln in lines:
                     print(f"        {ln}", flush=True)
-    if args.profile:
+    if args.profile and "inswapper_128 fp16" in configs:
         path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
         _start(configs["inswapper_128 fp16"], dict(os.environ, PYTHONPATH=path), here, Path(args.profile), phases=False)
         import pstats
 
-        pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)
+        if Path(args.profile).is_file():
+            pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)
+        else:  # a run that ends on the CPU assembly leaves with os._exit (the GPU load still running): no profile
+            print(f"no profile written to {args.profile} (the run ended before its GPU load)")
     from rich.console import Console
     from rich.table import Table
 
@@ -185,6 +207,8 @@ def main() -> int:
     for col in cols:
         t.add_column(col, justify="right")
     for r in rows.values():
+        if not r["seconds"] and (r["tree"], r["config"]) not in failed:  # not run (a variant of the other code)
+            continue
         s = r["seconds"]
         ff = [f for f in r["first_frame_s"] if f is not None]
         fp = [f for f in r.get("first_processed_s", []) if f is not None]

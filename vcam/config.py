@@ -100,9 +100,10 @@ class PipelineConfig:
     early_frames: Literal["swap", "pixelate", "camera", "off"] = _opt(
         "swap",
         "While the models load, publish the camera so a video call shows a picture within a second of the start: "
-        "'swap' swaps it on the CPU (NumPy, onnxruntime's detector) where the run needs no model but the detector "
-        "(the model-free swap without enhancer, model masks or recogniser) and runs on a GPU, and switches to the GPU "
-        "between two frames once it is loaded; elsewhere as 'pixelate'; 'pixelate' in coarse blocks (no face can be "
+        "'swap' swaps it on the CPU (NumPy, onnxruntime) where every model the run needs runs on onnxruntime "
+        "(the detector, the swapper, the recogniser: no enhancer, model masks or landmarker) and it runs on a GPU, "
+        "and switches to the GPU between two frames once that is loaded (a swap network: a few frames a second "
+        "until then); elsewhere as 'pixelate'; 'pixelate' in coarse blocks (no face can be "
         "recognised), 'camera' as it is (unswapped), 'off' nothing until the first swapped frame. Live runs without "
         "a frame enhancer; a file conversion is swapped throughout.",
     )

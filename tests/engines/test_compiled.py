@@ -455,3 +455,36 @@ def test_a_generic_graph_runs_uncompiled_with_one_line(tmp_path, caplog):
     assert len(lines) == 1 and "native architectures" in lines[0]
     assert engine.architecture is None and engine.compile_mode == "off" and engine.compiled_batches == ()
     assert not (tmp_path / "engines").exists()
+
+
+def test_a_torch_that_traces_the_batch_from_2_still_builds_one_artifact_checked_at_batch_1(tmp_path, monkeypatch):
+    """torch 2.11 lacks the size-oblivious switch and traces a dynamic batch as 2..N: the build takes
+    that range, runs the artifact at batch 1 and keeps it only when its rows are the traced
+    batch's first rows; an artifact whose batch-1 rows differ is refused with the reason."""
+    need_compiler()
+    import contextlib
+
+    from vcam.engines import artifacts
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(artifacts, "size_oblivious", lambda on: contextlib.nullcontext())
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.InstanceNorm2d(4), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 3, 12, 12)
+    artifacts.trace(net, [x], (1, 4))  # traced as 2..4, taken for 1..4
+    key = artifacts.artifact_key(
+        "toy", device="cpu", precision="fp32", channels_last=False, items={"x": (3, 12, 12)}, batch=(1, 4)
+    )
+    path = tmp_path / "toy.fp32.b1-4.art"
+    artifacts.build(net, [x], path, key, device="cpu", dynamic_batch=(1, 4))
+    fn = artifacts.load(path, key, net)
+    with torch.inference_mode():
+        for n in (1, 3):
+            out = fn(x[:n])
+            out = out[0] if isinstance(out, (list, tuple)) else out
+            assert torch.allclose(out, net(x[:n]), atol=TOL)
+        # the check itself: rows that are not the traced batch's first rows are refused
+        full = net(x)
+        assert artifacts.rows_differ(full[:1], full, 1) == ""
+        assert "off by" in artifacts.rows_differ(full[1:2], full, 1)
+        assert "shape" in artifacts.rows_differ(full[:2], full, 1)

@@ -284,3 +284,29 @@ def test_a_download_with_more_outputs_than_declared_is_kept(tmp_path, server):
     bad = standin.write("simswap_256", tmp_path / "s.onnx", tiny=True)  # one output, other inputs
     with pytest.raises(ModelError, match=r"should have inputs .* and at least 2 outputs"):
         store.check_tensors("hyperswap_1a_256", bad)
+
+
+def test_two_stores_of_one_folder_record_side_by_side_without_losing_an_entry(tmp_path):
+    """A handover start verifies the models in two loads at once (two stores of one folder): every
+    record goes through (no shared temporary file) and none is lost (one writer at a time)."""
+    import threading
+
+    stores = [ModelStore(tmp_path), ModelStore(tmp_path)]
+    errors: list[BaseException] = []
+
+    def record(store: ModelStore, k: int) -> None:
+        try:
+            for i in range(40):
+                store._record(f"m{k}_{i}.onnx", "0" * 64, "00000000", i, "manual")
+        except BaseException as exc:  # the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=record, args=(s, k)) for k, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    files = json.loads((tmp_path / "models.lock.json").read_text())["files"]
+    assert len(files) == 80
+    assert not list(tmp_path.glob("*.tmp"))

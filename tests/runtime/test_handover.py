@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from test_daemon import Capturing, demo_cfg
 
+from vcam import config_file as vconfig
 from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
-from vcam.runtime.handover import cpu_config, qualifies
+from vcam.runtime.handover import cpu_config, qualifies, side_by_side
 from vcam.types import PixelFormat
 
 
@@ -23,7 +24,7 @@ def _cfg(**pipeline):
     return cfg.replace(pipeline=replace(cfg.pipeline, **pipeline)) if pipeline else cfg
 
 
-def test_the_cpu_start_applies_to_a_gpu_run_of_the_model_free_swap_only():
+def test_the_cpu_start_applies_to_a_gpu_run_whose_models_all_run_on_onnxruntime():
     gpu = _cfg(device="cuda", fp16=True, backend="auto")
     cpu = cpu_config(Daemon(gpu, control=False))
     assert cpu is not None and (cpu.pipeline.device, cpu.pipeline.backend, cpu.pipeline.fp16) == ("cpu", "onnxruntime", False)
@@ -34,14 +35,22 @@ def test_the_cpu_start_applies_to_a_gpu_run_of_the_model_free_swap_only():
     assert cpu_config(Daemon(gpu, control=False, early_swap=False)) is None
     for mode in ("pixelate", "camera", "off"):
         assert cpu_config(Daemon(_cfg(device="cuda", early_frames=mode), control=False)) is None
-    # anything that needs a model beside the detector (PyTorch on the GPU) keeps the early frames pixelated
-    assert qualifies(gpu)
-    others = [
+    # a swap network and the recogniser run on onnxruntime's CPU engine too (the GPU load beside it)
+    assert qualifies(gpu) and not side_by_side(gpu)
+    for neural in (
         gpu.replace(swap=replace(gpu.swap, swapper="inswapper_128")),
-        gpu.replace(swap=replace(gpu.swap, enhancer="gfpgan_1.4")),
         gpu.replace(swap=replace(gpu.swap, map=["a=b"])),
+    ):
+        assert qualifies(neural) and cpu_config(Daemon(neural, control=False)) is not None
+    assert side_by_side(gpu.replace(swap=replace(gpu.swap, swapper="inswapper_128")))
+    # anything that needs another model, or a role on a backend other than onnxruntime, keeps the early frames pixelated
+    others = [
+        gpu.replace(swap=replace(gpu.swap, enhancer="gfpgan_1.4")),
         gpu.replace(mask=replace(gpu.mask, types=["box", "occlusion"])),
         gpu.replace(pipeline=replace(gpu.pipeline, backend="torch")),
+        vconfig.build(
+            {"pipeline": {"device": "cuda"}, "swap": {"swapper": "inswapper_128"}, "engines": {"swapper": {"backend": "torch"}}}
+        ),
     ]
     for other in others:
         assert not qualifies(other)
@@ -105,6 +114,51 @@ def test_frames_are_swapped_on_the_cpu_until_the_switch_between_two_frames(caplo
         changed = (np.abs(got.astype(int) - raw).max(axis=2) > 10).mean()  # a face's worth of pixels
         assert got.shape == raw.shape and changed > 0.003, f"frame {i} not swapped ({changed:.4f} of it changed)"
     assert not daemon.load_in_flight
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from vcam.models import standin
+
+    d = tmp_path_factory.mktemp("models")
+    for name in ("inswapper_128", "arcface_w600k_r50"):
+        standin.write(name, d, tiny=True)
+    return d
+
+
+@pytest.mark.slow
+def test_a_swap_network_swaps_on_the_cpu_beside_the_full_load_and_keeps_its_faces(tiny_models, caplog):
+    """The inswapper on onnxruntime's CPU engine while the full assembly loads beside it (its own
+    thread), then the switch: every frame swapped, in order, once; the faces the CPU assembly
+    loaded (their latents) are the ones swapped after the switch, not loaded again."""
+    from vcam.stages.demo import DemoClip
+
+    cfg = _cfg()
+    cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models)), swap=replace(cfg.swap, swapper="inswapper_128"))
+    marks = Marks()
+    out = Capturing(640, 360, fmt=PixelFormat.BGR)
+    daemon = Daemon(cfg, output=out, control=False, early_swap=True, load_delay=1.0, hook=marks)
+    with caplog.at_level(logging.INFO):
+        s = daemon.run(max_frames=150)  # 5 s of a 30 fps camera
+    assert 1 <= s.cpu_frames < s.frames_out == 150, s
+    assert len([r for r in caplog.records if "switched to cpu after" in r.getMessage()]) == 1
+    threads = {r.threadName for r in caplog.records if r.getMessage().startswith("start-up: models")}
+    assert threads == {"vcam-load", "vcam-load-cpu"}, threads  # side by side
+    faces_s = [
+        float(r.getMessage().split("faces ")[1].split(" s")[0])
+        for r in caplog.records
+        if r.getMessage().startswith("start-up: models")
+    ]
+    assert len(faces_s) == 2 and min(faces_s) < 0.01, faces_s  # one of the two loads took the other's faces
+    seqs = [seq for seq, _ in marks.published]
+    gathered = marks.gathered[marks.gathered.index(seqs[0]) :]
+    assert seqs == sorted(set(seqs)) and seqs == gathered, "a frame lost or published twice"
+    assert len({p for _, p in marks.published}) == 2
+    clip = DemoClip(width=640, height=360, fps=30)
+    for i in (0, s.cpu_frames - 1, s.cpu_frames, 149):
+        got, raw = out.frames_seen[s.early_frames + i], clip.frame(seqs[i])
+        changed = (np.abs(got.astype(int) - raw).max(axis=2) > 10).mean()
+        assert changed > 0.003, f"frame {i} not swapped ({changed:.4f} of it changed)"
 
 
 @pytest.mark.slow
@@ -179,6 +233,7 @@ sys.path[:0] = ["tests", "tests/runtime"]
 from dataclasses import replace
 from test_daemon import demo_cfg
 from vcam.runtime import handover, startup
+from vcam import config_file as vconfig
 from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
 from vcam.stages import capture
@@ -199,14 +254,18 @@ print(loaded.assembly.device, sorted(m for m in ("torch", "cupy") if m in sys.mo
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_a_gpu_run_of_the_classic_swap_starts_on_the_cpu_and_switches_to_cuda(device, caplog):
+@pytest.mark.parametrize("swapper", ["classic", "inswapper_128"])
+def test_a_gpu_run_starts_on_the_cpu_and_switches_to_cuda(device, swapper, tiny_models, caplog):
     """The real thing on a GPU: the default config (``early_frames = "swap"``), the CPU's frames first,
-    then the CUDA assembly, every frame swapped and published once, through NV12 -> I420 as a camera."""
+    then the CUDA assembly, every frame swapped and published once, through NV12 -> I420 as a camera;
+    the model-free swap, and a swap network (onnxruntime's CPU engine, then PyTorch on CUDA)."""
     if device != "cuda":
         pytest.skip("the handover starts GPU runs only (the CPU one is tested above with two CPU assemblies)")
     marks = Marks()
     out = Capturing(640, 360)
     cfg = _cfg(device="cuda")
+    if swapper != "classic":
+        cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models)), swap=replace(cfg.swap, swapper=swapper))
     daemon = Daemon(cfg, output=out, control=False, hook=marks)
     with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
         daemon.start()

@@ -296,8 +296,13 @@ class ModelStore:
         return data
 
     def _record(self, file: str, sha: str, crc: str, size: int, origin: str) -> None:
+        from filelock import FileLock
+
         path = self.root / file
-        with self._lock:
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Another store of the same folder (a second load in this process, another vcam) may record
+        # at the same time: one at a time (an flock), each through its own temporary file.
+        with self._lock, FileLock(str(self.lock_path) + ".lk"):
             data = self.read_lock()
             data["files"][file] = {
                 "sha256": sha,
@@ -307,8 +312,7 @@ class ModelStore:
                 "source": origin,
                 "verified": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self.lock_path.with_name(LOCK_NAME + ".tmp")
+            tmp = self.lock_path.with_name(f"{LOCK_NAME}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, self.lock_path)
 

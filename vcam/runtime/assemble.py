@@ -268,9 +268,11 @@ class Assembly:
         self.ops.synchronize()
 
 
-def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
+def build(cfg: Config, *, fps: float = 30.0, threads: int = 0) -> Assembly:
     """Build ops, models and tracker for ``cfg`` (device resolved; every model file verified and,
-    when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline."""
+    when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline.
+    ``threads``: the CPU threads of one call of the detector, swapper and recogniser on
+    onnxruntime (0: one per core)."""
     from vcam.kernels import paste as blend
     from vcam.models import registry
     from vcam.ops import make_ops
@@ -307,7 +309,7 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     box = "box" in cfg.mask.types
     top, right, bottom, left = cfg.mask.box_padding if box else (0.0, 0.0, 0.0, 0.0)
     mask = ops.asarray(blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, (top, right, bottom, left)))
-    detector = _roles.build("detector", cfg, store=store, ops=ops, device=device)
+    detector = _roles.build("detector", cfg, store=store, ops=ops, device=device, threads=threads)
     photo_detector: Any = detector
     if not (device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR):  # built when a photo is first read
         params = stage_params(DetectParams, cfg.detect)
@@ -316,10 +318,12 @@ def build(cfg: Config, *, fps: float = 30.0) -> Assembly:
     if "recogniser" in names:  # built at its first use or start() (faces seen before need only its name)
         from vcam.stages.recognize import DeferredRecogniser
 
-        recogniser = DeferredRecogniser(names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device))
+        recogniser = DeferredRecogniser(
+            names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device, threads=threads)
+        )
         if cfg.swap.map or cfg.swap.faces == "reference":  # the frames call it for each new track: load it now
             recogniser.start()
-    swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device)
+    swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads)
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None

@@ -1,16 +1,24 @@
 """Swapped from the first frame on a GPU run: the CPU swaps while the GPU loads, then hands over.
 
-A GPU start spends seconds importing CuPy and PyTorch and building the detector before its first
-swapped frame; the model-free swap needs neither on the CPU (NumPy ops, onnxruntime's detector:
-about half a second to build). With ``[pipeline] early_frames = "swap"`` (the default) a live run
-whose streams need no model but the detector (:func:`qualifies`) therefore loads twice, in one
-thread (``vcam-load``): first a CPU assembly (:func:`cpu_config`), which the frame loop uses at
-once, the frames counted as swapped (``frames_in``/``frames_out``, the first frame "through the
-pipeline"); then the full assembly, which the frame loop takes over between two frames
-(:meth:`Handover.switch`): the outputs stay open (same format and size), no frame in flight (the
-CPU collects each round at once), the faces stay (the classic swap's prepared source is host data,
-the same for any device), each stream gets its new pipeline and capture stage, the degrader and
-the GPU telemetry start then. Until the CPU assembly is there the early frames are pixelated.
+A GPU start spends seconds importing CuPy and PyTorch and building the models before its first
+swapped frame; the CPU needs neither: the model-free swap runs on NumPy ops and onnxruntime's
+detector (about half a second to build), a swap network on onnxruntime's CPU engine (the
+inswapper: about 2 s to open on a 16-core host, then a third of a second a face). With
+``[pipeline] early_frames = "swap"`` (the default) a live run whose models can all run on
+onnxruntime (:func:`qualifies`) therefore loads twice: a CPU assembly (:func:`cpu_config`), which the
+frame loop uses at once, the frames counted as swapped (``frames_in``/``frames_out``, the first
+frame "through the pipeline"); and the full assembly, which the frame loop takes over between two
+frames (:meth:`Handover.switch`): the outputs stay open (same format and size), no frame in flight
+(the CPU collects each round at once), the faces stay (host data: the classic swap's prepared
+source, a swap network's latent, the same for any device), each stream gets its new pipeline and
+capture stage, the degrader and the GPU telemetry start then. Until the CPU assembly is there the
+early frames are pixelated.
+
+The two loads run one after the other in one thread (``vcam-load``) for the model-free swap, whose
+CPU assembly is quick; with a swap network they run side by side (the CPU assembly in
+``vcam-load-cpu``): onnxruntime opens its sessions without the GIL, so the GPU's imports go on
+meanwhile and the switch comes no later than a GPU start without the handover. The faces are
+loaded once, by the CPU assembly (by the full one where that could not be built).
 
 A CPU assembly that cannot be built (one warning line) leaves the early frames pixelated until the
 full one is loaded; a full load that fails stops the run with its error, as without the handover.
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import threading
 import time
 from dataclasses import replace
@@ -36,22 +45,52 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The roles a run may use and still start on the CPU (onnxruntime's detector, the built-in swap).
-CPU_ROLES = frozenset({"detector", "swapper"})
+#: The roles a run may use and still start on the CPU: the detector, the swap (built in, or a swap
+#: network), the recogniser that makes a swap network's source latents.
+CPU_ROLES = frozenset({"detector", "swapper", "recogniser"})
 
 
 def qualifies(cfg: Config) -> bool:
-    """Whether ``cfg``'s swap can run on the CPU without PyTorch or CuPy: a built-in swap, no
-    model but the detector (no enhancer, model masks, landmarker, frame enhancer or recogniser),
-    the detector on onnxruntime (``[pipeline] backend`` auto or onnxruntime, onnxruntime installed)."""
-    from vcam.runtime.roles import model_names
-    from vcam.stages.swap import BUILT_IN
+    """Whether ``cfg``'s swap can run on the CPU without PyTorch or CuPy: no model but the
+    detector, the swapper and the recogniser (no enhancer, model masks, landmarker or frame
+    enhancer), every model on onnxruntime (``[pipeline] backend`` auto or onnxruntime, no role on
+    another backend, onnxruntime installed)."""
+    from vcam.runtime.roles import model_names, role_backend
 
-    if cfg.swap.swapper not in BUILT_IN or set(model_names(cfg)) - CPU_ROLES:
+    roles = set(model_names(cfg))
+    if roles - CPU_ROLES or cfg.pipeline.backend not in ("auto", "onnxruntime"):
         return False
-    if cfg.pipeline.backend not in ("auto", "onnxruntime"):
+    if any(role_backend(cfg, role) not in ("auto", "onnxruntime") for role in roles):
         return False
     return importlib.util.find_spec("onnxruntime") is not None
+
+
+#: Override :func:`cpu_threads` and :func:`side_by_side` (measurements: ``benchmarks/startup.py
+#: --early-threads``, ``--early-sequential``).
+THREADS_ENV = "VCAM_EARLY_THREADS"
+SIDE_BY_SIDE_ENV = "VCAM_EARLY_SIDE_BY_SIDE"
+
+
+def cpu_threads(cfg: Config) -> int:
+    """The CPU threads of one model call of the CPU assembly: for a swap network, whose CPU frames
+    run while the full load does, half the cores (the GPU's imports, module builds and captures
+    keep the rest); else one per core (0). ``$VCAM_EARLY_THREADS`` overrides it (0: one per core)."""
+    from vcam.stages.swap import BUILT_IN
+
+    own = os.environ.get(THREADS_ENV, "").strip()
+    if own.isdigit():
+        return int(own)
+    return max(1, (os.cpu_count() or 1) // 2) if cfg.swap.swapper not in BUILT_IN else 0
+
+
+def side_by_side(cfg: Config) -> bool:
+    """Whether the two loads run side by side: a swap network, whose CPU engine takes seconds to
+    open (without the GIL), not the model-free swap, whose CPU assembly is ready in half a second.
+    ``$VCAM_EARLY_SIDE_BY_SIDE`` (0 or 1) overrides it."""
+    from vcam.stages.swap import BUILT_IN
+
+    own = os.environ.get(SIDE_BY_SIDE_ENV, "").strip()
+    return own == "1" if own in ("0", "1") else cfg.swap.swapper not in BUILT_IN
 
 
 def cpu_config(d: Daemon) -> Config | None:
@@ -85,16 +124,17 @@ def describe_start(cfg: Config, device: str) -> str:
 
     needs = sorted(set(model_names(cfg)) - CPU_ROLES) or [f"backend {cfg.pipeline.backend}"]
     return (
-        f"live runs publish pixelated frames while the GPU loads (the swap on the CPU meanwhile is for the "
-        f"model-free swap alone; this one needs {', '.join(needs)})"
+        f"live runs publish pixelated frames while the GPU loads (the swap on the CPU meanwhile takes runs "
+        f"whose models all run on onnxruntime; this one needs {', '.join(needs)})"
     )
 
 
 class Handover:
     """The two loads of a handover start (see the module docstring) and their outcome.
 
-    :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full` (``Daemon.load_delay`` seconds
-    later: tests, measurements); :meth:`first_ready` says when the early frames can stop,
+    :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full`, or both side by side
+    (:func:`side_by_side`); the full load begins ``Daemon.load_delay`` seconds later (tests,
+    measurements); :meth:`first_ready` says when the early frames can stop,
     :meth:`adopt_first` puts the CPU assembly in use, :meth:`ready` and :meth:`switch` the full one.
     """
 
@@ -108,40 +148,61 @@ class Handover:
         self._done = threading.Event()  # the full load ended (loaded, failed or stopped)
         self.thread = threading.Thread(target=self._run, name="vcam-load", daemon=True)
 
-    # -- the load thread ----------------------------------------------------------------------------
+    # -- the load threads ---------------------------------------------------------------------------
     def _run(self) -> None:
+        """The full load (after the CPU one, or beside it: :func:`side_by_side`)."""
         from vcam.runtime import startup
 
         d = self.d
         try:
-            try:
-                self.cpu = startup.prepare(d, self.cpu_cfg, hold=False)
-            except (ConfigError, FaceError):
-                raise  # the full load would say the same (a face photo without a face, a bad setting)
-            except Exception as exc:
-                why = getattr(exc, "message", None) or exc
-                log.warning("no swap on the CPU while the models load (%s): the early frames are pixelated", why)
-            finally:
-                self._cpu_done.set()
-                d.wake.set()
+            if side_by_side(d.cfg):
+                threading.Thread(target=self._run_cpu, name="vcam-load-cpu", daemon=True).start()
+            else:
+                self._run_cpu()
             if d.load_delay:
                 time.sleep(d.load_delay)
-            if d.should_exit:
+            if d.should_exit or self.failure is not None:
                 return
             cfg = d.cfg
             if cfg.pipeline.device == "auto":
                 from vcam.runtime.assemble import resolve_device
 
                 device, why = resolve_device(cfg)
+                self._cpu_done.wait()
                 if device == "cpu" and self.cpu is not None:  # no GPU after all: the CPU assembly stays
                     log.info("running on the CPU: %s", why)
                     return
-            self.full = startup.prepare(d, cfg, faces=self.cpu is None)
+            self.full = startup.prepare(d, cfg, faces=self._faces_left)
         except BaseException as exc:
-            self.failure = exc
+            self.failure = self.failure or exc
         finally:
             self._done.set()
             d.wake.set()
+
+    def _run_cpu(self) -> None:
+        """The CPU assembly. A bad setting or a face photo without a face ends the handover with
+        that error (the full load would say the same); any other failure leaves the early frames
+        pixelated, with one line."""
+        from vcam.runtime import startup
+
+        d = self.d
+        try:
+            self.cpu = startup.prepare(d, self.cpu_cfg, hold=False, threads=cpu_threads(d.cfg))
+        except (ConfigError, FaceError) as exc:
+            self.failure = exc
+            self._done.set()
+        except Exception as exc:
+            why = getattr(exc, "message", None) or exc
+            log.warning("no swap on the CPU while the models load (%s): the early frames are pixelated", why)
+        finally:
+            self._cpu_done.set()
+            d.wake.set()
+
+    def _faces_left(self) -> bool:
+        """Does the full load load the faces? Only where the CPU assembly could not (it loads them
+        first: the full load asks once its models are built)."""
+        self._cpu_done.wait()
+        return self.cpu is None
 
     # -- the frame loop's side ----------------------------------------------------------------------
     def first_ready(self) -> bool:
@@ -189,6 +250,7 @@ class Handover:
         if self.full is None:
             return False
         startup.adopt(d, self.full)
+        self.cpu = None  # its engines go (a swap network's CPU session holds its weights)
         for st in d.streams:
             assert st.cap is not None
             st.cap.stage, st.cap.target = st.stage, st.target

@@ -170,7 +170,8 @@ def build(
     """The stage of ``role`` for ``cfg`` (model ``name``, default the config's; ``backend``, default
     ``[pipeline] backend``): its precision and batch from :data:`ROLES`, its other settings from
     the config's section. ``store``: default :func:`model_store`. ``mask``: the swapper's paste mask;
-    ``crop_size``: the masker's crop (the swapper's). ``threads``: the detector's CPU threads (0: one per core)."""
+    ``crop_size``: the masker's crop (the swapper's). ``threads``: the CPU threads of one call on
+    onnxruntime (detector, swapper, recogniser; 0: one per core)."""
     spec = ROLES[role]
     name = name if name is not None else configured(cfg, role)
     store = store if store is not None else model_store(cfg)
@@ -200,11 +201,11 @@ def build(
         if backend == "remote":
             engine["backend"] = "onnxruntime"  # unused: the remote engine replaces it
             return create_swapper(name, ops=ops, mask=mask, max_faces=batch, remote=remote_options(cfg, role, name), **engine)
-        return create_swapper(name, ops=ops, mask=mask, max_faces=batch, compile=cfg.pipeline.compile, **engine)
+        return create_swapper(name, ops=ops, mask=mask, max_faces=batch, compile=cfg.pipeline.compile, threads=threads, **engine)
     if role == "recogniser":
         from vcam.stages.recognize import create_recogniser
 
-        return create_recogniser(name=name, max_batch=batch, **engine)
+        return create_recogniser(name=name, max_batch=batch, threads=threads, **engine)
     if role in ("enhancer", "landmarker", "upscaler"):
         from vcam.models import open_engine
 

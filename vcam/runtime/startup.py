@@ -225,16 +225,20 @@ def load(d: Daemon) -> None:
         adopt(d, loaded)
 
 
-def prepare(d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True) -> Loaded | None:
+def prepare(
+    d: Daemon, cfg: Config, *, faces: bool | Callable[[], bool] = True, hold: bool = True, threads: int = 0
+) -> Loaded | None:
     """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
     :mod:`vcam.runtime.handover`), touching no stream: it may run while the frame loop runs other
-    pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
-    hold the engines' background work until the first frame. None when stopped meanwhile."""
+    pipelines. ``faces``: load the faces into the daemon's states unless they have some (or a
+    function asked once the models are built: another load beside this one may load them); ``hold``:
+    hold the engines' background work until the first frame; ``threads``: the CPU threads of a
+    model call on onnxruntime (0: one per core). None when stopped meanwhile."""
     from vcam.engines.gate import BACKGROUND
 
     release = BACKGROUND.hold() if hold else None
     try:
-        loaded = _prepare(d, cfg, faces=faces)
+        loaded = _prepare(d, cfg, faces=faces, threads=threads)
     except BaseException:
         if release is not None:
             release()
@@ -271,17 +275,17 @@ def adopt(d: Daemon, loaded: Loaded) -> None:
     log.info("models: %s", d.summary.models)
 
 
-def _prepare(d: Daemon, cfg: Config, *, faces: bool) -> Loaded | None:
+def _prepare(d: Daemon, cfg: Config, *, faces: bool | Callable[[], bool], threads: int = 0) -> Loaded | None:
     from vcam.runtime import assemble
 
     first = d.streams[0]
     assert first.source is not None
     t0 = time.perf_counter()
-    asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps)
+    asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps, threads=threads)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return None
     t1 = time.perf_counter()
-    if not faces:
+    if not (faces() if callable(faces) else faces):
         pass
     elif not d.state.names:
         watcher = assemble.load_faces(

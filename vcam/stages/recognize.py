@@ -200,21 +200,23 @@ def create_recogniser(
     fp16: bool = False,
     max_batch: int = 8,
     download: bool | None = None,
+    threads: int = 0,
 ) -> ArcFaceRecogniser:
     """Build the recogniser ``name`` from ``store`` (verified; downloaded if allowed).
 
     It runs once per face switch and once per new track, never per frame, so it runs wherever it
     can: on ``device`` with ``backend`` when that works, else on onnxruntime on the CPU, with one
-    log line saying why. A model file that cannot be read still raises ModelError.
+    log line saying why. A model file that cannot be read still raises ModelError. ``threads``: a
+    call's CPU threads on onnxruntime (0: one per core).
     """
     path = store.ensure([name], download=download)[name]
     try:
-        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=max_batch)
+        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=max_batch, threads=threads)
     except EngineUnavailable as exc:
         if (backend, device) == ("onnxruntime", "cpu"):
             raise
         log.info("recogniser %s falls back to onnxruntime on the CPU: %s", name, exc.message)
-        engine = create_engine(path, backend="onnxruntime", device="cpu", max_batch=max_batch)
+        engine = create_engine(path, backend="onnxruntime", device="cpu", max_batch=max_batch, threads=threads)
         engine.skipped = [f"{backend} on {device}: {exc.message}"]
     return ArcFaceRecogniser(engine, name)
 
