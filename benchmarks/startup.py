@@ -107,9 +107,6 @@ def main() -> int:
     ap.add_argument(
         "--early-threads", default="", help="also the inswapper's GPU switch with the CPU assembly on N threads a call (N,M,...)"
     )
-    ap.add_argument(
-        "--early-sequential", action="store_true", help="also the inswapper's GPU switch with the CPU assembly built first"
-    )
     ap.add_argument("--only", default="", help="only the configurations whose name contains this")
     args = ap.parse_args()
     import platformdirs
@@ -134,11 +131,6 @@ def main() -> int:
     for n in filter(None, args.early_threads.split(",")):
         label = f"inswapper_128 fp16 to the GPU, {n} early threads"
         configs[label], extra_env[label] = configs["inswapper_128 fp16 to the GPU"], {"VCAM_EARLY_THREADS": n}
-    if args.early_sequential:
-        for label, cmd in list(configs.items()):
-            if label.startswith("inswapper_128 fp16") and "threads" not in label:
-                configs[f"{label}, one after the other"] = cmd
-                extra_env[f"{label}, one after the other"] = {"VCAM_EARLY_SIDE_BY_SIDE": "0"}
     configs = {k: v for k, v in configs.items() if args.only in k}
     here = Path(__file__).resolve().parents[1]
     trees = {"now": here}

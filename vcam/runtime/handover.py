@@ -14,11 +14,13 @@ source, a swap network's latent, the same for any device), each stream gets its 
 capture stage, the degrader and the GPU telemetry start then. Until the CPU assembly is there the
 early frames are pixelated.
 
-The two loads run one after the other in one thread (``vcam-load``) for the model-free swap, whose
-CPU assembly is quick; with a swap network they run side by side (the CPU assembly in
-``vcam-load-cpu``): onnxruntime opens its sessions without the GIL, so the GPU's imports go on
-meanwhile and the switch comes no later than a GPU start without the handover. The faces are
-loaded once, by the CPU assembly (by the full one where that could not be built).
+The two loads run one after the other in one thread (``vcam-load``); the faces are loaded once, by
+the CPU assembly (by the full one where that could not be built). A swap network's CPU frames use
+half the cores (:func:`cpu_threads`), the full load the rest. The loads side by side (the
+onnxruntime sessions open without the GIL) were measured on three H200 hosts (7b4ef29,
+``benchmarks/startup.py --early-sequential``): a first swapped frame 0.2-0.4 s sooner, but the
+switch to the GPU as late or up to 3 s later (the full load slowed from 3.3 s to 6.0 s on one
+host), so they run in turn.
 
 A CPU assembly that cannot be built (one warning line) leaves the early frames pixelated until the
 full one is loaded; a full load that fails stops the run with its error, as without the handover.
@@ -65,32 +67,20 @@ def qualifies(cfg: Config) -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-#: Override :func:`cpu_threads` and :func:`side_by_side` (measurements: ``benchmarks/startup.py
-#: --early-threads``, ``--early-sequential``).
+#: Overrides :func:`cpu_threads` (measurements: ``benchmarks/startup.py --early-threads``).
 THREADS_ENV = "VCAM_EARLY_THREADS"
-SIDE_BY_SIDE_ENV = "VCAM_EARLY_SIDE_BY_SIDE"
 
 
 def cpu_threads(cfg: Config) -> int:
     """The CPU threads of one model call of the CPU assembly: for a swap network, whose CPU frames
-    run while the full load does, half the cores (the GPU's imports, module builds and captures
-    keep the rest); else one per core (0). ``$VCAM_EARLY_THREADS`` overrides it (0: one per core)."""
+    run for seconds while the full load does, half the cores (the GPU's imports, module builds and
+    captures keep the rest); else one per core (0). ``$VCAM_EARLY_THREADS`` overrides it (0: one per core)."""
     from vcam.stages.swap import BUILT_IN
 
     own = os.environ.get(THREADS_ENV, "").strip()
     if own.isdigit():
         return int(own)
     return max(1, (os.cpu_count() or 1) // 2) if cfg.swap.swapper not in BUILT_IN else 0
-
-
-def side_by_side(cfg: Config) -> bool:
-    """Whether the two loads run side by side: a swap network, whose CPU engine takes seconds to
-    open (without the GIL), not the model-free swap, whose CPU assembly is ready in half a second.
-    ``$VCAM_EARLY_SIDE_BY_SIDE`` (0 or 1) overrides it."""
-    from vcam.stages.swap import BUILT_IN
-
-    own = os.environ.get(SIDE_BY_SIDE_ENV, "").strip()
-    return own == "1" if own in ("0", "1") else cfg.swap.swapper not in BUILT_IN
 
 
 def cpu_config(d: Daemon) -> Config | None:
@@ -132,9 +122,8 @@ def describe_start(cfg: Config, device: str) -> str:
 class Handover:
     """The two loads of a handover start (see the module docstring) and their outcome.
 
-    :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full`, or both side by side
-    (:func:`side_by_side`); the full load begins ``Daemon.load_delay`` seconds later (tests,
-    measurements); :meth:`first_ready` says when the early frames can stop,
+    :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full` (``Daemon.load_delay`` seconds
+    later: tests, measurements); :meth:`first_ready` says when the early frames can stop,
     :meth:`adopt_first` puts the CPU assembly in use, :meth:`ready` and :meth:`switch` the full one.
     """
 
@@ -150,15 +139,12 @@ class Handover:
 
     # -- the load threads ---------------------------------------------------------------------------
     def _run(self) -> None:
-        """The full load (after the CPU one, or beside it: :func:`side_by_side`)."""
+        """The CPU assembly, then the full one."""
         from vcam.runtime import startup
 
         d = self.d
         try:
-            if side_by_side(d.cfg):
-                threading.Thread(target=self._run_cpu, name="vcam-load-cpu", daemon=True).start()
-            else:
-                self._run_cpu()
+            self._run_cpu()
             if d.load_delay:
                 time.sleep(d.load_delay)
             if d.should_exit or self.failure is not None:
@@ -168,11 +154,10 @@ class Handover:
                 from vcam.runtime.assemble import resolve_device
 
                 device, why = resolve_device(cfg)
-                self._cpu_done.wait()
                 if device == "cpu" and self.cpu is not None:  # no GPU after all: the CPU assembly stays
                     log.info("running on the CPU: %s", why)
                     return
-            self.full = startup.prepare(d, cfg, faces=self._faces_left)
+            self.full = startup.prepare(d, cfg, faces=self.cpu is None)
         except BaseException as exc:
             self.failure = self.failure or exc
         finally:
@@ -190,19 +175,12 @@ class Handover:
             self.cpu = startup.prepare(d, self.cpu_cfg, hold=False, threads=cpu_threads(d.cfg))
         except (ConfigError, FaceError) as exc:
             self.failure = exc
-            self._done.set()
         except Exception as exc:
             why = getattr(exc, "message", None) or exc
             log.warning("no swap on the CPU while the models load (%s): the early frames are pixelated", why)
         finally:
             self._cpu_done.set()
             d.wake.set()
-
-    def _faces_left(self) -> bool:
-        """Does the full load load the faces? Only where the CPU assembly could not (it loads them
-        first: the full load asks once its models are built)."""
-        self._cpu_done.wait()
-        return self.cpu is None
 
     # -- the frame loop's side ----------------------------------------------------------------------
     def first_ready(self) -> bool:

@@ -225,13 +225,10 @@ def load(d: Daemon) -> None:
         adopt(d, loaded)
 
 
-def prepare(
-    d: Daemon, cfg: Config, *, faces: bool | Callable[[], bool] = True, hold: bool = True, threads: int = 0
-) -> Loaded | None:
+def prepare(d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True, threads: int = 0) -> Loaded | None:
     """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
     :mod:`vcam.runtime.handover`), touching no stream: it may run while the frame loop runs other
-    pipelines. ``faces``: load the faces into the daemon's states unless they have some (or a
-    function asked once the models are built: another load beside this one may load them); ``hold``:
+    pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
     hold the engines' background work until the first frame; ``threads``: the CPU threads of a
     model call on onnxruntime (0: one per core). None when stopped meanwhile."""
     from vcam.engines.gate import BACKGROUND
@@ -275,7 +272,7 @@ def adopt(d: Daemon, loaded: Loaded) -> None:
     log.info("models: %s", d.summary.models)
 
 
-def _prepare(d: Daemon, cfg: Config, *, faces: bool | Callable[[], bool], threads: int = 0) -> Loaded | None:
+def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0) -> Loaded | None:
     from vcam.runtime import assemble
 
     first = d.streams[0]
@@ -285,7 +282,7 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool | Callable[[], bool], thread
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return None
     t1 = time.perf_counter()
-    if not (faces() if callable(faces) else faces):
+    if not faces:
         pass
     elif not d.state.names:
         watcher = assemble.load_faces(
