@@ -96,3 +96,19 @@ def test_model_bytes_are_not_cached(tmp_path):
     cache = tmp_path / "cache"
     e = OrtEngine(embedded_weights(), name="retinaface", cache_dir=cache)
     assert e.inputs and not (cache / "ort").exists()
+
+
+def test_a_short_lived_engine_neither_reads_nor_writes_the_cache_and_computes_the_same(tiny, tmp_path, opened):
+    """A hand-over start's CPU swapper opens the model file with the basic optimisations: no
+    optimised graph written (a fresh machine would spend seconds on it), none read, and the same
+    outputs as the cached engine within float32 reordering."""
+    cache = tmp_path / "cache"
+    quick = OrtEngine(tiny, cache_dir=cache, short_lived=True)
+    assert optimized_path(tiny, cache) is not None and not optimized_path(tiny, cache).is_file()
+    full = OrtEngine(tiny, cache_dir=cache)  # writes the cache
+    again = OrtEngine(tiny, cache_dir=cache, short_lived=True)  # and still does not read it
+    assert opened == [str(tiny)] * 3
+    want = full.run(feeds())
+    for eng in (quick, again):
+        got = eng.run(feeds())
+        assert len(got) == len(want) and all(np.allclose(a, b, atol=1e-4) for a, b in zip(got, want))

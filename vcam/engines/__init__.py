@@ -331,6 +331,7 @@ def _try(
     epilogue: Epilogue | None,
     compile: bool | str,
     threads: int = 0,
+    short_lived: bool = False,
 ) -> tuple[Engine | None, bool, str]:
     """Try one backend. Returns (engine or None, ok, reason)."""
     try:
@@ -351,6 +352,8 @@ def _try(
     extra: dict[str, Any] = {"compile": compile} if name in FACTORIES else {}
     if threads and name == "onnxruntime":
         extra["threads"] = int(threads)
+    if short_lived and name == "onnxruntime":
+        extra["short_lived"] = True
     try:
         engine = make(
             model, name=label, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=epilogue, **extra
@@ -407,10 +410,13 @@ def create_engine(
     epilogue: Epilogue | None = None,
     compile: bool | str = False,
     threads: int = 0,
+    short_lived: bool = False,
 ) -> Any:
     """Load ``model`` (a path, or ONNX bytes named ``name``) with ``backend`` (or the first that works
     for ``auto``) on ``device``. ``threads``: the CPU threads of one call on onnxruntime (0: its
-    default, one per core; other backends ignore it).
+    default, one per core; other backends ignore it). ``short_lived``: an engine used for seconds
+    (a hand-over start's CPU frames), opened as quickly as it can be (onnxruntime: see
+    :class:`~vcam.engines.ort.OrtEngine`).
 
     The engine's ``skipped`` lists the backends tried before it and why. Raises
     :class:`EngineUnavailable` listing every backend tried and why it was skipped, with the fix.
@@ -430,6 +436,7 @@ def create_engine(
             epilogue=epilogue,
             compile=compile,
             threads=threads,
+            short_lived=short_lived,
         )
         if ok and engine is not None:
             engine.skipped = list(reasons)

@@ -109,6 +109,7 @@ class OrtEngine:
         cache_dir: str | os.PathLike[str] | None = None,
         epilogue: Epilogue | None = None,
         threads: int = 0,
+        short_lived: bool = False,
     ) -> None:
         import onnxruntime as ort
 
@@ -127,9 +128,15 @@ class OrtEngine:
         src = bytes(model) if isinstance(model, (bytes, bytearray)) else str(self.model_path)
         # On the CPU a model file's optimised graph is kept in the engine cache: building it is most of
         # a session's creation (7 s of 7.3 for the 550 MB inswapper on a busy 2-core host; 2.1 s to load).
-        optimized = optimized_path(self.model_path, cache_dir) if device == "cpu" and self.model_path is not None else None
+        # A short-lived engine (seconds of a hand-over start) neither reads nor writes it: the basic
+        # optimisations alone open the 550 MB inswapper in 0.9-1.3 s on that host against 1.2-3.6 s
+        # for the cached graph and 8 s to write it on a fresh H200 host, and run it as fast.
+        keep = device == "cpu" and not short_lived
+        optimized = optimized_path(self.model_path, cache_dir) if keep and self.model_path is not None else None
         session = self._cached_session(ort, optimized, providers, threads) if optimized is not None else None
-        self.session = session if session is not None else self._new_session(ort, src, providers, threads, optimized)
+        if session is None:
+            session = self._new_session(ort, src, providers, threads, optimized, basic=short_lived)
+        self.session = session
         got = self.session.get_providers()
         self.device = "cuda" if got and got[0] == "CUDAExecutionProvider" else "cpu"
         if device == "cuda" and self.device != "cuda":
@@ -171,10 +178,13 @@ class OrtEngine:
             optimized.unlink(missing_ok=True)
             return None
 
-    def _new_session(self, ort: Any, src: Any, providers: list[str], threads: int, optimized: Path | None) -> Any:
-        """A session optimising the graph now; with ``optimized`` the result is written there too
-        (a cache that cannot be written costs the optimisation at the next start, nothing more)."""
-        level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    def _new_session(
+        self, ort: Any, src: Any, providers: list[str], threads: int, optimized: Path | None, basic: bool = False
+    ) -> Any:
+        """A session optimising the graph now (``basic``: the basic optimisations only); with
+        ``optimized`` the result is written there too (a cache that cannot be written costs the
+        optimisation at the next start, nothing more)."""
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if basic else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         tmp = None
         if optimized is not None:
             try:

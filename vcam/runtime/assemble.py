@@ -268,11 +268,12 @@ class Assembly:
         self.ops.synchronize()
 
 
-def build(cfg: Config, *, fps: float = 30.0, threads: int = 0) -> Assembly:
+def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool = False) -> Assembly:
     """Build ops, models and tracker for ``cfg`` (device resolved; every model file verified and,
     when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline.
     ``threads``: the CPU threads of one call of the detector, swapper and recogniser on
-    onnxruntime (0: one per core)."""
+    onnxruntime (0: one per core). ``short_lived``: the assembly swaps for seconds (a hand-over
+    start's CPU one): its swap network opens as quickly as it can (:func:`vcam.engines.create_engine`)."""
     from vcam.kernels import paste as blend
     from vcam.models import registry
     from vcam.ops import make_ops
@@ -323,7 +324,9 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0) -> Assembly:
         )
         if cfg.swap.map or cfg.swap.faces == "reference":  # the frames call it for each new track: load it now
             recogniser.start()
-    swapper = _roles.build("swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads)
+    swapper = _roles.build(
+        "swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads, short_lived=short_lived
+    )
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None

@@ -172,7 +172,7 @@ class Handover:
 
         d = self.d
         try:
-            self.cpu = startup.prepare(d, self.cpu_cfg, hold=False, threads=cpu_threads(d.cfg))
+            self.cpu = startup.prepare(d, self.cpu_cfg, hold=False, threads=cpu_threads(d.cfg), short_lived=True)
         except (ConfigError, FaceError) as exc:
             self.failure = exc
         except Exception as exc:

@@ -166,12 +166,14 @@ def build(
     mask: Any = None,
     crop_size: int | None = None,
     threads: int = 0,
+    short_lived: bool = False,
 ) -> Any:
     """The stage of ``role`` for ``cfg`` (model ``name``, default the config's; ``backend``, default
     ``[pipeline] backend``): its precision and batch from :data:`ROLES`, its other settings from
     the config's section. ``store``: default :func:`model_store`. ``mask``: the swapper's paste mask;
     ``crop_size``: the masker's crop (the swapper's). ``threads``: the CPU threads of one call on
-    onnxruntime (detector, swapper, recogniser; 0: one per core)."""
+    onnxruntime (detector, swapper, recogniser; 0: one per core). ``short_lived``: a swap network for
+    seconds of frames (:func:`vcam.engines.create_engine`)."""
     spec = ROLES[role]
     name = name if name is not None else configured(cfg, role)
     store = store if store is not None else model_store(cfg)
@@ -201,7 +203,10 @@ def build(
         if backend == "remote":
             engine["backend"] = "onnxruntime"  # unused: the remote engine replaces it
             return create_swapper(name, ops=ops, mask=mask, max_faces=batch, remote=remote_options(cfg, role, name), **engine)
-        return create_swapper(name, ops=ops, mask=mask, max_faces=batch, compile=cfg.pipeline.compile, threads=threads, **engine)
+        compile_mode = cfg.pipeline.compile
+        return create_swapper(
+            name, ops=ops, mask=mask, max_faces=batch, compile=compile_mode, threads=threads, short_lived=short_lived, **engine
+        )
     if role == "recogniser":
         from vcam.stages.recognize import create_recogniser
 

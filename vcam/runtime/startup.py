@@ -225,17 +225,20 @@ def load(d: Daemon) -> None:
         adopt(d, loaded)
 
 
-def prepare(d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True, threads: int = 0) -> Loaded | None:
+def prepare(
+    d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True, threads: int = 0, short_lived: bool = False
+) -> Loaded | None:
     """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
     :mod:`vcam.runtime.handover`), touching no stream: it may run while the frame loop runs other
     pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
     hold the engines' background work until the first frame; ``threads``: the CPU threads of a
-    model call on onnxruntime (0: one per core). None when stopped meanwhile."""
+    model call on onnxruntime (0: one per core); ``short_lived``: the assembly swaps for seconds
+    (:func:`vcam.runtime.assemble.build`). None when stopped meanwhile."""
     from vcam.engines.gate import BACKGROUND
 
     release = BACKGROUND.hold() if hold else None
     try:
-        loaded = _prepare(d, cfg, faces=faces, threads=threads)
+        loaded = _prepare(d, cfg, faces=faces, threads=threads, short_lived=short_lived)
     except BaseException:
         if release is not None:
             release()
@@ -272,13 +275,13 @@ def adopt(d: Daemon, loaded: Loaded) -> None:
     log.info("models: %s", d.summary.models)
 
 
-def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0) -> Loaded | None:
+def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False) -> Loaded | None:
     from vcam.runtime import assemble
 
     first = d.streams[0]
     assert first.source is not None
     t0 = time.perf_counter()
-    asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps, threads=threads)
+    asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps, threads=threads, short_lived=short_lived)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return None
     t1 = time.perf_counter()

@@ -279,13 +279,14 @@ def create_swapper(
     compile: str = "auto",
     remote: dict[str, Any] | None = None,
     threads: int = 0,
+    short_lived: bool = False,
 ) -> NeuralSwapper:
     """Build the registry swapper ``name`` (and its converter) from ``store`` on ``device``.
 
     Files are verified (and downloaded when allowed). The converter runs once per face switch, so it
     stays on onnxruntime on the CPU. ``max_faces``: rows per call (more when several streams share
     the swapper). ``compile``: ``[pipeline] compile``. ``threads``: a call's CPU threads on
-    onnxruntime (0: one per core).
+    onnxruntime (0: one per core). ``short_lived``: see :func:`vcam.engines.create_engine`.
     """
     from vcam.engines import create_engine
 
@@ -323,6 +324,7 @@ def create_swapper(
             max_batch=max_faces,
             compile=compile,
             threads=threads,
+            short_lived=short_lived,
         )
     emap = read_emap(paths[name]) if spec.source == "emap" else None
     converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
