@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import test_daemon
 from test_daemon import Capturing, demo_cfg
 
 from vcam import config_file as vconfig
@@ -18,6 +19,9 @@ from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.handover import cpu_config, cpu_threads, qualifies
 from vcam.types import PixelFormat
+
+#: The tiny inswapper and recogniser stand-ins (their folder's vcam.toml): test_daemon's fixture.
+tiny_models = test_daemon.tiny_models
 
 
 def _cfg(**pipeline):
@@ -115,16 +119,6 @@ def test_frames_are_swapped_on_the_cpu_until_the_switch_between_two_frames(caplo
     assert not daemon.load_in_flight
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    from vcam.models import standin
-
-    d = tmp_path_factory.mktemp("models")
-    for name in ("inswapper_128", "arcface_w600k_r50"):
-        standin.write(name, d, tiny=True)
-    return d
-
-
 @pytest.mark.slow
 def test_a_swap_network_swaps_on_the_cpu_while_the_full_load_runs_and_keeps_its_faces(tiny_models, caplog):
     """The inswapper on onnxruntime's CPU engine while the full assembly loads, then the switch:
@@ -133,7 +127,7 @@ def test_a_swap_network_swaps_on_the_cpu_while_the_full_load_runs_and_keeps_its_
     from vcam.stages.demo import DemoClip
 
     cfg = _cfg()
-    cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models)), swap=replace(cfg.swap, swapper="inswapper_128"))
+    cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models.parent)), swap=replace(cfg.swap, swapper="inswapper_128"))
     marks = Marks()
     out = Capturing(640, 360, fmt=PixelFormat.BGR)
     daemon = Daemon(cfg, output=out, control=False, early_swap=True, load_delay=1.0, hook=marks)
@@ -262,7 +256,7 @@ def test_a_gpu_run_starts_on_the_cpu_and_switches_to_cuda(device, swapper, tiny_
     out = Capturing(640, 360)
     cfg = _cfg(device="cuda")
     if swapper != "classic":
-        cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models)), swap=replace(cfg.swap, swapper=swapper))
+        cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models.parent)), swap=replace(cfg.swap, swapper=swapper))
     daemon = Daemon(cfg, output=out, control=False, hook=marks)
     with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
         daemon.start()
