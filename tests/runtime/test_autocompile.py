@@ -76,7 +76,7 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
         lines.append(status_suffix(status))  # the live status line's and the OBS text's phrases
         if engine.compiled_batches and not diffs:
             diffs.append(float(np.abs(engine.run(f)[0] - want).max()))
-        elif diffs and len(seen) > 2 and seen[-3][2] == (1, 2, 4):  # a few frames swapped compiled, every size: done
+        elif diffs and len(seen) > 2 and seen[-3][2] == (1, 2, 3, 4):  # a few frames swapped compiled, every size: done
             daemon.should_exit = True
 
     daemon = Daemon(cfg, output=out, control=False, on_status=on_status)
@@ -90,7 +90,7 @@ def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_one
     assert all(len(s[1]) == 1 and s[1][0].startswith("swapper: compiling engines: 0/1, ~") for s in building), building[:3]
     assert lines[0].startswith(" | swapper: compiling engines: 0/1, ~") and lines[-1] == ""
     # then the compiled engine, the note gone, the same output
-    assert compiled[-1][2] == (1, 2, 4) and compiled[-1][1] == ()  # every size from the one artifact
+    assert compiled[-1][2] == (1, 2, 3, 4) and compiled[-1][1] == ()  # every captured size from the one artifact
     assert diffs and diffs[0] < 1e-4, diffs
     assert summary.frames_out > compiled[0][0] > 0 and out.frames >= summary.frames_out  # (out: the early frames too)
     messages = [r.getMessage() for r in caplog.records]

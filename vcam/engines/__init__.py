@@ -169,6 +169,7 @@ class CompileHost(Protocol):
     channels_last: bool
     inputs: list[TensorInfo]
     max_batch: int
+    batch_sizes: tuple[int, ...]  # the batch sizes it captures
     model_path: Any  # the ONNX file (a background build makes the module from it), None for bytes
 
     def call_args(self, b: int, items: Items) -> list[Any]:

@@ -364,11 +364,21 @@ class CompiledLoader:
         dyn = self.dynamic_unit(items)
         shared = self.load_unit(dyn, items, rebuild=True) if dyn is not None else None
         out: list[Loaded] = []
-        for b in sizes:
+        for b in self.served(sizes, dyn if shared is not None else None):
             fn = shared or self.load_unit(self.unit(b, items), items, rebuild=True)
             if fn is not None:
                 out.append((b, items, fn))
         return out
+
+    def served(self, sizes: Sequence[int], dyn: Unit | None) -> list[int]:
+        """The sizes to put the loaded artifacts in use for: ``sizes`` (the engine plans and builds
+        powers of two, one artifact each where there is no dynamic one), and with the dynamic
+        artifact ``dyn`` every size the engine captures that it covers: six faces then run compiled
+        at 6, not padded to 8."""
+        if dyn is None:
+            return list(sizes)
+        captured = getattr(self.host, "batch_sizes", ())
+        return sorted(set(sizes) | {b for b in captured if b in dyn.covers})
 
     # -- loading in the background -----------------------------------------------------------------
 
@@ -477,7 +487,7 @@ class CompiledLoader:
             if shared is not None:
                 seconds = time.perf_counter() - t0
                 self._log.info("%s: compiled engine for batch %s loaded in %.1f s", host.name, dyn.label, seconds)
-        for b in sizes:
+        for b in self.served(sizes, dyn if shared is not None else None):
             if self._closing.is_set():
                 return
             t0 = time.perf_counter()
