@@ -265,8 +265,8 @@ def _check_dynamic(fakes: list, inputs: list, by_arg: dict[int, int], ranges: di
         if expr is None:
             raise ArtifactError("the module fixes its batch size: a dynamic batch does not trace")
         r = ranges.get(expr)
-        # A torch without the size-oblivious switch traces from 2: that graph serves 1 where nothing in
-        # it branches on the batch, which build() checks against the traced batch's first row.
+        # Some torches trace the range from 2 (2.11, even with the size-oblivious switch): that graph serves
+        # 1 where nothing in it branches on the batch, which build() checks against the traced first row.
         lower = 2 if batch[0] == 1 else batch[0]
         if r is not None and (int(r.lower) > lower or int(r.upper) < batch[1]):
             raise ArtifactError(f"the batch traced for {r.lower}..{r.upper}, not {batch[0]}..{batch[1]}")

@@ -377,8 +377,7 @@ class CompiledLoader:
         at 6, not padded to 8."""
         if dyn is None:
             return list(sizes)
-        captured = getattr(self.host, "batch_sizes", ())
-        return sorted(set(sizes) | {b for b in captured if b in dyn.covers})
+        return sorted(set(sizes) | {b for b in self.host.batch_sizes if b in dyn.covers})
 
     # -- loading in the background -----------------------------------------------------------------
 

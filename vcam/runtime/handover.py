@@ -137,7 +137,7 @@ class Handover:
         self._done = threading.Event()  # the full load ended (loaded, failed or stopped)
         self.thread = threading.Thread(target=self._run, name="vcam-load", daemon=True)
 
-    # -- the load threads ---------------------------------------------------------------------------
+    # -- the load thread ----------------------------------------------------------------------------
     def _run(self) -> None:
         """The CPU assembly, then the full one."""
         from vcam.runtime import startup

@@ -203,10 +203,10 @@ def build(
         if backend == "remote":
             engine["backend"] = "onnxruntime"  # unused: the remote engine replaces it
             return create_swapper(name, ops=ops, mask=mask, max_faces=batch, remote=remote_options(cfg, role, name), **engine)
-        compile_mode = cfg.pipeline.compile
         return create_swapper(
-            name, ops=ops, mask=mask, max_faces=batch, compile=compile_mode, threads=threads, short_lived=short_lived, **engine
-        )
+            name, ops=ops, mask=mask, max_faces=batch, compile=cfg.pipeline.compile, threads=threads, short_lived=short_lived,
+            **engine,
+        )  # fmt: skip
     if role == "recogniser":
         from vcam.stages.recognize import create_recogniser
 
