@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=12, help="print the phases of the run's first N frames")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (s) for the run; 0: Python's")
     ap.add_argument("--predict", default=None, choices=("auto", "on", "off"), help="[track] predict (default: the config's)")
+    ap.add_argument("--profile", default="", help="also write the frame loop's cProfile (top functions by own time) to this file")
     ap.add_argument("--patient", action="store_true", help="pipelines wait for the previous frame's detection (the old path)")
     args = ap.parse_args()
     if args.switch_interval:
@@ -105,10 +106,28 @@ def main() -> None:
     for st in daemon.streams:
         st.cap.get(timeout=0)  # a frame captured while the compiled engine was awaited is not timed
     daemon.rounds.hook = hook  # the run's frames only, not the warm-up's
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()  # this thread's calls only: the frame loop's
+        prof.enable()
     try:
         daemon.main_loop(None, args.seconds)
     finally:
+        if prof is not None:
+            prof.disable()
         daemon.shutdown()
+    if prof is not None:
+        import io
+        import pstats
+
+        buf = io.StringIO()
+        st = pstats.Stats(prof, stream=buf)
+        st.sort_stats("tottime").print_stats(60)
+        st.sort_stats("cumulative").print_stats(60)
+        Path(args.profile).write_text(buf.getvalue())
+        print(f"profile: {args.profile}")
     done = [m for m in marks.values() if all(k in m for k in PHASES)]
     print(f"the first {args.first} frames, ms per phase (" + ", ".join(PHASES) + "), full scan:")
     for m in done[: args.first]:

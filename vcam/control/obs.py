@@ -246,6 +246,7 @@ class ObsController:
                 self._stop.wait(self.retry_min)
 
     def _connect(self) -> None:
+        self._drop_stale_events()
         self._req = connect(self.cfg, timeout=self.request_timeout)
         self._ev = connect(self.cfg, events=True, timeout=self.request_timeout)
         hook_custom_events(self._ev, lambda data: self._queue.put(("custom", data)))
@@ -269,6 +270,22 @@ class ObsController:
         restarted = before is not None and self._obs_frames is not None and self._obs_frames < before
         self._merge_pending = not restarted
         self._sync_pending.set()
+
+    def _drop_stale_events(self) -> None:
+        """Forget the visibility events the last connection left unhandled (and its exit notice):
+        they may be the echoes of our own last sync, whose record is cleared with a new connection,
+        and would then undo what vcam set while away. What the user changed in OBS meanwhile is not
+        lost: the merge after the reconnect finds it in the scene. Commands (custom events) stay."""
+        kept = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] not in ("item", "exit"):
+                kept.append(item)
+        for item in kept:
+            self._queue.put(item)
 
     def _close_clients(self) -> None:
         for attr in ("_ev", "_req"):

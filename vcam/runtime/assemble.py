@@ -166,6 +166,15 @@ class Assembly:
             if wait is not None:
                 wait(timeout)
 
+    def stop_builds(self) -> None:
+        """Stop the swapper's background compile (``[pipeline] compile = "auto"``) at the end of a
+        run: its job would otherwise outlive a run that ends inside a longer process. What it
+        finished stays in the cache; the next run builds the rest."""
+        loader = getattr(getattr(self.swapper, "engine", None), "loader", None)
+        close = getattr(loader, "close", None)
+        if close is not None:
+            close()
+
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         """The size of the frames a pipeline built here publishes for ``width`` x ``height`` input
         (the frame enhancer's output size when there is one; before 4:2:0 rounding)."""

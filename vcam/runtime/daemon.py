@@ -428,7 +428,8 @@ class Daemon:
         """Stop and close every component, whatever one of them does; with ``raise_errors`` the first
         :class:`VcamError` a component raised (a file output that could not be finished) is raised
         once all are closed, otherwise it is logged as one line."""
-        # Order: capture threads first (stop reading), then the sources, the outputs, control.
+        # Order: capture threads first (stop reading), then the sources, the outputs, control; then
+        # the swapper's background compile.
         first: VcamError | None = None
         for comp in self.components:
             fn = getattr(comp, "stop", None) or getattr(comp, "close", None)
@@ -444,6 +445,11 @@ class Daemon:
             except Exception:  # a bug in a component: shutdown still finishes the others
                 log.exception("error while closing %s", type(comp).__name__)
         self.components.clear()
+        if self.assembly is not None:
+            try:
+                self.assembly.stop_builds()
+            except Exception:
+                log.exception("error while stopping the background compile")
         if self.instance_lock is not None:  # the last thing: another daemon may start from here on
             self.instance_lock.close()
             self.instance_lock = None
