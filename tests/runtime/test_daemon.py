@@ -66,6 +66,27 @@ def test_daemon_runs_demo_and_stops_cleanly():
     assert np.abs(off.frames_seen[0].astype(int) - out.frames_seen[0]).mean() > 0.1
 
 
+def test_the_end_of_a_run_stops_the_swappers_background_compile(monkeypatch):
+    """A run inside a longer process (tests, a library user) never leaves its compile job running:
+    the daemon's shutdown stops it (``Assembly.stop_builds`` closes the swap engine's loader)."""
+    from types import SimpleNamespace
+
+    from vcam.runtime.assemble import Assembly
+
+    closed: list[str] = []
+    stand_in = SimpleNamespace(
+        swapper=SimpleNamespace(engine=SimpleNamespace(loader=SimpleNamespace(close=lambda: closed.append("loader"))))
+    )
+    Assembly.stop_builds(stand_in)  # type: ignore[arg-type]
+    assert closed == ["loader"]
+    Assembly.stop_builds(SimpleNamespace(swapper=SimpleNamespace()))  # type: ignore[arg-type]  # no engine (classic): nothing to stop
+    calls: list[int] = []
+    monkeypatch.setattr(Assembly, "stop_builds", lambda self: calls.append(len(calls)))
+    d = Daemon(demo_cfg(), output=Capturing(640, 360), control=False)
+    assert d.run(max_frames=3).frames_out == 3
+    assert calls == [0]
+
+
 @pytest.mark.slow
 def test_the_search_worker_runs_and_stops_with_the_daemon():
     """``[track] search = worker``: the rolling search runs in its thread while faces are tracked,
