@@ -431,11 +431,12 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
     assert n > 0
 
 
-def _live_recording(target, *extra: str) -> subprocess.Popen:
+def _live_recording(target, *extra: str, verbose: bool = False) -> subprocess.Popen:
     """A real `vcam run` of the live demo recorded to ``target``, returned once its (hidden) partial
-    file exists: frames are being written."""
+    file exists: frames are being written. ``verbose``: its INFO lines too (`vcam -v`)."""
     p = subprocess.Popen(
-        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
+        [sys.executable, "-m", "vcam", *(["-v"] if verbose else []), "run", "--input", "demo", "--realtime"]
+        + ["--output", f"file:{target}"]
         + ["--device", "cpu", "--max-latency", "0", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -455,7 +456,8 @@ def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap)
     """Issue 27 item 10: a second Ctrl-C at once (a forced exit) on a live recording may cut the
     file off while it is written or finished: it is still left playable, under its name or as
     NAME.partial.mp4, never only as a hidden temporary file."""
-    p = _live_recording(tmp_path / "live.mp4", "--quiet")
+    # -v: a failure's message shows where the stop landed (the load, the frames, the output's close)
+    p = _live_recording(tmp_path / "live.mp4", "--quiet", verbose=True)
     try:
         time.sleep(after)
         p.send_signal(signal.SIGINT)

@@ -314,10 +314,13 @@ class Daemon:
         for st in self.streams:
             salvage = getattr(st.output, "salvage", None)
             if salvage is None:
+                log.info("forced exit: stream %s has no file output to keep (%s)", st.name, type(st.output).__name__)
                 continue
             kept = salvage()
             if kept is not None:
                 log.warning("forced exit: the recording is in %s", kept)
+            else:
+                log.info("forced exit: nothing of %s was kept", st.output)
 
     def startup(self, max_frames: int | None = None) -> None:
         """Open the sources, load the models, open the outputs, start capture and control
