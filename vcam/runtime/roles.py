@@ -204,9 +204,15 @@ def build(
             engine["backend"] = "onnxruntime"  # unused: the remote engine replaces it
             return create_swapper(name, ops=ops, mask=mask, max_faces=batch, remote=remote_options(cfg, role, name), **engine)
         return create_swapper(
-            name, ops=ops, mask=mask, max_faces=batch, compile=cfg.pipeline.compile, threads=threads, short_lived=short_lived,
+            name,
+            ops=ops,
+            mask=mask,
+            max_faces=batch,
+            compile=cfg.pipeline.compile,
+            threads=threads,
+            short_lived=short_lived,
             **engine,
-        )  # fmt: skip
+        )
     if role == "recogniser":
         from vcam.stages.recognize import create_recogniser
 
