@@ -1,9 +1,10 @@
 """One typed, immutable config object built from config.toml plus CLI overrides.
 
 Precedence (later wins): built-in defaults < the config file < CLI flags. The file is, in order,
-``--config PATH``, ``$VCAM_CONFIG``, or ``config.toml`` in the user config dir (platformdirs) if it
-exists. Every setting is declared once, here, with its type, default, allowed range and doc; the
-shipped ``config.toml`` documents the same defaults and a test keeps the two in step.
+``--config PATH``, ``$VCAM_CONFIG``, or ``config.toml`` in the user config dir (platformdirs, through
+:mod:`vcam.platform.folders`) if it exists. Every setting is declared once, here, with its type,
+default, allowed range and doc; the shipped ``config.toml`` documents the same defaults and a test
+keeps the two in step.
 
 Errors name the file, table, key, what was expected and, for a likely typo, the nearest valid key.
 """
@@ -11,14 +12,12 @@ Errors name the file, table, key, what was expected and, for a likely typo, the 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import platformdirs
-
+from vcam.platform import folders
 from vcam.types import OPTIONAL_STAGES
 
 APP = "vcam"
@@ -482,23 +481,21 @@ class Config:
     # Derived paths -------------------------------------------------------------------------
     @property
     def faces_dir(self) -> Path:
-        return Path(self.faces.dir).expanduser() if self.faces.dir else Path(platformdirs.user_data_dir(APP)) / "faces"
+        return Path(self.faces.dir).expanduser() if self.faces.dir else folders.data_dir() / "faces"
 
     @property
     def models_dir(self) -> Path:
-        return Path(self.models.dir).expanduser() if self.models.dir else Path(platformdirs.user_data_dir(APP)) / "models"
+        return Path(self.models.dir).expanduser() if self.models.dir else folders.data_dir() / "models"
 
     @property
     def socket_path(self) -> Path:
-        """``[control] socket``, else ``$XDG_RUNTIME_DIR/vcam.sock``, else (su, ssh, cron: no runtime
-        dir) a folder under the user's home (``~/.local/state/vcam/run``), never a guessable /tmp
-        path another user could create first."""
+        """``[control] socket``, else ``vcam.sock`` in the runtime folder (``$XDG_RUNTIME_DIR``, else,
+        for su, ssh, cron or Windows, ``run`` in the user's state folder: ``~/.local/state/vcam/run``),
+        never a guessable /tmp path another user could create first. On Windows the file holds the
+        loopback port and token of the control transport (:mod:`vcam.platform.transport`)."""
         if self.control.socket:
             return Path(self.control.socket).expanduser()
-        base = os.environ.get("XDG_RUNTIME_DIR")
-        if base and os.path.isabs(base):
-            return Path(base) / "vcam.sock"
-        return Path(platformdirs.user_state_dir(APP)) / "run" / "vcam.sock"
+        return folders.runtime_dir() / "vcam.sock"
 
     @property
     def panel_file(self) -> Path:

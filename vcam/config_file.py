@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-import platformdirs
-
-from vcam.config import APP, SECTIONS, Config, Duration, StreamConfig
+from vcam.config import SECTIONS, Config, Duration, StreamConfig
 from vcam.errors import ConfigError
+from vcam.platform import folders
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +28,7 @@ def _section_types() -> dict[str, type]:
 
 
 def default_config_path() -> Path:
-    return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+    return folders.config_dir() / "config.toml"
 
 
 def nearest(key: str, options: list[str]) -> str:

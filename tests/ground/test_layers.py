@@ -13,6 +13,7 @@ PKG = Path(__file__).resolve().parents[2] / "vcam"
 
 # Lowest first. A module's layer is the longest prefix listed here.
 LAYERS: list[tuple[str, ...]] = [
+    ("vcam.platform",),
     ("vcam", "vcam.types", "vcam.errors", "vcam.config", "vcam.config_file", "vcam.state", "vcam.status", "vcam.align",
      "vcam.devices", "vcam.telemetry"),
     ("vcam.kernels",),

@@ -108,10 +108,8 @@ def serve(
         return
     import ipaddress
 
-    import platformdirs
-
-    from vcam.config import APP
     from vcam.errors import ConfigError, VcamError
+    from vcam.platform import folders
     from vcam.runtime.serve import TritonServer
 
     try:
@@ -127,7 +125,7 @@ def serve(
     cfg = load_config(config)
     try:
         if repo is None:
-            repo = Path(platformdirs.user_cache_dir(APP)) / "serve-repo"
+            repo = folders.cache_dir() / "serve-repo"
             _export(cfg, repo, models, fp16, uint8_input, max_batch, queue_delay_us, False)
         tls = (tls_cert, tls_key, tls_ca) if tls_cert else None
         server = TritonServer(

@@ -8,7 +8,7 @@ checked again on load (a renamed or hand-copied file with a stale key is rebuilt
 
 Cache directory: an explicit ``cache_dir``; else ``$VCAM_ENGINE_CACHE``; else ``engines/`` at the root of a source checkout
 (the folder with ``engines/README.md`` next to the ``vcam`` package); else the user cache dir
-(platformdirs) ``.../vcam/engines``. Files are written to a temporary name and renamed, so a crash
+(:mod:`vcam.platform.folders`) ``.../vcam/engines``. Files are written to a temporary name and renamed, so a crash
 never leaves a half-written plan under the final name.
 """
 
@@ -133,9 +133,9 @@ def default_cache_dir() -> Path:
     repo = Path(__file__).resolve().parents[2]
     if (repo / "engines" / "README.md").is_file() and (repo / "vcam").is_dir() and os.access(repo / "engines", os.W_OK):
         return repo / "engines"
-    import platformdirs
+    from vcam.platform import folders
 
-    return Path(platformdirs.user_cache_dir(APP)) / "engines"
+    return folders.cache_dir() / "engines"
 
 
 def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path:

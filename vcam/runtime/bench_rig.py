@@ -108,11 +108,10 @@ def _inswapper_file(model: str | None) -> Path:
     real architecture, random weights), built once per machine in the user cache dir."""
     if model:
         return Path(model)
-    import platformdirs
-
     from vcam.models import standin
+    from vcam.platform import folders
 
-    path = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "inswapper_128.onnx"
+    path = folders.cache_dir() / "bench" / "inswapper_128.onnx"
     if not path.is_file():
         standin.write("inswapper_128", path, seed=0)
     return path
@@ -153,15 +152,14 @@ def _models_dir(model: Path) -> Path:
     """A models folder holding ``model`` under the inswapper's registry name, and the recogniser the
     assembly loads with a neural swapper (its stand-in, when the folder has none: the bench gives the
     swapper its latents directly)."""
-    import platformdirs
-
     from vcam.models import registry, standin
+    from vcam.platform import folders
     from vcam.stages.recognize import DEFAULT_RECOGNISER
 
     file = registry.get("inswapper_128").file
     folder = Path(model).parent
     if Path(model).name != file:
-        folder = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "models"
+        folder = folders.cache_dir() / "bench" / "models"
         folder.mkdir(parents=True, exist_ok=True)
         link = folder / file
         if link.is_symlink() or link.exists():

@@ -26,10 +26,8 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
-import platformdirs
-
-from vcam.config import APP
 from vcam.errors import EngineUnavailable
+from vcam.platform import folders
 
 #: What the serving environment installs (one line each, as pip takes them).
 PINS = ("nvidia-pytriton==0.7.0", "numpy>=1.26,<2", "onnxruntime>=1.17,<2")
@@ -51,7 +49,7 @@ def env_dir() -> Path:
     if os.environ.get("VCAM_SERVE_ENV"):
         return Path(os.environ["VCAM_SERVE_ENV"]).expanduser()
     tag = hashlib.sha256(("\n".join(PINS) + ("+system" if _system_site() else "")).encode()).hexdigest()[:8]
-    return Path(platformdirs.user_cache_dir(APP)) / f"serve-env-{tag}"
+    return folders.cache_dir() / f"serve-env-{tag}"
 
 
 def _shared_lib(python: str) -> tuple[str, str] | None:
@@ -184,7 +182,7 @@ class TritonServer:
         else:  # the worker imports nothing of vcam's: the caller's path (numpy 2) must not shadow its own
             env.pop("PYTHONPATH", None)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
-        env.setdefault("PYTRITON_HOME", str(Path(platformdirs.user_cache_dir(APP)) / "pytriton"))
+        env.setdefault("PYTRITON_HOME", str(folders.cache_dir() / "pytriton"))
         self._log = open(log, "a") if log else None
         self.lines: deque[str] = deque(maxlen=200)
         self.proc = subprocess.Popen(

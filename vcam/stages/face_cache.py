@@ -25,9 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def root() -> Path:
-    import platformdirs
+    from vcam.platform import folders
 
-    return Path(platformdirs.user_cache_dir("vcam")) / "photo-faces"
+    return folders.cache_dir() / "photo-faces"
 
 
 def image_digest(image: np.ndarray) -> str:

@@ -32,13 +32,12 @@ def read_emap(model_path: str | Path) -> np.ndarray:
     the model lock trusts too; a changed file gets a new entry, an unreadable entry is rebuilt."""
     import io
 
-    import platformdirs
-
     from vcam.engines.cache import _atomic_write
+    from vcam.platform import folders
 
     path = Path(model_path)
     st = path.stat()
-    cached = Path(platformdirs.user_cache_dir("vcam")) / "emap" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.npy"
+    cached = folders.cache_dir() / "emap" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.npy"
     try:
         emap = np.load(cached, allow_pickle=False)
         if emap.shape == (512, 512) and emap.dtype == np.float32:
