@@ -12,8 +12,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from vcam.platform import WINDOWS
-
 #: Windows: the byte locked (a lock past the end of a file is allowed, and leaves its data readable).
 _FAR = 1 << 30
 #: Windows: how often a blocking lock asks again.
@@ -23,7 +21,7 @@ _POLL = 0.05
 def try_lock(fd: int) -> bool:
     """Take an exclusive lock on the open file ``fd`` for as long as it stays open; False, at once,
     when another process holds it. The file's position is left at 0."""
-    if WINDOWS:
+    if sys.platform == "win32":
         return _lock_windows(fd, wait=False)
     import fcntl
 
@@ -39,7 +37,7 @@ def hold(path: Path) -> Iterator[None]:
     """An exclusive lock on the file ``path`` (created when missing) while the block runs, waiting
     as long as another process holds it."""
     with open(path, "w") as fh:
-        if WINDOWS:
+        if sys.platform == "win32":
             _lock_windows(fh.fileno(), wait=True)
         else:
             import fcntl

@@ -95,13 +95,13 @@ def own_group(*, windows: bool = WINDOWS) -> dict[str, Any]:
 def stop_group(proc: subprocess.Popen, *, kill: bool = False) -> None:
     """Stop a child started with :func:`own_group` and everything in its group: POSIX SIGTERM (or,
     ``kill``, SIGKILL) to the group; Windows terminates the child. Gone already is fine."""
-    if WINDOWS:
+    if sys.platform == "win32":
         try:
             proc.kill() if kill else proc.terminate()
         except OSError:
             pass
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        except ProcessLookupError:
+            pass

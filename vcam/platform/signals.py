@@ -67,15 +67,14 @@ def ignore() -> None:
 def held() -> Iterator[None]:
     """The stop signals wait while the block runs and are handled when it ends (``pthread_sigmask``;
     where the OS has none, as Windows, they are handled at once)."""
-    block = getattr(signal, "pthread_sigmask", None)
-    if block is None:
+    if sys.platform == "win32" or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    block(signal.SIG_BLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
-        block(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 class ConsoleStop:
@@ -91,7 +90,7 @@ class ConsoleStop:
     def __call__(self, event: int) -> bool:
         if event not in CLOSE_EVENTS:
             return False
-        _thread.interrupt_main(self.signum)
+        _thread.interrupt_main(signal.Signals(self.signum))
         self._never.wait(self.grace)  # the process ends meanwhile (that ends this thread too)
         return True
 
