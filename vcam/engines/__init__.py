@@ -496,6 +496,8 @@ def create_engine(
         hint = "install PyTorch with CUDA (pytorch.org) or TensorRT, or use --device cpu"
     elif backend == "auto":
         hint = "install onnxruntime (pip install onnxruntime)"
+    elif backend in ACCELERATORS:
+        hint = f"install {INSTALL[backend]}; or use --device cpu"
     else:
         hint = "pick another backend with --backend, or auto"
     raise EngineUnavailable(f"no inference backend can run {label} on {device}: " + "; ".join(reasons), hint=hint)

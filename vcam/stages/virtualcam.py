@@ -112,7 +112,12 @@ def choose_backend(
     """
     system = _os(platform)
     if wanted == "auto":
-        wanted = {"linux": "v4l2loopback", "win32": "unitycapture" if device_name in unity_names() else "obs"}.get(system, "obs")
+        if system == "linux":
+            wanted = "v4l2loopback"
+        elif system == "win32" and device_name in unity_names():
+            wanted = "unitycapture"
+        else:
+            wanted = "obs"
     elif wanted not in BACKENDS:
         raise OutputError(f"unknown virtual camera backend {wanted!r}", hint=f"use auto, {', '.join(BACKENDS)}")
     if system not in PLATFORMS[wanted]:
