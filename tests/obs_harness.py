@@ -18,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from vcam.stages.outputs import OutputBase
+
 GLOBAL_INI = """\
 [General]
 FirstRun=true
@@ -204,26 +206,23 @@ class ObsInstance:
 COLOURS = {"alice": (0, 0, 255), "bob": (255, 0, 0), "carol": (0, 255, 0)}  # BGR, one per face
 
 
-class CapturingOutput:
+class CapturingOutput(OutputBase):
     """An output for ``Daemon(output=...)``: keeps the newest BGR frame and counts frames."""
 
     def __init__(self, width: int = 320, height: int = 240) -> None:
         from vcam.types import PixelFormat
 
+        super().__init__()
         self.fmt = PixelFormat.BGR
         self.width, self.height = width, height
-        self.frames = 0
         self.last = None
-        self.closed = False
+        self._ready = True
 
     def send(self, data) -> None:
         import numpy as np
 
         self.last = np.array(data, copy=True)
         self.frames += 1
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def solid_faces(names=("alice", "bob")):

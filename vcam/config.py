@@ -281,6 +281,12 @@ class MaskConfig:
 class OutputConfig:
     target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, or null.")
     device_name: str = _opt("FastSwap Cam", "Virtual camera name (Linux: the v4l2loopback card label).")
+    backend: Literal["auto", "v4l2loopback", "unitycapture", "obs"] = _opt(
+        "auto",
+        "Virtual camera backend. auto: v4l2loopback on Linux; on Windows Unity Capture when it is registered under "
+        "device_name (apps list that name), else OBS's virtual camera (apps list \"OBS Virtual Camera\" and OBS's own "
+        "virtual camera must be off); on macOS OBS's. `vcam check` says which one works here.",
+    )
     pixel_format: Literal["auto", "I420", "NV12", "RGB"] = _opt(
         "auto", "Virtual camera pixel format (auto: what the device takes)."
     )

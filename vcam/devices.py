@@ -10,16 +10,24 @@ The virtual camera is found by its card label only; this module never picks "som
 because writing into another program's loopback device (OBS's, a screen share's) would hijack it.
 
 Elsewhere (Windows, macOS) there is no sysfs: :func:`list_video_devices` returns an empty list
-unless ``probe=True``, which opens OpenCV indices ``0..probe_count-1`` one by one.
+unless ``probe=True``, which opens OpenCV indices ``0..probe_count-1`` one by one through the
+platform's capture API (:func:`capture_apis`: DirectShow, then Media Foundation on Windows).
+
+Windows virtual cameras are DirectShow filters registered under ``HKEY_CLASSES_ROOT\\CLSID``:
+:func:`unity_capture_names` and :func:`obs_camera_registered` read that (through ``winreg``, only
+where it exists; anywhere else they find nothing) and never open a device.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SYSFS_ROOT = Path("/sys/class/video4linux")
 DEFAULT_LABEL = "FastSwap Cam"
@@ -81,29 +89,65 @@ def _sysfs_devices(sysfs_root: Path) -> list[VideoDevice]:
     return sorted(out, key=lambda d: d.index)
 
 
-def _probe_opencv(count: int) -> list[VideoDevice]:  # pragma: no cover - needs real cameras
+#: OpenCV's capture APIs per platform, tried in order (``cv2`` constant names). Windows: DirectShow
+#: first, which honours a requested MJPG format and opens at once; Media Foundation when DirectShow
+#: cannot open the camera.
+CAPTURE_APIS: dict[str, tuple[tuple[str, str], ...]] = {
+    "linux": (("V4L2", "CAP_V4L2"),),
+    "win32": (("DirectShow", "CAP_DSHOW"), ("Media Foundation", "CAP_MSMF")),
+    "darwin": (("AVFoundation", "CAP_AVFOUNDATION"),),
+}
+
+
+def capture_apis(platform: str = sys.platform) -> tuple[tuple[str, str], ...]:
+    """``(label, cv2 constant name)`` of the capture APIs to try on ``platform``, in order
+    (OpenCV's own choice, ``CAP_ANY``, where none is listed)."""
+    key = "linux" if platform.startswith("linux") else platform
+    return CAPTURE_APIS.get(key, (("default", "CAP_ANY"),))
+
+
+def _probe_opencv(count: int, platform: str = sys.platform, opener: Callable[[int, int], Any] | None = None) -> list[VideoDevice]:
+    """Cameras ``0..count-1`` that open through the first capture API of ``platform`` that opens
+    any (``opener(index, api)``: default ``cv2.VideoCapture``). OpenCV gives no names: a camera is
+    ``camera N (API)``."""
     import cv2
 
-    out = []
-    for i in range(count):
-        cap = cv2.VideoCapture(i)
-        try:
-            if cap.isOpened():
-                out.append(VideoDevice(path=str(i), name=f"camera {i}", index=i, is_loopback=False))
-        finally:
-            cap.release()
-    return out
+    open_ = opener or cv2.VideoCapture
+    for label, const in capture_apis(platform):
+        out = []
+        for i in range(count):
+            cap = open_(i, int(getattr(cv2, const)))
+            try:
+                if cap.isOpened():
+                    out.append(VideoDevice(path=str(i), name=f"camera {i} ({label})", index=i, is_loopback=False))
+            finally:
+                cap.release()
+        if out:
+            return out
+    return []
 
 
-def list_video_devices(sysfs_root: Path = SYSFS_ROOT, *, probe: bool = False, probe_count: int = 4) -> list[VideoDevice]:
+def list_video_devices(
+    sysfs_root: Path = SYSFS_ROOT,
+    *,
+    probe: bool = False,
+    probe_count: int = 4,
+    platform: str = sys.platform,
+    opener: Callable[[int, int], Any] | None = None,
+) -> list[VideoDevice]:
     """Every video node, cameras and loopback devices alike, sorted by index.
 
     Linux: read from ``sysfs_root``; nothing is opened. Elsewhere: ``[]`` unless ``probe`` is true,
-    then OpenCV indices ``0..probe_count-1`` are opened one at a time (slow, lights cameras up).
+    then OpenCV indices ``0..probe_count-1`` are opened one at a time (slow, lights cameras up)
+    through :func:`capture_apis` (``opener``: see :func:`_probe_opencv`), and on Windows the
+    registered virtual cameras follow (:func:`registered_virtual_cameras`). DirectShow lists the
+    virtual cameras among the indices too, and OpenCV names none of them.
     """
-    if is_linux() or Path(sysfs_root) != SYSFS_ROOT:
+    if platform.startswith("linux") or Path(sysfs_root) != SYSFS_ROOT:
         return _sysfs_devices(Path(sysfs_root))
-    return _probe_opencv(probe_count) if probe else []
+    if not probe:
+        return []
+    return _probe_opencv(probe_count, platform, opener) + (registered_virtual_cameras() if platform == "win32" else [])
 
 
 def list_cameras(sysfs_root: Path = SYSFS_ROOT, *, probe: bool = False) -> list[VideoDevice]:
@@ -146,15 +190,57 @@ def modprobe_hint(label: str = DEFAULT_LABEL, sysfs_root: Path = SYSFS_ROOT) -> 
     return f'sudo modprobe v4l2loopback video_nr={free_video_nr(sysfs_root)} card_label="{quoted}" exclusive_caps=1'
 
 
-def virtual_camera_hint(label: str = DEFAULT_LABEL, sysfs_root: Path = SYSFS_ROOT) -> str:
-    """How to create the virtual camera on this platform (one line)."""
-    if sys.platform == "win32":
-        return "install OBS Studio and click 'Start Virtual Camera' once (or install Unity Capture)"
-    if sys.platform == "darwin":
-        return "install OBS Studio, click 'Start Virtual Camera' once and allow its camera extension"
-    return modprobe_hint(label, sysfs_root)
-
-
 def describe_devices(devices: list[VideoDevice]) -> str:
     """``0 (Integrated Camera), 2 (USB Cam)`` or ``none``."""
     return ", ".join(f"{d.index} ({d.name})" for d in devices) or "none"
+
+
+# -- Windows: DirectShow virtual cameras in the registry ---------------------------------------------
+
+#: Unity Capture's capture filter: device ``n`` (0-based) is ``HKEY_CLASSES_ROOT\CLSID\{...E700XX}``
+#: with XX = 0x10 + n + (1 if n else 0) for the 64-bit filter (0x20 + ... for the 32-bit one: the
+#: filter's own numbering, which pyvirtualcam reads the same way); the key's default value is the
+#: name apps list (``/i:UnityCaptureName=NAME`` at registration, "Unity Video Capture" without).
+UNITY_CAPTURE_KEY = "CLSID\\{{5C2CD55C-92AD-4999-8666-912BD3E700{:02X}}}"
+UNITY_CAPTURE_DEVICES = 74  # the filter's most devices ('z' - '0')
+#: OBS Studio's virtual camera filter (registered by OBS 26+ at install).
+OBS_CAMERA_KEY = "CLSID\\{A3FCE0F5-3493-419F-958A-ABA1250EC20B}"
+
+
+def registry_default(key: str) -> str | None:
+    """The default value of ``HKEY_CLASSES_ROOT\\key`` ('' when it has none), None when the key is
+    absent or this is not Windows (no ``winreg``)."""
+    try:
+        import winreg
+    except ImportError:
+        return None
+    try:
+        return winreg.QueryValue(winreg.HKEY_CLASSES_ROOT, key)  # type: ignore[attr-defined,unused-ignore]
+    except OSError:
+        return None
+
+
+def unity_capture_names(read: Callable[[str], str | None] = registry_default) -> list[str]:
+    """The names Unity Capture's devices are registered under, in device order (``[]``: not
+    registered, or not Windows). ``read``: :func:`registry_default` (tests pass a fake registry)."""
+    base = 0x10 if struct.calcsize("P") == 8 else 0x20
+    names = []
+    for n in range(UNITY_CAPTURE_DEVICES):
+        name = read(UNITY_CAPTURE_KEY.format(base + n + (1 if n else 0)))
+        if name:
+            names.append(name.strip())
+    return names
+
+
+def obs_camera_registered(read: Callable[[str], str | None] = registry_default) -> bool:
+    """Whether OBS Studio's virtual camera filter is registered (Windows)."""
+    return read(OBS_CAMERA_KEY) is not None
+
+
+def registered_virtual_cameras(read: Callable[[str], str | None] = registry_default) -> list[VideoDevice]:
+    """Windows: the virtual cameras registered here, as apps list them: Unity Capture's devices
+    (``path`` "Unity Capture") and OBS's (``path`` "OBS"); ``index`` -1 (not an OpenCV index)."""
+    found = [VideoDevice(path="Unity Capture", name=n, index=-1, is_loopback=True) for n in unity_capture_names(read)]
+    if obs_camera_registered(read):
+        found.append(VideoDevice(path="OBS", name="OBS Virtual Camera", index=-1, is_loopback=True))
+    return found

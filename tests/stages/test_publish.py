@@ -21,9 +21,10 @@ from pyvirtualcam.util import decode_fourcc, encode_fourcc
 from vcam.config import OutputConfig
 from vcam.errors import OutputError
 from vcam.kernels.convert import from_bgr_ref, to_bgr_ref
-from vcam.stages.outputs import NullOutput, VirtualCamOutput, prepare
+from vcam.stages.outputs import NullOutput, prepare
 from vcam.stages.publish import open_output
 from vcam.stages.recording import FileOutput
+from vcam.stages.virtualcam import VirtualCamOutput
 from vcam.types import PixelFormat
 
 BACKEND = "vcam-test-capture"
@@ -111,7 +112,7 @@ def test_vcam_delivers_configured_format_size_and_count(fmt, backend, sysfs):
     sink: list[dict] = []
     cfg = OutputConfig(target="vcam", pixel_format=fmt)
     frames = frames_bgr(6, 64, 48)
-    with open_output(cfg, 64, 48, 25.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}) as out:
+    with open_output(cfg, 64, 48, 25.0, sysfs_root=sysfs, writer=backend, writer_options={"sink": sink}) as out:
         assert isinstance(out, VirtualCamOutput)
         assert (out.fmt, out.width, out.height) == (PixelFormat(fmt), 64, 48)
         for f in frames:
@@ -131,9 +132,7 @@ def test_vcam_delivers_configured_format_size_and_count(fmt, backend, sysfs):
 def test_vcam_auto_switches_to_the_native_format(backend, sysfs):
     sink: list[dict] = []
     cfg = OutputConfig(target="vcam", pixel_format="auto")
-    with open_output(
-        cfg, 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink, "native": "NV12"}
-    ) as out:
+    with open_output(cfg, 32, 16, 30.0, sysfs_root=sysfs, writer=backend, writer_options={"sink": sink, "native": "NV12"}) as out:
         assert out.fmt is PixelFormat.NV12 and out.native_fmt is PixelFormat.NV12
         out.send_bgr(np.zeros((16, 32, 3), np.uint8))
     first, second = sink
@@ -144,7 +143,7 @@ def test_vcam_auto_switches_to_the_native_format(backend, sysfs):
 def test_vcam_auto_keeps_i420_when_native(backend, sysfs):
     sink: list[dict] = []
     with open_output(
-        OutputConfig(target="vcam"), 32, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}
+        OutputConfig(target="vcam"), 32, 16, 30.0, sysfs_root=sysfs, writer=backend, writer_options={"sink": sink}
     ) as out:
         assert out.fmt is PixelFormat.I420
     assert len(sink) == 1
@@ -160,8 +159,8 @@ def test_vcam_odd_size(fmt, size, backend, sysfs):
         49,
         30.0,
         sysfs_root=sysfs,
-        backend=backend,
-        backend_options={"sink": sink},
+        writer=backend,
+        writer_options={"sink": sink},
     ) as out:
         assert (out.width, out.height) == size
         out.send_bgr(f)
@@ -174,7 +173,7 @@ def test_vcam_missing_device_gives_the_modprobe_fix(backend, tmp_path):
     sink: list[dict] = []
     root = make_sysfs(tmp_path / "sys", {2: "OBS Virtual Camera"})
     with pytest.raises(OutputError, match=r'no virtual camera named "FastSwap Cam" found') as ei:
-        open_output(OutputConfig(target="vcam"), 64, 48, 30.0, sysfs_root=root, backend=backend, backend_options={"sink": sink})
+        open_output(OutputConfig(target="vcam"), 64, 48, 30.0, sysfs_root=root, writer=backend, writer_options={"sink": sink})
     assert ei.value.hint == MODPROBE
     assert '/dev/video2 "OBS Virtual Camera"' in ei.value.message and "left alone" in ei.value.message
     assert sink == []  # the other loopback device was never opened
@@ -188,8 +187,8 @@ def test_vcam_missing_device_without_v4l2loopback(backend, tmp_path):
             48,
             30.0,
             sysfs_root=tmp_path / "nothing",
-            backend=backend,
-            backend_options={"sink": []},
+            writer=backend,
+            writer_options={"sink": []},
         )
     assert ei.value.hint == MODPROBE
     assert str(ei.value) == f'no virtual camera named "FastSwap Cam" found ({MODPROBE})'
@@ -199,7 +198,7 @@ def test_vcam_custom_name(backend, tmp_path):
     sink: list[dict] = []
     root = make_sysfs(tmp_path / "sys", {3: "FastSwap Cam", 5: "Studio Cam"})
     cfg = OutputConfig(target="vcam", device_name="Studio Cam", pixel_format="RGB")
-    with open_output(cfg, 16, 16, 30.0, sysfs_root=root, backend=backend, backend_options={"sink": sink}):
+    with open_output(cfg, 16, 16, 30.0, sysfs_root=root, writer=backend, writer_options={"sink": sink}):
         pass
     assert sink[0]["device"] == "/dev/video5"
 
@@ -214,14 +213,14 @@ def test_vcam_backend_failure_is_an_output_error(backend, sysfs):
             16,
             30.0,
             sysfs_root=sysfs,
-            backend=backend,
-            backend_options={"sink": [], "fail": "device busy"},
+            writer=backend,
+            writer_options={"sink": [], "fail": "device busy"},
         )
 
 
 def test_vcam_unknown_backend(sysfs):
     with pytest.raises(OutputError, match="unknown pyvirtualcam backend 'nope'"):
-        open_output(OutputConfig(target="vcam"), 16, 16, 30.0, sysfs_root=sysfs, backend="nope")
+        open_output(OutputConfig(target="vcam"), 16, 16, 30.0, sysfs_root=sysfs, writer="nope")
 
 
 def test_vcam_rejects_wrong_shapes_and_sends_after_close(backend, sysfs):
@@ -232,8 +231,8 @@ def test_vcam_rejects_wrong_shapes_and_sends_after_close(backend, sysfs):
         16,
         30.0,
         sysfs_root=sysfs,
-        backend=backend,
-        backend_options={"sink": sink},
+        writer=backend,
+        writer_options={"sink": sink},
     )
     with pytest.raises(ValueError, match=r"unexpected frame shape: \(16, 32, 3\) != \(24, 32\)"):
         out.send(np.zeros((16, 32, 3), np.uint8))
@@ -247,7 +246,7 @@ def test_vcam_rejects_wrong_shapes_and_sends_after_close(backend, sysfs):
 def test_vcam_output_fps_from_config(backend, sysfs):
     sink: list[dict] = []
     with open_output(
-        OutputConfig(target="vcam", fps=15.0), 16, 16, 30.0, sysfs_root=sysfs, backend=backend, backend_options={"sink": sink}
+        OutputConfig(target="vcam", fps=15.0), 16, 16, 30.0, sysfs_root=sysfs, writer=backend, writer_options={"sink": sink}
     ) as out:
         assert out.fps == 15.0
     assert sink[0]["fps"] == 15.0

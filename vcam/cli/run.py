@@ -412,10 +412,10 @@ def check(config: Optional[Path] = ConfigOpt) -> None:
 
 @app.command()
 def devices() -> None:
-    """List cameras and virtual cameras."""
+    """List cameras and virtual cameras (Windows and macOS: opens camera indices 0-3 to find them)."""
     from vcam.devices import list_video_devices
 
-    devs = list_video_devices()
+    devs = list_video_devices(probe=True)
     if not devs:
         out.print("no video devices found")
         return

@@ -19,7 +19,9 @@ Backends are registered as lazy ``"module:Class"`` strings in :data:`BACKENDS`, 
 package never imports TensorRT, PyTorch or onnxruntime. :func:`create_engine` tries them in
 :func:`backend_order` (``auto`` on CUDA: TensorRT, PyTorch, onnxruntime's CUDA provider; on the
 CPU: onnxruntime, PyTorch) and raises :class:`~vcam.errors.EngineUnavailable` with every reason
-when none works.
+when none works. ``directml`` and ``coreml`` are onnxruntime on those providers (:data:`ACCELERATORS`)
+with host arrays in and out (``device`` "cpu"): the runtime picks one for ``--device auto`` without a
+CUDA GPU where onnxruntime offers it (:func:`accelerator_here`).
 
 The torch backend's compiled artifacts cross one seam, typed here: the engine is handed a
 :class:`CompiledArtifacts` loader (built by :func:`vcam.engines.compiled.torch_engine`, the factory
@@ -52,6 +54,8 @@ BACKENDS: dict[str, str] = {
     "tensorrt": "vcam.engines.tensorrt:TensorRTEngine",
     "torch": "vcam.engines.torch:TorchEngine",
     "onnxruntime": "vcam.engines.ort:OrtEngine",
+    "directml": "vcam.engines.ort:DirectMLEngine",
+    "coreml": "vcam.engines.ort:CoreMLEngine",
 }
 
 #: Backends whose engines are made by a factory rather than their class (it builds what the engine
@@ -72,7 +76,51 @@ INSTALL = {
     "torch": "PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]')",
     "onnxruntime": "onnxruntime-gpu for CUDA (the CPU build is always installed)",
     "onnx2torch": "pip install 'fastswap-cam[convert]' (onnx2torch, for models without a native module)",
+    "directml": (
+        "onnxruntime-directml: pip uninstall onnxruntime, then pip install onnxruntime-directml "
+        "(the two packages conflict: keep only one)"
+    ),
+    "coreml": "onnxruntime with its CoreML provider: pip install --force-reinstall onnxruntime (PyPI's macOS build has it)",
 }
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """An onnxruntime execution provider beyond CUDA that runs the models while the pixels stay on
+    the CPU: ``backend`` (its engine backend, an :class:`~vcam.engines.ort.OrtEngine` asking for
+    ``provider`` first), ``label`` (for messages), ``platform`` (the ``sys.platform`` it ships for)."""
+
+    backend: str
+    provider: str
+    label: str
+    platform: str
+
+    @property
+    def install(self) -> str:
+        return INSTALL[self.backend]
+
+
+#: Accelerators ``--device auto`` uses without a CUDA GPU (:func:`accelerator_here`), in order.
+ACCELERATORS: dict[str, Accelerator] = {
+    "directml": Accelerator("directml", "DmlExecutionProvider", "DirectML", "win32"),
+    "coreml": Accelerator("coreml", "CoreMLExecutionProvider", "CoreML", "darwin"),
+}
+
+
+def available_providers() -> list[str]:
+    """onnxruntime's execution providers here (``[]`` when onnxruntime does not import)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return []
+    return list(ort.get_available_providers())
+
+
+def accelerator_here(providers: Sequence[str] | None = None) -> Accelerator | None:
+    """The first accelerator whose provider is among ``providers`` (default: onnxruntime's own
+    list, :func:`available_providers`), or None."""
+    have = available_providers() if providers is None else list(providers)
+    return next((a for a in ACCELERATORS.values() if a.provider in have), None)
 
 
 def _as_dtype(dtype: Any) -> np.dtype:
@@ -351,9 +399,10 @@ def _try(
         return None, True, "available"
     make: Callable[..., Engine] = _resolve(FACTORIES[name]) if name in FACTORIES else cls
     extra: dict[str, Any] = {"compile": compile} if name in FACTORIES else {}
-    if threads and name == "onnxruntime":
+    onnxruntime = name == "onnxruntime" or name in ACCELERATORS
+    if threads and onnxruntime:
         extra["threads"] = int(threads)
-    if short_lived and name == "onnxruntime":
+    if short_lived and onnxruntime:
         extra["short_lived"] = True
     try:
         engine = make(
@@ -447,13 +496,17 @@ def create_engine(
         hint = "install PyTorch with CUDA (pytorch.org) or TensorRT, or use --device cpu"
     elif backend == "auto":
         hint = "install onnxruntime (pip install onnxruntime)"
+    elif backend in ACCELERATORS:
+        hint = f"install {INSTALL[backend]}; or use --device cpu"
     else:
         hint = "pick another backend with --backend, or auto"
     raise EngineUnavailable(f"no inference backend can run {label} on {device}: " + "; ".join(reasons), hint=hint)
 
 
 __all__ = [
+    "ACCELERATORS",
     "AUTO_ORDER",
+    "Accelerator",
     "BACKENDS",
     "Backend",
     "CompileHost",
@@ -465,6 +518,8 @@ __all__ = [
     "Items",
     "Loaded",
     "TensorInfo",
+    "accelerator_here",
+    "available_providers",
     "backend_order",
     "check_feeds",
     "create_engine",

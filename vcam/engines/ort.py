@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.engines import Epilogue, TensorInfo, check_feeds, reused_inputs
+from vcam.engines import ACCELERATORS, Accelerator, Epilogue, TensorInfo, check_feeds, reused_inputs
 from vcam.engines.onnx_graph import ModelSource, source_name
 from vcam.errors import EngineUnavailable, ModelError
 
@@ -81,16 +81,26 @@ def _dims(shape: list) -> tuple:
 
 
 class OrtEngine:
-    """One onnxruntime ``InferenceSession`` (see :class:`vcam.engines.Engine`)."""
+    """One onnxruntime ``InferenceSession`` (see :class:`vcam.engines.Engine`). ``provider``: the
+    execution provider the session really runs on first (``get_providers()[0]``)."""
 
     backend = "onnxruntime"
+    #: The provider asked for before the CPU's on device "cpu" (:class:`DirectMLEngine`, :class:`CoreMLEngine`).
+    accelerator: Accelerator | None = None
 
-    @staticmethod
-    def unavailable_reason(device: str = "cpu") -> str | None:
+    @classmethod
+    def unavailable_reason(cls, device: str = "cpu") -> str | None:
         try:
             import onnxruntime as ort
         except ImportError:
             return "onnxruntime not installed"
+        acc = cls.accelerator
+        if acc is not None:
+            if device != "cpu":
+                return f"{acc.label} takes the models of a CPU pipeline (device cpu), not {device}"
+            if acc.provider not in ort.get_available_providers():
+                return f"onnxruntime has no {acc.label} provider here ({acc.provider})"
+            return None
         if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
             return "onnxruntime has no CUDA provider here (the CPU build is installed)"
         if device not in ("cpu", "cuda"):
@@ -114,14 +124,18 @@ class OrtEngine:
 
         reason = self.unavailable_reason(device)
         if reason:
-            raise EngineUnavailable(reason, hint="install onnxruntime-gpu, or use --device cpu")
+            acc = self.accelerator
+            raise EngineUnavailable(
+                reason, hint=f"install {acc.install}" if acc else "install onnxruntime-gpu, or use --device cpu"
+            )
         self.name = source_name(model, name)
         self.model_path = None if isinstance(model, (bytes, bytearray)) else Path(model)
         self.max_batch = int(max_batch)
         self.precision = "fp32"
         self.epilogue = epilogue
         self.skipped: list[str] = []
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+        first = "CUDAExecutionProvider" if device == "cuda" else (self.accelerator.provider if self.accelerator else "")
+        providers = [first, "CPUExecutionProvider"] if first else ["CPUExecutionProvider"]
         if self.model_path is not None and not self.model_path.is_file():
             raise ModelError(f"model file not found: {self.model_path}", hint="run `vcam models pull NAME`")
         src = bytes(model) if isinstance(model, (bytes, bytearray)) else str(self.model_path)
@@ -130,17 +144,21 @@ class OrtEngine:
         # A short-lived engine (seconds of a hand-over start) neither reads nor writes it: the basic
         # optimisations alone open the 550 MB inswapper in 0.9-1.3 s on that host against 1.2-3.6 s
         # for the cached graph and 8 s to write it on a fresh H200 host, and run it as fast.
-        keep = device == "cpu" and not short_lived
+        keep = device == "cpu" and not short_lived and self.accelerator is None  # a CPU graph (its layouts) only
         optimized = optimized_path(self.model_path, cache_dir) if keep and self.model_path is not None else None
         session = self._cached_session(ort, optimized, providers, threads) if optimized is not None else None
         if session is None:
             session = self._new_session(ort, src, providers, threads, optimized, basic=short_lived)
         self.session = session
         got = self.session.get_providers()
-        self.device = "cuda" if got and got[0] == "CUDAExecutionProvider" else "cpu"
-        if device == "cuda" and self.device != "cuda":
+        self.provider = got[0] if got else "CPUExecutionProvider"
+        self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+        if first and self.provider != first:
             log.warning(
-                "onnxruntime was asked to run %s on CUDA but runs it on the CPU (providers: %s)", self.name, ", ".join(got)
+                "onnxruntime was asked to run %s on %s but runs it on the CPU (providers: %s)",
+                self.name,
+                "CUDA" if device == "cuda" else first,
+                ", ".join(got),
             )
         self.inputs = [TensorInfo(i.name, _dims(i.shape), i.type) for i in self.session.get_inputs()]
         raw = [TensorInfo(o.name, _dims(o.shape), o.type) for o in self.session.get_outputs()]
@@ -149,11 +167,13 @@ class OrtEngine:
         self.item_batch = self.inputs[0].fixed_batch if self.inputs else None
         self._storage: dict[tuple, np.ndarray] = {}
 
-    @staticmethod
-    def _options(ort: Any, threads: int, level: Any) -> Any:
+    def _options(self, ort: Any, threads: int, level: Any) -> Any:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = level
         opts.log_severity_level = 3
+        if self.accelerator is not None and self.accelerator.backend == "directml":
+            opts.enable_mem_pattern = False  # the DirectML provider refuses memory patterns and parallel runs
+            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         # Idle worker threads sleep instead of spinning between calls: on a small CPU a spinning
         # worker held a whole core between frames (the daemon's frame rate swung 30-80 fps on 2 cores).
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -217,6 +237,8 @@ class OrtEngine:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def describe(self) -> str:
+        if self.accelerator is not None and self.provider == self.accelerator.provider:
+            return f"onnxruntime {self.precision} on {self.accelerator.label} ({self.provider})"
         return f"onnxruntime {self.precision} on {self.device}"
 
     def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]:
@@ -261,4 +283,18 @@ class OrtEngine:
         return f"OrtEngine({self.name!r}, {self.describe()})"
 
 
-__all__ = ["OrtEngine"]
+class DirectMLEngine(OrtEngine):
+    """onnxruntime on DirectML (Windows, ``onnxruntime-directml``), the CPU's provider behind it."""
+
+    backend = "directml"
+    accelerator = ACCELERATORS["directml"]
+
+
+class CoreMLEngine(OrtEngine):
+    """onnxruntime on CoreML (macOS), the CPU's provider behind it."""
+
+    backend = "coreml"
+    accelerator = ACCELERATORS["coreml"]
+
+
+__all__ = ["CoreMLEngine", "DirectMLEngine", "OrtEngine"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
 from vcam.runtime import roles as _roles
+from vcam.runtime.device import PIXELS, accelerator, resolve_device
 from vcam.runtime.roles import stage_params
 from vcam.state import RuntimeState
 from vcam.types import PixelFormat
@@ -45,9 +46,6 @@ ROLES = _roles.ROLES
 MAX_BATCH = _roles.MAX_BATCH
 model_names = _roles.model_names
 
-#: What the array stages (convert, warp, paste) run on, per device.
-PIXELS = {"cpu": "NumPy/OpenCV", "cuda": "CuPy kernels (kernels/*.cu)"}
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -60,38 +58,15 @@ class Placement:
     ok: bool = True
 
 
-def resolve_device(cfg: Config) -> tuple[str, str]:
-    """(``cpu`` | ``cuda``, why). ``cuda`` needs CuPy with a device and a CUDA inference backend
-    (``[pipeline] backend``); ``--device cuda`` without them raises DeviceError naming the fix,
-    ``auto`` falls back to the CPU and says why."""
-    from vcam.engines import explain_backends
-    from vcam.ops import cuda_status
-
-    want = cfg.pipeline.device
-    if want == "cpu":
-        return "cpu", "--device cpu"
-    ok, why = cuda_status()
-    if ok:
-        rows = explain_backends(device="cuda", backend=cfg.pipeline.backend, first=True)  # no import past the first
-        if not any(r[1] for r in rows):
-            ok, why = False, "no CUDA inference backend (" + "; ".join(f"{n}: {r}" for n, _, r in rows) + ")"
-    if ok:
-        return "cuda", "a CUDA GPU with CuPy and a CUDA inference backend"
-    if want == "cuda":
-        raise DeviceError(
-            f"--device cuda asked, but {why}",
-            hint="install CuPy (pip install 'fastswap-cam[cuda13]') and PyTorch with CUDA, or use --device cpu",
-        )
-    return "cpu", f"no usable GPU: {why}"
-
-
 def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
     """(device, why, placements) as ``vcam run`` would choose them, without loading a model."""
     from vcam.engines import explain_backends
     from vcam.stages.swap import BUILT_IN
 
     device, why = resolve_device(cfg)
-    rows = {d: explain_backends(device=d, backend=cfg.pipeline.backend) for d in {device, "cpu"}}
+    acc = accelerator(cfg, device)
+    backend = acc.backend if acc is not None else cfg.pipeline.backend
+    rows = {d: explain_backends(device=d, backend=backend if d == device else cfg.pipeline.backend) for d in {device, "cpu"}}
     out = []
     for role, name in model_names(cfg).items():
         if role == "swapper" and name in BUILT_IN:
@@ -107,7 +82,8 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
             out.append(Placement(role, name, f"no backend on {device} ({reasons})", ok=False))
         else:
             note = "" if place == device else " (fallback: off the hot path)"
-            out.append(Placement(role, name, f"{picked} on {place}{note}"))
+            runs = f"onnxruntime on {acc.label} ({acc.provider})" if acc is not None and picked == acc.backend else picked
+            out.append(Placement(role, name, f"{runs} on {place}{note}"))
     return device, why, out
 
 
@@ -580,13 +556,11 @@ def share_faces(state: RuntimeState, others: list[RuntimeState]) -> None:
 __all__ = [
     "Assembly",
     "MAX_BATCH",
-    "PIXELS",
     "Placement",
     "ROLES",
     "build",
     "load_faces",
     "model_names",
     "plan",
-    "resolve_device",
     "share_faces",
 ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from vcam.config import Config
 
@@ -67,7 +69,7 @@ def check_device(cfg: Config) -> list[CheckItem]:
     """Where frames will run and why (the same resolution ``vcam run`` uses), and the pieces behind it."""
     from vcam.engines import INSTALL, explain_backends
     from vcam.errors import DeviceError
-    from vcam.runtime.assemble import PIXELS, resolve_device
+    from vcam.runtime.device import PIXELS, resolve_device
 
     items = []
     try:
@@ -76,6 +78,7 @@ def check_device(cfg: Config) -> list[CheckItem]:
     except DeviceError as exc:
         items.append(CheckItem("device", "fail", exc.message, exc.hint or ""))
         device = "cuda"
+    items.extend(check_accelerator(cfg, device))
     for dev in dict.fromkeys([device, "cpu"]):
         rows = explain_backends(device=dev, backend=cfg.pipeline.backend)
         picked = next((name for name, ok, _ in rows if ok), None)
@@ -91,37 +94,89 @@ def check_device(cfg: Config) -> list[CheckItem]:
     return items
 
 
-def check_virtual_camera(cfg: Config) -> list[CheckItem]:
-    label = cfg.output.device_name
-    if sys.platform.startswith("linux"):
-        from vcam.devices import find_virtual_camera, modprobe_hint
+def check_accelerator(
+    cfg: Config, device: str, *, platform: str = sys.platform, providers: list[str] | None = None
+) -> list[CheckItem]:
+    """The provider the onnxruntime models run on beside a CPU pipeline (DirectML on Windows, CoreML
+    on macOS), or the package that brings it where it is missing. ``providers``: in place of
+    onnxruntime's own list (tests)."""
+    from vcam.engines import ACCELERATORS, accelerator_here, available_providers
+    from vcam.runtime.device import accelerator
 
-        dev = find_virtual_camera(label)
-        if dev is None:
-            return [CheckItem("virtual camera", "fail", f'no v4l2loopback device labelled "{label}"', modprobe_hint(label))]
-        return [CheckItem("virtual camera", "ok", f'{dev.path} is "{label}"')]
-    if sys.platform == "win32":
-        return [
-            CheckItem(
-                "virtual camera",
-                "info",
-                "Windows: uses OBS Virtual Camera or Unity Capture",
-                "install OBS Studio and start its Virtual Camera once, or install Unity Capture",
-            )
-        ]
+    if device != "cpu":
+        return []
+    have = available_providers() if providers is None else providers
+    acc = accelerator(cfg, device, providers=have)
+    if acc is not None:
+        return [CheckItem("accelerator", "ok", f"the onnxruntime models run on {acc.label} ({acc.provider}); pixels on the CPU")]
+    here = accelerator_here(have)
+    if here is not None:  # --device cpu, or a backend other than onnxruntime
+        why = "--device cpu" if cfg.pipeline.device == "cpu" else f"backend {cfg.pipeline.backend}"
+        return [CheckItem("accelerator", "info", f"{here.label} is here, unused ({why}); --device auto uses it")]
+    wanted = next((a for a in ACCELERATORS.values() if a.platform == platform), None)
+    if wanted is None:
+        return []
+    listed = ", ".join(have) or "onnxruntime does not import"
     return [
         CheckItem(
-            "virtual camera",
+            "accelerator",
             "info",
-            f"{platform.system()}: uses OBS's camera extension",
-            "install OBS Studio 30+ and start its Virtual Camera once",
+            f"onnxruntime has no {wanted.label} provider here ({listed}): the models run on the CPU",
+            wanted.install,
         )
     ]
 
 
-def check_cameras() -> list[CheckItem]:
+def check_virtual_camera(
+    cfg: Config,
+    *,
+    platform: str = sys.platform,
+    unity_names: Callable[[], list[str]] | None = None,
+    obs_registered: Callable[[], bool] | None = None,
+    sysfs_root: Path | None = None,
+) -> list[CheckItem]:
+    """Which virtual camera backend ``[output] backend`` takes here, and the exact step for a
+    missing one (the platform and the Windows registry probes are parameters, for tests)."""
+    from vcam import devices
+    from vcam.errors import OutputError
+    from vcam.stages.virtualcam import OBS_CAMERA, choose_backend, setup_hint, unity_capture_step
+
+    label, wanted = cfg.output.device_name, cfg.output.backend
+    names = unity_names or devices.unity_capture_names
+    root = sysfs_root or devices.SYSFS_ROOT
+    try:
+        choice = choose_backend(wanted, label, platform=platform, sysfs_root=root, unity_names=names)
+    except OutputError as exc:
+        return [CheckItem("virtual camera", "fail", exc.message, exc.hint or "")]
+    if choice.backend == "v4l2loopback":
+        return [CheckItem("virtual camera", "ok", f'{choice.device} is "{label}" (v4l2loopback)')]
+    if choice.backend == "unitycapture":
+        return [CheckItem("virtual camera", "ok", f'Unity Capture is registered as "{label}"; apps list "{label}"')]
+    shown = f'the OBS backend: apps list "{OBS_CAMERA}", not "{label}", and OBS\'s own virtual camera must be off while vcam runs'
+    if platform == "win32":
+        if not (obs_registered or devices.obs_camera_registered)():
+            return [
+                CheckItem(
+                    "virtual camera",
+                    "fail",
+                    f'no virtual camera: Unity Capture is not registered as "{label}" and OBS Virtual Camera is not installed',
+                    f"{unity_capture_step(label)}; or {setup_hint('obs', label, platform)}",
+                )
+            ]
+        fix = "" if wanted == "obs" else f'for a camera named "{label}": {unity_capture_step(label)}'
+        return [CheckItem("virtual camera", "ok", shown, fix)]
+    return [CheckItem("virtual camera", "info", f"{platform_name()}: {shown}", setup_hint("obs", label, platform))]
+
+
+def platform_name() -> str:
+    return platform.system() or sys.platform
+
+
+def check_cameras(*, platform: str = sys.platform) -> list[CheckItem]:
     from vcam.devices import list_video_devices
 
+    if not platform.startswith("linux"):
+        return [CheckItem("cameras", "info", "found by opening them here (OpenCV gives no names)", "vcam devices")]
     cams = [d for d in list_video_devices() if not d.is_loopback]
     if not cams:
         return [CheckItem("cameras", "warn", "no camera found", "plug in a webcam, or use --input demo / a video file")]
@@ -179,7 +234,7 @@ def check_compiled(cfg: Config) -> list[CheckItem]:
     from vcam.engines.autobuild import running_builds
     from vcam.engines.cache import resolve_cache_dir
     from vcam.errors import DeviceError
-    from vcam.runtime.assemble import resolve_device
+    from vcam.runtime.device import resolve_device
 
     name = "compiled engines"
     running = running_builds()

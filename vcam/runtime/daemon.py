@@ -271,7 +271,7 @@ class Daemon:
             if st.delivery is None or not st.delivery.lossless or st.delivery.loop or st.done or reached:
                 continue
             st.summary.interrupted = True
-            if st.output is not None and hasattr(st.output, "cut_short"):
+            if st.output is not None:
                 st.output.cut_short = True
 
     def note_outcome(self) -> None:
@@ -286,14 +286,12 @@ class Daemon:
                 st.summary.face = st.state.active or ""
                 st.summary.models = self.assembly.describe()
             out = st.output
-            describe = getattr(out, "describe", None)
-            if describe is None:
+            text = out.describe() if out is not None else ""
+            if out is None or not text:
                 continue
-            text = describe()
-            kept = getattr(out, "kept", None)
-            if kept is not None and kept != getattr(out, "path", None):
-                text = f"{text}; cut short, kept as {kept}"
-            elif getattr(out, "closed", False) and kept is None:
+            if out.kept is not None and out.kept != out.path:
+                text = f"{text}; cut short, kept as {out.kept}"
+            elif out.closed and out.kept is None:
                 text = f"{text}; nothing written"
             st.summary.output = text
 
@@ -302,11 +300,10 @@ class Daemon:
         output leaves its frames playable under its name or as ``NAME.partial.mp4``, never as a
         hidden temporary file (:meth:`vcam.stages.recording.FileOutput.salvage`)."""
         for st in self.streams:
-            salvage = getattr(st.output, "salvage", None)
-            if salvage is None:
+            if st.output is None or st.output.path is None:
                 log.info("forced exit: stream %s has no file output to keep (%s)", st.name, type(st.output).__name__)
                 continue
-            kept = salvage()
+            kept = st.output.salvage()
             if kept is not None:
                 log.warning("forced exit: the recording is in %s", kept)
             else:

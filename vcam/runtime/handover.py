@@ -151,7 +151,7 @@ class Handover:
                 return
             cfg = d.cfg
             if cfg.pipeline.device == "auto":
-                from vcam.runtime.assemble import resolve_device
+                from vcam.runtime.device import resolve_device
 
                 device, why = resolve_device(cfg)
                 if device == "cpu" and self.cpu is not None:  # no GPU after all: the CPU assembly stays

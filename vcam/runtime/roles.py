@@ -9,7 +9,7 @@ config); :func:`fp16` is the one FP16 decision; :func:`model_names` says which r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -134,6 +134,20 @@ def role_backend(cfg: Config, role: str) -> str:
     return (own.backend if own is not None else "") or cfg.pipeline.backend
 
 
+def engine_backend(cfg: Config, role: str, device: str, *, providers: Sequence[str] | None = None) -> str:
+    """The engine backend ``role`` is built with on ``device``: :func:`role_backend`, except that a
+    CPU pipeline chosen by ``--device auto`` runs an onnxruntime model (``auto`` or ``onnxruntime``)
+    on the accelerator onnxruntime offers here (DirectML, CoreML: :func:`vcam.engines.accelerator_here`,
+    ``providers`` in place of onnxruntime's own list); ``--device cpu`` keeps everything on the CPU."""
+    backend = role_backend(cfg, role)
+    if device != "cpu" or cfg.pipeline.device != "auto" or backend not in ("auto", "onnxruntime"):
+        return backend
+    from vcam.engines import accelerator_here
+
+    acc = accelerator_here(providers)
+    return acc.backend if acc is not None else backend
+
+
 def remote_options(cfg: Config, role: str, model: str) -> dict[str, Any]:
     """The :class:`~vcam.engines.remote.RemoteEngine` settings of ``[engines.ROLE]`` (the token from
     its environment variable when the file has none); a bad URL is one ConfigError line."""
@@ -169,15 +183,16 @@ def build(
     short_lived: bool = False,
 ) -> Any:
     """The stage of ``role`` for ``cfg`` (model ``name``, default the config's; ``backend``, default
-    ``[pipeline] backend``): its precision and batch from :data:`ROLES`, its other settings from
-    the config's section. ``store``: default :func:`model_store`. ``mask``: the swapper's paste mask;
-    ``crop_size``: the masker's crop (the swapper's). ``threads``: the CPU threads of one call on
+    :func:`engine_backend`: ``[pipeline] backend`` or an accelerator): its precision and batch from
+    :data:`ROLES`, its other settings from the config's section. ``store``: default
+    :func:`model_store`. ``mask``: the swapper's paste mask; ``crop_size``: the masker's crop (the
+    swapper's). ``threads``: the CPU threads of one call on
     onnxruntime (detector, swapper, recogniser; 0: one per core). ``short_lived``: a swap network for
     seconds of frames (:func:`vcam.engines.create_engine`)."""
     spec = ROLES[role]
     name = name if name is not None else configured(cfg, role)
     store = store if store is not None else model_store(cfg)
-    backend = backend or role_backend(cfg, role)
+    backend = backend or engine_backend(cfg, role, device)
     engine = {"store": store, "device": device, "backend": backend, "fp16": fp16(cfg, role), "download": download}
     batch = spec.batch(cfg)
     if role == "detector":

@@ -316,7 +316,7 @@ class Rounds:
         output.send(data)
         if self.tap is not None:
             self.tap(st, data)
-        if getattr(output, "user_closed", False):  # preview window closed by the user
+        if output.user_closed:  # preview window closed by the user
             self.exit_requested()
         st.last_pub = time.perf_counter()
         live.published(stats.t_capture, st.last_pub, late=late)

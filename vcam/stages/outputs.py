@@ -1,6 +1,7 @@
-"""Where finished frames go: the :class:`Output` protocol and its shared base, and the live outputs
-(nothing, the virtual camera through pyvirtualcam, a preview window). :mod:`vcam.stages.recording`
-writes files; :func:`vcam.stages.publish.open_output` picks one for a target."""
+"""Where finished frames go: the :class:`Output` protocol and its shared base, and the simple live
+outputs (nothing, a preview window). :mod:`vcam.stages.virtualcam` publishes the virtual camera and
+:mod:`vcam.stages.recording` writes files; :func:`vcam.stages.publish.open_output` picks one for a
+target through the output registry."""
 
 from __future__ import annotations
 
@@ -11,26 +12,50 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vcam import devices
 from vcam.errors import OutputError
 from vcam.kernels.convert import frame_shape, from_bgr_ref
 from vcam.types import Closing, PixelFormat
 
-_VCAM_FORMATS = ("I420", "NV12", "RGB")
-
 
 @runtime_checkable
 class Output(Protocol):
-    """A frame sink. ``send(data)`` takes ``fmt`` data for a ``width`` x ``height`` frame;
-    ``close()`` is idempotent; outputs are context managers."""
+    """A frame sink; :class:`OutputBase` gives every member but ``send`` a default. Obligations:
+
+    - ``fmt``, ``width``, ``height``: what :meth:`send` takes (``fmt`` data of that size), fixed
+      once the output is open; ``frames``: how many were sent.
+    - ``send(data)``: one frame; ValueError for a wrong shape or dtype (with both shapes),
+      :class:`~vcam.errors.OutputError` naming the fix when the sink fails or is closed.
+      ``send_bgr(frame)``: the same from a BGR frame (:func:`prepare`).
+    - ``close()``: idempotent, releases the sink; ``closed`` says whether it ran. Outputs are
+      context managers that close on exit.
+    - ``path``: the file it writes, None for a live output; ``kept``: where the file went once
+      closed (``path``, a ``.partial`` name, or None: nothing kept); ``cut_short``: set by the
+      runtime when the input stopped before its end (a file keeps it under its partial name).
+    - ``describe()``: one line for the run's summary ('' when there is nothing to say);
+      ``salvage()``: on a forced exit, leave what was written playable, returning where (None:
+      nothing, or no file).
+    - ``user_closed``: true once the user closed it (a preview window); the runtime stops then.
+    """
 
     fmt: PixelFormat
     width: int
     height: int
+    frames: int
+    path: Path | None
+    kept: Path | None
+    cut_short: bool
+    user_closed: bool
+
+    @property
+    def closed(self) -> bool: ...
 
     def send(self, data: Any) -> None: ...
 
     def send_bgr(self, frame: np.ndarray) -> None: ...
+
+    def describe(self) -> str: ...
+
+    def salvage(self) -> Path | None: ...
 
     def close(self) -> None: ...
 
@@ -57,9 +82,15 @@ def prepare(output: Output, frame: np.ndarray, out: np.ndarray | None = None) ->
 
 
 class OutputBase(Closing):
+    """The defaults of :class:`Output`: a live output (no file), not closed by its user."""
+
     fmt: PixelFormat
     width: int
     height: int
+    path: Path | None = None
+    kept: Path | None = None
+    cut_short = False
+    user_closed = False
 
     def __init__(self) -> None:
         self.frames = 0
@@ -95,6 +126,14 @@ class OutputBase(Closing):
         """Convenience: :func:`prepare` then :meth:`send`."""
         self.send(prepare(self, frame))
 
+    def describe(self) -> str:
+        """Nothing for the summary (a file output names its codec and size)."""
+        return ""
+
+    def salvage(self) -> Path | None:
+        """Nothing to keep (a file output keeps its frames)."""
+        return None
+
     def __del__(self) -> None:
         if not self.__dict__.get("_ready"):
             return  # __init__ failed and cleaned up after itself
@@ -125,136 +164,6 @@ class NullOutput(OutputBase):
             raise OutputError("the null output is closed")
         self._check(data)
         self.frames += 1
-
-
-class VirtualCamOutput(OutputBase):
-    """The virtual camera through the real ``pyvirtualcam.Camera``.
-
-    Linux: the v4l2loopback device whose card label is ``device_name`` (found in sysfs); when none
-    exists, :class:`OutputError` with the ``modprobe`` line as hint. Never another loopback device.
-    Windows/macOS: pyvirtualcam's backends (OBS Virtual Camera, Unity Capture).
-
-    ``pixel_format``: ``I420``, ``NV12`` or ``RGB``; ``auto`` opens with I420 and switches to the
-    backend's native format (``Camera.native_fmt``) when that is NV12 or RGB, so the backend does not
-    convert again. I420/NV12 need even sides: an odd ``width``/``height`` is cropped by one (see
-    the module docstring). ``backend``/``backend_options`` pick a registered pyvirtualcam backend and
-    its extra keyword arguments (tests register a capturing one).
-    """
-
-    def __init__(
-        self,
-        width: int,
-        height: int,
-        fps: float,
-        *,
-        device_name: str = devices.DEFAULT_LABEL,
-        pixel_format: str = "auto",
-        backend: str | None = None,
-        backend_options: dict[str, Any] | None = None,
-        sysfs_root: Path = devices.SYSFS_ROOT,
-    ) -> None:
-        super().__init__()
-        import pyvirtualcam
-
-        self._pvc = pyvirtualcam
-        self._cam = None
-        self.fps = float(fps)
-        self.device_name = device_name
-        self._backend = backend
-        self._options = dict(backend_options or {})
-        self._in_size = (int(width), int(height))
-        if pixel_format not in ("auto", *_VCAM_FORMATS):
-            raise OutputError(
-                f"unsupported virtual camera pixel format {pixel_format!r}", hint=f"use auto, {', '.join(_VCAM_FORMATS)}"
-            )
-        self._device_arg: str | None = None
-        self.device_path = ""
-        if devices.is_linux() or Path(sysfs_root) != devices.SYSFS_ROOT:
-            dev = devices.find_virtual_camera(device_name, sysfs_root)
-            if dev is None:
-                others = [d for d in devices.list_video_devices(sysfs_root) if d.is_loopback]
-                note = ""
-                if others:
-                    listed = ", ".join(f'{d.path} "{d.name}"' for d in others)
-                    note = (
-                        f"; other loopback devices are left alone ({listed}); v4l2loopback is loaded, so remove it first "
-                        "with `sudo modprobe -r v4l2loopback` or add a device with v4l2loopback-ctl"
-                    )
-                raise OutputError(
-                    f'no virtual camera named "{device_name}" found{note}', hint=devices.modprobe_hint(device_name, sysfs_root)
-                )
-            self._device_arg = dev.path
-        chosen = "I420" if pixel_format == "auto" else pixel_format
-        self._open(chosen)
-        if pixel_format == "auto":
-            native = self._cam.native_fmt
-            if native is not None and native.name in _VCAM_FORMATS and native.name != chosen:
-                self._cam.close()
-                self._open(native.name)
-        self.device_path = self._cam.device
-        self.backend_name = self._cam.backend
-        self._ready = True
-
-    def _open(self, fmt_name: str) -> None:
-        fmt = PixelFormat(fmt_name)
-        w, h = self._in_size
-        if fmt in (PixelFormat.I420, PixelFormat.NV12):
-            w, h = even_size(w, h)
-        if self._backend is not None and self._backend not in self._pvc.camera.BACKENDS:
-            raise OutputError(
-                f"unknown pyvirtualcam backend {self._backend!r}",
-                hint=f"use one of: {', '.join(self._pvc.camera.BACKENDS) or 'none installed'}",
-            )
-        attempts = [self._device_arg]
-        if self._device_arg is None and self.device_name:  # Windows/macOS: the name, then the default
-            attempts = [self.device_name, None]
-        errors = []
-        for device in attempts:
-            try:
-                self._cam = self._pvc.Camera(
-                    w, h, self.fps, fmt=self._pvc.PixelFormat[fmt.value], device=device, backend=self._backend, **self._options
-                )
-                break
-            except Exception as exc:  # pyvirtualcam raises RuntimeError listing every backend's failure
-                errors.append(f"{device or 'default device'}: {' / '.join(str(exc).splitlines())}")
-        else:
-            hint = (
-                devices.virtual_camera_hint(self.device_name)
-                if self._device_arg is None
-                else ("close other programs writing to it; v4l2loopback needs exclusive_caps=1 and a free device")
-            )
-            raise OutputError(f"could not open the virtual camera: {'; '.join(errors)}", hint=hint)
-        self.fmt, self.width, self.height = fmt, w, h
-
-    @property
-    def native_fmt(self) -> PixelFormat | None:
-        native = self._cam.native_fmt if self._cam is not None else None
-        return PixelFormat(native.name) if native is not None and native.name in PixelFormat.__members__ else None
-
-    def send(self, data: Any) -> None:
-        if self._closed or self._cam is None:
-            raise OutputError("the virtual camera is closed")
-        a = self._check(data)
-        try:
-            self._cam.send(np.ascontiguousarray(a))
-        except (ValueError, TypeError):
-            raise
-        except Exception as exc:
-            raise OutputError(
-                f"writing to the virtual camera {self.device_path} failed: {exc}", hint="was the device removed? restart vcam"
-            ) from exc
-        self.frames += 1
-
-    def close(self) -> None:
-        if not self._closed and self._cam is not None:
-            try:
-                self._cam.close()
-            finally:
-                self._cam = None
-        super().close()
-
-    def __repr__(self) -> str:
-        return f"VirtualCamOutput({self.device_path} {self.width}x{self.height} {self.fmt.value} @ {self.fps:g})"
 
 
 def reason(exc: BaseException) -> str:

@@ -1,13 +1,23 @@
 """Publish stage: where finished frames go.
 
-:func:`open_output` builds an :class:`Output` from ``OutputSettings.target``:
+:func:`open_output` builds an :class:`Output` from ``OutputSettings.target`` through the output
+registry (:data:`OUTPUTS`, :func:`register_output`): the target ``NAME`` or ``NAME:ARGUMENT`` names
+a registered factory. Built in:
 
 ================ =================================================================================
-``vcam``         the virtual camera (pyvirtualcam), found by its name ``OutputSettings.device_name``
+``vcam``         the virtual camera (pyvirtualcam) named ``OutputSettings.device_name``, on the
+                 backend ``OutputSettings.backend`` picks (:mod:`vcam.stages.virtualcam`)
 ``file:PATH``    a video (.mp4, .mkv, .mov, .m4v; H.264 when available) written with PyAV, crash-safe
 ``window``       a preview window (OpenCV ``imshow``)
 ``null``         nothing; counts frames (benchmarks)
 ================ =================================================================================
+
+A factory's obligations: it takes one :class:`OutputRequest` and returns an open :class:`Output`
+(every member of the protocol, :class:`~vcam.stages.outputs.OutputBase` gives the defaults) whose
+``fmt``/``width``/``height`` say what :meth:`Output.send` takes; it raises
+:class:`~vcam.errors.OutputError` naming the fix, having released whatever it opened, and never
+returns a half-open output; it neither paces frames nor reads the config (the request carries
+everything).
 
 Every output states what :meth:`Output.send` takes: ``fmt`` at ``width`` x ``height``. The pipeline
 turns its BGR frame into that with :func:`prepare` (crop, then ``convert.from_bgr``), or calls
@@ -20,6 +30,9 @@ odd sizes. Outputs do not pace; the publish loop decides when to send.
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,13 +41,13 @@ from vcam.errors import OutputError
 from vcam.stages.outputs import (
     NullOutput,
     Output,
-    VirtualCamOutput,
     WindowOutput,
     even_size,
     gui_available,
     prepare,
 )
 from vcam.stages.recording import FileOutput, file_target
+from vcam.stages.virtualcam import VirtualCamOutput
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +61,8 @@ class OutputSettings(Protocol):
     @property
     def device_name(self) -> str: ...
     @property
+    def backend(self) -> str: ...
+    @property
     def pixel_format(self) -> str: ...
     @property
     def fps(self) -> float: ...
@@ -55,22 +70,76 @@ class OutputSettings(Protocol):
     def chroma(self) -> str: ...
 
 
-TARGET_FORMS = "vcam, file:PATH (.mp4, .mkv, .mov), window, or null"
+@dataclass(frozen=True)
+class OutputRequest:
+    """What an output factory is asked for. ``argument``: the target's text after ``NAME:`` ('' when
+    none); ``fps``: the rate to announce (``settings.fps`` when set, else the input's);
+    ``file_timing``: how a file stamps frames (:class:`FileOutput`'s ``timing``); ``writer``,
+    ``writer_options``, ``platform``, ``unity_names`` and ``sysfs_root``: the virtual camera's
+    (:class:`~vcam.stages.virtualcam.VirtualCamOutput`), for tests."""
+
+    name: str
+    argument: str
+    width: int
+    height: int
+    fps: float
+    settings: OutputSettings
+    file_timing: str = "wall"
+    writer: str | None = None
+    writer_options: dict[str, Any] = field(default_factory=dict)
+    platform: str = sys.platform
+    unity_names: Callable[[], list[str]] = devices.unity_capture_names
+    sysfs_root: Path = devices.SYSFS_ROOT
 
 
-# --------------------------------------------------------------------------------------------------
+OutputFactory = Callable[[OutputRequest], Output]
+
+#: Output name -> factory (see the module docstring for a factory's obligations).
+OUTPUTS: dict[str, OutputFactory] = {}
 
 
-# --------------------------------------------------------------------------------------------------
+def register_output(name: str, factory: OutputFactory) -> None:
+    """Register ``factory`` for targets ``NAME`` and ``NAME:ARGUMENT`` (``name`` is matched without
+    case); a factory already registered under ``name`` is replaced."""
+    if not name or ":" in name:
+        raise ValueError(f"an output name is a word without ':', not {name!r}")
+    OUTPUTS[name.lower()] = factory
 
 
-# --------------------------------------------------------------------------------------------------
+def target_forms() -> str:
+    """The targets the registered outputs take, for messages."""
+    forms = {"vcam": "vcam", "file": "file:PATH (.mp4, .mkv, .mov)"}
+    names = [forms.get(n, n) for n in OUTPUTS]
+    return ", ".join(names[:-1]) + f", or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
-# --------------------------------------------------------------------------------------------------
+def _virtual_camera(req: OutputRequest) -> Output:
+    s = req.settings
+    return VirtualCamOutput(
+        req.width,
+        req.height,
+        req.fps,
+        device_name=req.argument or s.device_name,
+        pixel_format=s.pixel_format,
+        backend=s.backend,
+        writer=req.writer,
+        writer_options=req.writer_options,
+        platform=req.platform,
+        unity_names=req.unity_names,
+        sysfs_root=req.sysfs_root,
+    )
 
 
-# --------------------------------------------------------------------------------------------------
+def _file(req: OutputRequest) -> Output:
+    path = file_target(f"file:{req.argument}")
+    assert path is not None
+    return FileOutput(path, req.width, req.height, req.fps, timing=req.file_timing, chroma=req.settings.chroma)
+
+
+register_output("vcam", _virtual_camera)
+register_output("file", _file)
+register_output("window", lambda req: WindowOutput(req.width, req.height, req.fps))
+register_output("null", lambda req: NullOutput(req.width, req.height, req.fps))
 
 
 def open_output(
@@ -79,42 +148,41 @@ def open_output(
     height: int,
     fps: float,
     *,
-    sysfs_root: Path = devices.SYSFS_ROOT,
-    backend: str | None = None,
-    backend_options: dict[str, Any] | None = None,
     file_timing: str = "wall",
+    writer: str | None = None,
+    writer_options: dict[str, Any] | None = None,
+    platform: str = sys.platform,
+    unity_names: Callable[[], list[str]] = devices.unity_capture_names,
+    sysfs_root: Path = devices.SYSFS_ROOT,
 ) -> Output:
-    """Open the output named by ``cfg.target`` for ``width`` x ``height`` frames.
-
-    ``fps``: the input's rate, used unless ``cfg.fps`` is set (> 0). ``backend`` and
-    ``backend_options`` go to pyvirtualcam for ``vcam``. ``file_timing`` is :class:`FileOutput`'s
-    ``timing`` (``"frames"`` suits as-fast-as-possible runs). Raises :class:`OutputError` naming the fix.
-    """
+    """Open the output named by ``cfg.target`` for ``width`` x ``height`` frames (see
+    :class:`OutputRequest` for the keyword arguments). ``fps``: the input's rate, used unless
+    ``cfg.fps`` is set (> 0). Raises :class:`OutputError` naming the fix."""
     target = (cfg.target or "").strip()
+    name, _, argument = target.partition(":")
+    factory = OUTPUTS.get(name.strip().lower())
+    if factory is None:
+        raise OutputError(f"unknown output {target!r}", hint=f"use one of: {target_forms()}")
     rate = cfg.fps if cfg.fps and cfg.fps > 0 else fps
-    low = target.lower()
-    if low == "vcam":
-        return VirtualCamOutput(
-            width,
-            height,
-            rate,
-            device_name=cfg.device_name,
-            pixel_format=cfg.pixel_format,
-            backend=backend,
-            backend_options=backend_options,
-            sysfs_root=sysfs_root,
-        )
-    path = file_target(target)
-    if path is not None:
-        return FileOutput(path, width, height, rate, timing=file_timing, chroma=getattr(cfg, "chroma", "420"))
-    if low == "window":
-        return WindowOutput(width, height, rate)
-    if low == "null":
-        return NullOutput(width, height, rate)
-    raise OutputError(f"unknown output {target!r}", hint=f"use one of: {TARGET_FORMS}")
+    request = OutputRequest(
+        name=name.strip().lower(),
+        argument=argument.strip(),
+        width=width,
+        height=height,
+        fps=rate,
+        settings=cfg,
+        file_timing=file_timing,
+        writer=writer,
+        writer_options=dict(writer_options or {}),
+        platform=platform,
+        unity_names=unity_names,
+        sysfs_root=sysfs_root,
+    )
+    return factory(request)
 
 
 __all__ = [
+    "OUTPUTS",
     "FileOutput",
     "NullOutput",
     "Output",
@@ -124,5 +192,7 @@ __all__ = [
     "file_target",
     "gui_available",
     "open_output",
+    "OutputRequest",
     "prepare",
+    "register_output",
 ]

@@ -5,8 +5,9 @@ and runs it on the capture thread)."""
 from __future__ import annotations
 
 import logging
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -139,11 +140,28 @@ class _SourceBase(Closing):
         return f"{type(self).__name__}({self.width}x{self.height} {self.fmt.value} @ {self.fps:g} fps)"
 
 
+def open_camera(index: int, apis: Sequence[tuple[str, str]], opener: Callable[[int, int], Any]) -> tuple[Any, str]:
+    """``(capture, API label)`` of camera ``index`` opened through the first of ``apis``
+    (:func:`vcam.devices.capture_apis`) that opens it; ``(None, "")`` when none does."""
+    import cv2
+
+    for label, const in apis:
+        cap = opener(index, int(getattr(cv2, const)))
+        if cap.isOpened():
+            return cap, label
+        cap.release()
+    return None, ""
+
+
 class WebcamSource(_SourceBase):
-    """Camera ``index`` through OpenCV: V4L2 on Linux, the default backend elsewhere.
+    """Camera ``index`` through OpenCV: V4L2 on Linux, DirectShow (then Media Foundation) on
+    Windows, AVFoundation on macOS (:func:`vcam.devices.capture_apis`; ``platform`` and ``opener``,
+    default ``cv2.VideoCapture``, are parameters for tests).
 
     Requests ``fourcc`` (MJPG by default, which cameras need for 720p/1080p at 30 fps) at the
-    configured size and rate with a one-frame driver buffer (no stale frames). ``width``/``height``
+    configured size and rate with a one-frame driver buffer (no stale frames); V4L2 and DirectShow
+    honour it, Media Foundation and AVFoundation choose the camera's format themselves, and the
+    format the backend agreed to is logged. ``width``/``height``
     are what the camera agreed to; ``fps`` starts as the driver's claim and becomes the rate measured
     over the first ``measure_frames`` frames (``real_fps``). Frames are BGR.
     """
@@ -159,14 +177,16 @@ class WebcamSource(_SourceBase):
         measure_frames: int = 30,
         sysfs_root: Path = devices.SYSFS_ROOT,
         compressed: bool = False,
+        platform: str = sys.platform,
+        opener: Callable[[int, int], Any] | None = None,
     ) -> None:
         super().__init__()
         import cv2
 
         self.index = index
         self._cv2 = cv2
-        if devices.is_linux() or sysfs_root != devices.SYSFS_ROOT:
-            nodes = devices.list_video_devices(sysfs_root)
+        if platform.startswith("linux") or sysfs_root != devices.SYSFS_ROOT:
+            nodes = devices.list_video_devices(sysfs_root, platform="linux")
             known = {d.index: d for d in nodes}
             cams = [d for d in nodes if not d.is_loopback]
             if index not in known:
@@ -181,12 +201,11 @@ class WebcamSource(_SourceBase):
                     f"cameras here: {devices.describe_devices(cams)}",
                     hint="run `vcam devices` and pick a real camera with --input webcam:N",
                 )
-            api = cv2.CAP_V4L2
-        else:  # pragma: no cover - Windows/macOS
-            api = cv2.CAP_ANY
-        cap = cv2.VideoCapture(index, api)
-        if not cap.isOpened():
-            cap.release()
+            apis = devices.capture_apis("linux")
+        else:
+            apis = devices.capture_apis(platform)
+        cap, self.api = open_camera(index, apis, opener or cv2.VideoCapture)
+        if cap is None:
             raise InputError(
                 f"camera {index} could not be opened",
                 hint="close other programs using the camera, check its permissions (video group), or run `vcam devices`",
@@ -202,7 +221,7 @@ class WebcamSource(_SourceBase):
         self.height = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)) or height
         self.fps = float(cap.get(cv2.CAP_PROP_FPS)) or fps
         self.fmt = PixelFormat.BGR
-        agreed = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode("ascii", "replace")
+        agreed = (int(cap.get(cv2.CAP_PROP_FOURCC)) & 0xFFFFFFFF).to_bytes(4, "little").decode("ascii", "replace")
         if compressed and agreed == "MJPG" and cap.set(cv2.CAP_PROP_CONVERT_RGB, 0):
             # The camera's JPEG as it came (a few hundred KB): the decode stage decodes it, on the
             # GPU where there is one, and the frame's latency clock starts before that.
@@ -213,6 +232,7 @@ class WebcamSource(_SourceBase):
         self._failures = 0
         if (self.width, self.height) != (width, height):
             log.info("camera %d delivers %dx%d (asked for %dx%d)", index, self.width, self.height, width, height)
+        log.info("camera %d through %s: %s %dx%d", index, self.api, agreed.strip("\x00") or "?", self.width, self.height)
 
     def read(self) -> Frame | None:  # pragma: no cover - needs a real camera
         while True:
