@@ -14,8 +14,8 @@ unless ``probe=True``, which opens OpenCV indices ``0..probe_count-1`` one by on
 platform's capture API (:func:`capture_apis`: DirectShow, then Media Foundation on Windows).
 
 Windows virtual cameras are DirectShow filters registered under ``HKEY_CLASSES_ROOT\\CLSID``:
-:func:`unity_capture_names` and :func:`obs_camera_registered` read that (through ``winreg``, only
-where it exists; anywhere else they find nothing) and never open a device.
+:func:`unity_capture_names` and :func:`obs_camera_registered` read that (through the registry seam,
+:mod:`vcam.platform.registry`; anywhere else they find nothing) and never open a device.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from vcam.platform.registry import classes_root_default
 
 SYSFS_ROOT = Path("/sys/class/video4linux")
 DEFAULT_LABEL = "FastSwap Cam"
@@ -45,10 +47,6 @@ class VideoDevice:
     name: str
     index: int
     is_loopback: bool
-
-
-def is_linux() -> bool:
-    return sys.platform.startswith("linux")
 
 
 def _read(path: Path) -> str | None:
@@ -207,22 +205,9 @@ UNITY_CAPTURE_DEVICES = 74  # the filter's most devices ('z' - '0')
 OBS_CAMERA_KEY = "CLSID\\{A3FCE0F5-3493-419F-958A-ABA1250EC20B}"
 
 
-def registry_default(key: str) -> str | None:
-    """The default value of ``HKEY_CLASSES_ROOT\\key`` ('' when it has none), None when the key is
-    absent or this is not Windows (no ``winreg``)."""
-    try:
-        import winreg
-    except ImportError:
-        return None
-    try:
-        return winreg.QueryValue(winreg.HKEY_CLASSES_ROOT, key)  # type: ignore[attr-defined,unused-ignore]
-    except OSError:
-        return None
-
-
-def unity_capture_names(read: Callable[[str], str | None] = registry_default) -> list[str]:
+def unity_capture_names(read: Callable[[str], str | None] = classes_root_default) -> list[str]:
     """The names Unity Capture's devices are registered under, in device order (``[]``: not
-    registered, or not Windows). ``read``: :func:`registry_default` (tests pass a fake registry)."""
+    registered, or not Windows). ``read``: :func:`classes_root_default` (tests pass a fake registry)."""
     base = 0x10 if struct.calcsize("P") == 8 else 0x20
     names = []
     for n in range(UNITY_CAPTURE_DEVICES):
@@ -232,12 +217,12 @@ def unity_capture_names(read: Callable[[str], str | None] = registry_default) ->
     return names
 
 
-def obs_camera_registered(read: Callable[[str], str | None] = registry_default) -> bool:
+def obs_camera_registered(read: Callable[[str], str | None] = classes_root_default) -> bool:
     """Whether OBS Studio's virtual camera filter is registered (Windows)."""
     return read(OBS_CAMERA_KEY) is not None
 
 
-def registered_virtual_cameras(read: Callable[[str], str | None] = registry_default) -> list[VideoDevice]:
+def registered_virtual_cameras(read: Callable[[str], str | None] = classes_root_default) -> list[VideoDevice]:
     """Windows: the virtual cameras registered here, as apps list them: Unity Capture's devices
     (``path`` "Unity Capture") and OBS's (``path`` "OBS"); ``index`` -1 (not an OpenCV index)."""
     found = [VideoDevice(path="Unity Capture", name=n, index=-1, is_loopback=True) for n in unity_capture_names(read)]

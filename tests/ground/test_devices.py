@@ -6,6 +6,7 @@ from pathlib import Path
 
 from vcam import devices
 from vcam.devices import VideoDevice, find_virtual_camera, free_video_nr, list_cameras, list_video_devices, modprobe_hint
+from vcam.platform import registry
 
 
 def make_sysfs(root: Path, nodes: dict[int, tuple[str, str]]) -> Path:
@@ -153,7 +154,7 @@ def test_no_probe_off_linux_opens_nothing():
 
 
 def fake_registry(entries: dict[str, str]):
-    """A ``registry_default`` over ``HKEY_CLASSES_ROOT`` key -> default value."""
+    """A ``classes_root_default`` over ``HKEY_CLASSES_ROOT`` key -> default value."""
     return lambda key: entries.get(key)
 
 
@@ -179,4 +180,4 @@ def test_obs_camera_registered_and_the_windows_listing():
 
 def test_registry_read_of_an_absent_key_is_none():
     # Off Windows there is no winreg; on Windows the key does not exist: None either way.
-    assert devices.registry_default(r"CLSID\{00000000-0000-0000-0000-00000000FA57}") is None
+    assert registry.classes_root_default(r"CLSID\{00000000-0000-0000-0000-00000000FA57}") is None
