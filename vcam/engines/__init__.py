@@ -71,7 +71,6 @@ INSTALL = {
     "tensorrt": "TensorRT 10 for your CUDA (pip install tensorrt-cu12)",
     "torch": "PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]')",
     "onnxruntime": "onnxruntime-gpu for CUDA (the CPU build is always installed)",
-    "onnx2torch": "pip install 'fastswap-cam[convert]' (onnx2torch, for models without a native module)",
 }
 
 
