@@ -200,7 +200,7 @@ def need_torch():
     try:
         import torch
     except ImportError as exc:
-        require("torch", f"PyTorch is not installed ({exc}); pip install 'fastswap-cam[torch]'")
+        require("torch", f"PyTorch is not installed ({exc}); pip install torch --index-url https://download.pytorch.org/whl/cpu")
     return torch
 
 

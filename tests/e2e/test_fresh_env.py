@@ -126,3 +126,11 @@ def test_serve_export_names_its_extra_and_works_with_it(declared_only, user, tmp
     out = ok(vcam(with_remote, "serve", "export", str(repo), "--model", RECOGNISER, "--cpu"))
     assert (repo / RECOGNISER / "config.pbtxt").is_file() and (repo / RECOGNISER / "1" / "model.onnx").is_file()
     assert "docker run" in out
+
+
+def test_engines_build_without_torch_names_the_install_not_an_option_it_lacks(declared_only, tmp_path):
+    r = vcam(declared_only, "engines", "build", "--device", "cpu", "--model", str(tmp_path / "inswapper_128.onnx"))
+    assert r.returncode == 6, r.stdout + r.stderr
+    assert "error: compiling engines needs PyTorch: torch not installed" in r.stderr
+    assert "--index-url https://download.pytorch.org/whl/cpu" in r.stderr
+    assert "use --backend" not in r.stderr  # `vcam engines build` has no --backend
