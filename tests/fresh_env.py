@@ -13,7 +13,9 @@ real with a new venv."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata as md
+import inspect
 import os
 import subprocess
 import sys
@@ -74,15 +76,30 @@ def reachable(requirements: Iterable[Requirement]) -> set[str]:
     return seen
 
 
+def _top_levels(dist: md.Distribution) -> set[str]:
+    """The top-level modules a distribution installs: its top_level.txt, else its files' first parts."""
+    declared = set((dist.read_text("top_level.txt") or "").split())
+    if declared:
+        return declared
+    names = set()
+    for f in dist.files or ():
+        first = f.parts[0]
+        if len(f.parts) > 1 and first != ".." and not first.endswith((".dist-info", ".data")):
+            names.add(first)
+        elif len(f.parts) == 1 and inspect.getmodulename(first):
+            names.add(inspect.getmodulename(first) or "")
+    return names - {""}
+
+
 def hidden_modules(allowed: set[str]) -> set[str]:
     """Top-level modules that only distributions outside ``allowed`` provide (the standard
-    library's names never)."""
-    owners = md.packages_distributions()
-    return {
-        mod
-        for mod, dists in owners.items()
-        if mod not in sys.stdlib_module_names and not any(canonicalize_name(d) in allowed for d in dists)
-    }
+    library's names never). Every installed distribution is read through Python's own path finder,
+    so this holds where the tests themselves run with such a sitecustomize."""
+    owners: dict[str, set[str]] = {}
+    for dist in importlib.machinery.PathFinder.find_distributions(md.DistributionFinder.Context()):
+        for mod in _top_levels(dist):
+            owners.setdefault(mod, set()).add(canonicalize_name(dist.metadata["Name"] or ""))
+    return {mod for mod, dists in owners.items() if mod not in sys.stdlib_module_names and not dists & allowed}
 
 
 _SITECUSTOMIZE = '''"""Written by tests/fresh_env.py: the path finder sees only fastswap-cam's declared requirements."""

@@ -44,6 +44,11 @@ def names_in(folder: Path) -> list[str]:
     return out
 
 
+def named(name: str, text: str) -> bool:
+    """``name`` appears in ``text`` as a word of its own (``cuda`` is not named by ``cuda_status``)."""
+    return re.search(rf"(?<![\w/]){re.escape(name)}(?!\w)", text) is not None
+
+
 def test_the_layout_names_every_folder_and_module():
     entries = layout_entries()
     missing = []
@@ -52,11 +57,7 @@ def test_the_layout_names_every_folder_and_module():
         if key not in entries:
             missing.append(f"vcam/{key} (no entry)")
             continue
-        missing += [f"vcam/{key}{n}" for n in names_in(folder) if not re.search(rf"(?<![\w/]){re.escape(n)}(?![\w])", entries[key])]
+        missing += [f"vcam/{key}{n}" for n in names_in(folder) if not named(n, entries[key])]
     ground = entries.get("(ground)", "")
-    missing += [
-        f"vcam/{p.name}"
-        for p in sorted(PACKAGE.glob("*.py"))
-        if p.name != "__init__.py" and not re.search(rf"(?<![\w/]){re.escape(p.stem)}(?!\w)", ground)
-    ]
+    missing += [f"vcam/{p.name}" for p in sorted(PACKAGE.glob("*.py")) if p.name != "__init__.py" and not named(p.stem, ground)]
     assert not missing, "README.md's layout section does not name:\n" + "\n".join(missing)
