@@ -38,6 +38,7 @@ from benchmarks import write_report
 from vcam.config_file import build
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.rounds import Mark
+from vcam.stages.publish import open_output
 
 READER = r"""
 import sys, threading, time, urllib.request
@@ -123,7 +124,13 @@ def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
             )
         )
 
-    d = Daemon(config(args, sock), panel=panel, announce=announce, hook=hook)
+    cfg = config(args, sock)
+    # The null output opened here and given: a run whose output is given counts as live, so it
+    # serves its control socket as in the product (a demo to the null output opened by the daemon
+    # itself would be a standalone run, without one).
+    w, _, h = args.size.lower().partition("x")
+    out = open_output(cfg.output, int(w), int(h), 30.0)
+    d = Daemon(cfg, output=out, panel=panel, announce=announce, hook=hook)
     summary = d.run(duration=args.seconds)
     events = previews = 0
     if reader:

@@ -82,6 +82,12 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     # No compiled engines built in the background by the swappers tests make ([pipeline] compile =
     # "auto" does on CUDA): the tests of that feature unset it.
     monkeypatch.setenv("VCAM_NO_BACKGROUND_COMPILE", "1")
+    # --- beside a running daemon (issue 38, item 7) -------------------------------------------------
+    # The runtime folder above holds the control socket, its lock, the OBS scene locks and the panel
+    # file; the panel's default port is 0 (any free one), so a `vcam run` of this user, 8765 taken,
+    # changes nothing here (tests/runtime/test_beside.py runs some tests beside one).
+    monkeypatch.setenv("VCAM_PANEL_PORT", "0")
+    # --- end beside a running daemon ------------------------------------------------------------------
     yield
 
 
@@ -194,7 +200,7 @@ def need_torch():
     try:
         import torch
     except ImportError as exc:
-        require("torch", f"PyTorch is not installed ({exc}); pip install 'fastswap-cam[torch]'")
+        require("torch", f"PyTorch is not installed ({exc}); pip install torch --index-url https://download.pytorch.org/whl/cpu")
     return torch
 
 

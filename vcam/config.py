@@ -434,7 +434,13 @@ class PanelConfig:
         "127.0.0.1",
         "Address the panel listens on. Anything but loopback (127.0.0.1, ::1, localhost) needs tls_cert and tls_key.",
     )
-    port: int = _opt(8765, "Panel port (0: any free port; `vcam panel` prints the URL).", min=0, max=65535)
+    port: int = _opt(
+        8765,
+        "Panel port (0: any free port; `vcam panel` prints the URL). The default taken by another vcam: a free port, "
+        "said in one line. $VCAM_PANEL_PORT replaces this default.",
+        min=0,
+        max=65535,
+    )
     tls_cert: str = _opt("", "TLS certificate (PEM) for a panel on a non-loopback host ('' : plain HTTP on loopback).")
     tls_key: str = _opt("", "TLS private key (PEM) for tls_cert.")
     keep_token: bool = _opt(

@@ -191,8 +191,9 @@ def load(
     overrides: dict[str, dict[str, Any]] | None = None,
     labels: dict[tuple[str, str], str] | None = None,
 ) -> Config:
-    """Build the config: defaults, then the file (explicit, $VCAM_CONFIG or the user one), then
-    overrides (``labels``: the flag each override came from, for error messages)."""
+    """Build the config: defaults ($VCAM_PANEL_PORT replacing the panel port's), then the file
+    (explicit, $VCAM_CONFIG or the user one), then overrides (``labels``: the flag each override
+    came from, for error messages)."""
     chosen: Path | None = None
     if path:
         chosen = Path(path).expanduser()
@@ -201,6 +202,13 @@ def load(
     elif default_config_path().is_file():
         chosen = default_config_path()
     cfg = Config()
+    panel_port = os.environ.get("VCAM_PANEL_PORT", "").strip()
+    if panel_port:  # the panel port's default for this environment (the tests: 0); the file and flags still win
+        if not panel_port.isdigit():
+            raise ConfigError(
+                f"$VCAM_PANEL_PORT: expected a port number, got {panel_port!r}", hint="e.g. 8766, or 0 for any free port"
+            )
+        cfg = build({"panel": {"port": int(panel_port)}}, origin="$VCAM_PANEL_PORT", base=cfg)
     if chosen is not None:
         cfg = build(read_toml(chosen), origin=str(chosen), base=cfg)
         cfg = dataclasses.replace(cfg, source_path=str(chosen))

@@ -30,18 +30,28 @@ def test_a_second_lock_on_the_same_socket_names_the_holder(tmp_path):
     again.close()
 
 
+#: A live run: the demo to the virtual camera (the locks come before the camera is opened, so the
+#: refusal shows where there is no v4l2loopback too).
+LIVE = ["run", "--input", "demo", "--output", "vcam", "--frames", "3", "--device", "cpu", "--quiet"]
+
+
 def test_a_second_vcam_run_is_refused_in_one_line_naming_the_first():
     # This process holds the lock of the default socket, as a running daemon would.
     held = InstanceLock(Config().socket_path)
     held.acquire()
     try:
-        res = vcam_cli(*demo_run())
+        res = vcam_cli(*LIVE)
+        # A run with neither a camera nor a virtual camera goes ahead beside it, leaving the socket alone.
+        beside = vcam_cli("-v", *demo_run())
     finally:
         held.close()
     assert res.returncode == ControlError.exit_code, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"pid {os.getpid()}" in errors[0] and "Traceback" not in res.stderr
     assert "stopped:" not in res.stdout + res.stderr  # it never started
+    assert beside.returncode == 0, beside.stderr
+    assert "frames published of 3" in beside.stderr and "leaves the control socket and OBS to any live vcam" in beside.stderr
+    assert not Config().socket_path.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a socket owned by another user")
@@ -94,15 +104,26 @@ def test_a_second_run_on_another_socket_but_the_same_obs_scene_is_refused(tmp_pa
     try:
         cfg = tmp_path / "c.toml"
         cfg.write_text(f'[control]\nsocket = "{tmp_path / "own.sock"}"\n[obs]\nenabled = true\nport = 4455\n')
-        res = vcam_cli(*demo_run("--config", str(cfg)))
+        res = vcam_cli(*LIVE, "--config", str(cfg))
         assert res.returncode == ControlError.exit_code, res.stderr
         errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and f"pid {os.getpid()}" in errors[0] and "FastSwap Faces" in errors[0], res.stderr
         assert "Traceback" not in res.stderr and "stopped:" not in res.stdout + res.stderr  # it never started
-        # Given its own scene, the same run goes ahead (OBS itself is absent here: control retries quietly).
-        cfg.write_text(cfg.read_text() + 'scene = "FastSwap Faces (second)"\n')
+        # A conversion (no camera, no virtual camera) with the same config goes ahead: no OBS control.
         res = vcam_cli(*demo_run("--config", str(cfg)))
         assert res.returncode == 0, res.stderr
         assert "frames published of 3" in res.stdout + res.stderr
+        assert not (tmp_path / "own.sock").exists()
+        # Given its own scene, a live run goes ahead (OBS itself is absent here: control retries
+        # quietly). In process with an output of the test's: no virtual camera needed.
+        cfg.write_text(cfg.read_text() + 'scene = "FastSwap Faces (second)"\n')
+        from obs_harness import CapturingOutput, demo_daemon_config
+
+        from vcam import config_file
+        from vcam.runtime.daemon import Daemon
+
+        d = Daemon(demo_daemon_config(tmp_path / "own.sock", obs=config_file.load(cfg).obs), output=CapturingOutput())
+        assert d.run(max_frames=3).frames_out == 3
+        assert d.instance_lock is None  # released at its end
     finally:
         held.close()

@@ -206,3 +206,18 @@ def test_jobs_side_by_side_time_their_kernels_in_turns(tmp_path, monkeypatch):
     assert serialise_benchmarks(lock_path)
     assert bm.benchmark_gpu(lambda: None) == 1.0 and bm.benchmark_gpu_with_cuda_graph(lambda: None) == 1.0
     assert held == [True, True]
+
+
+def test_engines_build_on_cuda_without_a_gpu_names_the_builds_own_fixes(tmp_path):
+    """`vcam engines build` has no --backend: its fixes are PyTorch with CUDA or --device cpu."""
+    torch = need_torch()
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the build would start")
+    from typer.testing import CliRunner
+
+    from vcam.cli import app
+
+    r = CliRunner().invoke(app, ["engines", "build", "--device", "cuda", "--model", str(tmp_path / "inswapper_128.onnx")])
+    assert r.exit_code == 6, r.output
+    assert "compiling engines needs PyTorch: torch sees no CUDA device" in r.output and "--device cpu" in r.output
+    assert "use --backend" not in r.output

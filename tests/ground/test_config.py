@@ -175,3 +175,21 @@ def test_status_names_a_remote_server_that_is_down():
     st = Status(engines=("swapper: remote gpu-box:8001 down since 12:01:03",), guarded={"inswapper_128": 4})
     assert status_suffix(st) == " | swapper: remote gpu-box:8001 down since 12:01:03 | NaN guard: inswapper_128 4"
     assert st.as_dict()["engines"] == ["swapper: remote gpu-box:8001 down since 12:01:03"]
+
+
+def test_panel_port_default_from_the_environment(tmp_path, monkeypatch):
+    """$VCAM_PANEL_PORT replaces the panel port's default (the tests' isolation sets 0); a file or a
+    flag still wins, and a value that is not a port is one line."""
+    assert C.Config().panel.port == 8765
+    monkeypatch.setenv("VCAM_PANEL_PORT", "0")
+    assert F.load().panel.port == 0
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[panel]\nport = 9001\n")
+    assert F.load(cfg).panel.port == 9001
+    assert F.load(cfg, {"panel": {"port": 9002}}).panel.port == 9002
+    monkeypatch.setenv("VCAM_PANEL_PORT", "soon")
+    with pytest.raises(ConfigError, match=r"\$VCAM_PANEL_PORT: expected a port number, got 'soon'"):
+        F.load()
+    monkeypatch.setenv("VCAM_PANEL_PORT", "70000")
+    with pytest.raises(ConfigError, match=r"\$VCAM_PANEL_PORT"):
+        F.load()

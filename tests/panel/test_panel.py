@@ -210,16 +210,28 @@ def test_panel_flag_and_command_say_what_to_do(tmp_path):
     assert res.returncode != 0 and "no running vcam serves a panel" in res.stderr
     res = vcam_cli(*[a for a in demo_run("--panel", "off") if a != "--quiet"])
     assert res.returncode == 0 and "panel:" not in res.stdout + res.stderr, res.stderr
-    # keep_token: the next run's URL is the same (an OBS dock's URL survives the restart)
+    # keep_token: a live daemon's next URL is the same (an OBS dock's URL survives the restart). In
+    # process, with an output of the test's: a live run, which holds the socket and the panel file.
+    from obs_harness import CapturingOutput, demo_daemon_config
+
+    from vcam import config_file
+    from vcam.runtime.daemon import Daemon
+
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[panel]\nport = 0\nkeep_token = true\n[control]\nsocket = "{tmp_path / "run" / "vcam.sock"}"\n')
-    tokens = []
+    live = demo_daemon_config(tmp_path / "run" / "vcam.sock").replace(panel=config_file.load(cfg).panel)
+    tokens: list[str] = []
     for _ in range(2):
-        res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])
-        assert res.returncode == 0, res.stderr
-        tokens += [ln.split("token=", 1)[1] for ln in res.stderr.splitlines() if ln.startswith("panel: ")]
+        lines: list[str] = []
+        assert Daemon(live, output=CapturingOutput(), panel=True, announce=lines.append).run(max_frames=3).frames_out == 3
+        tokens += [ln.split("token=", 1)[1] for ln in lines if ln.startswith("panel: ")]
     assert len(tokens) == 2 and tokens[0] == tokens[1]
-    assert vcam_cli("panel", "--config", str(cfg)).returncode != 0  # that daemon is gone
+    kept = read_panel_file(live.panel_file)
+    assert kept is not None and kept["token"] == tokens[0]
+    # A conversion (no camera, no virtual camera) serves its own panel and leaves the panel file alone.
+    res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])
+    assert res.returncode == 0 and [ln for ln in res.stderr.splitlines() if ln.startswith("panel: ")], res.stderr
+    assert tokens[0] not in res.stderr and read_panel_file(live.panel_file) == kept
 
 
 def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
@@ -253,3 +265,43 @@ def test_a_panel_that_cannot_start_says_so(tmp_path):
         srv.start()
     with socket.socket() as s:  # the port was let go
         s.bind(("0.0.0.0", srv.port))
+
+
+def _held_port(port: int) -> socket.socket | None:
+    """A socket listening on 127.0.0.1:``port``, or None when something else already does."""
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        return None
+    s.listen(1)
+    return s
+
+
+def test_the_default_port_taken_the_panel_says_which_it_took():
+    """Another vcam's panel on 8765 (held here, or by a real one): a second run serves its own on a
+    free port and says which in one line; a port the user chose is not moved (the panel stays off)."""
+    from conftest import demo_run
+
+    from vcam.config import PanelConfig
+
+    default = PanelConfig().port
+    held = _held_port(default)
+    try:
+        res = vcam_cli(*[a for a in demo_run("--panel", str(default)) if a != "--quiet"])
+    finally:
+        if held is not None:
+            held.close()
+    assert res.returncode == 0, res.stderr
+    moved = [ln for ln in res.stderr.splitlines() if f"port {default} is in use" in ln]
+    assert len(moved) == 1, res.stderr
+    port = int(moved[0].rsplit("on port ", 1)[1])
+    assert port != default and f"panel: http://127.0.0.1:{port}/?token=" in res.stderr
+    with socket.socket() as s:  # a port of the user's choice, taken
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        chosen = s.getsockname()[1]
+        res = vcam_cli(*[a for a in demo_run("--panel", str(chosen)) if a != "--quiet"])
+    assert res.returncode == 0, res.stderr
+    assert f"panel disabled: the panel cannot listen on 127.0.0.1:{chosen}" in res.stderr and "panel: http" not in res.stderr

@@ -141,6 +141,23 @@ def test_status_line_shows_budget_exceeded():
     assert "OVER LATENCY BUDGET" in line and "face astronaut" in line and "p99  80.0 ms" in line
 
 
+def test_status_logged_off_a_terminal_carries_no_markup(caplog):
+    """`vcam -v run ... 2>log`: the status goes to the log as plain text (no `[bold red]`), a face
+    name with brackets kept as it is."""
+    import logging
+
+    from vcam.cli.run import _StatusLine
+
+    caplog.set_level(logging.INFO, logger="vcam.status")
+    st = Status(fps_in=30, fps_out=12, latency_p50_ms=40, latency_p99_ms=80, over_budget=True, faces=1)
+    _StatusLine(enabled=True).update(st, "[me]", True)
+    _StatusLine(enabled=True).update_stream("cam[2]", st, "me", True)
+    logged = [r.getMessage() for r in caplog.records if r.name == "vcam.status"]
+    assert len(logged) == 2 and all("OVER LATENCY BUDGET" in m for m in logged), logged
+    assert not any("[/" in m or "[bold" in m or "\\" in m for m in logged), logged
+    assert "face [me]" in logged[0] and logged[1].startswith("cam[2] in ")
+
+
 def test_nan_guard_counts_are_per_model_in_status_and_summary():
     st = Status(guarded={"inswapper_128": 3, "gfpgan_1.4": 0})
     assert st.guarded_total == 3 and st.guard_text() == "NaN guard: inswapper_128 3"

@@ -25,7 +25,7 @@ def bench(
     predict: bool = typer.Option(
         True,
         "--predict/--no-predict",
-        help="CUDA: swap with the tracks while each frame's detection runs, as `vcam run` does ([track] predict).",
+        help="CUDA: swap with the tracks while each frame's detection runs, as `vcam run` does (\\[track] predict).",
     ),
 ) -> None:
     """Time the pipeline on synthetic frames against the naive loop; prints a table, writes JSON."""

@@ -14,7 +14,11 @@ from rich.markup import escape
 
 from vcam.errors import VcamError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="FastSwap Cam: live face swap as a virtual camera.")
+# Help texts (and command docstrings) are rich markup in every Typer of the CLI: a literal "[" is
+# written "\\[" (tests/e2e/test_help.py renders every --help and finds each bracket).
+app = typer.Typer(
+    rich_markup_mode="rich", add_completion=False, no_args_is_help=True, help="FastSwap Cam: live face swap as a virtual camera."
+)
 console = Console(stderr=True)
 out = Console()
 

@@ -14,8 +14,12 @@ from vcam.cli.common import fail as _fail
 from vcam.cli.common import load_config as _config
 from vcam.errors import ControlError, VcamError
 
-obs_app = typer.Typer(no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5).")
-ctl_app = typer.Typer(no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket).")
+obs_app = typer.Typer(
+    rich_markup_mode="rich", no_args_is_help=True, help="Set up and check OBS Studio control (obs-websocket 5)."
+)
+ctl_app = typer.Typer(
+    rich_markup_mode="rich", no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket)."
+)
 app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
 app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, map people, status.")
 

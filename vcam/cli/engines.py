@@ -15,7 +15,7 @@ from vcam.cli.common import app as root
 from vcam.cli.common import fail, load_config
 from vcam.errors import VcamError
 
-app = typer.Typer(no_args_is_help=True, help="Compiled engines: build them once, list the cache.")
+app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True, help="Compiled engines: build them once, list the cache.")
 root.add_typer(app, name="engines", help="Compiled engines: build (once per GPU and torch), list.")
 out = Console(soft_wrap=True, highlight=False)
 err = Console(file=sys.stderr, highlight=False)  # bound now: a build sends sys.stderr to its log
@@ -55,8 +55,8 @@ def build(
     ),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="config.toml to use."),
 ) -> None:
-    """Compile the swap network for this GPU, torch and precision: one engine for every batch size
-    a daemon uses, 1 to [pipeline] max_faces (`vcam run` also does this in the background on first
+    r"""Compile the swap network for this GPU, torch and precision: one engine for every batch size
+    a daemon uses, 1 to \[pipeline] max_faces (`vcam run` also does this in the background on first
     use); a progress bar."""
     from vcam.engines.build_job import prebuild
 

@@ -14,7 +14,7 @@ from vcam.stages.faces import FaceBank
 
 log = logging.getLogger(__name__)
 
-faces_app = typer.Typer(no_args_is_help=True, help="The face bank: source faces to swap in.")
+faces_app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True, help="The face bank: source faces to swap in.")
 app.add_typer(faces_app, name="faces", help="The face bank: list, add and remove source faces.")
 
 

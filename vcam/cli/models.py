@@ -16,7 +16,7 @@ from vcam.cli.common import load_config
 from vcam.errors import VcamError
 from vcam.models import registry
 
-app = typer.Typer(no_args_is_help=True, help="Face models: list, download, verify, stand-ins.")
+app = typer.Typer(rich_markup_mode="rich", no_args_is_help=True, help="Face models: list, download, verify, stand-ins.")
 root.add_typer(app, name="models", help="Model files: list, pull, verify, stand-ins.")
 out = Console(soft_wrap=True, highlight=False)
 

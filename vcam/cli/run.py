@@ -101,7 +101,7 @@ def run(
         False, "--quiet", "-q", help="No live status line, conversion progress or panel URL (`vcam panel` prints it)."
     ),
     panel: Optional[str] = typer.Option(
-        None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: [panel], on at 8765)."
+        None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: \\[panel], on at 8765)."
     ),
     chroma: Optional[str] = typer.Option(
         None, "--chroma", help="File output: 420 (default, plays everywhere; odd sizes padded) or 444 (exact size)."
@@ -379,8 +379,10 @@ class _StatusLine:
                 self._live.update(Group(self._progress, text))
             else:
                 self._live.update(text)
-        elif not console.is_terminal:
-            logging.getLogger("vcam.status").info("%s", line or text)
+        elif not console.is_terminal:  # a log line: the text without its markup
+            from rich.text import Text
+
+            logging.getLogger("vcam.status").info("%s", Text.from_markup(line or text).plain)
 
 
 def format_status(status, active: str | None, swap: bool) -> str:

@@ -13,6 +13,7 @@ import typer
 from vcam.cli.common import ConfigOpt, app, fail, load_config, out
 
 serve_app = typer.Typer(
+    rich_markup_mode="rich",
     invoke_without_command=True,
     help="Serve the swap to other machines: run Triton (PyTriton's bundled server) or export a model repository.",
 )

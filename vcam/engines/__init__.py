@@ -73,9 +73,8 @@ AUTO_ORDER: dict[str, tuple[str, ...]] = {
 #: Which optional extra (or package) makes a backend available; named in errors and `vcam check`.
 INSTALL = {
     "tensorrt": "TensorRT 10 for your CUDA (pip install tensorrt-cu12)",
-    "torch": "PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]')",
+    "torch": "PyTorch for your CUDA from pytorch.org (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu)",
     "onnxruntime": "onnxruntime-gpu for CUDA (the CPU build is always installed)",
-    "onnx2torch": "pip install 'fastswap-cam[convert]' (onnx2torch, for models without a native module)",
     "directml": (
         "onnxruntime-directml: pip uninstall onnxruntime, then pip install onnxruntime-directml "
         "(the two packages conflict: keep only one)"

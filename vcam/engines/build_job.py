@@ -183,7 +183,18 @@ def prebuild(
     "built" | "cached", seconds)`` per entry that serves them (label ``"1-8"``: the dynamic one); a
     size that failed raises :class:`~vcam.errors.EngineUnavailable` once the others are done."""
     from vcam.engines import item_shapes
+    from vcam.engines.torch import CPU_TORCH, TorchEngine
 
+    reason = TorchEngine.unavailable_reason(device)
+    if reason:  # the build's own fixes (it has no --backend: only PyTorch compiles)
+        fix = (
+            f"install PyTorch: for CUDA the build matching your driver from pytorch.org, for the CPU {CPU_TORCH}"
+            if "not installed" in reason
+            else "install PyTorch with CUDA from pytorch.org, or build for the CPU with --device cpu"
+        )
+        raise EngineUnavailable(
+            f"compiling engines needs PyTorch: {reason}", hint=f"{fix}; `vcam run --backend onnxruntime` needs no compiled engine"
+        )
     engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="load", warmup=False)
     builder: BackgroundBuild | None = None
     try:

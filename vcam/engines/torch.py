@@ -49,9 +49,9 @@ except ImportError:  # pragma: no cover - exercised where torch is absent
 log = logging.getLogger(__name__)
 
 
-TORCH_HINT = (
-    "install PyTorch for your CUDA from pytorch.org (CPU: pip install 'fastswap-cam[torch]'), or use --backend onnxruntime"
-)
+#: PyTorch's CPU build (a bare `pip install torch` on Linux is the CUDA build, several GB).
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH_HINT = f"install PyTorch for your CUDA from pytorch.org (CPU: {CPU_TORCH}), or use --backend onnxruntime"
 
 
 def batch_buckets(max_batch: int, every_up_to: int = 8) -> tuple[int, ...]:

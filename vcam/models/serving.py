@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.errors import ModelError
+from vcam.errors import EngineUnavailable, ModelError
 from vcam.models import registry
 
 #: NVIDIA's Triton container the docs and the manifest name.
@@ -109,6 +109,17 @@ def prepare_onnx(model: Any, spec: registry.ModelSpec, *, fp16: bool = False, ui
     return model
 
 
+def config_messages() -> Any:
+    """tritonclient's ``model_config_pb2`` (Triton's config messages), or EngineUnavailable naming the extra."""
+    try:
+        from tritonclient.grpc import model_config_pb2
+    except ImportError as exc:
+        from vcam.engines.remote import INSTALL
+
+        raise EngineUnavailable(f"writing a Triton model repository needs tritonclient ({exc})", hint=INSTALL) from None
+    return model_config_pb2
+
+
 def model_config(
     name: str,
     model: Any,
@@ -122,7 +133,8 @@ def model_config(
 ) -> Any:
     """Triton's ``ModelConfig`` message for ``model`` (an ``onnx.ModelProto``)."""
     from onnx import helper
-    from tritonclient.grpc import model_config_pb2 as mc
+
+    mc = config_messages()
 
     cfg = mc.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=int(max_batch))
     inits = {t.name for t in model.graph.initializer}
@@ -198,6 +210,7 @@ def export_repository(
     (served under ``served_as``, default ``name``)."""
     import onnx
 
+    config_messages()  # before anything is written
     spec = registry.get(name)
     if uint8_input and not _image_inputs(spec):
         raise ModelError(f"{name} has no image input to take as uint8", hint="leave out --uint8-input")

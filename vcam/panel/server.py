@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import re
@@ -81,7 +82,9 @@ def _error(exc: BaseException) -> dict:
 
 class PanelServer:
     """Serve the panel for ``backend`` on ``host``:``port`` (0: any free port) until :meth:`stop`.
-    ``tap``: the preview frames (the daemon offers its published frames to it)."""
+    ``tap``: the preview frames (the daemon offers its published frames to it). ``or_free_port``:
+    when ``port`` is in use (another vcam's panel), take a free one instead; ``moved_from`` then
+    names the port asked for."""
 
     def __init__(
         self,
@@ -93,9 +96,12 @@ class PanelServer:
         tls_cert: str = "",
         tls_key: str = "",
         tap: PreviewTap | None = None,
+        or_free_port: bool = False,
     ) -> None:
         check_bind(host, tls_cert, tls_key)
         self.backend, self.token, self.host, self.port = backend, token, host, port
+        self.or_free_port = or_free_port
+        self.moved_from: int | None = None
         self.tls = (str(Path(tls_cert).expanduser()), str(Path(tls_key).expanduser())) if tls_cert and tls_key else None
         self.tap = tap or PreviewTap()
         self.view = PanelView(backend)
@@ -124,7 +130,13 @@ class PanelServer:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((self.host, self.port))
+            try:
+                sock.bind((self.host, self.port))
+            except OSError as exc:
+                if not (self.or_free_port and self.port and exc.errno == errno.EADDRINUSE):
+                    raise
+                sock.bind((self.host, 0))
+                self.moved_from = self.port
         except OSError as exc:
             sock.close()
             raise ConfigError(

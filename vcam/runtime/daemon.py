@@ -66,7 +66,8 @@ class Daemon:
     for the first stream; ``outputs``/``sources``: the same by stream name. ``on_status(status,
     active_face, swap_on)``: called at each status interval for the first stream;
     ``on_stream_status(name, status, active_face, swap_on)`` for every stream. ``control``: start
-    the local socket and OBS control. ``panel``: serve the control panel as ``[panel]`` says
+    the local socket and OBS control (never for a run with neither a camera nor a virtual camera:
+    :func:`vcam.runtime.startup.standalone`). ``panel``: serve the control panel as ``[panel]`` says
     (``announce(line)`` is told its URL). ``hook``: called at every phase boundary of every frame
     (:data:`vcam.runtime.rounds.RoundHook`: how measuring tools time the loop). ``timing``: the
     pipelines measure their device-side stage times. ``early_swap``: whether early frames are

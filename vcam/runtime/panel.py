@@ -148,11 +148,13 @@ class DaemonBackend:
 def start_panel(d: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
+    With its default port in use (another vcam), it serves on a free port and says which in a line.
     The URL with its token goes to ``d.announce`` and, when this daemon holds the control socket's
     lock, into the panel file beside the socket (mode 0600) for `vcam panel`."""
     pcfg = d.cfg.panel
     if not pcfg.enabled:
         return None
+    from vcam.config import PanelConfig
     from vcam.panel.access import new_token, read_panel_file, remove_panel_file, write_panel_file
     from vcam.panel.server import PanelServer
 
@@ -166,11 +168,16 @@ def start_panel(d: Any) -> Any:
             port=pcfg.port,
             tls_cert=pcfg.tls_cert,
             tls_key=pcfg.tls_key,
+            # The default port taken (another vcam's panel): any free one, said below. A port the
+            # user chose is theirs (a dock's URL, a firewall rule): taken or the panel stays off.
+            or_free_port=pcfg.port == PanelConfig().port,
         )
         server.start()
     except VcamError as exc:
         log.warning("panel disabled: %s", exc)
         return None
+    if server.moved_from is not None:
+        log.warning("panel: port %d is in use (another vcam?), so this run's panel is on port %d", server.moved_from, server.port)
     offer = server.tap.offer
 
     # A published frame stays valid until `ring` more frames are begun; one more may already be

@@ -75,6 +75,9 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
     """Open the sources, load the models, open the outputs, start capture, telemetry and control."""
     from vcam.stages import capture, recording
 
+    if d.control_on and standalone(d):
+        d.control_on = False
+        log.info("no camera and no virtual camera: this run leaves the control socket and OBS to any live vcam")
     if d.control_on:  # one daemon per control socket: a second one stops here, naming the first
         take_instance_lock(d)
     check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d.given_sources], d.given_outputs)
@@ -110,6 +113,30 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
         panel = start_panel(d)
         if panel is not None:
             d.components.append(panel)
+
+
+def standalone(d: Daemon) -> bool:
+    """A run with neither a camera nor a virtual camera (a file converted, the demo in a window):
+    it shares nothing with a live daemon, so it runs beside one. It takes neither the control
+    socket's lock nor an OBS scene's, and offers no `vcam ctl` socket and no OBS control (those stay
+    the live daemon's: `vcam ctl` and OBS keep driving the camera, never a conversion); its panel,
+    when on, is its own (a free port if the default is taken, no panel file). A given source or
+    output counts as a device: what it is cannot be told here."""
+    from vcam.errors import InputError
+    from vcam.stages.capture import parse_webcam_index
+
+    if d.given_sources or d.given_outputs:
+        return False
+    for st in d.streams:
+        try:
+            if parse_webcam_index(st.cfg.capture.input or "") is not None:
+                return False
+        except InputError:  # webcam:x, a camera all the same (opening it says what is wrong)
+            return False
+        target = (st.cfg.output.target or "").strip().lower()
+        if target == "vcam" or target.startswith("vcam:"):
+            return False
+    return True
 
 
 def frames_to_convert(source: Any, delivery: Any, max_frames: int | None) -> int | None:
@@ -539,4 +566,4 @@ def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, ob
                 raise ConfigError(f"streams {other} and {name} both use the {what} {value!r}", hint=hint)
 
 
-__all__ = ["check_streams", "pixelate", "start"]
+__all__ = ["check_streams", "pixelate", "standalone", "start"]

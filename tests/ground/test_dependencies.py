@@ -1,0 +1,67 @@
+"""Every module vcam/ imports is a declared dependency, and every declared one is used: deptry with
+pyproject.toml's [tool.deptry] (tools/check runs the same). Shown to fail on a copy of the project
+with an undeclared import, a dependency that is there only through another package, and an unused one."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import require
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def deptry(root: Path) -> subprocess.CompletedProcess:
+    try:
+        import deptry  # noqa: F401
+    except ImportError as exc:
+        require("deptry", f"deptry is not installed ({exc}); pip install -e '.[test]'")
+    # deptry reports on stderr; one stream to read.
+    return subprocess.run(
+        [sys.executable, "-m", "deptry", "--no-ansi", "."], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A copy of the project's pyproject.toml and vcam/ (what deptry reads)."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(ROOT / "vcam", tmp_path / "vcam", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def test_the_tree_declares_every_dependency():
+    r = deptry(ROOT)
+    assert r.returncode == 0, r.stdout
+    assert "No dependency issues found" in r.stdout
+
+
+def test_an_undeclared_import_fails(project):
+    # A function-level import, as vcam's optional ones are written.
+    (project / "vcam" / "extra.py").write_text("def f():\n    import surely_not_a_vcam_dependency\n")
+    r = deptry(project)
+    assert r.returncode != 0
+    assert re.search(r"vcam/extra\.py:2:\d+: DEP001 'surely_not_a_vcam_dependency' imported but missing", r.stdout)
+
+
+def test_a_dependency_that_only_comes_along_fails(project):
+    """What issue 38 found: filelock imported, undeclared, installed only because torch brings it."""
+    text = (project / "pyproject.toml").read_text()
+    line = re.search(r'^\s*"filelock[^"]*",.*\n', text, re.M)
+    assert line, "filelock is declared in pyproject.toml"
+    (project / "pyproject.toml").write_text(text.replace(line.group(0), ""))
+    r = deptry(project)
+    assert r.returncode != 0
+    assert re.search(r"DEP003 'filelock' imported but it is a transitive dependency", r.stdout)
+
+
+def test_an_unused_dependency_fails(project):
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text.replace("dependencies = [\n", 'dependencies = [\n    "pyyaml>=6",\n', 1))
+    r = deptry(project)
+    assert r.returncode != 0
+    assert "DEP002 'pyyaml' defined as a dependency but not used in the codebase" in r.stdout
