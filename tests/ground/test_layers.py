@@ -5,6 +5,8 @@ and those under ``TYPE_CHECKING`` too, since each says which code a module depen
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -126,9 +128,91 @@ def test_stages_and_pipeline_never_read_the_config(folder):
     assert offenders == []
 
 
-def test_no_module_is_over_600_lines():
-    long = sorted(f"{m}: {n}" for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 600)
-    assert long == []
+#: Code lines (docstrings, comments and blank lines not counted) a function or a class may have.
+#: Chosen from the tree's distribution when the 600-line file cap was replaced: functions p50 6,
+#: p90 26, p99 60 code lines; classes p50 16, p90 126, p99 368. A function past 80 lines (well over
+#: a screen) or a class past 350 is the unit to cut, wherever its module's line count stands.
+MAX_FUNCTION = 80
+MAX_CLASS = 350
+#: The units over those limits today, each held to its size then: it may shrink, never grow.
+#: Remove an entry once its unit is cut below the limit.
+OVERSIZE = {
+    "vcam.cli.run:run": 164,  # the `vcam run` command: one option table and its mapping onto the config
+    "vcam.runtime.bench:run": 132,
+    "vcam.runtime.assemble:build": 114,
+    "vcam.stages.recording:FileOutput.__init__": 99,
+    "vcam.engines.build_job:prebuild": 89,
+    "vcam.engines.torch:TorchEngine.__init__": 88,
+    "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
+    "vcam.control.obs:ObsController": 422,
+    "vcam.engines.torch:TorchEngine": 381,
+    "vcam.pipeline.pipeline:Pipeline": 368,
+}
+
+
+def code_lines(source: str, tree: ast.Module) -> set[int]:
+    """The line numbers holding code: not blank, not only a comment, not a docstring."""
+    lines: set[int] = set()
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type not in skip:
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                lines.difference_update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return lines
+
+
+def unit_sizes(source: str) -> dict[str, tuple[str, int]]:
+    """Every function and class of a module's ``source`` by qualified name -> (kind, code lines)."""
+    tree = ast.parse(source)
+    code = code_lines(source, tree)
+    out: dict[str, tuple[str, int]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                kind = "class" if isinstance(child, ast.ClassDef) else "function"
+                end = child.end_lineno or child.lineno
+                out[name] = (kind, sum(1 for n in code if child.lineno <= n <= end))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def test_no_function_or_class_is_oversized():
+    """Size is measured where code is read and changed, the function and the class, not the file:
+    a file cap decides where modules are cut (and leaves re-export shims behind) without making any
+    unit smaller. The units in :data:`OVERSIZE` are held to their size; one that no longer needs
+    its entry (cut below the limit, or gone) must leave the list."""
+    over, grown, held = [], [], set()
+    for m, p in MODULES.items():
+        for name, (kind, n) in unit_sizes(p.read_text()).items():
+            key = f"{m}:{name}"
+            limit = MAX_CLASS if kind == "class" else MAX_FUNCTION
+            if key in OVERSIZE and n > limit:
+                held.add(key)
+                if n > OVERSIZE[key]:
+                    grown.append(f"{key}: {n} code lines (held to {OVERSIZE[key]})")
+            elif n > limit:
+                over.append(f"{kind} {key}: {n} code lines (limit {limit})")
+    assert sorted(over) == [] and grown == []
+    assert sorted(set(OVERSIZE) - held) == [], "within the limits now (or gone): drop these from OVERSIZE"
+
+
+def test_the_size_measure_counts_code_only():
+    source = (
+        'def f(x):\n    """Doc.\n\n    More doc."""\n    # a comment\n\n    y = (x +\n         1)\n    return y\n\n\n'
+        'class C:\n    """Doc."""\n\n    def g(self):\n        return 1\n'
+    )
+    assert unit_sizes(source) == {"f": ("function", 4), "C": ("class", 3), "C.g": ("function", 2)}
 
 
 #: What only the platform seams (vcam/platform) may touch: OS modules and calls that some OS lacks.

@@ -731,7 +731,7 @@ def _slow_models(monkeypatch, seconds: float = 0.6, fail: Exception | None = Non
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["pixelate", "camera"])
 def test_a_live_run_publishes_early_frames_while_the_models_load(monkeypatch, mode):
-    from vcam.runtime.startup import pixelate
+    from vcam.runtime.rounds import pixelate
     from vcam.stages.demo import DemoClip
 
     _slow_models(monkeypatch)

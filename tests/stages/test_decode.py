@@ -18,7 +18,7 @@ from vcam.config import CaptureConfig
 from vcam.config_file import build
 from vcam.errors import DeviceError, InputError
 from vcam.runtime.daemon import Daemon
-from vcam.runtime.startup import pixelate
+from vcam.runtime.rounds import pixelate
 from vcam.stages import decode, demo
 from vcam.stages.capture import MAX_CORRUPT, CaptureThread, open_source
 from vcam.stages.sources import DemoSource, VideoSource

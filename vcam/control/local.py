@@ -509,9 +509,6 @@ class ControlServer:
         states = self.streams.values() if self.streams else (self.state,)
         return any(st.face(face) is None for st in states)
 
-    def _reply_to(self, line: bytes) -> bytes:
-        return self._reply_bytes(_parse(line))
-
 
 _LISTENER = "listener"
 _WAKE = "wake"

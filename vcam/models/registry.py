@@ -511,13 +511,6 @@ def of_kind(spec: ModelSpec | str, kind: str) -> ModelSpec:
     return row
 
 
-def by_file(file: str) -> ModelSpec | None:
-    for m in MODELS.values():
-        if m.file == file:
-            return m
-    return None
-
-
 def requirements(name: str) -> list[str]:
     """Every downloadable model ``name`` needs to run (itself, its recogniser, its converter)."""
     spec = get(name)

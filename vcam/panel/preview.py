@@ -143,10 +143,6 @@ class PreviewTap:
             else:
                 self._watchers.pop(stream, None)
 
-    @property
-    def watching(self) -> dict[str, int]:
-        return dict(self._watchers)
-
     # -- the encoder thread --------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:

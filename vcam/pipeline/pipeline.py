@@ -39,10 +39,10 @@ from vcam import align
 from vcam.errors import InputError
 from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
-from vcam.pipeline.parts import FaceFilter, arrived, output_size, select_all, select_largest
+from vcam.pipeline.parts import FaceFilter, arrived, output_size, select_all
 from vcam.stages.swap import paste_faces
 from vcam.state import Snapshot
-from vcam.types import OPTIONAL_STAGES, Frame, FrameStats, PixelFormat, Track
+from vcam.types import Frame, FrameStats, PixelFormat, Track
 
 if TYPE_CHECKING:
     from vcam.ops.base import Ops
@@ -596,5 +596,3 @@ class Pipeline:
                 out[name] = out.get(name, 0) + count
         return out
 
-
-__all__ = ["FaceFilter", "OPTIONAL_STAGES", "Pipeline", "STAGES", "Work", "output_size", "select_all", "select_largest"]

@@ -29,7 +29,8 @@ from vcam.types import PixelFormat
 if TYPE_CHECKING:
     from vcam.models.download import ModelStore
     from vcam.ops import Ops
-    from vcam.pipeline.pipeline import FaceFilter, Pipeline
+    from vcam.pipeline.parts import FaceFilter
+    from vcam.pipeline.pipeline import Pipeline
     from vcam.stages.detect import FaceDetector
     from vcam.stages.enhance import Enhancer
     from vcam.stages.mapping import Assigner
@@ -107,7 +108,7 @@ class Assembly:
     upscaler: FrameEnhancer | None = None
     fps: float = 30.0
     placements: list[Placement] = field(default_factory=list)
-    #: Optional stages on/off by name (:data:`vcam.pipeline.pipeline.OPTIONAL_STAGES`), shared by every
+    #: Optional stages on/off by name (:data:`vcam.types.OPTIONAL_STAGES`), shared by every
     #: pipeline built here; the daemon's degradation under load changes it between frames.
     stages_on: dict[str, bool] = field(default_factory=dict)
     _pipelines: int = 0
@@ -262,7 +263,7 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     from vcam.kernels import paste as blend
     from vcam.models import registry
     from vcam.ops import make_ops
-    from vcam.pipeline.pipeline import select_all, select_largest
+    from vcam.pipeline.parts import select_all, select_largest
     from vcam.stages.detect import RetinaFaceDetector, detector_requirements
     from vcam.stages.detections import EMBEDDED_DETECTOR, DetectParams
     from vcam.stages.swap import BUILT_IN

@@ -43,17 +43,13 @@ from vcam.errors import VcamError
 from vcam.platform import signals
 from vcam.runtime import startup as _startup
 from vcam.runtime.rounds import Round, RoundHook, Rounds, Stream
-from vcam.runtime.startup import check_streams, pixelate
 from vcam.state import RuntimeState, Status
 from vcam.status import RunSummary
 
 if TYPE_CHECKING:
-    from vcam.pipeline.pipeline import Pipeline
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
     from vcam.runtime.handover import Handover
-    from vcam.stages.capture import Delivery
-    from vcam.stages.outputs import Output
     from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -152,24 +148,8 @@ class Daemon:
         return self.loading is not None and self.loading.is_alive()
 
     @property
-    def device(self) -> str:
-        return self.assembly.device if self.assembly is not None else "cpu"
-
-    @property
     def detector(self) -> Any:
         return self.assembly.detector if self.assembly is not None else None
-
-    @property
-    def delivery(self) -> Delivery | None:
-        return self.streams[0].delivery
-
-    @property
-    def pipeline(self) -> Pipeline | None:
-        return self.streams[0].pipeline
-
-    @property
-    def output(self) -> Output | None:
-        return self.streams[0].output
 
     @property
     def summaries(self) -> dict[str, RunSummary]:
@@ -447,8 +427,6 @@ class Daemon:
         if first is not None:
             raise first
 
-
-__all__ = ["Daemon", "Stream", "check_streams", "pixelate"]
 
 
 def overlaps(asm: Any) -> bool:

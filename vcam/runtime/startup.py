@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vcam.config import Config
 from vcam.errors import VcamError
 from vcam.platform import process
-from vcam.runtime.rounds import SHED_SWAP, early_frame, pixelate
+from vcam.runtime.rounds import SHED_SWAP, early_frame
 from vcam.status import LiveStats
 from vcam.types import Frame, PixelFormat
 
@@ -565,5 +565,3 @@ def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, ob
                 }[what]
                 raise ConfigError(f"streams {other} and {name} both use the {what} {value!r}", hint=hint)
 
-
-__all__ = ["check_streams", "pixelate", "standalone", "start"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,23 +73,8 @@ class ArcFaceRecogniser:
         self._input = engine.inputs[0]
         self._mean, self._std = self.spec.input_mean_std_255
 
-    @classmethod
-    def from_file(cls, path: str | Path, name: str = DEFAULT_RECOGNISER, **engine_kwargs: Any) -> ArcFaceRecogniser:
-        return cls(create_engine(path, **engine_kwargs), name)
-
     def describe(self) -> str:
         return f"{self.name}: {self.engine.describe()}"
-
-    def embed_crops(self, crops: np.ndarray) -> np.ndarray:
-        """(F, S, S, 3) uint8 BGR crops aligned with ``template`` -> (F, 512) float32 raw embeddings."""
-        crops = np.asarray(crops)
-        if crops.ndim != 4 or crops.shape[1:] != (self.crop_size, self.crop_size, 3):
-            raise ValueError(f"unexpected crops shape: {crops.shape} != (F, {self.crop_size}, {self.crop_size}, 3)")
-        x = crops.astype(np.float32)
-        if self.spec.rgb:
-            x = x[..., ::-1]
-        x = ((x - np.float32(self._mean)) / np.float32(self._std)).transpose(0, 3, 1, 2)
-        return self._run(np.ascontiguousarray(x))
 
     def embed(self, frame: np.ndarray, landmarks: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """Embeddings (F, 512) of the faces with 5-point ``landmarks`` (F, 5, 2) in ``frame`` (BGR)."""
