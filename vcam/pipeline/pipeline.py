@@ -595,4 +595,3 @@ class Pipeline:
             for name, count in self.masker.guarded_by_model().items():
                 out[name] = out.get(name, 0) + count
         return out
-

@@ -428,7 +428,6 @@ class Daemon:
             raise first
 
 
-
 def overlaps(asm: Any) -> bool:
     """Whether the frame loop submits the next round before it collects this one: where the ops run
     work beside the host (CUDA), or the swapper answers later (remote)."""

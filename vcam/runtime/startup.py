@@ -564,4 +564,3 @@ def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, ob
                     "v4l2loopback label",
                 }[what]
                 raise ConfigError(f"streams {other} and {name} both use the {what} {value!r}", hint=hint)
-
