@@ -35,12 +35,14 @@ class Mapping:
 @dataclass(frozen=True)
 class Snapshot:
     """What one frame uses: the active face, swap on/off, the mappings (in the order they were set;
-    a mapping whose source is not loaded is left out), and a version that changes with any of them."""
+    a mapping whose source is not loaded is left out), whether the stream is to be paused, and a
+    version that changes with any of them."""
 
     face: SourceFace | None
     swap_enabled: bool
     version: int
     mapping: tuple[Mapping, ...] = ()
+    paused: bool = False
 
 
 @dataclass
@@ -67,6 +69,8 @@ class Status:
     degraded: tuple[str, ...] = ()  # optional stages turned off under load (vcam.runtime.degrade), in the order they went
     #: Engine notes: 'swapper: remote gpu-box:8001 down since 12:01:03', 'swapper: compiling engines: 2/4, ~40 s left'.
     engines: tuple[str, ...] = ()
+    #: Paused: the camera closed, a still card published (:mod:`vcam.runtime.pause`).
+    paused: bool = False
 
     @property
     def guarded_total(self) -> int:
@@ -106,7 +110,7 @@ MAPPING_OFF_HINT = "start `vcam run` with --map TARGET=SOURCE or a [[swap.map]] 
 
 
 class RuntimeState:
-    """The active face, swap on/off, the known faces and the per-person mappings, behind one lock."""
+    """The active face, swap on/off, pause, the known faces and the per-person mappings, behind one lock."""
 
     def __init__(self, faces: dict[str, SourceFace] | None = None, active: str | None = None, swap_enabled: bool = True):
         self._lock = threading.Lock()
@@ -115,6 +119,7 @@ class RuntimeState:
         self._faces: dict[str, SourceFace] = dict(faces or {})
         self._active = active if active in self._faces else None
         self._swap = swap_enabled
+        self._paused = False
         self._targets: dict[str, SourceFace] = {}  # target name -> reference face (with its embedding)
         self._aliases: dict[str, str] = {}  # what a target was given as (a photo path) -> its name
         self._maps: dict[str, str] = {}  # target name -> source face name, in the order they were set
@@ -144,7 +149,7 @@ class RuntimeState:
         mapping = tuple(
             Mapping(self._targets[t], self._faces[s]) for t, s in self._maps.items() if t in self._targets and s in self._faces
         )
-        self._snap = Snapshot(face=face, swap_enabled=self._swap, version=self._version, mapping=mapping)
+        self._snap = Snapshot(face=face, swap_enabled=self._swap, version=self._version, mapping=mapping, paused=self._paused)
 
     def _changed(self) -> None:
         """A new version and snapshot (call with the lock held)."""
@@ -166,6 +171,13 @@ class RuntimeState:
     def swap_enabled(self) -> bool:
         with self._lock:
             return self._swap
+
+    @property
+    def paused(self) -> bool:
+        """Whether the stream is to be paused (the frame loop closes its camera and publishes a
+        still card; :mod:`vcam.runtime.pause`)."""
+        with self._lock:
+            return self._paused
 
     def add_face(self, face: SourceFace, *, activate: bool | None = None) -> None:
         """Add (or replace) a loaded face. ``activate``: True makes it the active face; None (the
@@ -247,6 +259,23 @@ class RuntimeState:
                 raise ValueError(f"swap must be on, off or toggle, got {value!r}")
             changed = new != self._swap
             self._swap = new
+            if changed:
+                self._changed()
+        if changed:
+            self._notify()
+        return new
+
+    def set_paused(self, value: str | bool) -> bool:
+        """``True``/``False`` or ``"toggle"``; returns the new state. ValueError for anything else."""
+        with self._lock:
+            if isinstance(value, bool):
+                new = value
+            elif isinstance(value, str) and value == "toggle":
+                new = not self._paused
+            else:
+                raise ValueError(f"pause must be true, false or toggle, got {value!r}")
+            changed = new != self._paused
+            self._paused = new
             if changed:
                 self._changed()
         if changed:

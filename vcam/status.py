@@ -186,10 +186,12 @@ class LiveStats:
 
 
 def status_parts(status: Status) -> list[str]:
-    """What a status shows beyond fps, latency and faces, each part a phrase: the per-model NaN/Inf
-    guard counts when any is non-zero, the GPU reading (``GPU 61°C 1980 MHz ...``) and the stages
-    turned off under load (``degraded: upscale, enhancer off``), each only when there is one."""
-    parts = list(status.engines)  # 'swapper: remote gpu-box:8001 down since 12:01:03'
+    """What a status shows beyond fps, latency and faces, each part a phrase: that the stream is
+    paused, the per-model NaN/Inf guard counts when any is non-zero, the GPU reading (``GPU 61°C
+    1980 MHz ...``) and the stages turned off under load (``degraded: upscale, enhancer off``), each
+    only when there is one."""
+    parts = ["paused (camera closed)"] if status.paused else []  # vcam.runtime.pause
+    parts += status.engines  # 'swapper: remote gpu-box:8001 down since 12:01:03'
     if text := status.guard_text():
         parts.append(text)
     if status.gpu:

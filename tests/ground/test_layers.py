@@ -146,7 +146,7 @@ OVERSIZE = {
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
     "vcam.control.obs:ObsController": 422,
     "vcam.engines.torch:TorchEngine": 381,
-    "vcam.pipeline.pipeline:Pipeline": 368,
+    "vcam.pipeline.pipeline:Pipeline": 375,
 }
 
 

@@ -21,7 +21,7 @@ ctl_app = typer.Typer(
     rich_markup_mode="rich", no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket)."
 )
 app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
-app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, map people, status.")
+app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, pause, map people, status.")
 
 # Plain text: messages name config tables like "[obs]", which rich markup would swallow.
 out = Console(markup=False, highlight=False, soft_wrap=True)
@@ -201,6 +201,28 @@ def ctl_swap(
         _fail(ControlError(f"swap must be on, off or toggle, got '{value}'"))
     reply = _send(config, {"swap": value}, ctx)
     out.print(f"swap: {reply['swap']}", highlight=False)
+
+
+@ctl_app.command("pause")
+def ctl_pause(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
+    """Pause: the camera is closed (its light goes off) and the virtual camera shows a still card;
+    the models stay loaded, so `vcam ctl resume` swaps again within a fraction of a second."""
+    _pause_line(_send(config, {"pause": True}, ctx))
+
+
+@ctl_app.command("resume")
+def ctl_resume(ctx: typer.Context, config: Optional[Path] = ConfigOpt) -> None:
+    """Resume after `vcam ctl pause`: the camera is opened again and swapped frames go out."""
+    _pause_line(_send(config, {"pause": False}, ctx))
+
+
+def _pause_line(reply: dict) -> None:
+    streams = reply.get("streams")
+    if isinstance(streams, dict) and len(streams) > 1:
+        for name, r in streams.items():
+            out.print(f"{name}: {'paused' if r.get('paused') else 'running'}", highlight=False)
+    else:
+        out.print("paused" if reply.get("paused") else "running", highlight=False)
 
 
 def _mapping_lines(mappings: dict) -> list[str]:

@@ -11,12 +11,15 @@ from vcam.state import RuntimeState
 
 
 def apply_command(state: RuntimeState, cmd: dict) -> dict:
-    """Apply a control command ``{"face": ..., "swap": ...}`` to ``state``; shared by OBS and the
-    local socket. Returns ``{"face": active, "swap": "on"|"off"}``. Raises FaceError (unknown face)
-    or ControlError (bad command)."""
-    unknown = set(cmd) - {"face", "swap", "status"}
+    """Apply a control command ``{"face": ..., "swap": ..., "pause": ...}`` to ``state``; shared by
+    OBS and the local socket. ``pause``: true (the camera closes, a still card goes out), false
+    (resume) or "toggle". Returns ``{"face": active, "swap": "on"|"off", "paused": bool}``. Raises
+    FaceError (unknown face) or ControlError (bad command)."""
+    unknown = set(cmd) - {"face", "swap", "pause", "status"}
     if unknown:
-        raise ControlError(f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap or status")
+        raise ControlError(
+            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, pause or status"
+        )
     if "face" in cmd:
         face = cmd["face"]
         if not isinstance(face, str) or not face:
@@ -29,7 +32,12 @@ def apply_command(state: RuntimeState, cmd: dict) -> dict:
                 f"'swap' must be on, off or toggle, got {swap!r}", hint="or true/false (JSON booleans, not 0 or 1)"
             )
         state.set_swap(swap)
-    return {"face": state.active, "swap": "on" if state.swap_enabled else "off"}
+    if "pause" in cmd:
+        pause = cmd["pause"]
+        if not (isinstance(pause, bool) or pause == "toggle"):
+            raise ControlError(f"'pause' must be true, false or toggle, got {pause!r}", hint="JSON booleans, not 0 or 1")
+        state.set_paused(pause)
+    return {"face": state.active, "swap": "on" if state.swap_enabled else "off", "paused": state.paused}
 
 
 def short(text: object, limit: int = 80) -> str:

@@ -6,13 +6,17 @@ gets one JSON object per line back.
 
     {"face": "alice"}            {"ok": true, "face": "alice", "swap": "on", "faces": [...]}
     {"swap": "toggle"}           {"ok": true, "face": "alice", "swap": "off", "faces": [...]}
+    {"pause": true}              {"ok": true, ..., "paused": true}     (false resumes; "toggle")
     {"status": true}             {"ok": true, ..., "status": {"fps_out": 29.9, ...}}
     {"face": "nobody"}           {"ok": false, "error": "unknown face 'nobody'", "hint": "known faces: ..."}
     {"map": {"target": "alice", "source": "grace"}}
                                  {"ok": true, ..., "mappings": {"alice": "grace"}}
     {"unmap": "alice"}           {"ok": true, ..., "mappings": {}}
 
-Every reply carries ``mappings`` (target -> source face, see :mod:`vcam.stages.mapping`).
+Every reply carries ``paused`` and ``mappings`` (target -> source face, see
+:mod:`vcam.stages.mapping`). Paused (``vcam ctl pause``), the daemon closes the stream's camera (its
+light goes off) and publishes a still card until ``{"pause": false}`` (``vcam ctl resume``); the
+models stay loaded (:mod:`vcam.runtime.pause`).
 
 Only the user can connect: the socket file is created with mode 0600 (umask set around ``bind``,
 then ``chmod``), a parent directory created here gets 0700, a parent that someone else owns or can
@@ -96,7 +100,7 @@ def check_private_folder(folder: Path) -> None:
 FOLDER_HINT = "set [control] socket to a path in a folder only you can write, e.g. under your home"
 
 
-COMMAND_KEYS = ("face", "swap", "map", "unmap", "status", "stream")
+COMMAND_KEYS = ("face", "swap", "pause", "map", "unmap", "status", "stream")
 
 
 def apply_control(state: RuntimeState, cmd: dict) -> dict:
@@ -107,7 +111,7 @@ def apply_control(state: RuntimeState, cmd: dict) -> dict:
     unknown = set(cmd) - set(COMMAND_KEYS)
     if unknown:
         raise ControlError(
-            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, map, unmap or status"
+            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, pause, map, unmap or status"
         )
     cmd = {k: v for k, v in cmd.items() if k != "stream"}
     if "map" in cmd:
@@ -162,7 +166,8 @@ def _handle_streams(streams: dict[str, RuntimeState], cmd: dict) -> dict:
     bad = next((r for r in replies.values() if not r["ok"]), None)
     reply = dict(bad or first)
     reply["streams"] = {
-        n: {k: r[k] for k in ("ok", "face", "swap", "mappings", "status", "error") if k in r} for n, r in replies.items()
+        n: {k: r[k] for k in ("ok", "face", "swap", "paused", "mappings", "status", "error") if k in r}
+        for n, r in replies.items()
     }
     return reply
 
@@ -179,6 +184,7 @@ def _handle_one(state: RuntimeState, cmd: dict) -> dict:
             "hint": exc.hint if isinstance(exc, VcamError) else "see the daemon's log",
             "face": state.active,
             "swap": "on" if state.swap_enabled else "off",
+            "paused": state.paused,
             "mappings": state.mappings,
         }
     reply = {"ok": True, **reply, "faces": state.names}

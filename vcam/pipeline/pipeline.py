@@ -423,6 +423,17 @@ class Pipeline:
         self._planned = (seq, tracks, band)
         return tracks, band
 
+    def restart(self) -> None:
+        """Forget the scene (after a pause: the camera closed, then opened again): the pending
+        detection is applied, then every track dropped, so the next frame is detected afresh, never
+        swapped where the faces were before the pause."""
+        self.launch_detection()
+        self._apply_step()
+        self._planned = None
+        reset = getattr(self.tracker, "reset", None)  # a fixed tracker (the bench's) has nothing to forget
+        if reset is not None:
+            reset()
+
     def settle(self) -> bool:
         """Apply the detection of the last predicted frame now, if it has arrived (never waits), and
         work out the next frame's predicted tracks and band: the daemon calls this while it waits

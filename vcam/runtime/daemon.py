@@ -42,6 +42,7 @@ from vcam.config import Config
 from vcam.errors import VcamError
 from vcam.platform import signals
 from vcam.runtime import startup as _startup
+from vcam.runtime.pause import Pauses
 from vcam.runtime.rounds import Round, RoundHook, Rounds, Stream
 from vcam.state import RuntimeState, Status
 from vcam.status import RunSummary
@@ -140,6 +141,8 @@ class Daemon:
             stages_on={},
             hook=hook,
         )
+        #: Each stream's pause and resume (vcam ctl pause, OBS, the panel): see vcam.runtime.pause.
+        self.pauses = Pauses(self.rounds, self.components)
 
     @property
     def load_in_flight(self) -> bool:
@@ -339,6 +342,7 @@ class Daemon:
         inflight = Round()
         # A remote swapper (deferred) overlaps too: round k's round trip runs while round k+1 begins.
         overlap = overlaps(self.assembly)
+        self.pauses.watch()
         release_after: int | None = None  # after a switch: frames out by then (the background work waits for one more)
         while not self.should_exit:
             if self.handover is not None and self.handover.ready():
@@ -355,7 +359,8 @@ class Daemon:
                 break
             if duration is not None and time.perf_counter() - t_start >= duration:
                 break
-            ready = rounds.gather(max_frames, timeout=0.0 if inflight else 0.5, settle=True)
+            self.pauses.tick()
+            ready = rounds.gather(max_frames, timeout=0.0 if inflight else self.pauses.timeout(0.5), settle=True)
             submitted = rounds.submit(ready) if ready else Round()
             rounds.collect(inflight)
             inflight = submitted
@@ -389,6 +394,7 @@ class Daemon:
         for i, st in enumerate(self.streams):
             assert st.live is not None and st.cap is not None
             status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off, engines=engines)
+            status.paused = st.paused
             st.state.publish_status(status)
             if i == 0 and self._on_status is not None:
                 self._on_status(status, st.state.active, st.state.swap_enabled)
@@ -402,6 +408,7 @@ class Daemon:
         # Order: capture threads first (stop reading), then the sources, the outputs, control; then
         # the swapper's background compile.
         first: VcamError | None = None
+        self.pauses.close()  # a camera being opened again for a resume is closed with the rest
         for comp in self.components:
             fn = getattr(comp, "stop", None) or getattr(comp, "close", None)
             if fn is None:

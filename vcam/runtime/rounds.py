@@ -77,6 +77,10 @@ class Stream:
     target: Callable[[], Any] | None = None  # the buffer its capture thread reads the next frame into
     last_pub: float = 0.0
     done: bool = False  # its source ended (or failed): no more frames
+    #: Paused: its capture closed, a still card published instead (:mod:`vcam.runtime.pause`); the
+    #: rounds neither gather nor publish its frames.
+    paused: bool = False
+    shown: Any = None  # the data of the last frame it published (the pause card is made from it)
 
     @property
     def budget(self) -> float:
@@ -176,7 +180,12 @@ class Rounds:
         taken: set[str] = set()
 
         def wants(st: Stream) -> bool:
-            return not st.done and st.name not in taken and (max_frames is None or st.summary.frames_in < max_frames)
+            return (
+                not st.done
+                and not st.paused
+                and st.name not in taken
+                and (max_frames is None or st.summary.frames_in < max_frames)
+            )
 
         t0 = time.perf_counter()
         first_at: float | None = None
@@ -212,12 +221,14 @@ class Rounds:
                     break
                 self.wake.wait(first_at + deadline - now)
             else:
-                if not any(wants(st) for st in self.streams) or now - t0 >= timeout:
-                    break
+                if not any(wants(st) or st.paused for st in self.streams) or now - t0 >= timeout:
+                    break  # a paused stream is waited for: its resume (or the next card) sets wake
                 # Idle: apply the detections still pending (each stream's last predicted frame) now,
                 # not at the next frame; until they have all arrived, look again every 0.5 ms.
                 settled = not settle or all([_pipe(st).settle() for st in self.streams])  # each, every time
-                self.wake.wait(t0 + timeout - now if settled else min(t0 + timeout - now, 0.0005))
+                woke = self.wake.wait(t0 + timeout - now if settled else min(t0 + timeout - now, 0.0005))
+                if woke and any(st.paused for st in self.streams):
+                    break  # a paused stream's resume is for the frame loop to see (vcam.runtime.pause)
         return ready
 
     # -- submit -----------------------------------------------------------------------------------
@@ -300,6 +311,8 @@ class Rounds:
         True when the frame went out."""
         live, output = _live(st), st.output
         assert output is not None
+        if st.paused:  # a frame of the round in flight when the stream paused: the card stays
+            return False
         live.processed(stats)
         if st.cfg.output.fps:
             wait = st.last_pub + 1.0 / st.cfg.output.fps - time.perf_counter()
@@ -314,6 +327,7 @@ class Rounds:
             self.degrade(st, now, now - stats.t_capture, True)
             return False
         output.send(data)
+        st.shown = data
         if self.tap is not None:
             self.tap(st, data)
         if output.user_closed:  # preview window closed by the user

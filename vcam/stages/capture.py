@@ -242,6 +242,7 @@ class CaptureThread:
         target: Callable[[], np.ndarray] | None = None,
     ) -> None:
         self.source = source
+        self.name = name
         #: The buffer the next frame is read into (see the class docstring); replaced with ``stage``.
         self.target = target
         #: Applied to each frame in this thread (a copy into pinned memory, an MJPG decode); may be

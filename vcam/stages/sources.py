@@ -27,7 +27,10 @@ IMAGE_EXTENSIONS = frozenset(
 @runtime_checkable
 class Source(Protocol):
     """A frame source. ``read()`` returns the next frame or None at the end of the stream; it raises
-    :class:`InputError` when the source fails. ``close()`` is idempotent. Sources are context managers."""
+    :class:`InputError` when the source fails. ``close()`` is idempotent. Sources are context managers.
+
+    Optional: ``reopen()`` returns a new source of the same input, its frames numbered on from this
+    one's (a pause closes the source, the resume reopens it: :mod:`vcam.runtime.pause`)."""
 
     width: int
     height: int
@@ -130,6 +133,11 @@ class _SourceBase(Closing):
     def read(self) -> Frame | None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def _numbered_on(self, new: _SourceBase) -> Any:
+        """``new`` (this input opened again), its frames numbered on from this source's."""
+        new._seq = self._seq
+        return new
+
     @property
     def frame_count(self) -> int | None:
         """The frames this source delivers before it ends; None when endless (a camera, a loop) or
@@ -185,6 +193,10 @@ class WebcamSource(_SourceBase):
 
         self.index = index
         self._cv2 = cv2
+        self._asked = dict(
+            width=width, height=height, fps=fps, fourcc=fourcc, measure_frames=measure_frames, sysfs_root=sysfs_root,
+            compressed=compressed, platform=platform, opener=opener,
+        )  # fmt: skip
         if platform.startswith("linux") or sysfs_root != devices.SYSFS_ROOT:
             nodes = devices.list_video_devices(sysfs_root, platform="linux")
             known = {d.index: d for d in nodes}
@@ -261,6 +273,10 @@ class WebcamSource(_SourceBase):
                 self._stamps = []
         return frame
 
+    def reopen(self) -> WebcamSource:
+        """The camera opened again as it was asked for (after :meth:`close`: a pause)."""
+        return self._numbered_on(WebcamSource(self.index, **self._asked))
+
     def close(self) -> None:
         if not self._closed:
             self._cap.release()
@@ -293,6 +309,7 @@ class VideoSource(_SourceBase):
         self.loop = loop
         self._want_compressed = bool(compressed)
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
+        self._timing = (realtime, clock, sleep)
         self._fallback_fps = fallback_fps
         self._container = None
         self._open()
@@ -398,6 +415,15 @@ class VideoSource(_SourceBase):
         self._pacer.wait(t)
         return self._emit(data)
 
+    def reopen(self) -> VideoSource:
+        """The file opened again, from its start."""
+        realtime, clock, sleep = self._timing
+        new = VideoSource(
+            self.path, loop=self.loop, realtime=realtime, fallback_fps=self._fallback_fps, clock=clock, sleep=sleep,
+            compressed=self._want_compressed,
+        )  # fmt: skip
+        return self._numbered_on(new)
+
     def close(self) -> None:
         if not self._closed and self._container is not None:
             self._container.close()
@@ -480,10 +506,17 @@ class ImageSource(_SourceBase):
         self.fps = float(fps)
         self.frames = frames
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
+        self._timing = (realtime, clock, sleep)
 
     @property
     def frame_count(self) -> int | None:
         return self.frames
+
+    def reopen(self) -> ImageSource:
+        realtime, clock, sleep = self._timing
+        return self._numbered_on(
+            ImageSource(self.path, fps=self.fps, realtime=realtime, frames=self.frames, clock=clock, sleep=sleep)
+        )
 
     def read(self) -> Frame | None:
         if self._closed or (self.frames is not None and self._seq >= self.frames):
@@ -513,6 +546,7 @@ class PatternSource(_SourceBase):
         self.width, self.height, self.fps = int(width), int(height), float(fps)
         self.fmt = PixelFormat.BGR
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
+        self._timing = (realtime, clock, sleep)
         w, h = self.width, self.height
         # A period of 2 * width colour bars so scrolling wraps seamlessly.
         # Shaded bars over twice the width, so a scrolled view is one slice (plus a wrap-around).
@@ -538,6 +572,12 @@ class PatternSource(_SourceBase):
         y = abs((i * 5) % (2 * span_y) - span_y)
         img[y : y + side, x : x + side] = 255
         return img
+
+    def reopen(self) -> PatternSource:
+        """The pattern again, going on from the frame this one stopped at."""
+        realtime, clock, sleep = self._timing
+        new = PatternSource(self.width, self.height, fps=self.fps, realtime=realtime, clock=clock, sleep=sleep)
+        return self._numbered_on(new)
 
     def read(self) -> Frame | None:
         if self._closed:
@@ -568,6 +608,12 @@ class DemoSource(_SourceBase):
         if self._n <= 0:
             raise InputError("the demo clip has no frames", hint="set a positive length for the demo clip")
         self._pacer = _Pacer(realtime, clock=clock, sleep=sleep)
+        self._timing = (realtime, clock, sleep)
+
+    def reopen(self) -> DemoSource:
+        """The same clip (not generated again), going on from the frame this one stopped at."""
+        realtime, clock, sleep = self._timing
+        return self._numbered_on(DemoSource(self.clip, loop=self.loop, realtime=realtime, clock=clock, sleep=sleep))
 
     @property
     def frame_count(self) -> int | None:
