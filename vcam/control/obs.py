@@ -7,10 +7,13 @@ builds a scene (default "FastSwap Faces") holding one image source per face, nam
 - a face source becoming visible (its "Show 'Face: <name>'" hotkey, or the eye icon) makes that face
   active and hides the other face sources (radio behaviour);
 - showing/hiding ``FastSwap: Swap`` turns swapping on/off;
-- a CustomEvent ``{"vcam": {"face": NAME|"next"|"prev", "swap": "on"|"off"|"toggle"}}`` (OBS's
-  BroadcastCustomEvent, what Stream Deck's websocket actions send) does the same; every such
-  command is answered with a CustomEvent ``{"vcam_reply": {"ok": ..., "face": ..., "swap": ...}}``
-  carrying ``"error"`` when it failed (an unknown face name, for example);
+- showing/hiding ``FastSwap: Pause`` pauses/resumes (paused: the camera is closed and the virtual
+  camera shows a still card, :mod:`vcam.runtime.pause`);
+- a CustomEvent ``{"vcam": {"face": NAME|"next"|"prev", "swap": "on"|"off"|"toggle", "pause":
+  true|false|"toggle"}}`` (OBS's BroadcastCustomEvent, what Stream Deck's websocket actions send)
+  does the same; every such command is answered with a CustomEvent ``{"vcam_reply": {"ok": ...,
+  "face": ..., "swap": ..., "paused": ...}}`` carrying ``"error"`` when it failed (an unknown face
+  name, for example);
 - changes made elsewhere (``vcam ctl``) are mirrored onto the sources' visibility;
 - an optional text source (default "FastSwap Status") shows face, fps, latency, the mappings and
   the NaN guard counts (when non-zero) and the time of the update (a frozen time means vcam is
@@ -61,6 +64,7 @@ from vcam.control.local import apply_control
 from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
     FACE_PREFIX,
+    PAUSE_SOURCE,
     REPLY_KEY,
     SWAP_SOURCE,
     ObsAuthError,
@@ -410,6 +414,8 @@ class ObsController:
             self._sync_pending.set()  # radio: hide the others (or re-hide an unknown face)
         elif name == SWAP_SOURCE:
             self.state.set_swap(enabled)
+        elif name == PAUSE_SOURCE:
+            self.state.set_paused(enabled)
 
     def _choose(self, target: str, choice: str, source: str) -> None:
         """A map scene's source was shown: ``target`` gets face ``choice`` (or the default)."""
@@ -460,6 +466,7 @@ class ObsController:
             "ok": ok,
             "face": self.state.active,
             "swap": "on" if self.state.swap_enabled else "off",
+            "paused": self.state.paused,
             "mappings": self.state.mappings,
         }
         if self.stream is not None:
@@ -481,6 +488,7 @@ class ObsController:
         if merge and self._synced is not None:
             self._adopt_obs_changes(scenes, *self._synced)
         active, swap, mappings = self.state.active, self.state.swap_enabled, self.state.mappings
+        paused = self.state.paused  # vcam's own, after a reconnect too (never merged from OBS)
         for scene, items in scenes.items():
             target = map_target(self.cfg.scene, scene)
             for it in items:
@@ -496,6 +504,8 @@ class ObsController:
                     want = name[len(FACE_PREFIX) :] == active
                 elif name == SWAP_SOURCE:
                     want = swap
+                elif name == PAUSE_SOURCE:
+                    want = paused
                 else:
                     continue
                 if want != shown:
@@ -545,6 +555,10 @@ class ObsController:
                     log.warning("OBS shows '%s' but it cannot be used: %s", map_source_name(target, shown[0]), exc)
 
     def status_text(self, now: float | None = None) -> str:
+        from dataclasses import replace
+
+        from vcam.status import status_parts
+
         st = self.state.read_status()
         swap = "on" if self.state.swap_enabled else "off"
         stamp = time.strftime("%H:%M:%S", time.localtime(now))
@@ -552,12 +566,11 @@ class ObsController:
         mappings = self.state.mappings
         if mappings:
             extra += "  map: " + ", ".join(f"{t} -> {f}" for t, f in mappings.items())
-        from vcam.status import status_parts
-
-        for part in status_parts(st):  # NaN guard counts, the GPU reading, the stages off under load
+        paused = self.state.paused  # said at once, not at the frame loop's next status
+        for part in status_parts(replace(st, paused=False)):  # NaN guard counts, the GPU reading, the stages off under load
             extra += f"  {part}"
-        head = f"face: {self.state.active or '-'}  swap: {swap}  {st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
-        return f"{head}{extra}  (at {stamp})"
+        numbers = "PAUSED (camera closed)" if paused else f"{st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
+        return f"face: {self.state.active or '-'}  swap: {swap}  {numbers}{extra}  (at {stamp})"
 
     def _update_status(self, text: str | None = None) -> bool:
         text = text or self.status_text()

@@ -24,6 +24,7 @@ log = logging.getLogger("vcam.control.obs")
 
 FACE_PREFIX = "Face: "
 SWAP_SOURCE = "FastSwap: Swap"
+PAUSE_SOURCE = "FastSwap: Pause"  # shown: paused (the camera closed, a still card out)
 CAMERA_SOURCE = "FastSwap Cam"
 TEXT_KIND = "text_ft2_source_v2"
 REPLY_KEY = "vcam_reply"
@@ -313,6 +314,9 @@ def setup_scene(
     _ensure_input(client, report, scene, SWAP_SOURCE, TEXT_KIND, {"text": "face swap on"}, True)
     report.hotkeys.append((show_hotkey(SWAP_SOURCE), f"Show '{SWAP_SOURCE}' (swap on)"))
     report.hotkeys.append((f"libobs.hide_scene_item.{SWAP_SOURCE}", f"Hide '{SWAP_SOURCE}' (swap off)"))
+    _ensure_input(client, report, scene, PAUSE_SOURCE, TEXT_KIND, {"text": "camera paused"}, False)
+    report.hotkeys.append((show_hotkey(PAUSE_SOURCE), f"Show '{PAUSE_SOURCE}' (pause: the camera closes)"))
+    report.hotkeys.append((f"libobs.hide_scene_item.{PAUSE_SOURCE}", f"Hide '{PAUSE_SOURCE}' (resume)"))
     if status_source:
         _ensure_input(client, report, scene, status_source, TEXT_KIND, {"text": "FastSwap Cam"}, True)
     known = {face_source_name(n) for n in names}

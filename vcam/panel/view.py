@@ -89,6 +89,7 @@ class PanelView:
                     "name": name,
                     "face": state.active,
                     "swap": state.swap_enabled,
+                    "paused": state.paused,
                     "mappings": state.mappings,
                     "targets": state.targets,
                     "mapping_on": state.mapping_enabled,

@@ -177,7 +177,7 @@ function renderHealth() {
   const info = panel.state.info;
   const notes = [`device: ${info.device || "loading…"}`];
   if (s.over_budget) notes.push(["bad", "over the latency budget"]);
-  for (const n of st.notes) notes.push([/overloaded|degraded|NaN/.test(n) ? "warn" : "", n]);
+  for (const n of st.notes) notes.push([/overloaded|degraded|NaN|paused/.test(n) ? "warn" : "", n]);
   if (!Object.values(s.guarded || {}).some((v) => v)) notes.push("NaN guard: 0");
   notes.push(st.gpu ? [s.gpu.throttle && s.gpu.throttle.length ? "warn" : "", st.gpu] : "GPU telemetry: none");
   $("notes").replaceChildren(...notes.map((n) => (Array.isArray(n) ? el("li", { class: n[0] }, n[1]) : el("li", {}, n))));
@@ -208,6 +208,8 @@ function render() {
   const st = current();
   $("swap").textContent = st.swap ? "swap on" : "swap off";
   $("swap").classList.toggle("off", !st.swap);
+  $("pause").textContent = st.paused ? "resume" : "pause";
+  $("pause").classList.toggle("paused", st.paused);
   renderFaces();
   renderPeople();
   renderHealth();
@@ -239,6 +241,12 @@ function connect() {
 
 function wire() {
   $("swap").addEventListener("click", () => command({ swap: "toggle" }));
+  $("pause").addEventListener("click", async () => {
+    const st = current();
+    if (!st) return;
+    const reply = await command({ pause: !st.paused });
+    if (reply.ok) { st.paused = reply.paused; render(); }
+  });
   $("stream").addEventListener("change", (e) => { panel.stream = e.target.value; render(); if (panel.previewOn) setPreview(true); });
   $("preview-toggle").addEventListener("click", () => setPreview(!panel.previewOn));
   $("file").addEventListener("change", (e) => { upload(e.target.files[0]); e.target.value = ""; });
