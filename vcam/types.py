@@ -127,6 +127,10 @@ class Closing:
 
     _closed = False
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         self._closed = True
 

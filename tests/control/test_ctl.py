@@ -264,6 +264,74 @@ def test_cli_uses_the_config_file_socket(tmp_path):
     assert state.active == "bob"
 
 
+# --- pause and resume ------------------------------------------------------------------------
+
+
+def test_pause_and_resume_over_the_socket(served):
+    """``{"pause": true|false|"toggle"}`` sets the state's pause (the frame loop closes the camera:
+    vcam.runtime.pause); every reply says ``paused``; anything else is refused and changes nothing."""
+    path, state, _ = served
+    assert send_command(path, {"status": True})["paused"] is False
+    reply = send_command(path, {"pause": True})
+    assert reply["ok"] and reply["paused"] is True and state.paused is True and state.snapshot().paused
+    assert send_command(path, {"face": "bob"})["paused"] is True  # other commands leave it as it is
+    assert send_command(path, {"pause": "toggle"})["paused"] is False and state.paused is False
+    assert send_command(path, {"pause": "toggle"})["paused"] is True
+    assert send_command(path, {"pause": False})["paused"] is False
+    for bad in (1, 0, "yes", "on", None, [True]):
+        with pytest.raises(ControlError, match="'pause' must be true, false or toggle"):
+            send_command(path, {"pause": bad})
+        assert handle_command(state, {"pause": bad})["paused"] is False and state.paused is False
+    with pytest.raises(ValueError, match="pause must be true, false or toggle"):
+        state.set_paused("on")
+
+
+def test_pause_acts_on_every_stream_or_the_one_named():
+    streams = {"a": make_state(), "b": make_state()}
+    r = handle_command(streams["a"], {"pause": True}, streams)
+    assert r["ok"] and {n: s["paused"] for n, s in r["streams"].items()} == {"a": True, "b": True}
+    assert streams["a"].paused and streams["b"].paused
+    r = handle_command(streams["a"], {"stream": "b", "pause": False}, streams)
+    assert r["ok"] and r["stream"] == "b" and r["paused"] is False
+    assert streams["a"].paused and not streams["b"].paused
+
+
+def test_pause_wakes_state_listeners_once_per_change():
+    state, seen = make_state(), []
+    state.subscribe(lambda snap: seen.append(snap.paused))
+    state.set_paused(True)
+    state.set_paused(True)  # no change: nobody is told
+    state.set_paused("toggle")
+    assert seen == [True, False]
+
+
+def test_cli_pause_and_resume(kind):
+    state = make_state()
+    path = Config().socket_path
+    runner = CliRunner()
+    with ControlServer(path, state, transport=kind):
+        res = runner.invoke(ctl_app, ["pause"])
+        assert res.exit_code == 0 and res.output.strip() == "paused", res.output
+        assert state.paused is True
+        data = json.loads(runner.invoke(ctl_app, ["status"]).stdout)
+        assert data["paused"] is True
+        res = runner.invoke(ctl_app, ["resume"])
+        assert res.exit_code == 0 and res.output.strip() == "running", res.output
+        assert state.paused is False
+
+
+def test_cli_pause_names_each_stream_of_a_daemon_running_several():
+    streams = {"a": make_state(), "b": make_state()}
+    path = Config().socket_path
+    runner = CliRunner()
+    with ControlServer(path, streams["a"], streams=streams):
+        res = runner.invoke(ctl_app, ["--stream", "b", "pause"])
+        assert res.exit_code == 0 and res.output.strip() == "paused", res.output
+        assert streams["b"].paused and not streams["a"].paused
+        res = runner.invoke(ctl_app, ["pause"])
+        assert res.exit_code == 0 and res.output.split() == ["a:", "paused", "b:", "paused"], res.output
+
+
 # --- per-person mapping ----------------------------------------------------------------------
 
 
