@@ -35,6 +35,7 @@ from vcam.control.obs import ObsController
 from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
     FACE_PREFIX,
+    PAUSE_SOURCE,
     SWAP_SOURCE,
     connect,
     face_source_name,
@@ -218,7 +219,7 @@ def test_setup_scene_creates_sources_and_is_idempotent(obs_server, scene, client
         assert label.startswith("Show 'Face: ")
     again = setup_scene(client, face_images, scene=SCENE)
     assert not again.scene_created and again.created == [] and again.updated == []
-    assert sorted(again.kept) == sorted([face_source_name(n) for n in FACES] + [SWAP_SOURCE, "FastSwap Status"])
+    assert sorted(again.kept) == sorted([face_source_name(n) for n in FACES] + [SWAP_SOURCE, PAUSE_SOURCE, "FastSwap Status"])
     assert len(client.get_scene_item_list(SCENE).scene_items) == len(shown)
     text = "\n".join(again.lines())
     assert "Show 'Face: alice'" in text and "Settings -> Hotkeys" in text
@@ -275,6 +276,49 @@ def test_swap_source_visibility_is_the_switch(controller, client):
     assert wait_for(lambda: state.swap_enabled is True, 2) is not None
 
 
+def test_pause_source_hotkeys_and_custom_events_pause_and_resume(controller, client, obs_server):
+    """``FastSwap: Pause`` (made hidden by setup): shown = paused, hidden = running, by its hotkeys,
+    its eye icon or the custom event ``{"vcam": {"pause": ...}}``; vcam's own pause (`vcam ctl
+    pause`) shows on it; the status text says PAUSED at once; every reply carries ``paused``."""
+    ctl, state = controller
+    hotkeys = set(client.get_hot_key_list().hotkeys)
+    assert show_hotkey(PAUSE_SOURCE) in hotkeys and f"libobs.hide_scene_item.{PAUSE_SOURCE}" in hotkeys
+    assert wait_for(lambda: visible(client)[PAUSE_SOURCE] is False, 2) is not None
+    rec = EventRecorder(obs_cfg(obs_server))
+
+    def status_text():
+        return client.get_input_settings("FastSwap Status").input_settings.get("text", "")
+
+    try:
+        with Frames(state) as frames:
+            client.broadcast_custom_event({"eventData": {"vcam": {"pause": True}}})
+            assert wait_for(lambda: state.paused, 2) is not None
+            assert wait_for(lambda: visible(client)[PAUSE_SOURCE] is True, 2) is not None
+            assert wait_for(lambda: any(r.get("paused") is True for r in rec.replies()), 2) is not None
+            assert wait_for(lambda: "PAUSED (camera closed)" in status_text(), 3) is not None, status_text()
+            item = client.get_scene_item_id(SCENE, PAUSE_SOURCE).scene_item_id
+            client.set_scene_item_enabled(SCENE, item, False)  # the eye icon: resume
+            assert wait_for(lambda: state.paused is False, 2) is not None
+            assert wait_for(lambda: "PAUSED" not in status_text(), 3) is not None, status_text()
+            client.trigger_hot_key_by_name(show_hotkey(PAUSE_SOURCE))  # the hotkey: pause
+            assert wait_for(lambda: state.paused is True, 2) is not None
+            client.broadcast_custom_event({"eventData": {"vcam": {"pause": "toggle"}}})
+            assert wait_for(lambda: state.paused is False, 2) is not None
+            assert wait_for(lambda: visible(client)[PAUSE_SOURCE] is False, 2) is not None
+            state.set_paused(True)  # what `vcam ctl pause` does
+            assert wait_for(lambda: visible(client)[PAUSE_SOURCE] is True, 2) is not None
+            state.set_paused(False)
+            assert wait_for(lambda: visible(client)[PAUSE_SOURCE] is False, 2) is not None
+            client.broadcast_custom_event({"eventData": {"vcam": {"pause": 1}}})  # not a boolean: refused
+            refused = wait_for(
+                lambda: any("'pause' must be true, false or toggle" in r.get("error", "") for r in rec.replies()), 2
+            )
+            assert refused is not None
+            assert state.paused is False and ctl.connected.is_set() and frames.advancing()
+    finally:
+        rec.close()
+
+
 def test_custom_events_switch_face_and_toggle_swap(controller, client, obs_server):
     ctl, state = controller
     rec = EventRecorder(obs_cfg(obs_server))
@@ -304,7 +348,7 @@ def test_custom_events_switch_face_and_toggle_swap(controller, client, obs_serve
             assert wait_for(lambda: any("no stream 'side'" in r.get("error", "") for r in rec.replies()), 2) is not None
             assert state.active == "carol"
         oks = [r for r in rec.replies() if r["ok"]]
-        assert oks[0] == {"ok": True, "face": "carol", "swap": "on", "mappings": {}}
+        assert oks[0] == {"ok": True, "face": "carol", "swap": "on", "paused": False, "mappings": {}}
     finally:
         rec.close()
 
