@@ -200,6 +200,32 @@ def test_changes_need_the_header_and_a_same_origin(served):
     assert status == 400 and "mapping is off" in json.loads(body)["error"]
 
 
+def test_the_pause_button_and_its_command(served):
+    """The page's pause button posts ``{"pause": ...}`` through the command path of `vcam ctl`; the
+    state the page gets says ``paused``, and its health notes say so once the frame loop has."""
+    from vcam.state import Status
+
+    token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
+    cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
+    state = served.backend.states["s1"]
+    page = call(served, "/", headers=cookie)[2].decode()
+    script = call(served, "/static/panel.js", headers=cookie)[2].decode()
+    assert 'id="pause"' in page and "command({ pause: !st.paused })" in script
+    try:
+        status, _, body = call(served, "/api/command", method="POST", body=b'{"pause": true}', headers=token)
+        assert status == 200 and json.loads(body)["paused"] is True and state.paused
+        state.publish_status(Status(paused=True))  # what the frame loop publishes once the camera is closed
+        shown = json.loads(call(served, "/api/state", headers=cookie)[2])["streams"][0]
+        assert shown["paused"] is True and "paused (camera closed)" in shown["notes"]
+        status, _, body = call(served, "/api/command", method="POST", body=b'{"pause": "yes"}', headers=token)
+        assert status == 400 and "'pause' must be true, false or toggle" in json.loads(body)["error"]
+        status, _, body = call(served, "/api/command", method="POST", body=b'{"pause": false}', headers=token)
+        assert status == 200 and json.loads(body)["paused"] is False and not state.paused
+    finally:
+        state.set_paused(False)
+        state.publish_status(Status())
+
+
 @pytest.mark.slow
 def test_panel_flag_and_command_say_what_to_do(tmp_path):
     from conftest import demo_run

@@ -438,6 +438,15 @@ def test_several_streams_have_their_rows_and_a_picker(tmp_path):
         assert wait_for(lambda: d.execute_script("return window.vcamPanel.lastReply"), 5)
         reply = d.execute_script("return window.vcamPanel.lastReply")
         assert reply["stream"] == "b" and reply["published"] == {"a": 7, "b": 7}
+        # The pause button pauses the stream picked, and says so; clicked again, it resumes.
+        assert d.find_element("id", "pause").text == "pause"
+        d.find_element("id", "pause").click()
+        assert wait_for(lambda: backend.states["b"].paused, 5) and not backend.states["a"].paused
+        assert wait_for(lambda: d.find_element("id", "pause").text == "resume", 5)
+        assert "paused" in d.find_element("id", "pause").get_attribute("class")
+        d.find_element("id", "pause").click()
+        assert wait_for(lambda: not backend.states["b"].paused, 5)
+        assert wait_for(lambda: d.find_element("id", "pause").text == "pause", 5)
     finally:
         d.quit()
         srv.stop()
