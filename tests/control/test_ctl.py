@@ -369,7 +369,7 @@ def test_map_and_unmap_over_the_socket(tmp_path):
             send_command(path, {"unmap": ["ben"]})
         with pytest.raises(ControlError, match=r"unknown command key\(s\): mapping") as info:
             send_command(path, {"mapping": {}})
-        assert info.value.hint == "use face, swap, map, unmap or status"
+        assert info.value.hint == "use face, swap, pause, map, unmap or status"
         assert state.mappings == {"ben": "carol"}
         error = handle_command(state, {"unmap": "zoe"})  # error replies carry the mappings too
         assert error["ok"] is False and error["mappings"] == {"ben": "carol"}

@@ -832,7 +832,7 @@ def test_map_scene_hotkeys_events_and_ctl_switch_a_persons_face(obs_server, clie
             client.broadcast_custom_event({"eventData": {"vcam": {"unmap": "ann"}}})
             assert wait_for(lambda: chosen(client, scene, "ann") == [DEFAULT_CHOICE], 2) is not None
             assert wait_for(lambda: len(rec.replies()) >= 2, 2) is not None
-            assert rec.replies()[-1] == {"ok": True, "face": "alice", "swap": "on", "mappings": {"ben": "carol"}}
+            assert rec.replies()[-1] == {"ok": True, "face": "alice", "swap": "on", "paused": False, "mappings": {"ben": "carol"}}
             client.broadcast_custom_event({"eventData": {"vcam": {"map": {"target": "ann", "source": "nobody"}}}})
             assert wait_for(lambda: any(not r["ok"] for r in rec.replies()), 2) is not None
             bad = [r for r in rec.replies() if not r["ok"]][0]

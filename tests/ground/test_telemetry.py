@@ -352,21 +352,20 @@ def test_live_stats_status_takes_gpu_and_degraded():
 
 
 class _State:
-    """What ObsController.status_text reads from its state."""
+    """What vcam.control.obs.status_text reads from its state."""
 
     def __init__(self, status):
-        self._status, self.swap_enabled, self.active, self.mappings = status, True, "alice", {}
+        self._status, self.swap_enabled, self.active, self.mappings, self.paused = status, True, "alice", {}, False
 
     def read_status(self):
         return self._status
 
 
 def test_obs_status_text_shows_gpu_and_degraded():
-    from vcam.control.obs import ObsController
+    from vcam.control.obs import status_text
 
     st = Status(fps_out=29.5, latency_p50_ms=41.0, gpu=sample().as_dict(), degraded=("upscale",))
-    ctl = types.SimpleNamespace(state=_State(st))
-    text = ObsController.status_text(ctl)
+    text = status_text(_State(st))  # type: ignore[arg-type]
     assert text.startswith("face: alice  swap: on  29.5 fps  41 ms  GPU 61°C 1980 MHz 312 W  degraded: upscale off  (at ")
 
 

@@ -554,26 +554,8 @@ class ObsController:
                 except Exception as exc:
                     log.warning("OBS shows '%s' but it cannot be used: %s", map_source_name(target, shown[0]), exc)
 
-    def status_text(self, now: float | None = None) -> str:
-        from dataclasses import replace
-
-        from vcam.status import status_parts
-
-        st = self.state.read_status()
-        swap = "on" if self.state.swap_enabled else "off"
-        stamp = time.strftime("%H:%M:%S", time.localtime(now))
-        extra = ""
-        mappings = self.state.mappings
-        if mappings:
-            extra += "  map: " + ", ".join(f"{t} -> {f}" for t, f in mappings.items())
-        paused = self.state.paused  # said at once, not at the frame loop's next status
-        for part in status_parts(replace(st, paused=False)):  # NaN guard counts, the GPU reading, the stages off under load
-            extra += f"  {part}"
-        numbers = "PAUSED (camera closed)" if paused else f"{st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
-        return f"face: {self.state.active or '-'}  swap: {swap}  {numbers}{extra}  (at {stamp})"
-
     def _update_status(self, text: str | None = None) -> bool:
-        text = text or self.status_text()
+        text = text or status_text(self.state)
         if text == self._last_text:
             return False
         try:
@@ -594,3 +576,24 @@ class ObsController:
             self._update_status(f"vcam stopped (at {time.strftime('%H:%M:%S')})")
         except Exception:
             log.debug("could not mark the OBS status as stopped", exc_info=True)
+
+
+def status_text(state: RuntimeState, now: float | None = None) -> str:
+    """The OBS status source's text for ``state``: face, swap, fps and latency (PAUSED instead, at
+    once, while the state asks for a pause), the mappings, the status's other parts and the time."""
+    from dataclasses import replace
+
+    from vcam.status import status_parts
+
+    st = state.read_status()
+    swap = "on" if state.swap_enabled else "off"
+    stamp = time.strftime("%H:%M:%S", time.localtime(now))
+    extra = ""
+    mappings = state.mappings
+    if mappings:
+        extra += "  map: " + ", ".join(f"{t} -> {f}" for t, f in mappings.items())
+    paused = state.paused  # said at once, not at the frame loop's next status
+    for part in status_parts(replace(st, paused=False)):  # NaN guard counts, the GPU reading, the stages off under load
+        extra += f"  {part}"
+    numbers = "PAUSED (camera closed)" if paused else f"{st.fps_out:.1f} fps  {st.latency_p50_ms:.0f} ms"
+    return f"face: {state.active or '-'}  swap: {swap}  {numbers}{extra}  (at {stamp})"
