@@ -182,3 +182,24 @@ def test_twenty_pause_resume_cycles_each_resume_swapping_within_a_few_frames():
     print(f"resume -> first swapped frame over 20 cycles: p50 {p50:.1f} ms, p99 {p99:.1f} ms (frame {frame_time * 1e3:.1f} ms)")
     assert np.percentile(took, 50) < 3.0 / FPS + 6 * frame_time
     assert np.percentile(took, 99) < 6.0 / FPS + 12 * frame_time
+
+
+def test_the_status_line_says_paused():
+    from vcam.cli.run import format_status
+    from vcam.state import Status
+
+    assert "paused (camera closed)" in format_status(Status(paused=True), "alice", True)
+    assert "paused" not in format_status(Status(), "alice", True)
+
+
+def test_a_stream_that_keeps_every_frame_is_not_paused(caplog):
+    """A conversion (every frame, in order) would start its file again when reopened: it refuses
+    the pause with one warning and processes every frame."""
+    out = Recording()
+    d = Daemon(live_cfg(pacing="fast"), output=out, control=False)
+    d.state.set_paused(True)
+    s = d.run(max_frames=12)
+    assert s.frames_out == 12 and not d.streams[0].paused
+    assert [r.message for r in caplog.records].count(
+        "stream s1 keeps every frame of its input (a conversion): it is not paused"
+    ) == 1

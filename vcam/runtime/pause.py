@@ -6,7 +6,8 @@ Paused, the stream's capture thread is stopped, which closes its source: a camer
 light goes off); a file, the demo or the pattern is simply no longer read. The virtual camera keeps
 getting frames, so the apps that read it keep the device: a still card (the last published frame in
 coarse, dimmed blocks with "paused" written on it: never the camera as it is), :data:`CARD_FPS`
-times a second. The models, the pipelines and the other streams go on as they were.
+times a second. The models, the pipelines and the other streams go on as they were. A stream that
+keeps every frame of its input (a file converted, ``--fast``) is never paused (one warning).
 
 Resume opens the input again (``Source.reopen``, its frames numbered on from before), starts a new
 capture thread with the stream's capture stage, forgets the tracks of before the pause
@@ -55,6 +56,7 @@ class Pauses:
         self._cards: dict[str, tuple[Any, float]] = {}  # stream -> (card data, when it last went out)
         self._resumed: dict[str, float] = {}  # stream -> when its resume was asked for (perf_counter)
         self._watched: set[int] = set()
+        self._refused: set[str] = set()  # streams told they cannot pause
         #: (stream, seconds from the resume asked for to the capture adopted), the last resumes.
         self.resumes: list[tuple[str, float]] = []
 
@@ -77,6 +79,11 @@ class Pauses:
                 continue
             busy = self._busy(st)
             want = st.state.paused
+            if want and not st.paused and st.delivery is not None and st.delivery.lossless:
+                if st.name not in self._refused:  # a file converted: reopened, it would start again
+                    self._refused.add(st.name)
+                    log.warning("stream %s keeps every frame of its input (a conversion): it is not paused", st.name)
+                continue
             if want and not st.paused and not busy:
                 self._pause(st)
             elif not want and st.paused and not busy and st.name not in self._opened:
