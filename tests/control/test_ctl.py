@@ -211,7 +211,7 @@ def test_cli_without_daemon_exits_with_the_hint():
 def test_cli_uses_the_config_file_socket(tmp_path):
     path = tmp_path / "custom.sock"
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[control]\nsocket = "{path}"\n')
+    cfg.write_text(f"[control]\nsocket = '{path}'\n")
     state = make_state()
     with ControlServer(path, state):
         res = CliRunner().invoke(ctl_app, ["face", "bob", "--config", str(cfg)])
@@ -437,7 +437,7 @@ def test_ctl_switches_faces_on_a_running_daemon(tmp_path):
 
     sock = tmp_path / "run" / "vcam.sock"
     cfg_file = tmp_path / "config.toml"
-    cfg_file.write_text(f'[control]\nsocket = "{sock}"\n')
+    cfg_file.write_text(f"[control]\nsocket = '{sock}'\n")
     state = RuntimeState(solid_faces(("alice", "bob")), active="alice")
     out = CapturingOutput()
     daemon = Daemon(demo_daemon_config(sock), state=state, output=out)
@@ -497,7 +497,7 @@ def test_a_full_backlog_is_one_busy_line_not_a_crash(tmp_path):
             send_command(path, {"status": True}, timeout=timeout)
         assert time.monotonic() - t0 < 3 * timeout and info.value.hint == "retry in a moment"  # gave up, not hung
         cfg = tmp_path / "c.toml"
-        cfg.write_text(f'[control]\nsocket = "{path}"\n')
+        cfg.write_text(f"[control]\nsocket = '{path}'\n")
         import vcam.control.client as client
 
         real_send = client.send_command

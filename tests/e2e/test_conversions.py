@@ -6,7 +6,6 @@ mid-conversion: exit 130 and a playable ``NAME.partial.mp4``, never the final na
 from __future__ import annotations
 
 import os
-import pty
 import re
 import select
 import signal
@@ -91,6 +90,7 @@ def test_quiet_silences_the_progress(talk, tmp_path):
 
 @pytest.mark.slow
 def test_on_a_terminal_a_conversion_shows_a_progress_bar(talk, tmp_path):
+    pty = pytest.importorskip("pty", reason="pseudo-terminals (pty): not on Windows")
     out = tmp_path / "bar.mp4"
     master, slave = pty.openpty()
     p = vcam("--input", str(talk), "--output", f"file:{out}", "--frames", "120", stdin=slave, stdout=slave, stderr=slave)

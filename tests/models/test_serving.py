@@ -95,7 +95,7 @@ def test_vcam_serve_export_prints_the_docker_line(tmp_path):
 
     models = place_standins(tmp_path / "models", names=("inswapper_128",))
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[models]\ndir = "{models}"\n')
+    cfg.write_text(f"[models]\ndir = '{models}'\n")
     res = vcam_cli(
         "serve", "export", str(tmp_path / "repo"), "--model", "inswapper_128", "--fp16", "--uint8-input", "--config", str(cfg)
     )

@@ -212,7 +212,7 @@ def test_panel_flag_and_command_say_what_to_do(tmp_path):
     assert res.returncode == 0 and "panel:" not in res.stdout + res.stderr, res.stderr
     # keep_token: the next run's URL is the same (an OBS dock's URL survives the restart)
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[panel]\nport = 0\nkeep_token = true\n[control]\nsocket = "{tmp_path / "run" / "vcam.sock"}"\n')
+    cfg.write_text(f"[panel]\nport = 0\nkeep_token = true\n[control]\nsocket = '{tmp_path / 'run' / 'vcam.sock'}'\n")
     tokens = []
     for _ in range(2):
         res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])

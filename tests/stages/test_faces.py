@@ -222,7 +222,7 @@ def test_switching_faces_never_blocks_the_frame_loop(tmp_path, cfg, detector, re
 
 def test_faces_cli(tmp_path, monkeypatch):
     cfgfile = tmp_path / "config.toml"
-    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    cfgfile.write_text(f"[faces]\ndir = '{tmp_path / 'bank'}'\n[models]\ndir = '{tmp_path / 'models'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
     runner = CliRunner()
     r = runner.invoke(faces_app, ["list"])
@@ -270,7 +270,7 @@ def test_a_damaged_face_is_named_with_its_fix_and_the_others_work(tmp_path, dete
         with pytest.raises(FaceError, match="face 'broken' is damaged"):
             bank.entry("broken")
     cfgfile = tmp_path / "config.toml"
-    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    cfgfile.write_text(f"[faces]\ndir = '{tmp_path / 'bank'}'\n[models]\ndir = '{tmp_path / 'models'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
     runner = CliRunner()
     r = runner.invoke(faces_app, ["list"], env={"COLUMNS": "200"})
@@ -326,7 +326,7 @@ def test_vcam_run_and_ctl_with_a_damaged_face(tmp_path, detector, caplog):
 )
 def test_faces_add_refuses_bad_photos_in_one_line(tmp_path, monkeypatch, make, needle):
     cfgfile = tmp_path / "config.toml"
-    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    cfgfile.write_text(f"[faces]\ndir = '{tmp_path / 'bank'}'\n[models]\ndir = '{tmp_path / 'models'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
     photo = tmp_path / "photo.png"
     make(photo)
@@ -450,7 +450,7 @@ def test_photos_are_refused_from_their_header_or_file_size(tmp_path, monkeypatch
 
 def test_faces_add_refuses_a_huge_hdr_and_a_2gib_file_in_one_line(tmp_path, monkeypatch):
     cfgfile = tmp_path / "config.toml"
-    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    cfgfile.write_text(f"[faces]\ndir = '{tmp_path / 'bank'}'\n[models]\ndir = '{tmp_path / 'models'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
     hdr = tmp_path / "big.hdr"
     hdr.write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 10000 +X 10000\n" + bytes(4096))
@@ -521,7 +521,7 @@ def test_faces_add_on_a_full_disk_prints_one_line(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     cfgfile = tmp_path / "config.toml"
-    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    cfgfile.write_text(f"[faces]\ndir = '{tmp_path / 'bank'}'\n[models]\ndir = '{tmp_path / 'models'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
     monkeypatch.setattr(shutil, "copyfile", full)
     r = CliRunner().invoke(faces_app, ["add", str(ASSETS / "grace_hopper.jpg"), "--name", "grace"])
@@ -579,7 +579,7 @@ def test_remove_of_a_symlinked_face_removes_only_the_link(tmp_path, detector, mo
     bank = FaceBank(tmp_path / "bank")
     assert bank.names() == ["linked"] and bank.entry("linked").name == "linked"  # a linked folder is a face
     cfgfile = tmp_path / "config.toml"
-    cfgfile.write_text(f'[faces]\ndir = "{tmp_path / "bank"}"\n[models]\ndir = "{tmp_path / "models"}"\n')
+    cfgfile.write_text(f"[faces]\ndir = '{tmp_path / 'bank'}'\n[models]\ndir = '{tmp_path / 'models'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfgfile))
     r = CliRunner().invoke(faces_app, ["remove", "linked"])
     assert r.exit_code == 0, r.output
