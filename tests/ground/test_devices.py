@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import need_symlinks
+
 from vcam import devices
 from vcam.devices import VideoDevice, find_virtual_camera, free_video_nr, list_cameras, list_video_devices, modprobe_hint
 
@@ -14,6 +16,8 @@ def make_sysfs(root: Path, nodes: dict[int, tuple[str, str]]) -> Path:
     base = root / "video4linux"
     base.mkdir(parents=True, exist_ok=True)
     drivers = root / "drivers"
+    if any(kind != "loopback" for _, kind in nodes.values()):
+        need_symlinks(root)  # a node's `device` is a link to its driver
     for n, (name, kind) in nodes.items():
         node = base / f"video{n}"
         node.mkdir()

@@ -16,12 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require, terminal_signals, vcam_cli
+from conftest import require, terminal_signals, vcam_cli, windows_lacks
 
 from vcam.errors import EngineUnavailable
 from vcam.models import registry, serving, standin
 
 pytest.importorskip("onnxruntime")
+
+#: What `vcam serve` runs: NVIDIA Triton from nvidia-pytriton, whose wheels are Linux-only.
+SERVER = "the Triton server of `vcam serve` (nvidia-pytriton has Linux wheels only)"
 
 
 def _proto():
@@ -115,6 +118,7 @@ def test_vcam_serve_refuses_another_host_without_tls():
     assert len(lines) == 1 and "needs --tls-cert and --tls-key" in lines[0], res.stderr
 
 
+@windows_lacks(SERVER)
 def test_the_serving_environment_is_made_once(monkeypatch):
     from vcam.runtime import serve
 
@@ -128,6 +132,7 @@ def test_the_serving_environment_is_made_once(monkeypatch):
     )
 
 
+@windows_lacks(SERVER)
 def test_the_serving_environment_sees_a_base_virtual_environments_packages(tmp_path):
     """VCAM_SERVE_SYSTEM_SITE=1 with an interpreter that is itself a virtual environment (torch
     installed in one): the serving environment sees that environment's packages, after its own."""
