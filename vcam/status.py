@@ -9,42 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from vcam.platform import process
 from vcam.state import Status, guard_text
 from vcam.types import FrameStats
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs: it exists (ours or another user's), and is not an exited one
-    its parent has not reaped yet (a zombie, on Linux)."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def process_age() -> float | None:
-    """Seconds since this process started (Linux: from /proc, so the interpreter and the imports
-    count too), or None where that cannot be read."""
-    import os
-
-    try:
-        with open("/proc/self/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        start_ticks = int(fields[19])  # field 22 of stat(5): starttime, after pid and (comm)
-        with open("/proc/uptime") as fh:
-            uptime = float(fh.read().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 @dataclass
@@ -68,12 +35,12 @@ class RunSummary:
     seconds: float = 0.0
     device: str = "cpu"
     models: str = ""  # where each model ran (Assembly.describe)
-    first_frame_s: float | None = None  # process start -> first frame published (start-up, as a user waits)
-    first_processed_s: float | None = None  # process start -> first frame published through the pipeline
+    first_frame_s: float | None = None  # vcam's start -> first frame published (start-up, as a user waits)
+    first_processed_s: float | None = None  # vcam's start -> first frame published through the pipeline
     early_frames: int = 0  # early frames: published (pixelated or as they came) while the models loaded
     #: Frames swapped on the CPU while the GPU loaded (vcam.runtime.handover); counted in frames_out too.
     cpu_frames: int = 0
-    switched_s: float | None = None  # process start -> the switch from the CPU to the GPU (vcam.runtime.handover)
+    switched_s: float | None = None  # vcam's start -> the switch from the CPU to the GPU (vcam.runtime.handover)
     #: Frames published without the pipeline (pixelated, or as they came) while the swap was shed under
     #: overload (the degrader's last rung, vcam.runtime.rounds.SHED_SWAP).
     shed_frames: int = 0
@@ -156,7 +123,7 @@ class LiveStats:
         """A frame went out; ``late``: over the budget, sent because the picture would have frozen."""
         s = self.summary
         if s.frames_out == 0:
-            s.first_processed_s = process_age()
+            s.first_processed_s = process.age()
             if s.first_frame_s is None:
                 s.first_frame_s = s.first_processed_s
             if self.on_first is not None:

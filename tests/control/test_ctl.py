@@ -1,4 +1,5 @@
-"""`vcam ctl`: the local control socket (server, client, CLI) on a real Unix socket."""
+"""`vcam ctl`: the local control socket (server, client, CLI) on a real Unix socket, and the
+commands' tests over the loopback TCP transport too (Windows' own, :mod:`vcam.platform.transport`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,6 +23,7 @@ from vcam.config import Config
 from vcam.control.client import send_command
 from vcam.control.local import ControlServer, handle_command
 from vcam.errors import ControlError
+from vcam.platform import transport
 from vcam.state import RuntimeState, Status
 from vcam.types import SourceFace
 
@@ -35,11 +39,19 @@ def make_state() -> RuntimeState:
     return RuntimeState(faces, active="alice")
 
 
+@pytest.fixture(params=transport.KINDS)
+def kind(request):
+    """Each local transport this OS offers: the Unix socket (POSIX) and loopback TCP (all)."""
+    if request.param == transport.UNIX and not hasattr(socket, "AF_UNIX"):
+        pytest.skip("Unix domain sockets: this OS has none (the TCP transport is its own)")
+    return request.param
+
+
 @pytest.fixture
-def served(tmp_path):
+def served(tmp_path, kind):
     state = make_state()
     path = tmp_path / "ctl" / "vcam.sock"
-    server = ControlServer(path, state)
+    server = ControlServer(path, state, transport=kind)
     server.start()
     yield path, state, server
     server.stop()
@@ -82,9 +94,7 @@ def test_unknown_face_is_reported_and_the_server_keeps_serving(served):
 
 def test_bad_lines_get_an_error_reply(served):
     path, _, _ = served
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(2)
-        s.connect(str(path))
+    with transport.connect(path, 2) as s:
         s.sendall(b'this is not json\n[1, 2]\n{"face": "carol"}\n')
         lines = b""
         while lines.count(b"\n") < 3:
@@ -96,9 +106,7 @@ def test_bad_lines_get_an_error_reply(served):
 
 
 def _one_exchange(path, payload: bytes, close_write: bool = False) -> dict:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        s.connect(str(path))
+    with transport.connect(path, 5) as s:
         s.sendall(payload)
         if close_write:
             s.shutdown(socket.SHUT_WR)
@@ -131,15 +139,16 @@ def test_every_line_gets_a_reply(served, caplog):
 
 
 def test_socket_is_private(served):
-    path, _, _ = served
-    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    path, _, server = served
+    is_kind = stat.S_ISSOCK if server.transport == transport.UNIX else stat.S_ISREG  # TCP: the port and token file
+    assert is_kind(os.lstat(path).st_mode)
     assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700  # created by the server
 
 
-def test_stop_removes_the_socket(tmp_path):
+def test_stop_removes_the_socket(tmp_path, kind):
     path = tmp_path / "vcam.sock"
-    server = ControlServer(path, make_state())
+    server = ControlServer(path, make_state(), transport=kind)
     server.start()
     assert path.exists()
     server.stop()
@@ -147,29 +156,64 @@ def test_stop_removes_the_socket(tmp_path):
     server.stop()  # idempotent
 
 
-def test_stale_socket_is_replaced_and_a_live_one_refused(tmp_path):
+def _left_by_a_killed_daemon(path, kind) -> None:
+    """What a killed daemon leaves behind: the socket file nobody listens on, or the TCP control
+    file of a process that has ended."""
+    if kind == transport.UNIX:
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(str(path))
+        dead.close()
+        return
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path.write_text(json.dumps({"port": 9, "token": "old", "pid": int(ended.stdout)}))
+    path.chmod(0o600)
+
+
+def test_stale_socket_is_replaced_and_a_live_one_refused(tmp_path, kind):
     path = tmp_path / "vcam.sock"
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(path))
-    dead.close()  # the file stays, nobody listens: what a killed daemon leaves behind
-    first = ControlServer(path, make_state())
+    _left_by_a_killed_daemon(path, kind)
+    with pytest.raises(ControlError, match=r"no vcam daemon listens on"):
+        send_command(path, {"face": "bob"}, timeout=2)
+    first = ControlServer(path, make_state(), transport=kind)
     first.start()
     try:
         assert send_command(path, {"face": "bob"})["face"] == "bob"
         with pytest.raises(ControlError, match=r"another vcam is running") as info:
-            ControlServer(path, make_state()).start()
+            ControlServer(path, make_state(), transport=kind).start()
         assert "[control] socket" in info.value.hint
         assert send_command(path, {"status": True})["face"] == "bob"  # the first one is untouched
     finally:
         first.stop()
 
 
-def test_a_regular_file_in_the_way_is_never_deleted(tmp_path):
+@pytest.mark.parametrize(("kind", "what"), [(transport.UNIX, "a socket"), (transport.TCP, "a vcam control file")])
+def test_a_regular_file_in_the_way_is_never_deleted(tmp_path, kind, what):
     path = tmp_path / "vcam.sock"
     path.write_text("user data")
-    with pytest.raises(ControlError, match=r"exists and is not a socket"):
-        ControlServer(path, make_state()).start()
+    with pytest.raises(ControlError, match=rf"exists and is not {what}") as info:
+        ControlServer(path, make_state(), transport=kind).start()
+    assert info.value.message.endswith(f"is not {what}")
     assert path.read_text() == "user data"
+
+
+def test_over_tcp_a_connection_without_the_token_is_dropped(tmp_path, caplog):
+    """Loopback TCP: any local user can reach the port, only the user can read the token."""
+    path, state = tmp_path / "vcam.sock", make_state()
+    with ControlServer(path, state, transport=transport.TCP):
+        _refuses_without_the_token(path, state, caplog)
+
+
+def _refuses_without_the_token(path, state, caplog) -> None:
+    port = transport.read_endpoint(path).port
+    for first in (b'{"face": "bob"}\n', b"not-the-token\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(first + b'{"face": "bob"}\n')
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        assert json.loads(data) == {"ok": False, "error": "permission denied"}
+    assert state.active == "alice" and "refused a connection without the token" in caplog.text
+    assert send_command(path, {"face": "bob"})["face"] == "bob"  # the token's holder is served
 
 
 def test_client_without_daemon_says_what_to_do(tmp_path):
@@ -181,11 +225,11 @@ def test_client_without_daemon_says_what_to_do(tmp_path):
 # --- CLI -------------------------------------------------------------------------------------
 
 
-def test_cli_switches_faces_and_prints_status_json():
+def test_cli_switches_faces_and_prints_status_json(kind):
     state = make_state()
     path = Config().socket_path  # $XDG_RUNTIME_DIR/vcam.sock from the isolated test dirs
     runner = CliRunner()
-    with ControlServer(path, state):
+    with ControlServer(path, state, transport=kind):  # the client goes by what it finds there
         res = runner.invoke(ctl_app, ["face", "carol"])
         assert res.exit_code == 0, res.output
         assert "face: carol" in res.output
@@ -817,7 +861,7 @@ def test_at_the_cap_with_every_connection_loading_a_newcomer_hears_busy(served, 
 
     path, state, _ = served
     monkeypatch.setattr(local, "MAX_CLIENTS", 2)
-    server = ControlServer(path.with_name("capped.sock"), state)
+    server = ControlServer(path.with_name("capped.sock"), state, transport=served[2].transport)
     started = threading.Event()
     state.set_loader(_slow_loader(3.0, started))
     loads = [threading.Thread(target=lambda n=n: send_command(server.path, {"face": n}, timeout=60)) for n in ("dave", "erin")]

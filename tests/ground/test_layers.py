@@ -129,3 +129,60 @@ def test_stages_and_pipeline_never_read_the_config(folder):
 def test_no_module_is_over_600_lines():
     long = sorted(f"{m}: {n}" for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 600)
     assert long == []
+
+
+#: What only the platform seams (vcam/platform) may touch: OS modules and calls that some OS lacks.
+OS_MODULES = {"fcntl", "msvcrt", "pwd", "grp", "pty", "resource", "termios", "winreg"}
+OS_NAMES = {
+    ("socket", "AF_UNIX"), ("socket", "SO_PEERCRED"), ("signal", "SIGHUP"), ("signal", "SIGBREAK"),
+    ("signal", "pthread_sigmask"), ("os", "getuid"), ("os", "geteuid"), ("os", "O_NOFOLLOW"), ("os", "fchmod"),
+    ("os", "killpg"), ("os", "setsid"),
+}  # fmt: skip
+
+
+def os_specific_uses(path: Path) -> list[str]:
+    """The OS-specific uses in ``path``: an import of an OS module, ``module.NAME`` (or ``from module
+    import NAME``) for a name some OS lacks, a ``start_new_session`` keyword, a string naming /proc."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            found += [f"{line}: import {a.name}" for a in node.names if a.name.split(".")[0] in OS_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in OS_MODULES:
+                found.append(f"{line}: from {node.module} import")
+            found += [f"{line}: {node.module}.{a.name}" for a in node.names if (node.module, a.name) in OS_NAMES]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if (node.value.id, node.attr) in OS_NAMES:
+                found.append(f"{line}: {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.keyword) and node.arg == "start_new_session":
+            found.append(f"{line}: start_new_session=")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("/proc"):
+            found.append(f"{line}: {node.value!r}")
+        elif isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+            if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("/proc"):
+                found.append(f"{line}: f-string {head.value!r}...")
+    return found
+
+
+def test_only_the_platform_seams_use_what_some_os_lacks():
+    """fcntl, AF_UNIX, SIGHUP, getuid, O_NOFOLLOW, fchmod, killpg, /proc and the like live in
+    vcam/platform (a POSIX and a Windows branch each); everything above asks the seams."""
+    offenders = sorted(
+        f"{m} line {use}" for m, p in MODULES.items() if not m.startswith("vcam.platform") for use in os_specific_uses(p)
+    )
+    assert offenders == []
+
+
+def test_the_os_check_sees_each_kind_of_use(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import fcntl\nimport socket, os, signal\nfrom os import getuid\n"
+        "socket.socket(socket.AF_UNIX)\nsignal.SIGHUP\nos.O_NOFOLLOW | os.fchmod(0, 0)\nos.killpg(1, 9)\n"
+        "open('/proc/self/stat')\nopen(f'/proc/{1}/stat')\nPopen(x, start_new_session=True)\n"
+    )
+    uses = os_specific_uses(probe)
+    for what in ("import fcntl", "os.getuid", "socket.AF_UNIX", "signal.SIGHUP", "os.O_NOFOLLOW", "os.fchmod",
+                 "os.killpg", "'/proc/self/stat'", "f-string '/proc/'", "start_new_session"):  # fmt: skip
+        assert any(what in u for u in uses), (what, uses)

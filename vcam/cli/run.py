@@ -253,12 +253,12 @@ def panel_cmd(
 ) -> None:
     """Print the running daemon's control-panel URL (with this run's token), or open it."""
     from vcam.panel.access import read_panel_file
-    from vcam.status import process_alive
+    from vcam.platform import process
 
     cfg = load_config(config)
     data = read_panel_file(cfg.panel_file)
     pid = data.get("pid") if data else None
-    alive = isinstance(pid, int) and process_alive(pid)
+    alive = isinstance(pid, int) and process.alive(pid)
     if data is None or not alive:
         fail(
             VcamError(
@@ -276,12 +276,10 @@ def panel_cmd(
 
 
 def _ignore_stop_signals() -> None:
-    """SIGINT, SIGTERM and SIGHUP ignored from here on (the stop is under way)."""
-    import signal
+    """The stop signals ignored from here on (the stop is under way)."""
+    from vcam.platform import signals
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, signal.SIG_IGN)
+    signals.ignore()
 
 
 class _StatusLine:

@@ -1,17 +1,18 @@
 """The client of the control socket (`vcam ctl`, the tests, the panel): one JSON command, one reply,
-with the server's uid checked as the server checks ours; a busy daemon (at its connection limit)
-and a missing one are told apart, each with the fix."""
+with the server's uid checked as the server checks ours (or, over loopback TCP, the daemon's token
+sent first: :func:`vcam.platform.transport.connect`); a busy daemon (at its connection limit) and a
+missing one are told apart, each with the fix."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
-from vcam.control.local import FOLDER_HINT, RUN_HINT, peer_uid
+from vcam.control.local import FOLDER_HINT, RUN_HINT
 from vcam.errors import ControlError
+from vcam.platform import transport
 
 
 def send_command(path: str | os.PathLike, cmd: dict, timeout: float = 30.0) -> dict:
@@ -54,27 +55,24 @@ def _exchange(path: Path, cmd: dict, timeout: float) -> dict | None:
     """One connection: the reply, or None when the daemon could not take it (a full backlog, or the
     connection closed on us unanswered, which a daemon at its limit does to its idlest client):
     try again."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(path))
-        except BlockingIOError:  # EAGAIN: the listen backlog is full
-            return None
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise ControlError(f"no vcam daemon listens on {path}", hint=RUN_HINT) from None
-        except PermissionError:
-            raise ControlError(
-                f"permission denied on {path}",
-                hint="the control socket belongs to another user; run `vcam ctl` as the user running `vcam run`",
-            ) from None
-        except TimeoutError:
-            raise ControlError(f"the vcam daemon at {path} did not take the connection", hint=SILENT_HINT) from None
-        except OSError as exc:
-            raise ControlError(f"cannot reach the vcam daemon at {path}: {exc.strerror or exc}", hint=RUN_HINT) from None
-        uid = peer_uid(sock)
-        me = os.getuid() if hasattr(os, "getuid") else None
-        if me is not None and uid is not None and uid not in (me, 0):
-            raise ControlError(f"the control socket {path} is served by uid {uid}, not you", hint=FOLDER_HINT)
+    try:
+        sock = transport.connect(path, timeout)
+    except BlockingIOError:  # EAGAIN: the listen backlog is full
+        return None
+    except transport.ForeignPeer as exc:
+        raise ControlError(f"the control socket {path} is served by uid {exc.uid}, not you", hint=FOLDER_HINT) from None
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise ControlError(f"no vcam daemon listens on {path}", hint=RUN_HINT) from None
+    except PermissionError:
+        raise ControlError(
+            f"permission denied on {path}",
+            hint="the control socket belongs to another user; run `vcam ctl` as the user running `vcam run`",
+        ) from None
+    except TimeoutError:
+        raise ControlError(f"the vcam daemon at {path} did not take the connection", hint=SILENT_HINT) from None
+    except OSError as exc:
+        raise ControlError(f"cannot reach the vcam daemon at {path}: {exc.strerror or exc}", hint=RUN_HINT) from None
+    with sock:
         buf = b""
         try:
             try:

@@ -1,5 +1,6 @@
-"""One daemon per control socket and per OBS scene: exclusive ``flock`` locks held for a daemon's
-life, whose files name the holder's PID (:class:`InstanceLock`)."""
+"""One daemon per control socket and per OBS scene: exclusive locks held for a daemon's life
+(:mod:`vcam.platform.locks`: ``flock``, ``msvcrt.locking`` on Windows), whose files name the
+holder's PID (:class:`InstanceLock`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from vcam.control.local import FOLDER_HINT, check_private_folder
 from vcam.errors import ControlError
+from vcam.platform import files, locks
 
 
 class AlreadyRunning(ControlError):
@@ -16,7 +18,7 @@ class AlreadyRunning(ControlError):
 
 
 class InstanceLock:
-    """One daemon per control socket: an exclusive ``flock`` on ``<socket>.lock`` held for the
+    """One daemon per control socket: an exclusive lock on ``<socket>.lock`` held for the
     daemon's life (the kernel releases it when the process ends, however it ends). The file holds
     the holder's PID so that a second daemon can name it. :meth:`for_obs_scene` is the same lock on
     an OBS scene (one daemon drives a scene's faces)."""
@@ -45,8 +47,6 @@ class InstanceLock:
     def acquire(self) -> None:
         """Take the lock, or raise :class:`AlreadyRunning` naming the holder's PID; a lock file that
         cannot be opened (another user's, a folder not ours) raises :class:`ControlError`."""
-        import fcntl
-
         parent = self.path.parent
         try:
             if not parent.exists():
@@ -57,16 +57,14 @@ class InstanceLock:
             ) from None
         check_private_folder(parent)  # the socket's own rule: nobody else may swap files in there
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fd = files.open_private(self.path, os.O_RDWR)
         except OSError as exc:
             raise ControlError(f"cannot use the lock file {self.path}: {exc.strerror or exc}", hint=FOLDER_HINT) from None
-        owner = os.fstat(fd).st_uid
-        if owner != os.getuid():  # root can open anyone's file: still never ours to lock or write
+        st = os.fstat(fd)
+        if not files.mine(st):  # root can open anyone's file: still never ours to lock or write
             os.close(fd)
-            raise ControlError(f"the lock file {self.path} belongs to another user (uid {owner})", hint=FOLDER_HINT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            raise ControlError(f"the lock file {self.path} belongs to another user (uid {st.st_uid})", hint=FOLDER_HINT)
+        if not locks.try_lock(fd):
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise AlreadyRunning(f"another vcam (pid {holder}) {self.what}", hint=self.hint) from None

@@ -1,7 +1,8 @@
 """Local control socket: `vcam ctl` talks to a running daemon without OBS.
 
-Protocol: a Unix domain stream socket; the client sends one JSON object per line and gets one JSON
-object per line back.
+Protocol: the local transport of :mod:`vcam.platform.transport` (a Unix domain stream socket on
+POSIX; loopback TCP with a per-run token on Windows); the client sends one JSON object per line and
+gets one JSON object per line back.
 
     {"face": "alice"}            {"ok": true, "face": "alice", "swap": "on", "faces": [...]}
     {"swap": "toggle"}           {"ok": true, "face": "alice", "swap": "off", "faces": [...]}
@@ -16,7 +17,9 @@ Every reply carries ``mappings`` (target -> source face, see :mod:`vcam.stages.m
 Only the user can connect: the socket file is created with mode 0600 (umask set around ``bind``,
 then ``chmod``), a parent directory created here gets 0700, a parent that someone else owns or can
 write is refused (:func:`check_private_folder`), and each connection's peer uid is checked
-(SO_PEERCRED) against ours as a second lock; the client checks the server's uid the same way.
+(SO_PEERCRED) against ours as a second lock; the client checks the server's uid the same way. Over
+loopback TCP the control file at the socket's path (port, token, pid) is readable by the user alone,
+and a connection whose first line is not the token is dropped.
 
 Load: one thread serves every client through a selector (a command takes microseconds, and one
 thread competes for the GIL with the frame loop far less than a thread per client would). Commands
@@ -44,8 +47,6 @@ import os
 import queue
 import selectors
 import socket
-import stat
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from pathlib import Path
 
 from vcam.control import apply_command, short
 from vcam.errors import ControlError, VcamError
+from vcam.platform import files
+from vcam.platform import transport as _transport
 from vcam.state import RuntimeState
 
 log = logging.getLogger(__name__)
@@ -70,50 +73,27 @@ class _Client:
     seen: float = field(default_factory=time.monotonic)  # last byte received or reply sent
     busy: bool = False  # a command is with the loader thread (the connection is out of the selector)
     eof: bool = False  # the client closed its side
+    hello: bool = False  # its first line must be the transport's token (loopback TCP), not read yet
 
 
 def check_private_folder(folder: Path) -> None:
     """ControlError unless ``folder`` is a real directory that only we (or root, with the sticky bit,
-    as /tmp) can change: a socket in a folder someone else controls could be replaced by theirs."""
-    uid = os.getuid() if hasattr(os, "getuid") else None
+    as /tmp) can change: a socket in a folder someone else controls could be replaced by theirs
+    (:func:`vcam.platform.files.check_private_folder`)."""
     try:
-        st = os.lstat(folder)
+        files.check_private_folder(folder)
+    except NotADirectoryError:
+        raise ControlError(f"{folder} is not a folder (the control socket goes in it)", hint=FOLDER_HINT) from None
+    except files.NotPrivate as exc:
+        raise ControlError(
+            f"the control socket folder {folder} is not private (owner uid {exc.owner}, mode {exc.mode:04o})",
+            hint=FOLDER_HINT,
+        ) from None
     except OSError as exc:
         raise ControlError(f"cannot use {folder} for the control socket: {exc.strerror or exc}", hint=FOLDER_HINT) from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise ControlError(f"{folder} is not a folder (the control socket goes in it)", hint=FOLDER_HINT)
-    if uid is None:
-        return
-    mode = stat.S_IMODE(st.st_mode)
-    owner_ok = st.st_uid == uid or (st.st_uid == 0 and mode & stat.S_ISVTX)
-    if not owner_ok or (mode & 0o022 and not mode & stat.S_ISVTX):
-        raise ControlError(
-            f"the control socket folder {folder} is not private (owner uid {st.st_uid}, mode {mode:04o})",
-            hint=FOLDER_HINT,
-        )
 
 
 FOLDER_HINT = "set [control] socket to a path in a folder only you can write, e.g. under your home"
-
-
-def peer_uid(conn: socket.socket) -> int | None:
-    if not hasattr(socket, "SO_PEERCRED"):
-        return None
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
-
-
-def _socket_alive(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except (ConnectionRefusedError, FileNotFoundError):
-            return False
-        except OSError:
-            return True  # it exists and something odd answered: do not delete it
-        return True
 
 
 COMMAND_KEYS = ("face", "swap", "map", "unmap", "status", "stream")
@@ -208,8 +188,9 @@ def _handle_one(state: RuntimeState, cmd: dict) -> dict:
 
 
 class ControlServer:
-    """Serve control commands for ``state`` on the Unix socket ``path`` (``start()``/``stop()``);
-    ``streams``: every stream's state by name, for a daemon running several."""
+    """Serve control commands for ``state`` at ``path`` (``start()``/``stop()``); ``streams``: every
+    stream's state by name, for a daemon running several. ``transport``: ``"unix"`` or ``"tcp"``
+    (:mod:`vcam.platform.transport`), the OS's own when None."""
 
     def __init__(
         self,
@@ -219,8 +200,10 @@ class ControlServer:
         streams: dict[str, RuntimeState] | None = None,
         max_clients: int | None = None,
         idle_timeout: float | None = None,
+        transport: str | None = None,
     ) -> None:
         self.path = Path(path)
+        self.transport = transport or _transport.default_kind()
         self.max_clients = max(1, MAX_CLIENTS if max_clients is None else max_clients)
         self.idle_timeout = CLIENT_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
         busy = {"ok": False, "busy": True, "error": f"the daemon is busy: at its limit of {self.max_clients} connections"}
@@ -232,31 +215,22 @@ class ControlServer:
         self._wake_w: socket.socket | None = None
         self.state = state
         self.streams = dict(streams) if streams else None
-        self._sock: socket.socket | None = None
+        self._listener: _transport.Listener | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._uid = os.getuid() if hasattr(os, "getuid") else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._sock is not None:
+        if self._listener is not None:
             return
         self._prepare_path()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
         try:
-            sock.bind(str(self.path))
+            self._listener = _transport.listen(self.path, self.transport)
         except OSError as exc:
-            sock.close()
             raise ControlError(
-                f"cannot create the control socket {self.path}: {exc.strerror}",
+                f"cannot create the control socket {self.path}: {exc.strerror or exc}",
                 hint="set [control] socket to a path in a directory you own",
             ) from None
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
-        sock.listen(socket.SOMAXCONN)
-        self._sock = sock
         self._stop.clear()
         self._jobs, self._done = queue.SimpleQueue(), queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="vcam-ctl", daemon=True)
@@ -268,14 +242,9 @@ class ControlServer:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-            try:
-                if stat.S_ISSOCK(os.lstat(self.path).st_mode):
-                    self.path.unlink()
-            except FileNotFoundError:
-                pass
+        if self._listener is not None:
+            self._listener.close()  # the socket (or control file) goes with it, while it is ours
+            self._listener = None
 
     close = stop
 
@@ -305,15 +274,16 @@ class ControlServer:
             raise ControlError(
                 f"cannot use {self.path} for the control socket: {exc.strerror or exc}", hint=FOLDER_HINT
             ) from None
-        if not stat.S_ISSOCK(st.st_mode):
+        if not _transport.is_endpoint(st, self.path, self.transport):
             raise ControlError(
-                f"{self.path} exists and is not a socket", hint="move that file away or set [control] socket to another path"
+                f"{self.path} exists and is not a {_transport.describe(self.transport)}",
+                hint="move that file away or set [control] socket to another path",
             )
-        if st.st_uid != os.getuid():  # another user's (a shared, sticky folder): never ours to remove
+        if not files.mine(st):  # another user's (a shared, sticky folder): never ours to remove
             raise ControlError(
                 f"{self.path} belongs to another user (uid {st.st_uid})", hint="set [control] socket to a path of your own"
             )
-        if _socket_alive(self.path):
+        if _transport.alive(self.path, self.transport):
             raise ControlError(
                 f"another vcam is running (control socket {self.path} answers)",
                 hint="stop it first, or give this one another [control] socket",
@@ -325,7 +295,7 @@ class ControlServer:
         """Accept and answer every client from this one thread: a command takes microseconds, and
         one thread asks the frame loop for the GIL far less often than a thread per client would.
         Commands that may read images (:meth:`_is_slow`) go to the loader thread instead."""
-        listener = self._sock
+        listener = self._listener
         if listener is None:
             return
         sel = selectors.DefaultSelector()
@@ -337,8 +307,8 @@ class ControlServer:
         self._wake_w.setblocking(False)
         loader = threading.Thread(target=self._load_jobs, name="vcam-ctl-load", daemon=True)
         loader.start()
-        listener.setblocking(False)
-        sel.register(listener, selectors.EVENT_READ, _LISTENER)
+        listener.sock.setblocking(False)
+        sel.register(listener.sock, selectors.EVENT_READ, _LISTENER)
         sel.register(wake_r, selectors.EVENT_READ, _WAKE)
         try:
             while not self._stop.is_set():
@@ -352,7 +322,7 @@ class ControlServer:
                 now = time.monotonic()
                 if self._paused_until is not None and now >= self._paused_until:
                     self._paused_until = None
-                    sel.register(listener, selectors.EVENT_READ, _LISTENER)
+                    sel.register(listener.sock, selectors.EVENT_READ, _LISTENER)
                 for conn in self._expired(now):
                     self._drop(conn)
         except Exception:  # never expected; local control ends, the daemon runs on
@@ -365,25 +335,25 @@ class ControlServer:
             wake_r.close()
             self._wake_w.close()
 
-    def _accept(self, listener: socket.socket) -> None:
+    def _accept(self, listener: _transport.Listener) -> None:
         """Take every waiting connection. At the cap, the connection idle the longest (none with a
         command in flight) is closed to make room; when every one has a command in flight, the
         newcomer is told the daemon is busy. Either way the backlog empties, so the listener stops
         being readable: the loop never spins on it."""
         while True:
             try:
-                conn, _ = listener.accept()
+                conn = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # out of file descriptors, say: stop polling the listener for a moment
                 log.debug("control socket accept failed", exc_info=True)
-                self._sel.unregister(listener)
+                self._sel.unregister(listener.sock)
                 self._paused_until = time.monotonic() + ACCEPT_RETRY
                 return
-            uid = peer_uid(conn)
-            if self._uid is not None and uid is not None and uid not in (self._uid, 0):
+            uid = listener.foreign_uid(conn)
+            if uid is not None:
                 log.warning("control socket: refused a connection from uid %d", uid)
-                _refuse(conn, b'{"ok": false, "error": "permission denied"}\n')
+                _refuse(conn, _DENIED)
                 continue
             if len(self._clients) >= self.max_clients:
                 oldest = next((c for c, st in self._clients.items() if not st.busy), None)
@@ -392,7 +362,7 @@ class ControlServer:
                     continue
                 self._drop(oldest)
             conn.setblocking(False)
-            self._clients[conn] = _Client()
+            self._clients[conn] = _Client(hello=listener.needs_token)
             self._sel.register(conn, selectors.EVENT_READ, True)
 
     def _touch(self, conn: socket.socket, st: _Client) -> None:
@@ -441,6 +411,14 @@ class ControlServer:
                 else:
                     break
                 if not line.strip():
+                    continue
+                if st.hello:  # loopback TCP: the first line is the token, or the connection goes
+                    if self._listener is None or not self._listener.admits(line):
+                        log.warning("control: refused a connection without the token")
+                        self._send(conn, _DENIED)
+                        self._drop(conn)
+                        return
+                    st.hello = False
                     continue
                 cmd = _parse(line)
                 if self._is_slow(cmd):
@@ -538,6 +516,7 @@ class ControlServer:
 _LISTENER = "listener"
 _WAKE = "wake"
 _NOT_JSON = object()
+_DENIED = b'{"ok": false, "error": "permission denied"}\n'
 
 
 def _parse(line: bytes):

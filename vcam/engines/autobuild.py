@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from vcam.engines.cache import resolve_cache_dir
-from vcam.status import process_alive
+from vcam.platform import process
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def running_builds(cache_dir: str | os.PathLike | None = None) -> BuildProgress 
             pid = int(p.name[: -len(SUFFIX)].rsplit(".", 1)[1])
         except (ValueError, IndexError):
             continue
-        if process_alive(pid):
+        if process.alive(pid):
             live.append(p)
         else:
             p.unlink(missing_ok=True)
@@ -209,7 +209,7 @@ class BackgroundBuild:
                     stdout=logf,
                     stderr=logf,
                     env=env,
-                    start_new_session=True,  # the terminal's Ctrl-C goes to the daemon, which stops them
+                    **process.own_group(),  # the terminal's Ctrl-C goes to the daemon, which stops them
                 )
                 self._procs.append(proc)
                 self._paths.append(progress_path(spec.get("cache_dir"), name, precision, proc.pid))

@@ -99,13 +99,16 @@ def serialise_benchmarks(lock_path: Path) -> bool:
 def exit_with_parent(poll: float = 1.0) -> None:
     """End this job when the process that started it ends (a daemon stopped, or killed outright):
     a job is for that daemon's engine, and a later start starts its own (an entry half built is
-    lost, its temporary file is named after this process and never used)."""
+    lost, its temporary file is named after this process and never used). POSIX gives an orphan a
+    new parent; Windows keeps the old PID, so there the parent's own end is asked for."""
+    from vcam.platform import process
+
     parent = os.getppid()
 
     def watch() -> None:
         while True:
             time.sleep(poll)
-            if os.getppid() != parent:
+            if os.getppid() != parent or not process.alive(parent):
                 os._exit(3)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

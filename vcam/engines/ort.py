@@ -47,10 +47,9 @@ def _host_key() -> str:
 
     import onnxruntime as ort
 
-    flags = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    from vcam.platform import cpu
+
+    flags = cpu.features_line()
     return f"{ort.__version__}|{platform.machine()}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 

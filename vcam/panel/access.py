@@ -32,6 +32,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from vcam.errors import ConfigError
+from vcam.platform import files
 
 COOKIE = "vcam_panel"  # + "_PORT": cookies are not kept apart by port, two panels must not share one
 HEADER = "x-vcam-token"
@@ -81,14 +82,7 @@ def new_token(previous: str | None = None) -> str:
 
 def write_panel_file(path: Path, url: str, token: str) -> None:
     """``{"url", "token", "pid"}`` into ``path``, mode 0600 from creation on, replaced atomically."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (json.dumps({"url": url, "token": token, "pid": os.getpid()}) + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    files.write_private(path, (json.dumps({"url": url, "token": token, "pid": os.getpid()}) + "\n").encode())
 
 
 def read_panel_file(path: Path) -> dict | None:

@@ -32,7 +32,6 @@ On the CPU, where the work is done by the time a call returns, each round is col
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import VcamError
+from vcam.platform import signals
 from vcam.runtime import startup as _startup
 from vcam.runtime.rounds import Round, RoundHook, Rounds, Stream
 from vcam.runtime.startup import check_streams, pixelate
@@ -57,10 +57,6 @@ if TYPE_CHECKING:
     from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
-
-#: Each stops the run cleanly; a second forces the exit. SIGHUP too: a closed terminal or a dropped
-#: ssh session ends the run as Ctrl-C does (under nohup or a service manager it never comes).
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Daemon:
@@ -203,20 +199,14 @@ class Daemon:
         self.wake.set()
 
     def install_signal_handlers(self) -> Callable[[], None]:
-        """SIGINT/SIGTERM/SIGHUP -> :meth:`handle_exit` (main thread only); returns a function that
-        restores the previous handlers."""
+        """The stop signals (:mod:`vcam.platform.signals`: SIGINT/SIGTERM/SIGHUP; on Windows
+        Ctrl-C, Ctrl-Break and closing the console) -> :meth:`handle_exit`: each stops the run
+        cleanly, a second forces the exit. Main thread only; returns a function that restores the
+        previous handlers. A signal the process was started ignoring (SIGHUP under nohup) stays
+        ignored."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
-        # A signal the process was started ignoring (SIGHUP under nohup) stays ignored.
-        previous = {
-            sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN
-        }
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
+        return signals.install(self.handle_exit)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self._held is not None:

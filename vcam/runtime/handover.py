@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from vcam.config import Config
 from vcam.errors import ConfigError, FaceError
-from vcam.status import process_age
+from vcam.platform import process
 
 if TYPE_CHECKING:
     from vcam.runtime.startup import Daemon, Loaded
@@ -204,8 +204,7 @@ class Handover:
             return True
         assert self.cpu is not None
         startup.adopt(d, self.cpu)
-        age = process_age()
-        log.info("swapping on the CPU while the models load (%s after the start)", "?" if age is None else f"{age:.2f} s")
+        log.info("swapping on the CPU while the models load (%.2f s after the start)", process.age())
         return True
 
     def ready(self) -> bool:
@@ -233,12 +232,12 @@ class Handover:
             assert st.cap is not None
             st.cap.stage, st.cap.target = st.stage, st.target
         startup.start_telemetry(d)
-        age = process_age()
+        age = process.age()
         for st in d.streams:
             st.summary.switched_s = age
         log.info(
-            "switched to %s after %d frames swapped on the CPU (%s after the start)",
-            self.full.assembly.device, n, "?" if age is None else f"{age:.2f} s",
+            "switched to %s after %d frames swapped on the CPU (%.2f s after the start)",
+            self.full.assembly.device, n, age,
         )  # fmt: skip
         return True
 

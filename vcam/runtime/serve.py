@@ -12,12 +12,9 @@ there on an exported repository (:mod:`vcam.models.serving`): the dynamic batche
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +24,7 @@ from collections import deque
 from pathlib import Path
 
 from vcam.errors import EngineUnavailable
-from vcam.platform import folders
+from vcam.platform import folders, locks, process
 
 #: What the serving environment installs (one line each, as pip takes them).
 PINS = ("nvidia-pytriton==0.7.0", "numpy>=1.26,<2", "onnxruntime>=1.17,<2")
@@ -113,8 +110,7 @@ def ensure_env(*, quiet: bool = True) -> tuple[Path, str]:
         if len(text) == 2 and text[1] == want:
             return py, text[0]
     root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second `vcam serve` waits for the first's install
+    with locks.hold(root.parent / f".{root.name}.lock"):  # a second `vcam serve` waits for the first's install
         if marker.is_file() and marker.read_text().split("\n", 1)[1:] == [want] and py.exists():
             return py, marker.read_text().split("\n", 1)[0]
         base, libdir, _ = find_python()
@@ -186,7 +182,7 @@ class TritonServer:
         self._log = open(log, "a") if log else None
         self.lines: deque[str] = deque(maxlen=200)
         self.proc = subprocess.Popen(
-            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **process.own_group()
         )
         self._ready = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -232,21 +228,18 @@ class TritonServer:
 
     def kill(self) -> None:
         """SIGKILL the whole server (a crash, for tests)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        process.stop_group(self.proc, kill=True)
         self.proc.wait(10)
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+            process.stop_group(self.proc)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
         else:  # the worker is gone: make sure its server is too
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            process.stop_group(self.proc, kill=True)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from vcam.config import Config
 from vcam.errors import VcamError
+from vcam.platform import process
 from vcam.runtime.rounds import SHED_SWAP, early_frame, pixelate
-from vcam.status import LiveStats, process_age
+from vcam.status import LiveStats
 from vcam.types import Frame, PixelFormat
 
 if TYPE_CHECKING:
@@ -323,11 +324,11 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
         if search is not None:
             d.components.append(search)  # the search thread stops with the daemon
         loaded.stages[st.name] = capture_stage(d, st, asm)  # the decoder is built here too, off the frame loop
-    age = process_age()
+    age = process.age()
     log.info(
         "start-up: models %.2f s, faces %.2f s, pipelines %.2f s on %s (loading began %s after the start)",
         t1 - t0, t2 - t1, time.perf_counter() - t2, asm.device,
-        "?" if age is None else f"{age - (time.perf_counter() - t0):.2f} s",
+        f"{age - (time.perf_counter() - t0):.2f} s",
     )  # fmt: skip
     return loaded
 
@@ -391,7 +392,7 @@ def load_while_passing_through(d: Daemon) -> bool:
             st.output.send(early_frame(st, frame, pixelated=pixelated))
             s = st.summary
             if s.first_frame_s is None:
-                s.first_frame_s = process_age()
+                s.first_frame_s = process.age()
             s.early_frames += 1
     if not loaded():
         # A stop while loading does not wait for the models: the load goes on in the background. It

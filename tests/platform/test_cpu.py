@@ -1,0 +1,23 @@
+"""The CPU's features line, a cache key for graphs optimised for its instruction sets."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from vcam.platform import cpu
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/cpuinfo: Linux")
+def test_linux_reads_the_flags_line_of_proc_cpuinfo():
+    with open("/proc/cpuinfo") as f:
+        want = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    assert cpu.features_line(windows=False) == want
+
+
+def test_windows_reads_the_processor_identifier(monkeypatch):
+    monkeypatch.setenv("PROCESSOR_IDENTIFIER", "Intel64 Family 6 Model 158 Stepping 10, GenuineIntel")
+    assert cpu.features_line(windows=True) == "Intel64 Family 6 Model 158 Stepping 10, GenuineIntel"
+    monkeypatch.delenv("PROCESSOR_IDENTIFIER")
+    assert cpu.features_line(windows=True) == ""

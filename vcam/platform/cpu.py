@@ -1,0 +1,21 @@
+"""What the CPU can do, as one line of text that changes when its instruction sets do (a cache key
+for graphs optimised for them)."""
+
+from __future__ import annotations
+
+import os
+
+from vcam.platform import WINDOWS
+
+
+def features_line(*, windows: bool = WINDOWS) -> str:
+    """Linux: the ``flags`` (x86) or ``Features`` (ARM) line of ``/proc/cpuinfo``. Windows: the
+    ``PROCESSOR_IDENTIFIER`` the system sets (family, model, stepping, vendor). Elsewhere, or when
+    neither can be read: ''."""
+    if windows:
+        return os.environ.get("PROCESSOR_IDENTIFIER", "")
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""
