@@ -214,6 +214,9 @@ def terminal_signals() -> None:
 # passes on Linux and skips on Windows as a defect.
 
 WINDOWS = sys.platform == "win32"
+#: What a test that stops a child with ``send_signal`` (SIGINT, SIGTERM, SIGHUP) needs; Windows stops
+#: a console program with console control events instead (tools/windows-tests' stop step sends them).
+POSIX_SIGNALS = "POSIX signals sent to another process"
 
 
 def windows_lacks(facility: str) -> pytest.MarkDecorator:

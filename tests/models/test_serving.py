@@ -167,6 +167,7 @@ def test_no_python_with_a_shared_libpython_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@windows_lacks(SERVER)
 def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     """The real `vcam serve` command: the model's ready endpoint, Prometheus metrics, stopped by Ctrl-C."""
     _proto()
