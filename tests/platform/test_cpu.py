@@ -9,7 +9,7 @@ import pytest
 from vcam.platform import cpu
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/cpuinfo: Linux")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/cpuinfo: Linux only, not on Windows or macOS")
 def test_linux_reads_the_flags_line_of_proc_cpuinfo():
     with open("/proc/cpuinfo") as f:
         want = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")

@@ -10,7 +10,7 @@ import pytest
 from vcam.platform import files
 
 POSIX = os.name == "posix"
-needs_modes = pytest.mark.skipif(not POSIX, reason="mode bits and uids: POSIX (Windows relies on the profile's ACL)")
+needs_modes = pytest.mark.skipif(not POSIX, reason="mode bits and uids: not on Windows (the profile's ACL guards files there)")
 
 
 @needs_modes

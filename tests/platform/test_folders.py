@@ -13,7 +13,7 @@ from vcam.config import Config
 from vcam.platform import folders
 
 
-@pytest.mark.skipif(os.name == "nt", reason="POSIX folders (XDG_*); Windows has its own test below")
+@pytest.mark.skipif(os.name == "nt", reason="XDG folders: not on Windows (its own test is below)")
 def test_posix_folders_are_platformdirs_and_follow_the_environment_at_each_call(tmp_path, monkeypatch):
     assert folders.cache_dir() == Path(platformdirs.user_cache_dir("vcam"))
     assert folders.config_dir() == Path(platformdirs.user_config_dir("vcam"))

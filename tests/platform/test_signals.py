@@ -13,16 +13,19 @@ import pytest
 
 from vcam.platform import signals
 
+#: The console handler's signal in these tests: SIGBREAK on Windows, a harmless one elsewhere.
+STAND_IN = getattr(signal, "SIGUSR1", None) or getattr(signal, "SIGBREAK")  # noqa: B009
+
 
 @pytest.fixture
 def saved_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (*signals.STOP_SIGNALS, getattr(signal, "SIGUSR1", signal.SIGINT))}
+    saved = {sig: signal.getsignal(sig) for sig in (*signals.STOP_SIGNALS, STAND_IN)}
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 
 
-@pytest.mark.skipif(os.name == "nt", reason="POSIX's stop signals (Windows has no SIGHUP)")
+@pytest.mark.skipif(os.name == "nt", reason="SIGHUP: not on Windows (its own signals are tested below)")
 def test_posix_stop_signals_are_int_term_and_hup():
     assert signals.STOP_SIGNALS == (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -41,7 +44,7 @@ def test_install_takes_every_stop_signal_not_ignored_and_restore_gives_them_back
     assert {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS} == before
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="pthread_sigmask: this OS cannot hold signals")
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="pthread_sigmask: not on Windows (no holding signals)")
 def test_held_signals_wait_for_the_end_of_the_block(saved_handlers):
     seen: list[int] = []
     signals.install(lambda sig, frame: seen.append(sig))
@@ -59,11 +62,10 @@ def test_ignore_ignores_every_stop_signal(saved_handlers):
     assert all(signal.getsignal(sig) is signal.SIG_IGN for sig in signals.STOP_SIGNALS)
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="SIGUSR1 stands in for SIGBREAK here: this OS has none")
 def test_a_console_close_asks_the_main_thread_for_the_stop_then_waits(saved_handlers):
     seen: list[int] = []
-    signal.signal(signal.SIGUSR1, lambda sig, frame: seen.append(sig))
-    stop = signals.ConsoleStop(signal.SIGUSR1, grace=0.3)
+    signal.signal(STAND_IN, lambda sig, frame: seen.append(sig))
+    stop = signals.ConsoleStop(STAND_IN, grace=0.3)
     assert stop(0) is False and stop(1) is False  # Ctrl-C, Ctrl-Break: the C runtime's own signals
     answers: list[bool] = []
     t0 = time.monotonic()
@@ -72,11 +74,10 @@ def test_a_console_close_asks_the_main_thread_for_the_stop_then_waits(saved_hand
     while not seen and time.monotonic() - t0 < 10:
         time.sleep(0.01)  # the main thread runs the handler between two bytecodes, as for a signal
     closing.join(10)
-    assert seen == [signal.SIGUSR1] and answers == [True]
+    assert seen == [STAND_IN] and answers == [True]
     assert time.monotonic() - t0 >= stop.grace  # it waited for the process to end by itself
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="SIGUSR1 stands in for SIGBREAK here: this OS has none")
 def test_a_console_close_once_the_stop_is_under_way_only_waits(saved_handlers):
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    assert signals.ConsoleStop(signal.SIGUSR1, grace=0.05)(6) is True  # CTRL_SHUTDOWN_EVENT
+    signal.signal(STAND_IN, signal.SIG_IGN)
+    assert signals.ConsoleStop(STAND_IN, grace=0.05)(6) is True  # CTRL_SHUTDOWN_EVENT

@@ -19,7 +19,7 @@ from vcam.platform import transport
 @pytest.fixture(params=transport.KINDS)
 def kind(request):
     if request.param == transport.UNIX and not hasattr(socket, "AF_UNIX"):
-        pytest.skip("Unix domain sockets: this OS has none (the TCP transport is its own)")
+        pytest.skip("Unix domain sockets: not on Windows (its transport is loopback TCP)")
     return request.param
 
 
@@ -103,7 +103,9 @@ def test_a_control_file_of_an_ended_process_or_of_nobody_is_refused(tmp_path):
         transport.connect(tmp_path / "missing.sock", 2)
 
 
-@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="chown to another uid: needs root")
+@pytest.mark.skipif(
+    not hasattr(os, "getuid") or os.getuid() != 0, reason="a file of another uid: needs root (and uids: not on Windows)"
+)
 def test_another_users_control_file_is_never_followed(tmp_path):
     path = tmp_path / "vcam.sock"
     path.write_text(json.dumps({"port": 9, "token": "t", "pid": os.getpid()}))

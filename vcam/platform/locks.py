@@ -57,7 +57,7 @@ def _lock_windows(fd: int, *, wait: bool) -> bool:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
             return True
         except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EDEADLK):
+            if exc.errno not in (errno.EACCES, errno.EDEADLK, 0):  # 0: Wine 8 sets no errno for a held lock
                 raise
             if not wait:
                 return False
