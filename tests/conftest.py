@@ -217,6 +217,8 @@ WINDOWS = sys.platform == "win32"
 #: What a test that stops a child with ``send_signal`` (SIGINT, SIGTERM, SIGHUP) needs; Windows stops
 #: a console program with console control events instead (tools/windows-tests' stop step sends them).
 POSIX_SIGNALS = "POSIX signals sent to another process"
+#: What `vcam serve` and the remote-engine tests run: NVIDIA Triton from nvidia-pytriton (Linux wheels only).
+TRITON_SERVER = "the Triton server of `vcam serve` (nvidia-pytriton has Linux wheels only)"
 
 
 def windows_lacks(facility: str) -> pytest.MarkDecorator:

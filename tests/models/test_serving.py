@@ -16,15 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require, terminal_signals, vcam_cli, windows_lacks
+from conftest import TRITON_SERVER, require, terminal_signals, vcam_cli, windows_lacks
 
 from vcam.errors import EngineUnavailable
 from vcam.models import registry, serving, standin
 
 pytest.importorskip("onnxruntime")
-
-#: What `vcam serve` runs: NVIDIA Triton from nvidia-pytriton, whose wheels are Linux-only.
-SERVER = "the Triton server of `vcam serve` (nvidia-pytriton has Linux wheels only)"
 
 
 def _proto():
@@ -118,7 +115,7 @@ def test_vcam_serve_refuses_another_host_without_tls():
     assert len(lines) == 1 and "needs --tls-cert and --tls-key" in lines[0], res.stderr
 
 
-@windows_lacks(SERVER)
+@windows_lacks(TRITON_SERVER)
 def test_the_serving_environment_is_made_once(monkeypatch):
     from vcam.runtime import serve
 
@@ -132,7 +129,7 @@ def test_the_serving_environment_is_made_once(monkeypatch):
     )
 
 
-@windows_lacks(SERVER)
+@windows_lacks(TRITON_SERVER)
 def test_the_serving_environment_sees_a_base_virtual_environments_packages(tmp_path):
     """VCAM_SERVE_SYSTEM_SITE=1 with an interpreter that is itself a virtual environment (torch
     installed in one): the serving environment sees that environment's packages, after its own."""
@@ -167,7 +164,7 @@ def test_no_python_with_a_shared_libpython_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-@windows_lacks(SERVER)
+@windows_lacks(TRITON_SERVER)
 def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     """The real `vcam serve` command: the model's ready endpoint, Prometheus metrics, stopped by Ctrl-C."""
     _proto()
