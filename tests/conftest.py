@@ -56,6 +56,7 @@ def triton(tmp_path_factory):
     import triton_server
 
     root = tmp_path_factory.mktemp("triton")
+    skip_on_windows(TRITON_SERVER)  # tools/windows-tests
     models = triton_server.place_standins(root / "models")
     server = triton_server.start(triton_server.export(models, root / "repo"), log=root / "server.log")
     yield server, models
