@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import WINDOWS
+from conftest import WINDOWS, windows_lacks
 from typer.testing import CliRunner
 
 from vcam.cli.control import ctl_app
@@ -626,6 +626,7 @@ def test_500_concurrent_clients_all_answered_while_frames_flow(tmp_path):
         daemon.stop()
 
 
+@windows_lacks("mode bits (a folder others can write)")
 def test_a_socket_folder_others_can_write_is_refused(tmp_path, caplog):
     """A socket in a folder someone else can write could be swapped for theirs: local control is
     off with one warning, the daemon runs on."""

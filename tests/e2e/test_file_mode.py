@@ -17,7 +17,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from conftest import need_symlinks, vcam_cli, windows_lacks
+from conftest import can_symlink, vcam_cli, windows_lacks
 from typer.testing import CliRunner
 
 import vcam.stages.recording
@@ -132,22 +132,24 @@ def test_a_still_image_to_a_file_ends_and_pads_an_odd_size(tmp_path, frames, exp
 
 
 def test_output_that_is_the_input_is_refused_and_the_input_untouched(clip, tmp_path, monkeypatch):
-    need_symlinks(tmp_path)
+    links = can_symlink(tmp_path)  # Windows without developer mode (and Wine): the other names only
     mine = tmp_path / "talk.mp4"
     shutil.copy(clip, mine)
     before = mine.read_bytes()
     link = tmp_path / "link.mp4"
-    link.symlink_to(mine)
+    if links:
+        link.symlink_to(mine)
     monkeypatch.chdir(tmp_path)
-    for target in (str(mine), str(link), "./talk.mp4", "sub/../talk.mp4"):
+    for target in (str(mine), *([str(link)] if links else []), "./talk.mp4", "sub/../talk.mp4"):
         (tmp_path / "sub").mkdir(exist_ok=True)
         line = one_error_line(vcam_run("--input", str(mine), "--output", f"file:{target}", "--no-loop"), 4)
         assert "is the input video" in line and "--output file:" in line
         assert mine.read_bytes() == before
-    r = vcam_run("--input", str(link), "--output", f"file:{mine}", "--no-loop")  # the link as input
-    assert "is the input video" in one_error_line(r, 4)
-    assert mine.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.mp4", "sub", "talk.mp4"]
+    if links:
+        r = vcam_run("--input", str(link), "--output", f"file:{mine}", "--no-loop")  # the link as input
+        assert "is the input video" in one_error_line(r, 4)
+        assert mine.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.mp4", "sub", "talk.mp4"][0 if links else 1 :]
 
 
 def test_an_extension_the_container_cannot_write_is_refused(tmp_path):
