@@ -76,11 +76,10 @@ def main() -> int:
     if args.model:
         model = Path(args.model)
     else:
-        import platformdirs
-
         from benchmarks.startup import _models
+        from vcam.platform import folders
 
-        model = _models(Path(platformdirs.user_cache_dir("vcam")) / "bench" / "startup" / "models") / "inswapper_128.onnx"
+        model = _models(folders.cache_dir() / "bench" / "startup" / "models") / "inswapper_128.onnx"
     kinds = ["torch parse", "torch saved"] + (["ort optimise", "ort cached"] if args.device == "cpu" else [])
     with tempfile.TemporaryDirectory(prefix="vcam-engine-load-") as tmp:
         kept = Path(tmp) / "kept"  # the saved build and the optimised graph, made once before the timed runs

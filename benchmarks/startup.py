@@ -109,9 +109,9 @@ def main() -> int:
     )
     ap.add_argument("--only", default="", help="only the configurations whose name contains this")
     args = ap.parse_args()
-    import platformdirs
+    from vcam.platform import folders
 
-    work = Path(platformdirs.user_cache_dir("vcam")) / "bench" / "startup"
+    work = folders.cache_dir() / "bench" / "startup"
     models = _models(work / "models")
     face = Path(__file__).resolve().parents[1] / "vcam" / "assets" / "grace_hopper.jpg"
     cfg = work / "config.toml"
