@@ -56,6 +56,7 @@ def triton(tmp_path_factory):
     import triton_server
 
     root = tmp_path_factory.mktemp("triton")
+    skip_on_windows(TRITON_SERVER)  # tools/windows-tests
     models = triton_server.place_standins(root / "models")
     server = triton_server.start(triton_server.export(models, root / "repo"), log=root / "server.log")
     yield server, models
@@ -212,3 +213,62 @@ def terminal_signals() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+# --- Windows (issue 38, tools/windows-tests) -------------------------------------------------------
+# Windows runs the fast tests under Wine in CI. A test of a facility Windows lacks skips with
+# `windows_lacks(facility)`, whose reason names it: tools/windows-tests counts any other test that
+# passes on Linux and skips on Windows as a defect.
+
+WINDOWS = sys.platform == "win32"
+#: What a test that stops a child with ``send_signal`` (SIGINT, SIGTERM, SIGHUP) needs; Windows stops
+#: a console program with console control events instead (tools/windows-tests' stop step sends them).
+POSIX_SIGNALS = "POSIX signals sent to another process"
+#: What `vcam serve` and the remote-engine tests run: NVIDIA Triton from nvidia-pytriton (Linux wheels only).
+TRITON_SERVER = "the Triton server of `vcam serve` (nvidia-pytriton has Linux wheels only)"
+
+
+def windows_lacks(facility: str) -> pytest.MarkDecorator:
+    """A ``skipif`` mark for a test of a POSIX facility that Windows has not (a pty, Unix sockets,
+    file modes, uids, symlinks without developer mode ...), named in the reason."""
+    return pytest.mark.skipif(WINDOWS, reason=f"{facility}: not on Windows")
+
+
+def skip_on_windows(facility: str) -> None:
+    """The same skip from inside a test (a facility found missing at run time)."""
+    if WINDOWS:
+        pytest.skip(f"{facility}: not on Windows")
+
+
+def can_symlink(where) -> bool:
+    """Whether a symlink can be made in ``where``: Windows needs developer mode or a privilege for
+    one, and Wine 8.0 reports success but makes nothing."""
+    probe = where / ".symlink-probe"
+    try:
+        probe.symlink_to(where, target_is_directory=True)
+    except (OSError, NotImplementedError):
+        return False
+    made = probe.is_symlink()
+    if made:
+        probe.unlink()
+    return made
+
+
+def need_symlinks(where) -> None:
+    """Skip a test that makes symlinks where none can be made, naming the facility."""
+    if not can_symlink(where):
+        pytest.skip("symlinks: not on Windows without developer mode (nor under Wine)" if WINDOWS else "no symlinks here")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_windows_dirs(tmp_path_factory, monkeypatch):
+    """The user folders on Windows (vcam/platform/folders.py reads %LOCALAPPDATA% at each call, as
+    POSIX reads XDG_*): set everywhere, so a test's `python -m vcam` on Windows is isolated too."""
+    home = tmp_path_factory.mktemp("appdata")
+    for name, folder in (("LOCALAPPDATA", "Local"), ("APPDATA", "Roaming")):
+        (home / folder).mkdir()  # Windows makes them with the profile
+        monkeypatch.setenv(name, str(home / folder))
+    yield
+
+
+# --- end of the Windows block ----------------------------------------------------------------------

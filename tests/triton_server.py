@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from conftest import require
+from conftest import TRITON_SERVER, require, skip_on_windows
 
 from vcam.models import registry, standin
 from vcam.models.download import crc32_text
@@ -52,6 +52,7 @@ def export(models_dir: Path, repo: Path, served=SERVED, max_batch: int = 8) -> P
 def start(repo: Path, log: Path | None = None, ports: list[int] | None = None):
     """A started :class:`~vcam.runtime.serve.TritonServer` on ``repo`` (skips, or fails under
     VCAM_REQUIRE=triton, where the client or the serving environment is missing)."""
+    skip_on_windows(TRITON_SERVER)
     try:
         import tritonclient.grpc  # noqa: F401
     except ImportError as exc:

@@ -7,7 +7,7 @@ import re
 import socket
 
 import pytest
-from conftest import demo_run, vcam_cli
+from conftest import demo_run, vcam_cli, windows_lacks
 
 from vcam.config import Config
 from vcam.control.instance import AlreadyRunning, InstanceLock
@@ -54,7 +54,8 @@ def test_a_second_vcam_run_is_refused_in_one_line_naming_the_first():
     assert not Config().socket_path.exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a socket owned by another user")
+@windows_lacks("Unix sockets, uids and os.chown")
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() != 0, reason="needs root to make a socket owned by another user")
 def test_another_users_stale_socket_is_left_alone_and_the_video_goes_on(tmp_path, monkeypatch):
     folder = tmp_path / "shared"
     folder.mkdir()
@@ -72,7 +73,7 @@ def test_another_users_stale_socket_is_left_alone_and_the_video_goes_on(tmp_path
     os.chown(lock, 65534, 65534)
     os.chmod(lock, 0o600)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[control]\nsocket = "{path}"\n')
+    cfg.write_text(f"[control]\nsocket = '{path}'\n")
     res = vcam_cli(*demo_run("--config", str(cfg)))
     assert res.returncode == 0, res.stderr
     published = re.search(r"(\d+) frames published of 3", res.stdout + res.stderr)
@@ -103,7 +104,7 @@ def test_a_second_run_on_another_socket_but_the_same_obs_scene_is_refused(tmp_pa
     held.acquire()
     try:
         cfg = tmp_path / "c.toml"
-        cfg.write_text(f'[control]\nsocket = "{tmp_path / "own.sock"}"\n[obs]\nenabled = true\nport = 4455\n')
+        cfg.write_text(f"[control]\nsocket = '{tmp_path / 'own.sock'}'\n[obs]\nenabled = true\nport = 4455\n")
         res = vcam_cli(*LIVE, "--config", str(cfg))
         assert res.returncode == ControlError.exit_code, res.stderr
         errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]

@@ -544,7 +544,7 @@ def test_cli_obs_setup_and_status(obs_server, tmp_path, monkeypatch):
     names = bank.names()
     monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
     cfg_file = tmp_path / "config.toml"
-    cfg_file.write_text(f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "CLI Faces"\n[faces]\ndir = "{faces_dir}"\n')
+    cfg_file.write_text(f"[obs]\nenabled = true\nport = {obs_server.port}\nscene = 'CLI Faces'\n[faces]\ndir = '{faces_dir}'\n")
     runner = CliRunner()
     res = runner.invoke(obs_app, ["status", "--config", str(cfg_file)])
     assert res.exit_code == 8 and "scene 'CLI Faces' is missing; run `vcam obs setup`" in res.output
@@ -937,7 +937,7 @@ def test_cli_obs_setup_makes_a_scene_per_mapped_person(obs_server, tmp_path, mon
     monkeypatch.setenv("VCAM_OBS_PASSWORD", obs_server.password)
     cfg_file = tmp_path / "config.toml"
     cfg_file.write_text(
-        f'[obs]\nenabled = true\nport = {obs_server.port}\nscene = "CLI Map"\n[faces]\ndir = "{faces_dir}"\n'
+        f"[obs]\nenabled = true\nport = {obs_server.port}\nscene = 'CLI Map'\n[faces]\ndir = '{faces_dir}'\n"
         '[[swap.map]]\ntarget = "photos/ann.jpg"\nsource = "grace"\n'
     )
     c = connect(obs_cfg(obs_server))

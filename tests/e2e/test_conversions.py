@@ -6,7 +6,6 @@ mid-conversion: exit 130 and a playable ``NAME.partial.mp4``, never the final na
 from __future__ import annotations
 
 import os
-import pty
 import re
 import select
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import terminal_signals
+from conftest import POSIX_SIGNALS, WINDOWS, terminal_signals, windows_lacks
 
 from vcam.stages import demo
 from vcam.stages.recording import FileOutput
@@ -40,7 +39,7 @@ def talk(tmp_path_factory) -> Path:
 def vcam(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "vcam", "run", "--device", "cpu", *args],
-        preexec_fn=terminal_signals,
+        preexec_fn=None if WINDOWS else terminal_signals,
         env=dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200"),
         **kw,
     )
@@ -91,6 +90,7 @@ def test_quiet_silences_the_progress(talk, tmp_path):
 
 @pytest.mark.slow
 def test_on_a_terminal_a_conversion_shows_a_progress_bar(talk, tmp_path):
+    pty = pytest.importorskip("pty", reason="pseudo-terminals (pty): not on Windows")
     out = tmp_path / "bar.mp4"
     master, slave = pty.openpty()
     p = vcam("--input", str(talk), "--output", f"file:{out}", "--frames", "120", stdin=slave, stdout=slave, stderr=slave)
@@ -118,6 +118,7 @@ def test_on_a_terminal_a_conversion_shows_a_progress_bar(talk, tmp_path):
 
 
 @pytest.mark.slow
+@windows_lacks(POSIX_SIGNALS)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_conversion_exits_130_and_keeps_only_a_playable_partial(talk, tmp_path, sig):
     out = tmp_path / "swapped.mp4"

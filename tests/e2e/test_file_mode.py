@@ -17,7 +17,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from conftest import vcam_cli
+from conftest import can_symlink, vcam_cli, windows_lacks
 from typer.testing import CliRunner
 
 import vcam.stages.recording
@@ -132,21 +132,24 @@ def test_a_still_image_to_a_file_ends_and_pads_an_odd_size(tmp_path, frames, exp
 
 
 def test_output_that_is_the_input_is_refused_and_the_input_untouched(clip, tmp_path, monkeypatch):
+    links = can_symlink(tmp_path)  # Windows without developer mode (and Wine): the other names only
     mine = tmp_path / "talk.mp4"
     shutil.copy(clip, mine)
     before = mine.read_bytes()
     link = tmp_path / "link.mp4"
-    link.symlink_to(mine)
+    if links:
+        link.symlink_to(mine)
     monkeypatch.chdir(tmp_path)
-    for target in (str(mine), str(link), "./talk.mp4", "sub/../talk.mp4"):
+    for target in (str(mine), *([str(link)] if links else []), "./talk.mp4", "sub/../talk.mp4"):
         (tmp_path / "sub").mkdir(exist_ok=True)
         line = one_error_line(vcam_run("--input", str(mine), "--output", f"file:{target}", "--no-loop"), 4)
         assert "is the input video" in line and "--output file:" in line
         assert mine.read_bytes() == before
-    r = vcam_run("--input", str(link), "--output", f"file:{mine}", "--no-loop")  # the link as input
-    assert "is the input video" in one_error_line(r, 4)
-    assert mine.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.mp4", "sub", "talk.mp4"]
+    if links:
+        r = vcam_run("--input", str(link), "--output", f"file:{mine}", "--no-loop")  # the link as input
+        assert "is the input video" in one_error_line(r, 4)
+        assert mine.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.mp4", "sub", "talk.mp4"][0 if links else 1 :]
 
 
 def test_an_extension_the_container_cannot_write_is_refused(tmp_path):
@@ -155,6 +158,7 @@ def test_an_extension_the_container_cannot_write_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@windows_lacks("the umask and POSIX file modes")
 @pytest.mark.parametrize("umask,mode", [(0o027, 0o640), (0o002, 0o664)])
 def test_output_files_follow_the_umask(tmp_path, umask, mode):
     old = os.umask(umask)
@@ -229,6 +233,7 @@ def test_vcam_run_on_a_full_disk_exits_4_with_one_line(tmp_path, monkeypatch):
     assert len(decode(tmp_path / "demo.partial.mp4")) >= 30
 
 
+@windows_lacks("removing a folder while a file in it is open")
 def test_a_vanished_folder_is_one_clear_line(tmp_path):
     folder = tmp_path / "takes"
     folder.mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import need_torch, require, vcam_cli
+from conftest import WINDOWS, need_torch, require, vcam_cli
 
 from vcam.models import standin
 
@@ -37,7 +37,9 @@ pytestmark = pytest.mark.timeout(900)
 def need_compiler():
     if torch is None:
         require("torch", "PyTorch is not installed")
-    if not (shutil.which("g++") or shutil.which("c++")):
+    if WINDOWS and not shutil.which("cl"):
+        require("compiler", "Inductor's CPU kernels need MSVC (cl.exe) on Windows")
+    if not WINDOWS and not (shutil.which("g++") or shutil.which("c++")):
         require("compiler", "Inductor's CPU kernels need a C++ compiler (g++)")
 
 

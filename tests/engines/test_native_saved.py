@@ -10,9 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import need_torch
+from conftest import WINDOWS, need_torch, windows_lacks
 
 from vcam.models import standin
+
+# The saves are memory-mapped (torch.load(mmap=True)), and Windows rewrites or removes no file a live
+# engine maps. (Under Wine 8.0, freeing those engines early with gc, or mapping a save cut in half,
+# left the process corrupt: later native calls crashed.)
+MAPPED = "rewriting a file a live engine memory-maps"
 
 
 @pytest.fixture()
@@ -70,6 +75,7 @@ def test_saved_build_is_bit_exact_and_skips_the_onnx_parse(tiny, tmp_path, monke
     assert all(not p.is_meta for p in again.module.parameters())
 
 
+@windows_lacks(MAPPED)
 def test_damaged_save_is_rebuilt_with_one_warning(tiny, tmp_path, caplog):
     need_torch()
     from vcam.engines.native import saved
@@ -128,7 +134,10 @@ def test_key_follows_the_model_file(tiny, tmp_path):
     got = e.run(feeds())
     assert not np.array_equal(got[0], want[0])
     assert saved.wait_saves(60)
-    assert saves(cache) == [after]  # the old model's save is gone
+    if WINDOWS:  # the engine of `want` still maps the old save: a later save removes it
+        assert after in saves(cache)
+    else:
+        assert saves(cache) == [after]  # the old model's save is gone
     again = engine(tiny, cache)
     assert again.from_saved and np.array_equal(again.run(feeds())[0], got[0])
 

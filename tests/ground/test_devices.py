@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import can_symlink, need_symlinks
+
 from vcam import devices
 from vcam.devices import VideoDevice, find_virtual_camera, free_video_nr, list_cameras, list_video_devices, modprobe_hint
 from vcam.platform import registry
@@ -15,6 +17,9 @@ def make_sysfs(root: Path, nodes: dict[int, tuple[str, str]]) -> Path:
     base = root / "video4linux"
     base.mkdir(parents=True, exist_ok=True)
     drivers = root / "drivers"
+    links = can_symlink(root)
+    if any(kind == "loopback-link" for _, kind in nodes.values()):
+        need_symlinks(root)  # only its driver link tells that node apart
     for n, (name, kind) in nodes.items():
         node = base / f"video{n}"
         node.mkdir()
@@ -28,7 +33,10 @@ def make_sysfs(root: Path, nodes: dict[int, tuple[str, str]]) -> Path:
             (node / "device").symlink_to(drivers / "v4l2loopback" / f"v4l2loopback.{n}")
         else:
             (drivers / "uvcvideo" / f"usb{n}").mkdir(parents=True)
-            (node / "device").symlink_to(drivers / "uvcvideo" / f"usb{n}")
+            if links:
+                (node / "device").symlink_to(drivers / "uvcvideo" / f"usb{n}")
+            else:  # no symlinks (Windows): a folder, which reads as no loopback driver just the same
+                (node / "device").mkdir()
             (node / "index").write_text("1\n" if kind == "meta" else "0\n")
     return base
 

@@ -254,7 +254,7 @@ def test_cli_pull_verify_path(tmp_path, server, converter_bytes, monkeypatch):
 
     server.publish("crossface_simswap", converter_bytes[0])
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[models]\ndir = "{tmp_path / "m"}"\n')
+    cfg.write_text(f"[models]\ndir = '{tmp_path / 'm'}'\n")
     monkeypatch.setenv("VCAM_CONFIG", str(cfg))
     runner = CliRunner()
     r = runner.invoke(app, ["path"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require, terminal_signals, vcam_cli
+from conftest import TRITON_SERVER, require, terminal_signals, vcam_cli, windows_lacks
 
 from vcam.errors import EngineUnavailable
 from vcam.models import registry, serving, standin
@@ -95,7 +95,7 @@ def test_vcam_serve_export_prints_the_docker_line(tmp_path):
 
     models = place_standins(tmp_path / "models", names=("inswapper_128",))
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[models]\ndir = "{models}"\n')
+    cfg.write_text(f"[models]\ndir = '{models}'\n")
     res = vcam_cli(
         "serve", "export", str(tmp_path / "repo"), "--model", "inswapper_128", "--fp16", "--uint8-input", "--config", str(cfg)
     )
@@ -115,6 +115,7 @@ def test_vcam_serve_refuses_another_host_without_tls():
     assert len(lines) == 1 and "needs --tls-cert and --tls-key" in lines[0], res.stderr
 
 
+@windows_lacks(TRITON_SERVER)
 def test_the_serving_environment_is_made_once(monkeypatch):
     from vcam.runtime import serve
 
@@ -128,6 +129,7 @@ def test_the_serving_environment_is_made_once(monkeypatch):
     )
 
 
+@windows_lacks(TRITON_SERVER)
 def test_the_serving_environment_sees_a_base_virtual_environments_packages(tmp_path):
     """VCAM_SERVE_SYSTEM_SITE=1 with an interpreter that is itself a virtual environment (torch
     installed in one): the serving environment sees that environment's packages, after its own."""
@@ -162,6 +164,7 @@ def test_no_python_with_a_shared_libpython_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@windows_lacks(TRITON_SERVER)
 def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     """The real `vcam serve` command: the model's ready endpoint, Prometheus metrics, stopped by Ctrl-C."""
     _proto()

@@ -159,13 +159,13 @@ unmatched = "active"
 map_threshold = 0.5
 map = [{{ target = "astronaut", source = "bob" }}]
 [output]
-target = "file:{out}"
+target = 'file:{out}'
 [faces]
-dir = "{faces}"
+dir = '{faces}'
 [models]
-dir = "{models}"
+dir = '{models}'
 [control]
-socket = "{tmp / "run" / "vcam.sock"}"
+socket = '{tmp / "run" / "vcam.sock"}'
 [panel]
 port = 0
 """

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import need_torch, require
+from conftest import WINDOWS, need_torch, require
 
 from vcam import config_file
 from vcam.config import Duration
@@ -40,7 +40,9 @@ class Capturing(NullOutput):
 def test_a_daemon_without_compiled_engines_swaps_at_once_and_switches_to_the_ones_it_builds(tmp_path, caplog, monkeypatch):
     need_torch()
     monkeypatch.delenv("VCAM_NO_BACKGROUND_COMPILE")
-    if not (shutil.which("g++") or shutil.which("c++")):
+    if WINDOWS and not shutil.which("cl"):
+        require("compiler", "Inductor's CPU kernels need MSVC (cl.exe) on Windows")
+    if not WINDOWS and not (shutil.which("g++") or shutil.which("c++")):
         require("compiler", "Inductor's CPU kernels need a C++ compiler (g++)")
     from vcam.engines.autobuild import running_builds
     from vcam.engines.torch import TorchEngine

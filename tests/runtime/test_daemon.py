@@ -12,11 +12,12 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import demo_run, need_torch, terminal_signals, vcam_cli
+from conftest import POSIX_SIGNALS, demo_run, need_torch, terminal_signals, vcam_cli, windows_lacks
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
 from vcam.config import Config, Duration
+from vcam.platform.signals import STOP_SIGNALS
 from vcam.runtime.daemon import Daemon
 from vcam.stages.outputs import NullOutput
 from vcam.state import Status
@@ -217,7 +218,7 @@ def test_after_a_run_stopped_by_a_signal_further_stop_signals_are_ignored(monkey
         return self.summary
 
     monkeypatch.setattr(Daemon, "run", stopped_run)
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
         r = CliRunner().invoke(app, ["run", "--input", "demo", "--output", "null", "--device", "cpu", "--quiet"])
         after = {sig: signal.getsignal(sig) for sig in saved}
@@ -371,6 +372,7 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
 
 
 @pytest.mark.slow
+@windows_lacks("SIGHUP and nohup")
 def test_a_hangup_is_ignored_under_nohup(tmp_path):
     def nohup() -> None:
         terminal_signals()
@@ -397,7 +399,8 @@ def test_a_hangup_is_ignored_under_nohup(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@windows_lacks(POSIX_SIGNALS)
+@pytest.mark.parametrize("sig", STOP_SIGNALS)
 @pytest.mark.parametrize("after", [0.0, 1.0], ids=["while-loading", "running"])
 def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
     # The output opens first (early frames) and the models load behind it for seconds on the CPU:
@@ -467,6 +470,7 @@ def _live_recording(target, *extra: str, verbose: bool = False) -> subprocess.Po
 
 
 @pytest.mark.slow
+@windows_lacks(POSIX_SIGNALS)
 @pytest.mark.parametrize("after", [0.0, 2.0])
 @pytest.mark.parametrize("gap", [0.0, 0.01, 0.03, 0.1])
 def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap):
@@ -498,6 +502,7 @@ def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap)
 
 
 @pytest.mark.slow
+@windows_lacks(POSIX_SIGNALS)
 def test_a_live_recording_stopped_by_ctrl_c_keeps_its_name_and_exits_0(tmp_path):
     """Ctrl-C is the normal stop of a live input recorded to a file: the named output, exit 0."""
     target = tmp_path / "cam.mp4"

@@ -77,7 +77,7 @@ def test_vcam_run_with_a_remote_config_file(triton, tmp_path):
     server, models = triton
     toml = tmp_path / "remote.toml"
     toml.write_text(
-        f"""[models]\ndir = "{models}"\n[faces]\ndir = "{tmp_path / "faces"}"\n[swap]\nswapper = "inswapper_128"\n"""
+        f"""[models]\ndir = '{models}'\n[faces]\ndir = '{tmp_path / "faces"}'\n[swap]\nswapper = 'inswapper_128'\n"""
         f"""[engines.swapper]\nbackend = "remote"\nurl = "{server.url}"\ntimeout = "5s"\n"""
     )
     out = tmp_path / "out.mp4"

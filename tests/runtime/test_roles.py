@@ -38,18 +38,18 @@ def test_the_search_runs_beside_the_frame_on_a_cpu_with_two_cores(monkeypatch):
     from vcam.runtime.assemble import search_worker
 
     cfg = Config()
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # raising=False: Windows has neither
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5))
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5), raising=False)
     worker = search_worker(cfg, "cpu")
     assert worker is not None and worker.max_lag == 2
     assert worker.detector.engine.session.get_session_options().intra_op_num_threads == 1
     assert search_worker(cfg, "cuda") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="frame")), "cpu") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, rolling=0)), "cpu") is None
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 2.0, 1.0))  # other programs hold both cores
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 2.0, 1.0), raising=False)  # other programs hold both cores
     assert search_worker(cfg, "cpu") is None
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5), raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert search_worker(cfg, "cpu") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="worker")), "cpu") is not None

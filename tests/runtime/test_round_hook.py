@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import WINDOWS
 
 from vcam.config import Config, Duration
 from vcam.runtime.daemon import Daemon
@@ -40,7 +41,10 @@ def test_marks_carry_the_loops_cpu_time():
     assert all(m.cpu <= seen for m, seen in marks)  # the same clock, read just before the hook
     out = [m for m, _ in marks if m.phase == "published"]
     spent = [(b.cpu - a.cpu, b.t - a.t) for a, b in zip(out, out[1:])]
-    assert all(0 < cpu <= wall + 0.002 for cpu, wall in spent), spent
+    if WINDOWS:  # thread CPU time advances in scheduler ticks (15.6 ms; 10 ms under Wine): a frame may show 0
+        assert all(0 <= cpu <= wall + 0.016 for cpu, wall in spent) and sum(c for c, _ in spent) > 0, spent
+    else:
+        assert all(0 < cpu <= wall + 0.002 for cpu, wall in spent), spent
 
 
 @pytest.mark.slow

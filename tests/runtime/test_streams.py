@@ -445,7 +445,7 @@ def test_ctl_stream_over_the_socket(tmp_path):
     sock = tmp_path / "run" / "vcam.sock"
     sock.parent.mkdir(mode=0o700)
     cfg_file = tmp_path / "config.toml"
-    cfg_file.write_text(f'[control]\nsocket = "{sock}"\n')
+    cfg_file.write_text(f"[control]\nsocket = '{sock}'\n")
     with ControlServer(sock, streams["a"], streams=streams):
         r = CliRunner().invoke(app, ["ctl", "--stream", "b", "face", "bob", "--config", str(cfg_file)])
         assert r.exit_code == 0, r.output

@@ -362,6 +362,7 @@ def test_hyperswap_pastes_with_the_smaller_of_its_mask_and_the_box(cfg, bank, re
 def test_emap_is_read_once_then_cached(tmp_path, monkeypatch):
     """read_emap parses the ONNX file once; later starts read the cached matrix (keyed by the file's
     size and mtime); a damaged cache entry is rebuilt; a changed file gets its own entry."""
+    from vcam.platform import folders
     from vcam.stages import swap_neural as swap
 
     p = standin.write("inswapper_128", tmp_path / "inswapper_128.onnx", tiny=True)
@@ -371,7 +372,7 @@ def test_emap_is_read_once_then_cached(tmp_path, monkeypatch):
     first = swap.read_emap(p)
     assert first.shape == (512, 512) and len(parses) == 1
     assert np.array_equal(swap.read_emap(p), first) and len(parses) == 1
-    [entry] = list((Path(os.environ["XDG_CACHE_HOME"]) / "vcam" / "emap").glob("inswapper_128-*.npy"))
+    [entry] = list((folders.cache_dir() / "emap").glob("inswapper_128-*.npy"))
     entry.write_bytes(b"not a numpy file")
     assert np.array_equal(swap.read_emap(p), first) and len(parses) == 2
     standin.write("inswapper_128", p, tiny=True, seed=5)  # another file under the same name

@@ -280,7 +280,7 @@ class FileOutput(OutputBase):
             return None
         target = self.partial_path if broken or self.cut_short else self.path
         try:
-            os.replace(self._tmp, target)
+            self._move(target)
         except OSError as exc:
             self._discard()
             self._failed = self._failed or (exc.strerror or str(exc))
@@ -292,6 +292,17 @@ class FileOutput(OutputBase):
                 ) from None
             return None
         return target
+
+    def _move(self, target: Path) -> None:
+        """The temporary file to ``target``. Windows renames no open file, and a forced exit's
+        :meth:`salvage` leaves it open (a writer may still hold it): there it is closed first."""
+        try:
+            os.replace(self._tmp, target)
+        except PermissionError:
+            if self._file.closed:
+                raise
+            self._file.close()
+            os.replace(self._tmp, target)
 
     def salvage(self) -> Path | None:
         """On a forced exit (a second Ctrl-C), perhaps in the middle of :meth:`close`: leave no

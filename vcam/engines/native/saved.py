@@ -180,7 +180,10 @@ def save(path: Path, build: NativeBuild, state: dict[str, Any] | None = None) ->
     stem = path.name.rsplit(".", 2)[0]
     for old in path.parent.glob(f"{glob_escape(stem)}.*{_SUFFIX}"):
         if old != path and old.name.rsplit(".", 2)[0] == stem:
-            old.unlink(missing_ok=True)
+            try:
+                old.unlink(missing_ok=True)
+            except PermissionError:  # Windows: a running engine still maps it; a later save removes it
+                pass
     return path
 
 
