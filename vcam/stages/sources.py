@@ -148,6 +148,17 @@ class _SourceBase(Closing):
         return f"{type(self).__name__}({self.width}x{self.height} {self.fmt.value} @ {self.fps:g} fps)"
 
 
+def open_hint(platform: str = sys.platform) -> str:
+    """What to try when a camera index does not open, in the words of ``platform``'s own settings."""
+    if platform.startswith("win"):
+        where = "check that Settings > Privacy > Camera lets desktop apps use the camera"
+    elif platform == "darwin":
+        where = "check that System Settings > Privacy & Security > Camera allows your terminal"
+    else:
+        where = "check its permissions (video group)"
+    return f"close other programs using the camera, {where}, or run `vcam devices`"
+
+
 def open_camera(index: int, apis: Sequence[tuple[str, str]], opener: Callable[[int, int], Any]) -> tuple[Any, str]:
     """``(capture, API label)`` of camera ``index`` opened through the first of ``apis``
     (:func:`vcam.devices.capture_apis`) that opens it; ``(None, "")`` when none does."""
@@ -220,7 +231,7 @@ class WebcamSource(_SourceBase):
         if cap is None:
             raise InputError(
                 f"camera {index} could not be opened",
-                hint="close other programs using the camera, check its permissions (video group), or run `vcam devices`",
+                hint=open_hint(platform),
             )
         self._cap = cap
         if fourcc:
