@@ -152,7 +152,12 @@ class Frames:
 
 
 def wait_for(pred, timeout: float = 5.0, step: float = 0.01) -> float | None:
-    """Seconds until ``pred()`` held, or None on timeout."""
+    """Seconds until ``pred()`` held, or None on timeout. A timeout of a second or more is an
+    "eventually" (a round trip through OBS), not a latency claim: it gets 4x slack, so a busy 2-core
+    machine (OBS, Xvfb and the suite beside other work) does not fail it; sub-second timeouts are
+    the claims and stay as written."""
+    if timeout >= 1.0:
+        timeout *= 4
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         if pred():
