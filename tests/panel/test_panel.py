@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -332,3 +333,40 @@ def test_the_default_port_taken_the_panel_says_which_it_took():
         res = vcam_cli(*[a for a in demo_run("--panel", str(chosen)) if a != "--quiet"])
     assert res.returncode == 0, res.stderr
     assert f"panel disabled: the panel cannot listen on 127.0.0.1:{chosen}" in res.stderr and "panel: http" not in res.stderr
+
+
+def test_vcam_panel_prints_a_live_daemons_url_from_its_private_panel_file(tmp_path):
+    """A live daemon (an output of the test's: the daemon cannot tell it from a camera) writes its
+    panel file, private, and `vcam panel` prints the URL from it while the daemon runs."""
+    import threading
+
+    from obs_harness import CapturingOutput, demo_daemon_config
+
+    from vcam import config_file
+    from vcam.panel.access import read_panel_file
+    from vcam.runtime.daemon import Daemon
+
+    sock = tmp_path / "run" / "vcam.sock"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[panel]\nport = 0\n[control]\nsocket = '{sock}'\n")
+    live = demo_daemon_config(sock).replace(panel=config_file.load(cfg).panel)
+    lines: list[str] = []
+    d = Daemon(live, output=CapturingOutput(), panel=True, announce=lines.append)
+    t = threading.Thread(target=d.run, kwargs={"duration": 120}, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not [ln for ln in lines if ln.startswith("panel: ")]:
+            time.sleep(0.05)
+        urls = [ln.split("panel: ", 1)[1].strip() for ln in lines if ln.startswith("panel: ")]
+        assert urls, lines
+        kept = read_panel_file(live.panel_file)
+        assert kept is not None and kept["token"] in urls[0]
+        if not WINDOWS:
+            assert live.panel_file.stat().st_mode & 0o777 == 0o600
+        res = vcam_cli("panel", "--config", str(cfg), timeout=60)
+        assert res.returncode == 0 and res.stdout.strip() == urls[0], res.stderr
+    finally:
+        d.request_stop()
+        t.join(30)
+    assert not t.is_alive()
