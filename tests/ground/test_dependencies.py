@@ -26,11 +26,16 @@ def deptry(root: Path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _copy(src: str, dst: str) -> None:
+    """Bytes only: Windows' CopyFile2 (shutil's copy there) is missing under Wine 8."""
+    Path(dst).write_bytes(Path(src).read_bytes())
+
+
 @pytest.fixture
 def project(tmp_path):
     """A copy of the project's pyproject.toml and vcam/ (what deptry reads)."""
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copytree(ROOT / "vcam", tmp_path / "vcam", ignore=shutil.ignore_patterns("__pycache__"))
+    _copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(ROOT / "vcam", tmp_path / "vcam", ignore=shutil.ignore_patterns("__pycache__"), copy_function=_copy)
     return tmp_path
 
 
