@@ -27,17 +27,7 @@ from dataclasses import replace
 
 from vcam.config import Config
 from vcam.runtime.daemon import Daemon
-from vcam.types import PixelFormat
-
-
-class Discard:
-    fmt, width, height = PixelFormat.BGR, 320, 240
-
-    def send(self, data):
-        pass
-
-    def close(self):
-        pass
+from vcam.stages.outputs import NullOutput
 
 
 cfg = Config()
@@ -45,7 +35,7 @@ cfg = cfg.replace(
     capture=replace(cfg.capture, input="demo", width=320, height=240, fps=5.0),
     pipeline=replace(cfg.pipeline, device="cpu"),
 )
-d = Daemon(cfg, output=Discard(), panel=True, announce=lambda line: print(line, flush=True))
+d = Daemon(cfg, output=NullOutput(320, 240), panel=True, announce=lambda line: print(line, flush=True))
 d.install_signal_handlers()
 print("stopped:", d.run().frames_out, flush=True)
 """
