@@ -31,6 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = ("pip", "setuptools")
 
 
+def pythonpath_ignored() -> str | None:
+    """Why a child's PYTHONPATH would not be read (so the blocker could not load), or None. The
+    embeddable Windows CPython of the Wine run (tools/windows-tests) starts from a ``._pth`` file,
+    which makes it ignore PYTHONPATH; a Windows install from python.org reads it."""
+    if any(Path(sys.executable).parent.glob("*._pth")):
+        return "PYTHONPATH: ignored by the embeddable Windows CPython of the Wine run (its ._pth file)"
+    return None
+
+
 def declared(pyproject: Path = ROOT / "pyproject.toml", extras: Iterable[str] = ()) -> list[Requirement]:
     """fastswap-cam's requirements as pyproject.toml declares them (the checkout's, not whatever
     metadata an older install left), with those of ``extras``."""

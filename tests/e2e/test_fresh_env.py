@@ -9,11 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
-from fresh_env import ROOT, sitecustomize_dir, vcam
+from fresh_env import ROOT, pythonpath_ignored, sitecustomize_dir, vcam
 from model_server import ModelServer
 
 from vcam.models import registry, standin
 from vcam.models.download import crc32_text
+
+pytestmark = pytest.mark.skipif(pythonpath_ignored() is not None, reason=str(pythonpath_ignored()))
+
 
 ASSETS = ROOT / "vcam" / "assets"
 RECOGNISER = "arcface_w600k_r50"
