@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import logging
 import re
@@ -37,6 +36,7 @@ from vcam.errors import ConfigError, VcamError
 from vcam.panel.access import Guard, allowed_hosts, check_bind, url_with_token
 from vcam.panel.preview import PreviewTap
 from vcam.panel.view import Backend, PanelView
+from vcam.platform import transport
 from vcam.stages.photos import MAX_PHOTO_BYTES
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,12 @@ class PanelServer:
         import uvicorn
 
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = transport.server_socket(family)
         try:
             try:
                 sock.bind((self.host, self.port))
             except OSError as exc:
-                if not (self.or_free_port and self.port and exc.errno == errno.EADDRINUSE):
+                if not (self.or_free_port and self.port and transport.port_taken(exc)):
                     raise
                 sock.bind((self.host, 0))
                 self.moved_from = self.port

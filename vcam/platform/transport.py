@@ -17,6 +17,7 @@ file). Errors are OSErrors as sockets raise them (``FileNotFoundError``, ``Conne
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import os
@@ -130,6 +131,24 @@ class Listener:
                 self.path.unlink()
         except FileNotFoundError:
             pass
+
+
+def server_socket(family: int = socket.AF_INET) -> socket.socket:
+    """A TCP socket for a server to bind: POSIX lets it rebind a port in TIME_WAIT (SO_REUSEADDR);
+    Windows, where SO_REUSEADDR would let another process bind the same port beside it, keeps the
+    port to itself (SO_EXCLUSIVEADDRUSE)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    if WINDOWS and hasattr(socket, "SO_EXCLUSIVEADDRUSE"):
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_EXCLUSIVEADDRUSE"), 1)  # noqa: B009
+    else:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return sock
+
+
+def port_taken(exc: OSError) -> bool:
+    """Whether a failed bind means the port is someone else's: EADDRINUSE, or on Windows an access
+    error (a port another socket holds exclusively answers WSAEACCES)."""
+    return exc.errno == errno.EADDRINUSE or (WINDOWS and exc.errno == errno.EACCES)
 
 
 def listen(path: Path, kind: str | None = None) -> Listener:
