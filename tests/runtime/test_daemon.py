@@ -279,7 +279,12 @@ def test_cli_run_to_file_decodes(tmp_path):
     [
         (["--input", "/nonexistent/clip.mp4"], 3, "not found"),
         # Linux lists its cameras first; Windows and macOS can only try to open the index.
-        (["--input", "webcam:57"], 3, "camera 57 not found" if sys.platform.startswith("linux") else "camera 57 could not"),
+        pytest.param(
+            ["--input", "webcam:57"],
+            3,
+            "camera 57 not found" if sys.platform.startswith("linux") else "camera 57 could not",
+            id="webcam57",
+        ),
         (["--max-latency", "soon"], 2, "--max-latency: expected a duration like '33ms'"),
         (["--max-latency", "-5ms"], 2, "--max-latency: expected a duration like '33ms' or '0.5s', got '-5ms' (fix the flag)"),
         (["--device", "gpu"], 2, "--device: expected one of 'auto', 'cpu', 'cuda', got 'gpu' (fix the flag)"),
