@@ -156,8 +156,26 @@ def env_with(folder: Path, base: dict[str, str] | None = None) -> dict[str, str]
     return env
 
 
+#: Run where PYTHONPATH is ignored: puts the blocker's folder and the checkout first on sys.path,
+#: loads the blocker, then runs what followed ``-c BOOT``: ``-m MODULE ARGS`` or ``-c CODE ARGS``.
+_BOOT = (
+    "import runpy, sys; sys.path[:0] = {paths!r}; sys.modules.pop('sitecustomize', None); import sitecustomize; "
+    "a = sys.argv[1:]; sys.argv = [a[0]] + a[2:]; "
+    "runpy.run_module(a[1], run_name='__main__', alter_sys=True) if a[0] == '-m' else exec(a[1], {{'__name__': '__main__'}})"
+)
+
+
+def python_argv(folder: Path, *args: str) -> list[str]:
+    """``python ARGS`` (``-m MODULE ...`` or ``-c CODE ...``) that loads ``folder``'s blocker: through
+    PYTHONPATH (:func:`env_with`), or, where the interpreter ignores it (:func:`pythonpath_ignored`;
+    ``VCAM_FRESH_BOOT=1`` forces it, to test it anywhere), through a ``-c`` bootstrap."""
+    if pythonpath_ignored() is None and not os.environ.get("VCAM_FRESH_BOOT"):
+        return [sys.executable, *args]
+    return [sys.executable, "-c", _BOOT.format(paths=[str(folder), str(ROOT)]), *args]
+
+
 def vcam(folder: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
     """``python -m vcam ARGS`` with only the declared requirements importable."""
     return subprocess.run(
-        [sys.executable, "-m", "vcam", *args], capture_output=True, text=True, timeout=timeout, env=env_with(folder, env), **kw
+        python_argv(folder, "-m", "vcam", *args), capture_output=True, text=True, timeout=timeout, env=env_with(folder, env), **kw
     )

@@ -9,14 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
-from fresh_env import ROOT, pythonpath_ignored, sitecustomize_dir, vcam
+from fresh_env import ROOT, sitecustomize_dir, vcam
 from model_server import ModelServer
 
 from vcam.models import registry, standin
 from vcam.models.download import crc32_text
-
-pytestmark = pytest.mark.skipif(pythonpath_ignored() is not None, reason=str(pythonpath_ignored()))
-
 
 ASSETS = ROOT / "vcam" / "assets"
 RECOGNISER = "arcface_w600k_r50"
@@ -65,12 +62,12 @@ def test_the_check_hides_what_is_not_declared(declared_only):
     """The harness itself: torch (installed here) is missing as in a fresh venv, filelock is there
     because pyproject.toml declares it."""
     import subprocess
-    import sys
 
-    from fresh_env import env_with
+    from fresh_env import env_with, python_argv
 
     code = "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('filelock') is not None)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_with(declared_only), timeout=60)
+    argv = python_argv(declared_only, "-c", code)
+    r = subprocess.run(argv, capture_output=True, text=True, env=env_with(declared_only), timeout=60)
     assert r.stdout.split() == ["None", "True"], r.stderr
 
 
