@@ -77,8 +77,10 @@ class Pauses:
         for st in self.rounds.streams:
             if st.cap is None or st.done:
                 continue
-            busy = self._busy(st)
             want = st.state.paused
+            if not want and not st.paused:  # the common case, every round: running and to keep running
+                continue
+            busy = self._busy(st)
             if want and not st.paused and st.delivery is not None and st.delivery.lossless:
                 if st.name not in self._refused:  # a file converted: reopened, it would start again
                     self._refused.add(st.name)
