@@ -44,6 +44,7 @@ from vcam.platform import signals
 from vcam.runtime import startup as _startup
 from vcam.runtime.pause import Pauses
 from vcam.runtime.rounds import Round, RoundHook, Rounds, Stream
+from vcam.stages.outputs import missing_members
 from vcam.state import RuntimeState, Status
 from vcam.status import RunSummary
 
@@ -117,6 +118,12 @@ class Daemon:
         self.given_sources = dict(sources or {})
         if output is not None:
             self.given_outputs[first] = output
+        for name, given in self.given_outputs.items():
+            if lacking := missing_members(given):
+                raise TypeError(
+                    f"the output given for stream {name!r} ({type(given).__name__}) lacks {', '.join(lacking)}: "
+                    "subclass vcam.stages.outputs.OutputBase, which has them all but send"
+                )
         if source is not None:
             self.given_sources[first] = source
         self.ready = threading.Event()

@@ -64,6 +64,13 @@ class Output(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+def missing_members(obj: object) -> list[str]:
+    """The members of :class:`Output` that ``obj`` lacks (``[]``: it can be given to the runtime).
+    Subclass :class:`OutputBase` to get every member but ``send``."""
+    names = [n for n in Output.__annotations__] + ["closed", "send", "send_bgr", "describe", "salvage", "close", "__enter__", "__exit__"]
+    return [n for n in names if not hasattr(obj, n)]
+
+
 def even_size(width: int, height: int) -> tuple[int, int]:
     """The size a 4:2:0 output takes for a ``width`` x ``height`` input (odd sides lose one pixel)."""
     return width - (width % 2), height - (height % 2)
