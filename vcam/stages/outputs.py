@@ -67,7 +67,16 @@ class Output(Protocol):
 def missing_members(obj: object) -> list[str]:
     """The members of :class:`Output` that ``obj`` lacks (``[]``: it can be given to the runtime).
     Subclass :class:`OutputBase` to get every member but ``send``."""
-    names = [n for n in Output.__annotations__] + ["closed", "send", "send_bgr", "describe", "salvage", "close", "__enter__", "__exit__"]
+    names = [n for n in Output.__annotations__] + [
+        "closed",
+        "send",
+        "send_bgr",
+        "describe",
+        "salvage",
+        "close",
+        "__enter__",
+        "__exit__",
+    ]
     return [n for n in names if not hasattr(obj, n)]
 
 
