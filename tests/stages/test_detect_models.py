@@ -313,13 +313,16 @@ def test_every_registry_detector_runs_on_each_device_and_backend(tmp_path, name,
     det = build_role("detector", cfg, store=ModelStore(tmp_path), backend="torch", ops=ops, device=device)
     assert det.engine.device == device and det.engine.backend == "torch"
     f = ops.asarray(frame) if device != "cpu" else frame
+    # cuDNN convolutions run in TF32 on CUDA (PyTorch's default for convolutions, 10-bit mantissa):
+    # YuNet's raw scores differed by up to 4.2e-4 on the H200; on the CPU both are fp32
+    tol = 2e-3 if device == "cuda" else 1e-4
     size, in_h, in_w = det.scan_shape(360, 480)
     for r, s, hh, ww in (
         (np.array([[0.0, 0.0, 480.0]]), size, in_h, in_w),
         (rects, det.region_size, det.region_size, det.region_size),
     ):
         for a, b in zip(det._run(f, r, s, hh, ww), ref._run(frame, r, s, hh, ww)):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
     got = [det.detect(f)] + det.detect_regions(f, rects)
     want = [ref.detect(frame)] + ref.detect_regions(frame, rects)
     for g, w in zip(got, want):
