@@ -229,8 +229,14 @@ def test_faces_without_an_answer_pass_through_or_pixelated_and_are_counted(trito
     while sw.engine.down and time.monotonic() < end:
         time.sleep(0.05)
     assert not sw.engine.down, "the prober did not find the server again"
+    # On trial (calls out again, no frame waiting on them) until UP_AFTER good answers in a row.
+    while sw.engine.in_episode and time.monotonic() < end + 2:
+        sw.swap_batch(_rows(2), face)
+        time.sleep(0.05)
+    assert not sw.engine.in_episode, "the good answers did not bring the server back"
+    guarded = sw.guarded()  # the faces of the calls on trial that got no answer in time counted too
     sw.swap_batch(_rows(2), face)
-    assert sw.engine.last_failed == 0 and sw.guarded() == 2
+    assert sw.engine.last_failed == 0 and sw.guarded() == guarded >= 2
 
 
 @pytest.mark.slow
