@@ -255,6 +255,8 @@ def test_a_live_run_survives_every_malformed_answer_with_one_line_per_episode(ri
                     f"{fault}: swapping did not go back to the server"
                 )
                 episodes.append((fault, t0, t1, before))
+            live.until(lambda: any("swapped locally" in e for e in live.d.state.read_status().engines), 2)
+            notes = live.d.state.read_status().engines
             alive = live.d._thread is not None and live.d._thread.is_alive()
             error = live.d.summary.error
     finally:
@@ -269,4 +271,5 @@ def test_a_live_run_survives_every_malformed_answer_with_one_line_per_episode(ri
         assert np.diff(times).max() <= max(TIMEOUT + 0.5, 3 * _healthy_gap(live)), f"{fault}: frames stopped"
         assert len(lines) <= 2 and sum("down since" in ln for ln in lines) <= 1, f"{fault}: {lines}"
     assert live.sw.swapped_locally > 0
+    assert any(e.startswith("swapper: remote late/down, swapped locally ") for e in notes), notes
     print(f"{len(FAULTS)} faults, {live.sw.swapped_locally} faces swapped locally; log: {live.lines}")

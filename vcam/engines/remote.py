@@ -24,9 +24,9 @@ Never picked by ``auto``: faces leave the machine only when a role's config says
 - **One line per episode (hysteresis)**: the server is marked down after :data:`DOWN_AFTER` faulted
   calls in a row (one warning line); while down nothing is sent (no frame waits on a dead server)
   and a background thread asks whether the model is ready, with backoff (:data:`BACKOFF`); once it
-  is, calls go out again and their good answers are used at once, and after :data:`UP_AFTER` good
-  answers in a row it is back (one line). A fault before that is the same episode: down again,
-  silently. :meth:`health` says ``remote HOST:PORT down since HH:MM:SS``.
+  is, the server is on trial: one call at a time goes out, its good answer used at once, and after
+  :data:`UP_AFTER` good answers in a row it is back (one line). A fault on trial is the same
+  episode: down again, silently. :meth:`health` says ``remote HOST:PORT down since HH:MM:SS``.
 - **Security**: crops and latents are biometric data. A URL to another host needs ``grpcs://`` and
   a token (sent as ``authorization: Bearer``) or a client certificate; plain gRPC is for loopback.
 """
@@ -129,9 +129,10 @@ class RemoteEngine:
     """A model on a KServe V2 gRPC server (see the module docstring and :class:`vcam.engines.Engine`).
 
     ``model``: the served model's name; ``expect``: the local model's inputs/outputs (names and
-    item dims; the batch dim is the server's); ``timeout``: seconds a call may take before its
-    faces pass through; ``pixel_scale``/``pixel_shift``: how a uint8 wire input relates to the FP32
-    input the stages write (``u8 = x * scale + shift``, per channel; default: ``x * 255``);
+    item dims; the batch dim is the server's); ``timeout``: seconds from a call's submit until its
+    faces without an answer are flagged in :attr:`last_bad` (the frame's budget for the server);
+    ``pixel_scale``/``pixel_shift``: how a uint8 wire input relates to the FP32 input the stages
+    write (``u8 = x * scale + shift``, per channel; default: ``x * 255``);
     ``label``: the name in messages (``swapper``)."""
 
     backend = "remote"
