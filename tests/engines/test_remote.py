@@ -418,3 +418,24 @@ def test_faces_without_an_answer_are_swapped_locally_by_the_classic_swap(triton,
     img, m = _rows(1)[0]
     plain = cv2.warpAffine(img, m[0], (128, 128), flags=cv2.INTER_LINEAR)
     assert np.abs(crops[0].astype(int) - plain.astype(int)).mean() > 10  # not the camera's face
+
+
+def test_a_failing_local_swap_leaves_the_faces_blank_never_the_input(triton, tmp_path, caplog):
+    import cv2
+
+    server, models = triton
+    sw = build_role("swapper", _cfg(models, tmp_path / "f", server.url, "inswapper_128"), store=None)
+    face = _faces(_cfg(models, tmp_path / "f", server.url, "inswapper_128"), sw)
+
+    def broken(parts, faces):
+        raise RuntimeError("out of memory")
+
+    sw.fallback.swap_batch = broken
+    sw.engine._mark_down("test")
+    for _ in range(3):
+        crops, masks = sw.swap_batch(_rows(1), face)
+    img, m = _rows(1)[0]
+    plain = cv2.warpAffine(img, m[0], (128, 128), flags=cv2.INTER_LINEAR)
+    assert np.abs(np.array(crops[0]).astype(int) - plain.astype(int)).mean() > 10 and np.array(masks).max() > 0.9
+    assert sw.fallback_failed == 3 and sw.swapped_locally == 0
+    assert sum("the local swap failed" in r.getMessage() for r in caplog.records) == 1

@@ -114,6 +114,7 @@ class NeuralSwapper(SwapperBase):
         self.on_fault = on_fault
         self.fallback = fallback
         self.swapped_locally = 0
+        self.fallback_failed = 0  # faces the fallback failed on (pasted blank)
         if on_fault == "local" and fallback is None:
             raise ModelError(f"{self.spec.name}: on_fault = 'local' needs a local swapper", hint="pass fallback=")
         if hasattr(engine, "on_fault_text"):
@@ -300,7 +301,9 @@ class NeuralSwapper(SwapperBase):
         try:
             f_crops, f_masks = self.fallback.swap_batch(parts, faces)
         except Exception as exc:  # whatever the fallback raises, the frame goes on without the real face
-            log.warning("%s: the local swap failed (%s); %d faces left blank", self.name, exc, int(bad.sum()))
+            if not self.fallback_failed:  # one line, not one a frame
+                log.warning("%s: the local swap failed (%s); its faces are left blank", self.name, exc)
+            self.fallback_failed += int(bad.sum())
             return crops, masks
         crops[rows] = f_crops[:n][rows]
         f_masks = f_masks[:n] if f_masks.ndim == 3 else xp.broadcast_to(f_masks, (n, s, s))
