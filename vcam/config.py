@@ -360,17 +360,22 @@ class EngineConfig:
     )
     model: str = _opt("", "remote: the served model's name ('' : the role's model, e.g. inswapper_128).")
     timeout: Duration = _opt(
-        Duration(0.1), "remote: longest wait for an answer; faces without one pass through (see on_fault).", min=0.001, max=60
+        Duration(0.1),
+        "remote: longest wait for an answer (the frame's budget for the server); faces without one take on_fault.",
+        min=0.001,
+        max=60,
     )
     token_env: str = _opt("VCAM_REMOTE_TOKEN", "remote: environment variable holding the bearer token.")
     token: str = _opt("", "remote: bearer token (prefer token_env: a config file is easily shared).")
     ca: str = _opt("", "remote: CA certificate (PEM) the server's certificate is checked against ('' : the system's).")
     cert: str = _opt("", "remote: client certificate (PEM) for mutual TLS ('' : none).")
     key: str = _opt("", "remote: the client certificate's private key (PEM).")
-    on_fault: Literal["pass", "pixelate"] = _opt(
-        "pass",
-        "remote: faces the server did not answer for in time (down, timeout) go out 'pass' unswapped or 'pixelate'd, "
-        "counted as the NaN guard counts; the status says 'swapper: remote HOST:PORT down since HH:MM:SS'.",
+    on_fault: Literal["local", "pixelate", "pass"] = _opt(
+        "local",
+        "remote: faces without a good answer within 'timeout' (server late, down, an error, a malformed answer): "
+        "'local' swaps them here (the local GPU engine on a GPU, else the classic swap), 'pixelate' blanks them, "
+        "'pass' sends the camera's real face (a warning at start). Counted: 'remote late/down, swapped locally N'; "
+        "one line when the server goes down and one when it is back.",
     )
 
 

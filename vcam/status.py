@@ -28,6 +28,8 @@ class RunSummary:
     full_scans: int = 0
     upscale_skipped: int = 0  # frames the frame enhancer would have pushed over the budget (resized instead)
     guarded: dict[str, int] = field(default_factory=dict)  # model name -> faces passed through (NaN/Inf)
+    #: A remote swapper's faces without a good answer in time, swapped here instead (on_fault = "local").
+    swapped_locally: int = 0
     # Capture-to-publish latency of the most recent published frames (bounded: the daemon runs for
     # hours; 100k frames is about an hour at 30 fps).
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
@@ -74,6 +76,7 @@ class RunSummary:
             f"{self.dropped_latency} over the latency budget"
             + (f" ({self.published_late} published late, to keep the picture moving)" if self.published_late else "")
             + (f"; {total} faces passed through ({guard_text(self.guarded)})" if (total := sum(self.guarded.values())) else "")
+            + (f"; {swapped_locally_text(self.swapped_locally)}" if self.swapped_locally else "")
             + (f"; frame enhancer skipped on {self.upscale_skipped} (over budget)" if self.upscale_skipped else "")
             + (f"; {self.shed_frames} frames without the swap (overload)" if self.shed_frames else "")
             + (
@@ -207,6 +210,11 @@ def status_parts(status: Status) -> list[str]:
     return parts
 
 
+def swapped_locally_text(faces: int) -> str:
+    """``remote late/down, swapped locally 12 faces``: a remote swapper's faults taken here."""
+    return f"remote late/down, swapped locally {faces} face{'s' if faces != 1 else ''}"
+
+
 def overloaded_text(degraded) -> str:
     """What an overloaded stream says: the stages shed so far (``overloaded: shedding upscale,
     enhancer``), or that late frames go out while there is nothing left to shed."""
@@ -231,4 +239,4 @@ def _rate(times: deque) -> float:
     return (len(times) - 1) / span if span > 0 else 0.0
 
 
-__all__ = ["LiveStats", "RunSummary", "degraded_text", "overloaded_text", "status_parts", "status_suffix"]
+__all__ = ["LiveStats", "RunSummary", "degraded_text", "overloaded_text", "status_parts", "status_suffix", "swapped_locally_text"]

@@ -14,11 +14,19 @@ Never picked by ``auto``: faces leave the machine only when a role's config says
   and returns at once; :meth:`RemoteEngine.wait` takes the answer. :meth:`run_device` is both. The
   encoded rows of an input that did not change since the last call (the source latents: they change
   on a face switch only) are reused, not converted again.
-- **Faults never block**: a call that times out or finds the server gone returns NaN outputs (the
-  swapper's NaN guard then passes those faces through unswapped and counts them), marks the
-  server down with the time, and a background thread polls it with backoff; while it is down no
-  call is sent (no frame waits on a dead server). :meth:`health` says
-  ``remote HOST:PORT down since HH:MM:SS``.
+- **Any answer is survivable, faults never block**: :meth:`RemoteEngine.wait` waits at most
+  ``timeout`` from the call's :meth:`~RemoteEngine.submit` (the frame's budget for the server) and
+  checks every answer (each output present, its datatype the served one, its shape the rows asked
+  for, finite values); a call that is late, refused, answered with an error or malformed gives NaN
+  rows, and NaN rows of an answer are faults of their faces alone. The faulted rows are
+  :attr:`~RemoteEngine.last_bad` (the swapper swaps them locally, pixelates them or passes them
+  through: ``on_fault``) and counted in :attr:`~RemoteEngine.failed`.
+- **One line per episode (hysteresis)**: the server is marked down after :data:`DOWN_AFTER` faulted
+  calls in a row (one warning line); while down nothing is sent (no frame waits on a dead server)
+  and a background thread asks whether the model is ready, with backoff (:data:`BACKOFF`); once it
+  is, the server is on trial: one call at a time goes out, its good answer used at once, and after
+  :data:`UP_AFTER` good answers in a row it is back (one line). A fault on trial is the same
+  episode: down again, silently. :meth:`health` says ``remote HOST:PORT down since HH:MM:SS``.
 - **Security**: crops and latents are biometric data. A URL to another host needs ``grpcs://`` and
   a token (sent as ``authorization: Bearer``) or a client certificate; plain gRPC is for loopback.
 """
@@ -45,8 +53,13 @@ log = logging.getLogger(__name__)
 #: KServe V2 datatypes and their NumPy dtypes (the ones vcam's models use).
 V2_DTYPES = {"FP32": np.float32, "FP16": np.float16, "UINT8": np.uint8, "INT64": np.int64, "INT32": np.int32}
 INSTALL = "pip install 'fastswap-cam[remote]' (tritonclient[grpc])"
-#: Seconds between reconnection attempts: doubling from the first to the last.
-BACKOFF = (0.25, 1.0)
+#: Seconds between readiness probes while the server is down: doubling from the first to the last
+#: (the last bounds how long a server that is back waits to be asked again).
+BACKOFF = (0.1, 0.3)
+#: Faulted calls in a row after which the server is down (one line), and good answers in a row after
+#: which a server that answered its probe again is back (one line).
+DOWN_AFTER = 3
+UP_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -116,9 +129,10 @@ class RemoteEngine:
     """A model on a KServe V2 gRPC server (see the module docstring and :class:`vcam.engines.Engine`).
 
     ``model``: the served model's name; ``expect``: the local model's inputs/outputs (names and
-    item dims; the batch dim is the server's); ``timeout``: seconds a call may take before its
-    faces pass through; ``pixel_scale``/``pixel_shift``: how a uint8 wire input relates to the FP32
-    input the stages write (``u8 = x * scale + shift``, per channel; default: ``x * 255``);
+    item dims; the batch dim is the server's); ``timeout``: seconds from a call's submit until its
+    faces without an answer are flagged in :attr:`last_bad` (the frame's budget for the server);
+    ``pixel_scale``/``pixel_shift``: how a uint8 wire input relates to the FP32 input the stages
+    write (``u8 = x * scale + shift``, per channel; default: ``x * 255``);
     ``label``: the name in messages (``swapper``)."""
 
     backend = "remote"
@@ -168,6 +182,7 @@ class RemoteEngine:
             root_certificates=_pem(ca, "CA certificate") if ep.tls else None,
             private_key=_pem(key, "client key"),
             certificate_chain=_pem(cert, "client certificate"),
+            channel_args=_channel_args(grpcclient),
         )
         self._grpc = grpcclient
         #: Where the caller's arrays live: on "cuda" the input buffers are CuPy arrays and the
@@ -176,12 +191,19 @@ class RemoteEngine:
         self._scale = np.asarray(pixel_scale, np.float32).reshape(1, -1, 1, 1)
         self._shift = np.asarray(pixel_shift, np.float32).reshape(1, -1, 1, 1)
         self._lock = threading.Lock()
-        self._down_since: float | None = None  # wall clock of the first failure of this outage
-        self._down_why = ""
+        self._down_since: float | None = None  # wall clock of the first failure of this episode
+        self._state = "up"  # "up", "down" (nothing sent), "trial" (answered its probe; calls go out)
+        self._faults = self._goods = 0  # faulted calls / good answers in a row
+        self._trials = 0  # calls on trial in flight (one at a time)
+        self._episodes = 0
+        self.last_fault = ""  # why the last faulted call failed
+        #: What the faces of a faulted call get (the swapper's on_fault), for the episode's line.
+        self.on_fault_text = "go out unswapped"
         self._wake = threading.Event()
         self._closed = False
         self.failed = 0  # items that passed through because the server did not answer
         self.last_failed = 0  # items of the last wait() that did
+        self.last_bad = np.zeros(0, bool)  # which rows of the last wait() had no good answer
         self.calls = 0
         self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # input -> (rows sent, encoded rows)
         self._storage: dict[tuple, np.ndarray] = {}
@@ -232,6 +254,7 @@ class RemoteEngine:
         self.inputs = list(expect) or [TensorInfo(t.name, t.shape, np.dtype(np.float32)) for t in self.served_inputs]
         self.outputs = list(expect_out) or [TensorInfo(t.name, t.shape, np.dtype(np.float32)) for t in self.served_outputs]
         self._wire = {t.name: np.dtype(t.dtype) for t in self.served_inputs}
+        self._out_wire = {t.name: _v2(t.dtype) for t in self.served_outputs}
         self.server_max_batch = served_max if served_max > 0 else 1
         self.precision = "uint8" if np.dtype(np.uint8) in self._wire.values() else str(self.served_inputs[0].dtype)
         log.info("%s: %s (max batch %d)", self.label, self.describe(), self.server_max_batch)
@@ -243,28 +266,61 @@ class RemoteEngine:
     # -- health -----------------------------------------------------------------------------------
     @property
     def down(self) -> bool:
+        """Nothing is sent: the server was marked down and has not answered a probe since."""
+        return self._state == "down"
+
+    @property
+    def in_episode(self) -> bool:
+        """Down, or answering its probe again but not yet :data:`UP_AFTER` good answers in a row."""
         return self._down_since is not None
 
     def health(self) -> str:
-        """``remote HOST:PORT up`` or ``remote HOST:PORT down since HH:MM:SS``."""
+        """``remote HOST:PORT up`` or ``remote HOST:PORT down since HH:MM:SS`` (until it is back)."""
         since = self._down_since
         state = "up" if since is None else f"down since {time.strftime('%H:%M:%S', time.localtime(since))}"
         return f"remote {self.endpoint.address} {state}"
 
     def _mark_down(self, why: str) -> None:
+        """Nothing is sent from now on; a new episode says so in one line (the prober takes over)."""
         with self._lock:
+            self._state = "down"
+            self._goods = 0
             if self._down_since is None:
                 self._down_since = time.time()
-                self._down_why = why
-                log.warning("%s: %s (%s); faces pass through until it answers", self.label, self.health(), why)
+                self._episodes += 1
+                log.warning("%s: %s (%s); its faces %s until it is back", self.label, self.health(), why, self.on_fault_text)
         self._wake.set()
 
+    def _fault(self, why: str) -> None:
+        """One faulted call: down after :data:`DOWN_AFTER` in a row, or at once while on trial."""
+        with self._lock:
+            self._faults += 1
+            self._goods = 0
+            trial = self._down_since is not None
+            self.last_fault = why
+        log.debug("%s: remote fault: %s", self.label, why)
+        if trial or self._faults >= DOWN_AFTER:
+            self._mark_down(why)
+
+    def _good(self) -> None:
+        """One good answer: back (one line) after :data:`UP_AFTER` in a row once it answered its probe."""
+        with self._lock:
+            self._faults = 0
+            self._goods += 1
+            since = self._down_since
+            if since is None or self._state != "trial" or self._goods < UP_AFTER:
+                return
+            self._state, self._down_since = "up", None
+        log.warning("%s: remote %s back after %.1f s", self.label, self.endpoint.address, time.time() - since)
+
     def _probe(self) -> None:
-        """While the server is down: ask whether the model is ready, with backoff; up again ends it."""
+        """While the server is down: ask whether the model is ready, with backoff; a ready model
+        puts it on trial (calls go out again; :meth:`_good` and :meth:`_fault` decide)."""
         delay = BACKOFF[0]
         while not self._closed:
             if not self.down:
-                delay = BACKOFF[0]
+                if not self.in_episode:  # the backoff grows over an episode (a server on trial that fails again)
+                    delay = BACKOFF[0]
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
@@ -275,8 +331,8 @@ class RemoteEngine:
                 ok = False
             if ok:
                 with self._lock:
-                    since, self._down_since = self._down_since, None
-                log.warning("%s: remote %s back after %.1f s", self.label, self.endpoint.address, time.time() - (since or 0))
+                    if self._state == "down":
+                        self._state, self._goods = "trial", 0
             else:
                 delay = min(delay * 2, BACKOFF[1])
 
@@ -304,66 +360,122 @@ class RemoteEngine:
 
     def submit(self, feeds: dict[str, Any]) -> Any:
         """Send the call (in chunks of the server's max batch) and return a handle for :meth:`wait`
-        at once. While the server is down nothing is sent."""
+        at once. While the server is down nothing is sent; while it is on trial one call at a time
+        goes out (the faces of the others get no answer at once)."""
         arrs = check_feeds(self, feeds)
         n = int(arrs[0].shape[0])
         self.calls += 1
         if type(arrs[0]).__module__.split(".")[0] == "cupy":
             arrs = [a.get() for a in arrs]
-        if self.down or n == 0:
-            return (n, [])
+        t0 = time.perf_counter()  # the answer is waited for until t0 + timeout, not longer
+        trial = self._state == "trial"
+        if self.down or n == 0 or (trial and self._trials):
+            return (n, [], t0, trial)
         enc = {info.name: self._encode(info.name, np.asarray(a)) for info, a in zip(self.inputs, arrs)}
-        pending = []
         step = self.server_max_batch
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
-            inputs = []
-            for name, arr in enc.items():
-                part = arr[lo:hi]
-                t = self._grpc.InferInput(name, list(part.shape), _v2(part.dtype))
-                t.set_data_from_numpy(np.ascontiguousarray(part))
-                inputs.append(t)
-            outs = [self._grpc.InferRequestedOutput(o.name) for o in self.served_outputs]
-            done: dict[str, Any] = {"event": threading.Event(), "lo": lo, "hi": hi}
+        if trial:
+            with self._lock:
+                self._trials += 1
+            n_send = min(n, step)  # one chunk: a probe with real faces
+            return (n, [self._send(enc, 0, n_send, t0, trial)], t0, trial)
+        return (n, [self._send(enc, lo, min(n, lo + step), t0, trial) for lo in range(0, n, step)], t0, trial)
 
-            def callback(result: Any, error: Any, done: dict[str, Any] = done) -> None:
-                done["result"], done["error"] = result, error
-                done["event"].set()
+    def _send(self, enc: dict[str, np.ndarray], lo: int, hi: int, t0: float, trial: bool) -> dict[str, Any]:
+        """Rows ``lo:hi`` sent; the returned record is filled by :meth:`_judge` when the answer comes."""
+        inputs = []
+        for name, arr in enc.items():
+            part = arr[lo:hi]
+            t = self._grpc.InferInput(name, list(part.shape), _v2(part.dtype))
+            t.set_data_from_numpy(np.ascontiguousarray(part))
+            inputs.append(t)
+        outs = [self._grpc.InferRequestedOutput(o.name) for o in self.served_outputs]
+        done: dict[str, Any] = {"event": threading.Event(), "lo": lo, "hi": hi, "why": ""}
 
+        def callback(result: Any, error: Any, done: dict[str, Any] = done) -> None:
+            self._judge(done, result, error, t0, trial)
+
+        try:
+            self.client.async_infer(self.name, inputs, callback, outputs=outs, client_timeout=self.timeout, headers=self._headers)
+        except Exception as exc:  # the channel refused at once
+            self._judge(done, None, exc, t0, trial)
+        return done
+
+    def _judge(self, done: dict[str, Any], result: Any, error: Any, t0: float, trial: bool) -> None:
+        """An answer as it comes (on gRPC's thread): ``done["rows"]`` (FP32 blocks, rows that are not
+        finite made NaN) and ``done["finite"]``, or ``done["why"]``; :meth:`wait` judges it."""
+        rows = done["hi"] - done["lo"]
+        why = _reason(error) if error is not None else ""
+        if not why:
             try:
-                self.client.async_infer(
-                    self.name, inputs, callback, outputs=outs, client_timeout=self.timeout, headers=self._headers
-                )
-            except Exception as exc:  # the channel refused at once
-                done["error"] = exc
-                done["event"].set()
-            pending.append(done)
-        return (n, pending)
+                blocks = self._take(result, rows)
+            except Exception as exc:  # ValueError naming the fault; anything else is one too
+                why = str(exc) or type(exc).__name__
+            else:
+                finite = np.ones(rows, bool)
+                for block in blocks:
+                    finite &= np.isfinite(block.reshape(rows, -1)).all(axis=1)
+                for block in blocks:
+                    block[~finite] = np.nan
+                done["rows"], done["finite"] = blocks, finite
+                if not finite.all():
+                    why = f"{int((~finite).sum())} of {rows} rows not finite"
+        done["why"] = why
+        if trial:
+            with self._lock:
+                self._trials -= 1
+        done["event"].set()
 
     def wait(self, handle: Any) -> list[np.ndarray]:
-        """The outputs of a :meth:`submit` (FP32). Rows whose call failed are NaN and counted in
-        :attr:`failed` (and :attr:`last_failed`)."""
-        n, pending = handle
+        """The outputs of a :meth:`submit` (FP32), at the latest ``timeout`` after it. Rows without a
+        good answer (late, refused, an error, malformed, not finite) are NaN, flagged in
+        :attr:`last_bad` and counted in :attr:`failed` (and :attr:`last_failed`)."""
+        n, pending, t0, trial = handle
         outs = [np.full((n, *[int(d) for d in o.shape[1:]]), np.nan, np.float32) for o in self.outputs]
-        failed = n if not pending else 0
-        deadline = time.perf_counter() + self.timeout + 0.05
+        bad = np.ones(n, bool)
+        deadline = t0 + self.timeout
         for done in pending:
+            lo, hi = done["lo"], done["hi"]
             ok = done["event"].wait(max(0.0, deadline - time.perf_counter()))
-            err = done.get("error") if ok else TimeoutError(f"no answer within {self.timeout * 1000:.0f} ms")
-            if err is None and done.get("result") is not None:
-                res = done["result"]
-                for i, o in enumerate(self.outputs):
-                    outs[i][done["lo"] : done["hi"]] = res.as_numpy(o.name)
-                continue
-            failed += done["hi"] - done["lo"]
-            self._mark_down(_reason(err))
-        self.last_failed = failed
-        self.failed += failed
+            if ok and "rows" in done:
+                for i, block in enumerate(done["rows"]):
+                    outs[i][lo:hi] = block
+                bad[lo:hi] = ~done["finite"]
+            why = done["why"] if ok else f"no answer within {self.timeout * 1000:.0f} ms"
+            if why:
+                self._fault(why)
+            else:
+                self._good()
+        self.last_bad = bad
+        self.last_failed = int(bad.sum())
+        self.failed += self.last_failed
         if self.device == "cuda":
             import cupy
 
             return [cupy.asarray(o) for o in outs]
         return outs
+
+    def _take(self, res: Any, rows: int) -> list[np.ndarray]:
+        """Each output of an answer as FP32 ``(rows, *item)``; ValueError naming what is wrong with it."""
+        if res is None:
+            raise ValueError("an empty answer")
+        got = []
+        for o in self.outputs:
+            item = tuple(int(d) for d in o.shape[1:])
+            head = res.get_output(o.name)
+            if head is None:
+                raise ValueError(f"no output '{o.name}' in the answer")
+            want = self._out_wire.get(o.name, "FP32")
+            if head.datatype != want:
+                raise ValueError(f"output '{o.name}' is {head.datatype}, expected {want}")
+            try:
+                arr = res.as_numpy(o.name)
+            except Exception as exc:  # short or long data, a bad shape: whatever the decoder says
+                raise ValueError(f"output '{o.name}' unreadable: {_reason(exc)}") from None
+            if arr is None or arr.dtype.kind not in "fiu" or tuple(arr.shape) != (rows, *item):
+                shape = None if arr is None else tuple(arr.shape)
+                raise ValueError(f"output '{o.name}' has shape {shape}, expected {(rows, *item)}")
+            got.append(np.array(arr, np.float32))  # a copy: the decoder's array is the reply's buffer
+        return got
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         return self.wait(self.submit(feeds))
@@ -389,6 +501,24 @@ class RemoteEngine:
         return f"RemoteEngine({self.name!r}, {self.describe()})"
 
 
+def _channel_args(grpcclient: Any) -> list[tuple[str, int]]:
+    """tritonclient's channel settings, with gRPC's reconnection backoff bounded (its own grows to
+    two minutes: a server back after an outage would wait that long to be dialled again)."""
+    keep = grpcclient.KeepAliveOptions()
+    size = grpcclient.MAX_GRPC_MESSAGE_SIZE
+    return [
+        ("grpc.max_send_message_length", size),
+        ("grpc.max_receive_message_length", size),
+        ("grpc.keepalive_time_ms", keep.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keep.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keep.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keep.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", int(BACKOFF[0] * 1000)),
+        ("grpc.min_reconnect_backoff_ms", int(BACKOFF[0] * 1000)),
+        ("grpc.max_reconnect_backoff_ms", int(BACKOFF[1] * 1000)),
+    ]
+
+
 def _v2(dtype: np.dtype) -> str:
     return next(k for k, v in V2_DTYPES.items() if np.dtype(v) == np.dtype(dtype))
 
@@ -399,4 +529,4 @@ def _reason(err: Any) -> str:
     return (text or type(err).__name__).strip().splitlines()[0][:160]
 
 
-__all__ = ["BACKOFF", "Endpoint", "RemoteEngine", "V2_DTYPES", "parse_url"]
+__all__ = ["BACKOFF", "DOWN_AFTER", "UP_AFTER", "Endpoint", "RemoteEngine", "V2_DTYPES", "parse_url"]

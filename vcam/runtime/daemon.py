@@ -46,7 +46,7 @@ from vcam.runtime.pause import Pauses
 from vcam.runtime.rounds import Round, RoundHook, Rounds, Stream
 from vcam.stages.outputs import missing_members
 from vcam.state import RuntimeState, Status
-from vcam.status import RunSummary
+from vcam.status import RunSummary, swapped_locally_text
 
 if TYPE_CHECKING:
     from vcam.runtime.assemble import Assembly
@@ -384,6 +384,8 @@ class Daemon:
         for st in self.streams:
             assert st.live is not None and st.cap is not None and st.pipeline is not None
             st.live.finish(elapsed, st.cap.dropped, st.pipeline.guarded_by_model())
+        if self.streams:  # one swapper for every stream: its count goes to the first summary
+            self.streams[0].summary.swapped_locally = int(getattr(self.assembly.swapper, "swapped_locally", 0))
 
     def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Any]]:
         """:meth:`Rounds.gather <vcam.runtime.rounds.Rounds.gather>` over this daemon's streams."""
@@ -453,8 +455,11 @@ def engine_notes(swapper: Any) -> tuple[str, ...]:
     down (``swapper: remote gpu-box:8001 down since 12:01:03``), compiled engines being built in
     the background (``swapper: compiling engines: 2/4, ~40 s left``)."""
     engine = getattr(swapper, "engine", None)
-    if engine is not None and getattr(engine, "down", False):
-        return (f"swapper: {engine.health()}",)
-    if engine is not None and (progress := getattr(engine, "compile_progress", "")):
-        return (f"swapper: {progress}",)
-    return ()
+    notes: tuple[str, ...] = ()
+    if engine is not None and getattr(engine, "in_episode", getattr(engine, "down", False)):
+        notes = (f"swapper: {engine.health()}",)
+    elif engine is not None and (progress := getattr(engine, "compile_progress", "")):
+        notes = (f"swapper: {progress}",)
+    if local := getattr(swapper, "swapped_locally", 0):
+        notes += (f"swapper: {swapped_locally_text(local)}",)
+    return notes

@@ -236,6 +236,7 @@ class ClassicSwapper(SwapperBase):
     ``color_match=False`` pastes the raw source crop (still only its face region); with
     ``seamless`` it gets the membrane on its own colours. ``sigma``: the membrane's blur in grid
     cells (about 8 crop pixels each); ``clip``: the largest L*a*b* difference one band pixel adds.
+    ``template``: the alignment of the crops it is given (default ``arcface_128``).
     """
 
     name = "classic"
@@ -252,8 +253,11 @@ class ClassicSwapper(SwapperBase):
         mask: Any = None,
         max_faces: int = 8,
         dense: bool | None = None,
+        template: str = "",
     ) -> None:
         super().__init__(crop_size, ops=ops, mask=mask, max_faces=max_faces)
+        if template:  # the crops of another swapper (a remote one's local stand-in)
+            self.template = template
         self.color_match = bool(color_match)
         self.seamless = bool(seamless)
         self.dense = (not self.seamless) if dense is None else bool(dense) and not self.seamless

@@ -97,6 +97,7 @@ class NeuralSwapper(SwapperBase):
         emap: np.ndarray | None = None,
         converter: Any = None,
         on_fault: str = "pass",
+        fallback: Any = None,
     ) -> None:
         self.spec = registry.get(spec) if isinstance(spec, str) else spec
         if self.spec.kind != "swapper":
@@ -106,9 +107,18 @@ class NeuralSwapper(SwapperBase):
         self.template = self.spec.template or "arcface_128"
         self.recogniser = self.spec.recogniser
         self.engine = engine
-        #: A remote engine's faces it got no answer for: 'pass' (the NaN guard's input back) or
-        #: 'pixelate' (that input in coarse blocks); counted by the guard either way.
+        #: A remote engine's faces without a good answer (:attr:`RemoteEngine.last_bad`): 'local'
+        #: (swapped by ``fallback``, a swapper of the same crops: the local GPU engine or the classic
+        #: swap; counted in :attr:`swapped_locally`), 'pixelate' (the input in coarse blocks) or
+        #: 'pass' (the input back: the camera's real face); the last two counted by the NaN guard.
         self.on_fault = on_fault
+        self.fallback = fallback
+        self.swapped_locally = 0
+        self.fallback_failed = 0  # faces the fallback failed on (pasted blank)
+        if on_fault == "local" and fallback is None:
+            raise ModelError(f"{self.spec.name}: on_fault = 'local' needs a local swapper", hint="pass fallback=")
+        if hasattr(engine, "on_fault_text"):
+            engine.on_fault_text = {"local": "are swapped locally", "pixelate": "are pixelated"}.get(on_fault, "go out unswapped")
         # A remote engine's call is sent by swap_submit and taken by swap_wait, so the daemon overlaps
         # its round trip with the next frames' capture and detection. On the CPU only: on CUDA the
         # frame's detection of a predicted frame is ordered around the swap (it runs in one call).
@@ -167,7 +177,8 @@ class NeuralSwapper(SwapperBase):
             )
         latents = dict(face.latents)
         latents[self.name] = self.source_latent(emb)
-        return dataclasses.replace(face, latents=latents)
+        face = dataclasses.replace(face, latents=latents)
+        return face if self.fallback is None else self.fallback.prepare(face)
 
     def _source(self, faces: Sources, n: int) -> None:
         """Each face's latent into its row of the engine's source buffer, only where the assignment
@@ -217,7 +228,7 @@ class NeuralSwapper(SwapperBase):
         if n == 0:
             return self._none()
         outs = self.engine.run_device(feeds, stream=self.ops.stream)
-        return self._decode(outs, feeds["target"], n)
+        return self._decode(outs, feeds["target"], n, parts, faces)
 
     def swap_submit(self, parts: Sequence[tuple[Any, np.ndarray]], faces: Sources) -> Any:
         """On a remote engine: the crops warped and sent; :meth:`swap_wait` takes the answer."""
@@ -229,39 +240,76 @@ class NeuralSwapper(SwapperBase):
             if n == 0:
                 return ("done", self._none())
             # the target rows are kept for the NaN guard: the next submit reuses the engine's buffer
-            return ("sent", n, feeds["target"].copy(), self.engine.submit(feeds))
+            return ("sent", n, feeds["target"].copy(), self.engine.submit(feeds), parts, faces)
 
     def swap_wait(self, ticket: Any) -> tuple[Any, Any]:
         if not self.deferred:
             return super().swap_wait(ticket)
         if ticket[0] == "done":
             return ticket[1]  # type: ignore[no-any-return]
-        _, n, target, handle = ticket
+        _, n, target, handle, parts, faces = ticket
         with self.ops.activate():
-            return self._decode(self.engine.wait(handle), target, n)
+            return self._decode(self.engine.wait(handle), target, n, parts, faces)
 
-    def _decode(self, outs: list[Any], target: Any, n: int) -> tuple[Any, Any]:
-        """The model's outputs -> crops (and masks); faces without an answer (NaN) get their input
-        back through the NaN guard, pixelated with ``on_fault = "pixelate"``."""
-        if self.on_fault == "pixelate" and getattr(self.engine, "last_failed", 0):
-            xp = self.ops.xp
-            bad = xp.isnan(outs[self._image_index][:n, 0, 0, 0])
-            if bool(bad.any()):
-                t = target[:n]
-                s, b = self.crop_size, max(1, self.crop_size // 8)
-                blocks = t.reshape(n, 3, s // b, b, s // b, b).mean(axis=(3, 5), keepdims=True)
-                coarse = xp.broadcast_to(blocks, (n, 3, s // b, b, s // b, b)).reshape(t.shape)
-                t[...] = xp.where(bad[:, None, None, None], coarse, t)
+    def _decode(self, outs: list[Any], target: Any, n: int, parts: Any = None, faces: Any = None) -> tuple[Any, Any]:
+        """The model's outputs -> crops (and masks). Faces without a good answer from a remote
+        engine take ``on_fault``: swapped by the fallback ('local'), else their input goes back
+        through the NaN guard, in coarse blocks with 'pixelate'."""
+        bad = self._faulted(n)
+        xp = self.ops.xp
+        local = bad is not None and self.on_fault == "local" and parts is not None
+        if bad is not None and self.on_fault == "pixelate":
+            self._pixelate(target, n, self.ops.asarray(bad))
+        if local:  # no NaN left for the guard to count: these faces are swapped below
+            rows = self.ops.asarray(bad)
+            for i, o in enumerate(outs):  # a model mask of 1: the box mask, should the fallback fail
+                o[:n][rows] = 1 if i == self._mask_index else 0
         crops = warp.crops_from_planar(
             self.ops, outs[self._image_index], target, n, self._crops, self._guard, self._affine, self.spec.rgb
         )
-        if self._masks is None:
-            return crops[:n], self.mask
-        xp = self.ops.xp
-        masks = self._masks[:n]
-        xp.fmin(outs[self._mask_index][:n, 0], self.mask, out=masks)  # NaN in the model mask: the box wins
-        xp.clip(masks, 0.0, 1.0, out=masks)
+        masks = self.mask
+        if self._masks is not None:
+            masks = self._masks[:n]
+            xp.fmin(outs[self._mask_index][:n, 0], self.mask, out=masks)  # NaN in the model mask: the box wins
+            xp.clip(masks, 0.0, 1.0, out=masks)
+        if local:
+            assert bad is not None
+            return self._swap_locally(crops[:n], masks, bad, n, parts, faces)
         return crops[:n], masks
+
+    def _faulted(self, n: int) -> np.ndarray | None:
+        """The rows (host bool, ``n``) of the engine's last answer that were faulted, None when none."""
+        bad = getattr(self.engine, "last_bad", None)
+        if bad is None or n == 0 or len(bad) < n or not bad[:n].any():
+            return None
+        return np.asarray(bad[:n], bool)
+
+    def _pixelate(self, target: Any, n: int, bad: Any) -> None:
+        """The faulted rows of the (normalised) target in blocks of an eighth of the crop."""
+        xp = self.ops.xp
+        t = target[:n]
+        s, b = self.crop_size, max(1, self.crop_size // 8)
+        blocks = t.reshape(n, 3, s // b, b, s // b, b).mean(axis=(3, 5), keepdims=True)
+        coarse = xp.broadcast_to(blocks, (n, 3, s // b, b, s // b, b)).reshape(t.shape)
+        t[...] = xp.where(bad[:, None, None, None], coarse, t)
+
+    def _swap_locally(self, crops: Any, masks: Any, bad: np.ndarray, n: int, parts: Any, faces: Any) -> tuple[Any, Any]:
+        """The faulted rows swapped by the fallback (every row is given to it: its per-row sources
+        stay as they are); a fallback that fails leaves them flat (never the input)."""
+        xp, s = self.ops.xp, self.crop_size
+        rows = self.ops.asarray(bad)
+        try:
+            f_crops, f_masks = self.fallback.swap_batch(parts, faces)
+        except Exception as exc:  # whatever the fallback raises, the frame goes on without the real face
+            if not self.fallback_failed:  # one line, not one a frame
+                log.warning("%s: the local swap failed (%s); its faces are left blank", self.name, exc)
+            self.fallback_failed += int(bad.sum())
+            return crops, masks
+        crops[rows] = f_crops[:n][rows]
+        f_masks = f_masks[:n] if f_masks.ndim == 3 else xp.broadcast_to(f_masks, (n, s, s))
+        masks = masks if masks.ndim == 3 else xp.broadcast_to(masks, (n, s, s))
+        self.swapped_locally += int(bad.sum())
+        return crops, xp.where(rows[:, None, None], f_masks, masks).astype(np.float32)
 
 
 def create_swapper(
@@ -303,7 +351,11 @@ def create_swapper(
         from vcam.engines.remote import RemoteEngine
 
         opts = dict(remote)
-        on_fault = opts.pop("on_fault", "pass")
+        on_fault = opts.pop("on_fault", "local")
+        if on_fault not in ON_FAULT:
+            raise ModelError(
+                f"on_fault = {on_fault!r}: expected one of {', '.join(ON_FAULT)}", hint="fix [engines.swapper] on_fault"
+            )
         engine: Any = RemoteEngine(
             expect=[TensorInfo(t.name, t.shape, np.float32) for t in spec.inputs],
             expect_outputs=[TensorInfo(t.name, t.shape, np.float32) for t in spec.outputs],
@@ -329,7 +381,47 @@ def create_swapper(
     converter = create_engine(paths[spec.converter], backend="onnxruntime", device="cpu") if spec.converter else None
     if "NON-COMMERCIAL" in spec.licence.upper():
         log.warning("%s: %s", name, spec.licence)
-    return NeuralSwapper(spec, engine, ops=ops, mask=mask, max_faces=max_faces, emap=emap, converter=converter, on_fault=on_fault)
+    fallback = None
+    if remote is not None and on_fault == "local":
+        fallback = _local_fallback(spec, paths[name], ops=ops, max_faces=max_faces, device=device, emap=emap, converter=converter)
+    elif remote is not None and on_fault == "pass":
+        log.warning(
+            "%s: on_fault = 'pass': faces the server does not answer for in time go out unswapped (the camera's real "
+            "face); 'local' (the default) swaps them here",
+            name,
+        )
+    return NeuralSwapper(
+        spec,
+        engine,
+        ops=ops,
+        mask=mask,
+        max_faces=max_faces,
+        emap=emap,
+        converter=converter,
+        on_fault=on_fault,
+        fallback=fallback,
+    )
 
 
-__all__ = ["NeuralSwapper", "create_swapper", "inswapper_latent", "read_emap"]
+#: What a remote swapper's faces without a good answer get ([engines.swapper] on_fault).
+ON_FAULT = ("local", "pixelate", "pass")
+
+
+def _local_fallback(spec: ModelSpec, path: Path, *, ops: Any, max_faces: int, device: str, emap: Any, converter: Any) -> Any:
+    """The swapper a remote one's faulted faces go to: the same model on a local GPU engine where
+    the pipeline runs on one, else the classic swap (no model, the CPU or the pipeline's device)."""
+    from vcam.errors import VcamError
+    from vcam.stages.swap import ClassicSwapper
+
+    if device == "cuda":
+        from vcam.engines import create_engine
+
+        try:
+            engine = create_engine(path, backend="auto", device="cuda", max_batch=max_faces)
+            return NeuralSwapper(spec, engine, ops=ops, max_faces=max_faces, emap=emap, converter=converter)
+        except VcamError as exc:
+            log.warning("%s: no local GPU engine for the remote's faults (%s); the classic swap stands in", spec.name, exc)
+    return ClassicSwapper(spec.size, ops=ops, max_faces=max_faces, dense=False, template=spec.template or "arcface_128")
+
+
+__all__ = ["ON_FAULT", "NeuralSwapper", "create_swapper", "inswapper_latent", "read_emap"]
