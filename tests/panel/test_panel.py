@@ -111,6 +111,40 @@ def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.skipif(WINDOWS, reason="no uids or mode bits: the file is as private as the profile folder it is in")
+def test_vcam_panel_refuses_a_panel_file_it_does_not_own(tmp_path):
+    """A panel file another user planted (their uid, readable by others, a link, or in a folder
+    others can write): `vcam panel` says so in one line and prints no URL."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "vcam.sock.panel"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[control]\nsocket = '{folder / 'vcam.sock'}'\n")
+    planted = "http://127.0.0.1:9/#token=" + "a" * 43
+    write_panel_file(path, planted, "a" * 43)
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match=r"not this user's own panel file: others may read or change it \(mode 0644\)"):
+        read_panel_file(path)
+    res = vcam_cli("panel", "--config", str(cfg))
+    assert res.returncode != 0 and "not this user's own panel file" in res.stderr and planted not in res.stdout + res.stderr
+    os.chmod(path, 0o600)
+    os.chmod(folder, 0o777)
+    with pytest.raises(ConfigError, match=r"its folder is not private"):
+        read_panel_file(path)
+    os.chmod(folder, 0o700)
+    if os.getuid() == 0:  # root can hand the file to another uid
+        os.chown(path, 4242, 4242)
+        with pytest.raises(ConfigError, match=r"it belongs to uid 4242"):
+            read_panel_file(path)
+        os.chown(path, 0, 0)
+    path.rename(folder / "elsewhere")
+    path.symlink_to(folder / "elsewhere")
+    with pytest.raises(ConfigError, match=r"it is a symbolic link"):
+        read_panel_file(path)
+    remove_panel_file(path)  # never follows or removes someone else's
+    assert path.is_symlink()
+
+
 # --- the guard, over HTTP -----------------------------------------------------------------------------
 
 

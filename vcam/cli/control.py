@@ -121,7 +121,10 @@ def dock_lines(cfg) -> list[str]:
 
     if not cfg.panel.enabled:
         return ["The control panel is off ([panel] enabled = false): no dock to add."]
-    data = read_panel_file(cfg.panel_file)
+    try:
+        data = read_panel_file(cfg.panel_file)
+    except VcamError as exc:
+        return [f"error: {exc.message} ({exc.hint})"]
     url = data["url"] if data else None
     lines = [
         "Control panel dock: in OBS, Docks -> Custom Browser Docks..., Dock Name: vcam, URL:",

@@ -23,6 +23,7 @@ port on 127.0.0.1):
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import json
@@ -41,6 +42,9 @@ SECURITY_HEADERS = [
     (b"cache-control", b"no-store"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-content-type-options", b"nosniff"),
+    (b"cross-origin-resource-policy", b"same-origin"),  # no <img> of another port shows the preview
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
     (
         b"content-security-policy",
         b"default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; connect-src 'self'; "
@@ -86,17 +90,52 @@ def write_panel_file(path: Path, url: str, token: str) -> None:
 
 
 def read_panel_file(path: Path) -> dict | None:
-    """The panel file's contents, or None when there is none (or it is not ours to read)."""
+    """The panel file's contents, or None when there is none or it cannot be read. ConfigError when
+    it is not this user's own (another user's file, a link, readable by others, or in a folder
+    others can write): its URL could send the user's browser, and the token the page keeps, to a
+    server someone else runs."""
+    import stat
+
     try:
-        data = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | files.NOFOLLOW | files.BINARY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _foreign(path, "it is a symbolic link") from None
+        return None
+    try:
+        st = os.fstat(fd)
+        if not files.mine(st):
+            raise _foreign(path, f"it belongs to uid {st.st_uid}")
+        if files.my_uid() is not None and stat.S_IMODE(st.st_mode) & 0o077:
+            raise _foreign(path, f"others may read or change it (mode {stat.S_IMODE(st.st_mode):04o})")
+        try:
+            files.check_private_folder(path.parent)
+        except files.NotPrivate as exc:
+            raise _foreign(path, f"its folder is not private ({exc})") from None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = json.loads(fh.read(1 << 16))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) and isinstance(data.get("url"), str) else None
+
+
+def _foreign(path: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"{path} is not this user's own panel file: {why}",
+        hint="remove it, and keep [control] socket in a folder only you can write (the default is)",
+    )
 
 
 def remove_panel_file(path: Path) -> None:
     """Remove the panel file if this process wrote it (another daemon's is left alone)."""
-    data = read_panel_file(path)
+    try:
+        data = read_panel_file(path)
+    except ConfigError:
+        return
     if data is not None and data.get("pid") == os.getpid():
         path.unlink(missing_ok=True)
 

@@ -159,7 +159,12 @@ def start_panel(d: Any) -> Any:
     from vcam.panel.server import PanelServer
 
     path = d.cfg.panel_file
-    previous = (read_panel_file(path) or {}).get("token") if pcfg.keep_token and d.instance_lock is not None else None
+    try:
+        kept = (read_panel_file(path) or {}) if d.instance_lock is not None else {}
+    except VcamError as exc:  # another user's file: nothing in it is used, it is replaced below
+        log.warning("%s", exc)
+        kept = {}
+    previous = kept.get("token") if pcfg.keep_token else None
     try:
         server = PanelServer(
             DaemonBackend(d),
