@@ -33,6 +33,7 @@ from typing import Any
 
 from vcam.control.local import MAX_LINE, handle_command
 from vcam.errors import ConfigError, VcamError
+from vcam.panel import limits
 from vcam.panel.access import Guard, allowed_hosts, check_bind, url_with_token
 from vcam.panel.preview import PreviewTap
 from vcam.panel.view import Backend, PanelView
@@ -110,6 +111,7 @@ class PanelServer:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
+        self.counts = limits.Counts()
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -147,6 +149,7 @@ class PanelServer:
         app = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
         config = uvicorn.Config(
             app,
+            http=limits.protocol(self.counts),  # connection caps and the first-request timeout
             log_config=None,
             log_level="warning",
             access_log=False,
@@ -204,6 +207,7 @@ class PanelServer:
         @contextlib.asynccontextmanager
         async def lifespan(app):
             self._changes.loop = self._frames.loop = asyncio.get_running_loop()
+            limits.quiet_accept_errors(self._changes.loop)
             sampler = asyncio.create_task(self._sample())
             self._started.set()
             try:

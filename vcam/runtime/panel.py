@@ -207,6 +207,8 @@ def start_panel(d: Any) -> Any:
         log.info("panel at %s", server.base_url)
 
     class _Stop:
+        panel = server
+
         def stop(self) -> None:
             d.rounds.tap = None
             server.stop()
