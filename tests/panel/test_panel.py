@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlencode
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
     path = tmp_path / "vcam.sock.panel"
     token = new_token()
     assert len(token) >= 40 and new_token() != token and new_token(token) == token and new_token("short") != "short"
-    write_panel_file(path, "http://127.0.0.1:1/?token=" + token, token)
+    write_panel_file(path, "http://127.0.0.1:1/#token=" + token, token)
     if not WINDOWS:  # no file modes there: the file is private as the user's profile folder it is in
         assert path.stat().st_mode & 0o777 == 0o600
     assert read_panel_file(path)["token"] == token
@@ -200,20 +201,56 @@ def call(srv, path, *, method="GET", body=None, headers=None):
 
 
 def test_the_guard_asks_for_the_token_on_every_request(served):
-    for path in ("/", "/api/state", "/static/panel.js", "/api/faces/alice/thumb", "/nowhere"):
+    """The API answers only with the token in the X-Vcam-Token header: no cookie is set or taken
+    (cookies are not kept apart by port). The page shell is served without it and holds no secret."""
+    token = {"X-Vcam-Token": served.token}
+    for path in ("/api/state", "/api/session", "/api/faces/alice/thumb", "/api/preview", "/nowhere"):
         assert call(served, path)[0] == 401, path
-    status, headers, _ = call(served, f"/api/state?token={served.token}")
-    assert status == 303 and headers["location"] == "/api/state"
-    assert "SameSite=Strict" in headers["set-cookie"] and "HttpOnly" in headers["set-cookie"]
-    cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
-    status, headers, body = call(served, "/api/state", headers=cookie)
+    for path in ("/", "/static/panel.js", "/static/panel.css", "/favicon.ico"):
+        status, headers, body = call(served, path)
+        assert status == 200 and served.token.encode() not in body and "set-cookie" not in {k.lower() for k in headers}, path
+        assert headers["cross-origin-resource-policy"] == "same-origin" and headers["x-frame-options"] == "DENY", path
+    assert call(served, "/favicon.ico")[1]["content-type"].startswith("image/svg+xml")
+    # The URL of older runs (?token=): sent on to '#' (a browser keeps that part to itself), no cookie.
+    status, headers, _ = call(served, f"/?token={served.token}")
+    assert status == 303 and headers["location"] == "/#" + urlencode({"token": served.token})
+    assert "set-cookie" not in {k.lower() for k in headers} and call(served, "/?token=wrong")[0] == 401
+    assert call(served, "/api/state", headers={"Cookie": f"vcam_panel_{served.port}={served.token}"})[0] == 401
+    status, headers, body = call(served, "/api/state", headers=token)
     assert status == 200 and json.loads(body)["streams"][0]["face"] == "alice"
     assert "access-control-allow-origin" not in {k.lower() for k in headers}
     assert headers["cache-control"] == "no-store" and "script-src 'self'" in headers["content-security-policy"]
-    status, _, body = call(served, "/", headers=cookie)
-    assert status == 200 and served.token.encode() in body  # the page carries it for its POSTs
-    assert call(served, "/api/faces/alice/thumb", headers=cookie)[2][:4] == b"\x89PNG"
-    assert call(served, "/", method="PUT", headers=cookie)[0] == 405
+    assert (
+        headers["cross-origin-resource-policy"] == "same-origin"
+        and "frame-ancestors 'none'" in headers["content-security-policy"]
+    )
+    assert call(served, "/api/faces/alice/thumb", headers=token)[2][:4] == b"\x89PNG"
+    assert call(served, "/", method="PUT", headers=token)[0] == 405
+
+
+def test_a_restarted_daemon_hands_its_token_only_to_a_page_proving_the_pairing_key(served):
+    """An open page holds the pairing key (from /api/session, with the token) in memory. The server
+    proves the key first; only then does the page prove it, and gets this run's token."""
+    import hashlib
+    import hmac
+
+    key = json.loads(call(served, "/api/session", headers={"X-Vcam-Token": served.token})[2])["key"]
+    post = {"Content-Type": "application/json"}
+    mine = "n" * 32
+    status, _, body = call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=post)
+    hello = json.loads(body)
+    mac = lambda text: hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()  # noqa: E731
+    assert status == 200 and hello["proof"] == mac(f"vcam-server|{mine}|{hello['nonce']}") and served.token not in body.decode()
+    wrong = {"nonce": hello["nonce"], "proof": mac(f"vcam-page|{hello['nonce']}|other")}
+    assert call(served, "/api/resume", method="POST", body=json.dumps(wrong).encode(), headers=post)[0] == 403
+    right = {"nonce": hello["nonce"], "proof": mac(f"vcam-page|{hello['nonce']}|{mine}")}  # the nonce was used up
+    assert call(served, "/api/resume", method="POST", body=json.dumps(right).encode(), headers=post)[0] == 403
+    hello = json.loads(call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=post)[2])
+    right = {"nonce": hello["nonce"], "proof": mac(f"vcam-page|{hello['nonce']}|{mine}")}
+    status, _, body = call(served, "/api/resume", method="POST", body=json.dumps(right).encode(), headers=post)
+    assert status == 200 and json.loads(body)["token"] == served.token
+    evil = {**post, "Origin": "http://127.0.0.1:1"}
+    assert call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=evil)[0] == 403
 
 
 def test_changes_need_the_header_and_a_same_origin(served):
@@ -242,7 +279,7 @@ def test_the_pause_button_and_its_command(served):
     from vcam.state import Status
 
     token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
-    cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
+    cookie = {"X-Vcam-Token": served.token}
     state = served.backend.states["s1"]
     page = call(served, "/", headers=cookie)[2].decode()
     script = call(served, "/static/panel.js", headers=cookie)[2].decode()
@@ -303,11 +340,24 @@ def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
     cfg = build({"control": {"socket": str(tmp_path / "vcam.sock")}})
     lines = dock_lines(cfg)
     assert "Docks -> Custom Browser Docks" in lines[0] and "`vcam panel` prints the URL" in lines[1]
-    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/?token=abc", "abc")
+    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/#token=abc", "abc")
     lines = dock_lines(cfg)
-    assert lines[1].strip() == "http://127.0.0.1:9/?token=abc" and "keep_token" in lines[-1]
+    assert lines[1].strip() == "http://127.0.0.1:9/#token=abc" and "keep_token" in lines[-1]
     off = build({"control": {"socket": str(tmp_path / "vcam.sock")}, "panel": {"enabled": False}})
     assert "panel is off" in dock_lines(off)[0]
+
+
+@pytest.mark.slow
+def test_obs_setup_prints_the_dock_steps_without_obs(tmp_path):
+    """The panel's dock needs no OBS connection: `vcam obs setup` with OBS not running still prints
+    its steps, then the error."""
+    from obs_harness import free_port
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[obs]\nport = {free_port()}\n[control]\nsocket = '{tmp_path / 'run' / 'vcam.sock'}'\n")
+    res = vcam_cli("obs", "setup", "--config", str(cfg), timeout=120)
+    assert res.returncode != 0 and "Docks -> Custom Browser Docks" in res.stdout, res.stdout + res.stderr
+    assert "error:" in res.stderr
 
 
 def test_a_panel_that_cannot_start_says_so(tmp_path):
@@ -359,7 +409,7 @@ def test_the_default_port_taken_the_panel_says_which_it_took():
     moved = [ln for ln in res.stderr.splitlines() if f"port {default} is in use" in ln]
     assert len(moved) == 1, res.stderr
     port = int(moved[0].rsplit("on port ", 1)[1])
-    assert port != default and f"panel: http://127.0.0.1:{port}/?token=" in res.stderr
+    assert port != default and f"panel: http://127.0.0.1:{port}/#token=" in res.stderr
     with socket.socket() as s:  # a port of the user's choice, taken
         s.bind(("127.0.0.1", 0))
         s.listen(1)

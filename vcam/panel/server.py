@@ -1,10 +1,14 @@
 """The panel's web server: a Starlette app behind :class:`~vcam.panel.access.Guard`, served by
 uvicorn on its own thread (its own event loop) inside the daemon's process.
 
-Routes (every one needs the token, see :mod:`vcam.panel.access`)::
+Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel.access`)::
 
-    GET  /                      the page (static/index.html, with this run's token for its POSTs)
-    GET  /static/panel.js|css   its script and style
+    GET  /                      the page (static/index.html; no token needed, none in it)
+    GET  /static/panel.js|css   its script and style (no token needed)
+    GET  /favicon.ico           its icon (no token needed)
+    GET  /api/session           the pairing key, for the page's memory (see access.Pairing)
+    POST /api/hello, /api/resume   a restarted daemon and an open page prove the key to each other:
+                                the page gets this run's token (no token needed: the proofs stand for it)
     GET  /api/state             everything the page shows, once (view.PanelView.snapshot)
     GET  /api/events            the same, pushed as Server-Sent Events: every second and on each change
     GET  /api/faces/NAME/thumb  a face's stored crop (PNG)
@@ -22,6 +26,7 @@ import contextlib
 import json
 import logging
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -34,7 +39,7 @@ from typing import Any
 from vcam.control.local import MAX_LINE, handle_command
 from vcam.errors import ConfigError, VcamError
 from vcam.panel import limits
-from vcam.panel.access import Guard, allowed_hosts, check_bind, url_with_token
+from vcam.panel.access import Guard, Pairing, allowed_hosts, check_bind, url_with_token
 from vcam.panel.preview import PreviewTap
 from vcam.panel.view import Backend, PanelView
 from vcam.platform import transport
@@ -98,8 +103,10 @@ class PanelServer:
         tls_key: str = "",
         tap: PreviewTap | None = None,
         or_free_port: bool = False,
+        pairing_key: str | None = None,
     ) -> None:
         check_bind(host, tls_cert, tls_key)
+        self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
         self.backend, self.token, self.host, self.port = backend, token, host, port
         self.or_free_port = or_free_port
         self.moved_from: int | None = None
@@ -217,7 +224,11 @@ class PanelServer:
 
         routes = [
             Route("/", self._index),
+            Route("/favicon.ico", self._favicon),
             Route("/static/{name}", self._static),
+            Route("/api/session", self._session),
+            Route("/api/hello", self._hello, methods=["POST"]),
+            Route("/api/resume", self._resume, methods=["POST"]),
             Route("/api/state", self._state),
             Route("/api/events", self._events),
             Route("/api/faces/{name}/thumb", self._thumb),
@@ -237,7 +248,40 @@ class PanelServer:
     async def _index(self, request):
         from starlette.responses import HTMLResponse
 
-        return HTMLResponse(_static("index.html").replace("{{TOKEN}}", self.token))
+        return HTMLResponse(_static("index.html"))
+
+    async def _favicon(self, request):
+        from starlette.responses import Response
+
+        return Response(_static("favicon.svg"), media_type="image/svg+xml")
+
+    async def _session(self, request):
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"key": self.pairing.key.decode()})
+
+    async def _hello(self, request):
+        from starlette.responses import JSONResponse
+
+        try:
+            body = await self._json_body(request)
+        except (ValueError, RecursionError):
+            body = None
+        answer = self.pairing.hello(body.get("nonce") if isinstance(body, dict) else None, time.monotonic())
+        return JSONResponse(answer or {"ok": False, "error": 'expected {"nonce": N}'}, 200 if answer else 400)
+
+    async def _resume(self, request):
+        from starlette.responses import JSONResponse
+
+        try:
+            body = await self._json_body(request)
+        except (ValueError, RecursionError):
+            body = None
+        body = body if isinstance(body, dict) else {}
+        token = self.pairing.resume(body.get("nonce"), body.get("proof"), time.monotonic())
+        if token is None:
+            return JSONResponse({"ok": False, "error": "the proof is wrong"}, 403)
+        return JSONResponse({"ok": True, "token": token})
 
     async def _static(self, request):
         from starlette.responses import Response
