@@ -19,7 +19,15 @@ from conftest import WINDOWS, vcam_cli
 
 from vcam.errors import ConfigError
 from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
-from vcam.panel.access import allowed_hosts, check_bind, new_token, read_panel_file, remove_panel_file, write_panel_file
+from vcam.panel.access import (
+    allowed_hosts,
+    check_bind,
+    load_pairing_key,
+    new_token,
+    read_panel_file,
+    remove_panel_file,
+    write_panel_file,
+)
 from vcam.panel.preview import PreviewTap, encode, shrink
 from vcam.state import RuntimeState
 from vcam.types import PixelFormat, SourceFace
@@ -144,6 +152,18 @@ def test_vcam_panel_refuses_a_panel_file_it_does_not_own(tmp_path):
         read_panel_file(path)
     remove_panel_file(path)  # never follows or removes someone else's
     assert path.is_symlink()
+
+
+def test_the_pairing_key_is_kept_private_and_a_foreign_one_is_replaced(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "vcam.sock.panelkey"
+    key = load_pairing_key(path)
+    assert len(key) >= 40 and load_pairing_key(path) == key and load_pairing_key(None) != key
+    if not WINDOWS:
+        assert path.stat().st_mode & 0o777 == 0o600
+        os.chmod(path, 0o644)  # readable by others: not trusted, a new one is made (private again)
+        assert load_pairing_key(path) != key and path.stat().st_mode & 0o777 == 0o600
 
 
 # --- the guard, over HTTP -----------------------------------------------------------------------------
@@ -327,6 +347,11 @@ def test_panel_flag_and_command_say_what_to_do(tmp_path):
     assert len(tokens) == 2 and tokens[0] == tokens[1]
     kept = read_panel_file(live.panel_file)
     assert kept is not None and kept["token"] == tokens[0]
+    # The pairing key an open page proves to a restarted daemon: kept beside the panel file, private.
+    key_file = live.panel_file.with_name(live.panel_file.name + "key")
+    assert key_file.is_file() and load_pairing_key(key_file) == json.loads(key_file.read_text())["key"]
+    if not WINDOWS:
+        assert key_file.stat().st_mode & 0o777 == 0o600
     # A conversion (no camera, no virtual camera) serves its own panel and leaves the panel file alone.
     res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])
     assert res.returncode == 0 and [ln for ln in res.stderr.splitlines() if ln.startswith("panel: ")], res.stderr
