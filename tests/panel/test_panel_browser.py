@@ -652,3 +652,65 @@ def test_swap_on_only_while_faces_are_swapped(tmp_path):
     finally:
         d.quit()
         srv.stop()
+
+
+def test_a_page_follows_vcam_run_restarted_with_the_default_config(tmp_path):
+    """Two live runs one after the other (a new token each: keep_token is off by default) on one
+    port: the page opened on the first is live again on the second without a reload, preview
+    included, within 5 s of the second run's panel being up."""
+    from obs_harness import CapturingOutput, demo_daemon_config, free_port
+
+    from vcam.config import PanelConfig
+    from vcam.runtime.daemon import Daemon
+
+    sock = tmp_path / "run" / "vcam.sock"
+    live = demo_daemon_config(sock).replace(panel=PanelConfig(port=free_port()))
+    assert not live.panel.keep_token
+    urls: list[str] = []
+
+    def start():
+        d = Daemon(live, output=CapturingOutput(), panel=True, announce=urls.append)
+        t = threading.Thread(target=d.run, kwargs={"duration": 300}, daemon=True)
+        t.start()
+        return d, t
+
+    def stop(d, t):
+        d.request_stop()
+        t.join(60)
+        assert not t.is_alive()
+
+    browser(320, 400).quit()  # skips here when there is no browser
+    d1, t1 = start()
+    b = browser(400, 1000)
+    try:
+        assert wait_for(lambda: urls, 120), "the first run did not start"
+        b.get(urls[0].split("panel: ", 1)[1].strip())
+        assert wait_for(lambda: b.execute_script("return window.vcamPanel.updates && window.vcamPanel.key"), 30)
+        b.execute_script("window.notReloaded = true")
+        b.find_element("id", "preview-toggle").click()
+        assert wait_for(lambda: (b.execute_script("return window.vcamPanel.previewFrames") or 0) > 2, 30)
+        stop(d1, t1)
+        assert wait_for(lambda: b.find_element("id", "banner").is_displayed(), 5)
+        d2, t2 = start()
+        try:
+            assert wait_for(lambda: len(urls) == 2, 120), "the second run did not start"
+            up = time.monotonic()
+            assert urls[0] != urls[1]  # a new token
+            frames = b.execute_script("return window.vcamPanel.previewFrames")
+            assert wait_for(
+                lambda: (
+                    b.execute_script("return window.vcamPanel.live && window.vcamPanel.resumed")
+                    and b.execute_script("return window.vcamPanel.previewFrames") > frames + 2
+                ),
+                30,
+            )
+            took = time.monotonic() - up
+            print(f"restarted `vcam run` followed by the open page, preview included, in {took:.2f} s")
+            assert took < 5.0 and b.execute_script("return window.notReloaded")
+            assert not b.find_element("id", "banner").is_displayed()
+        finally:
+            stop(d2, t2)
+    finally:
+        b.quit()
+        if t1.is_alive():
+            stop(d1, t1)
