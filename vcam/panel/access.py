@@ -235,11 +235,23 @@ class Guard:
         raw = given.encode() if isinstance(given, str) else given
         return hmac.compare_digest(raw, self.token)
 
+    def ws_token_ok(self, given: object) -> bool:
+        """A WebSocket's first message carries the token (a browser cannot add a header to one)."""
+        return isinstance(given, str) and self._ok(given)
+
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])  # the last of a repeated header
         host = headers.get(b"host", b"").decode("latin-1").lower()
+        if scope["type"] == "websocket":
+            # No CORS for WebSockets: any page may open one here, so its Origin must be the panel's
+            # own (a browser always sends it); the token then comes as the first message.
+            origin = headers.get(b"origin", b"").decode("latin-1").lower().split("://", 1)[-1]
+            if host not in self.hosts or origin not in self.hosts:
+                await receive()  # websocket.connect
+                return await send({"type": "websocket.close", "code": 1008})
+            return await self.app(scope, receive, send)
         if host not in self.hosts:
             return await _plain(send, 403, "forbidden: this panel answers only at its own address")
         method, path = scope["method"], scope["path"]

@@ -110,6 +110,24 @@ def protocol(counts: Counts) -> type:
             super().connection_made(transport_)
             self._first_timer = self.loop.call_later(counts.first_request_s, self._no_request)
 
+        def handle_websocket_upgrade(self, event) -> None:
+            # The connection goes on as a WebSocket (another protocol object): it keeps its place
+            # under the cap until that one is lost.
+            peer, self._peer = self._peer, None
+            if self._first_timer is not None:
+                self._first_timer.cancel()
+                self._first_timer = None
+            super().handle_websocket_upgrade(event)
+            ws = self.transport.get_protocol()
+            lost = ws.connection_lost
+
+            def released(exc) -> None:
+                if peer is not None:
+                    counts.release(peer)
+                lost(exc)
+
+            ws.connection_lost = released  # type: ignore[method-assign]
+
         def _no_request(self) -> None:
             self._first_timer = None
             if self.cycle is None and self.transport is not None:  # no whole request yet

@@ -11,6 +11,8 @@ Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel
                                 the page gets this run's token (no token needed: the proofs stand for it)
     GET  /api/state             everything the page shows, once (view.PanelView.snapshot)
     GET  /api/events            the same, pushed as Server-Sent Events: every second and on each change
+    WS   /api/ws                one connection a page: the token as the first message, then the states
+                                (text) and, while asked ({"preview": STREAM|null}), preview JPEGs (binary)
     GET  /api/faces/NAME/thumb  a face's stored crop (PNG)
     GET  /api/preview?stream=S  the published picture, multipart JPEG (preview.PreviewTap): on while open
     POST /api/command           a `vcam ctl` command object, answered as `vcam ctl` is (plus "published")
@@ -57,8 +59,10 @@ class _Hub:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
+        self.count = 0  # fires so far (a reader compares it with the last it acted on)
 
     def _set(self) -> None:
+        self.count += 1
         if self._event is not None:
             self._event.set()
             self._event = asyncio.Event()
@@ -153,7 +157,7 @@ class PanelServer:
             ) from None
         sock.listen(64)
         self.port = sock.getsockname()[1]
-        app = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
+        app = self.guard = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
         config = uvicorn.Config(
             app,
             http=limits.protocol(self.counts),  # connection caps and the first-request timeout
@@ -162,6 +166,7 @@ class PanelServer:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=2,
+            ws="auto",  # wsproto (a dependency) or websockets; without either the page reads streams
             ssl_certfile=self.tls[0] if self.tls else None,
             ssl_keyfile=self.tls[1] if self.tls else None,
         )
@@ -209,7 +214,7 @@ class PanelServer:
     # -- the app ---------------------------------------------------------------------------------
     def _app(self) -> Any:
         from starlette.applications import Starlette
-        from starlette.routing import Route
+        from starlette.routing import Route, WebSocketRoute
 
         @contextlib.asynccontextmanager
         async def lifespan(app):
@@ -231,6 +236,7 @@ class PanelServer:
             Route("/api/resume", self._resume, methods=["POST"]),
             Route("/api/state", self._state),
             Route("/api/events", self._events),
+            WebSocketRoute("/api/ws", self._ws),
             Route("/api/faces/{name}/thumb", self._thumb),
             Route("/api/preview", self._preview),
             Route("/api/command", self._command, methods=["POST"]),
@@ -309,6 +315,59 @@ class PanelServer:
                 await self._changes.wait(PUSH_INTERVAL)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    async def _ws(self, ws) -> None:
+        """The page's one connection (any number of tabs and docks: a browser's six HTTP/1.1
+        connections a host are not spent): states and, while asked, the preview."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.websockets import WebSocketDisconnect
+
+        await ws.accept()
+        try:
+            first = await asyncio.wait_for(ws.receive_json(), 5.0)
+        except (asyncio.TimeoutError, WebSocketDisconnect, ValueError, RecursionError, KeyError):
+            return await ws.close(4401)
+        if not (isinstance(first, dict) and self.guard.ws_token_ok(first.get("token"))):
+            return await ws.close(4401)  # the page then proves the pairing key for this run's token
+        want: dict[str, str | None] = {"preview": None}
+
+        async def read() -> None:
+            async for msg in ws.iter_json():
+                if isinstance(msg, dict) and "preview" in msg:
+                    name = msg["preview"]
+                    old, want["preview"] = want["preview"], name if name in self.backend.states else None
+                    if old != want["preview"]:
+                        if old:
+                            self.tap.unwatch(old)
+                        if want["preview"]:
+                            self.tap.watch(want["preview"])
+                    self._frames.fire()
+
+        reader = asyncio.create_task(read())
+        seen, last_state, changes = 0, 0.0, -1
+        try:
+            while not self._closing and not reader.done():
+                now = time.monotonic()
+                if now - last_state >= PUSH_INTERVAL or changes != self._changes.count:
+                    last_state, changes = now, self._changes.count
+                    await ws.send_text(json.dumps(await run_in_threadpool(self.view.snapshot)))
+                name = want["preview"]
+                if name:
+                    version, jpeg = self.tap.frames.get(name, (0, b""))
+                    if jpeg and version != seen:
+                        seen = version
+                        await ws.send_bytes(jpeg)
+                left = max(0.01, PUSH_INTERVAL - (time.monotonic() - last_state))
+                waits = [asyncio.ensure_future(hub.wait(left)) for hub in (self._changes, self._frames)]
+                await asyncio.wait([*waits, reader], return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            pass
+        finally:
+            reader.cancel()
+            if want["preview"]:
+                self.tap.unwatch(want["preview"])
 
     async def _thumb(self, request):
         from starlette.concurrency import run_in_threadpool

@@ -316,6 +316,7 @@ function setPreview(on) {
   panel.previewGen += 1;
   const img = $("preview");
   $("preview-toggle").textContent = on ? "hide" : "show";
+  if (panel.ws) panel.ws.send(JSON.stringify({ preview: on ? panel.stream : null }));
   if (on) {
     img.hidden = false;
     previewLoop(panel.previewGen);
@@ -324,6 +325,14 @@ function setPreview(on) {
     img.removeAttribute("src"); // the stream's reader is cancelled: the daemon stops making preview frames
     img.hidden = true;
   }
+}
+
+function showFrame(blob) {
+  const img = $("preview");
+  const old = img.src;
+  img.src = URL.createObjectURL(blob);
+  if (old) URL.revokeObjectURL(old);
+  panel.previewFrames = (panel.previewFrames || 0) + 1;
 }
 
 function indexOf4(buf, from) {
@@ -336,7 +345,7 @@ async function previewLoop(gen) {
   // daemon restart) for as long as it is on.
   const img = $("preview");
   while (panel.previewOn && gen === panel.previewGen) {
-    if (!panel.verified || !panel.live) { await sleep(200); continue; }
+    if (!panel.verified || !panel.live || panel.ws) { await sleep(200); continue; } // the WebSocket brings frames
     try {
       const res = await panel.get(`/api/preview?stream=${encodeURIComponent(panel.stream || "")}`);
       if (res.ok) {
@@ -354,10 +363,7 @@ async function previewLoop(gen) {
             const m = /content-length:\s*(\d+)/i.exec(head);
             const len = m ? parseInt(m[1], 10) : -1;
             if (len < 0 || buf.length < end + 4 + len) break;
-            const old = img.src;
-            img.src = URL.createObjectURL(new Blob([buf.slice(end + 4, end + 4 + len)], { type: "image/jpeg" }));
-            if (old) URL.revokeObjectURL(old);
-            panel.previewFrames = (panel.previewFrames || 0) + 1;
+            showFrame(new Blob([buf.slice(end + 4, end + 4 + len)], { type: "image/jpeg" }));
             buf = buf.slice(end + 4 + len + 2);
           }
         }
@@ -366,6 +372,49 @@ async function previewLoop(gen) {
     } catch (err) { /* the daemon went away: try again below */ }
     if (gen === panel.previewGen) await sleep(500);
   }
+}
+
+function runWs() {
+  // One WebSocket a page for the states and the preview (a browser allows six HTTP/1.1 connections
+  // a host: two long streams a tab ran out at the fourth tab). Resolves "unauthorized" (the token is
+  // not this run's), "closed" (it was open), or "failed" (it never opened).
+  return new Promise((resolve) => {
+    let ws;
+    try {
+      ws = new WebSocket(`${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/api/ws`);
+    } catch (err) {
+      resolve("failed");
+      return;
+    }
+    ws.binaryType = "blob";
+    let opened = false;
+    let timer = null;
+    const quiet = () => { clearTimeout(timer); timer = setTimeout(() => ws.close(), STALE_MS); };
+    ws.onopen = () => {
+      opened = panel.everWs = true;
+      ws.send(JSON.stringify({ token: panel.token }));
+      panel.ws = ws;
+      if (panel.previewOn) ws.send(JSON.stringify({ preview: panel.stream }));
+      quiet();
+    };
+    ws.onmessage = (ev) => {
+      quiet();
+      if (typeof ev.data === "string") {
+        panel.state = JSON.parse(ev.data);
+        panel.updates = (panel.updates || 0) + 1;
+        setLive(true);
+        render();
+        if (!panel.key) learnKey();
+      } else if (panel.previewOn) {
+        showFrame(ev.data);
+      }
+    };
+    ws.onclose = (ev) => {
+      clearTimeout(timer);
+      panel.ws = null;
+      resolve(ev.code === 4401 ? "unauthorized" : opened ? "closed" : "failed");
+    };
+  });
 }
 
 async function readEvents(res) {
@@ -412,12 +461,22 @@ async function connect() {
         }
         panel.verified = true;
       }
-      const res = await panel.get("/api/events");
+      if (!panel.noWs) {
+        const how = await runWs();
+        if (how === "unauthorized") {
+          why = "The daemon restarted: reconnecting…";
+          if (await resume()) continue;
+          why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+        }
+        if (how !== "failed" || panel.everWs) throw null; // lost: verify the server again, below
+      }
+      const res = await panel.get("/api/events"); // no WebSocket here (yet): the HTTP streams
       if (res.status === 401) {
         why = "The daemon restarted: reconnecting…";
         if (await resume()) continue;
         why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
       } else if (res.ok) {
+        panel.noWs = !panel.everWs; // the server answers, its WebSocket did not
         if (!panel.key) learnKey();
         await readEvents(res);
       }
