@@ -273,6 +273,34 @@ def test_a_restarted_daemon_hands_its_token_only_to_a_page_proving_the_pairing_k
     assert call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=evil)[0] == 403
 
 
+def test_the_websocket_needs_the_panels_origin_and_the_token_first(served):
+    """No CORS for WebSockets: one from another origin (another port) is refused at the handshake;
+    one without this run's token as its first message is closed with 4401 (the page then proves
+    the pairing key); with it, states come."""
+    import struct
+
+    import websocket
+
+    url = served.base_url.replace("http", "ws", 1) + "/api/ws"
+    for origin in ("http://127.0.0.1:1", None):
+        with pytest.raises(websocket.WebSocketBadStatusException, match="403"):
+            websocket.create_connection(url, origin=origin, suppress_origin=origin is None, timeout=10)
+    ws = websocket.create_connection(url, origin=served.base_url, timeout=10)
+    try:
+        ws.send(json.dumps({"token": "wrong"}))
+        opcode, data = ws.recv_data(control_frame=True)
+        assert opcode == websocket.ABNF.OPCODE_CLOSE and struct.unpack(">H", data[:2])[0] == 4401
+    finally:
+        ws.close()
+    ws = websocket.create_connection(url, origin=served.base_url, timeout=10)
+    try:
+        ws.send(json.dumps({"token": served.token}))
+        state = json.loads(ws.recv())
+        assert state["streams"][0]["name"] == "s1"
+    finally:
+        ws.close()
+
+
 def test_changes_need_the_header_and_a_same_origin(served):
     token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
     cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
