@@ -613,7 +613,7 @@ def test_a_photo_linking_outside_its_face_folder_is_damaged_and_left_out_of_obs(
     assert bank_images(tmp_path / "bank") == {"astro": bank.entry("astro").photo}
 
 
-def _png_header(width: int, height: int, bits: int, colour: int) -> bytes:
+def _png_ihdr(width: int, height: int, bits: int, colour: int) -> bytes:
     import struct
     import zlib
 
@@ -633,11 +633,11 @@ def test_decoded_size_and_bit_depth_are_capped_from_the_header_before_decoding(t
 
     monkeypatch.setattr(cv2, "imdecode", no_decode)
     deep = tmp_path / "deep.png"
-    deep.write_bytes(_png_header(7000, 7000, 16, 6) + bytes(64))
+    deep.write_bytes(_png_ihdr(7000, 7000, 16, 6) + bytes(64))
     with pytest.raises(FaceError, match=r"deep\.png is 7000x7000 16-bit RGBA, 392 MB once decoded, too large for a face photo"):
         photos.read_photo(deep)
     flat = tmp_path / "flat.png"
-    flat.write_bytes(_png_header(7000, 7000, 8, 2) + bytes(64))
+    flat.write_bytes(_png_ihdr(7000, 7000, 8, 2) + bytes(64))
     assert photos.image_size(flat) == (7000, 7000)
     wide = tmp_path / "wide.tif"
     from PIL import Image

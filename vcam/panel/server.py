@@ -80,6 +80,16 @@ class _Hub:
             await asyncio.wait_for(self._event.wait(), timeout)
 
 
+def _ws_protocol() -> str:
+    """uvicorn's WebSocket protocol for /api/ws: wsproto (a dependency), else whatever uvicorn finds
+    ('auto'); with none at all the page reads its two HTTP streams instead."""
+    try:
+        import wsproto  # noqa: F401
+    except ImportError:
+        return "auto"
+    return "wsproto"
+
+
 def _static(name: str) -> str:
     return resources.files("vcam.panel").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
@@ -166,7 +176,7 @@ class PanelServer:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=2,
-            ws="auto",  # wsproto (a dependency) or websockets; without either the page reads streams
+            ws=_ws_protocol(),
             ssl_certfile=self.tls[0] if self.tls else None,
             ssl_keyfile=self.tls[1] if self.tls else None,
         )
@@ -269,21 +279,14 @@ class PanelServer:
     async def _hello(self, request):
         from starlette.responses import JSONResponse
 
-        try:
-            body = await self._json_body(request)
-        except (ValueError, RecursionError):
-            body = None
-        answer = self.pairing.hello(body.get("nonce") if isinstance(body, dict) else None, time.monotonic())
+        body = await self._json_dict(request)
+        answer = self.pairing.hello(body.get("nonce"), time.monotonic())
         return JSONResponse(answer or {"ok": False, "error": 'expected {"nonce": N}'}, 200 if answer else 400)
 
     async def _resume(self, request):
         from starlette.responses import JSONResponse
 
-        try:
-            body = await self._json_body(request)
-        except (ValueError, RecursionError):
-            body = None
-        body = body if isinstance(body, dict) else {}
+        body = await self._json_dict(request)
         token = self.pairing.resume(body.get("nonce"), body.get("proof"), time.monotonic())
         if token is None:
             return JSONResponse({"ok": False, "error": "the proof is wrong"}, 403)
@@ -412,6 +415,13 @@ class PanelServer:
             if len(body) > MAX_LINE:
                 raise ValueError("the request is too long")
         return json.loads(body or b"null")
+
+    async def _json_dict(self, request) -> dict:
+        try:
+            body = await self._json_body(request)
+        except (ValueError, RecursionError):
+            return {}
+        return body if isinstance(body, dict) else {}
 
     def _run_command(self, cmd: Any) -> dict:
         states = self.backend.states
