@@ -134,7 +134,10 @@ def dock_lines(cfg) -> list[str]:
         "  then Apply; the dock can be moved beside the preview.",
     ]
     if not cfg.panel.keep_token:
-        lines.append("  The token changes with every run: set [panel] keep_token = true to keep one dock URL.")
+        lines.append(
+            "  The token changes with every run: an open dock follows a restart by itself; one reloaded needs"
+            " the new URL, or set [panel] keep_token = true to keep one dock URL."
+        )
     return lines
 
 
