@@ -108,7 +108,7 @@ def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
 
     def announce(line: str) -> None:
         url = line.split("panel: ", 1)[1]
-        base, token = url.split("/?token=")
+        base, token = url.split("/#token=")
         tap = d.rounds.tap
         assert tap is not None
 

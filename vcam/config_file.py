@@ -247,7 +247,7 @@ def describe() -> list[tuple[str, str, Any, str]]:
     return out
 
 
-_STREAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+_STREAM_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,32}\Z")
 
 
 def parse_streams(value: Any, origin: str) -> tuple[StreamConfig, ...]:

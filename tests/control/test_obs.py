@@ -757,6 +757,37 @@ def test_hostile_custom_events_are_answered_and_the_listener_survives(controller
         rec.close()
 
 
+def test_a_5000_deep_custom_event_is_answered_and_the_listener_lives(controller, client, obs_server):
+    """A CustomEvent nested 5,000 deep (json.loads in obsws-python's listener thread raised
+    RecursionError and the thread died): answered with an error, the same listener then follows a
+    good event, never reconnected."""
+    import json
+    import uuid
+
+    ctl, state = controller
+    listener = ctl._ev.worker
+    rec = EventRecorder(obs_cfg(obs_server))
+    try:
+        deep = '{"vcam": ' + "[" * 5000 + "]" * 5000 + "}"
+        raw = '{"op": 6, "d": {"requestType": "BroadcastCustomEvent", "requestId": "%s", "requestData": {"eventData": %s}}}' % (
+            uuid.uuid4().hex,
+            deep,
+        )
+        ws = client.base_client.ws
+        ws.send(raw)  # by hand: obsws-python's own json.dumps cannot nest 5,000 deep
+        answer = json.loads(ws.recv())
+        assert answer["d"]["requestStatus"]["result"] is True, answer
+        assert wait_for(lambda: rec.replies(), 5) is not None, "no reply to the deep event"
+        reply = rec.replies()[-1]
+        assert reply["ok"] is False and "nests at most 64 levels deep" in reply["error"], reply
+        assert listener.is_alive()
+        client.broadcast_custom_event({"eventData": {"vcam": {"face": "carol"}}})
+        assert wait_for(lambda: state.active == "carol", 3) is not None
+        assert listener.is_alive() and ctl._ev.worker is listener and ctl.connections == 1  # never reconnected
+    finally:
+        rec.close()
+
+
 # --- per-person mapping: one scene per mapped person (issue 10) ---------------------------------
 
 

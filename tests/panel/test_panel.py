@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlencode
 
 import numpy as np
 import pytest
@@ -18,7 +19,15 @@ from conftest import WINDOWS, vcam_cli
 
 from vcam.errors import ConfigError
 from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
-from vcam.panel.access import allowed_hosts, check_bind, new_token, read_panel_file, remove_panel_file, write_panel_file
+from vcam.panel.access import (
+    allowed_hosts,
+    check_bind,
+    load_pairing_key,
+    new_token,
+    read_panel_file,
+    remove_panel_file,
+    write_panel_file,
+)
 from vcam.panel.preview import PreviewTap, encode, shrink
 from vcam.state import RuntimeState
 from vcam.types import PixelFormat, SourceFace
@@ -98,7 +107,7 @@ def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
     path = tmp_path / "vcam.sock.panel"
     token = new_token()
     assert len(token) >= 40 and new_token() != token and new_token(token) == token and new_token("short") != "short"
-    write_panel_file(path, "http://127.0.0.1:1/?token=" + token, token)
+    write_panel_file(path, "http://127.0.0.1:1/#token=" + token, token)
     if not WINDOWS:  # no file modes there: the file is private as the user's profile folder it is in
         assert path.stat().st_mode & 0o777 == 0o600
     assert read_panel_file(path)["token"] == token
@@ -109,6 +118,52 @@ def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
     write_panel_file(path, "u", token)
     remove_panel_file(path)
     assert not path.exists()
+
+
+@pytest.mark.skipif(WINDOWS, reason="no uids or mode bits: the file is as private as the profile folder it is in")
+def test_vcam_panel_refuses_a_panel_file_it_does_not_own(tmp_path):
+    """A panel file another user planted (their uid, readable by others, a link, or in a folder
+    others can write): `vcam panel` says so in one line and prints no URL."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "vcam.sock.panel"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[control]\nsocket = '{folder / 'vcam.sock'}'\n")
+    planted = "http://127.0.0.1:9/#token=" + "a" * 43
+    write_panel_file(path, planted, "a" * 43)
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match=r"not this user's own panel file: others may read or change it \(mode 0644\)"):
+        read_panel_file(path)
+    res = vcam_cli("panel", "--config", str(cfg))
+    assert res.returncode != 0 and "not this user's own panel file" in res.stderr and planted not in res.stdout + res.stderr
+    os.chmod(path, 0o600)
+    os.chmod(folder, 0o777)
+    with pytest.raises(ConfigError, match=r"its folder is not private"):
+        read_panel_file(path)
+    os.chmod(folder, 0o700)
+    if os.getuid() == 0:  # root can hand the file to another uid
+        os.chown(path, 4242, 4242)
+        with pytest.raises(ConfigError, match=r"it belongs to uid 4242"):
+            read_panel_file(path)
+        os.chown(path, 0, 0)
+    path.rename(folder / "elsewhere")
+    path.symlink_to(folder / "elsewhere")
+    with pytest.raises(ConfigError, match=r"it is a symbolic link"):
+        read_panel_file(path)
+    remove_panel_file(path)  # never follows or removes someone else's
+    assert path.is_symlink()
+
+
+def test_the_pairing_key_is_kept_private_and_a_foreign_one_is_replaced(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "vcam.sock.panelkey"
+    key = load_pairing_key(path)
+    assert len(key) >= 40 and load_pairing_key(path) == key and load_pairing_key(None) != key
+    if not WINDOWS:
+        assert path.stat().st_mode & 0o777 == 0o600
+        os.chmod(path, 0o644)  # readable by others: not trusted, a new one is made (private again)
+        assert load_pairing_key(path) != key and path.stat().st_mode & 0o777 == 0o600
 
 
 # --- the guard, over HTTP -----------------------------------------------------------------------------
@@ -166,20 +221,84 @@ def call(srv, path, *, method="GET", body=None, headers=None):
 
 
 def test_the_guard_asks_for_the_token_on_every_request(served):
-    for path in ("/", "/api/state", "/static/panel.js", "/api/faces/alice/thumb", "/nowhere"):
+    """The API answers only with the token in the X-Vcam-Token header: no cookie is set or taken
+    (cookies are not kept apart by port). The page shell is served without it and holds no secret."""
+    token = {"X-Vcam-Token": served.token}
+    for path in ("/api/state", "/api/session", "/api/faces/alice/thumb", "/api/preview", "/nowhere"):
         assert call(served, path)[0] == 401, path
-    status, headers, _ = call(served, f"/api/state?token={served.token}")
-    assert status == 303 and headers["location"] == "/api/state"
-    assert "SameSite=Strict" in headers["set-cookie"] and "HttpOnly" in headers["set-cookie"]
-    cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
-    status, headers, body = call(served, "/api/state", headers=cookie)
+    for path in ("/", "/static/panel.js", "/static/panel.css", "/favicon.ico"):
+        status, headers, body = call(served, path)
+        assert status == 200 and served.token.encode() not in body and "set-cookie" not in {k.lower() for k in headers}, path
+        assert headers["cross-origin-resource-policy"] == "same-origin" and headers["x-frame-options"] == "DENY", path
+    assert call(served, "/favicon.ico")[1]["content-type"].startswith("image/svg+xml")
+    # The URL of older runs (?token=): sent on to '#' (a browser keeps that part to itself), no cookie.
+    status, headers, _ = call(served, f"/?token={served.token}")
+    assert status == 303 and headers["location"] == "/#" + urlencode({"token": served.token})
+    assert "set-cookie" not in {k.lower() for k in headers} and call(served, "/?token=wrong")[0] == 401
+    assert call(served, "/api/state", headers={"Cookie": f"vcam_panel_{served.port}={served.token}"})[0] == 401
+    status, headers, body = call(served, "/api/state", headers=token)
     assert status == 200 and json.loads(body)["streams"][0]["face"] == "alice"
     assert "access-control-allow-origin" not in {k.lower() for k in headers}
     assert headers["cache-control"] == "no-store" and "script-src 'self'" in headers["content-security-policy"]
-    status, _, body = call(served, "/", headers=cookie)
-    assert status == 200 and served.token.encode() in body  # the page carries it for its POSTs
-    assert call(served, "/api/faces/alice/thumb", headers=cookie)[2][:4] == b"\x89PNG"
-    assert call(served, "/", method="PUT", headers=cookie)[0] == 405
+    assert (
+        headers["cross-origin-resource-policy"] == "same-origin"
+        and "frame-ancestors 'none'" in headers["content-security-policy"]
+    )
+    assert call(served, "/api/faces/alice/thumb", headers=token)[2][:4] == b"\x89PNG"
+    assert call(served, "/", method="PUT", headers=token)[0] == 405
+
+
+def test_a_restarted_daemon_hands_its_token_only_to_a_page_proving_the_pairing_key(served):
+    """An open page holds the pairing key (from /api/session, with the token) in memory. The server
+    proves the key first; only then does the page prove it, and gets this run's token."""
+    import hashlib
+    import hmac
+
+    key = json.loads(call(served, "/api/session", headers={"X-Vcam-Token": served.token})[2])["key"]
+    post = {"Content-Type": "application/json"}
+    mine = "n" * 32
+    status, _, body = call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=post)
+    hello = json.loads(body)
+    mac = lambda text: hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()  # noqa: E731
+    assert status == 200 and hello["proof"] == mac(f"vcam-server|{mine}|{hello['nonce']}") and served.token not in body.decode()
+    wrong = {"nonce": hello["nonce"], "proof": mac(f"vcam-page|{hello['nonce']}|other")}
+    assert call(served, "/api/resume", method="POST", body=json.dumps(wrong).encode(), headers=post)[0] == 403
+    right = {"nonce": hello["nonce"], "proof": mac(f"vcam-page|{hello['nonce']}|{mine}")}  # the nonce was used up
+    assert call(served, "/api/resume", method="POST", body=json.dumps(right).encode(), headers=post)[0] == 403
+    hello = json.loads(call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=post)[2])
+    right = {"nonce": hello["nonce"], "proof": mac(f"vcam-page|{hello['nonce']}|{mine}")}
+    status, _, body = call(served, "/api/resume", method="POST", body=json.dumps(right).encode(), headers=post)
+    assert status == 200 and json.loads(body)["token"] == served.token
+    evil = {**post, "Origin": "http://127.0.0.1:1"}
+    assert call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=evil)[0] == 403
+
+
+def test_the_websocket_needs_the_panels_origin_and_the_token_first(served):
+    """No CORS for WebSockets: one from another origin (another port) is refused at the handshake;
+    one without this run's token as its first message is closed with 4401 (the page then proves
+    the pairing key); with it, states come."""
+    import struct
+
+    import websocket
+
+    url = served.base_url.replace("http", "ws", 1) + "/api/ws"
+    for origin in ("http://127.0.0.1:1", None):
+        with pytest.raises(websocket.WebSocketBadStatusException, match="403"):
+            websocket.create_connection(url, origin=origin, suppress_origin=origin is None, timeout=10)
+    ws = websocket.create_connection(url, origin=served.base_url, timeout=10)
+    try:
+        ws.send(json.dumps({"token": "wrong"}))
+        opcode, data = ws.recv_data(control_frame=True)
+        assert opcode == websocket.ABNF.OPCODE_CLOSE and struct.unpack(">H", data[:2])[0] == 4401
+    finally:
+        ws.close()
+    ws = websocket.create_connection(url, origin=served.base_url, timeout=10)
+    try:
+        ws.send(json.dumps({"token": served.token}))
+        state = json.loads(ws.recv())
+        assert state["streams"][0]["name"] == "s1"
+    finally:
+        ws.close()
 
 
 def test_changes_need_the_header_and_a_same_origin(served):
@@ -208,7 +327,7 @@ def test_the_pause_button_and_its_command(served):
     from vcam.state import Status
 
     token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
-    cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
+    cookie = {"X-Vcam-Token": served.token}
     state = served.backend.states["s1"]
     page = call(served, "/", headers=cookie)[2].decode()
     script = call(served, "/static/panel.js", headers=cookie)[2].decode()
@@ -256,6 +375,11 @@ def test_panel_flag_and_command_say_what_to_do(tmp_path):
     assert len(tokens) == 2 and tokens[0] == tokens[1]
     kept = read_panel_file(live.panel_file)
     assert kept is not None and kept["token"] == tokens[0]
+    # The pairing key an open page proves to a restarted daemon: kept beside the panel file, private.
+    key_file = live.panel_file.with_name(live.panel_file.name + "key")
+    assert key_file.is_file() and load_pairing_key(key_file) == json.loads(key_file.read_text())["key"]
+    if not WINDOWS:
+        assert key_file.stat().st_mode & 0o777 == 0o600
     # A conversion (no camera, no virtual camera) serves its own panel and leaves the panel file alone.
     res = vcam_cli(*[a for a in demo_run("--config", str(cfg)) if a != "--quiet"])
     assert res.returncode == 0 and [ln for ln in res.stderr.splitlines() if ln.startswith("panel: ")], res.stderr
@@ -269,11 +393,24 @@ def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
     cfg = build({"control": {"socket": str(tmp_path / "vcam.sock")}})
     lines = dock_lines(cfg)
     assert "Docks -> Custom Browser Docks" in lines[0] and "`vcam panel` prints the URL" in lines[1]
-    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/?token=abc", "abc")
+    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/#token=abc", "abc")
     lines = dock_lines(cfg)
-    assert lines[1].strip() == "http://127.0.0.1:9/?token=abc" and "keep_token" in lines[-1]
+    assert lines[1].strip() == "http://127.0.0.1:9/#token=abc" and "keep_token" in lines[-1]
     off = build({"control": {"socket": str(tmp_path / "vcam.sock")}, "panel": {"enabled": False}})
     assert "panel is off" in dock_lines(off)[0]
+
+
+@pytest.mark.slow
+def test_obs_setup_prints_the_dock_steps_without_obs(tmp_path):
+    """The panel's dock needs no OBS connection: `vcam obs setup` with OBS not running still prints
+    its steps, then the error."""
+    from obs_harness import free_port
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[obs]\nport = {free_port()}\n[control]\nsocket = '{tmp_path / 'run' / 'vcam.sock'}'\n")
+    res = vcam_cli("obs", "setup", "--config", str(cfg), timeout=120)
+    assert res.returncode != 0 and "Docks -> Custom Browser Docks" in res.stdout, res.stdout + res.stderr
+    assert "error:" in res.stderr
 
 
 def test_a_panel_that_cannot_start_says_so(tmp_path):
@@ -325,7 +462,7 @@ def test_the_default_port_taken_the_panel_says_which_it_took():
     moved = [ln for ln in res.stderr.splitlines() if f"port {default} is in use" in ln]
     assert len(moved) == 1, res.stderr
     port = int(moved[0].rsplit("on port ", 1)[1])
-    assert port != default and f"panel: http://127.0.0.1:{port}/?token=" in res.stderr
+    assert port != default and f"panel: http://127.0.0.1:{port}/#token=" in res.stderr
     with socket.socket() as s:  # a port of the user's choice, taken
         s.bind(("127.0.0.1", 0))
         s.listen(1)

@@ -149,6 +149,10 @@ def test_names_duplicates_remove_and_unknown(tmp_path, detector):
         bank.add(ASSETS / "grace_hopper.jpg", "me", detector=detector)
     with pytest.raises(FaceError, match=r"invalid face name '\.\./evil'"):
         bank.add(ASSETS / "grace_hopper.jpg", "../evil", detector=detector)
+    for bad in ("grace\n", "gr\x1bace", "grace\r", "tab\tname"):  # control characters, a trailing newline
+        with pytest.raises(FaceError, match=r"invalid face name '(grace|gr\\x1bace|tab\\tname)"):
+            bank.add(ASSETS / "grace_hopper.jpg", bad, detector=detector)
+        assert bad not in bank
     with pytest.raises(FaceError, match=r"photo not found: .*nope\.jpg"):
         bank.add(tmp_path / "nope.jpg", detector=detector)
     with pytest.raises(FaceError, match=r"unknown face 'you' \(known faces: me\)"):
@@ -607,3 +611,36 @@ def test_a_photo_linking_outside_its_face_folder_is_damaged_and_left_out_of_obs(
     with pytest.raises(FaceError, match="face 'grace' is damaged: its photo photo.jpg is a link to a file outside"):
         bank.entry("grace")
     assert bank_images(tmp_path / "bank") == {"astro": bank.entry("astro").photo}
+
+
+def _png_ihdr(width: int, height: int, bits: int, colour: int) -> bytes:
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, bits, colour, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def test_decoded_size_and_bit_depth_are_capped_from_the_header_before_decoding(tmp_path, monkeypatch):
+    """A 16-bit RGBA 7000x7000 PNG (49 MP, under the pixel cap, 392 MB decoded) is refused from its
+    header alone: nothing is decoded (cv2.imdecode would fail the test). An 8-bit RGB picture of
+    the same size still passes the header check."""
+    from vcam.stages import photos
+
+    def no_decode(*a, **k):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(cv2, "imdecode", no_decode)
+    deep = tmp_path / "deep.png"
+    deep.write_bytes(_png_ihdr(7000, 7000, 16, 6) + bytes(64))
+    with pytest.raises(FaceError, match=r"deep\.png is 7000x7000 16-bit RGBA, 392 MB once decoded, too large for a face photo"):
+        photos.read_photo(deep)
+    flat = tmp_path / "flat.png"
+    flat.write_bytes(_png_ihdr(7000, 7000, 8, 2) + bytes(64))
+    assert photos.image_size(flat) == (7000, 7000)
+    wide = tmp_path / "wide.tif"
+    from PIL import Image
+
+    Image.new("I;16", (7000, 4000)).save(wide)  # Pillow's own header read: 16-bit grey, 56 MB: fine
+    assert photos.image_size(wide) == (7000, 4000)

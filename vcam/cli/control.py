@@ -60,6 +60,7 @@ def obs_setup(
     hotkeys. With several streams in the config, one "FastSwap Faces (NAME)" scene per stream."""
     from vcam.control.obs_scene import connect, setup_scene
 
+    cfg = None
     try:
         cfg = _config(config)
         faces = bank_images(cfg.faces_dir)
@@ -95,15 +96,16 @@ def obs_setup(
                 )
         finally:
             client.disconnect()
-    except VcamError as exc:
-        _fail(exc)
-    except Exception as exc:  # the websocket dropped half-way
-        _fail(
-            ControlError(
+    except Exception as exc:
+        if not isinstance(exc, VcamError):  # the websocket dropped half-way
+            exc = ControlError(
                 f"OBS stopped answering during setup ({type(exc).__name__}: {exc})",
                 hint="check OBS is still running and try again",
             )
-        )
+        if cfg is not None:  # the panel's dock needs no OBS connection: its steps all the same
+            for line in dock_lines(cfg):
+                out.print(line, highlight=False)
+        _fail(exc)
     for report in reports:
         for line in report.lines():
             out.print(line, highlight=False)
@@ -121,7 +123,10 @@ def dock_lines(cfg) -> list[str]:
 
     if not cfg.panel.enabled:
         return ["The control panel is off ([panel] enabled = false): no dock to add."]
-    data = read_panel_file(cfg.panel_file)
+    try:
+        data = read_panel_file(cfg.panel_file)
+    except VcamError as exc:
+        return [f"error: {exc.message} ({exc.hint})"]
     url = data["url"] if data else None
     lines = [
         "Control panel dock: in OBS, Docks -> Custom Browser Docks..., Dock Name: vcam, URL:",
@@ -129,7 +134,10 @@ def dock_lines(cfg) -> list[str]:
         "  then Apply; the dock can be moved beside the preview.",
     ]
     if not cfg.panel.keep_token:
-        lines.append("  The token changes with every run: set [panel] keep_token = true to keep one dock URL.")
+        lines.append(
+            "  The token changes with every run: an open dock follows a restart by itself; one reloaded needs"
+            " the new URL, or set [panel] keep_token = true to keep one dock URL."
+        )
     return lines
 
 

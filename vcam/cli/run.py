@@ -256,7 +256,10 @@ def panel_cmd(
     from vcam.platform import process
 
     cfg = load_config(config)
-    data = read_panel_file(cfg.panel_file)
+    try:
+        data = read_panel_file(cfg.panel_file)
+    except VcamError as exc:
+        fail(exc)
     pid = data.get("pid") if data else None
     alive = isinstance(pid, int) and process.alive(pid)
     if data is None or not alive:

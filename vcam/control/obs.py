@@ -13,7 +13,8 @@ builds a scene (default "FastSwap Faces") holding one image source per face, nam
   true|false|"toggle"}}`` (OBS's BroadcastCustomEvent, what Stream Deck's websocket actions send)
   does the same; every such command is answered with a CustomEvent ``{"vcam_reply": {"ok": ...,
   "face": ..., "swap": ..., "paused": ...}}`` carrying ``"error"`` when it failed (an unknown face
-  name, for example);
+  name, for example; a message nesting deeper than 64 levels is dropped before obsws-python parses
+  it, and answered so when it mentions ``vcam``);
 - changes made elsewhere (``vcam ctl``) are mirrored onto the sources' visibility;
 - an optional text source (default "FastSwap Status") shows face, fps, latency, the mappings and
   the NaN guard counts (when non-zero) and the time of the update (a frozen time means vcam is
@@ -64,10 +65,12 @@ from vcam.control.local import apply_control
 from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
     FACE_PREFIX,
+    MAX_EVENT_DEPTH,
     PAUSE_SOURCE,
     REPLY_KEY,
     SWAP_SOURCE,
     ObsAuthError,
+    TooDeep,
     connect,
     face_source_name,
     hook_custom_events,
@@ -433,6 +436,11 @@ class ObsController:
         """A CustomEvent's raw data (see :func:`hook_custom_events`): ``{"vcam": {...}}`` is ours;
         anything else carrying ``vcam`` is answered with an error (one DEBUG line, not a warning:
         whoever sent it reads the reply)."""
+        if isinstance(data, TooDeep):
+            log.debug("ignored OBS custom event: nested deeper than %d levels", MAX_EVENT_DEPTH)
+            if data.ours:
+                self._reply(False, error=f"a vcam custom event nests at most {MAX_EVENT_DEPTH} levels deep")
+            return
         if not isinstance(data, dict) or "vcam" not in data:
             return  # someone else's event
         cmd = data["vcam"]

@@ -28,6 +28,37 @@ PAUSE_SOURCE = "FastSwap: Pause"  # shown: paused (the camera closed, a still ca
 CAMERA_SOURCE = "FastSwap Cam"
 TEXT_KIND = "text_ft2_source_v2"
 REPLY_KEY = "vcam_reply"
+MAX_EVENT_DEPTH = 64  # deeper websocket messages are dropped before obsws-python parses them
+
+
+class TooDeep:
+    """Handed to ``on_custom`` (see :func:`hook_custom_events`) for a message nesting deeper than
+    :data:`MAX_EVENT_DEPTH`; ``ours``: it mentions ``"vcam"`` (so its sender waits for a reply)."""
+
+    def __init__(self, ours: bool) -> None:
+        self.ours = ours
+
+
+def nests_deeper(text: str | bytes, limit: int) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects deeper than ``limit`` (brackets inside
+    strings do not count). Linear, no recursion: cheap next to the parse it spares."""
+    import re
+
+    raw = text.encode("utf-8", "replace") if isinstance(text, str) else text
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    depth = 0
+    for m in re.finditer(rb'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', raw):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
 MAP_PREFIX = "Face for "
 DEFAULT_CHOICE = "(default)"  # in a map scene: the person follows [swap] unmatched
 
@@ -163,6 +194,37 @@ def hook_custom_events(client: Any, on_custom) -> None:
     hooked = RawCustomEvents()
     hooked.register(client.callback._callbacks)
     client.callback = hooked  # the listener thread looks the attribute up for every event
+
+    # obsws-python's listener thread parses each message with json.loads, whose RecursionError on a
+    # deeply nested one (anyone may broadcast a CustomEvent) would end the thread: such a message is
+    # emptied before it gets there (the listener skips an empty one) and reported to ``on_custom``
+    # as a :class:`TooDeep`. The hook sits where websocket-client hands over a whole message,
+    # looked up after the socket read, so a read already waiting when this runs is guarded too.
+    def too_deep(message: Any) -> bool:
+        if not message or not nests_deeper(message, MAX_EVENT_DEPTH):
+            return False
+        ours = (b'"vcam"' if isinstance(message, bytes) else '"vcam"') in message
+        try:
+            on_custom(TooDeep(bool(ours)))
+        except Exception:
+            log.debug("a too deep event could not be reported", exc_info=True)
+        return True
+
+    ws = client.base_client.ws
+    frames = getattr(ws, "cont_frame", None)
+    if frames is not None and hasattr(frames, "extract"):
+        plain_extract = frames.extract
+
+        def guarded_extract(frame):
+            opcode, whole = plain_extract(frame)
+            if too_deep(whole.data):
+                whole.data = b""
+            return opcode, whole
+
+        frames.extract = guarded_extract
+    else:  # another websocket-client: the next reads are guarded
+        plain_recv = ws.recv
+        ws.recv = lambda: "" if too_deep(message := plain_recv()) else message
 
 
 def request_failed(exc: BaseException) -> bool:

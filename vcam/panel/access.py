@@ -1,28 +1,40 @@
-"""Who may use the panel: the bind rule, the per-run token and its file, and :class:`Guard`, the ASGI
-middleware in front of every route.
+"""Who may use the panel: the bind rule, the per-run token and its file, the pairing key that lets
+an open page follow a restarted daemon, and :class:`Guard`, the ASGI middleware in front of every route.
 
 The rules (a shared desktop: any local user, and any web page the user's browser opens, can reach a
-port on 127.0.0.1):
+port on 127.0.0.1; cookies are not kept apart by port, so a page another user serves on another
+port of 127.0.0.1 receives every cookie of 127.0.0.1):
 
 - the panel binds to loopback unless ``[panel] host`` says otherwise, and then only with TLS
   (:func:`check_bind`); a token is required either way;
 - a random token per run (``[panel] keep_token`` reuses the last one), written with the URL into
   ``<control socket>.panel``, mode 0600, in the socket's private folder (:func:`write_panel_file`);
-- every request carries the token: ``?token=`` once (answered with a SameSite=Strict, HttpOnly cookie
-  and a redirect to the same path without it, so the token leaves the address bar and the history),
-  then the cookie; a request without it is 401;
+  `vcam panel` refuses a panel file that is not the user's own (:func:`read_panel_file`);
+- the URL carries the token after ``#`` (``/#token=...``): a browser never sends that part to a
+  server. The page's own script takes it, keeps it in the tab's ``sessionStorage`` (kept apart by
+  origin, port included) and clears it from the address bar;
+- no cookie: every API request carries the token in the ``X-Vcam-Token`` header, which only the
+  page's own script adds (a form, an ``<img>`` or another origin's script cannot: a cross-origin
+  header needs a CORS preflight, never answered). The page shell (``/``, its script, style and
+  icon) is served without it: it holds no secret;
+- a restarted daemon has a new token. An open page follows it without the token ever going to a
+  server that did not prove it is this vcam: the page holds the pairing key (kept in
+  ``<control socket>.panelkey``, mode 0600, across runs; given to a page that has the token, kept in
+  the page's memory only), and trades proofs with the server (HMAC-SHA256 over nonces of both,
+  the server's first: :class:`Pairing`) for the new token. Whoever holds the port while vcam is
+  stopped learns nothing from an open page;
 - the Host header must name the panel's own address (127.0.0.1, localhost, ::1 or the configured
   host, with its port): a page on another name that resolves to 127.0.0.1 (DNS rebinding) gets 403;
-- a request that changes anything is a POST carrying the token in the ``X-Vcam-Token`` header (a
-  form cannot set a header, and a cross-origin script cannot without a CORS preflight, which is
-  never answered), and an ``Origin``, when sent, must be the panel's own: a cross-origin form post
-  is 403 even when a browser attaches the cookie;
+- a request that changes anything is a POST, and an ``Origin``, when sent, must be the panel's own;
 - no CORS headers at all; every answer says ``Cache-Control: no-store``, ``Referrer-Policy:
-  no-referrer`` and a Content-Security-Policy that allows only the panel's own scripts.
+  no-referrer``, ``Cross-Origin-Resource-Policy: same-origin`` (no page of another port shows the
+  preview or a thumbnail in an ``<img>``), ``X-Frame-Options: DENY`` and a Content-Security-Policy
+  that allows only the panel's own scripts and no framing.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import json
@@ -34,13 +46,15 @@ from urllib.parse import parse_qsl, urlencode
 from vcam.errors import ConfigError
 from vcam.platform import files
 
-COOKIE = "vcam_panel"  # + "_PORT": cookies are not kept apart by port, two panels must not share one
 HEADER = "x-vcam-token"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 SECURITY_HEADERS = [
     (b"cache-control", b"no-store"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-content-type-options", b"nosniff"),
+    (b"cross-origin-resource-policy", b"same-origin"),  # no <img> of another port shows the preview
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
     (
         b"content-security-policy",
         b"default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; connect-src 'self'; "
@@ -86,23 +100,127 @@ def write_panel_file(path: Path, url: str, token: str) -> None:
 
 
 def read_panel_file(path: Path) -> dict | None:
-    """The panel file's contents, or None when there is none (or it is not ours to read)."""
+    """The panel file's contents, or None when there is none or it cannot be read. ConfigError when
+    it is not this user's own (another user's file, a link, readable by others, or in a folder
+    others can write): its URL could send the user's browser, and the token the page keeps, to a
+    server someone else runs."""
+    data = _read_private_json(path)
+    return data if isinstance(data, dict) and isinstance(data.get("url"), str) else None
+
+
+def _read_private_json(path: Path) -> dict | None:
+    import stat
+
     try:
-        data = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | files.NOFOLLOW | files.BINARY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _foreign(path, "it is a symbolic link") from None
+        return None
+    try:
+        st = os.fstat(fd)
+        if not files.mine(st):
+            raise _foreign(path, f"it belongs to uid {st.st_uid}")
+        if files.my_uid() is not None and stat.S_IMODE(st.st_mode) & 0o077:
+            raise _foreign(path, f"others may read or change it (mode {stat.S_IMODE(st.st_mode):04o})")
+        try:
+            files.check_private_folder(path.parent)
+        except files.NotPrivate as exc:
+            raise _foreign(path, f"its folder is not private ({exc})") from None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = json.loads(fh.read(1 << 16))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("url"), str) else None
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) else None
+
+
+def _foreign(path: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"{path} is not this user's own {'panel key' if path.name.endswith('key') else 'panel file'}: {why}",
+        hint="remove it, and keep [control] socket in a folder only you can write (the default is)",
+    )
 
 
 def remove_panel_file(path: Path) -> None:
     """Remove the panel file if this process wrote it (another daemon's is left alone)."""
-    data = read_panel_file(path)
+    try:
+        data = read_panel_file(path)
+    except ConfigError:
+        return
     if data is not None and data.get("pid") == os.getpid():
         path.unlink(missing_ok=True)
 
 
 def url_with_token(base: str, token: str) -> str:
-    return f"{base}/?{urlencode({'token': token})}"
+    """The panel's URL with ``token`` after ``#`` (never sent to a server by a browser)."""
+    return f"{base}/#{urlencode({'token': token})}"
+
+
+PUBLIC = ("/", "/static/panel.js", "/static/panel.css", "/favicon.ico")  # the page shell: no secret in it
+PAIRING = ("/api/hello", "/api/resume")  # the proofs stand for the token there
+
+
+class Pairing:
+    """The page's way back to a restarted daemon without the token leaving it first.
+
+    ``key``: a secret kept across runs (:func:`load_pairing_key`). ``hello(page_nonce)`` answers a
+    server nonce and the server's proof ``HMAC(key, "vcam-server|" + page_nonce + "|" + nonce)``;
+    the page checks it before it proves itself with ``HMAC(key, "vcam-page|" + nonce + "|" +
+    page_nonce)``, which ``resume`` checks (each server nonce once, within 30 s) before it hands
+    out this run's token. At most 64 nonces are waiting at once."""
+
+    TTL = 30.0
+    WAITING = 64
+
+    def __init__(self, key: str, token: str) -> None:
+        self.key, self.token = key.encode(), token
+        self._waiting: dict[str, tuple[str, float]] = {}
+
+    def _mac(self, text: str) -> str:
+        return hmac.new(self.key, text.encode(), "sha256").hexdigest()
+
+    def hello(self, page_nonce: object, now: float) -> dict | None:
+        if not isinstance(page_nonce, str) or not 16 <= len(page_nonce) <= 128:
+            return None
+        self._waiting = {n: v for n, v in self._waiting.items() if now - v[1] < self.TTL}
+        while len(self._waiting) >= self.WAITING:
+            self._waiting.pop(next(iter(self._waiting)))
+        nonce = secrets.token_urlsafe(24)
+        self._waiting[nonce] = (page_nonce, now)
+        return {"nonce": nonce, "proof": self._mac(f"vcam-server|{page_nonce}|{nonce}")}
+
+    def resume(self, nonce: object, proof: object, now: float) -> str | None:
+        if not isinstance(nonce, str) or not isinstance(proof, str):
+            return None
+        waiting = self._waiting.pop(nonce, None)
+        if waiting is None or now - waiting[1] >= self.TTL:
+            return None
+        want = self._mac(f"vcam-page|{nonce}|{waiting[0]}")
+        return self.token if hmac.compare_digest(want.encode(), proof.encode()) else None
+
+
+def load_pairing_key(path: Path | None) -> str:
+    """The pairing key kept in ``path`` (made there, mode 0600, when missing or not the user's
+    own); a key for this run alone when ``path`` is None or cannot be written."""
+    if path is None:
+        return secrets.token_urlsafe(32)
+    try:
+        data = _read_private_json(path)
+    except ConfigError:
+        data = None
+    key = data.get("key") if data else None
+    if isinstance(key, str) and len(key) >= 32:
+        return key
+    key = secrets.token_urlsafe(32)
+    try:
+        files.write_private(path, (json.dumps({"key": key}) + "\n").encode())
+    except OSError:
+        pass
+    return key
 
 
 class Guard:
@@ -110,7 +228,6 @@ class Guard:
 
     def __init__(self, app, token: str, hosts: set[str], port: int) -> None:
         self.app, self.token, self.hosts = app, token.encode(), {h.lower() for h in hosts}
-        self.cookie = f"{COOKIE}_{port}"
 
     def _ok(self, given: str | bytes | None) -> bool:
         if not given:
@@ -118,31 +235,39 @@ class Guard:
         raw = given.encode() if isinstance(given, str) else given
         return hmac.compare_digest(raw, self.token)
 
+    def ws_token_ok(self, given: object) -> bool:
+        """A WebSocket's first message carries the token (a browser cannot add a header to one)."""
+        return isinstance(given, str) and self._ok(given)
+
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])  # the last of a repeated header
         host = headers.get(b"host", b"").decode("latin-1").lower()
+        if scope["type"] == "websocket":
+            # No CORS for WebSockets: any page may open one here, so its Origin must be the panel's
+            # own (a browser always sends it); the token then comes as the first message.
+            origin = headers.get(b"origin", b"").decode("latin-1").lower().split("://", 1)[-1]
+            if host not in self.hosts or origin not in self.hosts:
+                await receive()  # websocket.connect
+                return await send({"type": "websocket.close", "code": 1008})
+            return await self.app(scope, receive, send)
         if host not in self.hosts:
             return await _plain(send, 403, "forbidden: this panel answers only at its own address")
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        cookie = _cookie(headers.get(b"cookie", b""), self.cookie)
-        method = scope["method"]
-        if method in ("GET", "HEAD") and "token" in query:
-            if not self._ok(query["token"]):
-                return await _plain(send, 401, "unauthorized: the token is wrong (this run's URL: `vcam panel`)")
-            rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-            location = scope["path"] + (f"?{rest}" if rest else "")
-            cookie_line = f"{self.cookie}={self.token.decode()}; Path=/; HttpOnly; SameSite=Strict"
-            return await _plain(send, 303, "", [(b"location", location.encode()), (b"set-cookie", cookie_line.encode())])
+        method, path = scope["method"], scope["path"]
         if method in ("GET", "HEAD"):
-            if not self._ok(cookie) and not self._ok(headers.get(HEADER.encode())):
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            if path == "/" and "token" in query:  # the URL of older runs: the token moves after '#'
+                if not self._ok(query["token"]):
+                    return await _plain(send, 401, "unauthorized: the token is wrong (this run's URL: `vcam panel`)")
+                return await _plain(send, 303, "", [(b"location", ("/#" + urlencode({"token": query["token"]})).encode())])
+            if path not in PUBLIC and not self._ok(headers.get(HEADER.encode())):
                 return await _plain(send, 401, "unauthorized: open the panel with the URL `vcam panel` prints")
         elif method == "POST":
             origin = headers.get(b"origin")
             if origin is not None and origin.decode("latin-1").lower().split("://", 1)[-1] not in self.hosts:
                 return await _plain(send, 403, "forbidden: cross-origin request")
-            if not self._ok(headers.get(HEADER.encode())):
+            if path not in PAIRING and not self._ok(headers.get(HEADER.encode())):
                 return await _plain(send, 403, "forbidden: a change needs the X-Vcam-Token header")
         else:
             return await _plain(send, 405, "method not allowed")
@@ -168,14 +293,6 @@ def allowed_hosts(host: str, port: int) -> set[str]:
     if port in (80, 443):  # a browser leaves the default port out of Host and Origin
         out |= {f"[{n}]" if ":" in n else n for n in names}
     return out
-
-
-def _cookie(raw: bytes, name: str) -> str | None:
-    for part in raw.decode("latin-1").split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value
-    return None
 
 
 async def _plain(send, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -1,12 +1,18 @@
 """The panel's web server: a Starlette app behind :class:`~vcam.panel.access.Guard`, served by
 uvicorn on its own thread (its own event loop) inside the daemon's process.
 
-Routes (every one needs the token, see :mod:`vcam.panel.access`)::
+Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel.access`)::
 
-    GET  /                      the page (static/index.html, with this run's token for its POSTs)
-    GET  /static/panel.js|css   its script and style
+    GET  /                      the page (static/index.html; no token needed, none in it)
+    GET  /static/panel.js|css   its script and style (no token needed)
+    GET  /favicon.ico           its icon (no token needed)
+    GET  /api/session           the pairing key, for the page's memory (see access.Pairing)
+    POST /api/hello, /api/resume   a restarted daemon and an open page prove the key to each other:
+                                the page gets this run's token (no token needed: the proofs stand for it)
     GET  /api/state             everything the page shows, once (view.PanelView.snapshot)
     GET  /api/events            the same, pushed as Server-Sent Events: every second and on each change
+    WS   /api/ws                one connection a page: the token as the first message, then the states
+                                (text) and, while asked ({"preview": STREAM|null}), preview JPEGs (binary)
     GET  /api/faces/NAME/thumb  a face's stored crop (PNG)
     GET  /api/preview?stream=S  the published picture, multipart JPEG (preview.PreviewTap): on while open
     POST /api/command           a `vcam ctl` command object, answered as `vcam ctl` is (plus "published")
@@ -22,6 +28,7 @@ import contextlib
 import json
 import logging
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -33,7 +40,8 @@ from typing import Any
 
 from vcam.control.local import MAX_LINE, handle_command
 from vcam.errors import ConfigError, VcamError
-from vcam.panel.access import Guard, allowed_hosts, check_bind, url_with_token
+from vcam.panel import limits
+from vcam.panel.access import Guard, Pairing, allowed_hosts, check_bind, url_with_token
 from vcam.panel.preview import PreviewTap
 from vcam.panel.view import Backend, PanelView
 from vcam.platform import transport
@@ -51,8 +59,10 @@ class _Hub:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
+        self.count = 0  # fires so far (a reader compares it with the last it acted on)
 
     def _set(self) -> None:
+        self.count += 1
         if self._event is not None:
             self._event.set()
             self._event = asyncio.Event()
@@ -68,6 +78,16 @@ class _Hub:
             self._event = asyncio.Event()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
+
+
+def _ws_protocol() -> str:
+    """uvicorn's WebSocket protocol for /api/ws: wsproto (a dependency), else whatever uvicorn finds
+    ('auto'); with none at all the page reads its two HTTP streams instead."""
+    try:
+        import wsproto  # noqa: F401
+    except ImportError:
+        return "auto"
+    return "wsproto"
 
 
 def _static(name: str) -> str:
@@ -97,8 +117,10 @@ class PanelServer:
         tls_key: str = "",
         tap: PreviewTap | None = None,
         or_free_port: bool = False,
+        pairing_key: str | None = None,
     ) -> None:
         check_bind(host, tls_cert, tls_key)
+        self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
         self.backend, self.token, self.host, self.port = backend, token, host, port
         self.or_free_port = or_free_port
         self.moved_from: int | None = None
@@ -110,6 +132,7 @@ class PanelServer:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
+        self.counts = limits.Counts()
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -144,14 +167,16 @@ class PanelServer:
             ) from None
         sock.listen(64)
         self.port = sock.getsockname()[1]
-        app = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
+        app = self.guard = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
         config = uvicorn.Config(
             app,
+            http=limits.protocol(self.counts),  # connection caps and the first-request timeout
             log_config=None,
             log_level="warning",
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=2,
+            ws=_ws_protocol(),
             ssl_certfile=self.tls[0] if self.tls else None,
             ssl_keyfile=self.tls[1] if self.tls else None,
         )
@@ -199,11 +224,12 @@ class PanelServer:
     # -- the app ---------------------------------------------------------------------------------
     def _app(self) -> Any:
         from starlette.applications import Starlette
-        from starlette.routing import Route
+        from starlette.routing import Route, WebSocketRoute
 
         @contextlib.asynccontextmanager
         async def lifespan(app):
             self._changes.loop = self._frames.loop = asyncio.get_running_loop()
+            limits.quiet_accept_errors(self._changes.loop)
             sampler = asyncio.create_task(self._sample())
             self._started.set()
             try:
@@ -213,9 +239,14 @@ class PanelServer:
 
         routes = [
             Route("/", self._index),
+            Route("/favicon.ico", self._favicon),
             Route("/static/{name}", self._static),
+            Route("/api/session", self._session),
+            Route("/api/hello", self._hello, methods=["POST"]),
+            Route("/api/resume", self._resume, methods=["POST"]),
             Route("/api/state", self._state),
             Route("/api/events", self._events),
+            WebSocketRoute("/api/ws", self._ws),
             Route("/api/faces/{name}/thumb", self._thumb),
             Route("/api/preview", self._preview),
             Route("/api/command", self._command, methods=["POST"]),
@@ -233,7 +264,33 @@ class PanelServer:
     async def _index(self, request):
         from starlette.responses import HTMLResponse
 
-        return HTMLResponse(_static("index.html").replace("{{TOKEN}}", self.token))
+        return HTMLResponse(_static("index.html"))
+
+    async def _favicon(self, request):
+        from starlette.responses import Response
+
+        return Response(_static("favicon.svg"), media_type="image/svg+xml")
+
+    async def _session(self, request):
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"key": self.pairing.key.decode()})
+
+    async def _hello(self, request):
+        from starlette.responses import JSONResponse
+
+        body = await self._json_dict(request)
+        answer = self.pairing.hello(body.get("nonce"), time.monotonic())
+        return JSONResponse(answer or {"ok": False, "error": 'expected {"nonce": N}'}, 200 if answer else 400)
+
+    async def _resume(self, request):
+        from starlette.responses import JSONResponse
+
+        body = await self._json_dict(request)
+        token = self.pairing.resume(body.get("nonce"), body.get("proof"), time.monotonic())
+        if token is None:
+            return JSONResponse({"ok": False, "error": "the proof is wrong"}, 403)
+        return JSONResponse({"ok": True, "token": token})
 
     async def _static(self, request):
         from starlette.responses import Response
@@ -261,6 +318,59 @@ class PanelServer:
                 await self._changes.wait(PUSH_INTERVAL)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    async def _ws(self, ws) -> None:
+        """The page's one connection (any number of tabs and docks: a browser's six HTTP/1.1
+        connections a host are not spent): states and, while asked, the preview."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.websockets import WebSocketDisconnect
+
+        await ws.accept()
+        try:
+            first = await asyncio.wait_for(ws.receive_json(), 5.0)
+        except (asyncio.TimeoutError, WebSocketDisconnect, ValueError, RecursionError, KeyError):
+            return await ws.close(4401)
+        if not (isinstance(first, dict) and self.guard.ws_token_ok(first.get("token"))):
+            return await ws.close(4401)  # the page then proves the pairing key for this run's token
+        want: dict[str, str | None] = {"preview": None}
+
+        async def read() -> None:
+            async for msg in ws.iter_json():
+                if isinstance(msg, dict) and "preview" in msg:
+                    name = msg["preview"]
+                    old, want["preview"] = want["preview"], name if name in self.backend.states else None
+                    if old != want["preview"]:
+                        if old:
+                            self.tap.unwatch(old)
+                        if want["preview"]:
+                            self.tap.watch(want["preview"])
+                    self._frames.fire()
+
+        reader = asyncio.create_task(read())
+        seen, last_state, changes = 0, 0.0, -1
+        try:
+            while not self._closing and not reader.done():
+                now = time.monotonic()
+                if now - last_state >= PUSH_INTERVAL or changes != self._changes.count:
+                    last_state, changes = now, self._changes.count
+                    await ws.send_text(json.dumps(await run_in_threadpool(self.view.snapshot)))
+                name = want["preview"]
+                if name:
+                    version, jpeg = self.tap.frames.get(name, (0, b""))
+                    if jpeg and version != seen:
+                        seen = version
+                        await ws.send_bytes(jpeg)
+                left = max(0.01, PUSH_INTERVAL - (time.monotonic() - last_state))
+                waits = [asyncio.ensure_future(hub.wait(left)) for hub in (self._changes, self._frames)]
+                await asyncio.wait([*waits, reader], return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            pass
+        finally:
+            reader.cancel()
+            if want["preview"]:
+                self.tap.unwatch(want["preview"])
 
     async def _thumb(self, request):
         from starlette.concurrency import run_in_threadpool
@@ -305,6 +415,13 @@ class PanelServer:
             if len(body) > MAX_LINE:
                 raise ValueError("the request is too long")
         return json.loads(body or b"null")
+
+    async def _json_dict(self, request) -> dict:
+        try:
+            body = await self._json_body(request)
+        except (ValueError, RecursionError):
+            return {}
+        return body if isinstance(body, dict) else {}
 
     def _run_command(self, cmd: Any) -> dict:
         states = self.backend.states

@@ -86,6 +86,39 @@ def peer_uid(conn: socket.socket) -> int | None:
     return uid
 
 
+def _proc_net_address(host: str, port: int) -> str | None:
+    """``host``:``port`` as /proc/net/tcp{,6} writes it (each 32-bit word in host byte order, hex)."""
+    try:
+        packed = socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:
+        return None
+    words = "".join("%08X" % struct.unpack("=I", packed[i : i + 4])[0] for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}"
+
+
+def tcp_peer_uid(local: tuple, peer: tuple) -> int | None:
+    """The uid owning the other end of a TCP connection on this machine (a loopback peer), from
+    Linux's /proc/net/tcp{,6}: the row whose local address is ``peer`` and remote one ``local``.
+    None elsewhere, for a peer on another machine, or when the row is gone."""
+    mine, theirs = _proc_net_address(str(local[0]), int(local[1])), _proc_net_address(str(peer[0]), int(peer[1]))
+    if mine is None or theirs is None:
+        return None
+    table = "/proc/net/tcp6" if len(theirs) > 13 else "/proc/net/tcp"
+    try:
+        with open(table, encoding="ascii") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    at = text.find(f" {theirs} {mine} ")
+    if at < 0:
+        return None
+    fields = text[at : text.find("\n", at)].split()
+    try:
+        return int(fields[6])  # local, remote, st, tx:rx, tr:when, retrnsmt, uid
+    except (IndexError, ValueError):
+        return None
+
+
 def _foreign(uid: int | None) -> bool:
     me = files.my_uid()
     return me is not None and uid is not None and uid not in (me, 0)

@@ -155,11 +155,16 @@ def start_panel(d: Any) -> Any:
     if not pcfg.enabled:
         return None
     from vcam.config import PanelConfig
-    from vcam.panel.access import new_token, read_panel_file, remove_panel_file, write_panel_file
+    from vcam.panel.access import load_pairing_key, new_token, read_panel_file, remove_panel_file, write_panel_file
     from vcam.panel.server import PanelServer
 
     path = d.cfg.panel_file
-    previous = (read_panel_file(path) or {}).get("token") if pcfg.keep_token and d.instance_lock is not None else None
+    try:
+        kept = (read_panel_file(path) or {}) if d.instance_lock is not None else {}
+    except VcamError as exc:  # another user's file: nothing in it is used, it is replaced below
+        log.warning("%s", exc)
+        kept = {}
+    previous = kept.get("token") if pcfg.keep_token else None
     try:
         server = PanelServer(
             DaemonBackend(d),
@@ -171,6 +176,8 @@ def start_panel(d: Any) -> Any:
             # The default port taken (another vcam's panel): any free one, said below. A port the
             # user chose is theirs (a dock's URL, a firewall rule): taken or the panel stays off.
             or_free_port=pcfg.port == PanelConfig().port,
+            # kept across runs beside the panel file: an open page follows a restarted daemon
+            pairing_key=load_pairing_key(path.with_name(path.name + "key") if d.instance_lock is not None else None),
         )
         server.start()
     except VcamError as exc:
@@ -202,6 +209,8 @@ def start_panel(d: Any) -> Any:
         log.info("panel at %s", server.base_url)
 
     class _Stop:
+        panel = server
+
         def stop(self) -> None:
             d.rounds.tap = None
             server.stop()

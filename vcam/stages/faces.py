@@ -46,7 +46,7 @@ CLASSIC_SIZE = 128
 #: The side of the source image a loaded face carries (arcface_128 alignment): the classic swap draws
 #: from it at the frame's resolution, so it keeps the photo's detail for faces up to about this size.
 SOURCE_SIZE = 512
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # \Z: "$" would pass a trailing newline
 _PHOTO_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 

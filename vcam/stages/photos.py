@@ -16,6 +16,12 @@ from vcam.errors import FaceError
 MAX_PHOTO_PIXELS = 50_000_000
 
 
+#: Largest picture decoded, in bytes of the decoded array (width x height x channels x bytes per
+#: sample, read from the header before decoding): a 16-bit RGBA picture takes 8 bytes a pixel, so
+#: the pixel cap alone let a 7000x7000 one (a few hundred KiB as a PNG) cost 400 MB and more to decode.
+MAX_DECODED_BYTES = MAX_PHOTO_PIXELS * 3
+
+
 #: Largest photo file read at all (bytes): checked on the file's size before any byte is read.
 MAX_PHOTO_BYTES = 64 * 1024 * 1024
 
@@ -91,6 +97,31 @@ def _png_size(head: bytes) -> tuple[int, int] | None:
     return (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) if head[12:16] == b"IHDR" else None
 
 
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 2, 6: 4}  # by IHDR colour type (a palette may decode to BGRA)
+_PILLOW_BYTES = {"1": 1, "L": 1, "P": 4, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4}
+
+
+def _png_depth(head: bytes) -> tuple[int, int]:
+    """(channels, bytes per sample) decoded from a PNG, from IHDR's bit depth and colour type."""
+    bits, colour = head[24], head[25]
+    return _PNG_CHANNELS.get(colour, 4), 2 if bits > 8 else 1
+
+
+def _decoded_bytes(kind: str, head: bytes, mode: str | None, width: int, height: int) -> tuple[int, str]:
+    """Bytes of the decoded array and a short description ('16-bit RGBA'), from the header alone.
+    Formats without a parsed depth count 3 channels of their widest sample (float for PFM and HDR)."""
+    if kind == "PNG":
+        channels, sample = _png_depth(head)
+    elif mode is not None and mode.startswith("I;16"):  # Pillow's mode from the header
+        channels, sample = 1, 2
+    elif mode is not None:
+        channels, sample = (1, 4) if mode in ("I", "F") else (_PILLOW_BYTES.get(mode, 4), 1)
+    else:
+        channels, sample = 3, 4 if kind in ("PFM", "Radiance HDR") else 2 if kind in ("PNM", "PAM") else 1
+    names = {1: "grey", 2: "grey+alpha", 3: "RGB", 4: "RGBA"}
+    return width * height * channels * sample, f"{8 * sample}-bit {names.get(channels, 'RGBA')}"
+
+
 def _parsed_size(head: bytes) -> tuple[str, tuple[int, int] | None] | None:
     """(format, size) for the formats whose header is parsed here; None for other formats."""
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -136,6 +167,7 @@ def image_size(path: Path, what: str = "photo", max_pixels: int | None = MAX_PHO
         raise FaceError(f"cannot read {path}: {exc.strerror or exc}", hint="check the file's permissions") from None
     not_image = FaceError(f"{path} is not an image that can be read", hint=_WHY_NOT)
     parsed = _parsed_size(head)
+    mode: str | None = None
     if parsed is not None:
         kind, size = parsed
         if size is None:
@@ -150,7 +182,7 @@ def image_size(path: Path, what: str = "photo", max_pixels: int | None = MAX_PHO
             raise not_image
         try:
             with Image.open(path, formats=[kind]) as im:  # the header only
-                size = im.size
+                size, mode = im.size, im.mode
         except (Image.DecompressionBombError, Image.DecompressionBombWarning):  # far above any cap here
             raise FaceError(f"{path} is too large for a face {what}", hint=_SCALE_DOWN) from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
@@ -162,6 +194,13 @@ def image_size(path: Path, what: str = "photo", max_pixels: int | None = MAX_PHO
         raise FaceError(
             f"{path} is {width}x{height} pixels, too large for a face {what} (at most {max_pixels / 1e6:g} megapixels)",
             hint=_SCALE_DOWN,
+        )
+    decoded, depth = _decoded_bytes(kind, head, mode, width, height)
+    if max_pixels is not None and decoded > MAX_DECODED_BYTES:
+        raise FaceError(
+            f"{path} is {width}x{height} {depth}, {decoded / 1e6:.0f} MB once decoded, too large for a face {what} "
+            f"(at most {MAX_DECODED_BYTES / 1e6:.0f} MB)",
+            hint=_SCALE_DOWN + "; save it as 8-bit",
         )
     return width, height
 

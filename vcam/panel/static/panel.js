@@ -1,11 +1,63 @@
-// FastSwap Cam panel: plain JS, no build step. State arrives pushed (Server-Sent Events, /api/events);
-// changes go out as POSTs carrying the run's token in X-Vcam-Token (the server refuses them otherwise).
+// FastSwap Cam panel: plain JS, no build step. State arrives pushed (/api/events, read as a stream);
+// every API request carries the run's token in X-Vcam-Token, which only this script adds: the token
+// comes in the URL after '#', is kept in this tab's sessionStorage (kept apart by origin, port
+// included) and never in a cookie. After a daemon restart the page proves the pairing key it holds
+// in memory to the server, after the server proved it first, and gets the new run's token.
 "use strict";
 
-const TOKEN = document.querySelector('meta[name="vcam-token"]').content;
 const $ = (id) => document.getElementById(id);
-const panel = { state: null, stream: null, lastReply: null, previewOn: false, confirming: null };
+const STALE_MS = 1900; // no pushed state for this long (one comes every second): the daemon is not answering
+const panel = { verified: true, state: null, stream: null, lastReply: null, previewOn: false, previewGen: 0, confirming: null, live: false, key: null, thumbs: {} };
 window.vcamPanel = panel; // read by the browser tests
+
+function takeToken() {
+  const h = new URLSearchParams(location.hash.slice(1));
+  if (h.get("token")) {
+    sessionStorage.setItem("vcam-token", h.get("token"));
+    history.replaceState(null, "", location.pathname); // out of the address bar
+  }
+  return sessionStorage.getItem("vcam-token");
+}
+panel.token = takeToken();
+const auth = (extra = {}) => ({ "X-Vcam-Token": panel.token || "", ...extra });
+panel.get = (url) => fetch(url, { headers: auth(), cache: "no-store" }); // for the tests too
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// -- a restarted daemon: proofs both ways before the new token is taken ------------------------------
+const hex = (buf) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
+async function mac(text) {
+  const k = await crypto.subtle.importKey("raw", new TextEncoder().encode(panel.key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  return hex(await crypto.subtle.sign("HMAC", k, new TextEncoder().encode(text)));
+}
+async function learnKey() {
+  try {
+    const res = await panel.get("/api/session");
+    if (res.ok) panel.key = (await res.json()).key;
+  } catch (err) { /* tried again after the next connect */ }
+}
+async function resume() {
+  panel.why = null;
+  if (!panel.key) return false;
+  const mine = hex(crypto.getRandomValues(new Uint8Array(24)));
+  const json = { "Content-Type": "application/json" };
+  try {
+    const hello = await (await fetch("/api/hello", { method: "POST", headers: json, body: JSON.stringify({ nonce: mine }) })).json();
+    if (!hello.nonce || hello.proof !== (await mac(`vcam-server|${mine}|${hello.nonce}`))) {
+      panel.why = "a server at this address did not prove it is this vcam: not reconnecting to it";
+      return false;
+    }
+    const proof = await mac(`vcam-page|${hello.nonce}|${mine}`);
+    const res = await fetch("/api/resume", { method: "POST", headers: json, body: JSON.stringify({ nonce: hello.nonce, proof }) });
+    const reply = await res.json();
+    if (!reply.token) return false;
+    panel.token = reply.token;
+    sessionStorage.setItem("vcam-token", reply.token);
+    panel.resumed = (panel.resumed || 0) + 1;
+    return true;
+  } catch (err) {
+    return false;
+  }
+}
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -19,7 +71,11 @@ function el(tag, attrs = {}, ...children) {
 }
 
 async function post(url, body, headers = {}) {
-  const opts = { method: "POST", headers: { "X-Vcam-Token": TOKEN, ...headers }, body };
+  if (!panel.verified) {
+    panel.lastReply = { ok: false, error: "the daemon does not answer", hint: "is `vcam run` still running?" };
+    return panel.lastReply;
+  }
+  const opts = { method: "POST", headers: auth(headers), body };
   if (!(body instanceof Blob) && body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
@@ -28,6 +84,7 @@ async function post(url, body, headers = {}) {
   try {
     const res = await fetch(url, opts);
     reply = await res.json().catch(() => ({ ok: false, error: `HTTP ${res.status}` }));
+    if (res.status === 401 || res.status === 403) reply = { ok: false, error: "this page's pass is out of date", hint: "reconnecting; or open the URL `vcam panel` prints" };
   } catch (err) {
     reply = { ok: false, error: "the daemon does not answer", hint: "is `vcam run` still running?" };
   }
@@ -53,10 +110,25 @@ function current() {
 }
 
 // -- faces ------------------------------------------------------------------------------------
+function thumb(name) {
+  // fetched with the token (an <img src> could not carry it), kept as a blob URL per face
+  const img = el("img", { alt: name });
+  let got = panel.thumbs[name];
+  if (!got && panel.verified) {
+    got = panel.thumbs[name] = panel.get(`/api/faces/${encodeURIComponent(name)}/thumb`)
+      .then((r) => (r.ok ? r.blob() : null)).then((b) => (b ? URL.createObjectURL(b) : null))
+      .catch(() => null);
+    got.then((u) => { if (!u) delete panel.thumbs[name]; });
+  }
+  if (got) got.then((u) => { if (u) img.src = u; });
+  return img;
+}
+
 function renderFaces() {
   const st = current();
   const box = $("faces");
   const faces = panel.state.faces;
+  for (const n of Object.keys(panel.thumbs)) if (!faces.some((f) => f.name === n)) delete panel.thumbs[n]; // re-added: fetched anew
   const key = JSON.stringify([faces, st.face, panel.confirming]);
   if (box.dataset.key === key) return;
   box.dataset.key = key;
@@ -66,7 +138,7 @@ function renderFaces() {
     const pick = el(
       "button",
       { class: "pick", title: `switch to ${f.name}`, onclick: () => switchFace(f.name) },
-      el("img", { src: `/api/faces/${encodeURIComponent(f.name)}/thumb`, alt: f.name, loading: "lazy" }),
+      thumb(f.name),
       el("span", {}, f.name),
     );
     tile.append(pick);
@@ -121,7 +193,10 @@ function faceSelect(selected, onchange, label) {
 function renderPeople() {
   const st = current();
   const body = $("people").tBodies[0];
-  const key = JSON.stringify([st.people, st.mappings, st.mapping_on, panel.state.faces]);
+  // rebuilt only when the people, their faces or the choices change (not as a person moves: an open
+  // dropdown stays open, focus stays where it is)
+  const people = st.people.map((p) => [p.track, p.target, p.source]);
+  const key = JSON.stringify([people, st.mappings, st.mapping_on, panel.state.faces.map((f) => f.name)]);
   if (body.dataset.key === key) return;
   body.dataset.key = key;
   body.replaceChildren();
@@ -198,6 +273,25 @@ function renderHealth() {
 }
 
 // -- the whole page ---------------------------------------------------------------------------
+function swapLabel(st) {
+  // "swap on" only while faces are being swapped
+  if (!st.swap) return ["swap off", "off"];
+  if (st.paused || st.status.paused) return ["paused", "warn"];
+  if ((st.status.degraded || []).includes("swap")) return ["shed under overload", "warn"];
+  if (!st.face && !Object.keys(st.mappings).length) return ["no face chosen", "warn"];
+  return ["swap on", "on"];
+}
+
+function setLive(live, why) {
+  if (panel.live && !live) panel.staleAt = Date.now();
+  panel.live = live;
+  $("conn").className = "dot " + (live ? "live" : "dead");
+  document.body.classList.toggle("stale", !live && !!panel.state);
+  const b = $("banner");
+  b.hidden = live;
+  if (!live) b.textContent = why || "The daemon is stopped or not answering: the figures and picture below are from before. Reconnecting…";
+}
+
 function render() {
   const s = panel.state;
   if (!panel.stream || !s.streams.some((x) => x.name === panel.stream)) panel.stream = s.streams[0].name;
@@ -206,8 +300,10 @@ function render() {
   if (sel.options.length !== s.streams.length) sel.replaceChildren(...s.streams.map((x) => el("option", { value: x.name }, x.name)));
   sel.value = panel.stream;
   const st = current();
-  $("swap").textContent = st.swap ? "swap on" : "swap off";
-  $("swap").classList.toggle("off", !st.swap);
+  const [label, kind] = swapLabel(st);
+  $("swap").textContent = label;
+  $("swap").classList.toggle("off", kind === "off");
+  $("swap").classList.toggle("warn", kind === "warn");
   $("pause").textContent = st.paused ? "resume" : "pause";
   $("pause").classList.toggle("paused", st.paused);
   renderFaces();
@@ -217,26 +313,178 @@ function render() {
 
 function setPreview(on) {
   panel.previewOn = on;
+  panel.previewGen += 1;
   const img = $("preview");
   $("preview-toggle").textContent = on ? "hide" : "show";
+  if (panel.ws) panel.ws.send(JSON.stringify({ preview: on ? panel.stream : null }));
   if (on) {
-    img.src = `/api/preview?stream=${encodeURIComponent(panel.stream || "")}&t=${Date.now()}`;
     img.hidden = false;
+    previewLoop(panel.previewGen);
   } else {
-    img.removeAttribute("src"); // closes the stream: the daemon stops making preview frames
+    if (img.src) URL.revokeObjectURL(img.src);
+    img.removeAttribute("src"); // the stream's reader is cancelled: the daemon stops making preview frames
     img.hidden = true;
   }
 }
 
-function connect() {
-  const es = new EventSource("/api/events");
-  es.addEventListener("state", (ev) => {
-    panel.state = JSON.parse(ev.data);
-    panel.updates = (panel.updates || 0) + 1;
-    $("conn").className = "dot live";
-    render();
+function showFrame(blob) {
+  const img = $("preview");
+  const old = img.src;
+  img.src = URL.createObjectURL(blob);
+  if (old) URL.revokeObjectURL(old);
+  panel.previewFrames = (panel.previewFrames || 0) + 1;
+}
+
+function indexOf4(buf, from) {
+  for (let i = from; i + 3 < buf.length; i++) if (buf[i] === 13 && buf[i + 1] === 10 && buf[i + 2] === 13 && buf[i + 3] === 10) return i;
+  return -1;
+}
+
+async function previewLoop(gen) {
+  // The preview as a multipart JPEG stream read with the token; reconnects (and so resumes after a
+  // daemon restart) for as long as it is on.
+  const img = $("preview");
+  while (panel.previewOn && gen === panel.previewGen) {
+    if (!panel.verified || !panel.live || panel.ws) { await sleep(200); continue; } // the WebSocket brings frames
+    try {
+      const res = await panel.get(`/api/preview?stream=${encodeURIComponent(panel.stream || "")}`);
+      if (res.ok) {
+        const reader = res.body.getReader();
+        let buf = new Uint8Array(0);
+        while (gen === panel.previewGen) {
+          const { value, done } = await reader.read();
+          if (done || gen !== panel.previewGen) break; // ended, or hidden meanwhile
+          const joined = new Uint8Array(buf.length + value.length);
+          joined.set(buf); joined.set(value, buf.length); buf = joined;
+          for (;;) {
+            const end = indexOf4(buf, 0);
+            if (end < 0) break;
+            const head = new TextDecoder().decode(buf.subarray(0, end));
+            const m = /content-length:\s*(\d+)/i.exec(head);
+            const len = m ? parseInt(m[1], 10) : -1;
+            if (len < 0 || buf.length < end + 4 + len) break;
+            showFrame(new Blob([buf.slice(end + 4, end + 4 + len)], { type: "image/jpeg" }));
+            buf = buf.slice(end + 4 + len + 2);
+          }
+        }
+        reader.cancel().catch(() => {});
+      }
+    } catch (err) { /* the daemon went away: try again below */ }
+    if (gen === panel.previewGen) await sleep(500);
+  }
+}
+
+function runWs() {
+  // One WebSocket a page for the states and the preview (a browser allows six HTTP/1.1 connections
+  // a host: two long streams a tab ran out at the fourth tab). Resolves "unauthorized" (the token is
+  // not this run's), "closed" (it was open), or "failed" (it never opened).
+  return new Promise((resolve) => {
+    let ws;
+    try {
+      ws = new WebSocket(`${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/api/ws`);
+    } catch (err) {
+      resolve("failed");
+      return;
+    }
+    ws.binaryType = "blob";
+    let opened = false;
+    let timer = null;
+    const quiet = () => { clearTimeout(timer); timer = setTimeout(() => ws.close(), STALE_MS); };
+    ws.onopen = () => {
+      opened = panel.everWs = true;
+      ws.send(JSON.stringify({ token: panel.token }));
+      panel.ws = ws;
+      if (panel.previewOn) ws.send(JSON.stringify({ preview: panel.stream }));
+      quiet();
+    };
+    ws.onmessage = (ev) => {
+      quiet();
+      if (typeof ev.data === "string") {
+        panel.state = JSON.parse(ev.data);
+        panel.updates = (panel.updates || 0) + 1;
+        setLive(true);
+        render();
+        if (!panel.key) learnKey();
+      } else if (panel.previewOn) {
+        showFrame(ev.data);
+      }
+    };
+    ws.onclose = (ev) => {
+      clearTimeout(timer);
+      panel.ws = null;
+      resolve(ev.code === 4401 ? "unauthorized" : opened ? "closed" : "failed");
+    };
   });
-  es.onerror = () => { $("conn").className = "dot dead"; };
+}
+
+async function readEvents(res) {
+  // Server-sent events over fetch (an EventSource cannot carry the token header).
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    let timer;
+    const stale = new Promise((r) => { timer = setTimeout(() => r({ stale: true }), STALE_MS); });
+    const got = await Promise.race([reader.read(), stale]);
+    clearTimeout(timer);
+    if (got.stale || got.done) { reader.cancel().catch(() => {}); return; }
+    buf += dec.decode(got.value, { stream: true });
+    let i;
+    while ((i = buf.indexOf("\n\n")) >= 0) {
+      const chunk = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const data = chunk.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+      if (!data) continue;
+      panel.state = JSON.parse(data);
+      panel.updates = (panel.updates || 0) + 1;
+      setLive(true);
+      render();
+    }
+  }
+}
+
+async function connect() {
+  if (!panel.token) {
+    setLive(false, "Open the panel with the URL `vcam panel` prints (it carries this run's token).");
+    return;
+  }
+  for (;;) {
+    let why = null;
+    try {
+      // After a lost connection the token goes to no server before it proved the pairing key
+      // (whoever holds the port while vcam is stopped would otherwise receive it).
+      if (!panel.verified && panel.key) {
+        if (!(await resume())) {
+          setLive(false, panel.why);
+          await sleep(500);
+          continue;
+        }
+        panel.verified = true;
+      }
+      if (!panel.noWs) {
+        const how = await runWs();
+        if (how === "unauthorized") {
+          why = "The daemon restarted: reconnecting…";
+          if (await resume()) continue;
+          why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+        }
+        if (how !== "failed" || panel.everWs) throw null; // lost: verify the server again, below
+      }
+      const res = await panel.get("/api/events"); // no WebSocket here (yet): the HTTP streams
+      if (res.status === 401) {
+        why = "The daemon restarted: reconnecting…";
+        if (await resume()) continue;
+        why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+      } else if (res.ok) {
+        panel.noWs = !panel.everWs; // the server answers, its WebSocket did not
+        if (!panel.key) learnKey();
+        await readEvents(res);
+      }
+    } catch (err) { /* not answering */ }
+    panel.verified = false;
+    setLive(false, why);
+    await sleep(500);
+  }
 }
 
 function wire() {
