@@ -405,6 +405,12 @@ class ObsConfig:
     password_env: str = _opt("VCAM_OBS_PASSWORD", "Environment variable read for the password.")
     scene: str = _opt("FastSwap Faces", "Scene holding one image source per face.")
     status_source: str = _opt("FastSwap Status", "Text source updated with face, fps and latency ('' : off).")
+    audio_sync: list[str] = _opt(
+        [],
+        "OBS audio inputs (e.g. 'Mic/Aux') whose sync offset vcam keeps at the video's delay: its measured "
+        "capture-to-publish time plus the camera's frame time, updated when that moves by more than 4 ms (at most "
+        "every 3 s); each input's own offset is put back when vcam stops. The panel's audio sync switch pauses it.",
+    )
 
     def for_stream(self, name: str, count: int) -> ObsConfig:
         """The OBS names of stream ``name`` when the daemon runs ``count`` streams: with several,

@@ -525,10 +525,17 @@ def start_control(d: Daemon) -> None:
             log.warning("local control disabled: %s", exc)
     if d.cfg.obs.enabled:
         from vcam.control.obs import ObsController
+        from vcam.control.obs_audio import ObsAudio
 
-        for st in d.streams:
+        for i, st in enumerate(d.streams):
             several = len(d.streams) > 1
-            obs = ObsController(d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None)
+            # Audio sync follows the first stream's delay (one offset per OBS input); its panel switch is there.
+            audio = ObsAudio(d.cfg.obs.audio_sync if i == 0 else ())
+            if audio.inputs:
+                st.state.offer("audio_sync", True)
+            obs = ObsController(
+                d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None, audio=audio
+            )
             obs.start()
             d.components.append(obs)
 
