@@ -1128,3 +1128,59 @@ def test_daemon_audio_sync_follows_load_and_is_restored_at_exit(obs_server, scen
         daemon.stop()
     assert daemon.summary.error is None
     assert offset_of(client, "Mic/Aux") == -20
+
+
+# --- the desk's settings and docs/obs.md's recipes, as custom events through OBS ----------------
+
+
+def doc_recipes() -> list[dict]:
+    """The request data lines of docs/obs.md's Stream Deck and Streamer.bot recipes."""
+    import json
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "obs.md").read_text()
+    section = text.split("## 10. Stream Deck and Streamer.bot recipes", 1)[1].split("\n## ", 1)[0]
+    return [json.loads(line.strip()) for line in section.splitlines() if line.strip().startswith('{"eventData"')]
+
+
+def offer_every_setting(state: RuntimeState) -> RuntimeState:
+    from vcam.control.commands import SETTINGS
+
+    for s in SETTINGS:
+        state.offer(s.key, 0.8 if s.kind == "amount" else s.key != "mirror")
+    return state
+
+
+def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene):
+    """Each recipe line of docs/obs.md, broadcast through a real OBS, is answered ok, and its reply
+    (face, swap, pause, the settings) is what the same command over `vcam ctl`'s path gives a twin
+    state; so every desk setting works as an OBS custom event. The controller serves stream 'side'
+    (the recipe naming it), which also answers the commands naming no stream."""
+    from vcam.control.commands import SETTINGS
+    from vcam.control.local import handle_command
+
+    recipes = doc_recipes()
+    assert len(recipes) >= 10
+    sent = {k for r in recipes for k in r["eventData"]["vcam"]}
+    assert {s.key for s in SETTINGS} <= sent  # every setting has a recipe
+    state, twin = offer_every_setting(make_state()), offer_every_setting(make_state())
+    ctl = ObsController(obs_cfg(obs_server), state, retry_min=0.2, stream="side")
+    rec = EventRecorder(obs_cfg(obs_server))
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        for data in recipes:
+            n = len(rec.replies())
+            ctl._req.broadcast_custom_event(data)
+            assert wait_for(lambda n=n: len(rec.replies()) > n, 2) is not None, data
+            got = rec.replies()[n]
+            cmd = {k: v for k, v in data["eventData"]["vcam"].items() if k != "stream"}
+            want = handle_command(twin, cmd)
+            assert got["ok"] and want["ok"], (data, got)
+            assert {k: got[k] for k in ("face", "swap", "paused", "settings")} == {
+                k: want[k] for k in ("face", "swap", "paused", "settings")
+            }, data
+        assert state.settings == twin.settings and state.snapshot().settings == twin.settings
+        assert state.settings["enhancer_amount"] == 1.0 and state.settings["mirror"] is True
+    finally:
+        rec.close()
+        ctl.stop()

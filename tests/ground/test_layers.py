@@ -146,7 +146,7 @@ OVERSIZE = {
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
     "vcam.control.obs:ObsController": 410,
     "vcam.engines.torch:TorchEngine": 381,
-    "vcam.pipeline.pipeline:Pipeline": 375,
+    "vcam.pipeline.pipeline:Pipeline": 371,
 }
 
 

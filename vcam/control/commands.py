@@ -33,7 +33,43 @@ class Setting:
     hint: str
 
 
+_RESTART = " and restart `vcam run`"
 SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "enhancer",
+        "switch",
+        "enhancer",
+        "Run the face enhancer ([swap] enhancer) over the swapped faces (off: faster, softer).",
+        "set [swap] enhancer (e.g. 'gfpgan_1.4')" + _RESTART,
+    ),
+    Setting(
+        "enhancer_amount",
+        "amount",
+        "amount",
+        "How much of the enhanced face is blended in, 0 to 1 ([swap] enhancer_amount).",
+        "set [swap] enhancer (e.g. 'gfpgan_1.4')" + _RESTART,
+    ),
+    Setting(
+        "mouth_mask",
+        "switch",
+        "mouth",
+        "Keep the person's own mouth (the 'mouth' mask: lips as they speak, teeth, tongue).",
+        "set [mask] types to more than 'box' (e.g. ['box', 'face'])" + _RESTART,
+    ),
+    Setting(
+        "occlusion_mask",
+        "switch",
+        "occlusion",
+        "Keep hands, glasses and microphones in front of the face (the 'occlusion' mask's model).",
+        "add 'occlusion' to [mask] types (it loads the occluder model)" + _RESTART,
+    ),
+    Setting(
+        "mirror",
+        "switch",
+        "mirror",
+        "Flip the published picture left to right (the panel's preview too).",
+        "mirror needs a running `vcam run`",
+    ),
     Setting(
         "audio_sync",
         "switch",

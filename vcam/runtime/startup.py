@@ -106,6 +106,7 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
             return  # stopped while loading
         start_capture(d, early=False)
     start_telemetry(d)
+    offer_settings(d)
     start_control(d)
     if d.panel_on:
         from vcam.runtime.panel import start_panel
@@ -507,6 +508,25 @@ def start_telemetry(d: Daemon) -> None:
     if early_frames(d) and not any(st.decoder is not None and st.decoder.device == "cuda" for st in d.streams):
         available.add(SHED_SWAP)
     d.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
+
+
+def offer_settings(d: Daemon) -> None:
+    """The desk's settings this run can honour, offered on every stream's state at the config's
+    values (:mod:`vcam.control.commands`): the enhancer and its amount with a face enhancer, the
+    mouth mask with a mask stage (any mask type beyond 'box'), the occlusion mask with the occluder
+    loaded, mirror always. Audio sync is offered with the OBS controller (:func:`start_control`)."""
+    cfg = d.cfg
+    offers: dict[str, object] = {}
+    if cfg.swap.enhancer:
+        offers |= {"enhancer": True, "enhancer_amount": float(cfg.swap.enhancer_amount)}
+    if set(cfg.mask.types) - {"box"}:
+        offers["mouth_mask"] = "mouth" in cfg.mask.types
+    if "occlusion" in cfg.mask.types:
+        offers["occlusion_mask"] = True
+    offers["mirror"] = False
+    for st in d.streams:
+        for key, value in offers.items():
+            st.state.offer(key, value)
 
 
 def start_control(d: Daemon) -> None:

@@ -1,0 +1,64 @@
+"""The desk's settings in a running daemon: what a run offers from its config, and a setting sent
+over the control socket (the path of `vcam ctl`, the panel and OBS custom events) changing the
+published frames."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces
+
+from vcam.control.client import send_command
+from vcam.errors import ControlError
+from vcam.runtime.daemon import Daemon
+from vcam.state import RuntimeState
+
+
+def wait_for(pred, timeout: float) -> bool:
+    end = time.monotonic() + timeout * 4  # a busy 2-core machine: generous
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def face_x(frame) -> float | None:
+    """The mean column of the pixels in alice's solid colour (None when there are few)."""
+    want = np.array(COLOURS["alice"], np.int16)
+    ys, xs = np.nonzero(np.abs(frame.astype(np.int16) - want).max(axis=2) < 40)
+    return float(xs.mean()) if xs.size > 200 else None
+
+
+def test_a_daemon_offers_its_settings_and_mirror_flips_what_it_publishes(tmp_path):
+    cfg = demo_daemon_config(tmp_path / "vcam.sock")
+    state = RuntimeState(solid_faces(("alice",)), active="alice")
+    out = CapturingOutput()
+    daemon = Daemon(cfg, state=state, output=out)
+    daemon.start()
+    try:
+        assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
+        # [mask] types box, face: the mouth switch (off), mirror; no enhancer, no occluder, no OBS.
+        assert state.settings == {"mouth_mask": False, "mirror": False}
+        with pytest.raises(ControlError, match="enhancer is not available in this run") as info:
+            send_command(cfg.socket_path, {"enhancer": "on"})
+        assert "[swap] enhancer" in (info.value.hint or "")
+        assert wait_for(lambda: out.frames > 5 and face_x(out.last) is not None, 10)
+        xs = []
+        while len(xs) < 3:
+            if (x := face_x(out.last)) is not None:
+                xs.append(x)
+            time.sleep(0.1)
+        plain = float(np.median(xs))
+        width = out.last.shape[1]
+        assert abs(plain - (width - 1 - plain)) > 20, plain  # off-centre: its mirror image is elsewhere
+        assert send_command(cfg.socket_path, {"mirror": "on"})["settings"]["mirror"] is True
+        # the demo's face moves a little: mirrored, it sits about where its mirror image would
+        assert wait_for(lambda: (x := face_x(out.last)) is not None and abs(x - (width - 1 - plain)) < abs(x - plain), 10)
+        assert send_command(cfg.socket_path, {"mirror": "toggle"})["settings"]["mirror"] is False
+        assert wait_for(lambda: (x := face_x(out.last)) is not None and abs(x - plain) < abs(x - (width - 1 - plain)), 10)
+    finally:
+        daemon.stop()
+    assert daemon.summary.error is None
