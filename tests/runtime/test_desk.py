@@ -62,3 +62,22 @@ def test_a_daemon_offers_its_settings_and_mirror_flips_what_it_publishes(tmp_pat
     finally:
         daemon.stop()
     assert daemon.summary.error is None
+
+
+def test_frames_made_without_the_pipeline_are_mirrored_too():
+    """The early frames and the frames of a shed swap (:func:`vcam.runtime.rounds.early_frame`) follow
+    the mirror setting as the pipeline's frames do."""
+    from vcam.config import Config
+    from vcam.runtime.rounds import Stream, early_frame
+    from vcam.types import Frame, PixelFormat
+
+    img = np.zeros((24, 32, 3), np.uint8)
+    img[:, :8] = (0, 0, 255)  # red on the left
+    state = RuntimeState()
+    st = Stream("s1", Config(), state, output=CapturingOutput(32, 24))
+    frame = Frame(img, 32, 24, PixelFormat.BGR, 0.0, 0)
+    np.testing.assert_array_equal(early_frame(st, frame, pixelated=False), img)
+    state.offer("mirror", True)
+    np.testing.assert_array_equal(early_frame(st, frame, pixelated=False), img[:, ::-1])
+    blocks = early_frame(st, frame, pixelated=True)
+    assert blocks[:, -4:, 2].min() > 200 and blocks[:, :4, 2].max() < 50  # the red blocks on the right

@@ -354,13 +354,16 @@ class Rounds:
 def early_frame(st: Stream, frame: Frame, *, pixelated: bool) -> Any:
     """``frame`` converted on the CPU to the stream's output format without the pipeline: in coarse
     blocks (``pixelated``: no face can be recognised) or as it came. The early frames while the models
-    load, and every frame while the swap is shed under overload (:data:`SHED_SWAP`)."""
+    load, and every frame while the swap is shed under overload (:data:`SHED_SWAP`); mirrored when the
+    stream's mirror setting is on."""
     import numpy as np
 
     from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
 
     assert st.output is not None
     bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
+    if st.state.snapshot().settings.get("mirror"):  # the desk's mirror, as the pipeline's frames have it
+        bgr = np.ascontiguousarray(bgr[:, ::-1])
     return from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt)
 
 
