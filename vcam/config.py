@@ -291,6 +291,11 @@ class OutputConfig:
         "auto", "Virtual camera pixel format (auto: what the device takes)."
     )
     fps: float = _opt(0.0, "Output frame rate (0: the input's).", min=0, max=240)
+    record_dir: str = _opt(
+        "",
+        "Folder of the recordings started from the desk (`vcam ctl record on`, the panel, OBS): one file per start, "
+        "vcam-STREAM-DATE-TIME.mp4 ('' : ~/Videos where it exists, else the home folder).",
+    )
     chroma: Literal["420", "444"] = _opt(
         "420",
         "File output chroma: '420' (yuv420p, which every H.264 player decodes; an odd size is padded to even with the "

@@ -1111,7 +1111,7 @@ def test_daemon_audio_sync_follows_load_and_is_restored_at_exit(obs_server, scen
     try:
         assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
         state = daemon.streams[0].state
-        assert state.settings == {"audio_sync": True, "mouth_mask": False, "mirror": False}
+        assert state.settings == {"audio_sync": True, "mouth_mask": False, "mirror": False, "record": False}
 
         def agreed() -> bool:
             return abs(offset_of(client, "Mic/Aux") - state.read_status().av_delay_ms) <= 5

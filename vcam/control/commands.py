@@ -71,6 +71,13 @@ SETTINGS: tuple[Setting, ...] = (
         "mirror needs a running `vcam run`",
     ),
     Setting(
+        "record",
+        "switch",
+        "record",
+        "Record the published picture to a new file in [output] record_dir while on (off: the file is finished).",
+        "recording is for a live `vcam run` (a file conversion writes a file already)",
+    ),
+    Setting(
         "audio_sync",
         "switch",
         "audio sync",

@@ -163,6 +163,8 @@ class Rounds:
     hook: RoundHook | None = None
     #: Called with (stream, published data) after each publish (the panel's preview); keep it short.
     tap: Callable[[Stream, Any], None] | None = None
+    #: Called the same way for the desk's recording (:mod:`vcam.runtime.record`); keep it short.
+    record: Callable[[Stream, Any], None] | None = None
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
@@ -330,6 +332,8 @@ class Rounds:
         st.shown = data
         if self.tap is not None:
             self.tap(st, data)
+        if self.record is not None:
+            self.record(st, data)
         if output.user_closed:  # preview window closed by the user
             self.exit_requested()
         st.last_pub = time.perf_counter()

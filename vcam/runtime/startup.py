@@ -514,7 +514,8 @@ def offer_settings(d: Daemon) -> None:
     """The desk's settings this run can honour, offered on every stream's state at the config's
     values (:mod:`vcam.control.commands`): the enhancer and its amount with a face enhancer, the
     mouth mask with a mask stage (any mask type beyond 'box'), the occlusion mask with the occluder
-    loaded, mirror always. Audio sync is offered with the OBS controller (:func:`start_control`)."""
+    loaded, mirror always, recording (:mod:`vcam.runtime.record`) on a live stream. Audio sync is
+    offered with the OBS controller (:func:`start_control`)."""
     cfg = d.cfg
     offers: dict[str, object] = {}
     if cfg.swap.enhancer:
@@ -527,6 +528,16 @@ def offer_settings(d: Daemon) -> None:
     for st in d.streams:
         for key, value in offers.items():
             st.state.offer(key, value)
+    live = [st for st in d.streams if not (st.delivery is not None and st.delivery.lossless)]
+    if live:  # a file converted is a recording already
+        from vcam.runtime.record import Recorder, default_folder
+
+        fps = (live[0].source.fps if live[0].source is not None else 0.0) or cfg.capture.fps
+        recorder = Recorder(default_folder(cfg.output.record_dir), fps)
+        d.rounds.record = recorder.offer
+        d.components.append(recorder)
+        for st in live:
+            st.state.offer("record", False)
 
 
 def start_control(d: Daemon) -> None:
