@@ -109,7 +109,8 @@ def test_record_on_and_off_makes_a_file_of_what_was_published(tmp_path):
         assert wait_for(lambda: out.frames > n + 5, 10)
     finally:
         daemon.stop()
-    files = sorted((tmp_path / "rec").glob("vcam-s1-*.mp4"))
+    # in the order they were finished (two started within a second are NAME.mp4 and NAME-2.mp4)
+    files = sorted((tmp_path / "rec").glob("vcam-s1-*.mp4"), key=lambda p: p.stat().st_mtime)
     assert len(files) == 2, list((tmp_path / "rec").iterdir())
     with av.open(str(files[0])) as container:
         frames = [f.to_ndarray(format="bgr24") for f in container.decode(video=0)]
