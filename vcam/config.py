@@ -291,6 +291,11 @@ class OutputConfig:
         "auto", "Virtual camera pixel format (auto: what the device takes)."
     )
     fps: float = _opt(0.0, "Output frame rate (0: the input's).", min=0, max=240)
+    record_dir: str = _opt(
+        "",
+        "Folder of the recordings started from the desk (`vcam ctl record on`, the panel, OBS): one file per start, "
+        "vcam-STREAM-DATE-TIME.mp4 ('' : ~/Videos where it exists, else the home folder).",
+    )
     chroma: Literal["420", "444"] = _opt(
         "420",
         "File output chroma: '420' (yuv420p, which every H.264 player decodes; an odd size is padded to even with the "
@@ -410,6 +415,12 @@ class ObsConfig:
     password_env: str = _opt("VCAM_OBS_PASSWORD", "Environment variable read for the password.")
     scene: str = _opt("FastSwap Faces", "Scene holding one image source per face.")
     status_source: str = _opt("FastSwap Status", "Text source updated with face, fps and latency ('' : off).")
+    audio_sync: list[str] = _opt(
+        [],
+        "OBS audio inputs (e.g. 'Mic/Aux') whose sync offset vcam keeps at the video's delay: its measured "
+        "capture-to-publish time plus the camera's frame time, updated when that moves by more than 4 ms (at most "
+        "every 3 s); each input's own offset is put back when vcam stops. The panel's audio sync switch pauses it.",
+    )
 
     def for_stream(self, name: str, count: int) -> ObsConfig:
         """The OBS names of stream ``name`` when the daemon runs ``count`` streams: with several,

@@ -121,6 +121,10 @@ def _coerce_list(value: Any, item: Any, meta: dict, where: str) -> list:
         if meta.get("keys") and len(value) != len(meta["keys"]):
             raise ValueError(f"{len(meta['keys'])} numbers ({', '.join(meta['keys'])})")
         return [float(v) for v in value]
+    if item is str:
+        if any(not isinstance(v, str) or not v.strip() for v in value):
+            raise ValueError('a list of names like ["Mic/Aux"]')
+        return list(dict.fromkeys(value))
     raise TypeError(f"unsupported list item type {item!r}")  # pragma: no cover - a declaration error
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from vcam.errors import ControlError, FaceError
 from vcam.types import SourceFace
@@ -35,14 +36,16 @@ class Mapping:
 @dataclass(frozen=True)
 class Snapshot:
     """What one frame uses: the active face, swap on/off, the mappings (in the order they were set;
-    a mapping whose source is not loaded is left out), whether the stream is to be paused, and a
-    version that changes with any of them."""
+    a mapping whose source is not loaded is left out), whether the stream is to be paused, the
+    desk's settings (:data:`vcam.control.commands.SETTINGS`: key -> value, only those this run
+    offers) and a version that changes with any of them."""
 
     face: SourceFace | None
     swap_enabled: bool
     version: int
     mapping: tuple[Mapping, ...] = ()
     paused: bool = False
+    settings: MappingProxyType[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass
@@ -71,6 +74,10 @@ class Status:
     engines: tuple[str, ...] = ()
     #: Paused: the camera closed, a still card published (:mod:`vcam.runtime.pause`).
     paused: bool = False
+    #: The video's delay behind its sound, for OBS's audio sync offset (``[obs] audio_sync``): the
+    #: capture-to-publish p50 of the last :data:`vcam.status.AV_WINDOW` frames plus the camera's frame
+    #: time (a frame is exposed over the interval before it arrives); 0 before the first frame.
+    av_delay_ms: float = 0.0
 
     @property
     def guarded_total(self) -> int:
@@ -106,6 +113,8 @@ def guard_text(guarded: dict[str, int]) -> str:
     return f"NaN guard: {', '.join(parts)}" if parts else ""
 
 
+_UNSET = object()
+
 MAPPING_OFF_HINT = "start `vcam run` with --map TARGET=SOURCE or a [[swap.map]] entry in config.toml"
 
 
@@ -123,6 +132,7 @@ class RuntimeState:
         self._targets: dict[str, SourceFace] = {}  # target name -> reference face (with its embedding)
         self._aliases: dict[str, str] = {}  # what a target was given as (a photo path) -> its name
         self._maps: dict[str, str] = {}  # target name -> source face name, in the order they were set
+        self._settings: dict[str, object] = {}  # the desk's settings this run offers (see offer)
         self._version = 0
         self._snap: Snapshot
         self._rebuild()
@@ -149,7 +159,14 @@ class RuntimeState:
         mapping = tuple(
             Mapping(self._targets[t], self._faces[s]) for t, s in self._maps.items() if t in self._targets and s in self._faces
         )
-        self._snap = Snapshot(face=face, swap_enabled=self._swap, version=self._version, mapping=mapping, paused=self._paused)
+        self._snap = Snapshot(
+            face=face,
+            swap_enabled=self._swap,
+            version=self._version,
+            mapping=mapping,
+            paused=self._paused,
+            settings=MappingProxyType(dict(self._settings)),
+        )
 
     def _changed(self) -> None:
         """A new version and snapshot (call with the lock held)."""
@@ -281,6 +298,37 @@ class RuntimeState:
         if changed:
             self._notify()
         return new
+
+    # -- the desk's settings (control side) -----------------------------------------------------
+    @property
+    def settings(self) -> dict[str, object]:
+        """The settings this run offers, key -> value (:data:`vcam.control.commands.SETTINGS`)."""
+        with self._lock:
+            return dict(self._settings)
+
+    def offer(self, key: str, value: object) -> None:
+        """The runtime offers setting ``key`` in this run, starting at ``value`` (the config's);
+        control channels may then change it with :meth:`set_setting`."""
+        self._put(key, value)
+
+    def set_setting(self, key: str, value: object) -> object:
+        """Change setting ``key`` (validated by the caller, :func:`vcam.control.commands.apply_setting`);
+        returns the value. ControlError when this run does not offer ``key``."""
+        with self._lock:
+            offered = key in self._settings
+        if not offered:
+            raise ControlError(f"'{key}' is not available in this run")
+        self._put(key, value)
+        return value
+
+    def _put(self, key: str, value: object) -> None:
+        with self._lock:
+            changed = self._settings.get(key, _UNSET) != value
+            self._settings[key] = value
+            if changed:
+                self._changed()
+        if changed:
+            self._notify()
 
     # -- per-person mapping (control side) ---------------------------------------------------
     def set_target_loader(self, loader: Callable[[str], SourceFace] | None) -> None:

@@ -95,6 +95,11 @@ class RunSummary:
         )
 
 
+#: Frames whose capture-to-publish delay makes the audio sync figure (``Status.av_delay_ms``): about
+#: two seconds at 30 fps, so a change of load shows within seconds, one slow frame never.
+AV_WINDOW = 60
+
+
 class LiveStats:
     """Rolling fps and latency windows of the frame loop, folded into :class:`Status` on demand."""
 
@@ -103,6 +108,7 @@ class LiveStats:
         self._in: deque[float] = deque(maxlen=120)
         self._out: deque[float] = deque(maxlen=120)
         self._lat: deque[float] = deque(maxlen=300)
+        self._recent: deque[float] = deque(maxlen=AV_WINDOW)  # the audio sync's figure follows load within seconds
         self._stage_sum: dict[str, float] = {}
         self._over = 0
         self._late = 0  # > 0 while frames go out late (overloaded): counts down on on-time frames
@@ -135,6 +141,7 @@ class LiveStats:
         self._out.append(t_pub)
         ms = (t_pub - t_capture) * 1000.0
         self._lat.append(ms)
+        self._recent.append(ms)
         s.latencies_ms.append(ms)
         if late:
             s.published_late += 1
@@ -147,10 +154,13 @@ class LiveStats:
         self.summary.dropped_latency += 1
         self._over = 30
 
-    def status(self, dropped_capture: int, guarded: dict[str, int], *, gpu=None, degraded=(), engines=()) -> Status:
+    def status(
+        self, dropped_capture: int, guarded: dict[str, int], *, gpu=None, degraded=(), engines=(), frame_s: float = 0.0
+    ) -> Status:
         """The live numbers; ``guarded``: model name -> faces it passed through (NaN/Inf) so far;
         ``gpu``: the newest GPU reading (a :class:`vcam.telemetry.GpuSample` or its dict, None
-        without telemetry); ``degraded``: the stages turned off under load (``Degrader.off``)."""
+        without telemetry); ``degraded``: the stages turned off under load (``Degrader.off``);
+        ``frame_s``: the camera's frame time (1 / its frame rate), part of ``av_delay_ms``."""
         s = self.summary
         if gpu is not None and not isinstance(gpu, dict):
             gpu = gpu.as_dict()
@@ -176,6 +186,7 @@ class LiveStats:
             arr = np.fromiter(self._lat, dtype=np.float64)
             st.latency_p50_ms = float(np.percentile(arr, 50))
             st.latency_p99_ms = float(np.percentile(arr, 99))
+            st.av_delay_ms = float(np.median(np.fromiter(self._recent, dtype=np.float64))) + max(0.0, frame_s) * 1000.0
         return st
 
     def finish(self, seconds: float, dropped_capture: int, guarded: dict[str, int]) -> RunSummary:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from vcam.cli.control import ctl_app
 from vcam.config import Config
 from vcam.control.client import send_command
+from vcam.control.commands import BY_KEY
 from vcam.control.local import ControlServer, handle_command
 from vcam.errors import ControlError
 from vcam.platform import transport
@@ -370,7 +371,8 @@ def test_map_and_unmap_over_the_socket(tmp_path):
             send_command(path, {"unmap": ["ben"]})
         with pytest.raises(ControlError, match=r"unknown command key\(s\): mapping") as info:
             send_command(path, {"mapping": {}})
-        assert info.value.hint == "use face, swap, pause, map, unmap or status"
+        # the commands, then the desk's settings from their table
+        assert info.value.hint == "use face, swap, pause, map, unmap, status or " + ", ".join(BY_KEY)
         assert state.mappings == {"ben": "carol"}
         error = handle_command(state, {"unmap": "zoe"})  # error replies carry the mappings too
         assert error["ok"] is False and error["mappings"] == {"ben": "carol"}
@@ -972,3 +974,54 @@ def test_obs_hint_tells_a_hung_obs_from_a_switched_off_server():
     assert "Enable WebSocket server" not in silent.value.hint and "not answering" in silent.value.hint, silent.value.hint
     assert "timed out" in silent.value.message, silent.value.message
     assert "refused" in refused.value.message and "Enable WebSocket server" in refused.value.hint
+
+
+# --- the desk's settings (vcam.control.commands) -------------------------------------------------
+
+
+def test_settings_from_the_table_over_the_socket_and_the_cli(kind):
+    """Each row of SETTINGS is a socket command and a `vcam ctl KEY VALUE` command: a setting the
+    run offers changes (every reply carries ``settings``), a bad value or one the run does not offer
+    is refused with the row's hint and changes nothing."""
+    from vcam.control.commands import SETTINGS
+
+    state = make_state()
+    path = Config().socket_path
+    runner = CliRunner()
+    with ControlServer(path, state, transport=kind):
+        for setting in SETTINGS:
+            cmd = setting.key.replace("_", "-")
+            with pytest.raises(ControlError, match=f"{setting.label} is not available in this run") as info:
+                send_command(path, {setting.key: "on" if setting.kind == "switch" else 0.5})
+            assert info.value.hint == setting.hint
+            res = runner.invoke(ctl_app, [cmd, "on" if setting.kind == "switch" else "0.5"])
+            assert res.exit_code != 0 and "not available in this run" in res.output, res.output
+            state.offer(setting.key, False if setting.kind == "switch" else 1.0)
+            if setting.kind == "switch":
+                assert send_command(path, {setting.key: "toggle"})["settings"][setting.key] is True
+                assert state.snapshot().settings[setting.key] is True
+                res = runner.invoke(ctl_app, [cmd, "off"])
+                assert res.exit_code == 0 and res.output.strip() == f"{cmd}: off", res.output
+                bad, said = 1, "must be on, off or toggle"
+            else:
+                assert send_command(path, {setting.key: 0.25})["settings"][setting.key] == 0.25
+                res = runner.invoke(ctl_app, [cmd, "0.75"])
+                assert res.exit_code == 0 and res.output.strip() == f"{cmd}: 0.75", res.output
+                bad, said = 2, "must be a number from 0 to 1"
+            before = state.settings[setting.key]
+            with pytest.raises(ControlError, match=said):
+                send_command(path, {setting.key: bad})
+            assert state.settings[setting.key] == before
+
+
+def test_a_setting_changes_every_stream_or_the_one_named():
+    from vcam.control.commands import SETTINGS
+
+    key = SETTINGS[0].key
+    streams = {"a": make_state(), "b": make_state()}
+    for st in streams.values():
+        st.offer(key, True)
+    r = handle_command(streams["a"], {"stream": "b", key: False}, streams)
+    assert r["ok"] and r["settings"] == {key: False} and streams["a"].settings[key] is True
+    r = handle_command(streams["a"], {key: "toggle"}, streams)
+    assert r["ok"] and {n: s["settings"][key] for n, s in r["streams"].items()} == {"a": False, "b": True}

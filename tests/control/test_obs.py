@@ -1047,3 +1047,171 @@ def test_each_stream_has_its_own_obs_scene_and_hotkeys(obs_server, client, tmp_p
         assert wait_for(lambda: not sa.swap_enabled and not sb.swap_enabled, 2) is not None
     finally:
         daemon.stop()
+
+
+# --- audio sync: OBS's audio sync offset follows vcam's video delay ---------------------------
+
+
+def audio_input(client, name: str, offset: int) -> None:
+    """An audio input ``name`` in OBS (a PulseAudio capture: under Xvfb it captures nothing, but it
+    has the audio flag the sync offset needs) whose own offset is ``offset`` ms."""
+    if name not in {i["inputName"] for i in client.get_input_list().inputs}:
+        scene = client.get_current_program_scene().current_program_scene_name
+        client.create_input(scene, name, "pulse_input_capture", {}, True)
+    client.set_input_audio_sync_offset(name, offset)
+
+
+def offset_of(client, name: str) -> int:
+    return int(client.get_input_audio_sync_offset(name).input_audio_sync_offset)
+
+
+def test_audio_sync_follows_the_video_delay_and_restores_the_offsets(obs_server, scene, client, caplog):
+    """The offset read back is the figure vcam reports (within 5 ms); a figure moving by less than
+    the step leaves it; a bigger move is followed, never sooner than the interval after the last
+    setting; the panel's switch (the audio_sync command) puts the input's own offset back and takes
+    it again; an input OBS lacks is one warning; at stop the own offset is back."""
+    from vcam.control.local import apply_control
+    from vcam.control.obs_audio import INTERVAL_S, STEP_MS, ObsAudio
+
+    audio_input(client, "Mic/Aux", 7)
+    state = make_state()
+    state.offer("audio_sync", True)
+    state.publish_status(Status(frames_out=100, fps_in=30.0, latency_p50_ms=53.3, av_delay_ms=86.6))
+    ctl = ObsController(obs_cfg(obs_server), state, retry_min=0.2, audio=ObsAudio(["Mic/Aux", "No Such Mic"]))
+    caplog.set_level(logging.WARNING, logger="vcam.control.obs_audio")
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") != 7, 2) is not None
+        first = time.monotonic()
+        assert abs(offset_of(client, "Mic/Aux") - state.read_status().av_delay_ms) <= 5
+        assert ctl.audio.figure_ms == pytest.approx(86.6) and ctl.audio.originals["Mic/Aux"] == 7
+        # Jitter below the step never moves it, even after the interval.
+        state.publish_status(Status(frames_out=200, fps_in=30.0, av_delay_ms=86.6 + STEP_MS * 0.75))
+        time.sleep(INTERVAL_S + 1.0)
+        assert offset_of(client, "Mic/Aux") == 87
+        # A change of load: followed, within 5 ms, at least the interval after the last setting.
+        state.publish_status(Status(frames_out=300, fps_in=30.0, av_delay_ms=141.2))
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") == 141, INTERVAL_S + 1.0) is not None
+        assert time.monotonic() - first >= INTERVAL_S
+        state.publish_status(Status(frames_out=400, fps_in=30.0, av_delay_ms=60.0))
+        t0 = time.monotonic()
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") == 60, INTERVAL_S + 1.0) is not None
+        assert time.monotonic() - t0 >= INTERVAL_S - 1.0  # the last setting was at most a second before t0
+        # The switch: off puts the input's own offset back, on takes it again.
+        assert apply_control(state, {"audio_sync": "toggle"})["settings"] == {"audio_sync": False}
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") == 7, 2) is not None
+        apply_control(state, {"audio_sync": True})
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") == 60, 2) is not None
+        refused = [r for r in caplog.records if "No Such Mic" in r.getMessage()]
+        assert len(refused) == 1 and "No source was found" in refused[0].getMessage()
+    finally:
+        ctl.stop()
+    assert offset_of(client, "Mic/Aux") == 7
+
+
+def test_audio_sync_command_is_refused_where_the_run_does_not_offer_it(controller, obs_server):
+    """No [obs] audio_sync: the command is answered with what turns it on."""
+    ctl, state = controller
+    rec = EventRecorder(obs_cfg(obs_server))
+    try:
+        ctl._req.broadcast_custom_event({"eventData": {"vcam": {"audio_sync": "on"}}})
+        said = wait_for(lambda: any("audio sync is not available" in r.get("error", "") for r in rec.replies()), 2)
+        assert said is not None, rec.replies()
+    finally:
+        rec.close()
+
+
+@pytest.mark.slow
+def test_daemon_audio_sync_follows_load_and_is_restored_at_exit(obs_server, scene, client, tmp_path):
+    """The real daemon on the demo clip: OBS's offset is the delay vcam reports (within 5 ms); a
+    heavier load (60 ms more per frame, through the round hook) moves the delay and the offset
+    follows it; at exit the input's own offset is back."""
+    from vcam.runtime.daemon import Daemon
+
+    audio_input(client, "Mic/Aux", -20)
+    load = {"s": 0.0}
+
+    def hook(mark) -> None:
+        if mark.phase == "begun" and load["s"]:
+            time.sleep(load["s"])
+
+    cfg = demo_daemon_config(tmp_path / "vcam.sock", obs=obs_cfg(obs_server, audio_sync=["Mic/Aux"]))
+    daemon = Daemon(cfg, state=RuntimeState(solid_faces(("alice",)), active="alice"), output=CapturingOutput(), hook=hook)
+    daemon.start()
+    try:
+        assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
+        state = daemon.streams[0].state
+        assert state.settings == {"audio_sync": True, "mouth_mask": False, "mirror": False, "record": False}
+
+        def agreed() -> bool:
+            return abs(offset_of(client, "Mic/Aux") - state.read_status().av_delay_ms) <= 5
+
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") != -20, 10) is not None
+        assert wait_for(agreed, 5) is not None, (offset_of(client, "Mic/Aux"), state.read_status().av_delay_ms)
+        light = offset_of(client, "Mic/Aux")
+        load["s"] = 0.06
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") >= light + 40, 10) is not None
+        assert wait_for(agreed, 5) is not None, (offset_of(client, "Mic/Aux"), state.read_status().av_delay_ms)
+        load["s"] = 0.0
+        assert wait_for(lambda: offset_of(client, "Mic/Aux") <= light + 20, 10) is not None
+    finally:
+        daemon.stop()
+    assert daemon.summary.error is None
+    assert offset_of(client, "Mic/Aux") == -20
+
+
+# --- the desk's settings and docs/obs.md's recipes, as custom events through OBS ----------------
+
+
+def doc_recipes() -> list[dict]:
+    """The request data lines of docs/obs.md's Stream Deck and Streamer.bot recipes."""
+    import json
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "obs.md").read_text()
+    section = text.split("## 10. Stream Deck and Streamer.bot recipes", 1)[1].split("\n## ", 1)[0]
+    return [json.loads(line.strip()) for line in section.splitlines() if line.strip().startswith('{"eventData"')]
+
+
+def offer_every_setting(state: RuntimeState) -> RuntimeState:
+    from vcam.control.commands import SETTINGS
+
+    for s in SETTINGS:
+        state.offer(s.key, 0.8 if s.kind == "amount" else s.key != "mirror")
+    return state
+
+
+def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene):
+    """Each recipe line of docs/obs.md, broadcast through a real OBS, is answered ok, and its reply
+    (face, swap, pause, the settings) is what the same command over `vcam ctl`'s path gives a twin
+    state; so every desk setting works as an OBS custom event. The controller serves stream 'side'
+    (the recipe naming it), which also answers the commands naming no stream."""
+    from vcam.control.commands import SETTINGS
+    from vcam.control.local import handle_command
+
+    recipes = doc_recipes()
+    assert len(recipes) >= 10
+    sent = {k for r in recipes for k in r["eventData"]["vcam"]}
+    assert {s.key for s in SETTINGS} <= sent  # every setting has a recipe
+    state, twin = offer_every_setting(make_state()), offer_every_setting(make_state())
+    ctl = ObsController(obs_cfg(obs_server), state, retry_min=0.2, stream="side")
+    rec = EventRecorder(obs_cfg(obs_server))
+    ctl.start()
+    try:
+        assert ctl.connected.wait(10), ctl.last_error
+        for data in recipes:
+            n = len(rec.replies())
+            ctl._req.broadcast_custom_event(data)
+            assert wait_for(lambda n=n: len(rec.replies()) > n, 2) is not None, data
+            got = rec.replies()[n]
+            cmd = {k: v for k, v in data["eventData"]["vcam"].items() if k != "stream"}
+            want = handle_command(twin, cmd)
+            assert got["ok"] and want["ok"], (data, got)
+            assert {k: got[k] for k in ("face", "swap", "paused", "settings")} == {
+                k: want[k] for k in ("face", "swap", "paused", "settings")
+            }, data
+        assert state.settings == twin.settings and state.snapshot().settings == twin.settings
+        assert state.settings["enhancer_amount"] == 1.0 and state.settings["mirror"] is True
+    finally:
+        rec.close()
+        ctl.stop()

@@ -193,3 +193,14 @@ def test_panel_port_default_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("VCAM_PANEL_PORT", "70000")
     with pytest.raises(ConfigError, match=r"\$VCAM_PANEL_PORT"):
         F.load()
+
+
+def test_obs_audio_sync_is_a_list_of_input_names(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[obs]\naudio_sync = ["Mic/Aux", "Desktop Mic", "Mic/Aux"]\n')
+    assert F.load(p).obs.audio_sync == ["Mic/Aux", "Desktop Mic"]  # a name given twice counts once
+    assert C.Config().obs.audio_sync == []
+    for bad in ("[1]", '[""]'):
+        p.write_text(f"[obs]\naudio_sync = {bad}\n")
+        with pytest.raises(ConfigError, match=r'\[obs\] audio_sync: expected a list of names like \["Mic/Aux"\]'):
+            F.load(p)

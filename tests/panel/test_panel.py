@@ -507,3 +507,30 @@ def test_vcam_panel_prints_a_live_daemons_url_from_its_private_panel_file(tmp_pa
         d.request_stop()
         t.join(30)
     assert not t.is_alive()
+
+
+def test_the_desk_settings_are_offered_and_changed_through_the_command_path(served):
+    """The page gets the table of controls and, per stream, the settings this run offers; each
+    offered setting changes over ``/api/command`` (the path of `vcam ctl`), a bad value or one the
+    run does not offer is a 400 with the fix."""
+    from vcam.control.commands import SETTINGS
+
+    token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
+    cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
+    state = served.backend.states["s1"]
+    page = call(served, "/", headers=cookie)[2].decode()
+    assert 'id="controls"' in page
+    shown = json.loads(call(served, "/api/state", headers=cookie)[2])
+    assert [c["key"] for c in shown["controls"]] == [s.key for s in SETTINGS]
+    assert shown["streams"][0]["settings"] == {}
+    for s in SETTINGS:
+        on = "toggle" if s.kind == "switch" else 0.5
+        status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: on}).encode(), headers=token)
+        assert status == 400 and json.loads(body)["hint"] == s.hint
+        state.offer(s.key, False if s.kind == "switch" else 1.0)
+        status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: on}).encode(), headers=token)
+        want = True if s.kind == "switch" else 0.5
+        assert status == 200 and json.loads(body)["settings"][s.key] == want and state.settings[s.key] == want
+        status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: 7}).encode(), headers=token)
+        assert status == 400 and state.settings[s.key] == want
+    assert json.loads(call(served, "/api/state", headers=cookie)[2])["streams"][0]["settings"] == state.settings

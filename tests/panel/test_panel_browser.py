@@ -759,3 +759,39 @@ def test_eight_tabs_with_the_preview_on_all_load_and_answer_a_click(tmp_path):
         d.quit()
         feeder.close()
         srv.stop()
+
+
+def test_the_desk_controls_follow_the_settings_offered(tmp_path):
+    """A switch per offered switch setting (clicked: toggled, the label says so) and a slider per
+    amount (moved: the amount posted); settings the run does not offer are not drawn."""
+    from test_panel import Backend
+
+    from vcam.control.commands import SETTINGS
+    from vcam.panel.access import new_token
+    from vcam.panel.server import PanelServer
+
+    backend = Backend(tmp_path)
+    state = backend.states["s1"]
+    srv = PanelServer(backend, token=new_token(), port=0)
+    srv.start()
+    d = browser(400, 1000)
+    try:
+        d.get(srv.url)
+        assert wait_for(lambda: d.execute_script("return window.vcamPanel.updates"), 20)
+        assert not d.find_element("id", "controls-section").is_displayed()  # nothing offered yet
+        for s in SETTINGS:
+            state.offer(s.key, True if s.kind == "switch" else 0.8)
+        assert wait_for(lambda: len(d.find_elements("css selector", "#controls [id^='set-']")) == len(SETTINGS), 5)
+        for s in SETTINGS:
+            e = d.find_element("id", f"set-{s.key}")
+            if s.kind == "switch":
+                assert e.text == f"{s.label} on"
+                e.click()
+                assert wait_for(lambda s=s: state.settings[s.key] is False, 5)
+                assert wait_for(lambda s=s, e=e: e.text == f"{s.label} off", 5)
+            else:
+                d.execute_script("arguments[0].value = '0.35'; arguments[0].dispatchEvent(new Event('change'))", e)
+                assert wait_for(lambda s=s: state.settings[s.key] == 0.35, 5)
+    finally:
+        d.quit()
+        srv.stop()

@@ -571,3 +571,78 @@ def test_a_fast_face_is_swapped_once_and_nowhere_else(detector, source_face, pre
     assert ids == {1}
     if predict:
         assert pipe.predicted >= 4
+
+
+def test_desk_stages_lay_the_switches_over_the_degraders_choice():
+    from vcam.pipeline.pipeline import desk_stages
+
+    on = {"enhancer": True, "occlusion": False}
+    assert desk_stages(on, {}) is on  # nothing set: the degrader's own dict, no copy per frame
+    got = desk_stages(on, {"enhancer": False, "occlusion_mask": True, "mouth_mask": True, "mirror": True})
+    assert got == {"enhancer": False, "occlusion": False, "mouth": True}  # off under load stays off
+    assert desk_stages({}, {"enhancer": True, "mouth_mask": False}) == {"enhancer": True, "mouth": False}
+
+
+def test_the_mirror_setting_flips_the_published_frame(detector, source_face):
+    """Mirror on: every published frame is the unmirrored pipeline's frame flipped left to right
+    (the swap itself unchanged); off again: as before."""
+    clip = DemoClip(width=320, height=240, fps=30.0, seconds=1.0)
+    plain = make_pipeline(detector, SolidSwapper(crop_size=128, ops=detector.ops))
+    flip = make_pipeline(detector, SolidSwapper(crop_size=128, ops=detector.ops))
+    st, mirrored = state_with(source_face), state_with(source_face)
+    mirrored.offer("mirror", True)
+    swapped = 0
+    for fr in frames_of(clip, 6, step=4):
+        want, stats = plain.process(fr, st.snapshot())
+        got, _ = flip.process(fr, mirrored.snapshot())
+        np.testing.assert_array_equal(got, want[:, ::-1])
+        swapped += stats.swapped
+    assert swapped >= 5
+    mirrored.set_setting("mirror", False)
+    fr = next(frames_of(clip, 1))
+    np.testing.assert_array_equal(flip.process(fr, mirrored.snapshot())[0], plain.process(fr, st.snapshot())[0])
+
+
+class _Enhancer:
+    """Records what the pipeline asks of a face enhancer (and changes nothing)."""
+
+    name = "fake-enhancer"
+
+    def __init__(self) -> None:
+        self.calls: list[float | None] = []
+
+    def enhance(self, img, lms, *, amount=None):
+        self.calls.append(amount)
+        return img
+
+    def guarded(self) -> int:
+        return 0
+
+
+def test_the_enhancer_switch_and_amount_reach_the_enhancer(detector, source_face):
+    """The desk's enhancer switch skips the face enhancer for the frames that carry it off; its
+    amount goes to the enhancer with each frame; the degrader's choice still counts."""
+    cfg = Config()
+    enh = _Enhancer()
+    pipe = Pipeline(
+        ops=detector.ops,
+        tracker=Tracker(detector, cfg.track, max_faces=cfg.pipeline.max_faces),
+        swapper=SolidSwapper(crop_size=128, ops=detector.ops),
+        enhancer=enh,
+    )
+    st = state_with(source_face)
+    clip = DemoClip(width=320, height=240, fps=30.0, seconds=1.0)
+    frames = frames_of(clip, 4, step=4)
+    st.offer("enhancer", True)
+    st.offer("enhancer_amount", 0.8)
+    pipe.process(next(frames), st.snapshot())
+    st.set_setting("enhancer_amount", 0.3)
+    pipe.process(next(frames), st.snapshot())
+    assert enh.calls == [0.8, 0.3]
+    st.set_setting("enhancer", False)
+    pipe.process(next(frames), st.snapshot())
+    assert enh.calls == [0.8, 0.3]
+    st.set_setting("enhancer", True)
+    pipe.stages_on["enhancer"] = False  # the degrader turned it off under load
+    pipe.process(next(frames), st.snapshot())
+    assert enh.calls == [0.8, 0.3]

@@ -816,3 +816,23 @@ def test_a_stop_while_the_models_load_is_not_kept_waiting_for_them(monkeypatch):
     assert daemon.load_in_flight
     daemon.loading.join(30)
     assert not daemon.load_in_flight
+
+
+def test_av_delay_is_the_recent_median_plus_the_frame_time():
+    """``Status.av_delay_ms`` (what OBS's audio sync offset is set to): the median capture-to-publish
+    time of the last AV_WINDOW frames plus the camera's frame time; the all-run p50 lags behind it
+    after a change of load."""
+    from vcam.status import AV_WINDOW, LiveStats, RunSummary
+
+    live = LiveStats(RunSummary())
+    assert live.status(0, {}, frame_s=1 / 30).av_delay_ms == 0.0  # nothing published yet
+    for i in range(200):
+        live.published(i * 0.033, i * 0.033 + 0.020)  # 20 ms each
+    st = live.status(0, {}, frame_s=1 / 30)
+    assert st.av_delay_ms == pytest.approx(20.0 + 1000 / 30)
+    for i in range(200, 200 + AV_WINDOW):
+        live.published(i * 0.033, i * 0.033 + 0.080)  # load: 80 ms each
+    st = live.status(0, {}, frame_s=1 / 30)
+    assert st.av_delay_ms == pytest.approx(80.0 + 1000 / 30)
+    assert st.latency_p50_ms == pytest.approx(20.0)  # the whole window's p50 has not moved yet
+    assert live.status(0, {}).av_delay_ms == pytest.approx(80.0)  # no frame time known: the delay alone

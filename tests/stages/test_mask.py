@@ -292,3 +292,25 @@ def test_landmark_masks_parity(ops, size, count, face, mouth):
     with ops.activate():
         got = ops.to_host(kmask.landmark_masks(ops, lms, count, ops.asarray(base), out, face, mouth, **kw))
     np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+def test_the_desk_mouth_switch_turns_the_mouth_mask_on_and_off_per_frame():
+    """``models={"mouth": ...}`` (the desk's mouth switch, vcam.pipeline.pipeline.desk_stages): a
+    face mask turned mouth-on equals the face+mouth masker, and a face+mouth masker turned mouth-off
+    equals the face-only one."""
+    from vcam.ops.numpy import NumpyOps
+
+    ops = NumpyOps()
+    lm = TEMPLATE * 1.2 + np.array([50.0, 30.0])
+    mats = align.estimate(lm, "arcface_128", S)[None]
+    frame, box = np.zeros((200, 240, 3), np.uint8), np.array([[0, 0, 1, 1]], np.float32)
+    face = mask.Masker(["box", "face"], S, ops=ops)
+    both = mask.Masker(["box", "face", "mouth"], S, ops=ops)
+
+    def m(masker, models=None):
+        return np.array(masker.masks(frame, mats, lm[None], box, 1, blend.box_mask(S), models=models))
+
+    assert not np.array_equal(m(face), m(both))  # the mouth opening differs
+    np.testing.assert_array_equal(m(face, {"mouth": True}), m(both))
+    np.testing.assert_array_equal(m(both, {"mouth": False}), m(face))
+    np.testing.assert_array_equal(m(both, {}), m(both))

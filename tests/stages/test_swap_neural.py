@@ -262,6 +262,20 @@ def test_enhancer_blends_by_amount(cfg, detector):
     assert not e1[outside].any()
 
 
+def test_the_enhancer_amount_changes_between_frames(cfg, detector):
+    """``enhance(..., amount=A)`` (the desk's amount slider, passed by the pipeline per frame) blends
+    as an enhancer built with amount A does, from that frame on; 0 leaves the frame as it was."""
+    store = model_store(cfg, progress=False)
+    img = demo.portrait("astronaut")
+    lms = detector.detect(img)[0].landmarks[None]
+    enh = build_role("enhancer", cfg.replace(swap=replace(cfg.swap, enhancer_amount=1.0)), name="gfpgan_1.4", store=store)
+    half = Enhancer("gfpgan_1.4", enh.engine, amount=0.5)
+    np.testing.assert_array_equal(enh.enhance(img.copy(), lms, amount=0.5), half.enhance(img.copy(), lms))
+    assert enh.amount == 0.5
+    np.testing.assert_array_equal(enh.enhance(img.copy(), lms), half.enhance(img.copy(), lms))  # kept
+    np.testing.assert_array_equal(enh.enhance(img.copy(), lms, amount=0.0), img)
+
+
 def test_backend_selection_explains_each_choice(models_dir, monkeypatch):
     path = models_dir / "crossface_simswap.onnx"
     assert explain_backends(path, device="cpu") == [("onnxruntime", True, "selected")]

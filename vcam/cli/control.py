@@ -21,7 +21,9 @@ ctl_app = typer.Typer(
     rich_markup_mode="rich", no_args_is_help=True, help="Control a running `vcam run` without OBS (local socket)."
 )
 app.add_typer(obs_app, name="obs", help="Set up and check OBS control (scene, face sources, hotkeys).")
-app.add_typer(ctl_app, name="ctl", help="Control a running daemon: switch face, swap on/off, pause, map people, status.")
+app.add_typer(
+    ctl_app, name="ctl", help="Control a running daemon: face, swap on/off, pause, the desk's settings, map people, status."
+)
 
 # Plain text: messages name config tables like "[obs]", which rich markup would swallow.
 out = Console(markup=False, highlight=False, soft_wrap=True)
@@ -231,6 +233,36 @@ def _pause_line(reply: dict) -> None:
             out.print(f"{name}: {'paused' if r.get('paused') else 'running'}", highlight=False)
     else:
         out.print("paused" if reply.get("paused") else "running", highlight=False)
+
+
+def _setting_command(setting) -> None:
+    """`vcam ctl KEY VALUE` for one row of :data:`vcam.control.commands.SETTINGS` (``audio_sync``
+    is ``vcam ctl audio-sync on``)."""
+    what = "on, off or toggle" if setting.kind == "switch" else "a number from 0 to 1"
+
+    def command(
+        ctx: typer.Context, value: str = typer.Argument(..., help=what.capitalize() + "."), config: Optional[Path] = ConfigOpt
+    ) -> None:
+        reply = _send(config, {setting.key: value}, ctx)
+        streams = reply.get("streams")
+        rows = streams.items() if isinstance(streams, dict) and len(streams) > 1 else [("", reply)]
+        for name, r in rows:
+            held = (r.get("settings") or {}).get(setting.key)
+            shown = ("on" if held else "off") if setting.kind == "switch" else f"{held:g}"
+            out.print(f"{name + ': ' if name else ''}{setting.key.replace('_', '-')}: {shown}", highlight=False)
+
+    command.__doc__ = setting.help
+    ctl_app.command(setting.key.replace("_", "-"))(command)
+
+
+def _setting_commands() -> None:
+    from vcam.control.commands import SETTINGS
+
+    for setting in SETTINGS:
+        _setting_command(setting)
+
+
+_setting_commands()
 
 
 def _mapping_lines(mappings: dict) -> list[str]:

@@ -11,14 +11,19 @@ from vcam.state import RuntimeState
 
 
 def apply_command(state: RuntimeState, cmd: dict) -> dict:
-    """Apply a control command ``{"face": ..., "swap": ..., "pause": ...}`` to ``state``; shared by
+    """Apply a control command ``{"face": ..., "swap": ..., "pause": ...}`` and the desk's settings
+    (:data:`vcam.control.commands.SETTINGS`, e.g. ``{"mirror": "toggle"}``) to ``state``; shared by
     OBS and the local socket. ``pause``: true (the camera closes, a still card goes out), false
-    (resume) or "toggle". Returns ``{"face": active, "swap": "on"|"off", "paused": bool}``. Raises
-    FaceError (unknown face) or ControlError (bad command)."""
-    unknown = set(cmd) - {"face", "swap", "pause", "status"}
+    (resume) or "toggle". Returns ``{"face": active, "swap": "on"|"off", "paused": bool, "settings":
+    {key: value}}`` (the settings this run offers). Raises FaceError (unknown face) or ControlError
+    (bad command)."""
+    from vcam.control.commands import BY_KEY, apply_setting
+
+    unknown = set(cmd) - {"face", "swap", "pause", "status", *BY_KEY}
     if unknown:
         raise ControlError(
-            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, pause or status"
+            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}",
+            hint="use face, swap, pause, status or " + ", ".join(BY_KEY),
         )
     if "face" in cmd:
         face = cmd["face"]
@@ -37,7 +42,15 @@ def apply_command(state: RuntimeState, cmd: dict) -> dict:
         if not (isinstance(pause, bool) or pause == "toggle"):
             raise ControlError(f"'pause' must be true, false or toggle, got {pause!r}", hint="JSON booleans, not 0 or 1")
         state.set_paused(pause)
-    return {"face": state.active, "swap": "on" if state.swap_enabled else "off", "paused": state.paused}
+    for key in BY_KEY:
+        if key in cmd:
+            apply_setting(state, key, cmd[key])
+    return {
+        "face": state.active,
+        "swap": "on" if state.swap_enabled else "off",
+        "paused": state.paused,
+        "settings": state.settings,
+    }
 
 
 def short(text: object, limit: int = 80) -> str:

@@ -7,13 +7,15 @@ gets one JSON object per line back.
     {"face": "alice"}            {"ok": true, "face": "alice", "swap": "on", "faces": [...]}
     {"swap": "toggle"}           {"ok": true, "face": "alice", "swap": "off", "faces": [...]}
     {"pause": true}              {"ok": true, ..., "paused": true}     (false resumes; "toggle")
+    {"mirror": "toggle"}         {"ok": true, ..., "settings": {"mirror": true, ...}}
+                                 (the desk's settings: vcam.control.commands.SETTINGS)
     {"status": true}             {"ok": true, ..., "status": {"fps_out": 29.9, ...}}
     {"face": "nobody"}           {"ok": false, "error": "unknown face 'nobody'", "hint": "known faces: ..."}
     {"map": {"target": "alice", "source": "grace"}}
                                  {"ok": true, ..., "mappings": {"alice": "grace"}}
     {"unmap": "alice"}           {"ok": true, ..., "mappings": {}}
 
-Every reply carries ``paused`` and ``mappings`` (target -> source face, see
+Every reply carries ``paused``, ``settings`` (those this run offers) and ``mappings`` (target -> source face, see
 :mod:`vcam.stages.mapping`). Paused (``vcam ctl pause``), the daemon closes the stream's camera (its
 light goes off) and publishes a still card until ``{"pause": false}`` (``vcam ctl resume``); the
 models stay loaded (:mod:`vcam.runtime.pause`).
@@ -57,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vcam.control import apply_command, short
+from vcam.control.commands import BY_KEY
 from vcam.errors import ControlError, VcamError
 from vcam.platform import files
 from vcam.platform import transport as _transport
@@ -100,7 +103,7 @@ def check_private_folder(folder: Path) -> None:
 FOLDER_HINT = "set [control] socket to a path in a folder only you can write, e.g. under your home"
 
 
-COMMAND_KEYS = ("face", "swap", "pause", "map", "unmap", "status", "stream")
+COMMAND_KEYS = ("face", "swap", "pause", "map", "unmap", "status", "stream", *BY_KEY)
 
 
 def apply_control(state: RuntimeState, cmd: dict) -> dict:
@@ -111,7 +114,8 @@ def apply_control(state: RuntimeState, cmd: dict) -> dict:
     unknown = set(cmd) - set(COMMAND_KEYS)
     if unknown:
         raise ControlError(
-            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}", hint="use face, swap, pause, map, unmap or status"
+            f"unknown command key(s): {', '.join(sorted(map(str, unknown)))}",
+            hint="use face, swap, pause, map, unmap, status or " + ", ".join(BY_KEY),
         )
     cmd = {k: v for k, v in cmd.items() if k != "stream"}
     if "map" in cmd:
@@ -166,7 +170,7 @@ def _handle_streams(streams: dict[str, RuntimeState], cmd: dict) -> dict:
     bad = next((r for r in replies.values() if not r["ok"]), None)
     reply = dict(bad or first)
     reply["streams"] = {
-        n: {k: r[k] for k in ("ok", "face", "swap", "paused", "mappings", "status", "error") if k in r}
+        n: {k: r[k] for k in ("ok", "face", "swap", "paused", "settings", "mappings", "status", "error") if k in r}
         for n, r in replies.items()
     }
     return reply
@@ -185,6 +189,7 @@ def _handle_one(state: RuntimeState, cmd: dict) -> dict:
             "face": state.active,
             "swap": "on" if state.swap_enabled else "off",
             "paused": state.paused,
+            "settings": state.settings,
             "mappings": state.mappings,
         }
     reply = {"ok": True, **reply, "faces": state.names}

@@ -62,6 +62,7 @@ from typing import Any
 from vcam.config import ObsConfig
 from vcam.control import short
 from vcam.control.local import apply_control
+from vcam.control.obs_audio import ObsAudio
 from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
     FACE_PREFIX,
@@ -126,8 +127,10 @@ class ObsController:
         status_interval: float = 0.5,
         ping_interval: float = 2.0,
         stream: str | None = None,
+        audio: ObsAudio | None = None,
     ) -> None:
         self.cfg = cfg
+        self.audio = audio or ObsAudio()  # [obs] audio_sync: one controller of a daemon (the first stream's)
         self.state = state
         self.stream = stream  # a daemon running several streams: the one this controller serves
         self.face_images = dict(face_images or {})
@@ -173,6 +176,7 @@ class ObsController:
             self._thread.join(timeout)
             self._thread = None
         self._close_clients()
+        self.audio.left_behind()
 
     close = stop
 
@@ -238,6 +242,7 @@ class ObsController:
             log.info("connected to OBS at %s:%s", self.cfg.host, self.cfg.port)
             try:
                 self._serve()
+                self.audio.restore(self._req)
                 self._say_stopped()
             except Exception as exc:
                 if not self._stop.is_set():
@@ -271,6 +276,7 @@ class ObsController:
                 self._refresh()
         self._last_text = None
         self._echoes.clear()
+        self.audio.reconnected()
         # Merge what changed on either side while we were apart, unless OBS itself restarted: its
         # scene then holds whatever it last saved, not something the user just did.
         before, self._obs_frames = self._obs_frames, self._rendered_frames()
@@ -336,6 +342,7 @@ class ObsController:
                 self._requesting(self._sync_visibility, merge)
                 last_request = time.monotonic()
             now = time.monotonic()
+            self.audio.tick(self._req, self.state, now)
             if self._has_status and now - last_status >= self.status_interval:
                 last_status = now
                 self._update_status()
@@ -470,18 +477,7 @@ class ObsController:
         self._reply(error is None, error=error)
 
     def _reply(self, ok: bool, *, error: str | None = None) -> None:
-        body: dict[str, Any] = {
-            "ok": ok,
-            "face": self.state.active,
-            "swap": "on" if self.state.swap_enabled else "off",
-            "paused": self.state.paused,
-            "mappings": self.state.mappings,
-        }
-        if self.stream is not None:
-            body["stream"] = self.stream
-        if error:
-            body["error"] = error
-        self._req.broadcast_custom_event({"eventData": {REPLY_KEY: body}})
+        self._req.broadcast_custom_event({"eventData": {REPLY_KEY: reply_body(self.state, ok, error, self.stream)}})
 
     def _sync_visibility(self, merge: bool = False, quiet: bool = False) -> None:
         """Make the scenes show the state: only the active face visible, the swap source = swap on,
@@ -584,6 +580,25 @@ class ObsController:
             self._update_status(f"vcam stopped (at {time.strftime('%H:%M:%S')})")
         except Exception:
             log.debug("could not mark the OBS status as stopped", exc_info=True)
+
+
+def reply_body(state: RuntimeState, ok: bool, error: str | None = None, stream: str | None = None) -> dict[str, Any]:
+    """The ``vcam_reply`` custom event's data: ok, face, swap, paused, the desk's settings (when the
+    run offers any), mappings, and the stream and the error where there is one."""
+    body: dict[str, Any] = {
+        "ok": ok,
+        "face": state.active,
+        "swap": "on" if state.swap_enabled else "off",
+        "paused": state.paused,
+        "mappings": state.mappings,
+    }
+    if settings := state.settings:
+        body["settings"] = settings
+    if stream is not None:
+        body["stream"] = stream
+    if error:
+        body["error"] = error
+    return body
 
 
 def status_text(state: RuntimeState, now: float | None = None) -> str:

@@ -14,9 +14,13 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
+from vcam.control.commands import SETTINGS
 from vcam.state import RuntimeState
 
 HISTORY_S = 60  # the sparkline's span: one sample a second
+#: The desk's settings as the page draws them (a switch or a slider each, in the table's order);
+#: a stream shows those its ``settings`` offer.
+CONTROLS = [{"key": s.key, "kind": s.kind, "label": s.label, "help": s.help} for s in SETTINGS]
 
 
 class Backend(Protocol):
@@ -90,6 +94,7 @@ class PanelView:
                     "face": state.active,
                     "swap": state.swap_enabled,
                     "paused": state.paused,
+                    "settings": state.settings,  # the desk's settings this run offers: the controls shown
                     "mappings": state.mappings,
                     "targets": state.targets,
                     "mapping_on": state.mapping_enabled,
@@ -100,7 +105,7 @@ class PanelView:
                     "history": list(self.history.get(name, ())),
                 }
             )
-        return {"streams": streams, "faces": self.faces(), "info": self.backend.info(), "t": time.time()}
+        return {"streams": streams, "faces": self.faces(), "info": self.backend.info(), "controls": CONTROLS, "t": time.time()}
 
     def thumbnail(self, name: str) -> bytes | None:
         """A face's stored crop as PNG: the bank's ``crop_arcface_128.png``, else the loaded face's

@@ -29,8 +29,8 @@ the whole frame), moves whole.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,6 +77,9 @@ class Work:
     #: (frame, its raw device copy) while its rows outside ``band`` are still to be uploaded and
     #: converted.
     rest: tuple[Frame, Any] | None = None
+    #: The desk's settings of its snapshot (:data:`vcam.control.commands.SETTINGS`): the enhancer,
+    #: its amount, the mouth and occlusion masks, mirror.
+    settings: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -170,6 +173,7 @@ class Pipeline:
         # id(track) -> (its landmarks, (template, crop size), crop-from-frame): see _crop_from_frame.
         self._aligned: dict[int, tuple[np.ndarray, tuple[str, int], np.ndarray]] = {}
         self.settled = 0  # their detections applied by settle(), before the next frame came
+        self._flipped: dict[tuple, Any] = {}  # the mirrored frame's buffer, by shape
 
     # -- buffers ----------------------------------------------------------------------------------
     def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
@@ -244,7 +248,8 @@ class Pipeline:
             plan = self._plan(frame.seq) if self.predict else None
             ahead, band = plan if plan is not None else (None, None)
             swapping = snap.swap_enabled and (snap.face is not None or bool(snap.mapping))
-            work.band = band if swapping else None
+            work.settings = snap.settings
+            work.band = band if swapping and not snap.settings.get("mirror") else None  # a band is not mirrored
             self._planned, self._next_seq = None, frame.seq + 1
             raw = self.io.upload(frame, slot, rows=work.band)
             img = work.img = convert.to_bgr(ops, raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
@@ -266,7 +271,7 @@ class Pipeline:
             stats.faces = len(tracks)
             clock.mark("detect_track")
             if swapping and tracks:
-                host = self._host_frame(img, work)
+                host = _host_frame(self, img, work)
                 chosen = self.face_filter(tracks, host)[: self.max_faces]
                 if self.assigner is not None:
                     pairs = self.assigner.assign(chosen, host, snap)
@@ -485,7 +490,7 @@ class Pipeline:
         ops = self.ops
         slot, stats, img, n = work.slot, work.stats, work.img, work.n
         clock = self._clocks[slot]
-        on = self.stages_on if self.degradable else {}
+        on = desk_stages(self.stages_on if self.degradable else {}, work.settings)
         self._convert_rest(work)  # a banded frame: the rows outside the band, beside the swap
         detect = None
         if work.detect_later:
@@ -505,7 +510,7 @@ class Pipeline:
                 dense = getattr(self.masker, "last_landmarks", None)  # 68 points, when the masks found them
                 paste_faces(ops, self.swapper, img, crops, work.mats, mask, n, work.sources, lms, dense)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
-                    self.enhancer.enhance(img, lms)
+                    self.enhancer.enhance(img, lms, amount=work.settings.get("enhancer_amount"))
                 clock.mark("blend")
                 stats.swapped = n
             if self.upscaler is not None:
@@ -523,6 +528,8 @@ class Pipeline:
                 oh, ow = self._even.shape[:2]
                 ops.xp.copyto(self._even, img[:oh, :ow])
                 img = self._even
+            if work.settings.get("mirror"):
+                img = mirrored(ops, img, self._flipped)
             convert.from_bgr(ops, img, self.out_fmt, out=self.io.output(slot), rows=work.band)
             clock.mark("convert_out")
             ops.record(self._free[slot])
@@ -560,19 +567,6 @@ class Pipeline:
             self._upscale_cost = cost if self._upscale_cost is None else (1 - a) * self._upscale_cost + a * cost
         self._base_latency = base if self._base_latency is None else (1 - a) * self._base_latency + a * base
 
-    def _host_frame(self, img: Any, work: Work) -> Callable[[], np.ndarray]:
-        """``host_frame()`` for the face filter and the assigner: one download, on first call only
-        (of a banded frame, once its other rows are converted)."""
-        cache: list[np.ndarray] = []
-
-        def host() -> np.ndarray:
-            if not cache:
-                self._convert_rest(work)
-                cache.append(self.ops.to_host(img))
-            return cache[0]
-
-        return host
-
     def collect(self, slot: int) -> tuple[np.ndarray, FrameStats]:
         """Wait for ``slot``'s output; returns (host output, stats with per-stage seconds)."""
         out = self.io.result(slot)
@@ -606,3 +600,45 @@ class Pipeline:
             for name, count in self.masker.guarded_by_model().items():
                 out[name] = out.get(name, 0) + count
         return out
+
+
+def _host_frame(pipe: Pipeline, img: Any, work: Work) -> Callable[[], np.ndarray]:
+    """``host_frame()`` for the face filter and the assigner: one download, on first call only
+    (of a banded frame, once its other rows are converted)."""
+    cache: list[np.ndarray] = []
+
+    def host() -> np.ndarray:
+        if not cache:
+            pipe._convert_rest(work)
+            cache.append(pipe.ops.to_host(img))
+        return cache[0]
+
+    return host
+
+
+#: The desk's switches that turn a stage off for the frames that carry them (the setting -> the
+#: stage key of :attr:`Pipeline.stages_on` and :meth:`vcam.stages.mask.Masker.masks`'s ``models``).
+DESK_STAGES = {"enhancer": "enhancer", "occlusion_mask": "occlusion", "mouth_mask": "mouth"}
+
+
+def desk_stages(on: Mapping[str, bool], settings: Mapping[str, object]) -> Mapping[str, bool]:
+    """The stages on for one frame: ``on`` (the degrader's; missing = on) with the desk's switches
+    of ``settings`` laid over it. A stage either turned off is off; ``mouth`` is the one a switch
+    can also turn on (the mask needs no model). ``on`` itself when no switch is set."""
+    if not any(k in settings for k in DESK_STAGES):
+        return on
+    out = dict(on)
+    for key, stage in DESK_STAGES.items():
+        if key in settings:
+            out[stage] = bool(settings[key]) and (stage == "mouth" or out.get(stage, True))
+    return out
+
+
+def mirrored(ops: Ops, img: Any, buffers: dict[tuple, Any]) -> Any:
+    """``img`` (H, W, 3) flipped left to right, into a buffer of ``buffers`` kept for its shape."""
+    key = tuple(img.shape)
+    out = buffers.get(key)
+    if out is None:
+        out = buffers[key] = ops.empty(key, img.dtype)
+    ops.xp.copyto(out, img[:, ::-1])
+    return out

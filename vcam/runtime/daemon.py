@@ -402,7 +402,9 @@ class Daemon:
             engines += ("swapping on the CPU while the GPU loads",)
         for i, st in enumerate(self.streams):
             assert st.live is not None and st.cap is not None
-            status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off, engines=engines)
+            fps = float(getattr(st.source, "fps", 0.0) or 0.0)
+            frame_s = 1.0 / fps if fps > 0 else 0.0
+            status = st.live.status(st.cap.dropped, guarded, gpu=gpu, degraded=off, engines=engines, frame_s=frame_s)
             status.paused = st.paused
             st.state.publish_status(status)
             if i == 0 and self._on_status is not None:

@@ -141,6 +141,8 @@ class Pauses:
         self._cards[st.name] = (data, now)
         if self.rounds.tap is not None:  # the panel's preview shows the card too
             self.rounds.tap(st, data)
+        if self.rounds.record is not None:  # and a recording holds it (and hears of a stop)
+            self.rounds.record(st, data)
 
     # -- resume -------------------------------------------------------------------------------------
     def _open(self, st: Stream, now: float) -> None:

@@ -163,6 +163,8 @@ class Rounds:
     hook: RoundHook | None = None
     #: Called with (stream, published data) after each publish (the panel's preview); keep it short.
     tap: Callable[[Stream, Any], None] | None = None
+    #: Called the same way for the desk's recording (:mod:`vcam.runtime.record`); keep it short.
+    record: Callable[[Stream, Any], None] | None = None
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
@@ -330,6 +332,8 @@ class Rounds:
         st.shown = data
         if self.tap is not None:
             self.tap(st, data)
+        if self.record is not None:
+            self.record(st, data)
         if output.user_closed:  # preview window closed by the user
             self.exit_requested()
         st.last_pub = time.perf_counter()
@@ -354,13 +358,16 @@ class Rounds:
 def early_frame(st: Stream, frame: Frame, *, pixelated: bool) -> Any:
     """``frame`` converted on the CPU to the stream's output format without the pipeline: in coarse
     blocks (``pixelated``: no face can be recognised) or as it came. The early frames while the models
-    load, and every frame while the swap is shed under overload (:data:`SHED_SWAP`)."""
+    load, and every frame while the swap is shed under overload (:data:`SHED_SWAP`); mirrored when the
+    stream's mirror setting is on."""
     import numpy as np
 
     from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
 
     assert st.output is not None
     bgr = to_bgr_cv(np.asarray(frame.data), frame.fmt, frame.width, frame.height)
+    if st.state.snapshot().settings.get("mirror"):  # the desk's mirror, as the pipeline's frames have it
+        bgr = np.ascontiguousarray(bgr[:, ::-1])
     return from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt)
 
 

@@ -106,6 +106,7 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
             return  # stopped while loading
         start_capture(d, early=False)
     start_telemetry(d)
+    offer_settings(d)
     start_control(d)
     if d.panel_on:
         from vcam.runtime.panel import start_panel
@@ -509,6 +510,36 @@ def start_telemetry(d: Daemon) -> None:
     d.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
 
 
+def offer_settings(d: Daemon) -> None:
+    """The desk's settings this run can honour, offered on every stream's state at the config's
+    values (:mod:`vcam.control.commands`): the enhancer and its amount with a face enhancer, the
+    mouth mask with a mask stage (any mask type beyond 'box'), the occlusion mask with the occluder
+    loaded, mirror always, recording (:mod:`vcam.runtime.record`) on a live stream. Audio sync is
+    offered with the OBS controller (:func:`start_control`)."""
+    cfg = d.cfg
+    offers: dict[str, object] = {}
+    if cfg.swap.enhancer:
+        offers |= {"enhancer": True, "enhancer_amount": float(cfg.swap.enhancer_amount)}
+    if set(cfg.mask.types) - {"box"}:
+        offers["mouth_mask"] = "mouth" in cfg.mask.types
+    if "occlusion" in cfg.mask.types:
+        offers["occlusion_mask"] = True
+    offers["mirror"] = False
+    for st in d.streams:
+        for key, value in offers.items():
+            st.state.offer(key, value)
+    live = [st for st in d.streams if not (st.delivery is not None and st.delivery.lossless)]
+    if live:  # a file converted is a recording already
+        from vcam.runtime.record import Recorder, default_folder
+
+        fps = (live[0].source.fps if live[0].source is not None else 0.0) or cfg.capture.fps
+        recorder = Recorder(default_folder(cfg.output.record_dir), fps)
+        d.rounds.record = recorder.offer
+        d.components.append(recorder)
+        for st in live:
+            st.state.offer("record", False)
+
+
 def start_control(d: Daemon) -> None:
     """The local control socket and, when on, one OBS controller per stream."""
     if not d.control_on:
@@ -525,10 +556,17 @@ def start_control(d: Daemon) -> None:
             log.warning("local control disabled: %s", exc)
     if d.cfg.obs.enabled:
         from vcam.control.obs import ObsController
+        from vcam.control.obs_audio import ObsAudio
 
-        for st in d.streams:
+        for i, st in enumerate(d.streams):
             several = len(d.streams) > 1
-            obs = ObsController(d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None)
+            # Audio sync follows the first stream's delay (one offset per OBS input); its panel switch is there.
+            audio = ObsAudio(d.cfg.obs.audio_sync if i == 0 else ())
+            if audio.inputs:
+                st.state.offer("audio_sync", True)
+            obs = ObsController(
+                d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None, audio=audio
+            )
             obs.start()
             d.components.append(obs)
 

@@ -37,6 +37,7 @@ class Enhancer:
         self.ops = ops
         self.max_faces = int(max_faces)
         self.amount = float(np.clip(amount, 0.0, 1.0))
+        self.blur = float(blur)
         self._input = engine.inputs[0].name
         self._mean255, self._std255 = self.spec.input_mean_std_255
         self._affine = PlanarAffine.for_model(self.spec.mean, self.spec.std, self.spec.output)
@@ -51,8 +52,20 @@ class Enhancer:
     def describe(self) -> str:
         return f"{self.name}: {self.engine.describe()}"
 
-    def enhance(self, frame: Any, landmarks: np.ndarray) -> Any:
-        """Restore the faces with 5-point ``landmarks`` (F, 5, 2) in ``frame`` (in place); returns it."""
+    def set_amount(self, amount: float) -> None:
+        """How much of the restored face is blended in from now on (0..1; the panel's slider)."""
+        from vcam.kernels.paste import box_mask
+
+        amount = float(np.clip(amount, 0.0, 1.0))
+        if amount != self.amount:
+            self.amount = amount
+            self._mask = self.ops.asarray(box_mask(self.crop_size, self.blur) * np.float32(amount))
+
+    def enhance(self, frame: Any, landmarks: np.ndarray, *, amount: Any = None) -> Any:
+        """Restore the faces with 5-point ``landmarks`` (F, 5, 2) in ``frame`` (in place); returns it.
+        ``amount``: a new blend amount (:meth:`set_amount`) from this frame on; None keeps it."""
+        if amount is not None:
+            self.set_amount(amount)
         lms = np.asarray(landmarks, np.float64).reshape(-1, 5, 2)[: self.max_faces]
         n = lms.shape[0]
         if n == 0 or self.amount <= 0:

@@ -21,7 +21,7 @@ never computed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -247,21 +247,23 @@ class Masker:
         boxes: np.ndarray,
         n: int,
         base: Any,
-        models: dict[str, bool] | None = None,
+        models: Mapping[str, bool] | None = None,
     ) -> Any:
         """Paste masks for ``n`` faces: ``base`` (the swapper's mask, (S, S) or (F, S, S)) times every
         configured mask. ``landmarks`` (F, 5, 2) and ``boxes`` (F, 4) are the tracks' (frame pixels).
         ``models``: ``{"occlusion": False}`` / ``{"region": False}`` skips that model mask this frame
-        (the daemon's degradation under load)."""
+        (the daemon's degradation under load, the desk's occlusion switch); ``{"mouth": True|False}``
+        turns the mouth mask on or off this frame whatever the types (the desk's mouth switch)."""
         models = models or {}
+        mouth = bool(models.get("mouth", self.mouth))
         self.last_landmarks = None
         occluder = self.occluder if models.get("occlusion", True) else None
         parser = self.parser if models.get("region", True) else None
-        if not (self.face or self.mouth or occluder is not None or parser is not None) or n == 0:
+        if not (self.face or mouth or occluder is not None or parser is not None) or n == 0:
             return base
         ops = self.ops
         out = self._out[:n]
-        if (self.face or self.mouth) and self.landmarker is None:  # geometry on the device from 5 points
+        if (self.face or mouth) and self.landmarker is None:  # geometry on the device from 5 points
             masks.landmark_masks(
                 ops,
                 to_crop(np.asarray(landmarks, np.float64)[:n], mats[:n]),
@@ -269,12 +271,12 @@ class Masker:
                 base,
                 out,
                 self.face,
-                self.mouth,
+                mouth,
                 self.face_scale,
                 self.mouth_scale,
                 self.feather,
             )
-        elif self.face or self.mouth:
+        elif self.face or mouth:
             lms = np.asarray(landmarks, np.float64)[:n]
             if self.landmarker is not None:
                 lms = np.asarray(self.landmarker.landmarks(frame, np.asarray(boxes)[:n], five=lms), np.float64)
@@ -282,12 +284,12 @@ class Masker:
             planes, feathers = shape_params(
                 to_crop(lms, mats[:n]),
                 face=self.face,
-                mouth=self.mouth,
+                mouth=mouth,
                 face_scale=self.face_scale,
                 mouth_scale=self.mouth_scale,
                 feather=self.feather,
             )
-            masks.polygon_masks(ops, planes, feathers, base, n, out, self.mouth)
+            masks.polygon_masks(ops, planes, feathers, base, n, out, mouth)
         else:
             if base.ndim == 3:
                 out[...] = base[:n]

@@ -272,6 +272,45 @@ function renderHealth() {
   }
 }
 
+// -- the desk's settings (one table: vcam.control.commands.SETTINGS) -----------------------------
+function renderControls() {
+  const st = current();
+  const offered = panel.state.controls.filter((c) => c.key in (st.settings || {}));
+  $("controls-section").hidden = offered.length === 0;
+  const key = JSON.stringify([offered.map((c) => c.key), st.name]);
+  const box = $("controls");
+  if (box.dataset.key !== key) {
+    box.dataset.key = key;
+    box.replaceChildren(...offered.map((c) => {
+      if (c.kind === "switch") {
+        return el("button", { id: `set-${c.key}`, class: "pill", title: c.help, onclick: () => setting(c.key, "toggle") }, c.label);
+      }
+      return el("label", { class: "amount", title: c.help }, c.label + " ",
+        el("input", { id: `set-${c.key}`, type: "range", min: "0", max: "1", step: "0.05",
+          onchange: (e) => setting(c.key, Number(e.target.value)) }),
+        el("output", { id: `val-${c.key}` }, ""));
+    }));
+  }
+  for (const c of offered) {
+    const v = st.settings[c.key];
+    const e = $(`set-${c.key}`);
+    if (c.kind === "switch") {
+      e.textContent = `${c.label} ${v ? "on" : "off"}`;
+      e.classList.toggle("off", !v);
+    } else if (document.activeElement !== e) {
+      e.value = String(v);
+      $(`val-${c.key}`).textContent = Number(v).toFixed(2);
+    }
+  }
+}
+
+async function setting(key, value) {
+  const reply = await command({ [key]: value });
+  say("controls-msg", reply);
+  const st = current();
+  if (reply.ok && st && reply.settings) { st.settings = reply.settings; render(); }
+}
+
 // -- the whole page ---------------------------------------------------------------------------
 function swapLabel(st) {
   // "swap on" only while faces are being swapped
@@ -307,6 +346,7 @@ function render() {
   $("pause").textContent = st.paused ? "resume" : "pause";
   $("pause").classList.toggle("paused", st.paused);
   renderFaces();
+  renderControls();
   renderPeople();
   renderHealth();
 }
