@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
@@ -51,7 +52,7 @@ from vcam.status import RunSummary
 if TYPE_CHECKING:
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
-    from vcam.runtime.handover import Handover
+    from vcam.runtime.handover import Handover, Race
     from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -336,54 +337,77 @@ class Daemon:
 
     # -- the loop -------------------------------------------------------------------------------
     def main_loop(self, max_frames: int | None, duration: float | None) -> None:
-        """Rounds until a limit, the end of every input or a stop request (see the module docstring)."""
+        """Ticks until a limit, the end of every input or a stop request (see the module docstring)."""
         if self.assembly is None or any(st.live is None for st in self.streams):
             return  # stopped during start-up, before the models were loaded
-        rounds = self.rounds
-        interval = float(self.cfg.status.interval)
-        t_start = last_status = time.perf_counter()
-        # The round submitted last, not yet collected: while it runs on the GPU, the next round's
-        # frames (those already there: no waiting for them) are submitted, so the upload, convert
-        # and detection of round k+1 overlap the swap and download of round k. With no frame
-        # waiting, round k is collected at once (no latency added when frames come one by one).
-        inflight = Round()
-        # A remote swapper (deferred) overlaps too: round k's round trip runs while round k+1 begins.
-        overlap = overlaps(self.assembly)
+        loop = Loop(max_frames, duration, overlap=overlaps(self.assembly), race=self._race())
         self.pauses.watch()
-        release_after: int | None = None  # after a switch: frames out by then (the background work waits for one more)
-        while not self.should_exit:
-            if self.handover is not None and self.handover.ready():
-                rounds.collect(inflight)  # nothing in flight on the CPU assembly; the switch is between two frames
-                inflight = Round()
-                if self._switch():
-                    overlap = overlaps(self.assembly)
-                    release_after = sum(st.summary.frames_out for st in self.streams)
-            if release_after is not None and sum(st.summary.frames_out for st in self.streams) > release_after:
-                release_after = None
-                if self.release_background is not None:  # the first frame through the full assembly is out
-                    self.release_background()
-            if max_frames is not None and all(st.summary.frames_in >= max_frames or st.done for st in self.streams):
-                break
-            if duration is not None and time.perf_counter() - t_start >= duration:
-                break
-            self.pauses.tick()
-            ready = rounds.gather(max_frames, timeout=0.0 if inflight else self.pauses.timeout(0.5), settle=True)
-            submitted = rounds.submit(ready) if ready else Round()
-            rounds.collect(inflight)
-            inflight = submitted
-            if not overlap:
-                rounds.collect(inflight)
-            if not ready and not inflight and all(st.done for st in self.streams):
-                break
-            now = time.perf_counter()
-            if now - last_status >= interval:
-                last_status = now
-                self._publish_status()
-        rounds.collect(inflight)  # the last round (a stop request keeps the frames in flight)
-        elapsed = time.perf_counter() - t_start
+        try:
+            while not self.should_exit and self.tick(loop):
+                pass
+        finally:
+            if loop.race is not None:
+                loop.race.close()
+        self.rounds.collect(loop.inflight)  # the last round (a stop request keeps the frames in flight)
+        elapsed = time.perf_counter() - loop.t_start
         for st in self.streams:
             assert st.live is not None and st.cap is not None and st.pipeline is not None
             st.live.finish(elapsed, st.cap.dropped, st.pipeline.guarded_by_model())
+
+    def tick(self, loop: Loop) -> bool:
+        """One round of the frame loop: a hand-over's switch when due, the limits, the pause
+        requests, then the round (raced on the CPU under a budget while the GPU loads, else
+        gathered, submitted and collected, overlapped where the ops run beside the host), the
+        status. False when the run is at its end."""
+        self._switch_when_due(loop)
+        if loop.ended(self.streams):
+            return False
+        self.pauses.tick()
+        rounds = self.rounds
+        if loop.race is not None:
+            ready = rounds.gather(loop.max_frames, timeout=self.pauses.timeout(0.5))
+            loop.race.run(ready)
+            submitted = Round()
+        else:
+            ready = rounds.gather(loop.max_frames, timeout=0.0 if loop.inflight else self.pauses.timeout(0.5), settle=True)
+            submitted = rounds.submit(ready) if ready else Round()
+            rounds.collect(loop.inflight)
+        loop.inflight = submitted
+        if not loop.overlap:
+            rounds.collect(loop.inflight)
+        if not ready and not loop.inflight and all(st.done for st in self.streams):
+            return False
+        now = time.perf_counter()
+        if now - loop.last_status >= float(self.cfg.status.interval):
+            loop.last_status = now
+            self._publish_status()
+        return True
+
+    def _race(self) -> Race | None:
+        """The CPU frames of a hand-over under a latency budget (:class:`vcam.runtime.handover.Race`)."""
+        if self.handover is None or not any(st.budget > 0 for st in self.streams):
+            return None
+        from vcam.runtime.handover import Race
+
+        return Race(self.rounds)
+
+    def _switch_when_due(self, loop: Loop) -> None:
+        """A hand-over's full assembly, loaded: in use from this round on, none in flight (the CPU
+        collects each round at once; a raced swap is waited for); the work held back for the
+        first frame begins once a frame went out through it."""
+        if self.handover is not None and self.handover.ready() and not (loop.race is not None and loop.race.busy):
+            self.rounds.collect(loop.inflight)
+            loop.inflight = Round()
+            if loop.race is not None:
+                loop.race.close()
+                loop.race = None
+            if self._switch():
+                loop.overlap = overlaps(self.assembly)
+                loop.release_after = sum(st.summary.frames_out for st in self.streams)
+        if loop.release_after is not None and sum(st.summary.frames_out for st in self.streams) > loop.release_after:
+            loop.release_after = None
+            if self.release_background is not None:  # the first frame through the full assembly is out
+                self.release_background()
 
     def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Any]]:
         """:meth:`Rounds.gather <vcam.runtime.rounds.Rounds.gather>` over this daemon's streams."""
@@ -440,6 +464,28 @@ class Daemon:
             self.instance_lock = None
         if first is not None:
             raise first
+
+
+@dataclass
+class Loop:
+    """The frame loop's own state between ticks (:meth:`Daemon.tick`): its limits, the round in
+    flight (submitted, not yet collected), whether rounds overlap, the frames out when the
+    hand-over switched (the background work waits for one more), the CPU race of a hand-over."""
+
+    max_frames: int | None
+    duration: float | None
+    overlap: bool = False
+    race: Race | None = None
+    inflight: Round = field(default_factory=Round)
+    release_after: int | None = None
+    t_start: float = field(default_factory=time.perf_counter)
+    last_status: float = field(default_factory=time.perf_counter)
+
+    def ended(self, streams: list[Stream]) -> bool:
+        """``max_frames`` frames in on every stream (or its input ended), or ``duration`` over."""
+        if self.max_frames is not None and all(st.summary.frames_in >= self.max_frames or st.done for st in streams):
+            return True
+        return self.duration is not None and time.perf_counter() - self.t_start >= self.duration
 
 
 def overlaps(asm: Any) -> bool:

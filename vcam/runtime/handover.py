@@ -35,15 +35,19 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, FaceError
 from vcam.platform import process
+from vcam.runtime.rounds import Passed
 
 if TYPE_CHECKING:
+    from vcam.runtime.rounds import Rounds, Stream
     from vcam.runtime.startup import Daemon, Loaded
+    from vcam.types import Frame
 
 log = logging.getLogger(__name__)
 
@@ -251,4 +255,107 @@ class Handover:
             d.loading = self.thread
 
 
-__all__ = ["CPU_ROLES", "Handover", "cpu_config", "describe_start", "qualifies"]
+#: Seconds between two tries of a stream's CPU swap once its swaps took longer than its budget.
+RETRY_EVERY = 1.0
+
+
+class Race:
+    """The CPU assembly's frames under a latency budget (a stream's ``max_latency`` > 0): a frame is
+    swapped in a worker thread (``vcam-early-swap``) while the frame loop waits for it at most until
+    its budget, less what an early frame's conversion takes; swapped in time it goes out swapped
+    (``frames_out``), else as an early frame (pixelated, ``early_frames``). While the worker is busy
+    every other frame goes out as an early frame at once. So the camera moves at its own rate and
+    no frame is older than the budget, however slow the CPU swap (a swap network: a third of a
+    second a face); a stream whose last swaps all took longer than its budget is tried again once
+    every :data:`RETRY_EVERY` seconds (a swap that is never in time only takes cores from the load)."""
+
+    def __init__(self, rounds: Rounds) -> None:
+        self.rounds = rounds
+        self._job: tuple[Stream, Frame] | None = None
+        self._result: tuple[Any, Any] | BaseException | None = None
+        self._go = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._took: dict[str, deque[float]] = {}
+        self._tried: dict[str, float] = {}
+        self._convert = 0.01  # seconds: the slowest early frame conversion seen lately
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="vcam-early-swap", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """A swap runs: the pipelines must not change under it (the switch waits for this)."""
+        return not self._idle.is_set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._go.set()
+
+    def run(self, ready: list[tuple[Stream, Frame]]) -> None:
+        """One gathered round: one frame to the worker (when idle and worth it), the others out as
+        early frames; then that frame out, swapped if in time, else as an early frame."""
+        failure = self._result
+        if isinstance(failure, BaseException):  # a swap that failed after its frame went out pixelated
+            raise failure
+        raced: tuple[Stream, Frame] | None = None
+        for st, frame in ready:
+            if raced is None and not self.busy and self._worth(st):
+                raced = (st, frame)
+                self._start(st, frame)
+            else:
+                self._early(st, frame)
+        if raced is not None:
+            self._settle(*raced)
+
+    def _worth(self, st: Stream) -> bool:
+        took = self._took.get(st.name)
+        if not took or min(took) + self._convert <= st.budget:
+            return True
+        return time.perf_counter() - self._tried.get(st.name, 0.0) >= RETRY_EVERY
+
+    def _start(self, st: Stream, frame: Frame) -> None:
+        self._tried[st.name] = time.perf_counter()
+        self._job, self._result = (st, frame), None
+        self._idle.clear()
+        self._go.set()
+
+    def _settle(self, st: Stream, frame: Frame) -> None:
+        deadline = frame.t_capture + st.budget - self._convert
+        if self._idle.wait(max(0.0, deadline - time.perf_counter())):
+            result = self._result
+            if isinstance(result, BaseException):
+                raise result
+            assert result is not None
+            data, stats = result
+            if time.perf_counter() - frame.t_capture <= st.budget and self.rounds.publish(st, data, stats):
+                return
+        self._early(st, frame)
+
+    def _early(self, st: Stream, frame: Frame) -> None:
+        t0 = time.perf_counter()
+        self.rounds.publish_early(st, frame)
+        self._convert = max(0.9 * self._convert, time.perf_counter() - t0)
+
+    def _work(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._closed:
+                return
+            assert self._job is not None
+            st, frame = self._job
+            t0 = time.perf_counter()
+            try:
+                rnd = self.rounds.submit([(st, frame)])
+                (_, slot), pipe = rnd.slots[0], st.pipeline
+                assert pipe is not None and not isinstance(slot, Passed)
+                self._result = pipe.collect(slot)
+                pipe.launch_detection()
+            except BaseException as exc:
+                self._result = exc
+            self._took.setdefault(st.name, deque(maxlen=3)).append(time.perf_counter() - t0)
+            self._idle.set()
+
+
+__all__ = ["CPU_ROLES", "Handover", "Race", "cpu_config", "describe_start", "qualifies"]

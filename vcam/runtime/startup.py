@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vcam.config import Config
 from vcam.errors import VcamError
 from vcam.platform import process
-from vcam.runtime.rounds import SHED_SWAP, early_frame
+from vcam.runtime.rounds import SHED_SWAP
 from vcam.status import LiveStats
 from vcam.types import Frame, PixelFormat
 
@@ -390,7 +390,6 @@ def load_while_passing_through(d: Daemon) -> bool:
     :mod:`vcam.runtime.handover`) only until its CPU assembly is in use; the frame loop switches to
     the full one later. False when a stop was requested before the models were loaded (the
     loading thread is left to finish on its own)."""
-    pixelated = d.cfg.pipeline.early_frames != "camera"
     failure: list[BaseException] = []
     ho = d.handover
 
@@ -415,12 +414,7 @@ def load_while_passing_through(d: Daemon) -> bool:
         for st, frame in d.rounds.gather(None, timeout=0.05):
             if loaded():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
                 break
-            assert st.output is not None
-            st.output.send(early_frame(st, frame, pixelated=pixelated))
-            s = st.summary
-            if s.first_frame_s is None:
-                s.first_frame_s = process.age()
-            s.early_frames += 1
+            d.rounds.publish_early(st, frame)  # under the stream's budget, as every frame
     if not loaded():
         # A stop while loading does not wait for the models: the load goes on in the background. It
         # may be inside a native library (onnxruntime, torch) whose threads must not be torn down
