@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 CHILD = r"""
+import vcam.__main__  # the start-up clock first (vcam.platform.process)
 import json, sys, time
-t0 = time.perf_counter()
+t0, OUT = time.perf_counter(), sys.argv[1]
 from vcam.stages import outputs
 sent = {}
 send = outputs.NullOutput.send
@@ -62,7 +63,7 @@ def reported(self, *a, **k):
                 "cpu_frames": getattr(s, "cpu_frames", 0), "switched_s": getattr(s, "switched_s", None),
                 "first_processed_s": s.first_processed_s, "first_frame_s": s.first_frame_s, "device": s.device,
             }
-        with open(sys.argv[1], "w") as f:
+        with open(OUT, "w") as f:
             json.dump(rows, f)
 vd.Daemon.run = reported
 from vcam.__main__ import main

@@ -165,6 +165,11 @@ class Rounds:
     #: Called with (stream, published data) after each publish (the panel's preview); keep it short.
     tap: Callable[[Stream, Any], None] | None = None
 
+    def adopt(self, swapper: Any, stages_on: dict[str, bool]) -> None:
+        """Run on a loaded assembly's swapper and optional stages (at the start, and at an early
+        swap's switch, between two rounds)."""
+        self.swapper, self.stages_on = swapper, stages_on
+
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
             self.hook(Mark(phase, st, seq, time.perf_counter(), t_capture, stats, time.thread_time()))

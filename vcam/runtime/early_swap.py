@@ -1,4 +1,7 @@
-"""Swapped from the first frame on a GPU run: the CPU swaps while the GPU loads, then hands over.
+"""The early swap: swapped from the first frame on a GPU run, the CPU swapping while the GPU loads.
+
+One name for the feature everywhere: ``[pipeline] early_frames = "swap"`` (config), this module and
+:class:`EarlySwap` (code), ``Daemon(early_swap=...)`` (tests, measurements), "early swap" (docs).
 
 A GPU start spends seconds importing CuPy and PyTorch and building the models before its first
 swapped frame; the CPU needs neither: the model-free swap runs on NumPy ops and onnxruntime's
@@ -8,8 +11,9 @@ inswapper: about 2 s to open on a 16-core host, then a third of a second a face)
 onnxruntime (:func:`qualifies`) therefore loads twice: a CPU assembly (:func:`cpu_config`), which the
 frame loop uses at once, the frames counted as swapped (``frames_in``/``frames_out``, the first
 frame "through the pipeline"); and the full assembly, which the frame loop takes over between two
-frames (:meth:`Handover.switch`): the outputs stay open (same format and size), no frame in flight
-(the CPU collects each round at once), the faces stay (host data: the classic swap's prepared
+frames (:meth:`EarlySwap.switch`): the outputs stay open (same format and size), no frame in flight
+(the CPU collects each round at once; under a latency budget its frames race the budget:
+:class:`Race`), the faces stay (host data: the classic swap's prepared
 source, a swap network's latent, the same for any device), each stream gets its new pipeline and
 capture stage, the degrader and the GPU telemetry start then. Until the CPU assembly is there the
 early frames are pixelated.
@@ -23,7 +27,7 @@ switch to the GPU as late or up to 3 s later (the full load slowed from 3.3 s to
 host), so they run in turn.
 
 A CPU assembly that cannot be built (one warning line) leaves the early frames pixelated until the
-full one is loaded; a full load that fails stops the run with its error, as without the handover.
+full one is loaded; a full load that fails stops the run with its error, as without the early swap.
 A run that ends while the full load runs leaves it running (``Daemon.loading``: the command ends
 the process with ``os._exit``).
 """
@@ -46,7 +50,7 @@ from vcam.runtime.rounds import Passed
 
 if TYPE_CHECKING:
     from vcam.runtime.rounds import Rounds, Stream
-    from vcam.runtime.startup import Daemon, Loaded
+    from vcam.runtime.startup import Daemon, Loaded, Started
     from vcam.types import Frame
 
 log = logging.getLogger(__name__)
@@ -89,7 +93,7 @@ def cpu_threads(cfg: Config) -> int:
 
 def cpu_config(d: Daemon) -> Config | None:
     """The config of the CPU assembly that swaps while the full one loads, or None where the
-    handover does not apply: ``[pipeline] early_frames`` not ``"swap"``, a stream that does not
+    early swap does not apply: ``[pipeline] early_frames`` not ``"swap"``, a stream that does not
     :func:`qualify <qualifies>`, or a run on the CPU anyway (``--device cpu``, or ``auto`` without
     CuPy installed). ``d.early_swap``: True hands over whatever the device (tests, measurements:
     two CPU assemblies), False never."""
@@ -123,16 +127,18 @@ def describe_start(cfg: Config, device: str) -> str:
     )
 
 
-class Handover:
-    """The two loads of a handover start (see the module docstring) and their outcome.
+class EarlySwap:
+    """The two loads of an early swap (see the module docstring) and their outcome, kept in the
+    start-up's :class:`~vcam.runtime.startup.Started` (``up.early``; it writes no daemon attribute).
 
     :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full` (``Daemon.load_delay`` seconds
     later: tests, measurements); :meth:`first_ready` says when the early frames can stop,
     :meth:`adopt_first` puts the CPU assembly in use, :meth:`ready` and :meth:`switch` the full one.
     """
 
-    def __init__(self, d: Daemon, cpu_cfg: Config) -> None:
+    def __init__(self, d: Daemon, up: Started, cpu_cfg: Config) -> None:
         self.d = d
+        self.up = up
         self.cpu_cfg = cpu_cfg
         self.cpu: Loaded | None = None
         self.full: Loaded | None = None
@@ -169,7 +175,7 @@ class Handover:
             d.wake.set()
 
     def _run_cpu(self) -> None:
-        """The CPU assembly. A bad setting or a face photo without a face ends the handover with
+        """The CPU assembly. A bad setting or a face photo without a face ends the early swap with
         that error (the full load would say the same); any other failure leaves the early frames
         pixelated, with one line."""
         from vcam.runtime import startup
@@ -196,18 +202,18 @@ class Handover:
         the full one, loaded meanwhile; its error raised). False when there is none (stopped)."""
         from vcam.runtime import startup
 
-        d = self.d
+        d, up = self.d, self.up
         if self._done.is_set() and (self.failure is not None or self.cpu is None or self.full is not None):
-            d.handover = None
+            up.early = None
             if self.failure is not None:
                 raise self.failure
             loaded = self.full or self.cpu
             if loaded is None:  # stopped while loading
                 return False
-            startup.adopt(d, loaded)
+            startup.adopt(d, up, loaded)
             return True
         assert self.cpu is not None
-        startup.adopt(d, self.cpu)
+        startup.adopt(d, up, self.cpu)
         log.info("swapping on the CPU while the models load (%.2f s after the start)", process.age())
         return True
 
@@ -221,8 +227,8 @@ class Handover:
         switch to (no GPU after all: the CPU assembly stays)."""
         from vcam.runtime import startup
 
-        d = self.d
-        d.handover = None
+        d, up = self.d, self.up
+        up.early = None
         if self.failure is not None:
             raise self.failure
         n = sum(st.summary.frames_out for st in d.streams)
@@ -230,12 +236,12 @@ class Handover:
             st.summary.cpu_frames = st.summary.frames_out
         if self.full is None:
             return False
-        startup.adopt(d, self.full)
+        startup.adopt(d, up, self.full)
         self.cpu = None  # its engines go (a swap network's CPU session holds its weights)
         for st in d.streams:
             assert st.cap is not None
             st.cap.stage, st.cap.target = st.stage, st.target
-        startup.start_telemetry(d)
+        startup.start_telemetry(d, up)
         age = process.age()
         for st in d.streams:
             st.summary.switched_s = age
@@ -247,12 +253,11 @@ class Handover:
 
     def left_running(self) -> None:
         """The run ends on the CPU assembly: what was swapped there is counted; a full load still
-        running is left to finish on its own (``Daemon.loading``)."""
-        d = self.d
-        for st in d.streams:
+        running is left to finish on its own (``up.loading``)."""
+        for st in self.d.streams:
             st.summary.cpu_frames = st.summary.frames_out
         if self.thread.is_alive():
-            d.loading = self.thread
+            self.up.loading = self.thread
 
 
 #: Seconds between two tries of a stream's CPU swap once its swaps took longer than its budget.
@@ -358,4 +363,4 @@ class Race:
             self._idle.set()
 
 
-__all__ = ["CPU_ROLES", "Handover", "Race", "cpu_config", "describe_start", "qualifies"]
+__all__ = ["CPU_ROLES", "EarlySwap", "Race", "cpu_config", "describe_start", "qualifies"]
