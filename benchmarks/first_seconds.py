@@ -2,7 +2,7 @@
 the start, within the budget, and when does the GPU swap?
 
     python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
-        [--input demo|CLIP] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
+        [--input demo|CLIP] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
         [--baseline REF] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --output null
@@ -124,6 +124,7 @@ def main() -> int:
     ap.add_argument("--max-latency", default="33ms")
     ap.add_argument("--input", default="demo", help="demo or a clip (played at its rate, looped)")
     ap.add_argument("--fps", type=float, default=30.0, help="the input's frame rate (the camera's frames)")
+    ap.add_argument("--size", default="", help="the demo's size, WxH (default: [capture]'s, 1280x720)")
     ap.add_argument("--streams", type=int, default=1)
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--window", type=float, default=10.0, help="seconds after the first frame counted for 'published'")
@@ -140,7 +141,14 @@ def main() -> int:
     work = folders.cache_dir() / "bench" / "first_seconds"
     work.mkdir(parents=True, exist_ok=True)
     cfg = work / "config.toml"
-    cfg.write_text(f"[models]\ndir = '{_models(work / 'models')}'\n")
+    size = ""
+    if args.size:
+        w, h = args.size.lower().split("x")
+        size = f"[capture]\nwidth = {int(w)}\nheight = {int(h)}\n"
+    models = ""  # benchmarks.startup's stand-ins, shared (a swap network's: 554 MB, written once)
+    if args.model != "classic":
+        models = f"[models]\ndir = '{_models(folders.cache_dir() / 'bench' / 'startup' / 'models')}'\n"
+    cfg.write_text(models + size)
     face = here / "vcam" / "assets" / "grace_hopper.jpg"
     cmd = ["run", "-c", str(cfg), "--device", args.device, "--realtime", "--quiet", "--panel", "off"]
     cmd += ["--duration", f"{args.duration}s", "--max-latency", args.max_latency, "--face", str(face)]

@@ -1,13 +1,15 @@
-"""The daemon's start-up: sources, models (:mod:`vcam.runtime.assemble`), faces, outputs, capture
-threads, telemetry and control, in that order.
+"""The daemon's start-up: one :class:`Started` (built and returned by :func:`start`), holding the
+locks, sources, outputs, capture threads, models (:mod:`vcam.runtime.assemble`) and faces,
+telemetry and control, opened in that order and closed in reverse by one exit stack.
 
 With early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
-open first and each stream's newest camera frame is published (pixelated by default) while the
-models load in a thread; the capture threads then get their stream's own stage (:func:`capture_stage`:
-the MJPG decode and the pinned staging of the GPU path). A GPU run of the model-free swap
-(``early_frames = "swap"``) swaps them on a CPU assembly instead as soon as that is built, and the
-frame loop switches to the GPU's between two frames (the early swap, :mod:`vcam.runtime.early_swap`): hence the load's
-two halves, :func:`prepare` (build, touching no stream) and :func:`adopt` (put in use).
+open first and each stream's newest camera frame is published (pixelated by default, each within
+the latency budget) while the models load in a thread; the capture threads then get their
+stream's own stage (:func:`capture_stage`: the MJPG decode and the pinned staging of the GPU path).
+A GPU run (``early_frames = "swap"``) swaps them on a CPU assembly instead as soon as that is
+built, and the frame loop switches to the GPU's between two frames (the early swap,
+:mod:`vcam.runtime.early_swap`): hence the load's two halves, :func:`prepare` (build, touching no
+stream) and :func:`adopt` (put in use).
 """
 
 from __future__ import annotations
