@@ -49,6 +49,12 @@ class Opened:
         except Exception:  # a bug in a component: the others are closed all the same
             log.exception("error while closing %s", type(comp).__name__)
 
+    def stop(self) -> None:
+        """:meth:`close`, raising the first error: an ``Opened`` added to another (a load's)."""
+        errors = self.close()
+        if errors:
+            raise errors[0]
+
     def close(self) -> list[VcamError]:
         """Close everything, last opened first; the :class:`VcamError` they raised, in order."""
         self._stack.close()

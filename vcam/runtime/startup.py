@@ -303,10 +303,6 @@ class Loaded:
     release: Callable[[], None] | None = None
     opened: Opened = field(default_factory=Opened)
 
-    def close(self) -> None:
-        for exc in self.opened.close():
-            raise exc
-
 
 def load(d: Daemon, up: Started) -> None:
     """The models, the faces, each stream's output (opened here unless early frames opened it) and
@@ -356,7 +352,8 @@ def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
     """Put ``loaded`` in use (``up.loaded``, closed with ``up``): each stream's pipeline and
     capture stage (set on its capture thread by the caller), the rounds on its swapper. Between
     two frames of the frame loop, or before it."""
-    up.loaded = up.opened.add(loaded)
+    up.opened.add(loaded.opened)  # what it opened, not its models: those go when it is replaced
+    up.loaded = loaded
     asm = loaded.assembly
     d.rounds.adopt(asm.swapper, asm.stages_on)
     for st in d.streams:
