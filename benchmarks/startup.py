@@ -13,10 +13,10 @@ the models load; the next column is when the first frame went through the pipeli
 counts pipeline frames, so the wall time always includes loading the models). Configurations: the
 built-in classic swapper, and inswapper_128 (the full-size stand-in, the real architecture with
 random weights) with the recogniser in FP16 on CUDA. On CUDA the first frames are swapped on the CPU
-while the GPU loads (``early_frames = "swap"``, :mod:`vcam.runtime.handover`: the classic swap on
+while the GPU loads (``early_frames = "swap"``, :mod:`vcam.runtime.early_swap`: the classic swap on
 NumPy, the inswapper on onnxruntime's CPU engine), so a ``--frames 1`` start ends on the CPU; the
 rows "... to the GPU" run 12 s and read when the daemon switched to the GPU ("on cuda from X s";
-a checkout without the handover: its first frame through the pipeline), the column "on the GPU s".
+a checkout without the early swap: its first frame through the pipeline), the column "on the GPU s".
 ``--before DIR``: the same runs with another checkout's ``vcam`` (a baseline measured in the same
 session; each checkout keeps its own engine cache, ``engines/`` in it). ``--profile``: a cProfile of
 one warm inswapper start (the main thread only: the models load in a thread). ``--phases``: the
@@ -87,8 +87,8 @@ def _first_processed(text: str) -> float | None:
 
 
 def _on_gpu(text: str) -> float | None:
-    """When the frames went through the GPU: the handover's switch ("on cuda from X s"), else the
-    first frame through the pipeline (no handover)."""
+    """When the frames went through the GPU: the early swap's switch ("on cuda from X s"), else the
+    first frame through the pipeline (no early swap)."""
     import re
 
     m = re.search(r"on cuda from ([\d.]+) s", text)
@@ -127,7 +127,7 @@ def main() -> int:
         configs["inswapper_128 fp16 to the GPU"] = configs["classic to the GPU"] + configs["inswapper_128 fp16"][len(base) :]
     if args.torch:
         configs["inswapper_128 torch"] = configs["inswapper_128 fp16"] + ["--backend", "torch"]
-    extra_env: dict[str, dict[str, str]] = {}  # config -> environment (vcam.runtime.handover's overrides)
+    extra_env: dict[str, dict[str, str]] = {}  # config -> environment (vcam.runtime.early_swap's overrides)
     for n in filter(None, args.early_threads.split(",")):
         label = f"inswapper_128 fp16 to the GPU, {n} early threads"
         configs[label], extra_env[label] = configs["inswapper_128 fp16 to the GPU"], {"VCAM_EARLY_THREADS": n}

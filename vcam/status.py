@@ -40,9 +40,13 @@ class RunSummary:
     first_frame_s: float | None = None  # vcam's start -> first frame published (start-up, as a user waits)
     first_processed_s: float | None = None  # vcam's start -> first frame published through the pipeline
     early_frames: int = 0  # early frames: published (pixelated or as they came) while the models loaded
-    #: Frames swapped on the CPU while the GPU loaded (vcam.runtime.handover); counted in frames_out too.
+    #: Early frames dropped over the latency budget / published over it (the picture kept moving),
+    #: counted apart from the pipeline's ``dropped_latency``/``published_late``.
+    early_dropped: int = 0
+    early_late: int = 0
+    #: Frames swapped on the CPU while the GPU loaded (the early swap: vcam.runtime.early_swap); counted in frames_out too.
     cpu_frames: int = 0
-    switched_s: float | None = None  # vcam's start -> the switch from the CPU to the GPU (vcam.runtime.handover)
+    switched_s: float | None = None  # vcam's start -> the switch from the CPU to the GPU (the early swap)
     #: Frames published without the pipeline (pixelated, or as they came) while the swap was shed under
     #: overload (the degrader's last rung, vcam.runtime.rounds.SHED_SWAP).
     shed_frames: int = 0

@@ -287,7 +287,7 @@ def test_a_download_with_more_outputs_than_declared_is_kept(tmp_path, server):
 
 
 def test_two_stores_of_one_folder_record_side_by_side_without_losing_an_entry(tmp_path):
-    """A handover start verifies the models in two loads at once (two stores of one folder): every
+    """An early swap verifies the models in two loads at once (two stores of one folder): every
     record goes through (no shared temporary file) and none is lost (one writer at a time)."""
     import threading
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from vcam.cli.common import ConfigOpt, app, console, fail, load_config, out
-from vcam.errors import VcamError
+from vcam.errors import ModelError, VcamError
 
 
 def _parse_maps(values: list[str]) -> list[dict]:
@@ -112,6 +113,9 @@ def run(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
+    from vcam.runtime.startup import import_ahead
+
+    import_ahead()  # the load's libraries, from the start on
     from vcam.config import Duration
     from vcam.runtime.daemon import Daemon
 
@@ -168,10 +172,6 @@ def run(
         dur = float(Duration.parse(duration)) if duration else None
     except ValueError:
         fail(VcamError(f"--duration: expected a duration like '10s', got {duration!r}"))
-
-    from dataclasses import replace
-
-    from vcam.errors import ModelError
 
     status_line = _StatusLine(enabled=not quiet)
     several = len(cfg.streams) > 1

@@ -464,7 +464,7 @@ def create_engine(
     """Load ``model`` (a path, or ONNX bytes named ``name``) with ``backend`` (or the first that works
     for ``auto``) on ``device``. ``threads``: the CPU threads of one call on onnxruntime (0: its
     default, one per core; other backends ignore it). ``short_lived``: an engine used for seconds
-    (a hand-over start's CPU frames), opened as quickly as it can be (onnxruntime: see
+    (an early swap's CPU frames), opened as quickly as it can be (onnxruntime: see
     :class:`~vcam.engines.ort.OrtEngine`).
 
     The engine's ``skipped`` lists the backends tried before it and why. Raises

@@ -59,6 +59,7 @@ from vcam.engines.artifacts import (
     structure_digest,
 )
 from vcam.engines.cache import EngineKey
+from vcam.engines.gate import BACKGROUND
 from vcam.engines.threads import QUICK_SWITCHES
 
 if TYPE_CHECKING:  # types only; the engine's module is imported where the factory runs
@@ -176,6 +177,7 @@ class CompiledLoader:
 
     def _prepare(self) -> None:
         host = self.host
+        BACKGROUND.wait()  # never beside the load of the first frame: after it (the GIL, the cores)
         try:
             with QUICK_SWITCHES.held():
                 seconds = prepare_load()
@@ -467,6 +469,10 @@ class CompiledLoader:
         return any(t is not None and t.is_alive() for t in (self._thread, self._watch))
 
     def _load_in_background(self, sizes: Sequence[int], items: Items) -> None:
+        # A compiled cache never delays the first frame: the load waits until the start-up's first
+        # frame went out uncompiled (the daemon holds the gate until then: after an early swap, the
+        # first GPU frame); the sizes are then put in use between two calls (:meth:`take_ready`).
+        BACKGROUND.wait()
         with QUICK_SWITCHES.held():  # a second of Python, beside the warm-ups or the first frames
             self._load_sizes(sizes, items)
 

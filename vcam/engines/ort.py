@@ -141,7 +141,7 @@ class OrtEngine:
         src = bytes(model) if isinstance(model, (bytes, bytearray)) else str(self.model_path)
         # On the CPU a model file's optimised graph is kept in the engine cache: building it is most of
         # a session's creation (7 s of 7.3 for the 550 MB inswapper on a busy 2-core host; 2.1 s to load).
-        # A short-lived engine (seconds of a hand-over start) neither reads nor writes it: the basic
+        # A short-lived engine (seconds of an early swap) neither reads nor writes it: the basic
         # optimisations alone open the 550 MB inswapper in 0.9-1.3 s on that host against 1.2-3.6 s
         # for the cached graph and 8 s to write it on a fresh H200 host, and run it as fast.
         keep = device == "cpu" and not short_lived and self.accelerator is None  # a CPU graph (its layouts) only

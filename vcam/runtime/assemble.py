@@ -258,8 +258,8 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     """Build ops, models and tracker for ``cfg`` (device resolved; every model file verified and,
     when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline.
     ``threads``: the CPU threads of one call of the detector, swapper and recogniser on
-    onnxruntime (0: one per core). ``short_lived``: the assembly swaps for seconds (a hand-over
-    start's CPU one): its swap network opens as quickly as it can (:func:`vcam.engines.create_engine`)."""
+    onnxruntime (0: one per core). ``short_lived``: the assembly swaps for seconds (an early swap's
+    CPU one): its swap network opens as quickly as it can (:func:`vcam.engines.create_engine`)."""
     from vcam.kernels import paste as blend
     from vcam.models import registry
     from vcam.ops import make_ops

@@ -86,7 +86,7 @@ def check_device(cfg: Config) -> list[CheckItem]:
         fix = "" if picked else "install " + " or ".join(INSTALL[name] for name, _, _ in rows if name in INSTALL)
         level = "ok" if picked else ("fail" if dev == device else "warn")
         items.append(CheckItem(f"inference on {dev}", level, f"{cfg.pipeline.backend} picks {picked or 'nothing'} ({why})", fix))
-    from vcam.runtime.handover import describe_start
+    from vcam.runtime.early_swap import describe_start
 
     start = describe_start(cfg, device)
     if start:

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
@@ -51,7 +52,7 @@ from vcam.status import RunSummary, swapped_locally_text
 if TYPE_CHECKING:
     from vcam.runtime.assemble import Assembly
     from vcam.runtime.degrade import Degrader
-    from vcam.runtime.handover import Handover
+    from vcam.runtime.early_swap import EarlySwap, Race
     from vcam.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -69,9 +70,9 @@ class Daemon:
     (``announce(line)`` is told its URL). ``hook``: called at every phase boundary of every frame
     (:data:`vcam.runtime.rounds.RoundHook`: how measuring tools time the loop). ``timing``: the
     pipelines measure their device-side stage times. ``early_swap``: whether early frames are
-    swapped on the CPU while the models load (:mod:`vcam.runtime.handover`): None as ``[pipeline]
+    swapped on the CPU while the models load (the early swap, :mod:`vcam.runtime.early_swap`): None as ``[pipeline]
     early_frames`` says on a GPU run, True whatever the device (two CPU assemblies: tests), False
-    never. ``load_delay``: seconds the model load (the full one of a handover) is made slower.
+    never. ``load_delay``: seconds the model load (the full one of an early swap) is made slower.
     """
 
     def __init__(
@@ -100,8 +101,6 @@ class Daemon:
         self.control_on = control
         self.panel_on = panel  # serve the panel ([panel]; `vcam run` turns it on)
         self.announce = announce  # told one-line news for the user (the panel's URL)
-        self.instance_lock: Any = None  # the control socket's and OBS scenes' locks (startup.LockSet), once taken
-        self.loading: threading.Thread | None = None  # a model load left running by a stop (see startup)
         self.timing = timing
         self.should_exit = False
         self.force_exit = False
@@ -127,17 +126,11 @@ class Daemon:
         if source is not None:
             self.given_sources[first] = source
         self.ready = threading.Event()
-        self.assembly: Assembly | None = None
         self.early_swap = early_swap
         self.load_delay = float(load_delay)
-        #: A handover start under way (the CPU assembly swapping while the full one loads), else None.
-        self.handover: Handover | None = None
-        #: Lets the work held back for the first frame begin (set by the load; see startup.load).
-        self.release_background: Callable[[], None] | None = None
-        self.components: list[Any] = []
+        #: What start-up opened and loaded (:class:`vcam.runtime.startup.Started`; empty until then).
+        self.up = _startup.Started(control=control, streams=self.streams)
         self.wake = threading.Event()
-        self.telemetry: Telemetry | None = None  # when NVML is there
-        self.degrader: Degrader | None = None  # set at start-up
         self.rounds = Rounds(
             self.streams,
             swapper=None,  # the assembly's, once loaded
@@ -149,13 +142,36 @@ class Daemon:
             hook=hook,
         )
         #: Each stream's pause and resume (vcam ctl pause, OBS, the panel): see vcam.runtime.pause.
-        self.pauses = Pauses(self.rounds, self.components)
+        self.pauses = Pauses(self.rounds)
 
     @property
     def load_in_flight(self) -> bool:
         """A stop came while the models loaded and the load still runs: a process that ends now
         must end with ``os._exit`` (native threads of the load must not be unwound under it)."""
         return self.loading is not None and self.loading.is_alive()
+
+    @property
+    def loading(self) -> threading.Thread | None:
+        """A model load left running by a stop before the models were in use (see startup)."""
+        return self.up.loading
+
+    @property
+    def assembly(self) -> Assembly | None:
+        """The models in use (None before start-up loaded them)."""
+        return self.up.assembly
+
+    @property
+    def instance_lock(self) -> Any:
+        """The control socket's and OBS scenes' locks (:class:`vcam.runtime.startup.LockSet`) while held."""
+        return self.up.locks
+
+    @property
+    def telemetry(self) -> Telemetry | None:
+        return self.up.telemetry  # when NVML is there
+
+    @property
+    def degrader(self) -> Degrader | None:
+        return self.up.degrader
 
     @property
     def detector(self) -> Any:
@@ -245,8 +261,8 @@ class Daemon:
             self.shutdown(raise_errors=True)  # e.g. the output file could not be finished
         finally:
             restore()
-            if self.handover is not None:  # ended on the CPU assembly: the full load is left running
-                self.handover.left_running()
+            if self.up.early is not None:  # ended on the CPU assembly: the full load is left running
+                self.up.early.left_running()
             self.note_outcome()
             self.ready.set()
         return self.summary
@@ -268,8 +284,7 @@ class Daemon:
     def note_outcome(self) -> None:
         """Each summary names its active face and its file output (codec, pixel format, size, and
         where the file was kept)."""
-        if self.release_background is not None:  # a run that ends before its first frame
-            self.release_background()
+        self.up.release_background()  # a run that ends before its first frame
         if self.assembly is not None:
             self.assembly.settle()
         for st in self.streams:
@@ -301,91 +316,101 @@ class Daemon:
                 log.info("forced exit: nothing of %s was kept", st.output)
 
     def startup(self, max_frames: int | None = None) -> None:
-        """Open the sources, load the models, open the outputs, start capture and control
-        (:mod:`vcam.runtime.startup`; with early frames the camera is published while the models
-        load), then wire the rounds to the loaded models."""
-        _startup.start(self, max_frames)
+        """Open the sources, load the models, open the outputs, start capture and control: one
+        :class:`~vcam.runtime.startup.Started` (with early frames the camera is published while
+        the models load), which the frame loop then runs on."""
+        self.up = _startup.start(self, max_frames)
         if self.assembly is not None:
-            self._wire()
             self.ready.set()
 
-    def plan_handover(self) -> None:
-        """At the start, the outputs open: :attr:`handover` where the early frames can be swapped on
-        the CPU while the models load (:func:`vcam.runtime.handover.cpu_config`), else None."""
-        from vcam.runtime.handover import Handover, cpu_config
+    def plan_early_swap(self, up: _startup.Started) -> EarlySwap | None:
+        """At the start, the outputs open: the early swap where the early frames can be swapped on
+        the CPU while the models load (:func:`vcam.runtime.early_swap.cpu_config`), else None."""
+        from vcam.runtime.early_swap import EarlySwap, cpu_config
 
         cpu_cfg = cpu_config(self)
-        self.handover = Handover(self, cpu_cfg) if cpu_cfg is not None else None
-
-    def _wire(self) -> None:
-        """The rounds on the assembly in use (at the start, and at a handover's switch)."""
-        assert self.assembly is not None
-        rounds = self.rounds
-        rounds.swapper = self.assembly.swapper
-        rounds.stages_on = self.assembly.stages_on
-        rounds.degrader, rounds.telemetry = self.degrader, self.telemetry
+        return EarlySwap(self, up, cpu_cfg) if cpu_cfg is not None else None
 
     def _switch(self) -> bool:
-        """A handover start's full assembly, loaded: in use from the next round (see
-        :meth:`vcam.runtime.handover.Handover.switch`). True when the assembly changed."""
-        assert self.handover is not None
-        switched = self.handover.switch()
-        if switched:
-            self._wire()
-        return switched
+        """An early swap's full assembly, loaded: in use from the next round (see
+        :meth:`vcam.runtime.early_swap.EarlySwap.switch`). True when the assembly changed."""
+        assert self.up.early is not None
+        return bool(self.up.early.switch())
 
     # -- the loop -------------------------------------------------------------------------------
     def main_loop(self, max_frames: int | None, duration: float | None) -> None:
-        """Rounds until a limit, the end of every input or a stop request (see the module docstring)."""
+        """Ticks until a limit, the end of every input or a stop request (see the module docstring)."""
         if self.assembly is None or any(st.live is None for st in self.streams):
             return  # stopped during start-up, before the models were loaded
-        rounds = self.rounds
-        interval = float(self.cfg.status.interval)
-        t_start = last_status = time.perf_counter()
-        # The round submitted last, not yet collected: while it runs on the GPU, the next round's
-        # frames (those already there: no waiting for them) are submitted, so the upload, convert
-        # and detection of round k+1 overlap the swap and download of round k. With no frame
-        # waiting, round k is collected at once (no latency added when frames come one by one).
-        inflight = Round()
-        # A remote swapper (deferred) overlaps too: round k's round trip runs while round k+1 begins.
-        overlap = overlaps(self.assembly)
+        loop = Loop(max_frames, duration, overlap=overlaps(self.assembly), race=self._race())
         self.pauses.watch()
-        release_after: int | None = None  # after a switch: frames out by then (the background work waits for one more)
-        while not self.should_exit:
-            if self.handover is not None and self.handover.ready():
-                rounds.collect(inflight)  # nothing in flight on the CPU assembly; the switch is between two frames
-                inflight = Round()
-                if self._switch():
-                    overlap = overlaps(self.assembly)
-                    release_after = sum(st.summary.frames_out for st in self.streams)
-            if release_after is not None and sum(st.summary.frames_out for st in self.streams) > release_after:
-                release_after = None
-                if self.release_background is not None:  # the first frame through the full assembly is out
-                    self.release_background()
-            if max_frames is not None and all(st.summary.frames_in >= max_frames or st.done for st in self.streams):
-                break
-            if duration is not None and time.perf_counter() - t_start >= duration:
-                break
-            self.pauses.tick()
-            ready = rounds.gather(max_frames, timeout=0.0 if inflight else self.pauses.timeout(0.5), settle=True)
-            submitted = rounds.submit(ready) if ready else Round()
-            rounds.collect(inflight)
-            inflight = submitted
-            if not overlap:
-                rounds.collect(inflight)
-            if not ready and not inflight and all(st.done for st in self.streams):
-                break
-            now = time.perf_counter()
-            if now - last_status >= interval:
-                last_status = now
-                self._publish_status()
-        rounds.collect(inflight)  # the last round (a stop request keeps the frames in flight)
-        elapsed = time.perf_counter() - t_start
+        try:
+            while not self.should_exit and self.tick(loop):
+                pass
+        finally:
+            if loop.race is not None:
+                loop.race.close()
+        self.rounds.collect(loop.inflight)  # the last round (a stop request keeps the frames in flight)
+        elapsed = time.perf_counter() - loop.t_start
         for st in self.streams:
             assert st.live is not None and st.cap is not None and st.pipeline is not None
             st.live.finish(elapsed, st.cap.dropped, st.pipeline.guarded_by_model())
         if self.streams:  # one swapper for every stream: its count goes to the first summary
             self.streams[0].summary.swapped_locally = int(getattr(self.assembly.swapper, "swapped_locally", 0))
+
+    def tick(self, loop: Loop) -> bool:
+        """One round of the frame loop: an early swap's switch when due, the limits, the pause
+        requests, then the round (raced on the CPU under a budget while the GPU loads, else
+        gathered, submitted and collected, overlapped where the ops run beside the host), the
+        status. False when the run is at its end."""
+        self._switch_when_due(loop)
+        if loop.ended(self.streams):
+            return False
+        self.pauses.tick()
+        rounds = self.rounds
+        if loop.race is not None:
+            ready = rounds.gather(loop.max_frames, timeout=self.pauses.timeout(0.5))
+            loop.race.run(ready)
+            submitted = Round()
+        else:
+            ready = rounds.gather(loop.max_frames, timeout=0.0 if loop.inflight else self.pauses.timeout(0.5), settle=True)
+            submitted = rounds.submit(ready) if ready else Round()
+            rounds.collect(loop.inflight)
+        loop.inflight = submitted
+        if not loop.overlap:
+            rounds.collect(loop.inflight)
+        if not ready and not loop.inflight and all(st.done for st in self.streams):
+            return False
+        now = time.perf_counter()
+        if now - loop.last_status >= float(self.cfg.status.interval):
+            loop.last_status = now
+            self._publish_status()
+        return True
+
+    def _race(self) -> Race | None:
+        """The CPU frames of an early swap under a latency budget (:class:`vcam.runtime.early_swap.Race`)."""
+        if self.up.early is None or not any(st.budget > 0 for st in self.streams):
+            return None
+        from vcam.runtime.early_swap import Race
+
+        return Race(self.rounds)
+
+    def _switch_when_due(self, loop: Loop) -> None:
+        """An early swap's full assembly, loaded: in use from this round on, none in flight (the CPU
+        collects each round at once; a raced swap is waited for); the work held back for the
+        first frame begins once a frame went out through it."""
+        if self.up.early is not None and self.up.early.ready() and not (loop.race is not None and loop.race.busy):
+            self.rounds.collect(loop.inflight)
+            loop.inflight = Round()
+            if loop.race is not None:
+                loop.race.close()
+                loop.race = None
+            if self._switch():
+                loop.overlap = overlaps(self.assembly)
+                loop.release_after = sum(st.summary.frames_out for st in self.streams)
+        if loop.release_after is not None and sum(st.summary.frames_out for st in self.streams) > loop.release_after:
+            loop.release_after = None
+            self.up.release_background()  # the first frame through the full assembly is out
 
     def gather(self, max_frames: int | None = None, timeout: float = 0.5, *, settle: bool = False) -> list[tuple[Stream, Any]]:
         """:meth:`Rounds.gather <vcam.runtime.rounds.Rounds.gather>` over this daemon's streams."""
@@ -398,7 +423,7 @@ class Daemon:
         gpu = self.telemetry.latest() if self.telemetry is not None else None
         off = self.degrader.off if self.degrader is not None else ()
         engines = engine_notes(self.assembly.swapper if self.assembly is not None else None)
-        if self.handover is not None:  # the status line, `vcam ctl status` and the OBS text say why the device is the CPU
+        if self.up.early is not None:  # the status line, `vcam ctl status` and the OBS text say why the device is the CPU
             engines += ("swapping on the CPU while the GPU loads",)
         for i, st in enumerate(self.streams):
             assert st.live is not None and st.cap is not None
@@ -416,34 +441,39 @@ class Daemon:
         """Stop and close every component, whatever one of them does; with ``raise_errors`` the first
         :class:`VcamError` a component raised (a file output that could not be finished) is raised
         once all are closed, otherwise it is logged as one line."""
-        # Order: capture threads first (stop reading), then the sources, the outputs, control; then
-        # the swapper's background compile.
-        first: VcamError | None = None
+        # Order: capture threads first (stop reading), then the rest in reverse order of opening,
+        # the instance locks last (:meth:`vcam.runtime.startup.Started.close`).
         self.pauses.close()  # a camera being opened again for a resume is closed with the rest
-        for comp in self.components:
-            fn = getattr(comp, "stop", None) or getattr(comp, "close", None)
-            if fn is None:
-                continue
-            try:
-                fn()
-            except VcamError as exc:
-                if first is None and raise_errors:
-                    first = exc
-                else:
-                    log.error("%s", exc)
-            except Exception:  # a bug in a component: shutdown still finishes the others
-                log.exception("error while closing %s", type(comp).__name__)
-        self.components.clear()
-        if self.assembly is not None:
-            try:
-                self.assembly.stop_builds()
-            except Exception:
-                log.exception("error while stopping the background compile")
-        if self.instance_lock is not None:  # the last thing: another daemon may start from here on
-            self.instance_lock.close()
-            self.instance_lock = None
+        first: VcamError | None = None
+        for exc in self.up.close():
+            if first is None and raise_errors:
+                first = exc
+            else:
+                log.error("%s", exc)
         if first is not None:
             raise first
+
+
+@dataclass
+class Loop:
+    """The frame loop's own state between ticks (:meth:`Daemon.tick`): its limits, the round in
+    flight (submitted, not yet collected), whether rounds overlap, the frames out when the
+    early swap switched (the background work waits for one more), the CPU race of an early swap."""
+
+    max_frames: int | None
+    duration: float | None
+    overlap: bool = False
+    race: Race | None = None
+    inflight: Round = field(default_factory=Round)
+    release_after: int | None = None
+    t_start: float = field(default_factory=time.perf_counter)
+    last_status: float = field(default_factory=time.perf_counter)
+
+    def ended(self, streams: list[Stream]) -> bool:
+        """``max_frames`` frames in on every stream (or its input ended), or ``duration`` over."""
+        if self.max_frames is not None and all(st.summary.frames_in >= self.max_frames or st.done for st in streams):
+            return True
+        return self.duration is not None and time.perf_counter() - self.t_start >= self.duration
 
 
 def overlaps(asm: Any) -> bool:

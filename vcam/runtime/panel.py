@@ -145,7 +145,7 @@ class DaemonBackend:
         log.info("face '%s' removed from the panel", name)
 
 
-def start_panel(d: Any) -> Any:
+def start_panel(d: Any, up: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
     With its default port in use (another vcam), it serves on a free port and says which in a line.
@@ -160,7 +160,7 @@ def start_panel(d: Any) -> Any:
 
     path = d.cfg.panel_file
     try:
-        kept = (read_panel_file(path) or {}) if d.instance_lock is not None else {}
+        kept = (read_panel_file(path) or {}) if up.locks is not None else {}
     except VcamError as exc:  # another user's file: nothing in it is used, it is replaced below
         log.warning("%s", exc)
         kept = {}
@@ -177,7 +177,7 @@ def start_panel(d: Any) -> Any:
             # user chose is theirs (a dock's URL, a firewall rule): taken or the panel stays off.
             or_free_port=pcfg.port == PanelConfig().port,
             # kept across runs beside the panel file: an open page follows a restarted daemon
-            pairing_key=load_pairing_key(path.with_name(path.name + "key") if d.instance_lock is not None else None),
+            pairing_key=load_pairing_key(path.with_name(path.name + "key") if up.locks is not None else None),
         )
         server.start()
     except VcamError as exc:
@@ -188,8 +188,8 @@ def start_panel(d: Any) -> Any:
     offer = server.tap.offer
 
     # A published frame stays valid until `ring` more frames are begun; one more may already be
-    # begun when it is published where rounds overlap (the GPU). Asked at each frame: a handover
-    # start (vcam.runtime.handover) changes the pipelines and the ops between two frames.
+    # begun when it is published where rounds overlap (the GPU). Asked at each frame: an early
+    # swap (vcam.runtime.early_swap) changes the pipelines and the ops between two frames.
     def tap(st: Any, data: Any) -> None:
         summary = st.summary
         overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
@@ -197,7 +197,7 @@ def start_panel(d: Any) -> Any:
         offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
 
     d.rounds.tap = tap
-    if d.instance_lock is not None:
+    if up.locks is not None:
         try:
             write_panel_file(path, server.url, server.token)
         except OSError as exc:
@@ -214,7 +214,7 @@ def start_panel(d: Any) -> Any:
         def stop(self) -> None:
             d.rounds.tap = None
             server.stop()
-            if d.instance_lock is not None and not pcfg.keep_token:  # kept: the next run reuses its token
+            if up.locks is not None and not pcfg.keep_token:  # kept: the next run reuses its token
                 remove_panel_file(path)
 
     return _Stop()

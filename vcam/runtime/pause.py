@@ -44,12 +44,11 @@ CARD_FPS = 5.0
 
 class Pauses:
     """The pause state of every stream of one daemon's :class:`~vcam.runtime.rounds.Rounds` (see the
-    module docstring). ``components``: the daemon's list of what it closes at shutdown, where a
-    reopened source and capture thread replace the closed ones."""
+    module docstring). A reopened source and capture thread replace the closed ones in their
+    stream, where the daemon's shutdown finds them (:meth:`vcam.runtime.opened.Opened.add_current`)."""
 
-    def __init__(self, rounds: Rounds, components: list[Any]) -> None:
+    def __init__(self, rounds: Rounds) -> None:
         self.rounds = rounds
-        self.components = components
         self._lock = threading.Lock()
         self._work: dict[str, threading.Thread] = {}  # stream -> its last closing or opening thread
         self._opened: dict[str, tuple[Any, Any, BaseException | None]] = {}  # stream -> (source, capture, error)
@@ -182,14 +181,8 @@ class Pauses:
             log.error("stream %s stays paused: %s", st.name, text)
             st.state.set_paused(True)
             return
-        old_source, old_cap = st.source, st.cap
-        for i, comp in enumerate(self.components):  # shutdown closes the new ones in their place
-            if comp is old_cap:
-                self.components[i] = cap
-            elif comp is old_source:
-                self.components[i] = source
-        st.source, st.cap = source, cap
-        cap.stage, cap.target = st.stage, st.target  # a hand-over may have switched them meanwhile
+        st.source, st.cap = source, cap  # shutdown closes these in the old ones' place
+        cap.stage, cap.target = st.stage, st.target  # an early swap may have switched them meanwhile
         if st.pipeline is not None:
             st.pipeline.restart()
         st.paused = False

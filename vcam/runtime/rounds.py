@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from vcam.config import Config
 from vcam.errors import VcamError
+from vcam.platform import process
 from vcam.runtime.degrade import LAST_RESORT
 from vcam.state import RuntimeState
 from vcam.status import LiveStats, RunSummary
@@ -165,6 +166,11 @@ class Rounds:
     tap: Callable[[Stream, Any], None] | None = None
     #: Called the same way for the desk's recording (:mod:`vcam.runtime.record`); keep it short.
     record: Callable[[Stream, Any], None] | None = None
+
+    def adopt(self, swapper: Any, stages_on: dict[str, bool]) -> None:
+        """Run on a loaded assembly's swapper and optional stages (at the start, and at an early
+        swap's switch, between two rounds)."""
+        self.swapper, self.stages_on = swapper, stages_on
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
@@ -341,6 +347,45 @@ class Rounds:
         self._mark("published", st, stats.seq, stats.t_capture, stats)
         self.degrade(st, st.last_pub, st.last_pub - stats.t_capture, False)  # sent: a late one is judged by its time
         return True
+
+    def publish_early(self, st: Stream, frame: Frame) -> bool:
+        """``frame`` out as an early frame (:func:`early_frame`: pixelated, or as it came, per
+        ``[pipeline] early_frames``), under the same budget rule as :meth:`publish`: a frame over the
+        stream's budget is dropped unless nothing has gone out for :meth:`Stream.stale_after` (then
+        it goes out counted as late): counted in ``early_frames`` (``early_dropped``,
+        ``early_late``), its latency with the run's (the whole run's percentiles include the
+        start). True when it went out."""
+        assert st.output is not None
+        if st.paused:
+            return False
+        s = st.summary
+        if self._too_late(st, frame.t_capture, time.perf_counter()):
+            s.early_dropped += 1
+            return False
+        data = early_frame(st, frame, pixelated=st.cfg.pipeline.early_frames != "camera")
+        now = time.perf_counter()
+        if self._too_late(st, frame.t_capture, now):  # the conversion took it over the budget
+            s.early_dropped += 1
+            return False
+        st.output.send(data)
+        st.shown = data
+        if self.tap is not None:
+            self.tap(st, data)
+        st.last_pub = time.perf_counter()
+        if s.first_frame_s is None:
+            s.first_frame_s = process.age()
+        s.early_frames += 1
+        s.latencies_ms.append((st.last_pub - frame.t_capture) * 1000.0)
+        s.early_late += int(st.budget > 0 and now - frame.t_capture > st.budget)
+        return True
+
+    @staticmethod
+    def _too_late(st: Stream, t_capture: float, now: float) -> bool:
+        """Over the stream's budget at ``now`` and something went out lately: the frame is dropped
+        (over the budget with the picture standing still for :meth:`Stream.stale_after`, it goes
+        out, counted as late: the camera never freezes)."""
+        budget = st.budget
+        return budget > 0 and now - t_capture > budget and now - st.last_pub < st.stale_after()
 
     def degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
         """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""

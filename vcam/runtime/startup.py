@@ -1,13 +1,15 @@
-"""The daemon's start-up: sources, models (:mod:`vcam.runtime.assemble`), faces, outputs, capture
-threads, telemetry and control, in that order.
+"""The daemon's start-up: one :class:`Started` (built and returned by :func:`start`), holding the
+locks, sources, outputs, capture threads, models (:mod:`vcam.runtime.assemble`) and faces,
+telemetry and control, opened in that order and closed in reverse by one exit stack.
 
 With early frames (``[pipeline] early_frames``, live runs without a frame enhancer) the outputs
-open first and each stream's newest camera frame is published (pixelated by default) while the
-models load in a thread; the capture threads then get their stream's own stage (:func:`capture_stage`:
-the MJPG decode and the pinned staging of the GPU path). A GPU run of the model-free swap
-(``early_frames = "swap"``) swaps them on a CPU assembly instead as soon as that is built, and the
-frame loop switches to the GPU's between two frames (:mod:`vcam.runtime.handover`): hence the load's
-two halves, :func:`prepare` (build, touching no stream) and :func:`adopt` (put in use).
+open first and each stream's newest camera frame is published (pixelated by default, each within
+the latency budget) while the models load in a thread; the capture threads then get their
+stream's own stage (:func:`capture_stage`: the MJPG decode and the pinned staging of the GPU path).
+A GPU run (``early_frames = "swap"``) swaps them on a CPU assembly instead as soon as that is
+built, and the frame loop switches to the GPU's between two frames (the early swap,
+:mod:`vcam.runtime.early_swap`): hence the load's two halves, :func:`prepare` (build, touching no
+stream) and :func:`adopt` (put in use).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vcam.config import Config
 from vcam.errors import VcamError
 from vcam.platform import process
-from vcam.runtime.rounds import SHED_SWAP, early_frame
+from vcam.runtime.opened import Opened
+from vcam.runtime.rounds import SHED_SWAP
 from vcam.status import LiveStats
 from vcam.types import Frame, PixelFormat
 
@@ -40,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 class Daemon(Protocol):
-    """What start-up reads and fills in: :class:`vcam.runtime.daemon.Daemon` as this module sees it."""
+    """What start-up reads (never writes): :class:`vcam.runtime.daemon.Daemon` as this module sees it."""
 
     cfg: Config
     streams: list[Stream]
@@ -52,34 +56,95 @@ class Daemon(Protocol):
     control_on: bool
     panel_on: bool
     announce: Callable[[str], None] | None
-    instance_lock: Any
-    loading: threading.Thread | None
-    assembly: Assembly | None
-    handover: Any  # a vcam.runtime.handover.Handover (the layer above) under way, else None
     early_swap: bool | None
     load_delay: float
-    release_background: Callable[[], None] | None
-    telemetry: Telemetry | None
-    degrader: Degrader | None
-    components: list[Any]
     given_outputs: dict[str, Any]
     given_sources: dict[str, Any]
     wake: threading.Event
 
     def held_signals(self) -> AbstractContextManager[None]: ...
 
-    def plan_handover(self) -> None: ...
+    def plan_early_swap(self, up: Started) -> Any: ...
 
 
-def start(d: Daemon, max_frames: int | None = None) -> None:
-    """Open the sources, load the models, open the outputs, start capture, telemetry and control."""
+@dataclass
+class Started:
+    """What a start-up opened and loaded, one object (:func:`start` builds and returns it; the
+    daemon's frame loop runs on it; :meth:`close` closes it). In the order :func:`start` opens them:
+
+    1. ``locks``: the control socket's and OBS scenes' (:func:`take_instance_lock`), released last;
+    2. each stream's source, then (early frames) its output and capture thread;
+    3. ``loaded``: the models in use (:class:`Loaded`: assembly, pipelines, capture stages, faces
+       watcher; a file output opened once the frame size is known), replaced by another between
+       two frames by an early swap (``early``: :class:`vcam.runtime.early_swap.EarlySwap`);
+    4. ``telemetry`` and ``degrader``; the control socket and OBS controllers; the panel.
+
+    ``opened`` closes them in reverse (:class:`vcam.runtime.opened.Opened`); the capture threads
+    are stopped first (:meth:`stop_capture`: no frame is read while the rest closes). ``loading``:
+    a load left running by a stop before the models were in use (the process ends with
+    ``os._exit``); ``control``: whether this run offers `vcam ctl` and OBS control."""
+
+    opened: Opened = field(default_factory=Opened)
+    locks: LockSet | None = None
+    loaded: Loaded | None = None
+    early: Any = None  # a vcam.runtime.early_swap.EarlySwap (the layer above) under way, else None
+    telemetry: Telemetry | None = None
+    degrader: Degrader | None = None
+    loading: threading.Thread | None = None
+    control: bool = True
+    streams: list[Stream] = field(default_factory=list)
+
+    @property
+    def assembly(self) -> Assembly | None:
+        return self.loaded.assembly if self.loaded is not None else None
+
+    def release_background(self) -> None:
+        """Let the work held back for the first frame begin (the engines' other graphs, the recogniser)."""
+        if self.loaded is not None and self.loaded.release is not None:
+            self.loaded.release()
+
+    def stop_capture(self) -> None:
+        for st in self.streams:
+            if st.cap is not None:
+                st.cap.stop()
+
+    def close(self) -> list[VcamError]:
+        """Everything closed, the capture threads first, the rest in reverse order of opening, the
+        locks last; the :class:`VcamError` components raised (a file that could not be finished)."""
+        self.stop_capture()
+        errors = self.opened.close()
+        if self.assembly is not None:
+            try:
+                self.assembly.stop_builds()
+            except Exception:
+                log.exception("error while stopping the background compile")
+        if self.locks is not None:  # the last thing: another daemon may start from here on
+            self.locks.close()
+            self.locks = None
+        return errors
+
+
+def start(d: Daemon, max_frames: int | None = None) -> Started:
+    """Open the sources, load the models, open the outputs, start capture, telemetry and control;
+    the :class:`Started` that holds them. A failure closes what was opened and is raised."""
+    up = Started(control=d.control_on, streams=d.streams)
+    try:
+        _start(d, up, max_frames)
+    except BaseException:
+        for exc in up.close():
+            log.error("%s", exc)
+        raise
+    return up
+
+
+def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
     from vcam.stages import capture, recording
 
-    if d.control_on and standalone(d):
-        d.control_on = False
+    if up.control and standalone(d):
+        up.control = False
         log.info("no camera and no virtual camera: this run leaves the control socket and OBS to any live vcam")
-    if d.control_on:  # one daemon per control socket: a second one stops here, naming the first
-        take_instance_lock(d)
+    if up.control:  # one daemon per control socket: a second one stops here, naming the first
+        up.locks = take_instance_lock(d)
     check_streams([(st.name, st.cfg) for st in d.streams if st.name not in d.given_sources], d.given_outputs)
     for st in d.streams:
         given_output = st.name in d.given_outputs
@@ -87,33 +152,32 @@ def start(d: Daemon, max_frames: int | None = None) -> None:
             recording.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
         st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
-        d.components.append(st.source)
+        up.opened.add_current(partial(getattr, st, "source"))  # a resume may reopen it (vcam.runtime.pause)
         st.summary.frames_total = frames_to_convert(st.source, st.delivery, max_frames)
     if early_frames(d):
         for st in d.streams:
             assert st.source is not None
-            open_output(d, st, st.source.width, st.source.height)
-        start_capture(d, early=True)
-        d.plan_handover()  # early frames swapped on the CPU where they can be (vcam.runtime.handover)
-        if not load_while_passing_through(d):
+            open_output(d, up.opened, st, st.source.width, st.source.height)
+        start_capture(d, up, early=True)
+        if not load_while_passing_through(d, up):
             return  # stopped (Ctrl-C) before the models were loaded: nothing more to start
         for st in d.streams:
             assert st.cap is not None
             st.cap.stage, st.cap.target = st.stage, st.target
     else:
-        load(d)
-        if d.assembly is None:
+        load(d, up)
+        if up.loaded is None:
             return  # stopped while loading
-        start_capture(d, early=False)
-    start_telemetry(d)
-    offer_settings(d)
-    start_control(d)
+        start_capture(d, up, early=False)
+    start_telemetry(d, up)
+    offer_settings(d, up)
+    start_control(d, up)
     if d.panel_on:
         from vcam.runtime.panel import start_panel
 
-        panel = start_panel(d)
+        panel = start_panel(d, up)
         if panel is not None:
-            d.components.append(panel)
+            up.opened.add(panel)
 
 
 def standalone(d: Daemon) -> bool:
@@ -151,7 +215,7 @@ def frames_to_convert(source: Any, delivery: Any, max_frames: int | None) -> int
     return min(count, max_frames) if max_frames is not None else count
 
 
-def take_instance_lock(d: Daemon) -> None:
+def take_instance_lock(d: Daemon) -> LockSet:
     """The control socket's lock (:class:`~vcam.control.instance.InstanceLock`) and, with OBS control,
     each stream's OBS scene lock, released at shutdown. Another daemon holding one stops this one
     (one line naming its PID): two daemons on one scene would switch each other's faces. A lock that
@@ -185,7 +249,7 @@ def take_instance_lock(d: Daemon) -> None:
     except BaseException:
         locks.close()
         raise
-    d.instance_lock = locks  # released last, once every output is finished
+    return locks  # released last, once every output is finished
 
 
 @dataclass
@@ -211,7 +275,7 @@ def early_frames(d: Daemon) -> bool:
     return all(st.delivery is not None and not st.delivery.lossless and not st.cfg.upscale.model for st in d.streams)
 
 
-def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
+def open_output(d: Daemon, opened: Opened, st: Stream, width: int, height: int) -> None:
     from vcam.stages import publish
 
     output = d.given_outputs.get(st.name)
@@ -223,42 +287,44 @@ def open_output(d: Daemon, st: Stream, width: int, height: int) -> None:
             timing = "frames" if st.delivery.lossless else "wall"
             fps = st.cfg.output.fps or st.source.fps or d.cfg.capture.fps
             output = publish.open_output(st.cfg.output, width, height, fps, file_timing=timing)
-        d.components.append(output)
+        opened.add(output)
         st.output = output
 
 
 @dataclass
 class Loaded:
     """What a load built for the streams (:func:`prepare`), not yet in use (:func:`adopt`): the
-    assembly, each stream's pipeline and capture stage (stage, target, decoder), and the release
-    of the engines' background work (None: nothing held)."""
+    assembly, each stream's pipeline and capture stage (stage, target, decoder), the release of
+    the engines' background work (None: nothing held), and what it opened (the faces watcher, the
+    search threads, pinned staging, a file output opened once its size was known), closed with it."""
 
     assembly: Assembly
     pipelines: dict[str, Pipeline] = field(default_factory=dict)
     stages: dict[str, tuple[Any, Any, Any]] = field(default_factory=dict)
     release: Callable[[], None] | None = None
+    opened: Opened = field(default_factory=Opened)
 
 
-def load(d: Daemon) -> None:
+def load(d: Daemon, up: Started) -> None:
     """The models, the faces, each stream's output (opened here unless early frames opened it) and
     pipeline (built with its output format, budget and degradability), the buffers and the CUDA
     graphs of the first frame warmed up, put in use (:func:`prepare` then :func:`adopt`). The
     engines' other graphs and the recogniser are built in the background once the first frame went
     out through the pipeline (the daemon holds :data:`vcam.engines.gate.BACKGROUND` until then, at
-    most its patience; ``d.release_background`` lets it go earlier); a face that needs the
-    recogniser meanwhile builds it at once."""
+    most its patience; :meth:`Started.release_background` lets it go earlier); a face that needs
+    the recogniser meanwhile builds it at once."""
     if d.load_delay:
         time.sleep(d.load_delay)
     loaded = prepare(d, d.cfg)
     if loaded is not None:
-        adopt(d, loaded)
+        adopt(d, up, loaded)
 
 
 def prepare(
     d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True, threads: int = 0, short_lived: bool = False
 ) -> Loaded | None:
     """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
-    :mod:`vcam.runtime.handover`), touching no stream: it may run while the frame loop runs other
+    :mod:`vcam.runtime.early_swap`), touching no stream: it may run while the frame loop runs other
     pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
     hold the engines' background work until the first frame; ``threads``: the CPU threads of a
     model call on onnxruntime (0: one per core); ``short_lived``: the assembly swaps for seconds
@@ -283,18 +349,21 @@ def prepare(
     return loaded
 
 
-def adopt(d: Daemon, loaded: Loaded) -> None:
-    """Put ``loaded`` in use: the daemon's assembly, each stream's pipeline and capture stage (set
-    on its capture thread by the caller). Between two frames of the frame loop, or before it."""
-    asm = d.assembly = loaded.assembly
-    d.release_background = loaded.release
+def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
+    """Put ``loaded`` in use (``up.loaded``, closed with ``up``): each stream's pipeline and
+    capture stage (set on its capture thread by the caller), the rounds on its swapper. Between
+    two frames of the frame loop, or before it."""
+    up.opened.add(loaded.opened)  # what it opened, not its models: those go when it is replaced
+    up.loaded = loaded
+    asm = loaded.assembly
+    d.rounds.adopt(asm.swapper, asm.stages_on)
     for st in d.streams:
         st.summary.device = asm.device
         st.summary.models = asm.describe()
         before = st.pipeline
         st.pipeline = loaded.pipelines[st.name]
         search = getattr(getattr(before, "tracker", None), "search", None)
-        if search is not None:  # the hand-over's CPU pipeline: its search thread is done
+        if search is not None:  # the early swap's CPU pipeline: its search thread is done
             search.close()
         st.stage, st.target, st.decoder = loaded.stages[st.name]
         if st.live is None:
@@ -309,6 +378,7 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
 
     first = d.streams[0]
     assert first.source is not None
+    loaded_opened = Opened()
     t0 = time.perf_counter()
     asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps, threads=threads, short_lived=short_lived)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
@@ -325,16 +395,16 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
             others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
         )
         watcher.start()
-        d.components.append(watcher)
+        loaded_opened.add(watcher)
     else:  # faces given with the state (tests, embedding): every stream gets them
         assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
     t2 = time.perf_counter()
-    loaded = Loaded(asm)
+    loaded = Loaded(asm, opened=loaded_opened)
     for st in d.streams:
         src = st.source
         assert src is not None and st.delivery is not None
         if st.output is None:
-            open_output(d, st, *asm.frame_size(src.width, src.height))
+            open_output(d, loaded.opened, st, *asm.frame_size(src.width, src.height))
         assert st.output is not None
         live = not st.delivery.lossless
         loaded.pipelines[st.name] = asm.make_pipeline(
@@ -350,8 +420,8 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
         )
         search = getattr(loaded.pipelines[st.name].tracker, "search", None)
         if search is not None:
-            d.components.append(search)  # the search thread stops with the daemon
-        loaded.stages[st.name] = capture_stage(d, st, asm)  # the decoder is built here too, off the frame loop
+            loaded.opened.add(search)  # the search thread stops with the daemon
+        loaded.stages[st.name] = capture_stage(loaded.opened, st, asm)  # the decoder is built here too, off the frame loop
     age = process.age()
     log.info(
         "start-up: models %.2f s, faces %.2f s, pipelines %.2f s on %s (loading began %s after the start)",
@@ -361,7 +431,7 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
     return loaded
 
 
-def start_capture(d: Daemon, early: bool) -> None:
+def start_capture(d: Daemon, up: Started, early: bool) -> None:
     """One capture thread per stream. Early (models still loading): an MJPG frame is decoded on the
     CPU there; the stream's own stage (:func:`capture_stage`) is set once the models are loaded."""
     from vcam.stages import capture
@@ -380,24 +450,23 @@ def start_capture(d: Daemon, early: bool) -> None:
             st.source, lossless=st.delivery.lossless, name=name, wake=d.wake, stage=stage, target=target
         )
         st.cap.start()
-        d.components.insert(0, st.cap)
+        up.opened.add_current(partial(getattr, st, "cap"))  # a resume may reopen it (vcam.runtime.pause)
 
 
-def load_while_passing_through(d: Daemon) -> bool:
+def load_while_passing_through(d: Daemon, up: Started) -> bool:
     """:func:`load` in a thread while this one publishes each stream's newest frame, pixelated
     (``early_frames = "pixelate"``, or ``"swap"``) or as it is (``"camera"``), converted on the CPU, so a video
     call sees the camera within a second of the start. Those frames are counted in
-    ``early_frames``, not in ``frames_in``/``frames_out``. With ``d.handover`` (``"swap"``, see
-    :mod:`vcam.runtime.handover`) only until its CPU assembly is in use; the frame loop switches to
-    the full one later. False when a stop was requested before the models were loaded (the
-    loading thread is left to finish on its own)."""
-    pixelated = d.cfg.pipeline.early_frames != "camera"
+    ``early_frames``, not in ``frames_in``/``frames_out``. With an early swap (``"swap"``,
+    ``up.early``: :mod:`vcam.runtime.early_swap`) only until its CPU assembly is in use; the frame
+    loop switches to the full one later. False when a stop was requested before the models were
+    loaded (the loading thread is left to finish on its own: ``up.loading``)."""
     failure: list[BaseException] = []
-    ho = d.handover
+    ho = up.early = d.plan_early_swap(up)
 
     def loading() -> None:
         try:
-            load(d)
+            load(d, up)
         except BaseException as exc:
             failure.append(exc)
         finally:
@@ -416,18 +485,13 @@ def load_while_passing_through(d: Daemon) -> bool:
         for st, frame in d.rounds.gather(None, timeout=0.05):
             if loaded():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
                 break
-            assert st.output is not None
-            st.output.send(early_frame(st, frame, pixelated=pixelated))
-            s = st.summary
-            if s.first_frame_s is None:
-                s.first_frame_s = process.age()
-            s.early_frames += 1
+            d.rounds.publish_early(st, frame)  # under the stream's budget, as every frame
     if not loaded():
         # A stop while loading does not wait for the models: the load goes on in the background. It
         # may be inside a native library (onnxruntime, torch) whose threads must not be torn down
         # under it, so the daemon says so (Daemon.loading) and the command ends the process with
         # os._exit once the outputs are finished instead of unwinding the interpreter.
-        d.loading = loader
+        up.loading = loader
         log.info("stopped before the models were loaded")
         return False
     passed = sum(st.summary.early_frames for st in d.streams)
@@ -436,11 +500,22 @@ def load_while_passing_through(d: Daemon) -> bool:
     loader.join()
     if failure:
         raise failure[0]
-    if d.assembly is None:  # the stop came while loading, and the load gave up on it meanwhile
+    if up.loaded is None:  # the stop came while loading, and the load gave up on it meanwhile
         log.info("stopped before the models were loaded")
         return False
     log.info("models loaded in %.1f s; %d early frames published meanwhile", time.perf_counter() - t0, passed)
     return True
+
+
+#: The libraries a live run's load imports first (the CPU path: leaves of the import graph, so a
+#: thread importing them beside the command's own imports can never deadlock with it).
+LOAD_MODULES = ("numpy", "cv2", "onnxruntime")
+
+
+def import_ahead() -> None:
+    """:data:`LOAD_MODULES` imported in a thread from the command's start, beside the config, the
+    sources and the outputs: the load that follows finds them imported."""
+    threading.Thread(target=preimport, args=(LOAD_MODULES,), name="vcam-imports", daemon=True).start()
 
 
 #: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
@@ -458,7 +533,7 @@ def preimport(modules: tuple[str, ...]) -> None:
             log.debug("importing %s ahead failed: %s", name, exc)
 
 
-def capture_stage(d: Daemon, st: Stream, asm: Assembly) -> tuple[Callable[[Frame], Frame] | None, Any, Any]:
+def capture_stage(opened: Opened, st: Stream, asm: Assembly) -> tuple[Callable[[Frame], Frame] | None, Any, Any]:
     """What the capture thread does to each frame before handing it over, as (stage, target,
     decoder): an MJPG frame is decoded (:mod:`vcam.stages.decode`: on the GPU into device memory,
     or on the CPU; the decoder); a frame on the host is put in pinned staging on the GPU path: read
@@ -478,7 +553,7 @@ def capture_stage(d: Daemon, st: Stream, asm: Assembly) -> tuple[Callable[[Frame
         fmt = PixelFormat.BGR
     staging = ops.staging(frame_shape(fmt, src.width, src.height))
     if staging is not None:
-        d.components.append(staging)  # its copy threads stop with the daemon
+        opened.add(staging)  # its copy threads stop with the daemon
     if decoder is None:
         return (staging.stage, staging.claim, None) if staging is not None else (None, None, None)
     if staging is None:
@@ -487,19 +562,19 @@ def capture_stage(d: Daemon, st: Stream, asm: Assembly) -> tuple[Callable[[Frame
     return (lambda frame: stage(decode(frame))), None, decoder
 
 
-def start_telemetry(d: Daemon) -> None:
+def start_telemetry(d: Daemon, up: Started) -> None:
     """The GPU sampler (NVML, off the frame loop) and the degrader (one for the shared GPU: its
-    changes apply to every stream). A run where every stream converts a file (every frame kept)
-    never degrades."""
+    changes apply to every stream), handed to the rounds. A run where every stream converts a file
+    (every frame kept) never degrades."""
     from vcam.runtime.degrade import Degrader, available_stages
     from vcam.telemetry import open_telemetry
 
-    assert d.assembly is not None
+    assert up.assembly is not None
     cfg = d.cfg
-    d.telemetry = open_telemetry(cfg.telemetry, d.assembly.device, gpu_index=0)
-    if d.telemetry is not None:
-        d.components.append(d.telemetry)
-    if d.handover is not None:  # the CPU assembly's frames: no GPU to watch, no load to shed yet (at the switch)
+    up.telemetry = open_telemetry(cfg.telemetry, up.assembly.device, gpu_index=0)
+    if up.telemetry is not None:
+        up.opened.add(up.telemetry)
+    if up.early is not None:  # the CPU assembly's frames: no GPU to watch, no load to shed yet (at the switch)
         return
     lossless = all(st.delivery is not None and st.delivery.lossless for st in d.streams)
     available = available_stages(cfg)
@@ -507,10 +582,11 @@ def start_telemetry(d: Daemon) -> None:
     # host frames (not decoded on the GPU) whose output size is the input's.
     if early_frames(d) and not any(st.decoder is not None and st.decoder.device == "cuda" for st in d.streams):
         available.add(SHED_SWAP)
-    d.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
+    up.degrader = Degrader.from_config(cfg.degrade, available, enabled=bool(available) and not lossless)
+    d.rounds.degrader, d.rounds.telemetry = up.degrader, up.telemetry
 
 
-def offer_settings(d: Daemon) -> None:
+def offer_settings(d: Daemon, up: Started) -> None:
     """The desk's settings this run can honour, offered on every stream's state at the config's
     values (:mod:`vcam.control.commands`): the enhancer and its amount with a face enhancer, the
     mouth mask with a mask stage (any mask type beyond 'box'), the occlusion mask with the occluder
@@ -535,23 +611,23 @@ def offer_settings(d: Daemon) -> None:
         fps = (live[0].source.fps if live[0].source is not None else 0.0) or cfg.capture.fps
         recorder = Recorder(default_folder(cfg.output.record_dir), fps)
         d.rounds.record = recorder.offer
-        d.components.append(recorder)
+        up.opened.add(recorder)
         for st in live:
             st.state.offer("record", False)
 
 
-def start_control(d: Daemon) -> None:
+def start_control(d: Daemon, up: Started) -> None:
     """The local control socket and, when on, one OBS controller per stream."""
-    if not d.control_on:
+    if not up.control:
         return
     from vcam.control.local import ControlServer
 
     states = {st.name: st.state for st in d.streams}
-    if d.instance_lock is not None and d.instance_lock.socket is not None:  # without its lock (said why), no socket
+    if up.locks is not None and up.locks.socket is not None:  # without its lock (said why), no socket
         try:
             srv = ControlServer(d.cfg.socket_path, d.state, streams=states if len(states) > 1 else None)
             srv.start()
-            d.components.append(srv)
+            up.opened.add(srv)
         except VcamError as exc:
             log.warning("local control disabled: %s", exc)
     if d.cfg.obs.enabled:
@@ -568,7 +644,7 @@ def start_control(d: Daemon) -> None:
                 d.cfg.obs.for_stream(st.name, len(d.streams)), st.state, stream=st.name if several else None, audio=audio
             )
             obs.start()
-            d.components.append(obs)
+            up.opened.add(obs)
 
 
 def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, object] | None = None) -> None:

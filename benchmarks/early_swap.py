@@ -1,15 +1,15 @@
 """What the CPU's early frames cost the GPU load: the GPU libraries imported beside them (the GIL).
 
-    python -m benchmarks.handover [--runs 3] [--size 720p] [--modules cupy,torch] [--switch S] [--json OUT]
+    python -m benchmarks.early_swap [--runs 3] [--size 720p] [--modules cupy,torch] [--switch S] [--json OUT]
 
-A handover start (:mod:`vcam.runtime.handover`) swaps frames on the CPU in the frame loop while the
+An early swap (:mod:`vcam.runtime.early_swap`) swaps frames on the CPU in the frame loop while the
 load thread imports CuPy and PyTorch and builds the GPU assembly; both need the GIL. Each run is a
 fresh process that starts a live demo daemon (30 fps, ``--size``) on the CPU and, once its frames
 flow, times ``import`` of ``--modules`` in another thread, as the load thread does:
 
     alone     no daemon (the import on its own)
     pixelate  the early frames of today's start (pixelated, no pipeline)
-    swap      the frames swapped on the CPU (the handover's CPU assembly; its full load held back)
+    swap      the frames swapped on the CPU (the early swap's CPU assembly; its full load held back)
 
 The table gives each mode's import time (best and median of the runs) and the frames the daemon
 published meanwhile; the JSON has every run. Modes alternate run by run (the same machine load).

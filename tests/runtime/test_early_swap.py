@@ -1,4 +1,4 @@
-"""The handover start (vcam.runtime.handover): early frames swapped on the CPU while the full
+"""The early swap (vcam.runtime.early_swap): early frames swapped on the CPU while the full
 assembly loads, then the switch between two frames. Here both assemblies run on the CPU (the
 daemon's ``early_swap=True``), the second one slowed by the daemon's ``load_delay``."""
 
@@ -17,7 +17,7 @@ from test_daemon import Capturing, demo_cfg
 from vcam import config_file as vconfig
 from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
-from vcam.runtime.handover import cpu_config, cpu_threads, qualifies
+from vcam.runtime.early_swap import cpu_config, cpu_threads, qualifies
 from vcam.types import PixelFormat
 
 #: The tiny inswapper and recogniser stand-ins (their folder's vcam.toml): test_daemon's fixture.
@@ -61,7 +61,7 @@ def test_the_cpu_start_applies_to_a_gpu_run_whose_models_all_run_on_onnxruntime(
 
 
 def test_check_says_what_the_first_frames_of_a_gpu_run_are():
-    from vcam.runtime.handover import describe_start
+    from vcam.runtime.early_swap import describe_start
 
     gpu = _cfg(device="cuda")
     assert "swap their first frames on the CPU" in describe_start(gpu, "cuda")
@@ -93,7 +93,7 @@ def test_frames_are_swapped_on_the_cpu_until_the_switch_between_two_frames(caplo
     marks = Marks()
     out = Capturing(640, 360, fmt=PixelFormat.BGR)
     daemon = Daemon(_cfg(), output=out, control=False, early_swap=True, load_delay=1.5, hook=marks)
-    with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
+    with caplog.at_level(logging.INFO, logger="vcam.runtime.early_swap"):
         s = daemon.run(max_frames=60)
     # swapped through the CPU assembly first (counted as pipeline frames), then through the other one
     assert 2 <= s.cpu_frames < s.frames_out == 60 == s.frames_in, s  # a busy machine swaps a few fps on the CPU
@@ -178,7 +178,7 @@ def test_a_stop_while_the_gpu_loads_ends_on_the_cpu_frames_without_waiting():
 
 
 def _fail_build(monkeypatch, which: str):
-    """``assemble.build`` fails for the ``cpu`` assembly of a handover or the ``full`` one."""
+    """``assemble.build`` fails for the ``cpu`` assembly of an early swap or the ``full`` one."""
     from vcam.errors import ModelError
     from vcam.runtime import assemble
 
@@ -223,7 +223,7 @@ import sys
 sys.path[:0] = ["tests", "tests/runtime"]
 from dataclasses import replace
 from test_daemon import demo_cfg
-from vcam.runtime import handover, startup
+from vcam.runtime import early_swap, startup
 from vcam import config_file as vconfig
 from vcam.config import Duration
 from vcam.runtime.daemon import Daemon
@@ -235,7 +235,7 @@ st = d.streams[0]
 st.delivery = capture.plan_delivery(st.cfg.capture, "null", None)
 st.source = capture.open_source(st.cfg.capture, delivery=st.delivery)
 st.output = NullOutput(640, 360, 30.0)
-loaded = startup.prepare(d, handover.cpu_config(d), hold=False)
+loaded = startup.prepare(d, early_swap.cpu_config(d), hold=False)
 print(loaded.assembly.device, sorted(m for m in ("torch", "cupy") if m in sys.modules))
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -251,14 +251,14 @@ def test_a_gpu_run_starts_on_the_cpu_and_switches_to_cuda(device, swapper, tiny_
     then the CUDA assembly, every frame swapped and published once, through NV12 -> I420 as a camera;
     the model-free swap, and a swap network (onnxruntime's CPU engine, then PyTorch on CUDA)."""
     if device != "cuda":
-        pytest.skip("the handover starts GPU runs only (the CPU one is tested above with two CPU assemblies)")
+        pytest.skip("the early swap starts GPU runs only (the CPU one is tested above with two CPU assemblies)")
     marks = Marks()
     out = Capturing(640, 360)
     cfg = _cfg(device="cuda")
     if swapper != "classic":
         cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models.parent)), swap=replace(cfg.swap, swapper=swapper))
     daemon = Daemon(cfg, output=out, control=False, hook=marks)
-    with caplog.at_level(logging.INFO, logger="vcam.runtime.handover"):
+    with caplog.at_level(logging.INFO, logger="vcam.runtime.early_swap"):
         daemon.start()
         deadline = time.monotonic() + 120
         while daemon.summary.switched_s is None and time.monotonic() < deadline and daemon._thread.is_alive():
@@ -279,7 +279,7 @@ def test_a_gpu_run_starts_on_the_cpu_and_switches_to_cuda(device, swapper, tiny_
 
 
 @pytest.mark.slow
-def test_a_face_photo_without_a_face_stops_the_handover_start_with_one_error(tmp_path, caplog):
+def test_a_face_photo_without_a_face_stops_the_early_swap_with_one_error(tmp_path, caplog):
     """The CPU assembly's own faces fail as the full load's would: that error, not a fallback warning."""
     import cv2
 

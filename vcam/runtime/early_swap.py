@@ -1,4 +1,7 @@
-"""Swapped from the first frame on a GPU run: the CPU swaps while the GPU loads, then hands over.
+"""The early swap: swapped from the first frame on a GPU run, the CPU swapping while the GPU loads.
+
+One name for the feature everywhere: ``[pipeline] early_frames = "swap"`` (config), this module and
+:class:`EarlySwap` (code), ``Daemon(early_swap=...)`` (tests, measurements), "early swap" (docs).
 
 A GPU start spends seconds importing CuPy and PyTorch and building the models before its first
 swapped frame; the CPU needs neither: the model-free swap runs on NumPy ops and onnxruntime's
@@ -8,8 +11,9 @@ inswapper: about 2 s to open on a 16-core host, then a third of a second a face)
 onnxruntime (:func:`qualifies`) therefore loads twice: a CPU assembly (:func:`cpu_config`), which the
 frame loop uses at once, the frames counted as swapped (``frames_in``/``frames_out``, the first
 frame "through the pipeline"); and the full assembly, which the frame loop takes over between two
-frames (:meth:`Handover.switch`): the outputs stay open (same format and size), no frame in flight
-(the CPU collects each round at once), the faces stay (host data: the classic swap's prepared
+frames (:meth:`EarlySwap.switch`): the outputs stay open (same format and size), no frame in flight
+(the CPU collects each round at once; under a latency budget its frames race the budget:
+:class:`Race`), the faces stay (host data: the classic swap's prepared
 source, a swap network's latent, the same for any device), each stream gets its new pipeline and
 capture stage, the degrader and the GPU telemetry start then. Until the CPU assembly is there the
 early frames are pixelated.
@@ -23,7 +27,7 @@ switch to the GPU as late or up to 3 s later (the full load slowed from 3.3 s to
 host), so they run in turn.
 
 A CPU assembly that cannot be built (one warning line) leaves the early frames pixelated until the
-full one is loaded; a full load that fails stops the run with its error, as without the handover.
+full one is loaded; a full load that fails stops the run with its error, as without the early swap.
 A run that ends while the full load runs leaves it running (``Daemon.loading``: the command ends
 the process with ``os._exit``).
 """
@@ -35,15 +39,19 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, FaceError
 from vcam.platform import process
+from vcam.runtime.rounds import Passed
 
 if TYPE_CHECKING:
-    from vcam.runtime.startup import Daemon, Loaded
+    from vcam.runtime.rounds import Rounds, Stream
+    from vcam.runtime.startup import Daemon, Loaded, Started
+    from vcam.types import Frame
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +93,7 @@ def cpu_threads(cfg: Config) -> int:
 
 def cpu_config(d: Daemon) -> Config | None:
     """The config of the CPU assembly that swaps while the full one loads, or None where the
-    handover does not apply: ``[pipeline] early_frames`` not ``"swap"``, a stream that does not
+    early swap does not apply: ``[pipeline] early_frames`` not ``"swap"``, a stream that does not
     :func:`qualify <qualifies>`, or a run on the CPU anyway (``--device cpu``, or ``auto`` without
     CuPy installed). ``d.early_swap``: True hands over whatever the device (tests, measurements:
     two CPU assemblies), False never."""
@@ -119,16 +127,18 @@ def describe_start(cfg: Config, device: str) -> str:
     )
 
 
-class Handover:
-    """The two loads of a handover start (see the module docstring) and their outcome.
+class EarlySwap:
+    """The two loads of an early swap (see the module docstring) and their outcome, kept in the
+    start-up's :class:`~vcam.runtime.startup.Started` (``up.early``; it writes no daemon attribute).
 
     :attr:`thread` (not started) builds :attr:`cpu`, then :attr:`full` (``Daemon.load_delay`` seconds
     later: tests, measurements); :meth:`first_ready` says when the early frames can stop,
     :meth:`adopt_first` puts the CPU assembly in use, :meth:`ready` and :meth:`switch` the full one.
     """
 
-    def __init__(self, d: Daemon, cpu_cfg: Config) -> None:
+    def __init__(self, d: Daemon, up: Started, cpu_cfg: Config) -> None:
         self.d = d
+        self.up = up
         self.cpu_cfg = cpu_cfg
         self.cpu: Loaded | None = None
         self.full: Loaded | None = None
@@ -165,7 +175,7 @@ class Handover:
             d.wake.set()
 
     def _run_cpu(self) -> None:
-        """The CPU assembly. A bad setting or a face photo without a face ends the handover with
+        """The CPU assembly. A bad setting or a face photo without a face ends the early swap with
         that error (the full load would say the same); any other failure leaves the early frames
         pixelated, with one line."""
         from vcam.runtime import startup
@@ -192,18 +202,18 @@ class Handover:
         the full one, loaded meanwhile; its error raised). False when there is none (stopped)."""
         from vcam.runtime import startup
 
-        d = self.d
+        d, up = self.d, self.up
         if self._done.is_set() and (self.failure is not None or self.cpu is None or self.full is not None):
-            d.handover = None
+            up.early = None
             if self.failure is not None:
                 raise self.failure
             loaded = self.full or self.cpu
             if loaded is None:  # stopped while loading
                 return False
-            startup.adopt(d, loaded)
+            startup.adopt(d, up, loaded)
             return True
         assert self.cpu is not None
-        startup.adopt(d, self.cpu)
+        startup.adopt(d, up, self.cpu)
         log.info("swapping on the CPU while the models load (%.2f s after the start)", process.age())
         return True
 
@@ -217,8 +227,8 @@ class Handover:
         switch to (no GPU after all: the CPU assembly stays)."""
         from vcam.runtime import startup
 
-        d = self.d
-        d.handover = None
+        d, up = self.d, self.up
+        up.early = None
         if self.failure is not None:
             raise self.failure
         n = sum(st.summary.frames_out for st in d.streams)
@@ -226,12 +236,12 @@ class Handover:
             st.summary.cpu_frames = st.summary.frames_out
         if self.full is None:
             return False
-        startup.adopt(d, self.full)
+        startup.adopt(d, up, self.full)
         self.cpu = None  # its engines go (a swap network's CPU session holds its weights)
         for st in d.streams:
             assert st.cap is not None
             st.cap.stage, st.cap.target = st.stage, st.target
-        startup.start_telemetry(d)
+        startup.start_telemetry(d, up)
         age = process.age()
         for st in d.streams:
             st.summary.switched_s = age
@@ -243,12 +253,114 @@ class Handover:
 
     def left_running(self) -> None:
         """The run ends on the CPU assembly: what was swapped there is counted; a full load still
-        running is left to finish on its own (``Daemon.loading``)."""
-        d = self.d
-        for st in d.streams:
+        running is left to finish on its own (``up.loading``)."""
+        for st in self.d.streams:
             st.summary.cpu_frames = st.summary.frames_out
         if self.thread.is_alive():
-            d.loading = self.thread
+            self.up.loading = self.thread
 
 
-__all__ = ["CPU_ROLES", "Handover", "cpu_config", "describe_start", "qualifies"]
+#: Seconds between two tries of a stream's CPU swap once its swaps took longer than its budget.
+RETRY_EVERY = 1.0
+
+
+class Race:
+    """The CPU assembly's frames under a latency budget (a stream's ``max_latency`` > 0): a frame is
+    swapped in a worker thread (``vcam-early-swap``) while the frame loop waits for it at most until
+    its budget, less what an early frame's conversion takes; swapped in time it goes out swapped
+    (``frames_out``), else as an early frame (pixelated, ``early_frames``). While the worker is busy
+    every other frame goes out as an early frame at once. So the camera moves at its own rate and
+    no frame is older than the budget, however slow the CPU swap (a swap network: a third of a
+    second a face); a stream whose last swaps all took longer than its budget is tried again once
+    every :data:`RETRY_EVERY` seconds (a swap that is never in time only takes cores from the load)."""
+
+    def __init__(self, rounds: Rounds) -> None:
+        self.rounds = rounds
+        self._job: tuple[Stream, Frame] | None = None
+        self._result: tuple[Any, Any] | BaseException | None = None
+        self._go = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._took: dict[str, deque[float]] = {}
+        self._tried: dict[str, float] = {}
+        self._convert = 0.01  # seconds: the slowest early frame conversion seen lately
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="vcam-early-swap", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """A swap runs: the pipelines must not change under it (the switch waits for this)."""
+        return not self._idle.is_set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._go.set()
+
+    def run(self, ready: list[tuple[Stream, Frame]]) -> None:
+        """One gathered round: one frame to the worker (when idle and worth it), the others out as
+        early frames; then that frame out, swapped if in time, else as an early frame."""
+        failure = self._result
+        if isinstance(failure, BaseException):  # a swap that failed after its frame went out pixelated
+            raise failure
+        raced: tuple[Stream, Frame] | None = None
+        for st, frame in ready:
+            if raced is None and not self.busy and self._worth(st):
+                raced = (st, frame)
+                self._start(st, frame)
+            else:
+                self._early(st, frame)
+        if raced is not None:
+            self._settle(*raced)
+
+    def _worth(self, st: Stream) -> bool:
+        took = self._took.get(st.name)
+        if not took or min(took) + self._convert <= st.budget:
+            return True
+        return time.perf_counter() - self._tried.get(st.name, 0.0) >= RETRY_EVERY
+
+    def _start(self, st: Stream, frame: Frame) -> None:
+        self._tried[st.name] = time.perf_counter()
+        self._job, self._result = (st, frame), None
+        self._idle.clear()
+        self._go.set()
+
+    def _settle(self, st: Stream, frame: Frame) -> None:
+        deadline = frame.t_capture + st.budget - self._convert
+        if self._idle.wait(max(0.0, deadline - time.perf_counter())):
+            result = self._result
+            if isinstance(result, BaseException):
+                raise result
+            assert result is not None
+            data, stats = result
+            if time.perf_counter() - frame.t_capture <= st.budget and self.rounds.publish(st, data, stats):
+                return
+        self._early(st, frame)
+
+    def _early(self, st: Stream, frame: Frame) -> None:
+        t0 = time.perf_counter()
+        self.rounds.publish_early(st, frame)
+        self._convert = max(0.9 * self._convert, time.perf_counter() - t0)
+
+    def _work(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._closed:
+                return
+            assert self._job is not None
+            st, frame = self._job
+            t0 = time.perf_counter()
+            try:
+                rnd = self.rounds.submit([(st, frame)])
+                (_, slot), pipe = rnd.slots[0], st.pipeline
+                assert pipe is not None and not isinstance(slot, Passed)
+                self._result = pipe.collect(slot)
+                pipe.launch_detection()
+            except BaseException as exc:
+                self._result = exc
+            self._took.setdefault(st.name, deque(maxlen=3)).append(time.perf_counter() - t0)
+            self._idle.set()
+
+
+__all__ = ["CPU_ROLES", "EarlySwap", "Race", "cpu_config", "describe_start", "qualifies"]

@@ -1,0 +1,213 @@
+"""The first seconds of a live run as a user starts it: does the camera move at its own rate from
+the start, within the budget, and when does the GPU swap?
+
+    python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
+        [--input demo|CLIP] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
+        [--baseline REF] [--json OUT]
+
+Each run is a fresh process running the real command (``vcam run --realtime --output null
+--duration ... --max-latency ...``, one stream or ``--streams N`` of the same input), with the
+full-size stand-in weights of a swap network (:func:`benchmarks.startup._models`: random weights,
+the real architecture) and a face photo. The child times every frame the null outputs are sent and
+keeps each stream's run summary; per stream:
+
+    published   frames out in the first ``--window`` s after the first one / the camera's frames then (``--fps``)
+    p99 ms      capture -> publish over the whole run, start-up included (a baseline that does not count
+                its early frames' latency: its pipeline frames only)
+    late        frames out over the budget (counted as late: the picture kept moving) / over it not counted
+    first s     the first frame out, after the process start
+    GPU s       the first frame swapped on the GPU (the switch from the CPU, else the first through the pipeline)
+
+``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
+temporary worktree), alternated run by run with this tree (the same machine load). The table gives
+the median of the runs per tree; ``--json`` has every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CHILD = r"""
+import vcam.__main__  # the start-up clock first (vcam.platform.process)
+import json, sys, time
+t0, OUT = time.perf_counter(), sys.argv[1]
+from vcam.stages import outputs
+sent = {}
+send = outputs.NullOutput.send
+def timed(self, data):
+    sent.setdefault(id(self), []).append(time.perf_counter() - t0)
+    return send(self, data)
+outputs.NullOutput.send = timed
+from vcam.runtime import daemon as vd
+run = vd.Daemon.run
+def reported(self, *a, **k):
+    try:
+        return run(self, *a, **k)
+    finally:
+        rows = {}
+        for st in self.streams:
+            s = st.summary
+            rows[st.name] = {
+                "sent": sent.get(id(st.output), []), "latencies_ms": list(s.latencies_ms), "frames_out": s.frames_out,
+                "early_frames": s.early_frames, "dropped_latency": s.dropped_latency,
+                "published_late": s.published_late + getattr(s, "early_late", 0),
+                "cpu_frames": getattr(s, "cpu_frames", 0), "switched_s": getattr(s, "switched_s", None),
+                "first_processed_s": s.first_processed_s, "first_frame_s": s.first_frame_s, "device": s.device,
+            }
+        with open(OUT, "w") as f:
+            json.dump(rows, f)
+vd.Daemon.run = reported
+from vcam.__main__ import main
+sys.argv = ["vcam", *sys.argv[2:]]
+main()
+"""
+
+
+def _worktree(ref: str) -> Path:
+    """``ref`` of this repository checked out (detached) in a temporary folder."""
+    here = Path(__file__).resolve().parents[1]
+    path = Path(tempfile.mkdtemp(prefix="vcam-baseline-"))
+    subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", str(path), ref], check=True, capture_output=True)
+    return path
+
+
+def _one(tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, "-c", CHILD, str(out), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, timeout=timeout)
+    try:
+        rows = json.loads(out.read_text() or "{}")
+    except json.JSONDecodeError:
+        rows = {}
+    out.unlink(missing_ok=True)
+    return {"rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:]}
+
+
+def measure(stream: dict[str, Any], *, fps: float, window: float, budget_ms: float) -> dict[str, Any]:
+    """One stream's figures (see the module docstring)."""
+    import numpy as np
+
+    sent = stream["sent"]
+    lat = np.asarray(stream["latencies_ms"], float)
+    first = sent[0] if sent else None
+    in_window = sum(1 for t in sent if first is not None and t - first < window)
+    switched = stream.get("switched_s")
+    over = int((lat > budget_ms).sum()) if budget_ms else 0
+    return {
+        "published": in_window / (window * fps),
+        "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
+        "late": stream["published_late"],
+        "over_uncounted": max(0, over - stream["published_late"]),
+        "first_s": first,
+        "gpu_s": switched if switched is not None else stream.get("first_processed_s"),
+        "frames": len(sent),
+        "cpu_frames": stream.get("cpu_frames", 0),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--model", default="inswapper_128", help="a swap network (stand-in weights), or classic")
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--max-latency", default="33ms")
+    ap.add_argument("--input", default="demo", help="demo or a clip (played at its rate, looped)")
+    ap.add_argument("--fps", type=float, default=30.0, help="the input's frame rate (the camera's frames)")
+    ap.add_argument("--size", default="", help="the demo's size, WxH (default: [capture]'s, 1280x720)")
+    ap.add_argument("--streams", type=int, default=1)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--window", type=float, default=10.0, help="seconds after the first frame counted for 'published'")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", default="", help="a git ref to alternate with (e.g. main)")
+    ap.add_argument("--extra", default="", help="more `vcam run` arguments, space-separated")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    from benchmarks.startup import _models
+    from vcam.config import Duration
+    from vcam.platform import folders
+
+    here = Path(__file__).resolve().parents[1]
+    work = folders.cache_dir() / "bench" / "first_seconds"
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = work / "config.toml"
+    size = ""
+    if args.size:
+        w, h = args.size.lower().split("x")
+        size = f"[capture]\nwidth = {int(w)}\nheight = {int(h)}\n"
+    models = ""  # benchmarks.startup's stand-ins, shared (a swap network's: 554 MB, written once)
+    if args.model != "classic":
+        models = f"[models]\ndir = '{_models(folders.cache_dir() / 'bench' / 'startup' / 'models')}'\n"
+    cfg.write_text(models + size)
+    face = here / "vcam" / "assets" / "grace_hopper.jpg"
+    cmd = ["run", "-c", str(cfg), "--device", args.device, "--realtime", "--quiet", "--panel", "off"]
+    cmd += ["--duration", f"{args.duration}s", "--max-latency", args.max_latency, "--face", str(face)]
+    if args.model != "classic":
+        cmd += ["--model", args.model]
+    cmd += ["--fp16"] if args.fp16 else []
+    if args.streams == 1:
+        cmd += ["--input", args.input, "--output", "null"]
+    else:
+        cmd += [x for i in range(args.streams) for x in ("--stream", f"{args.input}=null,name=s{i}")]
+    cmd += args.extra.split()
+    budget_ms = float(Duration.parse(args.max_latency)) * 1000.0
+    trees = {"this": here}
+    if args.baseline:
+        trees[args.baseline] = _worktree(args.baseline)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for i in range(args.runs):
+        for name, tree in trees.items():
+            got = _one(tree, cmd, timeout=args.duration + 300)
+            rows = [measure(s, fps=args.fps, window=args.window, budget_ms=budget_ms) for s in got["streams"].values()]
+            runs[name].append({"rc": got["rc"], "rows": rows, "tail": got["tail"] if got["rc"] or not rows else ""})
+            brief = (
+                ", ".join(f"{r['published']:.0%} p99 {r['p99_ms'] or 0:.0f} ms GPU {r['gpu_s'] or 0:.1f} s" for r in rows)
+                or got["tail"][-300:]
+            )
+            print(f"run {i + 1} {name}: rc {got['rc']}: {brief}", flush=True)
+    _table(runs, args, budget_ms)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cmd": cmd, "date": time.strftime("%Y-%m-%d %H:%M"), "runs": runs}, indent=2))
+    return 0
+
+
+def _table(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, budget_ms: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (
+        f"first seconds: {args.model}{' fp16' if args.fp16 else ''} on {args.device}, {args.streams} stream(s) of "
+        f"{args.input}, budget {budget_ms:.0f} ms, {args.duration:.0f} s, median of {args.runs} runs (every stream)"
+    )
+    t = Table(title=title)
+    for col in ("tree", f"published {args.window:.0f} s", "p99 ms", "late / over uncounted", "first s", "GPU s", "CPU frames"):
+        t.add_column(col, justify="right")
+    for name, rs in runs.items():
+        rows = [r for run in rs for r in run["rows"]]
+        if not rows:
+            t.add_row(name, "failed", "", "", "", "", "")
+            continue
+
+        def med(key: str, rows: list[dict[str, Any]] = rows) -> float:
+            vals = [r[key] for r in rows if r[key] is not None]
+            return statistics.median(vals) if vals else float("nan")
+
+        t.add_row(
+            name, f"{med('published'):.0%}", f"{med('p99_ms'):.0f}", f"{med('late'):.0f} / {med('over_uncounted'):.0f}",
+            f"{med('first_s'):.2f}", f"{med('gpu_s'):.2f}", f"{med('cpu_frames'):.0f}",
+        )  # fmt: skip
+    Console(width=140).print(t)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
