@@ -144,7 +144,7 @@ OVERSIZE = {
     "vcam.engines.build_job:prebuild": 89,
     "vcam.engines.torch:TorchEngine.__init__": 88,
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
-    "vcam.control.obs:ObsController": 410,
+    "vcam.control.obs:ObsController": 396,
     "vcam.engines.torch:TorchEngine": 381,
     "vcam.pipeline.pipeline:Pipeline": 371,
 }

@@ -443,29 +443,10 @@ class ObsController:
         """A CustomEvent's raw data (see :func:`hook_custom_events`): ``{"vcam": {...}}`` is ours;
         anything else carrying ``vcam`` is answered with an error (one DEBUG line, not a warning:
         whoever sent it reads the reply)."""
-        if isinstance(data, TooDeep):
-            log.debug("ignored OBS custom event: nested deeper than %d levels", MAX_EVENT_DEPTH)
-            if data.ours:
-                self._reply(False, error=f"a vcam custom event nests at most {MAX_EVENT_DEPTH} levels deep")
-            return
-        if not isinstance(data, dict) or "vcam" not in data:
-            return  # someone else's event
-        cmd = data["vcam"]
-        extra = [k for k in data if k != "vcam"]
-        if extra:
-            error = "a vcam custom event holds only 'vcam', not also " + ", ".join(short(repr(k), 40) for k in extra[:5])
-            log.debug("ignored OBS custom event: %s", error)
-            self._reply(False, error=error)
-            return
-        if not isinstance(cmd, dict):
-            log.debug("ignored OBS custom event: 'vcam' is a %s, not an object", type(cmd).__name__)
-            self._reply(False, error='\'vcam\' must be an object like {"face": "NAME"}')
-            return
-        target = cmd.get("stream")
-        if target is not None and self.stream is not None and target != self.stream:
-            return  # another stream's controller answers it
-        if target is not None and self.stream is None:
-            self._reply(False, error=f"this vcam runs one stream, there is no stream {short(repr(target))}")
+        cmd, error = vet_custom_event(data, self.stream)
+        if cmd is None:
+            if error:
+                self._reply(False, error=error)
             return
         error = None
         try:
@@ -580,6 +561,38 @@ class ObsController:
             self._update_status(f"vcam stopped (at {time.strftime('%H:%M:%S')})")
         except Exception:
             log.debug("could not mark the OBS status as stopped", exc_info=True)
+
+
+def vet_custom_event(data: Any, stream: str | None) -> tuple[dict | None, str | None]:
+    """A CustomEvent's raw data seen by the controller of ``stream`` (None: the daemon's only one):
+    ``(command, None)`` to apply; ``(None, error)`` to answer with an error; ``(None, None)`` for an
+    event that is someone else's or another stream's, left unanswered."""
+    if isinstance(data, TooDeep):
+        return None, too_deep_error(data)
+    if not isinstance(data, dict) or "vcam" not in data:
+        return None, None  # someone else's event
+    cmd = data["vcam"]
+    extra = [k for k in data if k != "vcam"]
+    if extra:
+        error = "a vcam custom event holds only 'vcam', not also " + ", ".join(short(repr(k), 40) for k in extra[:5])
+        log.debug("ignored OBS custom event: %s", error)
+        return None, error
+    if not isinstance(cmd, dict):
+        log.debug("ignored OBS custom event: 'vcam' is a %s, not an object", type(cmd).__name__)
+        return None, '\'vcam\' must be an object like {"face": "NAME"}'
+    target = cmd.get("stream")
+    if target is not None and stream is not None and target != stream:
+        return None, None  # another stream's controller answers it
+    if target is not None and stream is None:
+        return None, f"this vcam runs one stream, there is no stream {short(repr(target))}"
+    return cmd, None
+
+
+def too_deep_error(data: TooDeep) -> str | None:
+    """What a custom event nested deeper than :data:`MAX_EVENT_DEPTH` is answered (None: it was not
+    ours, nothing is said); one DEBUG line either way."""
+    log.debug("ignored OBS custom event: nested deeper than %d levels", MAX_EVENT_DEPTH)
+    return f"a vcam custom event nests at most {MAX_EVENT_DEPTH} levels deep" if data.ours else None
 
 
 def reply_body(state: RuntimeState, ok: bool, error: str | None = None, stream: str | None = None) -> dict[str, Any]:
