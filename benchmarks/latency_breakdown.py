@@ -99,7 +99,7 @@ def main() -> None:
     daemon.startup()
     for st in daemon.streams:
         st.pipeline.patient = bool(args.patient)
-    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
+    daemon.wait_compiled(300)  # time the compiled swapper where it is built
     import threading
 
     print("threads:", ", ".join(sorted(t.name for t in threading.enumerate())))

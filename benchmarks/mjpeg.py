@@ -135,7 +135,7 @@ def _daemon_row(args: argparse.Namespace, clip: Path, decode: str, paced: bool) 
         data["models"] = {"dir": args.model_dir}
     daemon = Daemon(build(data), control=False)
     daemon.startup()
-    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
+    daemon.wait_compiled(300)  # time the compiled swapper where it is built
     try:
         daemon.main_loop(None, args.seconds)
     finally:

@@ -98,7 +98,7 @@ def _passed(daemon: Any) -> int:
 def _one(args: argparse.Namespace, streams: int, device: str, url: str = "") -> dict:
     d = _daemon(args, streams, device, url)
     d.startup()
-    d.assembly.wait_compiled(300)
+    d.wait_compiled(300)
     try:
         rows = S._measure(d, args.seconds)
         over, passed = _over(d), _passed(d)

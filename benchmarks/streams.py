@@ -231,7 +231,7 @@ def _measure(daemon: Daemon, seconds: float) -> dict:
 def _one_daemon(args: argparse.Namespace, paced: bool) -> dict:
     daemon = _daemon(args, args.streams, paced)
     daemon.startup()
-    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
+    daemon.wait_compiled(300)  # time the compiled swapper where it is built
     try:
         with _GpuLoad(args.device) as load:
             rows = _measure(daemon, args.seconds)
@@ -289,7 +289,7 @@ def _processes(args: argparse.Namespace, paced: bool) -> dict:
 def _worker(args: argparse.Namespace) -> None:
     daemon = _daemon(args, 1, args.paced)
     daemon.startup()
-    daemon.assembly.wait_compiled(300)  # time the compiled swapper where it is built
+    daemon.wait_compiled(300)  # time the compiled swapper where it is built
     print("ready", flush=True)
     sys.stdin.readline()
     try:

@@ -50,3 +50,21 @@ def test_start_up_builds_one_object_and_sets_no_daemon_attribute():
     up = d.up
     assert up is not empty and up.loaded is not None and d.assembly is up.loaded.assembly
     assert not any(st.cap._thread.is_alive() for st in d.streams) and up.locks is None  # all closed
+
+
+@pytest.mark.slow
+def test_waiting_for_the_compiled_engines_before_the_first_frame_lets_the_background_work_go():
+    """Start-up holds the engines' background work (graph captures, the compiled load) until the
+    first frame is out; a benchmark that waits for it before running any frame must release it
+    first, or it waits on work that waits on a frame that never comes (issue 43: the CUDA
+    benchmarks.streams deadlock)."""
+    from vcam.engines.gate import BACKGROUND
+
+    d = Daemon(demo_cfg(), output=Capturing(640, 360), control=False, early_swap=False)
+    d.startup()
+    try:
+        assert not BACKGROUND.is_open  # held for the first frame
+        assert d.wait_compiled(60)
+        assert BACKGROUND.is_open
+    finally:
+        d.shutdown()

@@ -697,7 +697,8 @@ def test_a_predicted_frame_is_published_before_its_detection_is_queued(media, de
     cfg = _cfg([{"name": "demo", "input": "demo", "output": "null", "face": str(photo)}], device, max_latency=0)
     cfg = cfg.replace(capture=replace(cfg.capture, pacing="realtime", fps=20.0), track=replace(cfg.track, predict="on"))
     events: list[tuple[str, int]] = []
-    daemon = Daemon(cfg, outputs={"demo": Recorder()}, control=False)
+    # no early swap: on CUDA the pipeline after startup() would be its CPU one, which runs in order
+    daemon = Daemon(cfg, outputs={"demo": Recorder()}, control=False, early_swap=False)
     daemon.startup()
     pipe = daemon.streams[0].pipeline
     queue = pipe._detect_later

@@ -262,7 +262,8 @@ def test_a_live_mjpg_camera_is_early_frames_decoded_on_the_cpu_then_decoded_on_t
         }
     )
     rec = Recorder()
-    daemon = Daemon(cfg, output=rec, control=False)
+    # no early swap: on CUDA its CPU pipeline (decoding on the CPU) would swap these 12 frames
+    daemon = Daemon(cfg, output=rec, control=False, early_swap=False)
     daemon.run(max_frames=12)
     s, stream = daemon.summary, daemon.streams[0]
     assert s.frames_out == 12 and len(rec.got) == s.early_frames + 12, s.line()

@@ -46,6 +46,11 @@ class BackgroundGate:
         finally:
             release()
 
+    @property
+    def is_open(self) -> bool:
+        """Nobody holds it: the background work goes on."""
+        return self._open.is_set()
+
     def wait(self) -> None:
         self._open.wait(self.patience)
 

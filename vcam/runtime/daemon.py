@@ -160,6 +160,14 @@ class Daemon:
         """The models in use (None before start-up loaded them)."""
         return self.up.assembly
 
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """After :meth:`startup`, before the frame loop (benchmarks timing the compiled swapper):
+        let the engines' background work go now, not at the first frame (none comes while this
+        waits: waiting with the gate held deadlocked ``benchmarks.streams`` on CUDA), and wait for
+        it (:meth:`vcam.runtime.assemble.Assembly.wait_compiled`)."""
+        self.up.release_background()
+        return self.assembly.wait_compiled(timeout) if self.assembly is not None else True
+
     @property
     def instance_lock(self) -> Any:
         """The control socket's and OBS scenes' locks (:class:`vcam.runtime.startup.LockSet`) while held."""
