@@ -516,11 +516,11 @@ def test_the_desk_settings_are_offered_and_changed_through_the_command_path(serv
     from vcam.control.commands import SETTINGS
 
     token = {"X-Vcam-Token": served.token, "Content-Type": "application/json"}
-    cookie = {"Cookie": f"vcam_panel_{served.port}={served.token}"}
+    header = {"X-Vcam-Token": served.token}  # what the page's script adds (never a cookie)
     state = served.backend.states["s1"]
-    page = call(served, "/", headers=cookie)[2].decode()
+    page = call(served, "/", headers=header)[2].decode()
     assert 'id="controls"' in page
-    shown = json.loads(call(served, "/api/state", headers=cookie)[2])
+    shown = json.loads(call(served, "/api/state", headers=header)[2])
     assert [c["key"] for c in shown["controls"]] == [s.key for s in SETTINGS]
     assert shown["streams"][0]["settings"] == {}
     for s in SETTINGS:
@@ -533,4 +533,4 @@ def test_the_desk_settings_are_offered_and_changed_through_the_command_path(serv
         assert status == 200 and json.loads(body)["settings"][s.key] == want and state.settings[s.key] == want
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: 7}).encode(), headers=token)
         assert status == 400 and state.settings[s.key] == want
-    assert json.loads(call(served, "/api/state", headers=cookie)[2])["streams"][0]["settings"] == state.settings
+    assert json.loads(call(served, "/api/state", headers=header)[2])["streams"][0]["settings"] == state.settings

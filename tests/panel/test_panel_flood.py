@@ -39,7 +39,6 @@ def test_1100_idle_connections_starve_neither_control_nor_obs_nor_the_log(tmp_pa
 
     from vcam.config import ObsConfig, PanelConfig
     from vcam.control.client import send_command
-    from vcam.panel.server import PanelServer
     from vcam.runtime.daemon import Daemon
 
     if missing_programs():
@@ -65,8 +64,8 @@ def test_1100_idle_connections_starve_neither_control_nor_obs_nor_the_log(tmp_pa
         deadline = time.monotonic() + 120
         panel = ctl = None
         while time.monotonic() < deadline and (panel is None or ctl is None or not ctl.connected.is_set()):
-            panel = next((c.panel for c in d.components if isinstance(getattr(c, "panel", None), PanelServer)), None)
-            ctl = next((c for c in d.components if type(c).__name__ == "ObsController"), None)
+            panel = getattr(d.up.panel, "panel", None)
+            ctl = d.up.obs[0] if d.up.obs else None
             time.sleep(0.1)
         assert panel is not None and ctl is not None and ctl.connected.is_set(), "the daemon did not start"
         assert send_command(sock, {"status": True}, timeout=30)["ok"]

@@ -77,7 +77,8 @@ class Started:
     3. ``loaded``: the models in use (:class:`Loaded`: assembly, pipelines, capture stages, faces
        watcher; a file output opened once the frame size is known), replaced by another between
        two frames by an early swap (``early``: :class:`vcam.runtime.early_swap.EarlySwap`);
-    4. ``telemetry`` and ``degrader``; the control socket and OBS controllers; the panel.
+    4. ``telemetry`` and ``degrader``; the control socket and OBS controllers (``obs``); the
+       panel (``panel``).
 
     ``opened`` closes them in reverse (:class:`vcam.runtime.opened.Opened`); the capture threads
     are stopped first (:meth:`stop_capture`: no frame is read while the rest closes). ``loading``:
@@ -93,6 +94,8 @@ class Started:
     loading: threading.Thread | None = None
     control: bool = True
     streams: list[Stream] = field(default_factory=list)
+    panel: Any = None  # the daemon's side of the panel (vcam.runtime.panel), when it serves one
+    obs: list[Any] = field(default_factory=list)  # the OBS controllers, one per stream
 
     @property
     def assembly(self) -> Assembly | None:
@@ -175,9 +178,9 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
     if d.panel_on:
         from vcam.runtime.panel import start_panel
 
-        panel = start_panel(d, up)
-        if panel is not None:
-            up.opened.add(panel)
+        up.panel = start_panel(d, up)
+        if up.panel is not None:
+            up.opened.add(up.panel)
 
 
 def standalone(d: Daemon) -> bool:
@@ -645,6 +648,7 @@ def start_control(d: Daemon, up: Started) -> None:
             )
             obs.start()
             up.opened.add(obs)
+            up.obs.append(obs)
 
 
 def check_streams(streams: list[tuple[str, Config]], given_outputs: dict[str, object] | None = None) -> None:
