@@ -214,6 +214,13 @@ class SwapConfig:
         "Active source face: a face-bank name or an image path ('' : none, frames pass through until a face is chosen "
         "with `vcam ctl face` or OBS; the demo face for --input demo).",
     )
+    pick: int = _opt(
+        0,
+        "Which face of a source photo holding several (1 = leftmost); 0: the photo must show one face "
+        "(a group photo is refused, listing its faces).",
+        min=0,
+        max=256,
+    )
     faces: Literal["all", "largest", "reference"] = _opt("all", "Which faces to swap.")
     reference: str = _opt("", "Reference face (bank name or image path) for faces = 'reference'.")
     reference_threshold: float = _opt(0.3, "Minimum similarity to the reference face.", min=-1.0, max=1.0)
