@@ -196,6 +196,16 @@ def test_a_face_whose_score_dips_now_and_then_stays_swapped():
     assert all(ids == [1] for ids in got), got
 
 
+def test_a_weak_first_detection_is_not_a_hit():
+    """Issue 40 (the real-photo set, 4K, search beside the frame: a motorcycle's lamp found at 0.72,
+    then once at 0.91, was swapped for 3 frames): a new track's first detection counts toward its
+    confirmation only when it scores as a hit; a real face's next detections confirm it."""
+    got = run({0: [det(score=0.72)], 2: [det(score=0.91)]}, 6)
+    assert all(ids == [] for ids in got), got
+    got = run({0: [det(score=0.72)], 1: [det(score=0.91)], 2: [det(score=0.95)], 3: [det(score=0.99)]}, 4)
+    assert got == [[], [], [1], [1]], got
+
+
 def test_confirmation_off_swaps_every_detection_at_once():
     assert run({0: [det(score=0.7)]}, 1, confirm_hits=1)[0] == [1]
 
