@@ -223,7 +223,7 @@ def run(device: str, mode: str, size: str, frames: int, log: list | None = None)
             if i - seen.setdefault(k, i) >= ENTRY:
                 required.append(k)
         if log is not None:
-            log += [(i, "missed", k) for k in required if k not in people]
+            log.extend((i, "missed", k) for k in required if k not in people)
         # faces N right: nothing off a face, every face in view counted (a face only partly in
         # view, entering or behind someone, may be counted or not)
         ok = not off and all(k in people for k, v in enumerate(in_view) if v) and len(boxes) <= len(truth)
