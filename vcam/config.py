@@ -202,7 +202,9 @@ class TrackConfig:
         min=1,
         max=10,
     )
-    confirm_score: float = _opt(0.9, "Or at once when its first detection scores at least this.", min=0.0, max=1.0)
+    confirm_score: float = _opt(
+        0.9, "Or at once when its first detection scores at least this and its landmarks make a face.", min=0.0, max=1.0
+    )
     confirm_within: int = _opt(5, "Frames a new face has to be confirmed in, else it is dropped.", min=1, max=60)
 
 
