@@ -34,6 +34,7 @@ import platform
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
 import cv2
 import numpy as np
@@ -174,12 +175,13 @@ def _occluded(k: int, truth: list[np.ndarray]) -> bool:
     return False
 
 
-def match(boxes: list[np.ndarray], truth: list[np.ndarray]) -> tuple[int, set[int]]:
+def match(boxes: list[np.ndarray], truth: list[np.ndarray], with_unmatched: bool = False) -> Any:
     """One track per person: tracks matched one-to-one to true faces (IoU >= 0.3, best first).
     Returns (tracks matched, indices of the true faces matched); every other track is a false
-    swap (a distractor, or a second, smaller face pasted on a person: the "face on the ear")."""
+    swap (a distractor, or a second, smaller face pasted on a person: the "face on the ear").
+    ``with_unmatched``: also the indices of those tracks, a third item."""
     if not boxes or not truth:
-        return 0, set()
+        return (0, set(), list(range(len(boxes)))) if with_unmatched else (0, set())
     iou = box_iou(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(truth, np.float64).reshape(-1, 4))
     pairs = sorted(((iou[i, j], i, j) for i in range(len(boxes)) for j in range(len(truth)) if iou[i, j] >= 0.3), reverse=True)
     used_b, used_t = set(), set()
@@ -187,6 +189,8 @@ def match(boxes: list[np.ndarray], truth: list[np.ndarray]) -> tuple[int, set[in
         if i not in used_b and j not in used_t:
             used_b.add(i)
             used_t.add(j)
+    if with_unmatched:
+        return len(used_b), used_t, [i for i in range(len(boxes)) if i not in used_b]
     return len(used_b), used_t
 
 
@@ -205,7 +209,20 @@ def _step(tracker: Tracker, img, i: int, mode: str, pending: list) -> list:
     return tracks
 
 
-def _run(device: str, mode: str, size: str, frames: int) -> dict:
+def _judge(i: int, boxes: list[np.ndarray], item: tuple) -> tuple[int, set[int], list[int]]:
+    """This module's scene: (tracks on a face, true faces found, true faces required this frame)."""
+    truth = item[1]
+    matched, people = match(boxes, truth)
+    visible = [k for k in range(len(truth)) if not _occluded(k, truth)]
+    if i < 5:
+        return matched, people, []
+    # the small face's first 5 frames: the search's to find it
+    return matched, people, [k for k in visible if not (len(truth) == 3 and k == 0 and i < 25)]
+
+
+def _run(device: str, mode: str, size: str, frames: int, scenes: Callable = scene, judge: Callable = _judge) -> dict:
+    """One scene (``scenes(size, frames)``: items whose first is the frame, the second the true
+    boxes) in one mode; ``judge(i, boxes, item)`` -> (tracks on a face, faces found, faces required)."""
     cfg = Config()
     ops = make_ops(device)
     det = RetinaFaceDetector(
@@ -226,23 +243,18 @@ def _run(device: str, mode: str, size: str, frames: int) -> dict:
     tp = fp = found = truths = count_ok = 0
     ms: list[float] = []
     pending: list = []  # the deferred detection of a predicted frame, applied at the next one
-    for i, (frame, truth) in enumerate(scene(size, frames)):
-        img = ops.asarray(frame)  # the frame where the pipeline's tracker sees it (device memory on cuda)
+    for i, item in enumerate(scenes(size, frames)):
+        img = ops.asarray(item[0])  # the frame where the pipeline's tracker sees it (device memory on cuda)
         t0 = time.perf_counter()
         tracks = _step(tracker, img, i, mode, pending)
         ms.append((time.perf_counter() - t0) * 1000)
         boxes = [np.asarray(t.box) for t in tracks]
-        matched, people = match(boxes, truth)
+        matched, people, required, *ok = judge(i, boxes, item)
         tp += matched
         fp += len(boxes) - matched
-        visible = [k for k in range(len(truth)) if not _occluded(k, truth)]
-        count_ok += len(tracks) == len(visible)
-        if i >= 5:
-            for k in visible:
-                if len(truth) == 3 and k == 0 and i < 25:
-                    continue  # the small face's first 5 frames: the search's to find it
-                truths += 1
-                found += k in people
+        count_ok += ok[0] if ok else len(tracks) == sum(not _occluded(k, item[1]) for k in range(len(item[1])))
+        truths += len(required)
+        found += sum(k in people for k in required)
     if search is not None:
         search.close()
     return {

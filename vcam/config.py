@@ -202,7 +202,9 @@ class TrackConfig:
         min=1,
         max=10,
     )
-    confirm_score: float = _opt(0.9, "Or at once when its first detection scores at least this.", min=0.0, max=1.0)
+    confirm_score: float = _opt(
+        0.9, "Or at once when its first detection scores at least this and its landmarks make a face.", min=0.0, max=1.0
+    )
     confirm_within: int = _opt(5, "Frames a new face has to be confirmed in, else it is dropped.", min=1, max=60)
 
 
@@ -213,6 +215,13 @@ class SwapConfig:
         "",
         "Active source face: a face-bank name or an image path ('' : none, frames pass through until a face is chosen "
         "with `vcam ctl face` or OBS; the demo face for --input demo).",
+    )
+    pick: int = _opt(
+        0,
+        "Which face of a source photo holding several (1 = leftmost); 0: the photo must show one face "
+        "(a group photo is refused, listing its faces).",
+        min=0,
+        max=256,
     )
     faces: Literal["all", "largest", "reference"] = _opt("all", "Which faces to swap.")
     reference: str = _opt("", "Reference face (bank name or image path) for faces = 'reference'.")

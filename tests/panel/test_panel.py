@@ -186,7 +186,8 @@ class Backend:
     def map_person(self, stream, track, source):
         raise ConfigError("per-person mapping is off in this run")
 
-    def add_face(self, photo, name):
+    def add_face(self, photo, name, pick=None):
+        self.picked = pick
         raise ConfigError("not here")
 
     def remove_face(self, name):
@@ -534,3 +535,13 @@ def test_the_desk_settings_are_offered_and_changed_through_the_command_path(serv
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: 7}).encode(), headers=token)
         assert status == 400 and state.settings[s.key] == want
     assert json.loads(call(served, "/api/state", headers=header)[2])["streams"][0]["settings"] == state.settings
+
+
+def test_an_upload_passes_pick_for_a_group_photo_and_refuses_a_bad_one(served):
+    """Issue 40: `POST /api/faces?...&pick=K` is `vcam faces add --pick K` (face K of a group
+    photo, from the left); a pick that is no face number is one error naming the form."""
+    headers = {"X-Vcam-Token": served.token}
+    status, _, body = call(served, "/api/faces?filename=g.jpg&pick=first", method="POST", body=b"x", headers=headers)
+    assert status == 400 and b"is not a face number" in body and b"pick=K" in body
+    status, _, body = call(served, "/api/faces?filename=g.jpg&pick=2", method="POST", body=b"x", headers=headers)
+    assert b"not here" in body and served.backend.picked == 2

@@ -644,3 +644,45 @@ def test_decoded_size_and_bit_depth_are_capped_from_the_header_before_decoding(t
 
     Image.new("I;16", (7000, 4000)).save(wide)  # Pillow's own header read: 16-bit grey, 56 MB: fine
     assert photos.image_size(wide) == (7000, 4000)
+
+
+def test_a_group_photo_as_face_is_refused_listing_its_faces_and_pick_chooses(tmp_path, detector):
+    """Issue 40: a photo of several faces given as --face (load_face_arg, what --face, [swap]
+    source and a map's source go through) is one FaceError listing the faces and naming --pick;
+    --pick K takes the K-th face from the left; --pick with a face-bank name is an error."""
+    from vcam.stages.faces import load_face_arg
+
+    two = _two_faces(tmp_path)
+    with pytest.raises(
+        FaceError,
+        match=r"^2 faces found in source photo 'two people' \(1: at x=\d+ y=\d+, \d+x\d+ px, score [\d.]+; 2: at .*--pick K",
+    ):
+        load_face_arg(str(two), faces_dir=tmp_path / "bank", detector=detector)
+    with pytest.raises(FaceError, match=r"--pick 3 is out of range: 2 face\(s\) found"):
+        load_face_arg(str(two), faces_dir=tmp_path / "bank", detector=detector, pick=3)
+    left = load_face_arg(str(two), faces_dir=tmp_path / "bank", detector=detector, pick=1)
+    right = load_face_arg(str(two), faces_dir=tmp_path / "bank", detector=detector, pick=2)
+    assert not np.array_equal(left.image, right.image)
+    # the same face as `vcam faces add --pick` stores
+    entry = FaceBank(tmp_path / "bank").add(two, "right", pick=2, detector=detector)
+    again = load_face_arg(str(two), faces_dir=tmp_path / "bank", detector=detector, pick=2)  # cached now
+    assert np.array_equal(again.image, right.image)
+    assert float(np.abs(FaceBank(tmp_path / "bank").load("right").image.astype(int) - right.image).mean()) < 2, entry
+    with pytest.raises(FaceError, match=r"--pick 2 chooses a face of a photo, and 'right' is a face-bank name"):
+        load_face_arg("right", faces_dir=tmp_path / "bank", detector=detector, pick=2)
+    # a photo of one face needs no --pick
+    assert load_face_arg(str(ASSETS / "grace_hopper.jpg"), faces_dir=tmp_path / "bank", detector=detector).name == "grace_hopper"
+
+
+def test_vcam_run_refuses_a_group_photo_in_one_line_and_runs_with_pick(tmp_path):
+    from vcam.cli import app
+
+    two = _two_faces(tmp_path)
+    base = ["run", "--input", "demo", "--output", "null", "--frames", "2", "--quiet", "--device", "cpu", "--face", str(two)]
+    runner = CliRunner()
+    r = runner.invoke(app, base)
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert r.exit_code == 7 and len(lines) == 1 and lines[0].startswith("error: 2 faces found in source photo"), r.output
+    assert "1: at x=" in r.output and "2: at x=" in r.output and "--pick K" in r.output
+    r = runner.invoke(app, [*base, "--pick", "2"])
+    assert r.exit_code == 0, r.output

@@ -399,9 +399,18 @@ def test_load_mappings_errors_are_one_line_with_the_fix(bank_dir, models, detect
     blank = tmp_path / "wall.png"
     cv2.imwrite(str(blank), np.full((200, 200, 3), 128, np.uint8))
     where = re.escape(str(blank))
+    group = tmp_path / "group.png"
+    a, h = demo.portrait("astronaut"), demo.portrait("grace_hopper")
+    two = [(h, demo.placement((256, 250), (250, 250), 0.7, 0)), (a, demo.placement((192, 160), (700, 230), 1.0, 0))]
+    cv2.imwrite(str(group), demo.compose((960, 480), two))
     cases = [
         ([{"target": str(blank), "source": "hopper"}], FaceError, rf"^no face found in map target photo {where} \(use a photo"),
         ([{"target": str(tmp_path / "nope.jpg"), "source": "hopper"}], FaceError, r"^map target photo not found: .*nope\.jpg"),
+        (  # issue 40: a group photo as a target is refused, its faces listed, the way to pick one named
+            [{"target": str(group), "source": "hopper"}],
+            FaceError,
+            r"^2 faces found in map target photo .*group\.png \(1: at x=\d+ .*; 2: at .*--pick K --name NAME",
+        ),
         (
             [{"target": "nobody", "source": "hopper"}],
             FaceError,

@@ -170,6 +170,42 @@ def test_hits_whose_landmarks_make_no_face_do_not_confirm():
     assert all(ids == [] for ids in got), got
 
 
+def test_a_confident_first_detection_whose_landmarks_make_no_face_is_not_swapped_at_once():
+    """Issue 40: the instant confirmation (first score >= confirm_score) also asks the landmark
+    check: a shiny object scoring 0.95 once with landmarks upside down is never swapped."""
+    got = run({i: [det(lms=rotated(LMS, 180), score=0.95)] for i in range(6)}, 6)
+    assert all(ids == [] for ids in got), got
+
+
+def test_a_confirmed_track_whose_scores_sag_to_an_objects_is_no_longer_swapped():
+    """Issue 40, the face on a brass ashtray: an object confirmed by two good hits, then found in
+    its own region at the scores real objects get there (0.6-0.77 on the real-photo set), goes
+    back to a candidate within 3 frames and is dropped when it does not confirm again; before,
+    it was swapped as long as it was found."""
+    faces = {0: [det(score=0.85)], 1: [det(score=0.85)]} | {i: [det(score=0.7)] for i in range(2, 14)}
+    got = run(faces, 14)
+    assert got[0] == [] and got[1] == [1] and got[2] == [1], got
+    assert all(ids == [] for ids in got[3:]), got
+
+
+def test_a_face_whose_score_dips_now_and_then_stays_swapped():
+    """A real face's detections score near 1 with a dip now and then (a blink, a hand, a turn):
+    never hidden (its median stays above the hit score)."""
+    scores = [0.99, 0.99, 0.7, 0.99, 0.65, 0.99, 0.99, 0.72, 0.99, 0.99, 0.99, 0.7]
+    got = run({i: [det(score=sc)] for i, sc in enumerate(scores)}, len(scores))
+    assert all(ids == [1] for ids in got), got
+
+
+def test_a_weak_first_detection_is_not_a_hit():
+    """Issue 40 (the real-photo set, 4K, search beside the frame: a motorcycle's lamp found at 0.72,
+    then once at 0.91, was swapped for 3 frames): a new track's first detection counts toward its
+    confirmation only when it scores as a hit; a real face's next detections confirm it."""
+    got = run({0: [det(score=0.72)], 2: [det(score=0.91)]}, 6)
+    assert all(ids == [] for ids in got), got
+    got = run({0: [det(score=0.72)], 1: [det(score=0.91)], 2: [det(score=0.95)], 3: [det(score=0.99)]}, 4)
+    assert got == [[], [], [1], [1]], got
+
+
 def test_confirmation_off_swaps_every_detection_at_once():
     assert run({0: [det(score=0.7)]}, 1, confirm_hits=1)[0] == [1]
 
@@ -207,3 +243,24 @@ def test_predicting_through_a_miss_keeps_precision(tmp_path):
     rows = {r["mode"]: r for r in payload["rows"]}
     assert rows["daemon"]["false"] == 0 and rows["daemon"]["precision"] == 1.0
     assert rows["daemon"]["recall"] >= rows["after"]["recall"] - 0.02
+
+
+@pytest.mark.slow
+def test_no_paste_off_a_face_among_real_photographs(tmp_path, capsys):
+    """Issue 40: scikit-image's real photographs (coins, a clock, a coffee cup, a cat, the moon, a
+    motorcycle...) sliding, turning and lit around five real faces entering and leaving: nothing
+    is swapped off a face, in the frame and with the search beside it, and every face in view is
+    found."""
+    from conftest import require
+
+    try:
+        import skimage.data  # noqa: F401
+    except ImportError:
+        require("scikit-image", "the real-photo scenes are made of skimage.data's photographs: pip install scikit-image")
+    from benchmarks import precision_real
+
+    payload = precision_real.main(["--frames", "60", "--sizes", "1080p", "--modes", "after,worker", "--json", str(tmp_path)])
+    assert "recall" in capsys.readouterr().out and (tmp_path / "precision_real.json").is_file()
+    for r in payload["rows"]:
+        assert r["false"] == 0 and r["false_frames"] == 0, r
+        assert r["recall"] >= 0.99 and r["faces_ok_pct"] >= 90, r

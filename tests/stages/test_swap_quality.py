@@ -177,3 +177,31 @@ def test_vcam_run_with_every_mask_and_a_landmarker_on_the_cpu(tmp_path):
     bad = vcam_cli(*args, "--mask", "box,teeth", "--output", "null")
     assert bad.returncode != 0 and "--mask" in bad.stderr and "'teeth' is not one" in bad.stderr
     assert len([ln for ln in bad.stderr.strip().splitlines() if ln.strip()]) == 1, bad.stderr
+
+
+def _tight_green_source(face_px: int) -> np.ndarray:
+    """Issue 40: a tightly cropped source photo (its face ``face_px`` wide, the crop's edge a tenth
+    of the face from it) whose backdrop, hair and clothes are one flat saturated colour, right up
+    to the face's outline."""
+    img = _green_source()
+    det = max(RetinaFaceDetector().detect(img), key=lambda d: d.area)
+    x1, y1, x2, y2 = det.box
+    m = 0.1 * (x2 - x1)
+    crop = img[int(max(0, y1 - m)) : int(y2 + m), int(max(0, x1 - m)) : int(x2 + m)]
+    k = face_px / float(x2 - x1)
+    return cv2.resize(crop, None, fx=k, fy=k, interpolation=cv2.INTER_AREA)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("face_px", [112, 200])
+def test_a_tight_crop_with_a_flat_backdrop_pastes_none_of_it(face_px):
+    """Only the source's face reaches the paste: none of its flat green surroundings in any output
+    frame, classic swap, default masks."""
+    clip = demo.DemoClip(640, 360, seconds=1.0, face="astronaut", seed=5)
+    frames = [clip.frame(i) for i in range(0, 30, 3)]
+    cfg = Config().replace(pipeline=build({"pipeline": {"device": "cpu"}}).pipeline)
+    swapped = 0
+    for _, out, _, stats in _run(cfg, frames, _tight_green_source(face_px)):
+        swapped += stats.swapped
+        assert not _is_green(out).any(), f"{int(_is_green(out).sum())} pixels of the source's green backdrop reached the frame"
+    assert swapped >= len(frames) - 1

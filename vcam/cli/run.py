@@ -60,11 +60,34 @@ def parse_stream_flags(values: list[str]) -> list[dict]:
     return rows
 
 
+def _print_summaries(daemon: Any, summary: Any, several: bool) -> None:
+    """The run's summary lines: one per stream and the total with several, and each output."""
+    if several:
+        for name, s in daemon.summaries.items():
+            console.print(escape(f"[{name}] {s.line()}"), highlight=False, soft_wrap=True)
+            if s.error:
+                console.print(escape(f"[{name}] error: {s.error}"), highlight=False, soft_wrap=True)
+        total = sum(s.frames_out for s in daemon.summaries.values())
+        secs = max((s.seconds for s in daemon.summaries.values()), default=0.0)
+        console.print(
+            f"all {len(daemon.summaries)} streams: {total} frames published ({total / secs if secs else 0:.1f} fps in all)",
+            highlight=False,
+        )
+    else:
+        console.print(summary.line(), highlight=False, soft_wrap=True)
+    for name, s in daemon.summaries.items():
+        if s.output:
+            console.print(escape(f"{f'[{name}] ' if several else ''}output: {s.output}"), highlight=False, soft_wrap=True)
+
+
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="webcam[:N] | PATH (video or image) | demo | pattern"),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="vcam | file:PATH | window | null"),
     face: Optional[str] = typer.Option(None, "--face", "-f", help="Source face: a face-bank NAME or a photo PATH."),
+    pick: Optional[int] = typer.Option(
+        None, "--pick", "-k", min=1, help="Which face of a --face photo holding several (1 = leftmost)."
+    ),
     swapper: Optional[str] = typer.Option(None, "--swapper", "--model", help="classic (default) or a swapper model name."),
     detector: Optional[str] = typer.Option(
         None, "--detector", help="retinaface_mnet025 (built in, default) or a detector model name."
@@ -126,6 +149,7 @@ def run(
         ("capture", "pacing"): ("--fast" if fast else "--realtime", "fast" if fast else ("realtime" if realtime else None)),
         ("output", "target"): ("--output", output),
         ("swap", "source"): ("--face", face),
+        ("swap", "pick"): ("--pick", pick),
         ("swap", "swapper"): ("--swapper", swapper),
         ("detect", "model"): ("--detector", detector),
         ("pipeline", "fp16"): ("--fp16", fp16),
@@ -212,22 +236,7 @@ def run(
             fail(err)
         except VcamError as err:
             fail(err)
-    if several:
-        for name, s in daemon.summaries.items():
-            console.print(escape(f"[{name}] {s.line()}"), highlight=False, soft_wrap=True)
-            if s.error:
-                console.print(escape(f"[{name}] error: {s.error}"), highlight=False, soft_wrap=True)
-        total = sum(s.frames_out for s in daemon.summaries.values())
-        secs = max((s.seconds for s in daemon.summaries.values()), default=0.0)
-        console.print(
-            f"all {len(daemon.summaries)} streams: {total} frames published ({total / secs if secs else 0:.1f} fps in all)",
-            highlight=False,
-        )
-    else:
-        console.print(summary.line(), highlight=False, soft_wrap=True)
-    for name, s in daemon.summaries.items():
-        if s.output:
-            console.print(escape(f"{f'[{name}] ' if several else ''}output: {s.output}"), highlight=False, soft_wrap=True)
+    _print_summaries(daemon, summary, several)
     if summary.models:
         console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
     # A conversion stopped by Ctrl-C before its end: 130, as for any interrupted command (its file

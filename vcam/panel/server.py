@@ -17,7 +17,7 @@ Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel
     GET  /api/preview?stream=S  the published picture, multipart JPEG (preview.PreviewTap): on while open
     POST /api/command           a `vcam ctl` command object, answered as `vcam ctl` is (plus "published")
     POST /api/people            {"stream", "track", "source"}: map a person in view
-    POST /api/faces?filename=F&name=N   the photo as the body: `vcam faces add`
+    POST /api/faces?filename=F&name=N[&pick=K]   the photo as the body: `vcam faces add [--pick K]`
     POST /api/faces/NAME/remove        `vcam faces remove`
 """
 
@@ -474,6 +474,11 @@ class PanelServer:
             return JSONResponse(too_big, 413)  # refused before a byte of the body is read
         filename = _safe_filename(request.query_params.get("filename", ""))
         name = request.query_params.get("name") or None
+        pick_arg = request.query_params.get("pick") or ""
+        if pick_arg and not (pick_arg.isdigit() and int(pick_arg) >= 1):
+            hint = "pick=K counts the photo's faces from 1, left to right"
+            return JSONResponse({"ok": False, "error": f"pick={pick_arg!r} is not a face number", "hint": hint}, 400)
+        pick = int(pick_arg) if pick_arg else None
         folder = Path(tempfile.mkdtemp(prefix="vcam-upload-"))
         try:
             path = folder / filename
@@ -487,7 +492,8 @@ class PanelServer:
             if size == 0:
                 return JSONResponse({"ok": False, "error": "the upload is empty", "hint": "choose a photo file"}, 400)
             try:
-                added = await run_in_threadpool(self.backend.add_face, path, name)
+                args = (path, name) if pick is None else (path, name, pick)  # a group photo's face K
+                added = await run_in_threadpool(self.backend.add_face, *args)
             except Exception as exc:
                 if not isinstance(exc, VcamError):
                     log.exception("adding a face from the panel failed")

@@ -42,8 +42,9 @@ class Backend(Protocol):
         """Give the person of track ``track`` the face ``source``; the control reply."""
         ...
 
-    def add_face(self, photo: Path, name: str | None) -> str:
-        """Add the face in ``photo`` to the bank (as ``vcam faces add``) and load it; its name."""
+    def add_face(self, photo: Path, name: str | None, pick: int | None = None) -> str:
+        """Add the face in ``photo`` to the bank (as ``vcam faces add``; ``pick``: its face K of
+        several, left to right) and load it; its name."""
         ...
 
     def remove_face(self, name: str) -> None:

@@ -513,7 +513,8 @@ def load_faces(
             st.add_face(loaded[src], activate=True)
         elif src:
             if src not in loaded:
-                loaded[src] = load_face_arg(src, faces_dir=cfg.faces_dir, **kw)
+                pick = cfg.swap.pick if src == cfg.swap.source else 0  # --pick is --face's
+                loaded[src] = load_face_arg(src, faces_dir=cfg.faces_dir, pick=pick or None, **kw)
             st.add_face(loaded[src], activate=True)
         elif demo:
             from vcam.stages import demo as demo_mod

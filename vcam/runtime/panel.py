@@ -107,14 +107,14 @@ class DaemonBackend:
             self._detector = RetinaFaceDetector(stage_params(DetectParams, cfg.detect), cfg.track.roi_size, backend="onnxruntime")
         return self._detector
 
-    def add_face(self, photo: Path, name: str | None) -> str:
+    def add_face(self, photo: Path, name: str | None, pick: int | None = None) -> str:
         from vcam.stages.faces import FaceBank
 
         asm = self.d.assembly
         recogniser = asm.recogniser if asm is not None else None
         bank = FaceBank(self.faces_dir)
         with self._lock:
-            entry = bank.add(photo, name, detector=self._photo_detector(), recogniser=recogniser)
+            entry = bank.add(photo, name, pick, detector=self._photo_detector(), recogniser=recogniser)
         if asm is not None:
             try:
                 face = bank.load(entry.name, recogniser=recogniser, swappers=[asm.swapper])

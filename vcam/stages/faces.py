@@ -99,6 +99,28 @@ def describe_faces(dets: Sequence[Detection]) -> str:
     return "; ".join(parts)
 
 
+def choose_face(dets: Sequence[Detection], photo: str, pick: int | None) -> Detection:
+    """The face of a photo: its only one, or the ``pick``-th (1-based, left to right). A photo
+    with several faces and no ``pick`` (a group photo) is one FaceError listing them and how to
+    choose; a ``pick`` out of range too; no face at all as well."""
+    dets = sorted(dets, key=lambda d: float(d.box[0]))
+    if not dets:
+        raise FaceError(f"no face found in {photo}", hint="use a photo where the face is clearly visible")
+    if pick is None:
+        if len(dets) > 1:
+            raise FaceError(
+                f"{len(dets)} faces found in {photo} ({describe_faces(dets)})",
+                hint="choose one with --pick K (K counts from 1, left to right)",
+            )
+        return dets[0]
+    if not 1 <= pick <= len(dets):
+        raise FaceError(
+            f"--pick {pick} is out of range: {len(dets)} face(s) found in {photo} ({describe_faces(dets)})",
+            hint=f"use --pick between 1 and {len(dets)}",
+        )
+    return dets[pick - 1]
+
+
 class FaceBank:
     """Faces stored under ``root``. Thread-safe for one writer (adds are atomic renames)."""
 
@@ -216,23 +238,7 @@ class FaceBank:
                 f"a face named '{name}' already exists", hint=f"pass --name, or remove it first with `vcam faces remove {name}`"
             )
         img = read_photo(photo)
-        dets = sorted(detector.detect(img), key=lambda d: float(d.box[0]))
-        if not dets:
-            raise FaceError(f"no face found in {photo}", hint="use a photo where the face is clearly visible")
-        if pick is None:
-            if len(dets) > 1:
-                raise FaceError(
-                    f"{len(dets)} faces found in {photo} ({describe_faces(dets)})",
-                    hint="choose one with --pick K (K counts from 1, left to right)",
-                )
-            det = dets[0]
-        else:
-            if not 1 <= pick <= len(dets):
-                raise FaceError(
-                    f"--pick {pick} is out of range: {len(dets)} face(s) found in {photo} ({describe_faces(dets)})",
-                    hint=f"use --pick between 1 and {len(dets)}",
-                )
-            det = dets[pick - 1]
+        det = choose_face(detector.detect(img), str(photo), pick)
         lms = np.asarray(det.landmarks, np.float32).reshape(5, 2)
         sha = _sha256(photo)
         # Everything is written into a hidden temporary folder, renamed to the face's name only
@@ -502,15 +508,24 @@ class BankWatcher:
 
 
 def face_from_image(
-    image: np.ndarray, name: str, *, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
+    image: np.ndarray,
+    name: str,
+    *,
+    detector: _Detector,
+    swappers: Sequence[Any] = (),
+    recogniser: Any | None = None,
+    pick: int | None = None,
 ) -> SourceFace:
-    """The largest face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128, :data:`SOURCE_SIZE`), with
-    its embedding when a ``recogniser`` is given, prepared for each of ``swappers``. The landmarks and
-    the embedding of a photo seen before come from :mod:`vcam.stages.face_cache` (neither the
-    detector nor the recogniser runs then)."""
+    """The face of a BGR photo as a :class:`SourceFace` (aligned at arcface_128, :data:`SOURCE_SIZE`), with
+    its embedding when a ``recogniser`` is given, prepared for each of ``swappers``. A photo of
+    several faces needs ``pick`` (1-based, left to right; :func:`choose_face`): a group photo is
+    refused, listing its faces. The landmarks and the embedding of a photo seen before come from
+    :mod:`vcam.stages.face_cache` (neither the detector nor the recogniser runs then)."""
     from vcam.stages import face_cache
 
-    digest, found_by = face_cache.image_digest(image), face_cache.detector_id(detector)
+    # The face chosen is part of the key (a photo cached before group photos were refused held
+    # its largest face: "-pick0" entries are only ever written for a photo of one face).
+    digest, found_by = face_cache.image_digest(image), f"{face_cache.detector_id(detector)}-pick{pick or 0}"
     points = face_cache.landmarks(digest, found_by)
     if points is None:
         dets = detector.detect(image)
@@ -518,7 +533,8 @@ def face_from_image(
             raise FaceError(
                 f"no face found in source photo '{name}'", hint="use a photo where one face is clearly visible and frontal"
             )
-        points = np.asarray(max(dets, key=lambda d: d.area).landmarks, np.float32).reshape(5, 2)
+        det = choose_face(dets, f"source photo '{name}'", pick)
+        points = np.asarray(det.landmarks, np.float32).reshape(5, 2)
         face_cache.store_landmarks(digest, found_by, points)
     crop, lms = _aligned(image, points, CLASSIC_TEMPLATE, SOURCE_SIZE)
     embeddings = {}
@@ -535,13 +551,25 @@ def face_from_image(
 
 
 def load_face_arg(
-    arg: str, *, faces_dir: Path, detector: _Detector, swappers: Sequence[Any] = (), recogniser: Any | None = None
+    arg: str,
+    *,
+    faces_dir: Path,
+    detector: _Detector,
+    swappers: Sequence[Any] = (),
+    recogniser: Any | None = None,
+    pick: int | None = None,
 ) -> SourceFace:
     """``--face NAME|PATH``: a photo path (anything with a suffix that exists or names a folder),
-    else a face-bank name."""
+    else a face-bank name. ``pick``: which face of a photo of several (``--pick K``); a bank
+    name is one face already, so a ``pick`` with one is an error."""
     p = Path(arg).expanduser()
     if p.suffix and (p.exists() or "/" in arg or "\\" in arg):
         if not p.is_file():
             raise FaceError(f"face photo not found: {p}", hint="check the path, or use a name from `vcam faces list`")
-        return face_from_image(read_photo(p), p.stem, detector=detector, swappers=swappers, recogniser=recogniser)
+        return face_from_image(read_photo(p), p.stem, detector=detector, swappers=swappers, recogniser=recogniser, pick=pick)
+    if pick:
+        raise FaceError(
+            f"--pick {pick} chooses a face of a photo, and '{arg}' is a face-bank name (one face)",
+            hint="leave out --pick, or give the photo's path with --face",
+        )
     return FaceBank(faces_dir).load(arg, recogniser=recogniser, swappers=swappers)

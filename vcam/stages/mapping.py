@@ -76,6 +76,14 @@ def load_target(arg: str, *, faces_dir: Path, detector: Any, recogniser: Any) ->
                 f"no face found in map target photo {p}",
                 hint=f"use a photo where that person's face is clearly visible ({_ROLE_HINT})",
             )
+        if len(dets) > 1:
+            from vcam.stages.faces import describe_faces
+
+            listed = describe_faces(sorted(dets, key=lambda d: float(d.box[0])))
+            raise FaceError(
+                f"{len(dets)} faces found in map target photo {p} ({listed})",
+                hint="crop it to that person, or `vcam faces add PHOTO --pick K --name NAME` and map NAME",
+            )
         face = face_from_image(img, p.stem, detector=_Found(dets), recogniser=recogniser)
     else:
         bank = FaceBank(faces_dir)
