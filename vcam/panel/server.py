@@ -38,6 +38,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
 from vcam.control.local import MAX_LINE, handle_command
 from vcam.errors import ConfigError, VcamError
 from vcam.panel import limits
@@ -98,6 +101,17 @@ def _error(exc: BaseException) -> dict:
     if isinstance(exc, VcamError):
         return {"ok": False, "error": exc.message, "hint": exc.hint}
     return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "hint": "see the daemon's log"}
+
+
+def _pick(arg: str) -> int | None | JSONResponse:
+    """An upload's ``pick=K`` (a group photo's face K, from 1): the number, None when not given, or
+    the 400 answer for one that is no face number."""
+    if not arg:
+        return None
+    if arg.isdigit() and int(arg) >= 1:
+        return int(arg)
+    hint = "pick=K counts the photo's faces from 1, left to right"
+    return JSONResponse({"ok": False, "error": f"pick={arg!r} is not a face number", "hint": hint}, 400)
 
 
 class PanelServer:
@@ -262,29 +276,24 @@ class PanelServer:
             await asyncio.sleep(1.0)
 
     async def _index(self, request):
-        from starlette.responses import HTMLResponse
 
         return HTMLResponse(_static("index.html"))
 
     async def _favicon(self, request):
-        from starlette.responses import Response
 
         return Response(_static("favicon.svg"), media_type="image/svg+xml")
 
     async def _session(self, request):
-        from starlette.responses import JSONResponse
 
         return JSONResponse({"key": self.pairing.key.decode()})
 
     async def _hello(self, request):
-        from starlette.responses import JSONResponse
 
         body = await self._json_dict(request)
         answer = self.pairing.hello(body.get("nonce"), time.monotonic())
         return JSONResponse(answer or {"ok": False, "error": 'expected {"nonce": N}'}, 200 if answer else 400)
 
     async def _resume(self, request):
-        from starlette.responses import JSONResponse
 
         body = await self._json_dict(request)
         token = self.pairing.resume(body.get("nonce"), body.get("proof"), time.monotonic())
@@ -293,7 +302,6 @@ class PanelServer:
         return JSONResponse({"ok": True, "token": token})
 
     async def _static(self, request):
-        from starlette.responses import Response
 
         name = request.path_params["name"]
         if name not in STATIC[1:]:
@@ -302,14 +310,10 @@ class PanelServer:
         return Response(_static(name), media_type=f"{kind}; charset=utf-8")
 
     async def _state(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import JSONResponse
 
         return JSONResponse(await run_in_threadpool(self.view.snapshot))
 
     async def _events(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import StreamingResponse
 
         async def stream():
             while not self._closing:
@@ -322,7 +326,6 @@ class PanelServer:
     async def _ws(self, ws) -> None:
         """The page's one connection (any number of tabs and docks: a browser's six HTTP/1.1
         connections a host are not spent): states and, while asked, the preview."""
-        from starlette.concurrency import run_in_threadpool
         from starlette.websockets import WebSocketDisconnect
 
         await ws.accept()
@@ -373,8 +376,6 @@ class PanelServer:
                 self.tap.unwatch(want["preview"])
 
     async def _thumb(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import Response
 
         png = await run_in_threadpool(self.view.thumbnail, request.path_params["name"])
         if png is None:
@@ -382,7 +383,6 @@ class PanelServer:
         return Response(png, media_type="image/png")
 
     async def _preview(self, request):
-        from starlette.responses import Response, StreamingResponse
 
         names = list(self.backend.states)
         name = request.query_params.get("stream") or names[0]
@@ -431,8 +431,6 @@ class PanelServer:
         return reply
 
     async def _command(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import JSONResponse
 
         try:
             cmd = await self._json_body(request)
@@ -443,8 +441,6 @@ class PanelServer:
         return JSONResponse(reply, 200 if reply.get("ok") else 400)
 
     async def _people(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import JSONResponse
 
         try:
             body = await self._json_body(request)
@@ -461,8 +457,6 @@ class PanelServer:
         return JSONResponse(reply, 200 if reply.get("ok") else 400)
 
     async def _add_face(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import JSONResponse
 
         too_big = {
             "ok": False,
@@ -474,11 +468,9 @@ class PanelServer:
             return JSONResponse(too_big, 413)  # refused before a byte of the body is read
         filename = _safe_filename(request.query_params.get("filename", ""))
         name = request.query_params.get("name") or None
-        pick_arg = request.query_params.get("pick") or ""
-        if pick_arg and not (pick_arg.isdigit() and int(pick_arg) >= 1):
-            hint = "pick=K counts the photo's faces from 1, left to right"
-            return JSONResponse({"ok": False, "error": f"pick={pick_arg!r} is not a face number", "hint": hint}, 400)
-        pick = int(pick_arg) if pick_arg else None
+        pick = _pick(request.query_params.get("pick") or "")
+        if isinstance(pick, JSONResponse):
+            return pick
         folder = Path(tempfile.mkdtemp(prefix="vcam-upload-"))
         try:
             path = folder / filename
@@ -506,8 +498,6 @@ class PanelServer:
         return JSONResponse({"ok": True, "face": added})
 
     async def _remove_face(self, request):
-        from starlette.concurrency import run_in_threadpool
-        from starlette.responses import JSONResponse
 
         name = request.path_params["name"]
         try:
