@@ -314,8 +314,8 @@ def test_every_registry_detector_runs_on_each_device_and_backend(tmp_path, name,
     assert det.engine.device == device and det.engine.backend == "torch"
     f = ops.asarray(frame) if device != "cpu" else frame
     # cuDNN convolutions run in TF32 on CUDA (PyTorch's default for convolutions, 10-bit mantissa):
-    # YuNet's raw scores differed by up to 4.2e-4 on the H200; on the CPU both are fp32
-    tol = 2e-3 if device == "cuda" else 1e-4
+    # YuNet's raw outputs differed by up to 2.2e-3 (a box offset) on the H200; on the CPU both are fp32
+    tol = 5e-3 if device == "cuda" else 1e-4
     size, in_h, in_w = det.scan_shape(360, 480)
     for r, s, hh, ww in (
         (np.array([[0.0, 0.0, 480.0]]), size, in_h, in_w),

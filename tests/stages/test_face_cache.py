@@ -72,7 +72,9 @@ def test_damaged_entries_are_computed_again(recogniser):
     got = face_from_image(photo, "grace", detector=det, recogniser=rec)
     assert (det.calls, rec.calls) == (2, 2)
     assert np.array_equal(got.embeddings[recogniser.name], want.embeddings[recogniser.name])
-    assert face_cache.landmarks(face_cache.image_digest(photo), face_cache.detector_id(det)) is not None  # written again
+    assert (
+        face_cache.landmarks(face_cache.image_digest(photo), f"{face_cache.detector_id(det)}-pick0") is not None
+    )  # written again (key: detector and face picked)
 
 
 def test_unwritable_cache_still_loads_the_face(recogniser, monkeypatch, tmp_path):

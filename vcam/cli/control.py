@@ -251,7 +251,7 @@ def _setting_command(setting) -> None:
             shown = ("on" if held else "off") if setting.kind == "switch" else f"{held:g}"
             out.print(f"{name + ': ' if name else ''}{setting.key.replace('_', '-')}: {shown}", highlight=False)
 
-    command.__doc__ = setting.help
+    command.__doc__ = setting.help.replace("[", "\\[")  # rich markup would swallow "[obs]"
     ctl_app.command(setting.key.replace("_", "-"))(command)
 
 

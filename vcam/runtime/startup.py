@@ -517,8 +517,10 @@ LOAD_MODULES = ("numpy", "cv2", "onnxruntime")
 
 def import_ahead() -> None:
     """:data:`LOAD_MODULES` imported in a thread from the command's start, beside the config, the
-    sources and the outputs: the load that follows finds them imported."""
-    threading.Thread(target=preimport, args=(LOAD_MODULES,), name="vcam-imports", daemon=True).start()
+    sources and the outputs: the load that follows finds them imported. Not a daemon thread: a
+    command that ends at once (a bad flag) waits for the imports, as an interpreter killing a
+    thread inside onnxruntime's import aborts ("terminate called without an active exception")."""
+    threading.Thread(target=preimport, args=(LOAD_MODULES,), name="vcam-imports").start()
 
 
 #: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
