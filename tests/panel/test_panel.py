@@ -120,7 +120,7 @@ def test_the_panel_file_is_private_and_removed_only_by_its_writer(tmp_path):
     assert not path.exists()
 
 
-@pytest.mark.skipif(WINDOWS, reason="no uids or mode bits: the file is as private as the profile folder it is in")
+@pytest.mark.skipif(WINDOWS, reason="uids and mode bits: not on Windows (the file is as private as the profile folder it is in)")
 def test_vcam_panel_refuses_a_panel_file_it_does_not_own(tmp_path):
     """A panel file another user planted (their uid, readable by others, a link, or in a folder
     others can write): `vcam panel` says so in one line and prints no URL."""
