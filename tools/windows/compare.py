@@ -84,7 +84,7 @@ def main() -> int:
         elif status != "failed":
             defects.append(f"{k}: {status} on Windows: {short(message)}")
     if left_out:
-        print(f"left out on both sides (need OBS, Xvfb, Chromium or a GPU): {len(left_out)}")
+        print(f"left out on both sides (need OBS, Xvfb, Chromium, a GPU or a local Triton server): {len(left_out)}")
     print(f"Linux:   {count(linux)}")
     print(f"Windows: {count(win)}")
     for k in failed:
