@@ -205,6 +205,27 @@ def shot(run: Run, d, name: str) -> Path:
 # --- who may use it ---------------------------------------------------------------------------------
 
 
+def _serve_page(page: bytes, seen: list[str] | None = None) -> http.server.HTTPServer:
+    """Another origin on 127.0.0.1 (a page an attacker serves) answering every GET with ``page``;
+    the request headers it received go to ``seen``. Shut it down after use."""
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if seen is not None:
+                seen.append(str(self.headers))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_the_panel_refuses_requests_without_the_token(run):
     assert run.request("/api/state")[0] == 401
     assert run.request("/?token=wrong")[0] == 401
@@ -251,19 +272,7 @@ def test_a_page_on_another_port_gets_no_token_and_no_preview(run):
       .catch(e => window.report.fetched = "refused");
     </script>""".encode()
 
-    class Evil(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append(str(self.headers))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *a):
-            pass
-
-    evil = http.server.HTTPServer(("127.0.0.1", 0), Evil)
-    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    evil = _serve_page(page, seen)
     d = loaded(run, 800, 600)
     try:
         d.find_element("id", "preview-toggle").click()  # the preview is on in the panel's tab
@@ -304,18 +313,7 @@ def test_a_cross_origin_form_post_changes_nothing(run):
         "<script>document.forms[0].submit()</script>"
     ).encode()
 
-    class Evil(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *a):
-            pass
-
-    evil = http.server.HTTPServer(("127.0.0.1", 0), Evil)
-    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    evil = _serve_page(page)
     d = loaded(run, 800, 600)
     try:
         d.get(f"http://localhost:{evil.server_address[1]}/")

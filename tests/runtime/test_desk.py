@@ -32,14 +32,24 @@ def face_x(frame) -> float | None:
     return float(xs.mean()) if xs.size > 200 else None
 
 
-def test_a_daemon_offers_its_settings_and_mirror_flips_what_it_publishes(tmp_path):
-    cfg = demo_daemon_config(tmp_path / "vcam.sock")
+def _started(cfg):
+    """A daemon of ``cfg`` started on its own thread with the solid face 'alice' active, ready."""
     state = RuntimeState(solid_faces(("alice",)), active="alice")
     out = CapturingOutput()
     daemon = Daemon(cfg, state=state, output=out)
     daemon.start()
     try:
         assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
+    except BaseException:
+        daemon.stop()
+        raise
+    return state, out, daemon
+
+
+def test_a_daemon_offers_its_settings_and_mirror_flips_what_it_publishes(tmp_path):
+    cfg = demo_daemon_config(tmp_path / "vcam.sock")
+    state, out, daemon = _started(cfg)
+    try:
         # [mask] types box, face: the mouth switch (off), mirror, record (live); no enhancer, occluder or OBS.
         assert state.settings == {"mouth_mask": False, "mirror": False, "record": False}
         with pytest.raises(ControlError, match="enhancer is not available in this run") as info:
@@ -93,12 +103,8 @@ def test_record_on_and_off_makes_a_file_of_what_was_published(tmp_path):
     cfg = demo_daemon_config(tmp_path / "vcam.sock")
     cfg = cfg.replace(output=replace(cfg.output, record_dir=str(tmp_path / "rec")))
     (tmp_path / "rec").mkdir()
-    state = RuntimeState(solid_faces(("alice",)), active="alice")
-    out = CapturingOutput()
-    daemon = Daemon(cfg, state=state, output=out)
-    daemon.start()
+    state, out, daemon = _started(cfg)
     try:
-        assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
         assert send_command(cfg.socket_path, {"record": "on"})["settings"]["record"] is True
         n = out.frames
         assert wait_for(lambda: out.frames > n + 15, 10)
