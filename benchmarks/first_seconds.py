@@ -73,7 +73,10 @@ main()
 
 
 def _worktree(ref: str) -> Path:
-    """``ref`` of this repository checked out (detached) in a temporary folder."""
+    """``ref`` of this repository checked out (detached) in a temporary folder; a folder given as ``ref``
+    (an exported checkout, e.g. ``git archive REF | tar -x -C DIR`` where the tree has no .git) is used as it is."""
+    if Path(ref).is_dir():
+        return Path(ref).resolve()
     here = Path(__file__).resolve().parents[1]
     path = Path(tempfile.mkdtemp(prefix="vcam-baseline-"))
     subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", str(path), ref], check=True, capture_output=True)
