@@ -86,7 +86,7 @@ def _worktree(ref: str) -> Path:
 def _one(tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))}
     cmd = [sys.executable, "-c", CHILD, str(out), *args]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, timeout=timeout)
     try:
