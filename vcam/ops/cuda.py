@@ -13,7 +13,11 @@ Streams, ordered by events, never by a host synchronisation:
 - one copy stream for uploads and one for downloads (an upload never waits behind a download).
 
 The only host waits of a frame are the detection readback (which waits for the front stream only)
-and the collection of the output.
+and the collection of the output. Every event a host thread waits on is a blocking-sync event
+(:meth:`CudaOps.host_event`): the waiting thread sleeps until the GPU signals it instead of spinning
+on a core (the frame thread spun 3.7 ms a frame on a six-face swap's download on the H200, issue 43);
+``CudaOps(sleep_waits=False)`` (``$VCAM_SPIN_WAITS=1`` through :func:`vcam.ops.make_ops`) keeps the
+spinning events, for the A/B measurement only.
 
 Per-frame parameters (matrices, regions, paste boxes) travel by value in kernel parameter blocks,
 so no kernel needs a host-to-device copy. Buffers are allocated at start (frame ring, engine
@@ -78,10 +82,9 @@ class Staging:
     PARALLEL_BYTES = 1 << 20
 
     def __init__(self, ops: CudaOps, shape: tuple, count: int = 8) -> None:
-        import cupy
 
         self.buffers = [pinned(shape) for _ in range(int(count))]
-        self.events = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
+        self.events = [ops.host_event() for _ in self.buffers]  # the capture thread waits on them
         self._next = 0
         self._pool: Any = None
         self._ptrs = {b.__array_interface__["data"][0] for b in self.buffers}
@@ -143,7 +146,7 @@ class DeviceRing:
 
         self.buffers = [cupy.zeros(shape, dtype=cupy.uint8) for _ in range(int(count))]
         self.ready = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
-        self.free = [cupy.cuda.Event(disable_timing=True) for _ in self.buffers]
+        self.free = [ops.host_event() for _ in self.buffers]  # the producer thread waits on them
         self._claimed = [False] * len(self.buffers)
         self._lock = threading.Lock()
         self._next = 0
@@ -193,7 +196,7 @@ class _Readback:
             self.host.append(host)
         ops.transfers.d2h += 1
         ops.transfers.d2h_arrays += len(self.host)
-        self.event = ops._events.pop() if ops._events else ops.event()
+        self.event = ops._events.pop() if ops._events else ops.host_event()
         self.event.record(ops.stream)
 
     def wait(self) -> list[np.ndarray]:
@@ -262,14 +265,12 @@ class _DeviceIO:
         else:
             self._out_size = (int(out_shape[1]), int(out_shape[0]))
 
-        def ev() -> Any:
-            return cupy.cuda.Event(disable_timing=True)
-
-        self._up = [ev() for _ in range(self.ring)]  # upload of the slot finished
+        ev, host_ev = ops.event, ops.host_event
+        self._up = [host_ev() for _ in range(self.ring)]  # upload of the slot finished (the host waits)
         self._up_band = [ev() for _ in range(self.ring)]  # upload of its first band finished
         self._in_free = [ev() for _ in range(self.ring)]  # compute is done with the raw slot
         self._out_ready = [ev() for _ in range(self.ring)]  # the output of the slot is written
-        self._down = [ev() for _ in range(self.ring)]  # its download finished
+        self._down = [host_ev() for _ in range(self.ring)]  # its download finished (the frame thread waits)
         self._ring_entry: list[tuple[DeviceRing, int] | None] = [None] * self.ring  # a device frame's buffer
         # An upload that moved one band only: (host buffer, staging entry, the band's rows).
         self._partial: list[tuple[np.ndarray, tuple[Staging, int] | None, tuple[int, int]] | None] = [None] * self.ring
@@ -411,7 +412,9 @@ class CudaOps:
     #: Calls queue work and return: the host may prepare the next frame while the GPU runs this one.
     concurrent = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, sleep_waits: bool = True) -> None:
+        #: Host waits sleep (blocking-sync events) rather than spin (see the module docstring).
+        self.sleep_waits = bool(sleep_waits)
         try:
             import cupy
         except ImportError as exc:
@@ -442,7 +445,7 @@ class CudaOps:
         self._pinned: dict[tuple, np.ndarray] = {}
         self._staged: dict[int, tuple[Staging, int]] = {}  # pinned staging buffer address -> (ring, index)
         self._on_device: dict[int, tuple[DeviceRing, int]] = {}  # device frame buffer address -> (ring, index)
-        self._read_done = cupy.cuda.Event(disable_timing=True)
+        self._read_done = self.host_event()
         self._pool: dict[tuple, list[np.ndarray]] = {}  # pinned buffers of released readbacks
         self._events: list[Any] = []
 
@@ -473,6 +476,11 @@ class CudaOps:
     def event(self) -> Any:
         """A reusable marker between streams (allocate once, at configure)."""
         return self.xp.cuda.Event(disable_timing=True)
+
+    def host_event(self) -> Any:
+        """A reusable marker a host thread waits on (``synchronize``): blocking-sync, so the waiting
+        thread sleeps until the GPU reaches it (:attr:`sleep_waits`; spinning otherwise)."""
+        return self.xp.cuda.Event(block=self.sleep_waits, disable_timing=True)
 
     def record(self, event: Any) -> None:
         """Mark ``event`` at this point of the current stream."""
