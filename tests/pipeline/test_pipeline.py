@@ -423,12 +423,12 @@ def test_settling_the_pending_detection_between_frames_changes_nothing(detector,
             if mode == "launch after collect, settle":
                 pipe.launch_detection()
             if mode.endswith("settle"):
-                pending = pipe._step is not None
+                pending = pipe.planner.step is not None
                 deadline = time.monotonic() + 2.0
                 while not pipe.settle():  # on CUDA the detection may still run on the back stream
                     assert time.monotonic() < deadline, "the pending detection never arrived"
                     time.sleep(0.0005)
-                assert pipe._step is None
+                assert pipe.planner.step is None
                 settled += pending
         pipe.launch_detection()
         while not pipe.settle():  # the last frame's detection, for all (then compare the tracks)

@@ -39,7 +39,8 @@ from vcam import align
 from vcam.errors import InputError
 from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
-from vcam.pipeline.parts import FaceFilter, arrived, output_size, select_all
+from vcam.pipeline.parts import FaceFilter, output_size, select_all
+from vcam.pipeline.planner import Band, DetectionPlanner
 from vcam.stages.swap import paste_faces
 from vcam.state import Snapshot
 from vcam.types import Frame, FrameStats, PixelFormat, Track
@@ -69,7 +70,7 @@ class Work:
     sources: Any = None
     landmarks: np.ndarray | None = None
     boxes: np.ndarray | None = None
-    #: Swapped with predicted tracks: its detection is queued by :meth:`Pipeline.finish`, after the swap.
+    #: Swapped with predicted tracks: its detection is queued after the swap (:meth:`Pipeline.finish`).
     detect_later: bool = False
     #: The rows (y0, y1) the swap reads and the paste-back writes, moved and converted first; the
     #: rest of the frame follows beside the swap (:meth:`Pipeline.finish`). None: the whole frame.
@@ -153,27 +154,44 @@ class Pipeline:
         self._pending: dict[int, FrameStats] = {}
         self._slot = 0
         self.last_tracks: list[Track] = []
-        #: Swap with predicted tracks while the frame's detection runs (``[track] predict``; needs a
-        #: tracker with ``confident``/``predict``/``launch``/``complete``, see :mod:`vcam.stages.track`).
-        self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
-        #: Wait for a pending detection before a frame, and predict only confident frames (see above).
-        self.patient = bool(patient)
-        self.skipped_detections = 0  # predicted frames whose detection a newer frame's replaced (not patient)
+        #: The detection schedule: which frames are swapped with predicted tracks (``[track] predict``)
+        #: and when their detections are queued and applied (:mod:`vcam.pipeline.planner`).
+        self.planner = DetectionPlanner(ops, tracker, predict=predict, patient=patient)
         #: Move a predicted frame in two row bands (see the module docstring).
         self.band = bool(band)
         self.banded = 0  # frames moved in bands
-        self._step: Any = None  # the tracker step of the frame before, applied at the next frame
-        self._later: tuple[Work, Any] | None = None  # a detection finish() left to launch_detection()
-        self.predicted = 0  # frames swapped with predicted tracks
-        # The next frame's predicted tracks and band, worked out while the daemon waits for it
-        # (:meth:`settle`): (seq, tracks or None when not confident, band). Dropped whenever the
-        # tracker moves on.
-        self._planned: tuple[int, list[Track] | None, tuple[int, int] | None] | None = None
-        self._next_seq: int | None = None
         # id(track) -> (its landmarks, (template, crop size), crop-from-frame): see _crop_from_frame.
         self._aligned: dict[int, tuple[np.ndarray, tuple[str, int], np.ndarray]] = {}
-        self.settled = 0  # their detections applied by settle(), before the next frame came
         self._flipped: dict[tuple, Any] = {}  # the mirrored frame's buffer, by shape
+
+    # The planner's switches and counts, as the daemon, the benchmarks and the tests read and set them.
+    @property
+    def predict(self) -> bool:
+        return self.planner.predict
+
+    @predict.setter
+    def predict(self, on: bool) -> None:
+        self.planner.predict = bool(on)
+
+    @property
+    def patient(self) -> bool:
+        return self.planner.patient
+
+    @patient.setter
+    def patient(self, on: bool) -> None:
+        self.planner.patient = bool(on)
+
+    @property
+    def predicted(self) -> int:
+        return self.planner.predicted
+
+    @property
+    def settled(self) -> int:
+        return self.planner.settled
+
+    @property
+    def skipped_detections(self) -> int:
+        return self.planner.skipped
 
     # -- buffers ----------------------------------------------------------------------------------
     def configure(self, width: int, height: int, in_fmt: PixelFormat) -> None:
@@ -190,7 +208,7 @@ class Pipeline:
         # stream's copy of it: the paste-back waits for that); ``_free``, the compute stream is done
         # with it (reusable).
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
-        self._det_frame: Any = None  # see _detect_later
+        self._det_frame: Any = None  # see _copy_for_detection
         self._ready = [ops.event() for _ in range(self.ring)]
         self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
         self._seen = [ops.event() for _ in range(self.ring)]
@@ -201,7 +219,7 @@ class Pipeline:
         self._up_clocks: Any = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
         self._geometry = (int(width), int(height), PixelFormat(in_fmt))
         self._slot = 0
-        self._planned = None
+        self.planner.planned = None
 
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         """The size of the frames this pipeline publishes for ``width`` x ``height`` input (the frame
@@ -250,7 +268,7 @@ class Pipeline:
             swapping = snap.swap_enabled and (snap.face is not None or bool(snap.mapping))
             work.settings = snap.settings
             work.band = band if swapping and not snap.settings.get("mirror") else None  # a band is not mirrored
-            self._planned, self._next_seq = None, frame.seq + 1
+            self.planner.begin(frame.seq)
             raw = self.io.upload(frame, slot, rows=work.band)
             img = work.img = convert.to_bgr(ops, raw, frame.fmt, frame.width, frame.height, out=self._bgr[slot], rows=work.band)
             if work.band is None:
@@ -264,8 +282,8 @@ class Pipeline:
             if ahead is not None:
                 tracks, work.detect_later = ahead, True
             else:
-                tracks, work.detect_later = self._track(img, frame.seq)
-            self.predicted += work.detect_later
+                tracks, work.detect_later = self.planner.track(img, frame.seq)
+            self.planner.predicted += work.detect_later
             self.last_tracks = tracks
             stats.full_scan = bool(getattr(self.tracker, "last_full_scan", False))
             stats.faces = len(tracks)
@@ -364,80 +382,21 @@ class Pipeline:
                 convert.from_bgr(ops, work.img, self.out_fmt, out=out, rows=rows)
             self.io.download(slot, outside, last=False)
 
-    def _track(self, img: Any, seq: int) -> tuple[list[Track], bool]:
-        """This frame's tracks, and whether its detection is still to be queued. With prediction on
-        and the tracker confident: the tracks moved to this frame, and the frame's own detection is
-        queued after its swap (:meth:`finish`: on the back stream, beside the swap and after it) and
-        applied at the next frame; otherwise the frame waits for its detection."""
-        tracks = self._predicted(img, seq)
-        if tracks is not None:
-            return tracks, True
-        # The frame waits for its detection; what is pending goes first (not patient: a detection
-        # not queued yet is dropped, this frame's is newer).
-        if not self.patient and self._later is not None:
-            self._later = None
-            self.skipped_detections += 1
-        self.launch_detection()
-        self._apply_step()
-        return self.tracker.update(img, seq), False
-
-    def _predicted(self, img: Any, seq: int) -> list[Track] | None:
-        """The tracks predicted for frame ``seq`` when prediction is on and the tracker is confident
-        (which looks at ``img``'s shape only, so it may be asked before the frame's pixels arrive),
-        else None. :attr:`patient`: a detection still pending from the frame before is applied
-        first (launched first, if the caller of :meth:`finish` has not), waiting for it. Not (the
-        daemon's cameras): only if it has arrived (else :meth:`launch_detection` applies it after
-        this frame is published), and the frame is predicted through a missed face too."""
-        tracker = self.tracker
-        if self.patient:
-            self.launch_detection()
-            self._apply_step()
-        elif self._step is not None and arrived(self._step):
-            self._apply_step()  # it is there: decoding it costs no wait, and the prediction is fresher
-        if self.predict and self._predictable(img, seq):
-            return tracker.predict(seq)
-        return None
-
-    def _predictable(self, img: Any, seq: int) -> bool:
-        """Patient: the tracker is confident; not: it has tracks to predict, also through a miss
-        (:meth:`~vcam.stages.track.Tracker.predictable`)."""
-        tracker = self.tracker
-        predictable = None if self.patient else getattr(tracker, "predictable", None)
-        return bool(predictable(img, seq)) if predictable is not None else bool(tracker.confident(img, seq))
-
-    def _apply_step(self) -> None:
-        """Apply the pending detection, waiting for it if it has not arrived."""
-        if self._step is not None:
-            step, self._step = self._step, None
-            self._planned = None
-            self.tracker.complete(step)
-
-    def _plan(self, seq: int) -> tuple[list[Track] | None, tuple[int, int] | None] | None:
-        """(the tracks predicted for frame ``seq`` or None, their band or None), as :meth:`settle`
-        planned them or worked out now; None, leaving everything as it is, while the detection of
-        the frame before has not arrived (the frame then moves whole and waits for it after its
-        upload is queued, as a frame always did)."""
-        planned = self._planned
-        if planned is not None and planned[0] == seq:
-            return planned[1], planned[2]
-        if self.patient and (self._later is not None or (self._step is not None and not arrived(self._step))):
-            return None
-        tracks = self._predicted(self._bgr[0], seq)  # a converted frame's shape: all confident() reads
+    def _plan(self, seq: int) -> tuple[list[Track] | None, Band] | None:
+        """The planner's plan for frame ``seq`` (:meth:`DetectionPlanner.plan`), its band from this
+        pipeline's geometry."""
         height = self._geometry[1] if self._geometry is not None else 0
-        band = self._band_rows(tracks, height) if tracks and self._bands() else None
-        self._planned = (seq, tracks, band)
-        return tracks, band
+
+        def band_of(tracks: list[Track]) -> Band:
+            return self._band_rows(tracks, height) if self._bands() else None
+
+        return self.planner.plan(seq, self._bgr[0], band_of)  # a converted frame's shape: all confident() reads
 
     def restart(self) -> None:
         """Forget the scene (after a pause: the camera closed, then opened again): the pending
         detection is applied, then every track dropped, so the next frame is detected afresh, never
         swapped where the faces were before the pause."""
-        self.launch_detection()
-        self._apply_step()
-        self._planned = None
-        reset = getattr(self.tracker, "reset", None)  # a fixed tracker (the bench's) has nothing to forget
-        if reset is not None:
-            reset()
+        self.planner.restart()
 
     def settle(self) -> bool:
         """Apply the detection of the last predicted frame now, if it has arrived (never waits), and
@@ -445,19 +404,14 @@ class Pipeline:
         for the next frame, so that frame's :meth:`begin` does not pay for decoding and matching the
         detection (a scheduled full scan: milliseconds) and moves its band at once. True when no
         detection is pending any more."""
-        step = self._step
-        if step is not None:
-            if not arrived(step):
-                return False
-            self._step, self._planned = None, None
-            self.tracker.complete(step)
-            self.settled += 1
-        if self.predict and self._next_seq is not None and self._geometry is not None:
-            self._plan(self._next_seq)
+        if not self.planner.settle():
+            return False
+        if self.predict and self.planner.next_seq is not None and self._geometry is not None:
+            self._plan(self.planner.next_seq)
         return True
 
     def _copy_for_detection(self, work: Work) -> Any:
-        """The frame a predicted frame's detection reads (:meth:`_detect_later`). On CUDA, a copy
+        """The frame a predicted frame's detection reads (:meth:`DetectionPlanner.queue`). On CUDA, a copy
         made on the back stream once the frame is converted: the paste-back waits for that copy
         (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself."""
         ops = self.ops
@@ -470,14 +424,6 @@ class Pipeline:
             ops.xp.copyto(self._det_frame, work.img)
             ops.record(self._seen[work.slot])
         return self._det_frame
-
-    def _detect_later(self, work: Work, frame: Any) -> None:
-        """Queue the detection of a frame swapped with predicted tracks on the back stream (lowest
-        priority: it takes what the swap leaves of the GPU); the next frame applies it. A detection
-        still pending is applied first (waiting for it): the tracker takes its frames in order."""
-        self._apply_step()
-        with self.ops.back_stream():
-            self._step = self.tracker.launch(frame, work.stats.seq, deferred=True)
 
     def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
@@ -496,7 +442,7 @@ class Pipeline:
         if work.detect_later:
             detect = self._copy_for_detection(work)
             if not ops.concurrent:  # the CPU runs in order: the detection reads the frame before the paste
-                self._detect_later(work, detect)
+                self.planner.queue(work.stats.seq, detect)
                 detect = None
         with ops.activate():
             ops.wait(self._seen[slot])  # nothing is written into the frame before its detection has read it
@@ -535,11 +481,9 @@ class Pipeline:
             ops.record(self._free[slot])
             self.io.download(slot, None if work.band is None else [work.band])
         if detect is not None:  # queued after this frame's GPU work, so the host queues that first
-            if self._later is not None:  # not patient: the older frame's copy is overwritten, its detection goes
-                self.skipped_detections += 1
-            self._later = (work, detect)
+            self.planner.leave(work, detect)
             if detect_now:
-                self.launch_detection()
+                self.planner.launch()
         self._pending[slot] = stats
         return slot
 
@@ -547,9 +491,7 @@ class Pipeline:
         """Queue the detection :meth:`finish` left (see there); nothing when there is none. The
         detection pending before it is applied first (a pipeline that is not patient leaves it to
         here, after the frame was published, when it had not arrived by the frame's start)."""
-        if self._later is not None:
-            (work, frame), self._later = self._later, None
-            self._detect_later(work, frame)
+        self.planner.launch()
 
     def upscale_wanted(self) -> bool:
         """Run the frame enhancer on this frame? No when the frame would then miss the budget: the
