@@ -146,7 +146,6 @@ OVERSIZE = {
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
     "vcam.control.obs:ObsController": 396,
     "vcam.engines.torch:TorchEngine": 381,
-    "vcam.pipeline.pipeline:Pipeline": 371,
 }
 
 
