@@ -14,11 +14,16 @@ function takeToken() {
   const h = new URLSearchParams(location.hash.slice(1));
   if (h.get("token")) {
     sessionStorage.setItem("vcam-token", h.get("token"));
-    history.replaceState(null, "", location.pathname); // out of the address bar
+    // A new load in place of this one: the tab's history entry (its typed URL included) never holds
+    // the token; replaceState would leave it in the entry's original URL.
+    location.replace(location.pathname);
+    panel.leaving = true;
+    return null;
   }
   return sessionStorage.getItem("vcam-token");
 }
 panel.token = takeToken();
+window.addEventListener("hashchange", takeToken); // the URL opened in a tab already on the panel
 const auth = (extra = {}) => ({ "X-Vcam-Token": panel.token || "", ...extra });
 panel.get = (url) => fetch(url, { headers: auth(), cache: "no-store" }); // for the tests too
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -124,6 +129,23 @@ function thumb(name) {
   return img;
 }
 
+// Focus is kept across the tiles' rebuilds: on the same face's same button, else where an action
+// said (panel.focusNext: {face, role} with role the button's class, or "choose"), else "choose…".
+function focusFace(want) {
+  if (want.face === undefined) { $(want.role).focus(); return true; }
+  const tile = [...$("faces").children].find((t) => t.dataset.face === want.face);
+  const target = tile && tile.querySelector("." + want.role);
+  if (target) target.focus();
+  return !!target;
+}
+
+function focusAfter(want) {
+  // where focus goes after an action, once the page shows its outcome (within 10 s)
+  panel.focusNext = { ...want, until: Date.now() + 10000 };
+  const a = document.activeElement;
+  if ((!a || a === document.body || $("faces-section").contains(a)) && focusFace(want)) panel.focusNext = null;
+}
+
 function renderFaces() {
   const st = current();
   const box = $("faces");
@@ -132,6 +154,17 @@ function renderFaces() {
   const key = JSON.stringify([faces, st.face, panel.confirming]);
   if (box.dataset.key === key) return;
   box.dataset.key = key;
+  const a = document.activeElement;
+  const had = a && box.contains(a) && a.closest(".face") ? { face: a.closest(".face").dataset.face, role: a.classList[0] } : null;
+  buildFaces(box, faces, st);
+  const a2 = document.activeElement;
+  const free = !a2 || a2 === document.body || $("faces-section").contains(a2);
+  let want = panel.focusNext && panel.focusNext.until > Date.now() && free ? panel.focusNext : null;
+  if (want && focusFace(want)) panel.focusNext = null;
+  else if (had && !focusFace(had) && !want) $("choose").focus(); // its face is gone
+}
+
+function buildFaces(box, faces, st) {
   box.replaceChildren();
   for (const f of faces) {
     const tile = el("div", { class: "face" + (f.name === st.face ? " active" : ""), "data-face": f.name });
@@ -144,13 +177,15 @@ function renderFaces() {
     tile.append(pick);
     if (f.bank) {
       if (panel.confirming === f.name) {
+        const no = () => { panel.confirming = null; focusAfter({ face: f.name, role: "remove" }); renderFaces(); };
         tile.append(
-          el("div", { class: "confirm" }, "remove?",
-            el("button", { class: "yes", onclick: () => removeFace(f.name) }, "yes"),
-            el("button", { class: "no", onclick: () => { panel.confirming = null; renderFaces(); } }, "no")),
+          el("div", { class: "confirm", role: "group", "aria-label": `remove ${f.name}?`, onkeydown: (e) => { if (e.key === "Escape") no(); } }, "remove?",
+            el("button", { class: "yes", title: `remove ${f.name}`, onclick: () => removeFace(f.name) }, "yes"),
+            el("button", { class: "no", title: `keep ${f.name}`, onclick: no }, "no")),
         );
       } else {
-        tile.append(el("button", { class: "remove", title: `remove ${f.name}`, onclick: () => { panel.confirming = f.name; renderFaces(); } }, "×"));
+        const ask = () => { panel.confirming = f.name; focusAfter({ face: f.name, role: "no" }); renderFaces(); };
+        tile.append(el("button", { class: "remove", title: `remove ${f.name}`, "aria-label": `remove ${f.name}`, onclick: ask }, "×"));
       }
     }
     box.append(tile);
@@ -165,21 +200,66 @@ async function switchFace(name) {
 }
 
 async function removeFace(name) {
+  const names = panel.state.faces.map((f) => f.name);
+  const i = names.indexOf(name);
+  const next = names[i + 1] || names[i - 1];
   panel.confirming = null;
   const reply = await post(`/api/faces/${encodeURIComponent(name)}/remove`);
   say("face-msg", reply, `removed ${name}`);
+  // focus on the next face (the one before, the last gone), or on "choose…" when none is left
+  focusAfter(!reply.ok ? { face: name, role: "remove" } : next ? { face: next, role: "pick" } : { role: "choose" });
+  renderFaces();
 }
 
-async function upload(file) {
+async function upload(file, pick) {
   if (!file) return;
+  closePicker();
   const name = $("face-name").value.trim();
   const q = new URLSearchParams({ filename: file.name || "photo.jpg" });
   if (name) q.set("name", name);
+  if (pick) q.set("pick", String(pick));
   $("face-msg").className = "msg";
   $("face-msg").textContent = `adding ${file.name}…`;
   const reply = await post(`/api/faces?${q}`, file, { "Content-Type": file.type || "application/octet-stream" });
   say("face-msg", reply, `added face ${reply.face}`);
-  if (reply.ok) $("face-name").value = "";
+  if (reply.ok) {
+    $("face-name").value = "";
+    focusAfter({ face: reply.face, role: "pick" });
+  } else if (Array.isArray(reply.faces) && reply.faces.length > 1) {
+    await showPicker(file, reply.faces);
+  }
+}
+
+// -- a group photo: its faces shown, one chosen (click or keyboard) is added with pick=K -------------
+async function showPicker(file, faces) {
+  const url = URL.createObjectURL(file);
+  const img = new Image();
+  img.src = url;
+  try { await img.decode(); } catch (err) { /* the numbers alone then */ }
+  const buttons = faces.map((f, i) => {
+    const c = el("canvas", { width: 56, height: 56 });
+    const [x1, y1, x2, y2] = f.box;
+    const side = Math.max(x2 - x1, y2 - y1) * 1.3;
+    try {
+      c.getContext("2d").drawImage(img, (x1 + x2 - side) / 2, (y1 + y2 - side) / 2, side, side, 0, 0, 56, 56);
+    } catch (err) { /* not drawable: the number says which */ }
+    const k = i + 1;
+    return el("button", { class: "pick-face", type: "button", "data-pick": k, title: `add face ${k} (from the left)`, onclick: () => upload(file, k) },
+      c, el("span", {}, `face ${k}`));
+  });
+  URL.revokeObjectURL(url);
+  const cancel = el("button", { class: "small", type: "button", onclick: () => { closePicker(); $("choose").focus(); } }, "cancel");
+  $("picker").replaceChildren(...buttons, cancel);
+  $("picker").hidden = false;
+  buttons[0].focus();
+}
+
+function closePicker() {
+  const box = $("picker");
+  const had = box.contains(document.activeElement);
+  box.replaceChildren();
+  box.hidden = true;
+  if (had) $("choose").focus(); // not lost to the page: the added face takes it once shown
 }
 
 // -- people and mappings ----------------------------------------------------------------------
@@ -233,12 +313,16 @@ async function unmap(target) { say("map-msg", await command({ unmap: target }), 
 const fmt = (x, d = 1) => (typeof x === "number" ? x.toFixed(d) : "–");
 
 function spark(history) {
+  // latency p50/p99 against the top's ms, fps out (dashed) against its own top
   const pts = history.slice(-60);
   const max = Math.max(1, ...pts.map((p) => p[1]));
-  const line = (i) => pts.map((p, k) => `${((k / Math.max(1, pts.length - 1)) * 300).toFixed(1)},${(46 - (p[i] / max) * 44).toFixed(1)}`).join(" ");
-  $("spark-p50").setAttribute("points", line(0));
-  $("spark-p99").setAttribute("points", line(1));
+  const fpsMax = Math.max(1, ...pts.map((p) => p[2] || 0));
+  const line = (i, top) => pts.map((p, k) => `${((k / Math.max(1, pts.length - 1)) * 300).toFixed(1)},${(46 - ((p[i] || 0) / top) * 44).toFixed(1)}`).join(" ");
+  $("spark-p50").setAttribute("points", line(0, max));
+  $("spark-p99").setAttribute("points", line(1, max));
+  $("spark-fps").setAttribute("points", line(2, fpsMax));
   $("spark-max").textContent = `max ${max.toFixed(1)} ms`;
+  $("spark-fps-max").textContent = `max ${fpsMax.toFixed(1)}`;
 }
 
 function renderHealth() {
@@ -538,6 +622,7 @@ function wire() {
   $("stream").addEventListener("change", (e) => { panel.stream = e.target.value; render(); if (panel.previewOn) setPreview(true); });
   $("preview-toggle").addEventListener("click", () => setPreview(!panel.previewOn));
   $("file").addEventListener("change", (e) => { upload(e.target.files[0]); e.target.value = ""; });
+  $("choose").addEventListener("click", () => $("file").click()); // Enter or Space on it too
   const drop = $("drop");
   for (const t of ["dragenter", "dragover"]) drop.addEventListener(t, (e) => { e.preventDefault(); drop.classList.add("over"); });
   for (const t of ["dragleave", "drop"]) drop.addEventListener(t, () => drop.classList.remove("over"));
@@ -545,4 +630,4 @@ function wire() {
   connect();
 }
 
-wire();
+if (!panel.leaving) wire();
