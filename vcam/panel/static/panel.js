@@ -1,7 +1,7 @@
 // FastSwap Cam panel: plain JS, no build step. State arrives pushed (/api/events, read as a stream);
 // every API request carries the run's token in X-Vcam-Token, which only this script adds: the token
 // comes in the URL after '#', is kept in this tab's sessionStorage (kept apart by origin, port
-// included) and never in a cookie. After a daemon restart the page proves the pairing key it holds
+// included), never in a cookie, and the page loads again without it (no history entry holds it). After a daemon restart the page proves the pairing key it holds
 // in memory to the server, after the server proved it first, and gets the new run's token.
 "use strict";
 
