@@ -259,6 +259,7 @@ def test_a_group_photo_gets_a_picker_and_errors_are_in_the_pages_words(served, t
         )
         assert d.execute_script(drawn) == [[220, 160, 40, 255], [220, 160, 90, 255]]  # each face drawn from the photo
         assert focused(d)["cls"] == "pick-face"  # the first face, focused
+        assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")  # 320 px
         keys(d, Keys.TAB, Keys.ENTER)  # the second face, by keyboard
         assert wait_for(lambda: "added face group" in d.find_element("id", "face-msg").text, 20)
         meta = json.loads((served.backend.faces_dir / "group" / "meta.json").read_text())
