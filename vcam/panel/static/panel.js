@@ -270,6 +270,20 @@ function faceSelect(selected, onchange, label) {
   return s;
 }
 
+function keepFocus(rebuild) {
+  // A rebuilt row keeps focus: on the same row's same control, else the row now at its place, else
+  // the table's title (a row unmapped with the last mapping).
+  const a = document.activeElement;
+  const tr = a && a.closest("#people tr[data-track], #mappings tr[data-target]");
+  const at = tr && { table: tr.closest("table").id, key: tr.dataset.track || tr.dataset.target, tag: a.tagName, index: [...tr.parentNode.children].indexOf(tr) };
+  rebuild();
+  if (!at) return;
+  const rows = [...$(at.table).tBodies[0].querySelectorAll("tr[data-track], tr[data-target]")];
+  const row = rows.find((r) => (r.dataset.track || r.dataset.target) === at.key) || rows[Math.min(at.index, rows.length - 1)];
+  const target = row && (row.querySelector(at.tag) || row.querySelector("select, button"));
+  (target || $(at.table === "people" ? "people-title" : "mappings-title")).focus();
+}
+
 function renderPeople() {
   const st = current();
   const body = $("people").tBodies[0];
@@ -279,6 +293,10 @@ function renderPeople() {
   const key = JSON.stringify([people, st.mappings, st.mapping_on, panel.state.faces.map((f) => f.name)]);
   if (body.dataset.key === key) return;
   body.dataset.key = key;
+  keepFocus(() => buildPeople(st, body));
+}
+
+function buildPeople(st, body) {
   body.replaceChildren();
   for (const p of st.people) {
     const who = p.target ? `${p.target}` : `person ${p.track}`;
@@ -287,7 +305,7 @@ function renderPeople() {
     body.append(el("tr", { "data-track": p.track }, el("td", {}, who), el("td", { class: "arrow" }, "→"), el("td", {}, sel)));
   }
   if (!st.people.length) body.append(el("tr", {}, el("td", { class: "note" }, "nobody in view")));
-  $("people-note").textContent = st.mapping_on ? "" : "Per-person mapping is off in this run: start `vcam run` with --map TARGET=SOURCE to turn it on.";
+  $("people-note").textContent = st.mapping_on ? "" : "Per-person mapping is off in this run (no recogniser loaded): a mapping in config.toml ([[swap.map]]) or --map turns it on at the next `vcam run`.";
   const mb = $("mappings").tBodies[0];
   mb.replaceChildren();
   for (const [target, source] of Object.entries(st.mappings)) {
