@@ -490,7 +490,7 @@ class PanelServer:
             except Exception as exc:
                 if not isinstance(exc, VcamError):
                     log.exception("adding a face from the panel failed")
-                return JSONResponse(_upload_error(exc, path, filename), 400)
+                return JSONResponse(await run_in_threadpool(_upload_error, exc, path, filename), 400)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self._changes.fire()
@@ -507,15 +507,47 @@ class PanelServer:
         return JSONResponse({"ok": True, "removed": name})
 
 
+PICKER_FACES = 24  # a group photo's faces shown to choose from, at most
+
+
 def _upload_error(exc: BaseException, path: Path, filename: str) -> dict:
     """An upload's error for the page: its file name, not the upload's temporary path; a group
-    photo's faces (``faces``: boxes, left to right) for the page's picker, which adds one with pick=K."""
+    photo's faces for the page's picker (``faces``: box, score and ``crop``, a small JPEG data URL
+    cut from the photo as the detector saw it; left to right), which adds one with pick=K."""
     reply = _error(exc)
     reply["error"] = reply["error"].replace(str(path), filename)
     if isinstance(exc, FaceError) and exc.found:
         reply["error"] = f"{len(exc.found)} faces found in {filename}"
-        reply["faces"] = exc.found
+        found = exc.found[:PICKER_FACES]
+        reply["faces"] = [{**f, "crop": crop} for f, crop in zip(found, _face_crops(path, found), strict=True)]
     return reply
+
+
+def _face_crops(path: Path, found: list[dict], size: int = 64) -> list[str]:
+    """Each face of ``found`` as a ``size``-px square JPEG data URL ("" where none can be cut)."""
+    import base64
+
+    import cv2
+
+    from vcam.stages.photos import read_photo
+
+    try:
+        img = read_photo(path)  # read and checked once already: the same pixels the detector had
+    except VcamError:
+        return [""] * len(found)
+    h, w = img.shape[:2]
+    out = []
+    for f in found:
+        x1, y1, x2, y2 = f["box"]
+        half = max(x2 - x1, y2 - y1) * 0.65
+        cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+        crop = img[max(0, int(cy - half)) : min(h, int(cy + half)), max(0, int(cx - half)) : min(w, int(cx + half))]
+        if crop.size == 0:
+            out.append("")
+            continue
+        ok, buf = cv2.imencode(".jpg", cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA))
+        out.append("data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode() if ok else "")
+    return out
 
 
 def _safe_filename(raw: str) -> str:

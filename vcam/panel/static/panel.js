@@ -226,28 +226,20 @@ async function upload(file, pick) {
     $("face-name").value = "";
     focusAfter({ face: reply.face, role: "pick" });
   } else if (Array.isArray(reply.faces) && reply.faces.length > 1) {
-    await showPicker(file, reply.faces);
+    $("face-msg").className = "msg"; // a question, not a failure
+    showPicker(file, reply.faces);
   }
 }
 
 // -- a group photo: its faces shown, one chosen (click or keyboard) is added with pick=K -------------
-async function showPicker(file, faces) {
-  const url = URL.createObjectURL(file);
-  const img = new Image();
-  img.src = url;
-  try { await img.decode(); } catch (err) { /* the numbers alone then */ }
+function showPicker(file, faces) {
+  // each face cut by the server from the photo as its detector saw it (a phone photo's rotation
+  // flag, say, would otherwise put the boxes elsewhere)
   const buttons = faces.map((f, i) => {
-    const c = el("canvas", { width: 56, height: 56 });
-    const [x1, y1, x2, y2] = f.box;
-    const side = Math.max(x2 - x1, y2 - y1) * 1.3;
-    try {
-      c.getContext("2d").drawImage(img, (x1 + x2 - side) / 2, (y1 + y2 - side) / 2, side, side, 0, 0, 56, 56);
-    } catch (err) { /* not drawable: the number says which */ }
     const k = i + 1;
     return el("button", { class: "pick-face", type: "button", "data-pick": k, title: `add face ${k} (from the left)`, onclick: () => upload(file, k) },
-      c, el("span", {}, `face ${k}`));
+      f.crop ? el("img", { src: f.crop, alt: `face ${k}` }) : "", el("span", {}, `face ${k}`));
   });
-  URL.revokeObjectURL(url);
   const cancel = el("button", { class: "small", type: "button", onclick: () => { closePicker(); $("choose").focus(); } }, "cancel");
   $("picker").replaceChildren(...buttons, cancel);
   $("picker").hidden = false;
