@@ -1,7 +1,8 @@
 """One error hierarchy for the library.
 
 Library code raises these; only the CLI prints them and picks exit codes. Every error carries a
-``hint`` that names the fix, so the CLI can print one line the user can act on.
+``hint`` that names the fix, so the CLI can print one line the user can act on; ``page_hint``, where
+the hint names a command or flag, says the fix in the panel's words (the page cannot run a command).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ class VcamError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, page_hint: str | None = None) -> None:
         self.message = message
         self.hint = hint
+        self.page_hint = page_hint
         super().__init__(message if not hint else f"{message} ({hint})")
 
 
@@ -55,9 +57,16 @@ class EngineUnavailable(VcamError):
 
 
 class FaceError(VcamError):
-    """A source photo has no face, several faces, or a face name is unknown."""
+    """A source photo has no face, several faces, or a face name is unknown. ``found``: a photo of
+    several faces, theirs left to right (``{"box": [x1, y1, x2, y2], "score"}``), for a picker."""
 
     exit_code = 7
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, page_hint: str | None = None, found: list[dict] | None = None
+    ) -> None:
+        super().__init__(message, hint=hint, page_hint=page_hint)
+        self.found = list(found or [])
 
 
 class ControlError(VcamError):

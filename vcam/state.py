@@ -236,7 +236,7 @@ class RuntimeState:
     def _unknown_face(self, name: str) -> FaceError:
         names = sorted(self._faces)
         if not names:
-            return FaceError("no faces are loaded", hint="add one with `vcam faces add PHOTO`")
+            return FaceError("no faces are loaded", hint="add one with `vcam faces add PHOTO`", page_hint="add a photo below")
         return FaceError(f"unknown face '{name}'", hint=f"known faces: {', '.join(names)}")
 
     def set_face(self, name: str) -> str:

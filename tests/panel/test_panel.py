@@ -545,3 +545,24 @@ def test_an_upload_passes_pick_for_a_group_photo_and_refuses_a_bad_one(served):
     assert status == 400 and b"is not a face number" in body and b"pick=K" in body
     status, _, body = call(served, "/api/faces?filename=g.jpg&pick=2", method="POST", body=b"x", headers=headers)
     assert b"not here" in body and served.backend.picked == 2
+
+
+def test_errors_reach_the_page_in_its_own_words():
+    """Issue 41: a hint naming a command or flag is for the CLI; the panel's commands and uploads
+    carry the page's wording instead (the CLI's own replies keep theirs)."""
+    from vcam.control.local import handle_command
+    from vcam.errors import FaceError
+    from vcam.panel.server import _upload_error
+    from vcam.stages.faces import choose_face
+    from vcam.types import Detection
+
+    empty = RuntimeState({})
+    assert "`vcam faces add PHOTO`" in handle_command(empty, {"face": "grace"})["hint"]
+    assert handle_command(empty, {"face": "grace"}, page=True)["hint"] == "add a photo below"
+    two = [Detection(np.array([x, 0, x + 50, 50], np.float32), np.zeros((5, 2), np.float32), 0.9) for x in (100, 0)]
+    for pick in (None, 3):
+        with pytest.raises(FaceError, match="--pick") as info:
+            choose_face(two, "/tmp/vcam-upload-x/group.jpg", pick)
+        reply = _upload_error(info.value, Path("/tmp/vcam-upload-x/group.jpg"), "group.jpg")
+        assert reply["error"] == "2 faces found in group.jpg" and "--" not in reply["hint"], reply
+        assert [f["box"][0] for f in reply["faces"]] == [0.0, 100.0]  # left to right, for the page's picker

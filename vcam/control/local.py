@@ -136,24 +136,25 @@ def apply_control(state: RuntimeState, cmd: dict) -> dict:
     return reply
 
 
-def handle_command(state: RuntimeState, cmd, streams: dict[str, RuntimeState] | None = None) -> dict:
+def handle_command(state: RuntimeState, cmd, streams: dict[str, RuntimeState] | None = None, *, page: bool = False) -> dict:
     """One request -> one reply (never raises). ``streams`` (a daemon running several streams):
     name -> state; ``{"stream": NAME, ...}`` acts on that stream, a command without it on every
-    stream (the reply then carries ``streams``: each one's face, swap and mappings, and status)."""
+    stream (the reply then carries ``streams``: each one's face, swap and mappings, and status).
+    ``page``: the panel asks; an error's hint in the page's words (``VcamError.page_hint``)."""
     if not isinstance(cmd, dict):
         return {"ok": False, "error": 'a command is a JSON object like {"face": "NAME"}'}
     if streams:
-        return _handle_streams(streams, cmd)
+        return _handle_streams(streams, cmd, page)
     if cmd.get("stream") is not None:
         return {
             "ok": False,
             "error": f"this daemon runs one stream, there is no stream {cmd['stream']!r}",
             "hint": "leave out --stream",
         }
-    return _handle_one(state, cmd)
+    return _handle_one(state, cmd, page)
 
 
-def _handle_streams(streams: dict[str, RuntimeState], cmd: dict) -> dict:
+def _handle_streams(streams: dict[str, RuntimeState], cmd: dict, page: bool) -> dict:
     name = cmd.get("stream")
     if name is not None:
         if name not in streams:
@@ -162,10 +163,10 @@ def _handle_streams(streams: dict[str, RuntimeState], cmd: dict) -> dict:
                 "error": f"no stream {name!r}",
                 "hint": "streams of this daemon: " + ", ".join(streams),
             }
-        reply = _handle_one(streams[name], cmd)
+        reply = _handle_one(streams[name], cmd, page)
         reply["stream"] = name
         return reply
-    replies = {n: _handle_one(st, cmd) for n, st in streams.items()}
+    replies = {n: _handle_one(st, cmd, page) for n, st in streams.items()}
     first = next(iter(replies.values()))
     bad = next((r for r in replies.values() if not r["ok"]), None)
     reply = dict(bad or first)
@@ -176,7 +177,7 @@ def _handle_streams(streams: dict[str, RuntimeState], cmd: dict) -> dict:
     return reply
 
 
-def _handle_one(state: RuntimeState, cmd: dict) -> dict:
+def _handle_one(state: RuntimeState, cmd: dict, page: bool = False) -> dict:
     try:
         reply = apply_control(state, cmd)
     except Exception as exc:
@@ -185,7 +186,7 @@ def _handle_one(state: RuntimeState, cmd: dict) -> dict:
         return {
             "ok": False,
             "error": exc.message if isinstance(exc, VcamError) else f"the command failed ({type(exc).__name__}: {exc})",
-            "hint": exc.hint if isinstance(exc, VcamError) else "see the daemon's log",
+            "hint": ((page and exc.page_hint) or exc.hint) if isinstance(exc, VcamError) else "see the daemon's log",
             "face": state.active,
             "swap": "on" if state.swap_enabled else "off",
             "paused": state.paused,

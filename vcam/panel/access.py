@@ -12,7 +12,10 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
   `vcam panel` refuses a panel file that is not the user's own (:func:`read_panel_file`);
 - the URL carries the token after ``#`` (``/#token=...``): a browser never sends that part to a
   server. The page's own script takes it, keeps it in the tab's ``sessionStorage`` (kept apart by
-  origin, port included) and clears it from the address bar;
+  origin, port included) and loads ``/`` in its place (``location.replace``): neither the address
+  bar nor any entry of the tab's history (back/forward, the URL as typed included) holds it. The
+  browser's list of visited addresses does keep the URL as opened (the user's own profile; that
+  token ends with the run unless ``[panel] keep_token``);
 - no cookie: every API request carries the token in the ``X-Vcam-Token`` header, which only the
   page's own script adds (a form, an ``<img>`` or another origin's script cannot: a cross-origin
   header needs a CORS preflight, never answered). The page shell (``/``, its script, style and

@@ -42,7 +42,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
 from vcam.control.local import MAX_LINE, handle_command
-from vcam.errors import ConfigError, VcamError
+from vcam.errors import ConfigError, FaceError, VcamError
 from vcam.panel import limits
 from vcam.panel.access import Guard, Pairing, allowed_hosts, check_bind, url_with_token
 from vcam.panel.preview import PreviewTap
@@ -98,8 +98,9 @@ def _static(name: str) -> str:
 
 
 def _error(exc: BaseException) -> dict:
+    """An error in the page's words (its own hint where the CLI's names a command or flag)."""
     if isinstance(exc, VcamError):
-        return {"ok": False, "error": exc.message, "hint": exc.hint}
+        return {"ok": False, "error": exc.message, "hint": exc.page_hint or exc.hint}
     return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "hint": "see the daemon's log"}
 
 
@@ -426,7 +427,7 @@ class PanelServer:
     def _run_command(self, cmd: Any) -> dict:
         states = self.backend.states
         first = next(iter(states.values()))
-        reply = handle_command(first, cmd, states if len(states) > 1 else None)
+        reply = handle_command(first, cmd, states if len(states) > 1 else None, page=True)
         reply["published"] = {name: self.backend.published(name) for name in states}
         return reply
 
@@ -489,9 +490,7 @@ class PanelServer:
             except Exception as exc:
                 if not isinstance(exc, VcamError):
                     log.exception("adding a face from the panel failed")
-                reply = _error(exc)  # the upload's temporary path means nothing to the user: its file name does
-                reply["error"] = reply["error"].replace(str(path), filename)
-                return JSONResponse(reply, 400)
+                return JSONResponse(await run_in_threadpool(_upload_error, exc, path, filename), 400)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self._changes.fire()
@@ -506,6 +505,49 @@ class PanelServer:
             return JSONResponse(_error(exc), 400)
         self._changes.fire()
         return JSONResponse({"ok": True, "removed": name})
+
+
+PICKER_FACES = 24  # a group photo's faces shown to choose from, at most
+
+
+def _upload_error(exc: BaseException, path: Path, filename: str) -> dict:
+    """An upload's error for the page: its file name, not the upload's temporary path; a group
+    photo's faces for the page's picker (``faces``: box, score and ``crop``, a small JPEG data URL
+    cut from the photo as the detector saw it; left to right), which adds one with pick=K."""
+    reply = _error(exc)
+    reply["error"] = reply["error"].replace(str(path), filename)
+    if isinstance(exc, FaceError) and exc.found:
+        reply["error"] = f"{len(exc.found)} faces found in {filename}"
+        found = exc.found[:PICKER_FACES]
+        reply["faces"] = [{**f, "crop": crop} for f, crop in zip(found, _face_crops(path, found), strict=True)]
+    return reply
+
+
+def _face_crops(path: Path, found: list[dict], size: int = 64) -> list[str]:
+    """Each face of ``found`` as a ``size``-px square JPEG data URL ("" where none can be cut)."""
+    import base64
+
+    import cv2
+
+    from vcam.stages.photos import read_photo
+
+    try:
+        img = read_photo(path)  # read and checked once already: the same pixels the detector had
+    except VcamError:
+        return [""] * len(found)
+    h, w = img.shape[:2]
+    out = []
+    for f in found:
+        x1, y1, x2, y2 = f["box"]
+        half = max(x2 - x1, y2 - y1) * 0.65
+        cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+        crop = img[max(0, int(cy - half)) : min(h, int(cy + half)), max(0, int(cx - half)) : min(w, int(cx + half))]
+        if crop.size == 0:
+            out.append("")
+            continue
+        ok, buf = cv2.imencode(".jpg", cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA))
+        out.append("data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode() if ok else "")
+    return out
 
 
 def _safe_filename(raw: str) -> str:

@@ -99,6 +99,10 @@ def describe_faces(dets: Sequence[Detection]) -> str:
     return "; ".join(parts)
 
 
+def _found(dets: Sequence[Detection]) -> list[dict]:
+    return [{"box": [round(float(v), 1) for v in d.box], "score": round(float(d.score), 3)} for d in dets]
+
+
 def choose_face(dets: Sequence[Detection], photo: str, pick: int | None) -> Detection:
     """The face of a photo: its only one, or the ``pick``-th (1-based, left to right). A photo
     with several faces and no ``pick`` (a group photo) is one FaceError listing them and how to
@@ -111,12 +115,16 @@ def choose_face(dets: Sequence[Detection], photo: str, pick: int | None) -> Dete
             raise FaceError(
                 f"{len(dets)} faces found in {photo} ({describe_faces(dets)})",
                 hint="choose one with --pick K (K counts from 1, left to right)",
+                page_hint="choose which one below (left to right)",
+                found=_found(dets),
             )
         return dets[0]
     if not 1 <= pick <= len(dets):
         raise FaceError(
             f"--pick {pick} is out of range: {len(dets)} face(s) found in {photo} ({describe_faces(dets)})",
             hint=f"use --pick between 1 and {len(dets)}",
+            page_hint="choose one of the faces shown",
+            found=_found(dets),
         )
     return dets[pick - 1]
 
@@ -148,12 +156,15 @@ class FaceBank:
             raise FaceError(
                 f"unknown face '{name}'",
                 hint=f"known faces: {', '.join(known)}" if known else "add one with `vcam faces add PHOTO`",
+                page_hint=None if known else "add a photo below",
             )
         folder = self._folder(name)
 
         def damaged(what: str) -> FaceError:
             return FaceError(
-                f"face '{name}' is damaged: {what}", hint=f"remove it with `vcam faces remove {name}` and add the photo again"
+                f"face '{name}' is damaged: {what}",
+                hint=f"remove it with `vcam faces remove {name}` and add the photo again",
+                page_hint="remove it (× on its tile) and add the photo again",
             )
 
         try:
@@ -235,7 +246,9 @@ class FaceBank:
             raise FaceError(f"invalid face name {name!r}", hint="use letters, digits, '-', '_' or '.', at most 64 characters")
         if name in self:
             raise FaceError(
-                f"a face named '{name}' already exists", hint=f"pass --name, or remove it first with `vcam faces remove {name}`"
+                f"a face named '{name}' already exists",
+                hint=f"pass --name, or remove it first with `vcam faces remove {name}`",
+                page_hint="type another name, or remove it first (× on its tile)",
             )
         img = read_photo(photo)
         det = choose_face(detector.detect(img), str(photo), pick)
@@ -268,7 +281,9 @@ class FaceBank:
                 self._store_embedding(tmp, sha, recogniser, img, lms)
             final = self._folder(name)
             if final.exists():
-                raise FaceError(f"a face named '{name}' already exists", hint="pass another --name")
+                raise FaceError(
+                    f"a face named '{name}' already exists", hint="pass another --name", page_hint="type another name"
+                )
             os.rename(tmp, final)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -357,6 +372,7 @@ class FaceBank:
             return FaceError(
                 f"face '{entry.name}' is damaged: {what}",
                 hint=f"remove it with `vcam faces remove {entry.name}` and add the photo again",
+                page_hint="remove it (× on its tile) and add the photo again",
             )
 
         if not _inside(entry.folder, crop_path):

@@ -1,7 +1,7 @@
 // FastSwap Cam panel: plain JS, no build step. State arrives pushed (/api/events, read as a stream);
 // every API request carries the run's token in X-Vcam-Token, which only this script adds: the token
 // comes in the URL after '#', is kept in this tab's sessionStorage (kept apart by origin, port
-// included) and never in a cookie. After a daemon restart the page proves the pairing key it holds
+// included), never in a cookie, and the page loads again without it (no history entry holds it). After a daemon restart the page proves the pairing key it holds
 // in memory to the server, after the server proved it first, and gets the new run's token.
 "use strict";
 
@@ -14,11 +14,16 @@ function takeToken() {
   const h = new URLSearchParams(location.hash.slice(1));
   if (h.get("token")) {
     sessionStorage.setItem("vcam-token", h.get("token"));
-    history.replaceState(null, "", location.pathname); // out of the address bar
+    // A new load in place of this one: the tab's history entry (its typed URL included) never holds
+    // the token; replaceState would leave it in the entry's original URL.
+    location.replace(location.pathname);
+    panel.leaving = true;
+    return null;
   }
   return sessionStorage.getItem("vcam-token");
 }
 panel.token = takeToken();
+window.addEventListener("hashchange", takeToken); // the URL opened in a tab already on the panel
 const auth = (extra = {}) => ({ "X-Vcam-Token": panel.token || "", ...extra });
 panel.get = (url) => fetch(url, { headers: auth(), cache: "no-store" }); // for the tests too
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -124,6 +129,23 @@ function thumb(name) {
   return img;
 }
 
+// Focus is kept across the tiles' rebuilds: on the same face's same button, else where an action
+// said (panel.focusNext: {face, role} with role the button's class, or "choose"), else "choose…".
+function focusFace(want) {
+  if (want.face === undefined) { $(want.role).focus(); return true; }
+  const tile = [...$("faces").children].find((t) => t.dataset.face === want.face);
+  const target = tile && tile.querySelector("." + want.role);
+  if (target) target.focus();
+  return !!target;
+}
+
+function focusAfter(want) {
+  // where focus goes after an action, once the page shows its outcome (within 10 s)
+  panel.focusNext = { ...want, until: Date.now() + 10000 };
+  const a = document.activeElement;
+  if ((!a || a === document.body || $("faces-section").contains(a)) && focusFace(want)) panel.focusNext = null;
+}
+
 function renderFaces() {
   const st = current();
   const box = $("faces");
@@ -132,6 +154,17 @@ function renderFaces() {
   const key = JSON.stringify([faces, st.face, panel.confirming]);
   if (box.dataset.key === key) return;
   box.dataset.key = key;
+  const a = document.activeElement;
+  const had = a && box.contains(a) && a.closest(".face") ? { face: a.closest(".face").dataset.face, role: a.classList[0] } : null;
+  buildFaces(box, faces, st);
+  const a2 = document.activeElement;
+  const free = !a2 || a2 === document.body || $("faces-section").contains(a2);
+  let want = panel.focusNext && panel.focusNext.until > Date.now() && free ? panel.focusNext : null;
+  if (want && focusFace(want)) panel.focusNext = null;
+  else if (had && !focusFace(had) && !want) $("choose").focus(); // its face is gone
+}
+
+function buildFaces(box, faces, st) {
   box.replaceChildren();
   for (const f of faces) {
     const tile = el("div", { class: "face" + (f.name === st.face ? " active" : ""), "data-face": f.name });
@@ -144,13 +177,15 @@ function renderFaces() {
     tile.append(pick);
     if (f.bank) {
       if (panel.confirming === f.name) {
+        const no = () => { panel.confirming = null; focusAfter({ face: f.name, role: "remove" }); renderFaces(); };
         tile.append(
-          el("div", { class: "confirm" }, "remove?",
-            el("button", { class: "yes", onclick: () => removeFace(f.name) }, "yes"),
-            el("button", { class: "no", onclick: () => { panel.confirming = null; renderFaces(); } }, "no")),
+          el("div", { class: "confirm", role: "group", "aria-label": `remove ${f.name}?`, onkeydown: (e) => { if (e.key === "Escape") no(); } }, "remove?",
+            el("button", { class: "yes", title: `remove ${f.name}`, onclick: () => removeFace(f.name) }, "yes"),
+            el("button", { class: "no", title: `keep ${f.name}`, onclick: no }, "no")),
         );
       } else {
-        tile.append(el("button", { class: "remove", title: `remove ${f.name}`, onclick: () => { panel.confirming = f.name; renderFaces(); } }, "×"));
+        const ask = () => { panel.confirming = f.name; focusAfter({ face: f.name, role: "no" }); renderFaces(); };
+        tile.append(el("button", { class: "remove", title: `remove ${f.name}`, "aria-label": `remove ${f.name}`, onclick: ask }, "×"));
       }
     }
     box.append(tile);
@@ -165,21 +200,58 @@ async function switchFace(name) {
 }
 
 async function removeFace(name) {
+  const names = panel.state.faces.map((f) => f.name);
+  const i = names.indexOf(name);
+  const next = names[i + 1] || names[i - 1];
   panel.confirming = null;
   const reply = await post(`/api/faces/${encodeURIComponent(name)}/remove`);
   say("face-msg", reply, `removed ${name}`);
+  // focus on the next face (the one before, the last gone), or on "choose…" when none is left
+  focusAfter(!reply.ok ? { face: name, role: "remove" } : next ? { face: next, role: "pick" } : { role: "choose" });
+  renderFaces();
 }
 
-async function upload(file) {
+async function upload(file, pick) {
   if (!file) return;
+  closePicker();
   const name = $("face-name").value.trim();
   const q = new URLSearchParams({ filename: file.name || "photo.jpg" });
   if (name) q.set("name", name);
+  if (pick) q.set("pick", String(pick));
   $("face-msg").className = "msg";
   $("face-msg").textContent = `adding ${file.name}…`;
   const reply = await post(`/api/faces?${q}`, file, { "Content-Type": file.type || "application/octet-stream" });
   say("face-msg", reply, `added face ${reply.face}`);
-  if (reply.ok) $("face-name").value = "";
+  if (reply.ok) {
+    $("face-name").value = "";
+    focusAfter({ face: reply.face, role: "pick" });
+  } else if (Array.isArray(reply.faces) && reply.faces.length > 1) {
+    $("face-msg").className = "msg"; // a question, not a failure
+    showPicker(file, reply.faces);
+  }
+}
+
+// -- a group photo: its faces shown, one chosen (click or keyboard) is added with pick=K -------------
+function showPicker(file, faces) {
+  // each face cut by the server from the photo as its detector saw it (a phone photo's rotation
+  // flag, say, would otherwise put the boxes elsewhere)
+  const buttons = faces.map((f, i) => {
+    const k = i + 1;
+    return el("button", { class: "pick-face", type: "button", "data-pick": k, title: `add face ${k} (from the left)`, onclick: () => upload(file, k) },
+      f.crop ? el("img", { src: f.crop, alt: `face ${k}` }) : "", el("span", {}, `face ${k}`));
+  });
+  const cancel = el("button", { class: "small", type: "button", onclick: () => { closePicker(); $("choose").focus(); } }, "cancel");
+  $("picker").replaceChildren(...buttons, cancel);
+  $("picker").hidden = false;
+  buttons[0].focus();
+}
+
+function closePicker() {
+  const box = $("picker");
+  const had = box.contains(document.activeElement);
+  box.replaceChildren();
+  box.hidden = true;
+  if (had) $("choose").focus(); // not lost to the page: the added face takes it once shown
 }
 
 // -- people and mappings ----------------------------------------------------------------------
@@ -188,6 +260,20 @@ function faceSelect(selected, onchange, label) {
   s.append(el("option", { value: "" }, "— face —"));
   for (const f of panel.state.faces) s.append(el("option", { value: f.name, selected: f.name === selected }, f.name));
   return s;
+}
+
+function keepFocus(rebuild) {
+  // A rebuilt row keeps focus: on the same row's same control, else the row now at its place, else
+  // the table's title (a row unmapped with the last mapping).
+  const a = document.activeElement;
+  const tr = a && a.closest("#people tr[data-track], #mappings tr[data-target]");
+  const at = tr && { table: tr.closest("table").id, key: tr.dataset.track || tr.dataset.target, tag: a.tagName, index: [...tr.parentNode.children].indexOf(tr) };
+  rebuild();
+  if (!at) return;
+  const rows = [...$(at.table).tBodies[0].querySelectorAll("tr[data-track], tr[data-target]")];
+  const row = rows.find((r) => (r.dataset.track || r.dataset.target) === at.key) || rows[Math.min(at.index, rows.length - 1)];
+  const target = row && (row.querySelector(at.tag) || row.querySelector("select, button"));
+  (target || $(at.table === "people" ? "people-title" : "mappings-title")).focus();
 }
 
 function renderPeople() {
@@ -199,6 +285,10 @@ function renderPeople() {
   const key = JSON.stringify([people, st.mappings, st.mapping_on, panel.state.faces.map((f) => f.name)]);
   if (body.dataset.key === key) return;
   body.dataset.key = key;
+  keepFocus(() => buildPeople(st, body));
+}
+
+function buildPeople(st, body) {
   body.replaceChildren();
   for (const p of st.people) {
     const who = p.target ? `${p.target}` : `person ${p.track}`;
@@ -207,7 +297,7 @@ function renderPeople() {
     body.append(el("tr", { "data-track": p.track }, el("td", {}, who), el("td", { class: "arrow" }, "→"), el("td", {}, sel)));
   }
   if (!st.people.length) body.append(el("tr", {}, el("td", { class: "note" }, "nobody in view")));
-  $("people-note").textContent = st.mapping_on ? "" : "Per-person mapping is off in this run: start `vcam run` with --map TARGET=SOURCE to turn it on.";
+  $("people-note").textContent = st.mapping_on ? "" : "Per-person mapping is off in this run (no recogniser loaded): a mapping in config.toml ([[swap.map]]) or --map turns it on at the next `vcam run`.";
   const mb = $("mappings").tBodies[0];
   mb.replaceChildren();
   for (const [target, source] of Object.entries(st.mappings)) {
@@ -233,12 +323,16 @@ async function unmap(target) { say("map-msg", await command({ unmap: target }), 
 const fmt = (x, d = 1) => (typeof x === "number" ? x.toFixed(d) : "–");
 
 function spark(history) {
+  // latency p50/p99 against the top's ms, fps out (dashed) against its own top
   const pts = history.slice(-60);
   const max = Math.max(1, ...pts.map((p) => p[1]));
-  const line = (i) => pts.map((p, k) => `${((k / Math.max(1, pts.length - 1)) * 300).toFixed(1)},${(46 - (p[i] / max) * 44).toFixed(1)}`).join(" ");
-  $("spark-p50").setAttribute("points", line(0));
-  $("spark-p99").setAttribute("points", line(1));
+  const fpsMax = Math.max(1, ...pts.map((p) => p[2] || 0));
+  const line = (i, top) => pts.map((p, k) => `${((k / Math.max(1, pts.length - 1)) * 300).toFixed(1)},${(46 - ((p[i] || 0) / top) * 44).toFixed(1)}`).join(" ");
+  $("spark-p50").setAttribute("points", line(0, max));
+  $("spark-p99").setAttribute("points", line(1, max));
+  $("spark-fps").setAttribute("points", line(2, fpsMax));
   $("spark-max").textContent = `max ${max.toFixed(1)} ms`;
+  $("spark-fps-max").textContent = `max ${fpsMax.toFixed(1)}`;
 }
 
 function renderHealth() {
@@ -538,6 +632,7 @@ function wire() {
   $("stream").addEventListener("change", (e) => { panel.stream = e.target.value; render(); if (panel.previewOn) setPreview(true); });
   $("preview-toggle").addEventListener("click", () => setPreview(!panel.previewOn));
   $("file").addEventListener("change", (e) => { upload(e.target.files[0]); e.target.value = ""; });
+  $("choose").addEventListener("click", () => $("file").click()); // Enter or Space on it too
   const drop = $("drop");
   for (const t of ["dragenter", "dragover"]) drop.addEventListener(t, (e) => { e.preventDefault(); drop.classList.add("over"); });
   for (const t of ["dragleave", "drop"]) drop.addEventListener(t, () => drop.classList.remove("over"));
@@ -545,4 +640,4 @@ function wire() {
   connect();
 }
 
-wire();
+if (!panel.leaving) wire();
