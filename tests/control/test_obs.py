@@ -1177,7 +1177,10 @@ def offer_every_setting(state: RuntimeState) -> RuntimeState:
     from vcam.control.commands import SETTINGS
 
     for s in SETTINGS:
-        state.offer(s.key, 0.8 if s.kind == "amount" else s.key != "mirror")
+        if s.kind == "choice":  # the cameras: the recipe's number among them
+            state.offer(s.key, 0, choices=lambda refresh: [(0, "cam a"), (2, "cam b")])
+        else:
+            state.offer(s.key, 0.8 if s.kind == "amount" else s.key != "mirror")
     return state
 
 
@@ -1212,6 +1215,7 @@ def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene):
             }, data
         assert state.settings == twin.settings and state.snapshot().settings == twin.settings
         assert state.settings["enhancer_amount"] == 1.0 and state.settings["mirror"] is True
+        assert state.settings["camera"] == 2 and state.settings["before_after"] is False
     finally:
         rec.close()
         ctl.stop()

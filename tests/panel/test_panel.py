@@ -525,16 +525,20 @@ def test_the_desk_settings_are_offered_and_changed_through_the_command_path(serv
     assert [c["key"] for c in shown["controls"]] == [s.key for s in SETTINGS]
     assert shown["streams"][0]["settings"] == {}
     for s in SETTINGS:
-        on = "toggle" if s.kind == "switch" else 0.5
+        on = {"switch": "toggle", "amount": 0.5, "choice": 1}[s.kind]
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: on}).encode(), headers=token)
         assert status == 400 and json.loads(body)["hint"] == s.hint
-        state.offer(s.key, False if s.kind == "switch" else 1.0)
+        if s.kind == "choice":  # the values the run lists (the cameras), shown to the page
+            state.offer(s.key, 0, choices=lambda refresh: [(0, "cam a"), (1, "cam b")])
+        else:
+            state.offer(s.key, False if s.kind == "switch" else 1.0)
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: on}).encode(), headers=token)
-        want = True if s.kind == "switch" else 0.5
+        want = {"switch": True, "amount": 0.5, "choice": 1}[s.kind]
         assert status == 200 and json.loads(body)["settings"][s.key] == want and state.settings[s.key] == want
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: 7}).encode(), headers=token)
         assert status == 400 and state.settings[s.key] == want
-    assert json.loads(call(served, "/api/state", headers=header)[2])["streams"][0]["settings"] == state.settings
+    shown = json.loads(call(served, "/api/state", headers=header)[2])["streams"][0]
+    assert shown["settings"] == state.settings and shown["choices"] == {"camera": [[0, "cam a"], [1, "cam b"]]}
 
 
 def test_an_upload_passes_pick_for_a_group_photo_and_refuses_a_bad_one(served):
