@@ -549,3 +549,36 @@ def test_an_upload_passes_pick_for_a_group_photo_and_refuses_a_bad_one(served):
     assert status == 400 and b"is not a face number" in body and b"pick=K" in body
     status, _, body = call(served, "/api/faces?filename=g.jpg&pick=2", method="POST", body=b"x", headers=headers)
     assert b"not here" in body and served.backend.picked == 2
+
+
+def test_before_after_keeps_input_frames_only_shortly_before_a_preview_frame_is_due():
+    """The frame loop keeps an input frame for before/after only when the next preview frame is due
+    within the frames' time in flight (a few frames a second, not every frame); the published frame
+    of a kept number is taken with its before frame; one whose input was not kept (kept too late)
+    waits for a later frame, and the lead grows."""
+    from vcam.panel.preview import MIN_LEAD
+    from vcam.types import PixelFormat
+
+    tap = PreviewTap(fps=5)  # no encoder thread: the jobs are looked at as the frame loop leaves them
+    frame = np.zeros((48, 64, 3), np.uint8)
+    assert not tap.wants_before("s1")  # nobody watches
+    tap.watch("s1")
+    assert tap.wants_before("s1")  # a preview frame is due now
+    tap.keep_before("s1", 1, frame, PixelFormat.BGR)
+    tap.offer("s1", frame, PixelFormat.BGR, seq=1)
+    assert tap._job is not None and tap._job[5] is not None and tap._job[5][0] == 1
+    assert tap._lead["s1"] == MIN_LEAD  # frame 1 was published right after it was kept
+    tap._job, tap._busy = None, False
+    assert not tap.wants_before("s1")  # the next one is due in 0.2 s: frames begun now are not kept
+    tap._next["s1"] = time.perf_counter()  # due now
+    assert tap.wants_before("s1")
+    tap.keep_before("s1", 5, frame, PixelFormat.BGR)
+    offered = tap.offered
+    tap.offer("s1", frame, PixelFormat.BGR, seq=4)  # its input was begun before the lead: not kept
+    assert tap._job is None and tap.offered == offered and tap._lead["s1"] == 2 * MIN_LEAD
+    tap.offer("s1", frame, PixelFormat.BGR, seq=5)  # the next frame, kept
+    assert tap._job is not None and tap._job[5][0] == 5 and tap.offered == offered + 1
+    tap._job, tap._busy = None, False
+    tap._next["s1"] = 0.0
+    tap.offer("s1", frame, PixelFormat.BGR, seq=-1)  # a card (no input frame): taken alone at once
+    assert tap._job is not None and tap._job[5] is None

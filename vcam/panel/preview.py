@@ -16,10 +16,12 @@ written again (``slack``); a picture the encoder finds was overwritten while it 
 Before/after (the ``before_after`` setting, the panel's only: :mod:`vcam.control.commands`): while a
 stream is watched with it on, the frame loop hands each input frame, before the pipeline touches it,
 to :meth:`PreviewTap.keep_before`, which keeps a shrunk copy (every n-th pixel, as above: tens of
-microseconds) of the last few by frame number. When the published frame of that number is taken for
-the preview, the encoder puts the two side by side (the camera as it came on the left, mirrored as
-the output is, the published picture on the right) in one JPEG twice as wide. The before frame goes
-nowhere else: the output, a recording and the direct source get the published frame only.
+microseconds) of the last few by frame number; only frames begun shortly before the next preview
+frame is due are kept (the lead follows the frames' time in flight: 1.5 times the last one seen,
+doubled when a frame was kept too late), so a few frames a second pay for it. When the published
+frame of that number is taken for the preview, the encoder puts the two side by side (the camera
+as it came on the left, mirrored as the output is, the published picture on the right) in one JPEG
+twice as wide. The before frame goes nowhere else: the output, a recording and the direct source get the published frame only.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ QUALITY = 70
 #: Input frames kept per stream for before/after: enough for the frames in flight between a frame's
 #: begin and its publish (the rounds overlap by one on the GPU).
 BEFORE_KEPT = 4
+#: The shortest lead (seconds before a preview frame is due) from which input frames are kept.
+MIN_LEAD = 0.01
 
 
 def _resize(plane: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -97,13 +101,13 @@ def _scaled(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target
 
 def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH, before: Any = None) -> bytes:
     """A shrunk frame -> JPEG bytes ``target`` px wide (the encoder thread's work). ``before``: a
-    kept input frame ``(seq, (shrunk, w, h), format, mirrored)`` put on its left (before/after: the
+    kept input frame ``(seq, (shrunk, w, h), format, mirrored, when kept)`` put on its left (before/after: the
     JPEG is twice as wide)."""
     import cv2
 
     bgr = _scaled(small, fmt, width, height, target)
     if before is not None:
-        _seq, (b_small, b_w, b_h), b_fmt, mirrored = before
+        _seq, (b_small, b_w, b_h), b_fmt, mirrored, _kept_at = before
         left = _scaled(b_small, b_fmt, b_w, b_h, target)
         if left.shape[0] != bgr.shape[0]:  # another aspect (an early swap's frames): the right height
             left = cv2.resize(left, (target, bgr.shape[0]), interpolation=cv2.INTER_AREA)
@@ -130,8 +134,10 @@ class PreviewTap:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # stream -> the last input frames kept for before/after: (frame number, shrunk copy, its format, mirrored)
-        self._before: dict[str, deque[tuple[int, tuple[np.ndarray, int, int], PixelFormat, bool]]] = {}
+        # stream -> the last input frames kept for before/after: (frame number, shrunk copy, its format,
+        # mirrored, when kept), and how long before a preview frame is due they are kept (seconds)
+        self._before: dict[str, deque[tuple[int, tuple[np.ndarray, int, int], PixelFormat, bool, float]]] = {}
+        self._lead: dict[str, float] = {}
         self.frames: dict[str, tuple[int, bytes]] = {}  # stream -> (version, JPEG)
         self.offered = 0  # frames taken for the preview (tests, benchmarks)
         self.stale = 0  # frames overwritten while the encoder read them (dropped)
@@ -151,13 +157,24 @@ class PreviewTap:
         if not self._watchers.get(stream) or self._busy:
             return
         now = time.perf_counter()
-        if now < self._next.get(stream, 0.0):
+        due = self._next.get(stream, 0.0)
+        if now < due:
             return
+        kept = self._before.get(stream)
+        before = None
+        if kept and seq >= 0:  # before/after in use: the input frame of this number, kept before the pipeline
+            before = next((b for b in kept if b[0] == seq), None)
+            lead = self._lead.get(stream, self.interval)
+            if before is None and now < due + self.interval and now - kept[-1][4] < 1.0:
+                # kept too late for this frame (the frames in flight take longer than the lead): keep
+                # earlier from now on, and take a later frame whose input was kept
+                self._lead[stream] = min(2 * lead, self.interval)
+                return
+            if before is not None:  # keep from about 1.5 times the frames' time in flight before the next is due
+                self._lead[stream] = min(max(1.5 * (now - before[4]), MIN_LEAD), self.interval)
         self._next[stream] = now + self.interval
         self._busy = True
         self.offered += 1
-        kept = self._before.get(stream)
-        before = next((b for b in kept if b[0] == seq), None) if kept and seq >= 0 else None
         if counter is None:
             small = shrink(data, fmt, self.width)
             self._job = None if small is None else (stream, small, PixelFormat(fmt), None, 0, before)
@@ -169,9 +186,12 @@ class PreviewTap:
         self._wake.set()
 
     def wants_before(self, stream: str) -> bool:
-        """Whether someone watches ``stream`` (the frame loop then keeps its input frames while
-        before/after is on); a dictionary lookup."""
-        return bool(self._watchers.get(stream))
+        """Whether the input frame begun now on ``stream`` may be taken for the preview (someone
+        watches it, and the next preview frame is due within the frames' time in flight): the frame
+        loop then keeps it while before/after is on. Two lookups and a clock read."""
+        if not self._watchers.get(stream):
+            return False
+        return time.perf_counter() >= self._next.get(stream, 0.0) - self._lead.get(stream, self.interval)
 
     def keep_before(self, stream: str, seq: int, data: Any, fmt: PixelFormat, mirrored: bool = False) -> None:
         """Input frame ``seq`` of ``stream``, before the pipeline (frame thread): a shrunk copy kept
@@ -185,7 +205,7 @@ class PreviewTap:
         kept = self._before.get(stream)
         if kept is None:
             kept = self._before[stream] = deque(maxlen=BEFORE_KEPT)
-        kept.append((seq, small, PixelFormat(fmt), mirrored))
+        kept.append((seq, small, PixelFormat(fmt), mirrored, time.perf_counter()))
 
     # -- readers -------------------------------------------------------------------------------
     def watch(self, stream: str) -> None:

@@ -125,7 +125,11 @@ class Cameras:
         if taken is not None:
             raise ControlError(f"camera {choice.number} is stream {taken}'s", hint="give each stream its own camera")
         asked = time.perf_counter()
-        source = self._open(st, choice)
+        try:
+            source = self._open(st, choice)
+        except InputError as exc:  # the asker gets it in its reply; the daemon's log says it too
+            log.warning("stream %s: %s; it stays on camera %s", st.name, exc.message, self._inputs[st.name].number)
+            raise
         with self._lock:
             replaced = self._pending.pop(st.name, None)
             before = replaced[3] if replaced is not None else self._inputs[st.name]

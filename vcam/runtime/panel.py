@@ -200,7 +200,7 @@ def start_panel(d: Any, up: Any) -> Any:
     watched, keep = server.tap.wants_before, server.tap.keep_before
 
     def before(st: Any, frame: Any) -> None:  # before/after: the input frame, kept small for the preview only
-        if watched(st.name):
+        if watched(st.name):  # watched, and a preview frame due soon
             settings = st.state.snapshot().settings
             if settings.get("before_after"):
                 keep(st.name, frame.seq, frame.data, frame.fmt, bool(settings.get("mirror")))
