@@ -308,7 +308,7 @@ function renderControls() {
       const key = JSON.stringify([listed, v]);
       if (e.dataset.key !== key) {
         e.dataset.key = key;
-        e.replaceChildren(...listed.map(([value, label]) => el("option", { value: String(value) }, `${value}: ${label}`)),
+        e.replaceChildren(...listed.map(([value, label]) => el("option", { value: String(value) }, value < 0 ? label : `${value}: ${label}`)),
           el("option", { value: "list" }, "look again\u2026"));
         e.value = String(v);
       }
