@@ -1,21 +1,25 @@
-"""What the control panel costs the frame loop (issue 31).
+"""What the control panel costs the frame loop (issue 31; before/after: issue 42).
 
     python -m benchmarks.panel [--device cpu|cuda] [--pacing fast|realtime] [--size 640x480]
         [--seconds 10] [--rounds 2] [--swapper classic | inswapper_128 --model-dir DIR] [--json bench_panel.json]
 
 The real daemon on the demo clip (one face) to the null output, run ``--rounds`` times in each mode,
-alternating (off, on, on, off, ...) in one process so drift falls on both:
+the modes' order turned each round (off, on, b/a; on, b/a, off; ...) in one process so drift falls
+on all:
 
-- ``panel off``: no panel (control socket on, as in both modes);
+- ``panel off``: no panel (control socket on, as in every mode);
 - ``panel on, open, preview on``: the panel served, and a separate reader process holding what an
   open page holds: the pushed state (``/api/events``) and the preview (``/api/preview``, 320 px JPEG
-  at 5 fps), read as fast as they come.
+  at 5 fps), read as fast as they come;
+- ``... + before/after``: the same with the ``before_after`` setting on (each input frame kept
+  small before the pipeline, the preview twice as wide).
 
 Per mode: frames published per second (``--pacing fast``: flat out, the CPU criterion: within 5 %),
 capture-to-publish p50/p99 and the frame loop's own time per frame (gathered -> published, through
 the daemon's hook) p50/p99 (the GPU criterion: p99 within 0.1 ms, with ``--pacing realtime``), the
-preview tap's own time on the frame thread (mean and max per published frame), and how many preview
-frames and pushed states the reader got. Prints a table and writes JSON.
+preview tap's own time on the frame thread (mean and max per published frame; with before/after the
+input frame's keeping is added), and how many preview frames and pushed states the reader got.
+Prints a table and the ratios to ``panel off`` and writes JSON.
 
 On the GPU host: ``python -m benchmarks.panel --device cuda --pacing realtime --size 1920x1080
 --seconds 20 --rounds 3 --json /tmp/bench_panel_gpu.json`` (add ``--swapper inswapper_128
@@ -82,8 +86,13 @@ def config(args: argparse.Namespace, sock: Path) -> Any:
     )
 
 
-def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
-    """One run of the daemon, with or without the panel open; its numbers."""
+MODES = ("off", "on", "before_after")
+LABELS = {"off": "panel off", "on": "panel on, open, preview on", "before_after": "... + before/after"}
+
+
+def segment(args: argparse.Namespace, mode: str, folder: Path) -> dict:
+    """One run of the daemon in ``mode`` (:data:`MODES`); its numbers."""
+    panel = mode != "off"
     sock = folder / f"vcam-{time.monotonic_ns()}.sock"
     loop_ms: list[float] = []
     tap_us: list[float] = []
@@ -118,6 +127,16 @@ def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
             tap_us.append((time.perf_counter() - t0) * 1e6)
 
         d.rounds.tap = timed
+        before = d.rounds.before
+        if mode == "before_after" and before is not None:
+            d.state.set_setting("before_after", True)
+
+            def kept(st: Any, frame: Any) -> None:  # its time counted with the tap's: the frame thread's cost
+                t0 = time.perf_counter()
+                before(st, frame)
+                tap_us.append((time.perf_counter() - t0) * 1e6)
+
+            d.rounds.before = kept
         reader.append(
             subprocess.Popen(
                 [sys.executable, "-c", READER, base, token], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -140,7 +159,7 @@ def segment(args: argparse.Namespace, panel: bool, folder: Path) -> dict:
     lm = np.asarray(loop_ms[skip:] or [0.0])
     tu = np.asarray(tap_us or [0.0])
     return {
-        "panel": panel,
+        "mode": mode,
         "fps": summary.fps,
         "frames": summary.frames_out,
         "latency_p50_ms": summary.percentile(50),
@@ -174,15 +193,14 @@ def main(argv: list[str] | None = None) -> dict:
         folder = Path(tmp) / "run"
         folder.mkdir(mode=0o700)
         for r in range(args.rounds):
-            for panel in (False, True) if r % 2 == 0 else (True, False):
-                row = segment(args, panel, folder)
+            for mode in MODES[r % 3 :] + MODES[: r % 3]:
+                row = segment(args, mode, folder)
                 rows.append(row)
-                mode = "on " if panel else "off"
-                print(f"  round {r + 1} panel {mode}: {row['fps']:.1f} fps, loop p99 {row['loop_p99_ms']:.2f} ms")
-    summary = {}
-    for panel in (False, True):
-        mine = [x for x in rows if x["panel"] is panel]
-        summary["on" if panel else "off"] = {
+                print(f"  round {r + 1} {mode:12}: {row['fps']:.1f} fps, loop p99 {row['loop_p99_ms']:.2f} ms")
+    summary: dict[str, dict] = {}
+    for mode in MODES:
+        mine = [x for x in rows if x["mode"] == mode]
+        summary[mode] = {
             k: float(np.median([x[k] for x in mine]))
             for k in (
                 "fps",
@@ -195,27 +213,44 @@ def main(argv: list[str] | None = None) -> dict:
                 "tap_max_us",
             )
         } | {"preview_frames": sum(x["preview_frames"] for x in mine), "pushed_states": sum(x["pushed_states"] for x in mine)}
-    off, on = summary["off"], summary["on"]
     per = f"{args.rounds} x {args.seconds:g} s per mode (medians)"
     print(f"\n{args.device}, {args.size}, {args.swapper}, pacing {args.pacing}, {per}")
     cols = ("fps", 7), ("lat p50", 8), ("lat p99", 8), ("loop p50", 9), ("loop p99", 9), ("cpu/frame", 9), ("tap mean", 9)
     cols += (("tap max", 8),)
     head = f"{'mode':32} " + " ".join(f"{c:>{w}}" for c, w in cols) + f" {'previews':>8} {'states':>6}"
     print(head)
-    for label, s in (("panel off", off), ("panel on, open, preview on", on)):
+    for mode in MODES:
+        s = summary[mode]
         print(
-            f"{label:32} {s['fps']:7.1f} {s['latency_p50_ms']:7.2f}ms {s['latency_p99_ms']:7.2f}ms {s['loop_p50_ms']:8.3f}ms"
-            f" {s['loop_p99_ms']:8.3f}ms {s['cpu_ms_per_frame']:7.2f}ms {s['tap_mean_us']:7.1f}us {s['tap_max_us']:6.0f}us"
+            f"{LABELS[mode]:32} {s['fps']:7.1f} {s['latency_p50_ms']:7.2f}ms {s['latency_p99_ms']:7.2f}ms"
+            f" {s['loop_p50_ms']:8.3f}ms {s['loop_p99_ms']:8.3f}ms {s['cpu_ms_per_frame']:7.2f}ms"
+            f" {s['tap_mean_us']:7.1f}us {s['tap_max_us']:6.0f}us"
             f" {s['preview_frames']:8d} {s['pushed_states']:6d}"
         )
-    ratio = on["fps"] / off["fps"] if off["fps"] else 0.0
-    gap = on["loop_p99_ms"] - off["loop_p99_ms"]
-    cpu = on["cpu_ms_per_frame"] / off["cpu_ms_per_frame"] if off["cpu_ms_per_frame"] else 0.0
-    print(f"fps on/off: {ratio:.3f} ({(ratio - 1) * 100:+.1f} %); loop p99 on - off: {gap:+.3f} ms")
-    print(f"CPU per frame on/off: {cpu:.3f} ({(cpu - 1) * 100:+.1f} %)")
+    off = summary["off"]
+    ratios = {}
+    for mode in MODES[1:]:
+        on = summary[mode]
+        ratio = on["fps"] / off["fps"] if off["fps"] else 0.0
+        cpu = on["cpu_ms_per_frame"] / off["cpu_ms_per_frame"] if off["cpu_ms_per_frame"] else 0.0
+        gap = on["loop_p99_ms"] - off["loop_p99_ms"]
+        ratios[mode] = {"fps_ratio": ratio, "cpu_ratio": cpu, "loop_p99_gap_ms": gap}
+        print(
+            f"{LABELS[mode]} / off: fps {ratio:.3f} ({(ratio - 1) * 100:+.1f} %), CPU per frame {cpu:.3f}"
+            f" ({(cpu - 1) * 100:+.1f} %), loop p99 {gap:+.3f} ms"
+        )
+    ratio, cpu = ratios["on"]["fps_ratio"], ratios["on"]["cpu_ratio"]
     return write_report(
         args.json,
-        {"benchmark": "panel", "args": vars(args), "rows": rows, "summary": summary, "fps_ratio": ratio, "cpu_ratio": cpu},
+        {
+            "benchmark": "panel",
+            "args": vars(args),
+            "rows": rows,
+            "summary": summary,
+            "fps_ratio": ratio,
+            "cpu_ratio": cpu,
+            "ratios": ratios,
+        },
     )
 
 

@@ -133,6 +133,9 @@ class RuntimeState:
         self._aliases: dict[str, str] = {}  # what a target was given as (a photo path) -> its name
         self._maps: dict[str, str] = {}  # target name -> source face name, in the order they were set
         self._settings: dict[str, object] = {}  # the desk's settings this run offers (see offer)
+        self._choices: dict[str, list[tuple[object, str]]] = {}  # a choice setting's values, as last listed
+        self._listers: dict[str, Callable[[bool], list[tuple[object, str]]]] = {}
+        self._appliers: dict[str, Callable[[object], None]] = {}
         self._version = 0
         self._snap: Snapshot
         self._rebuild()
@@ -306,18 +309,60 @@ class RuntimeState:
         with self._lock:
             return dict(self._settings)
 
-    def offer(self, key: str, value: object) -> None:
+    def offer(
+        self,
+        key: str,
+        value: object,
+        *,
+        choices: Callable[[bool], list[tuple[object, str]]] | None = None,
+        apply: Callable[[object], None] | None = None,
+    ) -> None:
         """The runtime offers setting ``key`` in this run, starting at ``value`` (the config's);
-        control channels may then change it with :meth:`set_setting`."""
+        control channels may then change it with :meth:`set_setting`. ``choices(refresh)``: the
+        values a "choice" setting may take, ``(value, label)`` each (``refresh``: look again, e.g.
+        for cameras plugged in since; slow work allowed, in the asking control thread). ``apply(value)``:
+        work a change needs before it holds (a camera opened), run in the changing control thread
+        outside the lock; what it raises leaves the setting as it was."""
+        with self._lock:
+            if choices is not None:
+                self._listers[key] = choices
+            if apply is not None:
+                self._appliers[key] = apply
+        if choices is not None:
+            self.refresh_choices(key, refresh=False)
         self._put(key, value)
+
+    def choices(self) -> dict[str, list[tuple[object, str]]]:
+        """The values each offered "choice" setting may take, as last listed: key -> [(value, label)]."""
+        with self._lock:
+            return {k: list(v) for k, v in self._choices.items()}
+
+    def refresh_choices(self, key: str, *, refresh: bool = True) -> list[tuple[object, str]]:
+        """List the values setting ``key`` may take again (its lister's, outside the lock; slow work
+        allowed there) and keep them for :meth:`choices`; [] for a setting without a lister."""
+        with self._lock:
+            lister = self._listers.get(key)
+        listed = list(lister(refresh)) if lister is not None else []
+        with self._lock:
+            changed = self._choices.get(key) != listed
+            self._choices[key] = listed
+            if changed:
+                self._changed()
+        if changed:
+            self._notify()
+        return listed
 
     def set_setting(self, key: str, value: object) -> object:
         """Change setting ``key`` (validated by the caller, :func:`vcam.control.commands.apply_setting`);
-        returns the value. ControlError when this run does not offer ``key``."""
+        returns the value. ControlError when this run does not offer ``key``; what the setting's
+        ``apply`` raises (see :meth:`offer`), the setting unchanged."""
         with self._lock:
             offered = key in self._settings
+            apply = self._appliers.get(key) if self._settings.get(key, _UNSET) != value else None
         if not offered:
             raise ControlError(f"'{key}' is not available in this run")
+        if apply is not None:
+            apply(value)
         self._put(key, value)
         return value
 

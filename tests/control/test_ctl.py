@@ -991,11 +991,25 @@ def test_settings_from_the_table_over_the_socket_and_the_cli(kind):
     with ControlServer(path, state, transport=kind):
         for setting in SETTINGS:
             cmd = setting.key.replace("_", "-")
+            value = {"switch": "on", "amount": 0.5, "choice": 1}[setting.kind]
             with pytest.raises(ControlError, match=f"{setting.label} is not available in this run") as info:
-                send_command(path, {setting.key: "on" if setting.kind == "switch" else 0.5})
+                send_command(path, {setting.key: value})
             assert info.value.hint == setting.hint
-            res = runner.invoke(ctl_app, [cmd, "on" if setting.kind == "switch" else "0.5"])
+            args = ["set", "1"] if setting.kind == "choice" else [str(value)]
+            res = runner.invoke(ctl_app, [cmd, *args])
             assert res.exit_code != 0 and "not available in this run" in res.output, res.output
+            if setting.kind == "choice":  # a choice of the values the run lists (the cameras)
+                state.offer(setting.key, 0, choices=lambda refresh: [(0, "cam a"), (1, "cam b")])
+                reply = send_command(path, {setting.key: 1})
+                assert reply["settings"][setting.key] == 1 and reply["choices"][setting.key] == [[0, "cam a"], [1, "cam b"]]
+                res = runner.invoke(ctl_app, [cmd, "set", "cam a"])  # by its label too
+                assert res.exit_code == 0 and res.output.strip() == f"{cmd}: 0 (cam a)", res.output
+                res = runner.invoke(ctl_app, [cmd, "list"])
+                assert res.exit_code == 0 and res.output.splitlines() == ["*  0  cam a", "   1  cam b"], res.output
+                with pytest.raises(ControlError, match=f"no {setting.label} 7 in this run"):
+                    send_command(path, {setting.key: 7})
+                assert state.settings[setting.key] == 0
+                continue
             state.offer(setting.key, False if setting.kind == "switch" else 1.0)
             if setting.kind == "switch":
                 assert send_command(path, {setting.key: "toggle"})["settings"][setting.key] is True

@@ -8,6 +8,7 @@ its frame counter; the daemon end-to-end test drives the real ``Daemon`` on the 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -1142,7 +1143,7 @@ def test_daemon_audio_sync_follows_load_and_is_restored_at_exit(obs_server, scen
     try:
         assert daemon.ready.wait(60) and daemon.summary.error is None, daemon.summary.error
         state = daemon.streams[0].state
-        assert state.settings == {"audio_sync": True, "mouth_mask": False, "mirror": False, "record": False}
+        assert state.settings == {"audio_sync": True, "mouth_mask": False, "mirror": False, "record": False, "camera": -1}
 
         def agreed() -> bool:
             return abs(offset_of(client, "Mic/Aux") - state.read_status().av_delay_ms) <= 5
@@ -1166,7 +1167,6 @@ def test_daemon_audio_sync_follows_load_and_is_restored_at_exit(obs_server, scen
 
 def doc_recipes() -> list[dict]:
     """The request data lines of docs/obs.md's Stream Deck and Streamer.bot recipes."""
-    import json
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "obs.md").read_text()
     section = text.split("## 10. Stream Deck and Streamer.bot recipes", 1)[1].split("\n## ", 1)[0]
@@ -1177,7 +1177,10 @@ def offer_every_setting(state: RuntimeState) -> RuntimeState:
     from vcam.control.commands import SETTINGS
 
     for s in SETTINGS:
-        state.offer(s.key, 0.8 if s.kind == "amount" else s.key != "mirror")
+        if s.kind == "choice":  # the cameras: the recipe's number among them
+            state.offer(s.key, 0, choices=lambda refresh: [(0, "cam a"), (2, "cam b")])
+        else:
+            state.offer(s.key, 0.8 if s.kind == "amount" else s.key != "mirror")
     return state
 
 
@@ -1207,11 +1210,12 @@ def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene):
             cmd = {k: v for k, v in data["eventData"]["vcam"].items() if k != "stream"}
             want = handle_command(twin, cmd)
             assert got["ok"] and want["ok"], (data, got)
-            assert {k: got[k] for k in ("face", "swap", "paused", "settings")} == {
-                k: want[k] for k in ("face", "swap", "paused", "settings")
-            }, data
+            assert {k: got[k] for k in ("face", "swap", "paused", "settings", "choices")} == json.loads(
+                json.dumps({k: want[k] for k in ("face", "swap", "paused", "settings", "choices")})
+            ), data
         assert state.settings == twin.settings and state.snapshot().settings == twin.settings
         assert state.settings["enhancer_amount"] == 1.0 and state.settings["mirror"] is True
+        assert state.settings["camera"] == 2 and state.settings["before_after"] is False
     finally:
         rec.close()
         ctl.stop()

@@ -525,16 +525,20 @@ def test_the_desk_settings_are_offered_and_changed_through_the_command_path(serv
     assert [c["key"] for c in shown["controls"]] == [s.key for s in SETTINGS]
     assert shown["streams"][0]["settings"] == {}
     for s in SETTINGS:
-        on = "toggle" if s.kind == "switch" else 0.5
+        on = {"switch": "toggle", "amount": 0.5, "choice": 1}[s.kind]
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: on}).encode(), headers=token)
         assert status == 400 and json.loads(body)["hint"] == s.hint
-        state.offer(s.key, False if s.kind == "switch" else 1.0)
+        if s.kind == "choice":  # the values the run lists (the cameras), shown to the page
+            state.offer(s.key, 0, choices=lambda refresh: [(0, "cam a"), (1, "cam b")])
+        else:
+            state.offer(s.key, False if s.kind == "switch" else 1.0)
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: on}).encode(), headers=token)
-        want = True if s.kind == "switch" else 0.5
+        want = {"switch": True, "amount": 0.5, "choice": 1}[s.kind]
         assert status == 200 and json.loads(body)["settings"][s.key] == want and state.settings[s.key] == want
         status, _, body = call(served, "/api/command", method="POST", body=json.dumps({s.key: 7}).encode(), headers=token)
         assert status == 400 and state.settings[s.key] == want
-    assert json.loads(call(served, "/api/state", headers=header)[2])["streams"][0]["settings"] == state.settings
+    shown = json.loads(call(served, "/api/state", headers=header)[2])["streams"][0]
+    assert shown["settings"] == state.settings and shown["choices"] == {"camera": [[0, "cam a"], [1, "cam b"]]}
 
 
 def test_an_upload_passes_pick_for_a_group_photo_and_refuses_a_bad_one(served):
@@ -566,3 +570,36 @@ def test_errors_reach_the_page_in_its_own_words():
         reply = _upload_error(info.value, Path("/tmp/vcam-upload-x/group.jpg"), "group.jpg")
         assert reply["error"] == "2 faces found in group.jpg" and "--" not in reply["hint"], reply
         assert [f["box"][0] for f in reply["faces"]] == [0.0, 100.0]  # left to right, for the page's picker
+
+
+def test_before_after_keeps_input_frames_only_shortly_before_a_preview_frame_is_due():
+    """The frame loop keeps an input frame for before/after only when the next preview frame is due
+    within the frames' time in flight (a few frames a second, not every frame); the published frame
+    of a kept number is taken with its before frame; one whose input was not kept (kept too late)
+    waits for a later frame, and the lead grows."""
+    from vcam.panel.preview import MIN_LEAD
+    from vcam.types import PixelFormat
+
+    tap = PreviewTap(fps=5)  # no encoder thread: the jobs are looked at as the frame loop leaves them
+    frame = np.zeros((48, 64, 3), np.uint8)
+    assert not tap.wants_before("s1")  # nobody watches
+    tap.watch("s1")
+    assert tap.wants_before("s1")  # a preview frame is due now
+    tap.keep_before("s1", 1, frame, PixelFormat.BGR)
+    tap.offer("s1", frame, PixelFormat.BGR, seq=1)
+    assert tap._job is not None and tap._job[5] is not None and tap._job[5][0] == 1
+    assert tap._lead["s1"] == MIN_LEAD  # frame 1 was published right after it was kept
+    tap._job, tap._busy = None, False
+    assert not tap.wants_before("s1")  # the next one is due in 0.2 s: frames begun now are not kept
+    tap._next["s1"] = time.perf_counter()  # due now
+    assert tap.wants_before("s1")
+    tap.keep_before("s1", 5, frame, PixelFormat.BGR)
+    offered = tap.offered
+    tap.offer("s1", frame, PixelFormat.BGR, seq=4)  # its input was begun before the lead: not kept
+    assert tap._job is None and tap.offered == offered and tap._lead["s1"] == 2 * MIN_LEAD
+    tap.offer("s1", frame, PixelFormat.BGR, seq=5)  # the next frame, kept
+    assert tap._job is not None and tap._job[5][0] == 5 and tap.offered == offered + 1
+    tap._job, tap._busy = None, False
+    tap._next["s1"] = 0.0
+    tap.offer("s1", frame, PixelFormat.BGR, seq=-1)  # a card (no input frame): taken alone at once
+    assert tap._job is not None and tap._job[5] is None

@@ -762,8 +762,9 @@ def test_eight_tabs_with_the_preview_on_all_load_and_answer_a_click(tmp_path):
 
 
 def test_the_desk_controls_follow_the_settings_offered(tmp_path):
-    """A switch per offered switch setting (clicked: toggled, the label says so) and a slider per
-    amount (moved: the amount posted); settings the run does not offer are not drawn."""
+    """A switch per offered switch setting (clicked: toggled, the label says so), a slider per
+    amount (moved: the amount posted) and a select per choice (the camera: chosen, posted; "look
+    again" lists the values anew); settings the run does not offer are not drawn."""
     from test_panel import Backend
 
     from vcam.control.commands import SETTINGS
@@ -779,12 +780,25 @@ def test_the_desk_controls_follow_the_settings_offered(tmp_path):
         d.get(srv.url)
         assert wait_for(lambda: d.execute_script("return window.vcamPanel.updates"), 20)
         assert not d.find_element("id", "controls-section").is_displayed()  # nothing offered yet
+        cams = [(0, "cam a"), (2, "cam b")]
         for s in SETTINGS:
-            state.offer(s.key, True if s.kind == "switch" else 0.8)
+            if s.kind == "choice":
+                state.offer(s.key, 0, choices=lambda refresh: list(cams) + ([(5, "plugged in")] if refresh else []))
+            else:
+                state.offer(s.key, True if s.kind == "switch" else 0.8)
         assert wait_for(lambda: len(d.find_elements("css selector", "#controls [id^='set-']")) == len(SETTINGS), 5)
         for s in SETTINGS:
             e = d.find_element("id", f"set-{s.key}")
-            if s.kind == "switch":
+            if s.kind == "choice":  # a select of the values listed, then "look again" (lists them again)
+                opts = lambda e=e: [o.get_attribute("value") for o in e.find_elements("tag name", "option")]  # noqa: E731
+                assert wait_for(lambda opts=opts: opts() == ["0", "2", "list"], 5), opts()
+                assert e.get_attribute("value") == "0"
+                d.execute_script("arguments[0].value = '2'; arguments[0].dispatchEvent(new Event('change'))", e)
+                assert wait_for(lambda s=s: state.settings[s.key] == 2, 5)
+                d.execute_script("arguments[0].value = 'list'; arguments[0].dispatchEvent(new Event('change'))", e)
+                assert wait_for(lambda opts=opts: opts() == ["0", "2", "5", "list"], 5), opts()
+                assert wait_for(lambda e=e: e.get_attribute("value") == "2", 5) and state.settings[s.key] == 2
+            elif s.kind == "switch":
                 assert e.text == f"{s.label} on"
                 e.click()
                 assert wait_for(lambda s=s: state.settings[s.key] is False, 5)

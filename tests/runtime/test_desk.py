@@ -50,8 +50,9 @@ def test_a_daemon_offers_its_settings_and_mirror_flips_what_it_publishes(tmp_pat
     cfg = demo_daemon_config(tmp_path / "vcam.sock")
     state, out, daemon = _started(cfg)
     try:
-        # [mask] types box, face: the mouth switch (off), mirror, record (live); no enhancer, occluder or OBS.
-        assert state.settings == {"mouth_mask": False, "mirror": False, "record": False}
+        # [mask] types box, face: the mouth switch (off), mirror, record and the camera (live: the
+        # demo, no camera: -1); no enhancer, occluder, OBS or panel (before/after).
+        assert state.settings == {"mouth_mask": False, "mirror": False, "record": False, "camera": -1}
         with pytest.raises(ControlError, match="enhancer is not available in this run") as info:
             send_command(cfg.socket_path, {"enhancer": "on"})
         assert "[swap] enhancer" in (info.value.hint or "")

@@ -255,11 +255,42 @@ def _setting_command(setting) -> None:
     ctl_app.command(setting.key.replace("_", "-"))(command)
 
 
+def _choice_command(setting) -> None:
+    """`vcam ctl KEY list` and `vcam ctl KEY set N` for a choice row (the camera)."""
+    name = setting.key.replace("_", "-")
+
+    def command(
+        ctx: typer.Context,
+        action: str = typer.Argument(..., help="list, or set."),
+        value: Optional[str] = typer.Argument(None, help=f"With set: the {setting.label}'s number (or name), as list shows it."),
+        config: Optional[Path] = ConfigOpt,
+    ) -> None:
+        if action not in ("list", "set") or (action == "set") != (value is not None):
+            _fail(ControlError(f"use `vcam ctl {name} list` or `vcam ctl {name} set N`, got {action!r}"))
+        reply = _send(config, {setting.key: "list" if action == "list" else value}, ctx)
+        streams = reply.get("streams")
+        rows = streams.items() if isinstance(streams, dict) and len(streams) > 1 else [("", reply)]
+        for stream, r in rows:
+            held = (r.get("settings") or {}).get(setting.key)
+            listed = (r.get("choices") or {}).get(setting.key) or []
+            prefix = f"{stream}: " if stream else ""
+            if action == "list":
+                for number, label in listed:
+                    mark = "*" if number == held else " "
+                    out.print(f"{prefix}{mark} {number:>2}  {label}", highlight=False)
+            else:
+                label = next((lb for n, lb in listed if n == held), "")
+                out.print(f"{prefix}{name}: {held} ({label})", highlight=False)
+
+    command.__doc__ = setting.help.replace("[", "\\[") + " `list` marks the one in use with *."
+    ctl_app.command(name)(command)
+
+
 def _setting_commands() -> None:
     from vcam.control.commands import SETTINGS
 
     for setting in SETTINGS:
-        _setting_command(setting)
+        (_choice_command if setting.kind == "choice" else _setting_command)(setting)
 
 
 _setting_commands()

@@ -15,7 +15,8 @@ def apply_command(state: RuntimeState, cmd: dict) -> dict:
     (:data:`vcam.control.commands.SETTINGS`, e.g. ``{"mirror": "toggle"}``) to ``state``; shared by
     OBS and the local socket. ``pause``: true (the camera closes, a still card goes out), false
     (resume) or "toggle". Returns ``{"face": active, "swap": "on"|"off", "paused": bool, "settings":
-    {key: value}}`` (the settings this run offers). Raises FaceError (unknown face) or ControlError
+    {key: value}, "choices": {key: [(value, label), ...]}}`` (the settings this run offers, the
+    values its choice settings may take). Raises FaceError (unknown face) or ControlError
     (bad command)."""
     from vcam.control.commands import BY_KEY, apply_setting
 
@@ -50,6 +51,7 @@ def apply_command(state: RuntimeState, cmd: dict) -> dict:
         "swap": "on" if state.swap_enabled else "off",
         "paused": state.paused,
         "settings": state.settings,
+        "choices": state.choices(),
     }
 
 

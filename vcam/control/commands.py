@@ -8,11 +8,15 @@ from the config); a setting it does not offer is refused with the row's ``hint``
 turns it on.
 
 Kinds: ``switch`` takes true/false or "on"/"off"/"toggle" and holds a bool; ``amount`` takes a
-number from 0 to 1 (not a boolean) and holds a float.
+number from 0 to 1 (not a boolean) and holds a float; ``choice`` takes one of the values the run
+lists for it (:meth:`vcam.state.RuntimeState.choices`, e.g. the cameras' numbers; a number given
+as text is read as one, a label as its value) and holds it, or "list", which lists them again and changes nothing
+(every reply carries ``choices``: key -> [[value, label], ...]).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,7 +31,7 @@ class Setting:
     that does not)."""
 
     key: str
-    kind: Literal["switch", "amount"]
+    kind: Literal["switch", "amount", "choice"]
     label: str
     help: str
     hint: str
@@ -78,6 +82,20 @@ SETTINGS: tuple[Setting, ...] = (
         "recording is for a live `vcam run` (a file conversion writes a file already)",
     ),
     Setting(
+        "camera",
+        "choice",
+        "camera",
+        "Switch the stream's camera live (N as `vcam devices` lists it; 'list' lists them again).",
+        "camera selection is for a live `vcam run` (a file converted keeps its input)",
+    ),
+    Setting(
+        "before_after",
+        "switch",
+        "before/after",
+        "Show the camera as it came beside the swapped picture in the panel's preview (never in the output).",
+        "the before/after view is the panel's: start `vcam run` with the panel on ([panel] enabled = true)",
+    ),
+    Setting(
         "audio_sync",
         "switch",
         "audio sync",
@@ -88,11 +106,14 @@ SETTINGS: tuple[Setting, ...] = (
 
 BY_KEY = {s.key: s for s in SETTINGS}
 SWITCH_WORDS = ("on", "off", "toggle")
+LIST = "list"
 
 
-def parse(setting: Setting, value: object, current: object) -> bool | float:
-    """``value`` as ``setting`` holds it (``current``: its value now, for "toggle"); ControlError
-    naming what is accepted otherwise."""
+def parse(setting: Setting, value: object, current: object, choices: Sequence[tuple[object, str]] = ()) -> object:
+    """``value`` as ``setting`` holds it (``current``: its value now, for "toggle"; ``choices``: a
+    choice setting's values); ControlError naming what is accepted otherwise."""
+    if setting.kind == "choice":
+        return _choice(setting, value, choices)
     if setting.kind == "switch":
         if isinstance(value, bool):
             return value
@@ -111,11 +132,28 @@ def parse(setting: Setting, value: object, current: object) -> bool | float:
     return float(value)
 
 
+def _choice(setting: Setting, value: object, choices: Sequence[tuple[object, str]]) -> object:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    elif isinstance(value, str):  # a choice by its label ("demo": the run's own input, no number to type)
+        value = next((v for v, label in choices if label == value), value)
+    values = [v for v, _ in choices]
+    if isinstance(value, bool) or value not in values:
+        listed = ", ".join(f"{v} ({label})" for v, label in choices) or "none found"
+        raise ControlError(f"no {setting.label} {value!r} in this run", hint=f"choose one of: {listed}")
+    return value
+
+
 def apply_setting(state: RuntimeState, key: str, value: object) -> object:
-    """Set ``key`` of ``state`` to ``value`` (parsed by its row); returns the value held. Raises
-    ControlError for a value the row refuses or a setting this run does not offer."""
+    """Set ``key`` of ``state`` to ``value`` (parsed by its row); returns the value held ("list" for
+    a choice setting: its values listed again, nothing changed). Raises ControlError for a value the
+    row refuses or a setting this run does not offer, and what the setting's change raises (a
+    camera that cannot be opened: InputError), the setting unchanged."""
     setting = BY_KEY[key]
     offered = state.settings
     if key not in offered:
         raise ControlError(f"{setting.label} is not available in this run", hint=setting.hint)
-    return state.set_setting(key, parse(setting, value, offered[key]))
+    if setting.kind == "choice" and value == LIST:
+        state.refresh_choices(key)
+        return offered[key]
+    return state.set_setting(key, parse(setting, value, offered[key], state.choices().get(key, [])))

@@ -9,6 +9,9 @@ gets one JSON object per line back.
     {"pause": true}              {"ok": true, ..., "paused": true}     (false resumes; "toggle")
     {"mirror": "toggle"}         {"ok": true, ..., "settings": {"mirror": true, ...}}
                                  (the desk's settings: vcam.control.commands.SETTINGS)
+    {"camera": 2}                {"ok": true, ..., "settings": {"camera": 2, ...},
+                                  "choices": {"camera": [[0, "Integrated Camera"], [2, "C920"]]}}
+                                 ("list" lists the cameras again)
     {"status": true}             {"ok": true, ..., "status": {"fps_out": 29.9, ...}}
     {"face": "nobody"}           {"ok": false, "error": "unknown face 'nobody'", "hint": "known faces: ..."}
     {"map": {"target": "alice", "source": "grace"}}
@@ -171,7 +174,7 @@ def _handle_streams(streams: dict[str, RuntimeState], cmd: dict, page: bool) -> 
     bad = next((r for r in replies.values() if not r["ok"]), None)
     reply = dict(bad or first)
     reply["streams"] = {
-        n: {k: r[k] for k in ("ok", "face", "swap", "paused", "settings", "mappings", "status", "error") if k in r}
+        n: {k: r[k] for k in ("ok", "face", "swap", "paused", "settings", "choices", "mappings", "status", "error") if k in r}
         for n, r in replies.items()
     }
     return reply
@@ -191,6 +194,7 @@ def _handle_one(state: RuntimeState, cmd: dict, page: bool = False) -> dict:
             "swap": "on" if state.swap_enabled else "off",
             "paused": state.paused,
             "settings": state.settings,
+            "choices": state.choices(),
             "mappings": state.mappings,
         }
     reply = {"ok": True, **reply, "faces": state.names}
@@ -510,10 +514,11 @@ class ControlServer:
         return json.dumps(reply).encode() + b"\n"
 
     def _is_slow(self, cmd) -> bool:
-        """Whether ``cmd`` may read a face image from disk: a mapping, or a face not loaded yet."""
+        """Whether ``cmd`` may read a face image from disk (a mapping, or a face not loaded yet) or
+        open a device (a camera switched, or the cameras listed again)."""
         if not isinstance(cmd, dict):
             return False
-        if "map" in cmd:
+        if "map" in cmd or "camera" in cmd:
             return True
         face = cmd.get("face")
         if not isinstance(face, str) or face in ("next", "prev"):

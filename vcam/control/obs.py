@@ -597,7 +597,8 @@ def too_deep_error(data: TooDeep) -> str | None:
 
 def reply_body(state: RuntimeState, ok: bool, error: str | None = None, stream: str | None = None) -> dict[str, Any]:
     """The ``vcam_reply`` custom event's data: ok, face, swap, paused, the desk's settings (when the
-    run offers any), mappings, and the stream and the error where there is one."""
+    run offers any) and the values of its choice settings (the cameras), mappings, and the stream
+    and the error where there is one."""
     body: dict[str, Any] = {
         "ok": ok,
         "face": state.active,
@@ -607,6 +608,8 @@ def reply_body(state: RuntimeState, ok: bool, error: str | None = None, stream: 
     }
     if settings := state.settings:
         body["settings"] = settings
+    if choices := state.choices():  # the cameras, for {"camera": "list"}
+        body["choices"] = choices
     if stream is not None:
         body["stream"] = stream
     if error:

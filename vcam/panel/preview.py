@@ -12,6 +12,16 @@ stream's count of frames begun (``counter``) and how many more may begin before 
 written again (``slack``); a picture the encoder finds was overwritten while it read it is dropped
 (``stale``), never shown torn. Without a counter the frame is cut down on the frame thread instead
 (a copy of ~100 kB).
+
+Before/after (the ``before_after`` setting, the panel's only: :mod:`vcam.control.commands`): while a
+stream is watched with it on, the frame loop hands each input frame, before the pipeline touches it,
+to :meth:`PreviewTap.keep_before`, which keeps a shrunk copy (every n-th pixel, as above: tens of
+microseconds) of the last few by frame number; only frames begun shortly before the next preview
+frame is due are kept (the lead follows the frames' time in flight: 1.5 times the last one seen,
+doubled when a frame was kept too late), so a few frames a second pay for it. When the published
+frame of that number is taken for the preview, the encoder puts the two side by side (the camera
+as it came on the left, mirrored as the output is, the published picture on the right) in one JPEG
+twice as wide. The before frame goes nowhere else: the output, a recording and the direct source get the published frame only.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +42,11 @@ log = logging.getLogger(__name__)
 WIDTH = 320
 FPS = 5.0
 QUALITY = 70
+#: Input frames kept per stream for before/after: enough for the frames in flight between a frame's
+#: begin and its publish (the rounds overlap by one on the GPU).
+BEFORE_KEPT = 4
+#: The shortest lead (seconds before a preview frame is due) from which input frames are kept.
+MIN_LEAD = 0.01
 
 
 def _resize(plane: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -72,8 +88,7 @@ def shrink(data: np.ndarray, fmt: PixelFormat, target: int = WIDTH) -> tuple[np.
     return _resize(np.ascontiguousarray(a), sw, sh), sw, sh
 
 
-def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH) -> bytes:
-    """A shrunk frame -> JPEG bytes ``target`` px wide (the encoder thread's work)."""
+def _scaled(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int) -> np.ndarray:
     import cv2
 
     from vcam.kernels.convert import to_bgr_cv
@@ -81,6 +96,22 @@ def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target:
     bgr = to_bgr_cv(small, fmt, width, height)
     if width != target:
         bgr = cv2.resize(bgr, (target, max(2, round(height * target / width))), interpolation=cv2.INTER_AREA)
+    return bgr
+
+
+def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH, before: Any = None) -> bytes:
+    """A shrunk frame -> JPEG bytes ``target`` px wide (the encoder thread's work). ``before``: a
+    kept input frame ``(seq, (shrunk, w, h), format, mirrored, when kept)`` put on its left (before/after: the
+    JPEG is twice as wide)."""
+    import cv2
+
+    bgr = _scaled(small, fmt, width, height, target)
+    if before is not None:
+        _seq, (b_small, b_w, b_h), b_fmt, mirrored, _kept_at = before
+        left = _scaled(b_small, b_fmt, b_w, b_h, target)
+        if left.shape[0] != bgr.shape[0]:  # another aspect (an early swap's frames): the right height
+            left = cv2.resize(left, (target, bgr.shape[0]), interpolation=cv2.INTER_AREA)
+        bgr = np.hstack([left[:, ::-1] if mirrored else left, bgr])
     ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, QUALITY])
     return buf.tobytes() if ok else b""
 
@@ -97,37 +128,84 @@ class PreviewTap:
         self._lock = threading.Lock()
         self._next: dict[str, float] = {}
         self._busy = False
-        # (stream, frame or its shrunk copy, format, frames-begun counter or None, the last count it is valid at)
-        self._job: tuple[str, Any, PixelFormat, Callable[[], int] | None, int] | None = None
+        # (stream, frame or its shrunk copy, format, frames-begun counter or None, the last count it is
+        # valid at, the before frame beside it or None)
+        self._job: tuple[str, Any, PixelFormat, Callable[[], int] | None, int, Any] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # stream -> the last input frames kept for before/after: (frame number, shrunk copy, its format,
+        # mirrored, when kept), and how long before a preview frame is due they are kept (seconds)
+        self._before: dict[str, deque[tuple[int, tuple[np.ndarray, int, int], PixelFormat, bool, float]]] = {}
+        self._lead: dict[str, float] = {}
         self.frames: dict[str, tuple[int, bytes]] = {}  # stream -> (version, JPEG)
         self.offered = 0  # frames taken for the preview (tests, benchmarks)
         self.stale = 0  # frames overwritten while the encoder read them (dropped)
 
     # -- the frame loop's side -----------------------------------------------------------------
     def offer(
-        self, stream: str, data: np.ndarray, fmt: PixelFormat, counter: Callable[[], int] | None = None, slack: int = 0
+        self,
+        stream: str,
+        data: np.ndarray,
+        fmt: PixelFormat,
+        counter: Callable[[], int] | None = None,
+        slack: int = 0,
+        seq: int = -1,
     ) -> None:
-        """A frame was published on ``stream`` (frame thread; returns at once unless due)."""
+        """A frame was published on ``stream`` (frame thread; returns at once unless due). ``seq``:
+        its frame number, for the before frame kept of it (before/after on; -1: none, a card)."""
         if not self._watchers.get(stream) or self._busy:
             return
         now = time.perf_counter()
-        if now < self._next.get(stream, 0.0):
+        due = self._next.get(stream, 0.0)
+        if now < due:
             return
+        kept = self._before.get(stream)
+        before = None
+        if kept and seq >= 0:  # before/after in use: the input frame of this number, kept before the pipeline
+            before = next((b for b in kept if b[0] == seq), None)
+            lead = self._lead.get(stream, self.interval)
+            if before is None and now < due + self.interval and now - kept[-1][4] < 1.0:
+                # kept too late for this frame (the frames in flight take longer than the lead): keep
+                # earlier from now on, and take a later frame whose input was kept
+                self._lead[stream] = min(2 * lead, self.interval)
+                return
+            if before is not None:  # keep from about 1.5 times the frames' time in flight before the next is due
+                self._lead[stream] = min(max(1.5 * (now - before[4]), MIN_LEAD), self.interval)
         self._next[stream] = now + self.interval
         self._busy = True
         self.offered += 1
         if counter is None:
             small = shrink(data, fmt, self.width)
-            self._job = None if small is None else (stream, small, PixelFormat(fmt), None, 0)
+            self._job = None if small is None else (stream, small, PixelFormat(fmt), None, 0, before)
         else:
-            self._job = (stream, data, PixelFormat(fmt), counter, counter() + slack)
+            self._job = (stream, data, PixelFormat(fmt), counter, counter() + slack, before)
         if self._job is None:
             self._busy = False
             return
         self._wake.set()
+
+    def wants_before(self, stream: str) -> bool:
+        """Whether the input frame begun now on ``stream`` may be taken for the preview (someone
+        watches it, and the next preview frame is due within the frames' time in flight): the frame
+        loop then keeps it while before/after is on. Two lookups and a clock read."""
+        if not self._watchers.get(stream):
+            return False
+        return time.perf_counter() >= self._next.get(stream, 0.0) - self._lead.get(stream, self.interval)
+
+    def keep_before(self, stream: str, seq: int, data: Any, fmt: PixelFormat, mirrored: bool = False) -> None:
+        """Input frame ``seq`` of ``stream``, before the pipeline (frame thread): a shrunk copy kept
+        for the preview of its published frame (``mirrored``: flipped as the output is). A frame
+        not in host memory, or in a format :func:`shrink` cannot read, is not kept."""
+        if not isinstance(data, np.ndarray):
+            return
+        small = shrink(data, fmt, self.width)
+        if small is None:
+            return
+        kept = self._before.get(stream)
+        if kept is None:
+            kept = self._before[stream] = deque(maxlen=BEFORE_KEPT)
+        kept.append((seq, small, PixelFormat(fmt), mirrored, time.perf_counter()))
 
     # -- readers -------------------------------------------------------------------------------
     def watch(self, stream: str) -> None:
@@ -164,7 +242,7 @@ class PreviewTap:
             job, self._job = self._job, None
             if job is None:
                 continue
-            stream, data, fmt, counter, valid_until = job
+            stream, data, fmt, counter, valid_until, before = job
             jpeg = b""
             try:
                 small = data if counter is None else shrink(data, fmt, self.width)
@@ -172,7 +250,7 @@ class PreviewTap:
                     self.stale += 1  # its buffer may have been written meanwhile
                     small = None
                 if small is not None:
-                    jpeg = encode(small[0], fmt, small[1], small[2], self.width)
+                    jpeg = encode(small[0], fmt, small[1], small[2], self.width, before=before)
             except Exception:  # a preview must never take anything down
                 log.exception("preview encoding failed")
             finally:

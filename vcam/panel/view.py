@@ -96,6 +96,7 @@ class PanelView:
                     "swap": state.swap_enabled,
                     "paused": state.paused,
                     "settings": state.settings,  # the desk's settings this run offers: the controls shown
+                    "choices": state.choices(),  # a choice setting's values (the cameras)
                     "mappings": state.mappings,
                     "targets": state.targets,
                     "mapping_on": state.mapping_enabled,

@@ -43,6 +43,7 @@ from vcam.config import Config
 from vcam.errors import VcamError
 from vcam.platform import signals
 from vcam.runtime import startup as _startup
+from vcam.runtime.camera import Cameras, Lister
 from vcam.runtime.pause import Pauses
 from vcam.runtime.rounds import Round, RoundHook, Rounds, Stream
 from vcam.stages.outputs import missing_members
@@ -93,6 +94,7 @@ class Daemon:
         announce: Callable[[str], None] | None = None,
         early_swap: bool | None = None,
         load_delay: float = 0.0,
+        cameras: Lister | None = None,
     ) -> None:
         self.cfg = cfg
         self.state = state or RuntimeState()
@@ -143,6 +145,9 @@ class Daemon:
         )
         #: Each stream's pause and resume (vcam ctl pause, OBS, the panel): see vcam.runtime.pause.
         self.pauses = Pauses(self.rounds)
+        #: Each stream's camera switches (vcam ctl camera, OBS, the panel): see vcam.runtime.camera;
+        #: ``cameras``: the machine's cameras (default: the platform's enumeration; tests give their own).
+        self.cameras = Cameras(self.rounds, cameras)
 
     @property
     def load_in_flight(self) -> bool:
@@ -375,6 +380,7 @@ class Daemon:
         if loop.ended(self.streams):
             return False
         self.pauses.tick()
+        self.cameras.tick()
         rounds = self.rounds
         if loop.race is not None:
             ready = rounds.gather(loop.max_frames, timeout=self.pauses.timeout(0.5))
@@ -452,6 +458,7 @@ class Daemon:
         # Order: capture threads first (stop reading), then the rest in reverse order of opening,
         # the instance locks last (:meth:`vcam.runtime.startup.Started.close`).
         self.pauses.close()  # a camera being opened again for a resume is closed with the rest
+        self.cameras.close()  # and one opened for a switch, not adopted yet
         first: VcamError | None = None
         for exc in self.up.close():
             if first is None and raise_errors:

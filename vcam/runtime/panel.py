@@ -194,9 +194,20 @@ def start_panel(d: Any, up: Any) -> Any:
         summary = st.summary
         overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
         slack = max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1))
-        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
+        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack, st.shown_seq)
 
     d.rounds.tap = tap
+    watched, keep = server.tap.wants_before, server.tap.keep_before
+
+    def before(st: Any, frame: Any) -> None:  # before/after: the input frame, kept small for the preview only
+        if watched(st.name):  # watched, and a preview frame due soon
+            settings = st.state.snapshot().settings
+            if settings.get("before_after"):
+                keep(st.name, frame.seq, frame.data, frame.fmt, bool(settings.get("mirror")))
+
+    d.rounds.before = before
+    for st in d.streams:
+        st.state.offer("before_after", False)
     if up.locks is not None:
         try:
             write_panel_file(path, server.url, server.token)
@@ -212,7 +223,7 @@ def start_panel(d: Any, up: Any) -> Any:
         panel = server
 
         def stop(self) -> None:
-            d.rounds.tap = None
+            d.rounds.tap = d.rounds.before = None
             server.stop()
             if up.locks is not None and not pcfg.keep_token:  # kept: the next run reuses its token
                 remove_panel_file(path)

@@ -138,7 +138,8 @@ class Pauses:
         assert st.output is not None
         st.output.send(data)
         self._cards[st.name] = (data, now)
-        if self.rounds.tap is not None:  # the panel's preview shows the card too
+        if self.rounds.tap is not None:  # the panel's preview shows the card too (no before beside it)
+            st.shown_seq = -1
             self.rounds.tap(st, data)
         if self.rounds.record is not None:  # and a recording holds it (and hears of a stop)
             self.rounds.record(st, data)

@@ -82,6 +82,7 @@ class Stream:
     #: rounds neither gather nor publish its frames.
     paused: bool = False
     shown: Any = None  # the data of the last frame it published (the pause card is made from it)
+    shown_seq: int = -1  # its frame number (-1: a frame of no input frame's, a card; the panel's before/after)
 
     @property
     def budget(self) -> float:
@@ -166,6 +167,9 @@ class Rounds:
     tap: Callable[[Stream, Any], None] | None = None
     #: Called the same way for the desk's recording (:mod:`vcam.runtime.record`); keep it short.
     record: Callable[[Stream, Any], None] | None = None
+    #: Called with (stream, frame) for each frame gathered, before the pipeline touches it (the
+    #: panel's before/after view keeps a small copy); keep it short.
+    before: Callable[[Stream, Frame], None] | None = None
 
     def adopt(self, swapper: Any, stages_on: dict[str, bool]) -> None:
         """Run on a loaded assembly's swapper and optional stages (at the start, and at an early
@@ -247,8 +251,11 @@ class Rounds:
         works: list[tuple[Stream, Work]] = []
         out = Round()
         shed = not self.stages_on.get(SHED_SWAP, True)
+        before = self.before
         for st, frame in ready:
             _live(st).frame_in(frame.t_capture)
+            if before is not None:
+                before(st, frame)
             if shed:
                 data = early_frame(st, frame, pixelated=st.cfg.pipeline.early_frames != "camera")
                 out.slots.append((st, Passed(data, FrameStats(seq=frame.seq, t_capture=frame.t_capture))))
@@ -335,7 +342,7 @@ class Rounds:
             self.degrade(st, now, now - stats.t_capture, True)
             return False
         output.send(data)
-        st.shown = data
+        st.shown, st.shown_seq = data, stats.seq
         if self.tap is not None:
             self.tap(st, data)
         if self.record is not None:
@@ -368,7 +375,7 @@ class Rounds:
             s.early_dropped += 1
             return False
         st.output.send(data)
-        st.shown = data
+        st.shown, st.shown_seq = data, -1  # no before/after beside an early frame
         if self.tap is not None:
             self.tap(st, data)
         st.last_pub = time.perf_counter()

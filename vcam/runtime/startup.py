@@ -34,6 +34,7 @@ from vcam.types import Frame, PixelFormat
 if TYPE_CHECKING:
     from vcam.pipeline.pipeline import Pipeline
     from vcam.runtime.assemble import Assembly
+    from vcam.runtime.camera import Cameras
     from vcam.runtime.degrade import Degrader
     from vcam.runtime.rounds import Rounds, Stream
     from vcam.state import RuntimeState
@@ -61,6 +62,7 @@ class Daemon(Protocol):
     given_outputs: dict[str, Any]
     given_sources: dict[str, Any]
     wake: threading.Event
+    cameras: Cameras
 
     def held_signals(self) -> AbstractContextManager[None]: ...
 
@@ -595,8 +597,9 @@ def offer_settings(d: Daemon, up: Started) -> None:
     """The desk's settings this run can honour, offered on every stream's state at the config's
     values (:mod:`vcam.control.commands`): the enhancer and its amount with a face enhancer, the
     mouth mask with a mask stage (any mask type beyond 'box'), the occlusion mask with the occluder
-    loaded, mirror always, recording (:mod:`vcam.runtime.record`) on a live stream. Audio sync is
-    offered with the OBS controller (:func:`start_control`)."""
+    loaded, mirror always, recording (:mod:`vcam.runtime.record`) and the camera
+    (:mod:`vcam.runtime.camera`) on a live stream. Audio sync is offered with the OBS controller
+    (:func:`start_control`), the before/after view with the panel (:func:`vcam.runtime.panel.start_panel`)."""
     cfg = d.cfg
     offers: dict[str, object] = {}
     if cfg.swap.enhancer:
@@ -619,6 +622,9 @@ def offer_settings(d: Daemon, up: Started) -> None:
         up.opened.add(recorder)
         for st in live:
             st.state.offer("record", False)
+    from vcam.runtime.camera import offer_cameras
+
+    offer_cameras(d.cameras, d.streams)
 
 
 def start_control(d: Daemon, up: Started) -> None:

@@ -379,6 +379,12 @@ function renderControls() {
       if (c.kind === "switch") {
         return el("button", { id: `set-${c.key}`, class: "pill", title: c.help, onclick: () => setting(c.key, "toggle") }, c.label);
       }
+      if (c.kind === "choice") {
+        // the values the run lists (the cameras); the last entry lists them again
+        return el("label", { class: "choice", title: c.help }, c.label + " ",
+          el("select", { id: `set-${c.key}`,
+            onchange: (e) => setting(c.key, e.target.value === "list" ? "list" : Number(e.target.value)) }));
+      }
       return el("label", { class: "amount", title: c.help }, c.label + " ",
         el("input", { id: `set-${c.key}`, type: "range", min: "0", max: "1", step: "0.05",
           onchange: (e) => setting(c.key, Number(e.target.value)) }),
@@ -391,6 +397,15 @@ function renderControls() {
     if (c.kind === "switch") {
       e.textContent = `${c.label} ${v ? "on" : "off"}`;
       e.classList.toggle("off", !v);
+    } else if (c.kind === "choice") {
+      const listed = (st.choices || {})[c.key] || [];
+      const key = JSON.stringify([listed, v]);
+      if (e.dataset.key !== key) {
+        e.dataset.key = key;
+        e.replaceChildren(...listed.map(([value, label]) => el("option", { value: String(value) }, value < 0 ? label : `${value}: ${label}`)),
+          el("option", { value: "list" }, "look again\u2026"));
+        e.value = String(v);
+      }
     } else if (document.activeElement !== e) {
       e.value = String(v);
       $(`val-${c.key}`).textContent = Number(v).toFixed(2);
@@ -402,7 +417,8 @@ async function setting(key, value) {
   const reply = await command({ [key]: value });
   say("controls-msg", reply);
   const st = current();
-  if (reply.ok && st && reply.settings) { st.settings = reply.settings; render(); }
+  if (st && reply.settings) { st.settings = reply.settings; st.choices = reply.choices || st.choices; }
+  if (st) { const e = $(`set-${key}`); if (e && e.dataset) delete e.dataset.key; render(); } // a refused choice shows the one in use again
 }
 
 // -- the whole page ---------------------------------------------------------------------------
