@@ -400,28 +400,20 @@ def _prepare(
     loaded_opened = Opened()
     t0 = time.perf_counter()
     fps = first.source.fps or cfg.capture.fps
-    if ahead is not None and ahead.cfg is cfg and threads == 0 and not short_lived:
-        asm = ahead.take(fps)
+    taken = ahead is not None and ahead.cfg is cfg and threads == 0 and not short_lived and faces
+    if taken:
+        assert ahead is not None
+        asm, watcher = ahead.take(fps)
         t0 = ahead.t0
     else:
         asm = assemble.build(cfg, fps=fps, threads=threads, short_lived=short_lived)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return None
     t1 = time.perf_counter()
-    if not faces:
-        pass
-    elif not d.state.names:
-        watcher = assemble.load_faces(
-            asm,
-            d.state,
-            demo_input=first.cfg.capture.input == "demo",
-            source=first.cfg.swap.source,
-            others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
-        )
-        watcher.start()
+    if not taken:
+        watcher = load_faces(d, asm) if faces else None
+    if watcher is not None:
         loaded_opened.add(watcher)
-    else:  # faces given with the state (tests, embedding): every stream gets them
-        assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
     t2 = time.perf_counter()
     loaded = Loaded(asm, opened=loaded_opened)
     for st in d.streams:
@@ -455,10 +447,31 @@ def _prepare(
     return loaded
 
 
+def load_faces(d: Daemon, asm: Assembly) -> Any:
+    """The faces into the streams' states (from the config's sources, the demo's own face for the
+    demo) with their watcher started, or, where the daemon's state has faces already (tests,
+    embedding), those shared with every stream (None then)."""
+    from vcam.runtime import assemble
+
+    first = d.streams[0]
+    if d.state.names:
+        assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
+        return None
+    watcher = assemble.load_faces(
+        asm,
+        d.state,
+        demo_input=first.cfg.capture.input == "demo",
+        source=first.cfg.swap.source,
+        others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
+    )
+    watcher.start()
+    return watcher
+
+
 class Ahead:
     """The models of a live run without an early swap (``d.cfg``'s :class:`~vcam.runtime.assemble.Assembly`)
-    built in a thread (``vcam-build``) from the start of start-up, beside the sources and outputs
-    opening and the command's own imports (on the 2-core CPU machine the load began 0.8-1.4 s after
+    and its faces built in a thread (``vcam-build``) from the start of start-up, beside the sources
+    and outputs opening and the command's own imports (on the 2-core CPU machine the load began 0.8-1.4 s after
     the start, once those were done); :func:`prepare` takes it (:meth:`take`) and goes on with the
     faces and pipelines. It holds the engines' background work (:data:`vcam.engines.gate.BACKGROUND`)
     while it builds; closed with the start-up (a failed start waits for the build, so the process
@@ -470,6 +483,7 @@ class Ahead:
         self.cfg, self.d = d.cfg, d
         self.t0 = time.perf_counter()
         self.asm: Assembly | None = None
+        self.watcher: Any = None
         self.failure: BaseException | None = None
         self._release = BACKGROUND.hold()
         self.thread = threading.Thread(target=self._build, name="vcam-build", daemon=True)
@@ -480,23 +494,29 @@ class Ahead:
 
         try:
             self.asm = assemble.build(self.cfg, fps=self.cfg.capture.fps)
+            if not self.d.should_exit:
+                self.watcher = load_faces(self.d, self.asm)
         except BaseException as exc:
             self.failure = exc
 
-    def take(self, fps: float) -> Assembly:
-        """The assembly (waited for), at the source's frame rate ``fps``; the build's error raised."""
+    def take(self, fps: float) -> tuple[Assembly, Any]:
+        """The assembly (waited for), at the source's frame rate ``fps``, and its faces' watcher
+        (None: none); the build's error raised."""
         self.thread.join()
         self._release()
         if self.failure is not None:
             raise self.failure
         assert self.asm is not None
         self.asm.at_rate(fps)
-        return self.asm
+        watcher, self.watcher = self.watcher, None
+        return self.asm, watcher
 
     def close(self) -> None:
         if not self.d.should_exit:  # a stop signal ends the process with os._exit: no wait then
             self.thread.join(60.0)
         self._release()
+        if self.watcher is not None:  # built, never taken (a failed or stopped start)
+            self.watcher.stop()
 
 
 def start_capture(d: Daemon, up: Started, early: bool) -> None:
