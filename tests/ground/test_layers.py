@@ -139,7 +139,7 @@ MAX_CLASS = 350
 OVERSIZE = {
     "vcam.cli.run:run": 150,  # the `vcam run` command: one option table and its mapping onto the config
     "vcam.runtime.bench:run": 132,
-    "vcam.runtime.assemble:build": 109,
+    "vcam.runtime.assemble:build": 106,
     "vcam.stages.recording:FileOutput.__init__": 99,
     "vcam.engines.build_job:prebuild": 89,
     "vcam.engines.torch:TorchEngine.__init__": 88,

@@ -278,18 +278,15 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     from vcam.stages.swap import BUILT_IN
     from vcam.stages.track import Tracker, TrackParams
 
-    device, why = resolve_device(cfg)
-    if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
-        log.info("running on the CPU: %s", why)
-    if cfg.pipeline.fp16 and device == "cpu":
-        log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+    phase = Phases(cfg.pipeline.device)
+    device = _device(cfg, phase)
     names = model_names(cfg)
     store = _ensure_files(cfg, names)
-    phase = Phases(device)
+    phase("model files checked")
+    ops = make_ops(device)  # CuPy and its CUDA context, while PyTorch may still be importing ahead
+    phase("ops (CuPy, its CUDA context)" if device == "cuda" else "ops")
     if device == "cuda" and cfg.pipeline.backend in ("auto", "torch"):
         torch_ready(phase)
-    ops = make_ops(device)
-    phase("ops (CuPy, its CUDA context)" if device == "cuda" else "ops")
     if device == "cuda":  # the kernel modules build (NVRTC on a fresh machine: seconds) while the models load
         threading.Thread(target=_build_kernels, args=(ops,), name="vcam-kernels", daemon=True).start()
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
@@ -410,6 +407,20 @@ def _busy() -> bool:
     except (AttributeError, OSError):  # not Unix
         return False
     return load > (os.cpu_count() or 1) - 1
+
+
+def _device(cfg: Config, phase: Phases) -> str:
+    """The pipeline's device (:func:`resolve_device`), said where ``auto`` falls back to the CPU or
+    FP16 cannot be had; a load phase (on a GPU it imports CuPy and PyTorch, or waits for the import
+    begun ahead)."""
+    device, why = resolve_device(cfg)
+    phase.device = device
+    phase("device resolved (on a GPU: CuPy and PyTorch imported, or waited for)")
+    if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
+        log.info("running on the CPU: %s", why)
+    if cfg.pipeline.fp16 and device == "cpu":
+        log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+    return device
 
 
 def _ensure_files(cfg: Config, names: dict[str, str]) -> ModelStore | None:
