@@ -233,3 +233,16 @@ def test_the_pacing_can_be_set_from_the_environment(monkeypatch):
     assert (g.settle, g.rest) == (0.0, 0.5)
     monkeypatch.setenv(PACE_ENV, "nonsense")
     assert (BackgroundGate.from_env().settle, BackgroundGate.from_env().rest) == (BackgroundGate().settle, BackgroundGate().rest)
+
+
+def test_a_closing_queue_is_not_kept_waiting_by_the_pace():
+    from vcam.engines.gate import BackgroundGate
+
+    g = BackgroundGate(settle=30.0)
+    g.hold()()  # released: the next unit would wait 30 s
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    t0 = time.perf_counter()
+    with g.turn(stop):
+        assert stop.is_set()
+    assert time.perf_counter() - t0 < 15.0

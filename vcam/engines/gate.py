@@ -84,14 +84,15 @@ class BackgroundGate:
         self._open.wait(self.patience)
 
     @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
+    def turn(self, stop: threading.Event | None = None) -> Iterator[None]:
         """One unit of paced background work (a graph capture): the gate open (or ``patience``
-        over), no other unit running, and the pause after the last one over (see the class)."""
+        over), no other unit running, and the pause after the last one over (see the class); the
+        pause ends early when ``stop`` is set (a queue closing: the caller checks it inside)."""
         self.wait()
         with self._turn:
             delay = min(self._not_before - time.perf_counter(), self.patience)
             if delay > 0:
-                time.sleep(delay)
+                (stop or threading.Event()).wait(delay)
             t0 = time.perf_counter()
             try:
                 yield

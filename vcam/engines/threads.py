@@ -130,8 +130,9 @@ class CaptureQueue:
                     sizes, items = self._todo.pop(0)
                 for b in sizes:
                     try:
-                        # after the start-up's own captures, one at a time, paced beside the frames
-                        with BACKGROUND.turn(), QUICK_SWITCHES.held():  # its Python beside the frame loop: hand the GIL back soon
+                        # After the start-up's own captures, one at a time, paced beside the frames; its
+                        # Python beside the frame loop hands the GIL back soon (QUICK_SWITCHES).
+                        with BACKGROUND.turn(self._closing), QUICK_SWITCHES.held():
                             if self._closing.is_set():
                                 break
                             if not done:
