@@ -307,14 +307,21 @@ for step in $steps; do
         --json "$OUT/bench_early_swap.json" 2>&1 | tee "$OUT/bench_early_swap.txt" | tail -n 12 || rc=1 ;;
     firstseconds)
       # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
-      # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four;
-      # FIRST_BASELINE=REF alternates that git ref's vcam run by run; FIRST_INPUT=CLIP for a clip (default demo).
-      for n in 1 4; do
+      # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four
+      # (FIRST_STREAMS, default "1 4"); FIRST_BASELINE=REF or an exported checkout folder (the device copy has
+      # no .git: `git archive main | tar -x -C .base`, carried) alternates that tree's vcam run by run;
+      # FIRST_INPUT=CLIP for a clip (default demo). Then where the seconds go: benchmarks/first_phases.sh
+      # (`vcam -v run` stamped, each early-frames mode; FIRST_PHASES=0 leaves it out).
+      for n in ${FIRST_STREAMS:-1 4}; do
         timeout ${FIRST_TIMEOUT:-900} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
           --input "${FIRST_INPUT:-demo}" --streams $n --duration ${FIRST_DURATION:-20} --runs ${FIRST_RUNS:-3} \
           ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} --json "$OUT/bench_first_seconds_$n.json" \
           2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_first_seconds_$n.txt" | tail -n 12 || rc=1
-      done ;;
+      done
+      if [ "${FIRST_PHASES:-1}" != 0 ]; then
+        OUT=$OUT timeout 300 bash benchmarks/first_phases.sh > "$OUT/first_phases.txt" 2>&1 || rc=1
+        tail -n 60 "$OUT/first_phases.txt"
+      fi ;;
     engineload)
       # The swapper's engine load, old (ONNX parse, every graph before ready) against new (saved build, the
       # first graph; the others in the background), each in a fresh process, alternated.

@@ -154,6 +154,13 @@ class LiveStats:
             self._over = max(0, self._over - 1)
             self._late = max(0, self._late - 1)
 
+    def published_early(self, t_capture: float, t_pub: float) -> None:
+        """An early frame went out (pixelated while an early swap's CPU swap races the budget): the
+        status line's rates and latencies count it (the camera moves), the swapped counts do not."""
+        self._in.append(t_capture)
+        self._out.append(t_pub)
+        self._lat.append((t_pub - t_capture) * 1000.0)
+
     def dropped_late(self) -> None:
         self.summary.dropped_latency += 1
         self._over = 30

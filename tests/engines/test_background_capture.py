@@ -182,3 +182,67 @@ def test_gate_hold_release_is_idempotent_and_counted():
     with g.held():
         assert not g._open.is_set()
     assert g._open.is_set()
+
+
+def test_the_gate_paces_the_background_work_one_unit_at_a_time_after_a_settle():
+    """Once the start-up's hold is released the background captures wait ``settle``, then run one
+    at a time in the process, each starting ``rest`` times its predecessor's duration after it ended
+    (on the H200 the captures back to back dropped camera frames for 3 s after the GPU took over)."""
+    from vcam.engines.gate import BackgroundGate
+
+    g = BackgroundGate(patience=10, settle=0.3, rest=1.0)
+    release = g.hold()
+    spans: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    def work(seconds):
+        with g.turn():
+            t0 = time.perf_counter()
+            time.sleep(seconds)
+            with lock:
+                spans.append((t0, time.perf_counter()))
+
+    threads = [threading.Thread(target=work, args=(0.1 * (i + 1),)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    opened = time.perf_counter()
+    release()
+    for t in threads:
+        t.join(20)
+    spans.sort()
+    assert len(spans) == 3
+    assert spans[0][0] - opened >= 0.3 * 0.95, "the first unit did not wait for the settle"
+    for (a0, a1), (b0, _) in zip(spans, spans[1:]):
+        assert b0 >= a1 + (a1 - a0) * 0.95, "a unit began before the rest after the last one"
+    # without a hold, no settle: a unit runs at once (then only the rest after it)
+    free = BackgroundGate(settle=5.0, rest=0.0)
+    t0 = time.perf_counter()
+    with free.turn():
+        pass
+    with free.turn():
+        pass
+    assert time.perf_counter() - t0 < 2.5
+
+
+def test_the_pacing_can_be_set_from_the_environment(monkeypatch):
+    from vcam.engines.gate import PACE_ENV, BackgroundGate
+
+    monkeypatch.setenv(PACE_ENV, "0,0.5")
+    g = BackgroundGate.from_env()
+    assert (g.settle, g.rest) == (0.0, 0.5)
+    monkeypatch.setenv(PACE_ENV, "nonsense")
+    assert (BackgroundGate.from_env().settle, BackgroundGate.from_env().rest) == (BackgroundGate().settle, BackgroundGate().rest)
+
+
+def test_a_closing_queue_is_not_kept_waiting_by_the_pace():
+    from vcam.engines.gate import BackgroundGate
+
+    g = BackgroundGate(settle=30.0)
+    g.hold()()  # released: the next unit would wait 30 s
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    t0 = time.perf_counter()
+    with g.turn(stop):
+        assert stop.is_set()
+    assert time.perf_counter() - t0 < 15.0

@@ -137,15 +137,15 @@ MAX_CLASS = 350
 #: The units over those limits today, each held to its size then: it may shrink, never grow.
 #: Remove an entry once its unit is cut below the limit.
 OVERSIZE = {
-    "vcam.cli.run:run": 153,  # the `vcam run` command: one option table and its mapping onto the config
+    "vcam.cli.run:run": 150,  # the `vcam run` command: one option table and its mapping onto the config
     "vcam.runtime.bench:run": 132,
-    "vcam.runtime.assemble:build": 114,
+    "vcam.runtime.assemble:build": 106,
     "vcam.stages.recording:FileOutput.__init__": 99,
     "vcam.engines.build_job:prebuild": 89,
     "vcam.engines.torch:TorchEngine.__init__": 88,
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
     "vcam.control.obs:ObsController": 396,
-    "vcam.engines.torch:TorchEngine": 381,
+    "vcam.engines.torch:TorchEngine": 380,
 }
 
 

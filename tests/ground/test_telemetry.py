@@ -603,3 +603,16 @@ def test_the_swap_is_the_last_resort_only_when_the_camera_nearly_stands_still():
     t, _ = drive(deg, 0.0, 8.0, 0.010)
     t, changes = _nearly_still(deg, t, 2.5, 30)
     assert changes == []
+
+
+def test_the_status_line_counts_the_early_frames_of_an_early_swap_as_the_camera_moving():
+    """While an early swap's CPU swap races the budget, the frames that go out pixelated move the
+    camera: the status line's in/out rates and latencies count them, the swapped counts do not (on
+    the H200 the line said "out 0.0 fps" while 25 early frames a second went out)."""
+    live = LiveStats(RunSummary())
+    for i in range(30):
+        live.published_early(i / 30, i / 30 + 0.004)
+    st = live.status(0, {})
+    assert st.fps_out == pytest.approx(30.0) and st.fps_in == pytest.approx(30.0)
+    assert st.frames_out == 0 and st.frames_in == 0
+    assert st.latency_p99_ms == pytest.approx(4.0)

@@ -43,7 +43,8 @@ def test_the_cpu_start_applies_to_a_gpu_run_whose_models_all_run_on_onnxruntime(
     # a swap network and the recogniser run on onnxruntime's CPU engine too (on half the cores)
     assert qualifies(gpu) and cpu_threads(gpu) == 0
     neural = gpu.replace(swap=replace(gpu.swap, swapper="inswapper_128"))
-    for cfg in (neural, gpu.replace(swap=replace(gpu.swap, map=["a=b"]))):
+    unbudgeted = neural.replace(pipeline=replace(neural.pipeline, max_latency=Duration(0)))
+    for cfg in (unbudgeted, gpu.replace(swap=replace(gpu.swap, map=["a=b"]))):
         assert qualifies(cfg) and cpu_config(Daemon(cfg, control=False)) is not None
     assert cpu_threads(neural) == max(1, (os.cpu_count() or 1) // 2)
     # anything that needs another model, or a role on a backend other than onnxruntime, keeps the early frames pixelated
@@ -58,6 +59,31 @@ def test_the_cpu_start_applies_to_a_gpu_run_whose_models_all_run_on_onnxruntime(
     for other in others:
         assert not qualifies(other)
         assert cpu_config(Daemon(other, control=False)) is None
+
+
+def test_a_swap_network_under_a_budget_the_cpu_cannot_keep_starts_the_gpu_load_at_once(caplog):
+    """The inswapper on the CPU (about 0.3 s a face) under a 33 ms budget: no CPU assembly (its
+    frames would all go out pixelated while it takes the GIL and cores from the GPU's load); with no
+    budget or one of at least NETWORK_CPU_FACE_S it swaps early; the classic swap under any budget."""
+    from vcam.runtime.early_swap import NETWORK_CPU_FACE_S, describe_start, keeps_budget
+
+    gpu = _cfg(device="cuda", backend="auto")
+    neural = gpu.replace(swap=replace(gpu.swap, swapper="inswapper_128"))
+
+    def budget(cfg, seconds):
+        return cfg.replace(pipeline=replace(cfg.pipeline, max_latency=Duration(seconds)))
+
+    with caplog.at_level(logging.INFO, logger="vcam.runtime.early_swap"):
+        assert cpu_config(Daemon(budget(neural, 0.033), control=False)) is None
+    assert "pixelated" in caplog.text and "33 ms" in caplog.text
+    assert "pixelated" in describe_start(budget(neural, 0.033), "cuda")
+    for seconds in (0.0, NETWORK_CPU_FACE_S, 1.0):
+        assert cpu_config(Daemon(budget(neural, seconds), control=False)) is not None, seconds
+    for seconds in (0.0, 0.01, 0.033):
+        assert cpu_config(Daemon(budget(gpu, seconds), control=False)) is not None, seconds
+        assert keeps_budget(budget(gpu, seconds), [seconds])
+    # tests and measurements still force it (early_swap=True)
+    assert cpu_config(Daemon(budget(neural, 0.033), control=False, early_swap=True)) is not None
 
 
 def test_check_says_what_the_first_frames_of_a_gpu_run_are():

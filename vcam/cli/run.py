@@ -136,7 +136,7 @@ def run(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
-    from vcam.runtime.startup import import_ahead
+    from vcam.runtime.startup import gpu_modules, import_ahead
 
     import_ahead()  # the load's libraries, from the start on
     from vcam.config import Duration
@@ -185,6 +185,7 @@ def run(
     if stream and (input is not None or output is not None):
         fail(VcamError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
     cfg = load_config(config, overrides, labels)
+    import_ahead(gpu_modules(cfg))  # PyTorch for the GPU's load, from here on (about 1.8 s of imports)
     if stream:
         from vcam.config_file import parse_streams
 
@@ -223,9 +224,7 @@ def run(
                 # finished, is left playable first
                 _ignore_stop_signals()
                 daemon.salvage_outputs()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(130)
+                _leave(130)
             raise
         except ModelError as err:
             # First use of a neural model: ask before downloading (only on a terminal, only once).
@@ -243,11 +242,16 @@ def run(
     # is kept as NAME.partial.mp4, never under the name asked for).
     code = 130 if any(s.interrupted for s in daemon.summaries.values()) else 0
     if daemon.load_in_flight:  # stopped while the models loaded: leave without unwinding under the load
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _leave(code)
     if code:
         raise typer.Exit(code)
+
+
+def _leave(code: int) -> None:
+    """End the process now (``os._exit``), what was printed flushed: no unwinding under a native load."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _announce(line: str) -> None:

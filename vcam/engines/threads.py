@@ -129,13 +129,14 @@ class CaptureQueue:
                         break
                     sizes, items = self._todo.pop(0)
                 for b in sizes:
-                    BACKGROUND.wait()  # after the start-up's own captures
-                    if self._closing.is_set():
-                        break
-                    if not done:
-                        t0 = time.perf_counter()  # from the first capture on, not from the wait
                     try:
-                        with QUICK_SWITCHES.held():  # its Python beside the frame loop: hand the GIL back soon
+                        # After the start-up's own captures, one at a time, paced beside the frames; its
+                        # Python beside the frame loop hands the GIL back soon (QUICK_SWITCHES).
+                        with BACKGROUND.turn(self._closing), QUICK_SWITCHES.held():
+                            if self._closing.is_set():
+                                break
+                            if not done:
+                                t0 = time.perf_counter()  # from the first capture on, not from the wait
                             self._capture(b, items)
                         done.append(b)
                     except Exception as exc:  # never take the daemon down: captured on first use instead

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -74,6 +75,14 @@ class _Captured:
 
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
+
+
+def _capture_now(capture: Callable[[int, Items], Any], sizes: list[int], items: Items, name: str) -> None:
+    """The graphs of ``sizes`` captured now (the start-up's), with a ``-v`` line of how long they took."""
+    t0 = time.perf_counter()
+    for b in sizes:
+        capture(b, items)
+    log.info("%s: batch %s captured at start-up in %.2f s", name, ",".join(map(str, sizes)), time.perf_counter() - t0)
 
 
 class TorchEngine:
@@ -339,8 +348,7 @@ class TorchEngine:
                 self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
             later = self.background_capture if background is None else background
-            for b in sizes[:1] if later else sizes:
-                self._captured_for(b, items)
+            _capture_now(self._captured_for, sizes[:1] if later else sizes, items, self.name)
             if later and len(sizes) > 1:
                 self._later.put(sizes[1:], items)
         if self.compile_mode == "auto" and self.loader is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -225,6 +226,11 @@ class Assembly:
             self.warmup(width, height)
         return pipeline
 
+    def at_rate(self, fps: float) -> None:
+        """The source's frame rate, known once it is open (an assembly built before: the tracker's
+        clock where a frame has no timestamp, and the trackers of the pipelines built from here)."""
+        self.fps = self.tracker.fps = float(fps)
+
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait until the swapper's compiled engines (``[pipeline] compile = "auto"``) are loaded and in
         use, and the engines' background graph captures are done; call it from the thread that runs
@@ -247,11 +253,14 @@ class Assembly:
         if (width, height) in self._warm:
             return
         self._warm.add((width, height))
+        phase = Phases(self.device)
         self.ops.warmup()
+        phase("kernels built")
         self.detector.warmup(height, width)
         if self.upscaler is not None:
             self.upscaler.warmup(width, height)
         self.ops.synchronize()
+        phase(f"pipeline warm-up for {width}x{height} (the detector's first graph)")
 
 
 def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool = False) -> Assembly:
@@ -264,31 +273,20 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     from vcam.models import registry
     from vcam.ops import make_ops
     from vcam.pipeline.parts import select_all, select_largest
-    from vcam.stages.detect import RetinaFaceDetector, detector_requirements
+    from vcam.stages.detect import RetinaFaceDetector
     from vcam.stages.detections import EMBEDDED_DETECTOR, DetectParams
     from vcam.stages.swap import BUILT_IN
     from vcam.stages.track import Tracker, TrackParams
 
-    device, why = resolve_device(cfg)
-    if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
-        log.info("running on the CPU: %s", why)
-    if cfg.pipeline.fp16 and device == "cpu":
-        log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+    phase = Phases(cfg.pipeline.device)
+    device = _device(cfg, phase)
     names = model_names(cfg)
-    store = None
-    needed: list[str] = [names["recogniser"]] if "recogniser" in names else []
-    if cfg.swap.swapper not in BUILT_IN:
-        needed += registry.requirements(cfg.swap.swapper)
-    for role in ("enhancer", "occluder", "parser", "landmarker", "upscaler"):
-        if role in names:
-            needed += registry.requirements(names[role])
-    if cfg.detect.model != EMBEDDED_DETECTOR:
-        needed += detector_requirements(cfg.detect.model)
-    if needed:  # every file this run needs, checked (and, if allowed, downloaded) at once
-        store = _roles.model_store(cfg)
-        store.ensure(list(dict.fromkeys(needed)))
-
-    ops = make_ops(device)
+    store = _ensure_files(cfg, names)
+    phase("model files checked")
+    ops = make_ops(device)  # CuPy and its CUDA context, while PyTorch may still be importing ahead
+    phase("ops (CuPy, its CUDA context)" if device == "cuda" else "ops")
+    if device == "cuda" and cfg.pipeline.backend in ("auto", "torch"):
+        torch_ready(phase)
     if device == "cuda":  # the kernel modules build (NVRTC on a fresh machine: seconds) while the models load
         threading.Thread(target=_build_kernels, args=(ops,), name="vcam-kernels", daemon=True).start()
     crop_size = cfg.swap.crop_size if cfg.swap.swapper in BUILT_IN else registry.get(cfg.swap.swapper).size
@@ -297,6 +295,7 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     top, right, bottom, left = cfg.mask.box_padding if box else (0.0, 0.0, 0.0, 0.0)
     mask = ops.asarray(blend.box_mask(crop_size, cfg.swap.blur if box else 0.0, (top, right, bottom, left)))
     detector = _roles.build("detector", cfg, store=store, ops=ops, device=device, threads=threads)
+    phase(f"detector {names['detector']} built")
     photo_detector: Any = detector
     if not (device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR):  # built when a photo is first read
         params = stage_params(DetectParams, cfg.detect)
@@ -313,6 +312,7 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     swapper = _roles.build(
         "swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads, short_lived=short_lived
     )
+    phase(f"swapper {cfg.swap.swapper} built")
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None
@@ -407,6 +407,75 @@ def _busy() -> bool:
     except (AttributeError, OSError):  # not Unix
         return False
     return load > (os.cpu_count() or 1) - 1
+
+
+def _device(cfg: Config, phase: Phases) -> str:
+    """The pipeline's device (:func:`resolve_device`), said where ``auto`` falls back to the CPU or
+    FP16 cannot be had; a load phase (on a GPU it imports CuPy and PyTorch, or waits for the import
+    begun ahead)."""
+    device, why = resolve_device(cfg)
+    phase.device = device
+    phase("device resolved (on a GPU: CuPy and PyTorch imported, or waited for)")
+    if device == "cpu" and cfg.pipeline.device == "auto" and "no usable GPU" in why:
+        log.info("running on the CPU: %s", why)
+    if cfg.pipeline.fp16 and device == "cpu":
+        log.warning("--fp16 needs a CUDA GPU; running FP32 on the CPU")
+    return device
+
+
+def _ensure_files(cfg: Config, names: dict[str, str]) -> ModelStore | None:
+    """Every model file the run needs, checked (and, if allowed, downloaded) at once; the store, or
+    None where the run needs no file."""
+    from vcam.models import registry
+    from vcam.stages.detect import detector_requirements
+    from vcam.stages.detections import EMBEDDED_DETECTOR
+    from vcam.stages.swap import BUILT_IN
+
+    needed: list[str] = [names["recogniser"]] if "recogniser" in names else []
+    if cfg.swap.swapper not in BUILT_IN:
+        needed += registry.requirements(cfg.swap.swapper)
+    for role in ("enhancer", "occluder", "parser", "landmarker", "upscaler"):
+        if role in names:
+            needed += registry.requirements(names[role])
+    if cfg.detect.model != EMBEDDED_DETECTOR:
+        needed += detector_requirements(cfg.detect.model)
+    if not needed:
+        return None
+    store = _roles.model_store(cfg)
+    store.ensure(list(dict.fromkeys(needed)))
+    return store
+
+
+class Phases:
+    """The ``-v`` lines that say where a load's seconds go on ``device``: ``phase(what)`` logs
+    ``load phase on cuda: swapper inswapper_128 built 1.21 s (2.84 s after the start)``, the time
+    since the last phase (the H200's device calls read them: imports, CUDA, each model, captures)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.t = time.perf_counter()
+
+    def __call__(self, what: str) -> None:
+        from vcam.platform import process
+
+        now = time.perf_counter()
+        log.info("load phase on %s: %s %.2f s (%.2f s after the start)", self.device, what, now - self.t, process.age())
+        self.t = now
+
+
+def torch_ready(phase: Phases) -> None:
+    """PyTorch imported and its CUDA context made, each a phase (an import begun ahead,
+    :func:`vcam.runtime.startup.import_ahead`, is waited for here); nothing without PyTorch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return
+    import torch
+
+    phase("import torch")
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        phase("PyTorch's CUDA init")
 
 
 def _build_kernels(ops: Ops) -> None:

@@ -26,6 +26,10 @@ onnxruntime sessions open without the GIL) were measured on three H200 hosts (7b
 switch to the GPU as late or up to 3 s later (the full load slowed from 3.3 s to 6.0 s on one
 host), so they run in turn.
 
+A swap network swaps early only under a budget the CPU can keep (:func:`keeps_budget`: none, or
+at least :data:`NETWORK_CPU_FACE_S`): on the H200 at eefa218 the inswapper's CPU assembly under a
+33 ms budget swapped no frame in 7 s and delayed the GPU's first frame from 4 s to 8-20 s.
+
 A CPU assembly that cannot be built (one warning line) leaves the early frames pixelated until the
 full one is loaded; a full load that fails stops the run with its error, as without the early swap.
 A run that ends while the full load runs leaves it running (``Daemon.loading``: the command ends
@@ -91,16 +95,42 @@ def cpu_threads(cfg: Config) -> int:
     return max(1, (os.cpu_count() or 1) // 2) if cfg.swap.swapper not in BUILT_IN else 0
 
 
+#: Seconds a swap network takes a face on onnxruntime's CPU engine at best (the inswapper on half
+#: of a 16-core H200 host: about 0.3 s, eefa218). A latency budget below it is never met by the CPU.
+NETWORK_CPU_FACE_S = 0.3
+
+
+def keeps_budget(cfg: Config, budgets: list[float]) -> bool:
+    """Whether ``cfg``'s swap on the CPU can go out within every stream's latency budget (seconds,
+    0: none): the classic swap always (a few milliseconds a face); a swap network only without a
+    budget or with one of at least :data:`NETWORK_CPU_FACE_S`. Where it cannot, its CPU assembly
+    would only take the GIL and the cores from the GPU's load for frames that all go out pixelated."""
+    from vcam.stages.swap import BUILT_IN
+
+    if cfg.swap.swapper in BUILT_IN:
+        return True
+    return all(b == 0 or b >= NETWORK_CPU_FACE_S for b in budgets)
+
+
 def cpu_config(d: Daemon) -> Config | None:
     """The config of the CPU assembly that swaps while the full one loads, or None where the
     early swap does not apply: ``[pipeline] early_frames`` not ``"swap"``, a stream that does not
-    :func:`qualify <qualifies>`, or a run on the CPU anyway (``--device cpu``, or ``auto`` without
-    CuPy installed). ``d.early_swap``: True hands over whatever the device (tests, measurements:
-    two CPU assemblies), False never."""
+    :func:`qualify <qualifies>`, a swap network under a latency budget it cannot keep on the CPU
+    (:func:`keeps_budget`: the early frames are pixelated, the GPU's load starts at once), or a run
+    on the CPU anyway (``--device cpu``, or ``auto`` without CuPy installed). ``d.early_swap``:
+    True hands over whatever the device and the budget (tests, measurements: two CPU assemblies),
+    False never."""
     cfg = d.cfg
     if cfg.pipeline.early_frames != "swap" or d.early_swap is False:
         return None
     if not all(qualifies(c) for c in (cfg, *(st.cfg for st in d.streams))):
+        return None
+    budgets = [st.budget for st in d.streams] if d.streams else [float(cfg.pipeline.max_latency)]
+    if d.early_swap is not True and not keeps_budget(cfg, budgets):
+        log.info(
+            "the early frames are pixelated: %s on the CPU takes about %.1f s a face, over the %.0f ms latency budget",
+            cfg.swap.swapper, NETWORK_CPU_FACE_S, 1000 * min(b for b in budgets if b > 0),
+        )  # fmt: skip
         return None
     gpu = cfg.pipeline.device == "cuda" or (cfg.pipeline.device == "auto" and importlib.util.find_spec("cupy") is not None)
     if not gpu and d.early_swap is not True:
@@ -116,6 +146,11 @@ def describe_start(cfg: Config, device: str) -> str:
     (the CPU, or ``early_frames`` other than ``"swap"``)."""
     if device != "cuda" or cfg.pipeline.early_frames != "swap":
         return ""
+    if qualifies(cfg) and not keeps_budget(cfg, [float(cfg.pipeline.max_latency)]):
+        return (
+            f"live runs publish pixelated frames while the GPU loads ({cfg.swap.swapper} on the CPU takes about "
+            f"{NETWORK_CPU_FACE_S:.1f} s a face, over the {float(cfg.pipeline.max_latency) * 1000:.0f} ms latency budget)"
+        )
     if qualifies(cfg):
         return "live runs swap their first frames on the CPU (NumPy, onnxruntime) while the GPU loads, then switch to it"
     from vcam.runtime.roles import model_names
@@ -363,4 +398,4 @@ class Race:
             self._idle.set()
 
 
-__all__ = ["CPU_ROLES", "EarlySwap", "Race", "cpu_config", "describe_start", "qualifies"]
+__all__ = ["CPU_ROLES", "NETWORK_CPU_FACE_S", "EarlySwap", "Race", "cpu_config", "describe_start", "keeps_budget", "qualifies"]

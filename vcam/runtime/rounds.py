@@ -383,6 +383,8 @@ class Rounds:
             s.first_frame_s = process.age()
         s.early_frames += 1
         s.latencies_ms.append((st.last_pub - frame.t_capture) * 1000.0)
+        if st.live is not None:  # an early swap's CPU frames: the status line counts the early ones too
+            st.live.published_early(frame.t_capture, st.last_pub)
         s.early_late += int(st.budget > 0 and now - frame.t_capture > st.budget)
         return True
 

@@ -91,6 +91,7 @@ class Started:
     locks: LockSet | None = None
     loaded: Loaded | None = None
     early: Any = None  # a vcam.runtime.early_swap.EarlySwap (the layer above) under way, else None
+    ahead: Ahead | None = None  # the models built from the start (a live run without an early swap)
     telemetry: Telemetry | None = None
     degrader: Degrader | None = None
     loading: threading.Thread | None = None
@@ -156,6 +157,11 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
         if not given_output:
             recording.refuse_overwriting_input(st.cfg.output.target, st.cfg.capture.input)
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
+    if early_frames(d):  # a live run: its models build from here, beside the sources and outputs opening
+        up.early = d.plan_early_swap(up)
+        if up.early is None:
+            up.ahead = up.opened.add(Ahead(d))
+    for st in d.streams:
         st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
         up.opened.add_current(partial(getattr, st, "source"))  # a resume may reopen it (vcam.runtime.pause)
         st.summary.frames_total = frames_to_convert(st.source, st.delivery, max_frames)
@@ -320,25 +326,33 @@ def load(d: Daemon, up: Started) -> None:
     the recogniser meanwhile builds it at once."""
     if d.load_delay:
         time.sleep(d.load_delay)
-    loaded = prepare(d, d.cfg)
+    loaded = prepare(d, d.cfg, ahead=up.ahead)
     if loaded is not None:
         adopt(d, up, loaded)
 
 
 def prepare(
-    d: Daemon, cfg: Config, *, faces: bool = True, hold: bool = True, threads: int = 0, short_lived: bool = False
+    d: Daemon,
+    cfg: Config,
+    *,
+    faces: bool = True,
+    hold: bool = True,
+    threads: int = 0,
+    short_lived: bool = False,
+    ahead: Ahead | None = None,
 ) -> Loaded | None:
     """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
     :mod:`vcam.runtime.early_swap`), touching no stream: it may run while the frame loop runs other
     pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
     hold the engines' background work until the first frame; ``threads``: the CPU threads of a
     model call on onnxruntime (0: one per core); ``short_lived``: the assembly swaps for seconds
-    (:func:`vcam.runtime.assemble.build`). None when stopped meanwhile."""
+    (:func:`vcam.runtime.assemble.build`); ``ahead``: the assembly built from the start (:class:`Ahead`),
+    taken where it was built for ``cfg``. None when stopped meanwhile."""
     from vcam.engines.gate import BACKGROUND
 
     release = BACKGROUND.hold() if hold else None
     try:
-        loaded = _prepare(d, cfg, faces=faces, threads=threads, short_lived=short_lived)
+        loaded = _prepare(d, cfg, faces=faces, threads=threads, short_lived=short_lived, ahead=ahead)
     except BaseException:
         if release is not None:
             release()
@@ -378,31 +392,30 @@ def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
     log.info("models: %s", d.summary.models)
 
 
-def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False) -> Loaded | None:
+def _prepare(
+    d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False, ahead: Ahead | None = None
+) -> Loaded | None:
     from vcam.runtime import assemble
 
     first = d.streams[0]
     assert first.source is not None
     loaded_opened = Opened()
     t0 = time.perf_counter()
-    asm = assemble.build(cfg, fps=first.source.fps or cfg.capture.fps, threads=threads, short_lived=short_lived)
+    fps = first.source.fps or cfg.capture.fps
+    taken = ahead is not None and ahead.cfg is cfg and threads == 0 and not short_lived and faces
+    if taken:
+        assert ahead is not None
+        asm, watcher = ahead.take(fps)
+        t0 = ahead.t0
+    else:
+        asm = assemble.build(cfg, fps=fps, threads=threads, short_lived=short_lived)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return None
     t1 = time.perf_counter()
-    if not faces:
-        pass
-    elif not d.state.names:
-        watcher = assemble.load_faces(
-            asm,
-            d.state,
-            demo_input=first.cfg.capture.input == "demo",
-            source=first.cfg.swap.source,
-            others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
-        )
-        watcher.start()
+    if not taken:
+        watcher = load_faces(d, asm) if faces else None
+    if watcher is not None:
         loaded_opened.add(watcher)
-    else:  # faces given with the state (tests, embedding): every stream gets them
-        assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
     t2 = time.perf_counter()
     loaded = Loaded(asm, opened=loaded_opened)
     for st in d.streams:
@@ -436,6 +449,78 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
     return loaded
 
 
+def load_faces(d: Daemon, asm: Assembly) -> Any:
+    """The faces into the streams' states (from the config's sources, the demo's own face for the
+    demo) with their watcher started, or, where the daemon's state has faces already (tests,
+    embedding), those shared with every stream (None then)."""
+    from vcam.runtime import assemble
+
+    first = d.streams[0]
+    if d.state.names:
+        assemble.share_faces(d.state, [st.state for st in d.streams[1:]])
+        return None
+    watcher = assemble.load_faces(
+        asm,
+        d.state,
+        demo_input=first.cfg.capture.input == "demo",
+        source=first.cfg.swap.source,
+        others=[(st.state, st.cfg.swap.source, st.cfg.capture.input == "demo") for st in d.streams[1:]],
+    )
+    watcher.start()
+    return watcher
+
+
+class Ahead:
+    """The models of a live run without an early swap (``d.cfg``'s :class:`~vcam.runtime.assemble.Assembly`)
+    and its faces built in a thread (``vcam-build``) from the start of start-up, beside the sources
+    and outputs opening and the command's own imports (on the 2-core CPU machine the load began 0.8-1.4 s after
+    the start, once those were done); :func:`prepare` takes it (:meth:`take`) and goes on with the
+    faces and pipelines. It holds the engines' background work (:data:`vcam.engines.gate.BACKGROUND`)
+    while it builds; closed with the start-up (a failed start waits for the build, so the process
+    never ends inside a native library's load)."""
+
+    def __init__(self, d: Daemon) -> None:
+        from vcam.engines.gate import BACKGROUND
+
+        self.cfg, self.d = d.cfg, d
+        self.t0 = time.perf_counter()
+        self.asm: Assembly | None = None
+        self.watcher: Any = None
+        self.failure: BaseException | None = None
+        self._release = BACKGROUND.hold()
+        self.thread = threading.Thread(target=self._build, name="vcam-build", daemon=True)
+        self.thread.start()
+
+    def _build(self) -> None:
+        from vcam.runtime import assemble
+
+        try:
+            self.asm = assemble.build(self.cfg, fps=self.cfg.capture.fps)
+            if not self.d.should_exit:
+                self.watcher = load_faces(self.d, self.asm)
+        except BaseException as exc:
+            self.failure = exc
+
+    def take(self, fps: float) -> tuple[Assembly, Any]:
+        """The assembly (waited for), at the source's frame rate ``fps``, and its faces' watcher
+        (None: none); the build's error raised."""
+        self.thread.join()
+        self._release()
+        if self.failure is not None:
+            raise self.failure
+        assert self.asm is not None
+        self.asm.at_rate(fps)
+        watcher, self.watcher = self.watcher, None
+        return self.asm, watcher
+
+    def close(self) -> None:
+        if not self.d.should_exit:  # a stop signal ends the process with os._exit: no wait then
+            self.thread.join(60.0)
+        self._release()
+        if self.watcher is not None:  # built, never taken (a failed or stopped start)
+            self.watcher.stop()
+
+
 def start_capture(d: Daemon, up: Started, early: bool) -> None:
     """One capture thread per stream. Early (models still loading): an MJPG frame is decoded on the
     CPU there; the stream's own stage (:func:`capture_stage`) is set once the models are loaded."""
@@ -467,7 +552,7 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
     loop switches to the full one later. False when a stop was requested before the models were
     loaded (the loading thread is left to finish on its own: ``up.loading``)."""
     failure: list[BaseException] = []
-    ho = up.early = d.plan_early_swap(up)
+    ho = up.early
 
     def loading() -> None:
         try:
@@ -517,12 +602,29 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
 LOAD_MODULES = ("numpy", "cv2", "onnxruntime")
 
 
-def import_ahead() -> None:
-    """:data:`LOAD_MODULES` imported in a thread from the command's start, beside the config, the
-    sources and the outputs: the load that follows finds them imported. Not a daemon thread: a
-    command that ends at once (a bad flag) waits for the imports, as an interpreter killing a
-    thread inside onnxruntime's import aborts ("terminate called without an active exception")."""
-    threading.Thread(target=preimport, args=(LOAD_MODULES,), name="vcam-imports").start()
+def import_ahead(modules: tuple[str, ...] = LOAD_MODULES) -> None:
+    """``modules`` (:data:`LOAD_MODULES`) imported in a thread from the command's start, beside the
+    config, the sources and the outputs: the load that follows finds them imported. Not a daemon
+    thread: a command that ends at once (a bad flag) waits for the imports, as an interpreter
+    killing a thread inside onnxruntime's import aborts ("terminate called without an active exception")."""
+    if not modules:
+        return
+    threading.Thread(target=preimport, args=(modules,), name="vcam-imports").start()
+
+
+def gpu_modules(cfg: Config) -> tuple[str, ...]:
+    """What a run of ``cfg`` on a GPU imports first and longest (PyTorch: about 1.8 s on the H200
+    with warm bytecode caches), for :func:`import_ahead` as soon as the config is read: the GPU's
+    load, started later, finds it imported or under way. Nothing on the CPU (``--device cpu``, or
+    ``auto`` without CuPy), with a backend other than PyTorch's, or without PyTorch installed."""
+    import importlib.util
+
+    device, backend = cfg.pipeline.device, cfg.pipeline.backend
+    if device == "cpu" or backend not in ("auto", "torch"):
+        return ()
+    if device == "auto" and importlib.util.find_spec("cupy") is None:
+        return ()
+    return ("torch",) if importlib.util.find_spec("torch") is not None else ()
 
 
 #: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
@@ -534,10 +636,14 @@ def preimport(modules: tuple[str, ...]) -> None:
     import importlib
 
     for name in modules:
+        t0 = time.perf_counter()
         try:
             importlib.import_module(name)
         except Exception as exc:
             log.debug("importing %s ahead failed: %s", name, exc)
+            continue
+        if time.perf_counter() - t0 > 0.2:  # the ones that count: a -v line each (torch, onnxruntime)
+            log.info("imported %s ahead in %.2f s (%.2f s after the start)", name, time.perf_counter() - t0, process.age())
 
 
 def capture_stage(opened: Opened, st: Stream, asm: Assembly) -> tuple[Callable[[Frame], Frame] | None, Any, Any]:
