@@ -136,7 +136,7 @@ def run(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
-    from vcam.runtime.startup import gpu_modules, import_ahead
+    from vcam.runtime.startup import import_ahead
 
     import_ahead()  # the load's libraries, from the start on
     from vcam.config import Duration
@@ -185,7 +185,6 @@ def run(
     if stream and (input is not None or output is not None):
         fail(VcamError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
     cfg = load_config(config, overrides, labels)
-    import_ahead(gpu_modules(cfg))  # PyTorch for the GPU's load, from here on (about 1.8 s of imports)
     if stream:
         from vcam.config_file import parse_streams
 

@@ -159,7 +159,7 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
     if early_frames(d):  # a live run: its models build from here, beside the sources and outputs opening
         up.early = d.plan_early_swap(up)
-        if up.early is None:
+        if up.early is None and not on_gpu(d.cfg):
             up.ahead = up.opened.add(Ahead(d))
     for st in d.streams:
         st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
@@ -612,19 +612,19 @@ def import_ahead(modules: tuple[str, ...] = LOAD_MODULES) -> None:
     threading.Thread(target=preimport, args=(modules,), name="vcam-imports").start()
 
 
-def gpu_modules(cfg: Config) -> tuple[str, ...]:
-    """What a run of ``cfg`` on a GPU imports first and longest (PyTorch: about 1.8 s on the H200
-    with warm bytecode caches), for :func:`import_ahead` as soon as the config is read: the GPU's
-    load, started later, finds it imported or under way. Nothing on the CPU (``--device cpu``, or
-    ``auto`` without CuPy), with a backend other than PyTorch's, or without PyTorch installed."""
+def on_gpu(cfg: Config) -> bool:
+    """Whether a run of ``cfg`` loads its models on a GPU (``--device cuda``, or ``auto`` with CuPy
+    installed). Such a run builds its models after the sources open, in the load's own thread, and
+    imports nothing ahead beside the command: on the H200 (issue 39, 12-s `vcam -v run` of the
+    inswapper) PyTorch imported in a thread from the config's reading and the models built from the
+    start of start-up (:class:`Ahead`) made every step slower (the import 2.55 s against 1.47 s alone,
+    the models 7.7 s against 3.2 s, the first frame at 1.0-2.9 s against 0.4 s): threads importing and
+    building beside each other share one GIL. The CPU run keeps :class:`Ahead` (its first swapped frame
+    sooner)."""
     import importlib.util
 
-    device, backend = cfg.pipeline.device, cfg.pipeline.backend
-    if device == "cpu" or backend not in ("auto", "torch"):
-        return ()
-    if device == "auto" and importlib.util.find_spec("cupy") is None:
-        return ()
-    return ("torch",) if importlib.util.find_spec("torch") is not None else ()
+    device = cfg.pipeline.device
+    return device == "cuda" or (device == "auto" and importlib.util.find_spec("cupy") is not None)
 
 
 #: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
