@@ -72,16 +72,18 @@ def shrink(data: np.ndarray, fmt: PixelFormat, target: int = WIDTH) -> tuple[np.
     return _resize(np.ascontiguousarray(a), sw, sh), sw, sh
 
 
-def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH) -> bytes:
+def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH, quality: int = QUALITY) -> bytes:
     """A shrunk frame -> JPEG bytes ``target`` px wide (the encoder thread's work)."""
     import cv2
 
     from vcam.kernels.convert import to_bgr_cv
 
-    bgr = to_bgr_cv(small, fmt, width, height)
+    bgr = small if PixelFormat(fmt) is PixelFormat.BGR and small.shape == (height, width, 3) else None
+    if bgr is None:
+        bgr = to_bgr_cv(small, fmt, width, height)
     if width != target:
         bgr = cv2.resize(bgr, (target, max(2, round(height * target / width))), interpolation=cv2.INTER_AREA)
-    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, QUALITY])
+    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality])
     return buf.tobytes() if ok else b""
 
 
