@@ -146,6 +146,21 @@ class DaemonBackend:
         log.info("face '%s' removed from the panel", name)
 
 
+def obs_source_address(cfg: Any) -> tuple[str, int, int]:
+    """The direct OBS source's URL and size for `vcam obs setup`: the running daemon's (its panel
+    file), else what a run of ``cfg`` will serve (``[panel]`` host and port, the key kept beside
+    the control socket, made now when missing, ``[capture]`` size)."""
+    from vcam.panel.access import load_source_key, read_panel_file
+
+    data = read_panel_file(cfg.panel_file) or {}
+    if isinstance(data.get("source_url"), str):
+        return data["source_url"], int(data.get("width") or cfg.capture.width), int(data.get("height") or cfg.capture.height)
+    host = "127.0.0.1" if cfg.panel.host in ("0.0.0.0", "::", "") else cfg.panel.host
+    scheme = "https" if cfg.panel.tls_cert and cfg.panel.tls_key else "http"
+    base = f"{scheme}://{f'[{host}]' if ':' in host else host}:{cfg.panel.port}"
+    return source_url(base, load_source_key(cfg.source_key_file)), cfg.capture.width, cfg.capture.height
+
+
 def source_facts(d: Any, server: Any) -> dict:
     """The OBS source's URL and size for the panel file (`vcam obs setup` reads them); {} when off."""
     if not server.source_key:
