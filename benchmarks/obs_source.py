@@ -157,8 +157,10 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
                     time.sleep(seconds)
                 row["fps"] = (summary.frames_out - n0) / (time.perf_counter() - t0)
                 rows.append(row)
-                log(f"  round {r + 1} source {'on ' if on else 'off'}: {row['fps']:.1f} fps" + (
-                    f", shown {row['shown']}/{row['published']}, p50 {row['p50_ms']:.0f} ms" if on else ""))
+                log(
+                    f"  round {r + 1} source {'on ' if on else 'off'}: {row['fps']:.1f} fps"
+                    + (f", shown {row['shown']}/{row['published']}, p50 {row['p50_ms']:.0f} ms" if on else "")
+                )
     finally:
         page.quit()
         d.stop()
