@@ -129,6 +129,7 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         {
             "capture": {"input": "demo", "width": width, "height": height, "pacing": "realtime"},
             "pipeline": {"device": "cpu", "max_latency": 0},
+            "degrade": {"enabled": False},  # the swap stays on in every segment: the modes compare
             "output": {"target": "obs-source"},
             "control": {"socket": str(folder / "vcam.sock")},
             "panel": {"port": 0},
@@ -145,7 +146,10 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         d.start()
         if not stamper.ready.wait(120):
             raise RuntimeError("the daemon announced no OBS source")
-        time.sleep(2.0)  # past the first frames
+        end = time.monotonic() + 120.0
+        while d.assembly is None and time.monotonic() < end:  # the models in use: past the early frames
+            time.sleep(0.1)
+        time.sleep(3.0)
         summary = d.streams[0].summary
         for r in range(rounds):
             for on in (False, True) if r % 2 == 0 else (True, False):
@@ -164,6 +168,7 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
     finally:
         page.quit()
         d.stop()
+    tap = d.up.panel.panel.source  # what the source's encoder did with the frames offered
     ons, offs = [x for x in rows if x["on"]], [x for x in rows if not x["on"]]
     fps_on, fps_off = float(np.median([x["fps"] for x in ons])), float(np.median([x["fps"] for x in offs]))
     return {
@@ -177,6 +182,9 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         "fps_on": fps_on,
         "fps_off": fps_off,
         "fps_ratio": fps_on / fps_off if fps_off else 0.0,
+        "offered": tap.offered,
+        "replaced": tap.replaced,  # by a newer frame before the encoder was free
+        "stale": tap.stale,  # overwritten in the ring before the encoder copied them
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
 
@@ -201,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'daemon fps, source off':28}{res['fps_off']:>10.1f}")
     print(f"{'daemon fps, source on':28}{res['fps_on']:>10.1f}")
     print(f"{'fps on / off':28}{res['fps_ratio']:>10.3f}")
+    print(f"offered to the encoder {res['offered']}, replaced by a newer one {res['replaced']}, stale {res['stale']}")
     print(f"(1-min load average at the end: {res['load_average']})")
     return write_report(args.json, res)
 

@@ -288,7 +288,7 @@ class MaskConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, or null.")
+    target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, null, or obs-source (an OBS Browser Source).")
     device_name: str = _opt("FastSwap Cam", "Virtual camera name (Linux: the v4l2loopback card label).")
     backend: Literal["auto", "v4l2loopback", "unitycapture", "obs"] = _opt(
         "auto",

@@ -60,7 +60,7 @@ def obs_setup(
         False,
         "--add-obs-source",
         help="Also add the direct OBS source (a Browser Source on vcam's frames) to the current scene; "
-        'on by itself with \\[obs] source = true or [output] target = "obs-source".',
+        'on by itself with \\[obs] source = true or \\[output] target = "obs-source".',
     ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
