@@ -77,6 +77,7 @@ class Stamper:
 
     def __init__(self, d: Any) -> None:
         self.d, self.published, self.url = d, {}, ""
+        self.tap_us: list[float] = []
         self.ready = threading.Event()
 
     def announce(self, line: str) -> None:
@@ -89,7 +90,9 @@ class Stamper:
             n = len(self.published) + 1
             stamp(data, n)
             self.published[n] = time.time()
-            tap(st, data)
+            t0 = time.perf_counter()
+            tap(st, data)  # the panel's preview and the source's offer: the frame thread's share
+            self.tap_us.append((time.perf_counter() - t0) * 1e6)
 
         self.d.rounds.tap = stamped
         self.ready.set()
@@ -153,13 +156,15 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         summary = d.streams[0].summary
         for r in range(rounds):
             for on in (False, True) if r % 2 == 0 else (True, False):
-                t0, n0 = time.perf_counter(), summary.frames_out
+                t0, n0, k0 = time.perf_counter(), summary.frames_out, len(stamper.tap_us)
                 row: dict[str, Any] = {"on": on}
                 if on:
                     row |= on_segment(page, stamper.url, seconds, stamper.published)
                 else:
                     time.sleep(seconds)
                 row["fps"] = (summary.frames_out - n0) / (time.perf_counter() - t0)
+                taps = np.asarray(stamper.tap_us[k0:] or [0.0])
+                row["tap_mean_us"], row["tap_max_us"] = float(taps.mean()), float(taps.max())
                 rows.append(row)
                 log(
                     f"  round {r + 1} source {'on ' if on else 'off'}: {row['fps']:.1f} fps"
@@ -182,9 +187,14 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         "fps_on": fps_on,
         "fps_off": fps_off,
         "fps_ratio": fps_on / fps_off if fps_off else 0.0,
+        "tap_mean_us_on": float(np.median([x["tap_mean_us"] for x in ons])),
+        "tap_mean_us_off": float(np.median([x["tap_mean_us"] for x in offs])),
+        "tap_max_us_on": max(x["tap_max_us"] for x in ons),
         "offered": tap.offered,
         "replaced": tap.replaced,  # by a newer frame before the encoder was free
         "stale": tap.stale,  # overwritten in the ring before the encoder copied them
+        "encoded": max(f.version for f in tap.frames.values()) if tap.frames else 0,
+        "sent": tap.sent,  # parts the page was sent (a repeat of a still picture counts)
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
 
@@ -209,7 +219,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'daemon fps, source off':28}{res['fps_off']:>10.1f}")
     print(f"{'daemon fps, source on':28}{res['fps_on']:>10.1f}")
     print(f"{'fps on / off':28}{res['fps_ratio']:>10.3f}")
-    print(f"offered to the encoder {res['offered']}, replaced by a newer one {res['replaced']}, stale {res['stale']}")
+    taps = f"(off: {res['tap_mean_us_off']:.0f}; max on {res['tap_max_us_on']:.0f})"
+    print(f"{'tap on the frame thread us':28}{res['tap_mean_us_on']:>10.0f} {taps}")
+    print(f"offered to the encoder {res['offered']}, replaced by a newer one {res['replaced']}, stale {res['stale']},")
+    print(f"encoded {res['encoded']}, sent to the page {res['sent']}")
     print(f"(1-min load average at the end: {res['load_average']})")
     return write_report(args.json, res)
 

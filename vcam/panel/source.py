@@ -63,6 +63,7 @@ class SourceTap:
         self.offered = 0  # frames noted for the encoder
         self.replaced = 0  # noted frames a newer one replaced before the encoder took them
         self.stale = 0  # frames overwritten while the encoder copied them (dropped)
+        self.sent = 0  # parts written to readers, all of them together
 
     # -- the frame loop's side -----------------------------------------------------------------
     def offer(
@@ -117,6 +118,7 @@ class SourceTap:
                         f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\n"
                         f"X-Vcam-Published: {frame.published:.6f}\r\n\r\n"
                     )
+                    self.sent += 1
                     yield head.encode() + frame.jpeg + b"\r\n"
                 quiet += 1
                 if hub.count == fired:
