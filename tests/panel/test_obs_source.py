@@ -139,3 +139,20 @@ def test_a_browser_shows_the_published_frames_without_slowing_the_daemon(tmp_pat
     assert res["shown_ratio"] >= 0.6, res  # the target, 95 % at 1080p30, is measured by the benchmark
     assert res["fps_ratio"] >= 0.7, res  # within 5 % in the benchmark (0.90-1.32 on a loaded 2-core machine)
     assert 0 < res["p50_ms"] < seconds * 1000 / 4, res  # shown after it was published, well within the segment
+
+
+def test_obs_source_output_is_a_live_run_and_needs_the_panel(tmp_path, caplog):
+    from vcam.runtime import startup
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    base = {"capture": {"input": "demo", "width": 160, "height": 120}, "control": {"socket": str(run / "vcam.sock")}}
+    null = Daemon(build({**base, "output": {"target": "null"}}))
+    assert startup.standalone(null) and not null.cfg.obs_source
+    cfg = build({**base, "output": {"target": "obs-source"}, "panel": {"enabled": False}})
+    d = Daemon(cfg, panel=True)
+    assert not startup.standalone(d) and cfg.obs_source  # it takes the control socket, as the camera does
+    with caplog.at_level("WARNING"):
+        summary = d.run(max_frames=3)
+    assert summary.error is None and summary.frames_out == 3
+    assert "the OBS source is off: the panel's server serves it, and the panel is off" in caplog.text
