@@ -8,9 +8,7 @@ nobody watches a stream that is one dictionary lookup. While someone does, the o
 frame (the newest replaces one not yet taken: no queue) and wakes the encoder thread, which copies
 it out of the pipeline's output ring, checks the ring did not move past it meanwhile (a frame
 overwritten while copied is dropped, ``stale``, never shown torn), converts it to BGR and
-JPEG-encodes it (OpenCV's libjpeg-turbo; the GIL is released while it encodes). That thread runs
-at a lower priority (Linux), so its wake-up at each frame does not take the frame loop's core on a
-busy machine. The frame loop never
+JPEG-encodes it (OpenCV's libjpeg-turbo; the GIL is released while it encodes). The frame loop never
 waits for the encoder, a reader or a lock held by either. Readers get the newest JPEG; one that is
 slower than the stream skips frames, it never makes a backlog.
 """
