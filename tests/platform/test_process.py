@@ -91,21 +91,3 @@ def test_stop_group_ends_the_child_and_its_own_children():
     finally:
         if child.poll() is None:
             child.kill()
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads have a priority of their own on Linux only")
-def test_a_helper_thread_lowers_its_own_priority_only():
-    import threading
-
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    seen: list[tuple[bool, int]] = []
-
-    def helper() -> None:
-        tid = threading.get_native_id()
-        seen.append((process.yield_to_others(5), os.getpriority(os.PRIO_PROCESS, tid)))
-
-    t = threading.Thread(target=helper)
-    t.start()
-    t.join()
-    assert seen == [(True, min(19, before + 5))]
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the caller's own is kept

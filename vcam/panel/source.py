@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from vcam.panel.preview import encode, shrink
-from vcam.platform import process
 from vcam.types import PixelFormat
 
 log = logging.getLogger(__name__)
@@ -150,7 +149,6 @@ class SourceTap:
         return None
 
     def _run(self) -> None:
-        process.yield_to_others()  # woken at each frame: never at the frame loop's expense
         while not self._stop.is_set():
             taken = self._take()
             if taken is None:

@@ -105,19 +105,3 @@ def stop_group(proc: subprocess.Popen, *, kill: bool = False) -> None:
             os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
         except ProcessLookupError:
             pass
-
-
-def yield_to_others(niceness: int = 10) -> bool:
-    """Lower the calling thread's scheduling priority by ``niceness`` (Linux: each thread has its
-    own nice value), so that a helper thread (an encoder) woken by the frame loop does not take the
-    loop's core from it; False where threads have no priority of their own or it is refused."""
-    if not sys.platform.startswith("linux") or not hasattr(os, "setpriority"):
-        return False
-    import threading
-
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + niceness))
-    except OSError:
-        return False
-    return True
