@@ -17,7 +17,7 @@ with the time it was first seen. In one run, alternating (off, on, on, off, ...)
 Per mode: the daemon's published frames per second. Per ``on`` segment: frames shown / frames
 published between the first and the last number seen, and publish-to-shown p50/p95 (the page's
 clock and the daemon's are the same machine's). Prints a table and writes JSON. ``measure`` is what
-tests/panel/test_obs_source_browser.py runs, shorter and smaller.
+tests/panel/test_panel_source.py runs, shorter and smaller.
 """
 
 from __future__ import annotations
