@@ -156,3 +156,29 @@ def test_obs_source_output_is_a_live_run_and_needs_the_panel(tmp_path, caplog):
         summary = d.run(max_frames=3)
     assert summary.error is None and summary.frames_out == 3
     assert "the OBS source is off: the panel's server serves it, and the panel is off" in caplog.text
+
+
+def test_a_run_without_the_source_serves_none_and_keeps_no_key(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    cfg = build(
+        {
+            "capture": {"input": "demo", "width": 160, "height": 120},
+            "output": {"target": "null"},
+            "control": {"socket": str(run / "vcam.sock")},
+            "panel": {"port": 0},
+        }
+    )
+    lines: list[str] = []
+    d = Daemon(cfg, output=open_output(cfg.output, 160, 120, 30.0), panel=True, announce=lines.append)
+    d.start()
+    try:
+        end = time.monotonic() + 120
+        while not lines and time.monotonic() < end:
+            time.sleep(0.05)
+        base = lines[0].split(": ", 1)[1].split("/#token=")[0]
+        status, body = _get(f"{base}/obs/source?key=anything")
+        assert status == 401 and b"the OBS source is off in this run" in body
+    finally:
+        d.stop()
+    assert not any(x.startswith("OBS source") for x in lines) and not (run / "vcam.sock.sourcekey").exists()

@@ -215,7 +215,7 @@ def start_panel(d: Any, up: Any) -> Any:
             pairing_key=load_pairing_key(path.with_name(path.name + "key") if up.locks is not None else None),
             # the OBS Browser Source's key, kept across runs like the pairing key (its URL is in OBS's scene)
             source=SourceTap() if d.cfg.obs_source else None,
-            source_key=load_source_key(d.cfg.source_key_file if up.locks is not None else None),
+            source_key=load_source_key(d.cfg.source_key_file if up.locks is not None else None) if d.cfg.obs_source else None,
         )
         server.start()
     except VcamError as exc:
