@@ -7,7 +7,8 @@ frame enhancer), ``python -m benchmarks.predict`` (:mod:`.predict`, swapping wit
 time and accuracy), ``python -m benchmarks.startup`` (:mod:`.startup`, start-up time) and
 ``python -m benchmarks.control`` (:mod:`.control`, control clients against a running daemon) and
 ``python -m benchmarks.panel`` (:mod:`.panel`, what the control panel costs the frame loop);
-``python -m benchmarks.idle_connections`` and ``python -m benchmarks.soak`` (issue 27)."""
+``python -m benchmarks.idle_connections`` and ``python -m benchmarks.soak`` (issue 27);
+``python -m benchmarks.obs_source`` (:mod:`.obs_source`, the direct OBS source in Chromium)."""
 
 from __future__ import annotations
 

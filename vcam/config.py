@@ -288,7 +288,7 @@ class MaskConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, or null.")
+    target: str = _opt("vcam", "Where frames go: vcam, file:PATH, window, null, or obs-source (an OBS Browser Source).")
     device_name: str = _opt("FastSwap Cam", "Virtual camera name (Linux: the v4l2loopback card label).")
     backend: Literal["auto", "v4l2loopback", "unitycapture", "obs"] = _opt(
         "auto",
@@ -424,6 +424,12 @@ class ObsConfig:
     password_env: str = _opt("VCAM_OBS_PASSWORD", "Environment variable read for the password.")
     scene: str = _opt("FastSwap Faces", "Scene holding one image source per face.")
     status_source: str = _opt("FastSwap Status", "Text source updated with face, fps and latency ('' : off).")
+    source: bool = _opt(
+        False,
+        "Serve the published frames to an OBS Browser Source (MJPEG on the panel's server, full size and rate; "
+        "`vcam obs setup` adds the source): OBS shows vcam without a virtual camera. `--output obs-source` does "
+        "this and publishes no virtual camera.",
+    )
     audio_sync: list[str] = _opt(
         [],
         "OBS audio inputs (e.g. 'Mic/Aux') whose sync offset vcam keeps at the video's delay: its measured "
@@ -539,6 +545,18 @@ class Config:
         """Where a running daemon keeps its panel URL and token (mode 0600, beside the control socket)."""
         sock = self.socket_path
         return sock.with_name(sock.name + ".panel")
+
+    @property
+    def source_key_file(self) -> Path:
+        """Where the OBS source's key is kept across runs (mode 0600, beside the control socket)."""
+        sock = self.socket_path
+        return sock.with_name(sock.name + ".sourcekey")
+
+    @property
+    def obs_source(self) -> bool:
+        """Whether a run serves the direct OBS source: ``[obs] source``, or a stream's output is
+        ``obs-source``."""
+        return self.obs.source or any((s.output.target or "").strip().lower() == "obs-source" for _, s in self.per_stream())
 
     def replace(self, **sections: Any) -> Config:
         return dataclasses.replace(self, **sections)

@@ -55,12 +55,13 @@ def test_a_registered_output_is_opened_by_name_with_its_argument(tally):
 def test_unknown_targets_list_every_registered_output(tally):
     with pytest.raises(OutputError) as ei:
         open_output(OutputConfig(target="screen"), 32, 32, 30.0)
-    assert ei.value.hint == "use one of: vcam, file:PATH (.mp4, .mkv, .mov), window, null, or tally"
+    assert ei.value.hint == "use one of: vcam, file:PATH (.mp4, .mkv, .mov), window, null, obs-source, or tally"
 
 
 def test_unknown_target_message_without_extra_outputs():
     with pytest.raises(
-        OutputError, match=r"unknown output 'screen' \(use one of: vcam, file:PATH \(.mp4, .mkv, .mov\), window, or null\)"
+        OutputError,
+        match=r"unknown output 'screen' \(use one of: vcam, file:PATH \(.mp4, .mkv, .mov\), window, null, or obs-source\)",
     ):
         open_output(OutputConfig(target="screen"), 32, 32, 30.0)
 
@@ -72,8 +73,8 @@ def test_register_refuses_names_a_target_cannot_carry(name):
 
 
 def test_the_builtin_outputs_are_registered():
-    assert list(OUTPUTS)[:4] == ["vcam", "file", "window", "null"]
-    assert publish.target_forms() == "vcam, file:PATH (.mp4, .mkv, .mov), window, or null"
+    assert list(OUTPUTS)[:5] == ["vcam", "file", "window", "null", "obs-source"]
+    assert publish.target_forms() == "vcam, file:PATH (.mp4, .mkv, .mov), window, null, or obs-source"
 
 
 def test_every_protocol_member_has_its_default(tmp_path: Path):

@@ -466,7 +466,7 @@ def test_null_output_counts_and_checks():
 def test_unknown_target_lists_the_valid_forms():
     with pytest.raises(OutputError, match=r"unknown output 'screen'") as ei:
         open_output(OutputConfig(target="screen"), 32, 32, 30.0)
-    assert ei.value.hint == "use one of: vcam, file:PATH (.mp4, .mkv, .mov), window, or null"
+    assert ei.value.hint == "use one of: vcam, file:PATH (.mp4, .mkv, .mov), window, null, or obs-source"
 
 
 def test_window_without_a_display(monkeypatch):

@@ -56,11 +56,21 @@ def obs_setup(
     add_camera_source: bool = typer.Option(
         False, "--add-camera-source", help="Also add a Video Capture Device source for the virtual camera to the current scene."
     ),
+    add_obs_source: bool = typer.Option(
+        False,
+        "--add-obs-source",
+        help="Also add the direct OBS source (a Browser Source on vcam's frames) to the current scene; "
+        'on by itself with \\[obs] source = true or \\[output] target = "obs-source".',
+    ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Create the "FastSwap Faces" scene (one source per face) and one per mapped person; print the
-    hotkeys. With several streams in the config, one "FastSwap Faces (NAME)" scene per stream."""
-    from vcam.control.obs_scene import connect, setup_scene
+    hotkeys. With several streams in the config, one "FastSwap Faces (NAME)" scene per stream.
+    With the direct OBS source on, add its Browser Source ("FastSwap Source") to the current scene."""
+    from urllib.parse import urlencode
+
+    from vcam.control.obs_scene import BROWSER_SOURCE, add_browser_source, connect, setup_scene
+    from vcam.runtime.panel import obs_source_address
 
     cfg = None
     try:
@@ -96,6 +106,12 @@ def obs_setup(
                         targets=map_targets(cfg),
                     )
                 )
+                if add_obs_source or cfg.obs_source:
+                    url, width, height = obs_source_address(cfg)
+                    if len(streams) > 1:
+                        url += "&" + urlencode({"stream": name})
+                    label = BROWSER_SOURCE if len(streams) == 1 else f"{BROWSER_SOURCE} ({name})"
+                    add_browser_source(client, reports[-1], url, width, height, label)
         finally:
             client.disconnect()
     except Exception as exc:

@@ -83,7 +83,7 @@ def _print_summaries(daemon: Any, summary: Any, several: bool) -> None:
 @app.command()
 def run(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="webcam[:N] | PATH (video or image) | demo | pattern"),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="vcam | file:PATH | window | null"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="vcam | file:PATH | window | null | obs-source"),
     face: Optional[str] = typer.Option(None, "--face", "-f", help="Source face: a face-bank NAME or a photo PATH."),
     pick: Optional[int] = typer.Option(
         None, "--pick", "-k", min=1, help="Which face of a --face photo holding several (1 = leftmost)."

@@ -27,6 +27,12 @@ SWAP_SOURCE = "FastSwap: Swap"
 PAUSE_SOURCE = "FastSwap: Pause"  # shown: paused (the camera closed, a still card out)
 CAMERA_SOURCE = "FastSwap Cam"
 TEXT_KIND = "text_ft2_source_v2"
+BROWSER_SOURCE = "FastSwap Source"  # the direct OBS source: a Browser Source on vcam's MJPEG
+BROWSER_KIND = "browser_source"
+NO_BROWSER = (
+    "OBS has no Browser Source (its browser plugin is not loaded; Debian's own OBS package has none, OBS's "
+    "Flatpak and PPA builds do)"
+)
 REPLY_KEY = "vcam_reply"
 MAX_EVENT_DEPTH = 64  # deeper websocket messages are dropped before obsws-python parses them
 
@@ -397,6 +403,21 @@ def setup_scene(
                 f"'{camera_name}' has no device yet: start `vcam run`, then pick the device in the source's properties"
             )
     return report
+
+
+def add_browser_source(client, report: SetupReport, url: str, width: int, height: int, name: str = BROWSER_SOURCE) -> bool:
+    """Add (or point again) the Browser Source ``name`` showing the direct OBS source at ``url``,
+    ``width`` x ``height`` px, to the current program scene; False, with a note saying so and how
+    to add it by hand, when this OBS has no Browser Source."""
+    kinds = client.get_input_kind_list(False).input_kinds
+    if BROWSER_KIND not in kinds and _input_kind(client, name) is None:
+        report.notes.append(f"{NO_BROWSER}: '{name}' not added. Once it has one: + -> Browser, URL {url}, {width}x{height}")
+        return False
+    # the page's own rate follows the frames it gets; OBS's default CSS leaves a transparent page
+    where = {"url": url, "width": width, "height": height}
+    current = client.get_current_program_scene().current_program_scene_name
+    _ensure_input(client, report, current, name, BROWSER_KIND, {**where, "reroute_audio": False}, True, update=where)
+    return True
 
 
 def _setup_map_scene(

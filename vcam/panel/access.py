@@ -29,6 +29,13 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
 - the Host header must name the panel's own address (127.0.0.1, localhost, ::1 or the configured
   host, with its port): a page on another name that resolves to 127.0.0.1 (DNS rebinding) gets 403;
 - a request that changes anything is a POST, and an ``Origin``, when sent, must be the panel's own;
+- the direct OBS source (``/obs/source``, :mod:`vcam.panel.source`) is opened by an OBS Browser
+  Source, which can send neither a header nor a first message: its URL carries a key of its own in
+  the query (``?key=...``), separate from the token, which grants that picture and nothing else
+  (no setting, no face, no state). It is kept across runs in ``<control socket>.sourcekey`` (mode
+  0600), so the Browser Source's URL, stored in OBS's scene collection, survives restarts;
+  removing the file makes a new key (then `vcam obs setup` again). A page of another origin that
+  learned it still cannot show the picture in an ``<img>`` (same-origin resource policy) or read it;
 - no CORS headers at all; every answer says ``Cache-Control: no-store``, ``Referrer-Policy:
   no-referrer``, ``Cross-Origin-Resource-Policy: same-origin`` (no page of another port shows the
   preview or a thumbnail in an ``<img>``), ``X-Frame-Options: DENY`` and a Content-Security-Policy
@@ -97,9 +104,11 @@ def new_token(previous: str | None = None) -> str:
     return secrets.token_urlsafe(32)
 
 
-def write_panel_file(path: Path, url: str, token: str) -> None:
-    """``{"url", "token", "pid"}`` into ``path``, mode 0600 from creation on, replaced atomically."""
-    files.write_private(path, (json.dumps({"url": url, "token": token, "pid": os.getpid()}) + "\n").encode())
+def write_panel_file(path: Path, url: str, token: str, **extra: object) -> None:
+    """``{"url", "token", "pid"}`` (and ``extra``: the OBS source's ``source_url``, ``width``,
+    ``height``) into ``path``, mode 0600 from creation on, replaced atomically."""
+    data = {"url": url, "token": token, "pid": os.getpid(), **extra}
+    files.write_private(path, (json.dumps(data) + "\n").encode())
 
 
 def read_panel_file(path: Path) -> dict | None:
@@ -165,6 +174,7 @@ def url_with_token(base: str, token: str) -> str:
 
 PUBLIC = ("/", "/static/panel.js", "/static/panel.css", "/favicon.ico")  # the page shell: no secret in it
 PAIRING = ("/api/hello", "/api/resume")  # the proofs stand for the token there
+SOURCE = "/obs/source"  # the direct OBS source: its own key in the query (see the module docstring)
 
 
 class Pairing:
@@ -206,6 +216,16 @@ class Pairing:
         return self.token if hmac.compare_digest(want.encode(), proof.encode()) else None
 
 
+def source_url(base: str, key: str) -> str:
+    """The direct OBS source's URL for a Browser Source (the key in the query: see the module docstring)."""
+    return f"{base}/obs/source?{urlencode({'key': key})}"
+
+
+def load_source_key(path: Path | None) -> str:
+    """The OBS source's key kept in ``path`` (as :func:`load_pairing_key` keeps the pairing key)."""
+    return load_pairing_key(path)
+
+
 def load_pairing_key(path: Path | None) -> str:
     """The pairing key kept in ``path`` (made there, mode 0600, when missing or not the user's
     own); a key for this run alone when ``path`` is None or cannot be written."""
@@ -229,8 +249,12 @@ def load_pairing_key(path: Path | None) -> str:
 class Guard:
     """ASGI middleware enforcing the module docstring's rules before ``app`` sees a request."""
 
-    def __init__(self, app, token: str, hosts: set[str], port: int) -> None:
+    def __init__(self, app, token: str, hosts: set[str], port: int, source_key: str | None = None) -> None:
         self.app, self.token, self.hosts = app, token.encode(), {h.lower() for h in hosts}
+        self.source_key = source_key.encode() if source_key else None
+
+    def _source_ok(self, given: str | None) -> bool:
+        return bool(self.source_key and given) and hmac.compare_digest(str(given).encode(), self.source_key or b"")
 
     def _ok(self, given: str | bytes | None) -> bool:
         if not given:
@@ -264,7 +288,11 @@ class Guard:
                 if not self._ok(query["token"]):
                     return await _plain(send, 401, "unauthorized: the token is wrong (this run's URL: `vcam panel`)")
                 return await _plain(send, 303, "", [(b"location", ("/#" + urlencode({"token": query["token"]})).encode())])
-            if path not in PUBLIC and not self._ok(headers.get(HEADER.encode())):
+            if path == SOURCE:
+                if not self._source_ok(query.get("key")):
+                    why = "the OBS source is off in this run" if self.source_key is None else "its key is wrong"
+                    return await _plain(send, 401, f"unauthorized: {why} (`vcam obs setup` sets the Browser Source's URL)")
+            elif path not in PUBLIC and not self._ok(headers.get(HEADER.encode())):
                 return await _plain(send, 401, "unauthorized: open the panel with the URL `vcam panel` prints")
         elif method == "POST":
             origin = headers.get(b"origin")

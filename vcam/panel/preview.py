@@ -93,16 +93,20 @@ def _scaled(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target
 
     from vcam.kernels.convert import to_bgr_cv
 
-    bgr = to_bgr_cv(small, fmt, width, height)
+    bgr = small if PixelFormat(fmt) is PixelFormat.BGR and small.shape == (height, width, 3) else None
+    if bgr is None:
+        bgr = to_bgr_cv(small, fmt, width, height)
     if width != target:
         bgr = cv2.resize(bgr, (target, max(2, round(height * target / width))), interpolation=cv2.INTER_AREA)
     return bgr
 
 
-def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH, before: Any = None) -> bytes:
+def encode(
+    small: np.ndarray, fmt: PixelFormat, width: int, height: int, target: int = WIDTH, before: Any = None, quality: int = QUALITY
+) -> bytes:
     """A shrunk frame -> JPEG bytes ``target`` px wide (the encoder thread's work). ``before``: a
     kept input frame ``(seq, (shrunk, w, h), format, mirrored, when kept)`` put on its left (before/after: the
-    JPEG is twice as wide)."""
+    JPEG is twice as wide); ``quality``: the JPEG quality (the OBS source's is higher)."""
     import cv2
 
     bgr = _scaled(small, fmt, width, height, target)
@@ -112,7 +116,7 @@ def encode(small: np.ndarray, fmt: PixelFormat, width: int, height: int, target:
         if left.shape[0] != bgr.shape[0]:  # another aspect (an early swap's frames): the right height
             left = cv2.resize(left, (target, bgr.shape[0]), interpolation=cv2.INTER_AREA)
         bgr = np.hstack([left[:, ::-1] if mirrored else left, bgr])
-    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, QUALITY])
+    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality])
     return buf.tobytes() if ok else b""
 
 

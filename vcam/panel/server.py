@@ -15,6 +15,8 @@ Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel
                                 (text) and, while asked ({"preview": STREAM|null}), preview JPEGs (binary)
     GET  /api/faces/NAME/thumb  a face's stored crop (PNG)
     GET  /api/preview?stream=S  the published picture, multipart JPEG (preview.PreviewTap): on while open
+    GET  /obs/source?key=K[&stream=S]   the direct OBS source: every published frame, full size, multipart
+                                JPEG (source.SourceTap); its own key in the query, no token (access)
     POST /api/command           a `vcam ctl` command object, answered as `vcam ctl` is (plus "published")
     POST /api/people            {"stream", "track", "source"}: map a person in view
     POST /api/faces?filename=F&name=N[&pick=K]   the photo as the body: `vcam faces add [--pick K]`
@@ -46,6 +48,7 @@ from vcam.errors import ConfigError, FaceError, VcamError
 from vcam.panel import limits
 from vcam.panel.access import Guard, Pairing, allowed_hosts, check_bind, url_with_token
 from vcam.panel.preview import PreviewTap
+from vcam.panel.source import SourceTap
 from vcam.panel.view import Backend, PanelView
 from vcam.platform import transport
 from vcam.stages.photos import MAX_PHOTO_BYTES
@@ -119,7 +122,8 @@ class PanelServer:
     """Serve the panel for ``backend`` on ``host``:``port`` (0: any free port) until :meth:`stop`.
     ``tap``: the preview frames (the daemon offers its published frames to it). ``or_free_port``:
     when ``port`` is in use (another vcam's panel), take a free one instead; ``moved_from`` then
-    names the port asked for."""
+    names the port asked for. ``source``: the direct OBS source's frames, served at
+    ``/obs/source`` to whoever gives ``source_key`` (None: no source)."""
 
     def __init__(
         self,
@@ -133,6 +137,8 @@ class PanelServer:
         tap: PreviewTap | None = None,
         or_free_port: bool = False,
         pairing_key: str | None = None,
+        source: SourceTap | None = None,
+        source_key: str | None = None,
     ) -> None:
         check_bind(host, tls_cert, tls_key)
         self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
@@ -141,8 +147,10 @@ class PanelServer:
         self.moved_from: int | None = None
         self.tls = (str(Path(tls_cert).expanduser()), str(Path(tls_key).expanduser())) if tls_cert and tls_key else None
         self.tap = tap or PreviewTap()
+        self.source: SourceTap | None = source if source_key else None
+        self.source_key: str | None = source_key if source is not None else None
         self.view = PanelView(backend)
-        self._changes, self._frames = _Hub(), _Hub()
+        self._changes, self._frames, self._source_frames = _Hub(), _Hub(), _Hub()
         self._closing = False
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -182,7 +190,9 @@ class PanelServer:
             ) from None
         sock.listen(64)
         self.port = sock.getsockname()[1]
-        app = self.guard = Guard(self._app(), self.token, allowed_hosts(self.host, self.port), self.port)
+        app = self.guard = Guard(
+            self._app(), self.token, allowed_hosts(self.host, self.port), self.port, source_key=self.source_key
+        )
         config = uvicorn.Config(
             app,
             http=limits.protocol(self.counts),  # connection caps and the first-request timeout
@@ -200,6 +210,8 @@ class PanelServer:
             state.subscribe(lambda _snap: self._changes.fire())
         self.tap.on_frame = lambda _stream: self._frames.fire()
         self.tap.start()
+        if self.source is not None:
+            self.source.start(on_frame=lambda _stream: self._source_frames.fire())
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="vcam-panel", daemon=True)
         self._thread.start()
         self._started.wait(10.0)  # the lifespan ran (or serving failed); uvicorn says started just after
@@ -227,12 +239,14 @@ class PanelServer:
         self._closing = True
         if self._server is not None:
             self._server.should_exit = True
-        self._changes.fire()
-        self._frames.fire()
+        for hub in (self._changes, self._frames, self._source_frames):
+            hub.fire()
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
         self.tap.stop()
+        if self.source is not None:
+            self.source.stop()
 
     close = stop
 
@@ -243,7 +257,7 @@ class PanelServer:
 
         @contextlib.asynccontextmanager
         async def lifespan(app):
-            self._changes.loop = self._frames.loop = asyncio.get_running_loop()
+            self._changes.loop = self._frames.loop = self._source_frames.loop = asyncio.get_running_loop()
             limits.quiet_accept_errors(self._changes.loop)
             sampler = asyncio.create_task(self._sample())
             self._started.set()
@@ -264,6 +278,7 @@ class PanelServer:
             WebSocketRoute("/api/ws", self._ws),
             Route("/api/faces/{name}/thumb", self._thumb),
             Route("/api/preview", self._preview),
+            Route("/obs/source", self._obs_source),
             Route("/api/command", self._command, methods=["POST"]),
             Route("/api/people", self._people, methods=["POST"]),
             Route("/api/faces", self._add_face, methods=["POST"]),
@@ -407,6 +422,17 @@ class PanelServer:
                 tap.unwatch(name)
 
         return StreamingResponse(frames(), media_type="multipart/x-mixed-replace; boundary=frame")
+
+    async def _obs_source(self, request):
+        """Every published frame, full size, as the parts of one multipart JPEG answer (the Guard
+        checked the key). A reader slower than the stream gets the newest frame each time."""
+        source, names = self.source, list(self.backend.states)
+        name = request.query_params.get("stream") or names[0]
+        if source is None or name not in names:
+            return Response(f"no stream {name!r}\n", 404, media_type="text/plain")
+
+        parts = source.parts(name, self._source_frames, lambda: self._closing)
+        return StreamingResponse(parts, media_type="multipart/x-mixed-replace; boundary=frame")
 
     # -- changes (POST) ------------------------------------------------------------------------
     async def _json_body(self, request) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 
 from vcam.control.local import handle_command
 from vcam.errors import ControlError, FaceError, VcamError
+from vcam.panel.access import source_url
 from vcam.state import MAPPING_OFF_HINT, RuntimeState
 from vcam.types import SourceFace
 
@@ -145,6 +146,30 @@ class DaemonBackend:
         log.info("face '%s' removed from the panel", name)
 
 
+def obs_source_address(cfg: Any) -> tuple[str, int, int]:
+    """The direct OBS source's URL and size for `vcam obs setup`: the running daemon's (its panel
+    file), else what a run of ``cfg`` will serve (``[panel]`` host and port, the key kept beside
+    the control socket, made now when missing, ``[capture]`` size)."""
+    from vcam.panel.access import load_source_key, read_panel_file
+
+    data = read_panel_file(cfg.panel_file) or {}
+    if isinstance(data.get("source_url"), str):
+        return data["source_url"], int(data.get("width") or cfg.capture.width), int(data.get("height") or cfg.capture.height)
+    host = "127.0.0.1" if cfg.panel.host in ("0.0.0.0", "::", "") else cfg.panel.host
+    scheme = "https" if cfg.panel.tls_cert and cfg.panel.tls_key else "http"
+    base = f"{scheme}://{f'[{host}]' if ':' in host else host}:{cfg.panel.port}"
+    return source_url(base, load_source_key(cfg.source_key_file)), cfg.capture.width, cfg.capture.height
+
+
+def source_facts(d: Any, server: Any) -> dict:
+    """The OBS source's URL and size for the panel file (`vcam obs setup` reads them); {} when off."""
+    if not server.source_key:
+        return {}
+    out = d.streams[0].output
+    w, h = (out.width, out.height) if out is not None else (d.cfg.capture.width, d.cfg.capture.height)
+    return {"source_url": source_url(server.base_url, server.source_key), "width": w, "height": h}
+
+
 def start_panel(d: Any, up: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
@@ -153,10 +178,20 @@ def start_panel(d: Any, up: Any) -> Any:
     lock, into the panel file beside the socket (mode 0600) for `vcam panel`."""
     pcfg = d.cfg.panel
     if not pcfg.enabled:
+        if d.cfg.obs_source:
+            log.warning("the OBS source is off: the panel's server serves it, and the panel is off ([panel] enabled)")
         return None
     from vcam.config import PanelConfig
-    from vcam.panel.access import load_pairing_key, new_token, read_panel_file, remove_panel_file, write_panel_file
+    from vcam.panel.access import (
+        load_pairing_key,
+        load_source_key,
+        new_token,
+        read_panel_file,
+        remove_panel_file,
+        write_panel_file,
+    )
     from vcam.panel.server import PanelServer
+    from vcam.panel.source import SourceTap
 
     path = d.cfg.panel_file
     try:
@@ -178,6 +213,9 @@ def start_panel(d: Any, up: Any) -> Any:
             or_free_port=pcfg.port == PanelConfig().port,
             # kept across runs beside the panel file: an open page follows a restarted daemon
             pairing_key=load_pairing_key(path.with_name(path.name + "key") if up.locks is not None else None),
+            # the OBS Browser Source's key, kept across runs like the pairing key (its URL is in OBS's scene)
+            source=SourceTap() if d.cfg.obs_source else None,
+            source_key=load_source_key(d.cfg.source_key_file if up.locks is not None else None) if d.cfg.obs_source else None,
         )
         server.start()
     except VcamError as exc:
@@ -186,6 +224,7 @@ def start_panel(d: Any, up: Any) -> Any:
     if server.moved_from is not None:
         log.warning("panel: port %d is in use (another vcam?), so this run's panel is on port %d", server.moved_from, server.port)
     offer = server.tap.offer
+    feed = server.source.offer if server.source is not None else None
 
     # A published frame stays valid until `ring` more frames are begun; one more may already be
     # begun when it is published where rounds overlap (the GPU). Asked at each frame: an early
@@ -195,6 +234,8 @@ def start_panel(d: Any, up: Any) -> Any:
         overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
         slack = max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1))
         offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack, st.shown_seq)
+        if feed is not None:
+            feed(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
 
     d.rounds.tap = tap
     watched, keep = server.tap.wants_before, server.tap.keep_before
@@ -210,12 +251,14 @@ def start_panel(d: Any, up: Any) -> Any:
         st.state.offer("before_after", False)
     if up.locks is not None:
         try:
-            write_panel_file(path, server.url, server.token)
+            write_panel_file(path, server.url, server.token, **source_facts(d, server))
         except OSError as exc:
             log.warning("cannot write %s (`vcam panel` will not find the URL): %s", path, exc)
     announce = getattr(d, "announce", None)
     if announce is not None:
         announce(f"panel: {server.url}")
+        if server.source_key:
+            announce(f"OBS source: {source_url(server.base_url, server.source_key)}")
     else:
         log.info("panel at %s", server.base_url)
 

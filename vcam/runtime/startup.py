@@ -192,7 +192,7 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
 
 
 def standalone(d: Daemon) -> bool:
-    """A run with neither a camera nor a virtual camera (a file converted, the demo in a window):
+    """A run with neither a camera nor a virtual camera or OBS source (a file converted, the demo in a window):
     it shares nothing with a live daemon, so it runs beside one. It takes neither the control
     socket's lock nor an OBS scene's, and offers no `vcam ctl` socket and no OBS control (those stay
     the live daemon's: `vcam ctl` and OBS keep driving the camera, never a conversion); its panel,
@@ -210,7 +210,7 @@ def standalone(d: Daemon) -> bool:
         except InputError:  # webcam:x, a camera all the same (opening it says what is wrong)
             return False
         target = (st.cfg.output.target or "").strip().lower()
-        if target == "vcam" or target.startswith("vcam:"):
+        if target in ("vcam", "obs-source") or target.startswith("vcam:"):  # what OBS or a call shows
             return False
     return True
 

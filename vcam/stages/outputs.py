@@ -182,6 +182,15 @@ class NullOutput(OutputBase):
         self.frames += 1
 
 
+class ObsSourceOutput(NullOutput):
+    """``--output obs-source``: no virtual camera; the frames reach OBS through the direct OBS
+    source, which the panel's server serves from the frames the runtime offers it after each send
+    (:mod:`vcam.panel.source`). BGR, the size given; counts frames."""
+
+    def describe(self) -> str:
+        return f"{self.frames} frames to the OBS source (a Browser Source; `vcam obs setup` adds it)"
+
+
 def reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc).strip() or type(exc).__name__
 

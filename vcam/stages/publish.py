@@ -10,6 +10,8 @@ a registered factory. Built in:
 ``file:PATH``    a video (.mp4, .mkv, .mov, .m4v; H.264 when available) written with PyAV, crash-safe
 ``window``       a preview window (OpenCV ``imshow``)
 ``null``         nothing; counts frames (benchmarks)
+``obs-source``   no virtual camera: OBS shows the frames through a Browser Source, served by the
+                 panel's server (``[obs] source``; :mod:`vcam.panel.source`)
 ================ =================================================================================
 
 A factory's obligations: it takes one :class:`OutputRequest` and returns an open :class:`Output`
@@ -40,6 +42,7 @@ from vcam import devices
 from vcam.errors import OutputError
 from vcam.stages.outputs import (
     NullOutput,
+    ObsSourceOutput,
     Output,
     WindowOutput,
     even_size,
@@ -140,6 +143,7 @@ register_output("vcam", _virtual_camera)
 register_output("file", _file)
 register_output("window", lambda req: WindowOutput(req.width, req.height, req.fps))
 register_output("null", lambda req: NullOutput(req.width, req.height, req.fps))
+register_output("obs-source", lambda req: ObsSourceOutput(req.width, req.height, req.fps))
 
 
 def open_output(

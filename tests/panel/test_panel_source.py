@@ -1,0 +1,184 @@
+"""The direct OBS source (issue 42): every published frame, full size, served by the panel's server
+to whoever holds the source's key, and shown in a real browser (headless Chromium opening the URL
+as OBS's Browser Source does) at the daemon's rate without slowing it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import require
+
+from vcam.config_file import build
+from vcam.panel.source import SourceTap
+from vcam.runtime.daemon import Daemon
+from vcam.runtime.panel import obs_source_address
+from vcam.stages.outputs import ObsSourceOutput
+from vcam.stages.publish import open_output
+from vcam.types import PixelFormat
+
+
+def _get(url: str, headers: dict | None = None) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as res:
+            return res.status, res.read(200)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _parts(url: str, count: int) -> list[tuple[dict, bytes]]:
+    """The first ``count`` parts of the source's multipart answer: (headers, JPEG)."""
+    found = []
+    with urllib.request.urlopen(url, timeout=30) as res:
+        assert res.headers["content-type"] == "multipart/x-mixed-replace; boundary=frame"
+        while len(found) < count:
+            assert res.readline() == b"--frame\r\n"
+            head = {}
+            while (line := res.readline().strip()) != b"":
+                k, _, v = line.decode().partition(": ")
+                head[k.lower()] = v
+            found.append((head, res.read(int(head["content-length"]))))
+            res.readline()
+    return found
+
+
+def test_the_source_serves_full_size_frames_to_its_key_only(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    cfg = build(
+        {
+            "capture": {"input": "demo", "width": 640, "height": 360, "pacing": "realtime"},
+            "output": {"target": "obs-source"},
+            "control": {"socket": str(run / "vcam.sock")},
+            "panel": {"port": 0},
+        }
+    )
+    lines: list[str] = []
+    out = open_output(cfg.output, 640, 360, 30.0)
+    assert isinstance(out, ObsSourceOutput) and out.fmt is PixelFormat.BGR
+    d = Daemon(cfg, output=out, panel=True, announce=lines.append)
+    d.start()
+    try:
+        end = time.monotonic() + 120
+        while not any(x.startswith("OBS source: ") for x in lines) and time.monotonic() < end:
+            time.sleep(0.05)
+        url = next(x for x in lines if x.startswith("OBS source: ")).split(": ", 1)[1]
+        base, token = next(x for x in lines if x.startswith("panel: ")).split(": ", 1)[1].split("/#token=")
+        key = json.loads((run / "vcam.sock.sourcekey").read_text())["key"]  # kept across runs, 0600
+        assert url == f"{base}/obs/source?key={key}" and (run / "vcam.sock.sourcekey").stat().st_mode & 0o077 == 0
+        assert obs_source_address(cfg) == (url, 640, 360)  # what `vcam obs setup` gives OBS: the running daemon's
+        parts = _parts(url, 3)
+        for _head, jpeg in parts:
+            assert cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).shape == (360, 640, 3)
+        stamps = [float(h["x-vcam-published"]) for h, _ in parts]
+        assert stamps == sorted(stamps) and len(set(stamps)) == 3  # three frames, newest each time
+        assert _get(f"{base}/obs/source")[0] == 401
+        assert _get(f"{base}/obs/source?key={key[:-1]}x")[0] == 401
+        assert _get(f"{base}/obs/source", {"X-Vcam-Token": token})[0] == 401  # the panel's token is not the key
+        assert _get(f"{base}/api/state?key={key}")[0] == 401  # the key opens the picture and nothing else
+        status, body = _get(f"{url}&stream=nope")
+        assert status == 404 and b"no stream 'nope'" in body
+    finally:
+        d.stop()
+    assert re.search(r"\d+ frames to the OBS source", out.describe())
+
+
+def test_the_tap_keeps_the_newest_frame_and_drops_one_overwritten_while_copied():
+    tap = SourceTap()
+    tap.watch("s1")
+    frame = np.zeros((32, 48, 3), np.uint8)
+    count = [0]
+    for value in (10, 20, 30):  # no encoder running yet: each offer replaces the last
+        frame[...] = value
+        tap.offer("s1", frame.copy(), PixelFormat.BGR)
+    assert (tap.offered, tap.replaced) == (3, 2)
+    tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=0)
+    count[0] = 1  # the ring moved past it before the encoder copied it
+    got = threading.Event()
+    tap.start(on_frame=lambda _s: got.set())
+    try:
+        time.sleep(0.5)
+        assert tap.stale == 1 and "s1" not in tap.frames  # never shown torn
+        frame[...] = 30
+        tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=1)
+        assert got.wait(10)
+        shown = cv2.imdecode(np.frombuffer(tap.frames["s1"].jpeg, np.uint8), cv2.IMREAD_COLOR)
+        assert shown.shape == (32, 48, 3) and abs(int(shown.mean()) - 30) <= 2
+    finally:
+        tap.stop()
+    tap.unwatch("s1")
+    tap.offer("s1", frame, PixelFormat.BGR)  # nobody watching: nothing taken
+    assert tap.offered == 5
+
+
+@pytest.mark.slow
+def test_a_browser_shows_the_published_frames_without_slowing_the_daemon(tmp_path):
+    """headless Chromium on the source, alternated with nobody watching, in one run (ratios: a busy
+    2-core machine; benchmarks.obs_source measures 1080p)."""
+    try:
+        import selenium  # noqa: F401
+    except ImportError as exc:
+        require("chromium", f"selenium is not installed ({exc}); pip install selenium")
+    if not (os.path.exists("/usr/bin/chromium") and os.path.exists("/usr/bin/chromedriver")):
+        require("chromium", "apt-get install chromium chromium-driver")
+    from benchmarks.obs_source import measure
+
+    folder = Path(tmp_path) / "run"
+    folder.mkdir(mode=0o700)
+    seconds = 5.0
+    res = measure(640, 360, seconds, 2, folder, log=lambda _line: None)
+    assert res["shown_ratio"] >= 0.6, res  # the target, 95 % at 1080p30, is measured by the benchmark
+    assert res["fps_ratio"] >= 0.7, res  # within 5 % in the benchmark (0.90-1.32 on a loaded 2-core machine)
+    assert 0 < res["p50_ms"] < seconds * 1000 / 4, res  # shown after it was published, well within the segment
+
+
+def test_obs_source_output_is_a_live_run_and_needs_the_panel(tmp_path, caplog):
+    from vcam.runtime import startup
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    base = {"capture": {"input": "demo", "width": 160, "height": 120}, "control": {"socket": str(run / "vcam.sock")}}
+    null = Daemon(build({**base, "output": {"target": "null"}}))
+    assert startup.standalone(null) and not null.cfg.obs_source
+    cfg = build({**base, "output": {"target": "obs-source"}, "panel": {"enabled": False}})
+    d = Daemon(cfg, panel=True)
+    assert not startup.standalone(d) and cfg.obs_source  # it takes the control socket, as the camera does
+    with caplog.at_level("WARNING"):
+        summary = d.run(max_frames=3)
+    assert summary.error is None and summary.frames_out == 3
+    assert "the OBS source is off: the panel's server serves it, and the panel is off" in caplog.text
+
+
+def test_a_run_without_the_source_serves_none_and_keeps_no_key(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    cfg = build(
+        {
+            "capture": {"input": "demo", "width": 160, "height": 120},
+            "output": {"target": "null"},
+            "control": {"socket": str(run / "vcam.sock")},
+            "panel": {"port": 0},
+        }
+    )
+    lines: list[str] = []
+    d = Daemon(cfg, output=open_output(cfg.output, 160, 120, 30.0), panel=True, announce=lines.append)
+    d.start()
+    try:
+        end = time.monotonic() + 120
+        while not lines and time.monotonic() < end:
+            time.sleep(0.05)
+        base = lines[0].split(": ", 1)[1].split("/#token=")[0]
+        status, body = _get(f"{base}/obs/source?key=anything")
+        assert status == 401 and b"the OBS source is off in this run" in body
+    finally:
+        d.stop()
+    assert not any(x.startswith("OBS source") for x in lines) and not (run / "vcam.sock.sourcekey").exists()
