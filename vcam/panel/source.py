@@ -179,5 +179,5 @@ class SourceTap:
         if full is None:
             return None
         small, width, height = full
-        jpeg = encode(small, fmt, width, height, width, self.quality)
+        jpeg = encode(small, fmt, width, height, width, quality=self.quality)
         return (jpeg, width, height) if jpeg else None

@@ -170,6 +170,37 @@ def source_facts(d: Any, server: Any) -> dict:
     return {"source_url": source_url(server.base_url, server.source_key), "width": w, "height": h}
 
 
+def _wire_frames(d: Any, server: Any) -> None:
+    """The frame loop's hooks into the panel's server: each published frame offered to the preview
+    (and the OBS source), and, with before/after on, the input frame kept for the preview only."""
+    offer = server.tap.offer
+    feed = server.source.offer if server.source is not None else None
+
+    # A published frame stays valid until `ring` more frames are begun; one more may already be
+    # begun when it is published where rounds overlap (the GPU). Asked at each frame: an early
+    # swap (vcam.runtime.early_swap) changes the pipelines and the ops between two frames.
+    def tap(st: Any, data: Any) -> None:
+        summary = st.summary
+        overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
+        slack = max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1))
+        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack, st.shown_seq)
+        if feed is not None:
+            feed(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
+
+    d.rounds.tap = tap
+    watched, keep = server.tap.wants_before, server.tap.keep_before
+
+    def before(st: Any, frame: Any) -> None:  # before/after: the input frame, kept small for the preview only
+        if watched(st.name):  # watched, and a preview frame due soon
+            settings = st.state.snapshot().settings
+            if settings.get("before_after"):
+                keep(st.name, frame.seq, frame.data, frame.fmt, bool(settings.get("mirror")))
+
+    d.rounds.before = before
+    for st in d.streams:
+        st.state.offer("before_after", False)
+
+
 def start_panel(d: Any, up: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
@@ -223,32 +254,7 @@ def start_panel(d: Any, up: Any) -> Any:
         return None
     if server.moved_from is not None:
         log.warning("panel: port %d is in use (another vcam?), so this run's panel is on port %d", server.moved_from, server.port)
-    offer = server.tap.offer
-    feed = server.source.offer if server.source is not None else None
-
-    # A published frame stays valid until `ring` more frames are begun; one more may already be
-    # begun when it is published where rounds overlap (the GPU). Asked at each frame: an early
-    # swap (vcam.runtime.early_swap) changes the pipelines and the ops between two frames.
-    def tap(st: Any, data: Any) -> None:
-        summary = st.summary
-        overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
-        slack = max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1))
-        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack, st.shown_seq)
-        if feed is not None:
-            feed(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
-
-    d.rounds.tap = tap
-    watched, keep = server.tap.wants_before, server.tap.keep_before
-
-    def before(st: Any, frame: Any) -> None:  # before/after: the input frame, kept small for the preview only
-        if watched(st.name):  # watched, and a preview frame due soon
-            settings = st.state.snapshot().settings
-            if settings.get("before_after"):
-                keep(st.name, frame.seq, frame.data, frame.fmt, bool(settings.get("mirror")))
-
-    d.rounds.before = before
-    for st in d.streams:
-        st.state.offer("before_after", False)
+    _wire_frames(d, server)
     if up.locks is not None:
         try:
             write_panel_file(path, server.url, server.token, **source_facts(d, server))
