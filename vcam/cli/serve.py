@@ -101,6 +101,12 @@ def serve(
     tls_key: str = typer.Option("", "--tls-key", help="Its private key (PEM)."),
     tls_ca: str = typer.Option("", "--tls-ca", help="CA (PEM) that client certificates must chain to (mutual TLS)."),
     log_file: Optional[Path] = typer.Option(None, "--log", help="Append the server's output to this file."),
+    server_kind: str = typer.Option(
+        "python-backend",
+        "--server",
+        help="python-backend: the bundled tritonserver directly, each model in Triton's own Python backend; "
+        "pytriton: PyTriton's Triton (a proxy hop to a second Python process per request).",
+    ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the Triton server bundled in the nvidia-pytriton wheel (in its own environment, made on
@@ -111,8 +117,10 @@ def serve(
 
     from vcam.errors import ConfigError, VcamError
     from vcam.platform import folders
-    from vcam.runtime.serve import TritonServer
+    from vcam.runtime.serve import SERVERS, TritonServer
 
+    if server_kind not in SERVERS:
+        fail(ConfigError(f"--server {server_kind!r} is not a server kind", hint=f"choose one of {', '.join(SERVERS)}"))
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -131,13 +139,13 @@ def serve(
         tls = (tls_cert, tls_key, tls_ca) if tls_cert else None
         server = TritonServer(
             repo, address=host, grpc_port=port, http_port=http_port, metrics_port=metrics_port,
-            threads=threads, instances=instances, tls=tls, log=log_file,
+            threads=threads, instances=instances, tls=tls, log=log_file, server=server_kind,
         )  # fmt: skip
         server.wait_ready()
     except VcamError as exc:
         fail(exc)
     scheme = "grpcs" if tls_cert else "grpc"
-    out.print(f"serving {repo} on {scheme}://{host}:{port}", highlight=False, soft_wrap=True)
+    out.print(f"serving {repo} on {scheme}://{host}:{port} ({server_kind})", highlight=False, soft_wrap=True)
     out.print(
         f"  ready: http://{host}:{http_port}/v2/health/ready  metrics: http://{host}:{metrics_port}/metrics",
         highlight=False,
