@@ -67,6 +67,7 @@ def _swap(cfg, n: int):
 @pytest.mark.parametrize("served", ["inswapper_128", "inswapper_128_u8"])
 def test_remote_swap_equals_local_onnxruntime_within_one_level(triton, tmp_path, served):
     server, models = triton
+    assert server.kind == "python-backend"  # the default: tritonserver itself, Triton's own Python backend
     local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
     remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url, served), 3)
     assert remote_sw.engine.backend == "remote" and remote_sw.engine.failed == 0
@@ -75,6 +76,76 @@ def test_remote_swap_equals_local_onnxruntime_within_one_level(triton, tmp_path,
     assert remote_sw.guarded() == 0
     wire = "uint8" if served.endswith("_u8") else "float32"
     assert f"({wire} on the wire)" in remote_sw.engine.describe()
+
+
+@pytest.mark.slow
+def test_the_pytriton_server_kind_answers_the_same_swap(triton, tmp_path):
+    """`vcam serve --server pytriton` (PyTriton's Triton, kept as an option) on the same exported
+    repository: the same crops as the local onnxruntime swap."""
+    from triton_server import start
+
+    _, models = triton
+    repo = _export_one(models, tmp_path / "repo")
+    server = start(repo, log=tmp_path / "server.log", kind="pytriton")
+    try:
+        local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
+        remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url), 3)
+        assert remote_sw.engine.failed == 0 and remote_sw.guarded() == 0
+        assert np.abs(local.astype(int) - remote.astype(int)).max() <= 1
+        assert any(ln.startswith("READY") for ln in server.lines)  # PyTriton's worker said so
+    finally:
+        server.stop()
+
+
+SERVE_AND_HANG = textwrap.dedent(
+    """
+    import sys, time
+    from vcam.runtime.serve import TritonServer
+    grpc, http, metrics = map(int, sys.argv[2:5])
+    server = TritonServer(sys.argv[1], grpc_port=grpc, http_port=http, metrics_port=metrics, threads=1)
+    server.wait_ready(180)
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_killed_owner_takes_its_tritonserver_with_it(triton, tmp_path):
+    """The process that started the direct server SIGKILLed (no clean-up of its own): the launcher
+    sees its parent gone and stops tritonserver; the ports are free again."""
+    import time
+    import urllib.request
+
+    from triton_server import free_ports
+
+    _, models = triton
+    repo = _export_one(models, tmp_path / "repo")
+    ports = free_ports(3)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", SERVE_AND_HANG, str(repo), *map(str, ports)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        owner.kill()
+        owner.wait(10)
+        end, up = time.monotonic() + 60, True
+        while up and time.monotonic() < end:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{ports[1]}/v2/health/live", timeout=2).close()
+                time.sleep(0.5)
+            except OSError:
+                up = False
+        assert not up, "tritonserver outlived the process that started it by 60 s"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def _export_one(models: Path, repo: Path) -> Path:
+    from triton_server import export
+
+    return export(models, repo, served=(("inswapper_128", "inswapper_128", False, False),))
 
 
 @pytest.mark.slow
@@ -106,30 +177,34 @@ CLIENT = textwrap.dedent(
     """
     import sys, threading, numpy as np
     from vcam.engines.remote import RemoteEngine
+    import onnxruntime as ort
     url, go = sys.argv[1], sys.argv[2]
     eng = RemoteEngine(url, "inswapper_128", max_batch=1, timeout=30, label="client")
     feeds = eng.input_buffers(1)
     feeds["target"][:] = np.random.default_rng(int(sys.argv[3])).random(feeds["target"].shape)
+    want = ort.InferenceSession(sys.argv[4]).run(None, {k: np.asarray(v) for k, v in feeds.items()})[0]
     import os, time
     while not os.path.exists(go):
         time.sleep(0.01)
+    wrong = 0  # answers that are not this client's own (rows mixed up in a batch of several clients)
     for _ in range(25):
-        eng.run(feeds)
-    print(eng.failed)
+        wrong += int(np.abs(eng.run(feeds)[0] - want).max() > 1e-4)
+    print(eng.failed, wrong)
     """
 )
 
 
 @pytest.mark.slow
 def test_four_client_processes_are_batched_by_the_server(triton, tmp_path):
-    server, _ = triton
+    server, models = triton
     from vcam.engines.remote import RemoteEngine
 
     probe = RemoteEngine(server.url, "inswapper_128", label="probe")
     before = probe.statistics()
     go = tmp_path / "go"
+    model = str(models / "inswapper_128.onnx")
     procs = [
-        subprocess.Popen([sys.executable, "-c", CLIENT, server.url, str(go), str(i)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", CLIENT, server.url, str(go), str(i), model], stdout=subprocess.PIPE, text=True)
         for i in range(4)
     ]
     import time
@@ -137,7 +212,7 @@ def test_four_client_processes_are_batched_by_the_server(triton, tmp_path):
     time.sleep(3)  # all four connected and waiting
     go.touch()
     outs = [p.communicate(timeout=240)[0].strip() for p in procs]
-    assert all(p.returncode == 0 for p in procs) and outs == ["0"] * 4, outs
+    assert all(p.returncode == 0 for p in procs) and outs == ["0 0"] * 4, outs  # no failure, each its own answers
     after = probe.statistics()
     requests = after["requests"] - before["requests"]
     executions = after["executions"] - before["executions"]
