@@ -162,7 +162,7 @@ def _worker(args: argparse.Namespace) -> None:
     print(json.dumps({**next(iter(rows.values())), "over_budget": over, "passed_through": passed}), flush=True)
 
 
-def _floor(url: str, calls: int, wire: Any, shm: bool = False) -> dict:
+def _floor(url: str, calls: int, shm: bool = False) -> dict:
     """``calls`` batch-1 requests in a row to ``empty`` (raw tritonclient, after 20 unmeasured):
     p50 / p99 ms; ``shm``: the crop and the answer through system shared memory (the copy in and
     the read out timed with the call)."""
@@ -170,16 +170,19 @@ def _floor(url: str, calls: int, wire: Any, shm: bool = False) -> dict:
 
     client = grpcclient.InferenceServerClient(url.split("://", 1)[1])
     meta = client.get_model_metadata("empty")
-    feeds = {i.name: np.zeros([1, *i.shape[1:]], wire if len(i.shape) == 4 else np.float32) for i in meta.inputs}
+    from tritonclient.utils import triton_to_np_dtype
+
+    feeds = {i.name: np.zeros([1, *i.shape[1:]], triton_to_np_dtype(i.datatype)) for i in meta.inputs}
     inputs = [grpcclient.InferInput(i.name, list(feeds[i.name].shape), i.datatype) for i in meta.inputs]
     out_name = meta.outputs[0].name
+    first = feeds[meta.inputs[0].name]  # what the empty model answers with
     size = {k: v.nbytes for k, v in feeds.items()}
     outputs, regions = None, []
     if shm:
         import tritonclient.utils.shared_memory as shmlib
 
         tag = f"vcam-floor-{os.getpid()}"
-        total = sum(size.values()) + feeds[meta.inputs[0].name].nbytes
+        total = sum(size.values()) + first.nbytes
         region = shmlib.create_shared_memory_region(tag, f"/{tag}", total)
         regions.append(region)
         client.register_system_shared_memory(tag, f"/{tag}", total)
@@ -188,7 +191,7 @@ def _floor(url: str, calls: int, wire: Any, shm: bool = False) -> dict:
             inp.set_shared_memory(tag, size[inp.name()], offset=offset)
             offset += size[inp.name()]
         out = grpcclient.InferRequestedOutput(out_name)
-        out.set_shared_memory(tag, feeds[meta.inputs[0].name].nbytes, offset=offset)
+        out.set_shared_memory(tag, first.nbytes, offset=offset)
         outputs = [out]
     times = []
     try:
@@ -197,7 +200,7 @@ def _floor(url: str, calls: int, wire: Any, shm: bool = False) -> dict:
             if shm:
                 shmlib.set_shared_memory_region(region, list(feeds.values()))
                 client.infer("empty", inputs, outputs=outputs)
-                shmlib.get_contents_as_numpy(region, wire, feeds[meta.inputs[0].name].shape, offset=offset)
+                shmlib.get_contents_as_numpy(region, first.dtype, first.shape, offset=offset)
             else:
                 for inp in inputs:
                     inp.set_data_from_numpy(feeds[inp.name()])
@@ -231,7 +234,7 @@ def _servers(args: argparse.Namespace, repo: Path, src: Path) -> dict:
     return servers
 
 
-def _rounds(args: argparse.Namespace, servers: dict, wire: Any) -> dict:
+def _rounds(args: argparse.Namespace, servers: dict) -> dict:
     """The floor and the one-face overhead, the servers' order alternating round by round."""
     out: dict[str, list] = {}
     kinds = list(servers)
@@ -239,9 +242,9 @@ def _rounds(args: argparse.Namespace, servers: dict, wire: Any) -> dict:
         order = kinds if r % 2 == 0 else kinds[::-1]
         for kind in order:
             url = servers[kind].url
-            out.setdefault(f"floor {kind}", []).append(_floor(url, args.floor_calls, wire))
+            out.setdefault(f"floor {kind}", []).append(_floor(url, args.floor_calls))
             if kind != "pytriton":  # PyTriton keeps the shared-memory endpoints behind its token
-                out.setdefault(f"floor shm {kind}", []).append(_floor(url, args.floor_calls, wire, shm=True))
+                out.setdefault(f"floor shm {kind}", []).append(_floor(url, args.floor_calls, shm=True))
         if args.no_one:
             continue
         local = _one(args, 1, args.device)
@@ -350,10 +353,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     kw = dict(fp16=args.fp16_wire, max_batch=args.max_batch, queue_delay_us=args.queue_delay_us, gpu=False)
     repo = export_repository(out / "repo", "inswapper_128", src, **kw).repository
     export_repository(repo, "inswapper_128", src, served_as="empty", **kw)
-    wire = np.float16 if args.fp16_wire else np.float32
     servers = _servers(args, repo, src)
     try:
-        rounds = _rounds(args, servers, wire)
+        rounds = _rounds(args, servers)
         many = _many(args, servers)
     finally:
         for server in servers.values():

@@ -113,7 +113,7 @@ SERVE_AND_HANG = textwrap.dedent(
 @pytest.mark.slow
 def test_a_killed_owner_takes_its_tritonserver_with_it(triton, tmp_path):
     """The process that started the direct server SIGKILLed (no clean-up of its own): the launcher
-    sees its parent gone and stops tritonserver; the ports are free again."""
+    sees its parent gone and stops tritonserver; the next server's start removes its leftovers."""
     import time
     import urllib.request
 
@@ -137,6 +137,13 @@ def test_a_killed_owner_takes_its_tritonserver_with_it(triton, tmp_path):
             except OSError:
                 up = False
         assert not up, "tritonserver outlived the process that started it by 60 s"
+        from vcam.platform import folders
+        from vcam.runtime import serve
+
+        left = list((folders.cache_dir() / "served").glob(f"vcam-served-{owner.pid}-*"))
+        assert len(left) == 1  # its served repository, which its stop would have removed
+        serve._scratch()  # the next server's start removes what a killed one left
+        assert not left[0].exists()
     finally:
         if owner.poll() is None:
             owner.kill()

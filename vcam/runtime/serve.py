@@ -179,7 +179,7 @@ class TritonServer:
         if server == "pytriton":
             args = _pytriton_args(py, self.repo, address, self.ports(), threads, instances, tls, runner)
         else:
-            self._served = Path(tempfile.mkdtemp(prefix="vcam-served-", dir=_scratch()))
+            self._served = Path(tempfile.mkdtemp(prefix=f"vcam-served-{os.getpid()}-", dir=_scratch()))
             served = _python_repository(self.repo, self._served, threads, instances, runner)
             args = [str(py), str(DIRECT), str(served), "--parent", str(os.getpid()), "--"]
             args += _direct_options(address, self.ports(), tls)
@@ -272,8 +272,14 @@ class TritonServer:
 
 
 def _scratch() -> Path:
+    """Where the served repositories go (``vcam-served-PID-*``, removed by :meth:`TritonServer.stop`);
+    those of processes that are gone (killed before their stop) are removed here."""
     d = folders.cache_dir() / "served"
     d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("vcam-served-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not process.alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
     return d
 
 
