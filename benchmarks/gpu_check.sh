@@ -322,9 +322,9 @@ for step in $steps; do
       # Issue 44: `vcam serve`'s two server kinds alternated in one run (benchmarks/remote.py): the
       # empty-model floor (and through system shared memory), the one-face overhead over the local GPU
       # swap, then 8 client processes on the CPU side at 30 fps against each server and the same 8 on
-      # local GPU engines. The serving environment is made here, offline: nvidia-pytriton 0.7.0 in
-      # $WHEELS (default /tmp/w; 55 MB, staged by an earlier warm call), and in .whl/ tritonclient,
-      # python-rapidjson, pyzmq, sh, importlib_metadata and numpy 1.26.4 (cp312: the environment's own).
+      # local GPU engines. The serving environment is made here, offline, from $WHEELS (default /tmp/w:
+      # nvidia-pytriton 0.7.0, numpy 1.26.4 and PyTriton's dependencies, staged by two earlier warm
+      # calls) and .whl/ (+ tritonclient, python-rapidjson): benchmarks/remote_wheels.sh fetches them.
       # It sees the machine's torch (VCAM_SERVE_SYSTEM_SITE=1): the servers swap in vcam's engine.
       export VCAM_SERVE_SYSTEM_SITE=1
       PIP_NO_INDEX=1 PIP_FIND_LINKS="${WHEELS:-/tmp/w} $PWD/.whl" timeout 300 python3 -m vcam serve setup 2>&1 \
