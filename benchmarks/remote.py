@@ -226,7 +226,7 @@ def _servers(args: argparse.Namespace, repo: Path, src: Path) -> dict:
         grpc, http, metrics = _free_ports(3)
         servers[kind] = TritonServer(
             repo, grpc_port=grpc, http_port=http, metrics_port=metrics, log=args.out / f"server-{kind}.log",
-            runner=(spec, sources), server=kind,
+            runner=(spec, sources), server=kind, threads=args.server_threads,
         )  # fmt: skip
     for kind, server in servers.items():
         server.wait_ready(900)
@@ -323,6 +323,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--local-device", default="", help="the local N clients' device (default --device)")
     ap.add_argument("--client-device", default="cpu", help="the remote clients' pipeline device")
     ap.add_argument("--server-engine", choices=("vcam", "onnxruntime"), default="vcam")
+    ap.add_argument("--server-threads", type=int, default=0, help="onnxruntime threads per server instance (0: its own)")
     ap.add_argument("--fp16-wire", action="store_true", help="FP16 crops on the wire (default FP32)")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--queue-delay-us", type=int, default=100, help="the server's batcher wait (vcam serve export's)")
