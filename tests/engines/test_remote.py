@@ -7,6 +7,7 @@ to another host refused with one line."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -93,6 +94,45 @@ def test_the_pytriton_server_kind_answers_the_same_swap(triton, tmp_path):
         assert remote_sw.engine.failed == 0 and remote_sw.guarded() == 0
         assert np.abs(local.astype(int) - remote.astype(int)).max() <= 1
         assert any(ln.startswith("READY") for ln in server.lines)  # PyTriton's worker said so
+    finally:
+        server.stop()
+
+
+RUNNER = textwrap.dedent(
+    """
+    import numpy as np
+    def make(source, max_batch):
+        def run(names, inputs):
+            return [np.full_like(inputs["target"], float(len(source)))]
+        return run, "a test runner"
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_python_backend_runs_a_runner_from_pythonpath(triton, tmp_path, monkeypatch):
+    """A model run in a callable (how the benchmark runs vcam's engine on the server): imported in
+    the backend's stub from the folders on the caller's PYTHONPATH (the stub reads no PYTHONPATH)."""
+    from triton_server import free_ports
+
+    from vcam.engines.remote import RemoteEngine
+    from vcam.runtime.serve import TritonServer
+
+    _, models = triton
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "vcam_test_runner.py").write_text(RUNNER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "mods"), os.environ.get("PYTHONPATH", "")]))
+    repo = _export_one(models, tmp_path / "repo")
+    grpc, http, metrics = free_ports(3)
+    runner = ("vcam_test_runner:make", {"inswapper_128": "12345"})
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, runner=runner, log=tmp_path / "log")
+    try:
+        server.wait_ready(180)
+        eng = RemoteEngine(server.url, "inswapper_128", timeout=20)
+        out = eng.run(eng.input_buffers(2))[0]
+        eng.close()
+        assert eng.last_failed == 0 and out.shape[0] == 2 and np.all(out == 5.0)  # len("12345")
+        assert any("a test runner" in ln for ln in server.lines)
     finally:
         server.stop()
 

@@ -118,7 +118,13 @@ def test_a_python_backend_repository_keeps_the_tensors_and_the_batcher(src, tmp_
     serving.export_repository(tmp_path / "exp", "inswapper_128", src, served_as="other", max_batch=4, gpu=False)
     (tmp_path / "out" / "stale").mkdir(parents=True)
     out = serving.python_backend_repository(
-        tmp_path / "exp", tmp_path / "out", threads=2, instances=3, runner="pkg.mod:make", sources={"other": "/x.onnx"}
+        tmp_path / "exp",
+        tmp_path / "out",
+        threads=2,
+        instances=3,
+        runner="pkg.mod:make",
+        sources={"other": "/x.onnx"},
+        runner_path="/a:/b",
     )
     assert sorted(p.name for p in out.iterdir()) == ["inswapper_128", "other"]
     for name, batch in (("inswapper_128", 8), ("other", 4)):
@@ -130,7 +136,7 @@ def test_a_python_backend_repository_keeps_the_tensors_and_the_batcher(src, tmp_
         assert [(g.kind, g.count) for g in cfg.instance_group] == [(mc.ModelInstanceGroup.KIND_CPU, 3)]
         assert not cfg.optimization.execution_accelerators.gpu_execution_accelerator  # TensorRT is the ONNX backend's
         params = {k: v.string_value for k, v in cfg.parameters.items()}
-        runs = {"runner": "pkg.mod:make", "source": "/x.onnx"} if name == "other" else {}
+        runs = {"runner": "pkg.mod:make", "source": "/x.onnx", "runner_path": "/a:/b"} if name == "other" else {}
         assert params == {"threads": "2", **runs}
         assert (out / name / "1" / "model.py").read_bytes() == serving.PYTHON_MODEL.read_bytes()
         onnx_file = out / name / "1" / "model.onnx"

@@ -5,7 +5,7 @@ Runs in the backend's stub process, inside the serving environment (numpy < 2, o
 imports nothing from vcam. Each execution takes every request the dynamic batcher gathered, runs
 them as one batch and splits the rows back per request. The model is ``NAME/1/model.onnx`` in
 onnxruntime (CUDA where that build of onnxruntime has it), or, when the config's parameters name a
-``runner`` (``module:function``, importable in the stub), what that callable returns for the
+``runner`` (``module:function``, importable from ``runner_path``'s folders), what that callable returns for the
 ``source`` file: ``run(output_names, inputs) -> outputs`` and a description (how a benchmark runs
 vcam's own engine on the GPU, or a model that computes nothing).
 """
@@ -46,6 +46,11 @@ class TritonPythonModel:
         here = os.path.join(args["model_repository"], args["model_version"])
         runner = params.get("runner", "")
         if runner:
+            # The stub's interpreter does not read PYTHONPATH: the runner's folders come as a parameter,
+            # after this environment's own packages (its numpy < 2 stays first).
+            for folder in params.get("runner_path", "").split(os.pathsep):
+                if folder and folder not in sys.path:
+                    sys.path.append(folder)
             module, _, func = runner.partition(":")
             make = getattr(importlib.import_module(module), func)
             self.run, where = make(params.get("source", ""), int(config.get("max_batch_size", 0)))

@@ -247,13 +247,15 @@ def python_backend_repository(
     instances: int = 1,
     runner: str = "",
     sources: dict[str, str] | None = None,
+    runner_path: str = "",
 ) -> Path:
     """A repository for Triton's own Python backend made from ``source`` (one written by
     :func:`export_repository`, ONNX models): per model, the same tensors, max batch and dynamic
     batcher with ``backend: "python"``, ``NAME/1/model.py`` (:data:`PYTHON_MODEL`) and a link to the
     ONNX file; ``count`` instances on the CPU kind (the model itself takes the GPU where its runtime
     has one; Triton's GPU kind needs a GPU Triton sees). ``runner`` and ``sources[name]``: run the
-    model in that callable instead (see the model file). ``out`` is made again."""
+    model in that callable instead, imported from the folders of ``runner_path`` (``os.pathsep``
+    between them; see the model file). ``out`` is made again."""
     import shutil
 
     from google.protobuf import text_format
@@ -279,6 +281,7 @@ def python_backend_repository(
         if runner and (sources or {}).get(name):
             cfg.parameters["runner"].string_value = runner
             cfg.parameters["source"].string_value = str((sources or {})[name])
+            cfg.parameters["runner_path"].string_value = runner_path
         version = dest / name / "1"
         version.mkdir(parents=True)
         onnx_file = mdir / "1" / "model.onnx"

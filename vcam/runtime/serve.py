@@ -309,9 +309,12 @@ def _python_repository(repo: Path, out: Path, threads: int, instances: int, runn
     from vcam.errors import ModelError
     from vcam.models.serving import python_backend_repository
 
+    spec, sources = runner or ("", {})
+    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")) if p)
     try:
-        spec, sources = runner or ("", {})
-        return python_backend_repository(repo, out, threads=threads, instances=instances, runner=spec, sources=sources)
+        return python_backend_repository(
+            repo, out, threads=threads, instances=instances, runner=spec, sources=sources, runner_path=path
+        )
     except ModelError as exc:
         raise EngineUnavailable(str(exc), hint=exc.hint) from None
 
