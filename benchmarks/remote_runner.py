@@ -4,8 +4,9 @@ with a ``runner`` parameter): ``serve(source, max_batch)``.
 
 - ``source`` ``"empty"``: a model that computes nothing (its answer is its first input, the crop:
   the same bytes back as the swap's); what the server and the trip cost alone, the floor;
-- else vcam's own PyTorch engine on the GPU (CUDA graphs, FP16) on that ONNX file, so the server
-  swaps with the same code as a local daemon and the comparison measures the trip.
+- else vcam's own PyTorch engine on the GPU (CUDA graphs, FP16) on that ONNX file (what ``vcam serve
+  --engine vcam`` runs), so the server swaps with the same code as a local daemon and the comparison
+  measures the trip.
 """
 
 from __future__ import annotations
@@ -27,12 +28,6 @@ def empty(source: str, max_batch: int) -> tuple[Any, str]:
 
 
 def torch_engine(source: str, max_batch: int) -> tuple[Any, str]:
-    from vcam.engines import create_engine
+    from vcam.runtime.serve_runner import torch_engine as vcam_engine
 
-    engine = create_engine(source, backend="torch", device="cuda", fp16=True, max_batch=max_batch)
-    kinds = {i.name: i.dtype for i in engine.inputs}
-
-    def run(names: list[str], inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return engine.run({k: np.asarray(v, dtype=kinds[k]) for k, v in inputs.items()})
-
-    return run, f"vcam {engine.describe()}"
+    return vcam_engine(source, max_batch)

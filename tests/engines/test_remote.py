@@ -98,6 +98,50 @@ def test_the_pytriton_server_kind_answers_the_same_swap(triton, tmp_path):
         server.stop()
 
 
+@pytest.mark.slow
+def test_engine_vcam_swaps_in_vcams_own_engine_inside_the_server(triton, tmp_path):
+    """`vcam serve --engine vcam`: each batch in vcam's PyTorch engine inside Triton's Python backend
+    (FP32 on the CPU here), imported after the serving environment's numpy < 2: the same crops as the
+    local onnxruntime swap."""
+    pytest.importorskip("torch")
+    from triton_server import free_ports
+
+    from vcam.runtime.serve import TritonServer, runner_for
+
+    _, models = triton
+    repo = _export_one(models, tmp_path / "repo")
+    runner = runner_for("vcam", repo, {"inswapper_128": str(models / "inswapper_128.onnx")})
+    assert runner is not None and runner[1] == {"inswapper_128": str(models / "inswapper_128.onnx")}
+    grpc, http, metrics = free_ports(3)
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, runner=runner, log=tmp_path / "log")
+    try:
+        server.wait_ready(300)
+        assert any("model inswapper_128" in ln and "vcam torch" in ln for ln in server.lines), list(server.lines)[-5:]
+        local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
+        remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url), 3)
+        assert remote_sw.engine.failed == 0 and remote_sw.guarded() == 0
+        assert np.abs(local.astype(int) - remote.astype(int)).max() <= 1
+    finally:
+        server.stop()
+
+
+def test_engine_choice_for_vcam_serve(tmp_path, monkeypatch):
+    """onnxruntime: no runner; vcam: the originals, else the repository's own files; auto: vcam's
+    engine only where torch sees a GPU and the originals are known."""
+    from vcam.runtime import serve
+
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"")
+    assert serve.runner_for("onnxruntime", tmp_path, {"m": "/o.onnx"}) is None
+    assert serve.runner_for("vcam", tmp_path, {}) == (serve.VCAM_RUNNER, {"m": str(tmp_path / "m" / "1" / "model.onnx")})
+    assert serve.runner_for("vcam", tmp_path, {"m": "/o.onnx"}) == (serve.VCAM_RUNNER, {"m": "/o.onnx"})
+    for gpu in (False, True):
+        monkeypatch.setattr(serve, "torch_sees_a_gpu", lambda gpu=gpu: gpu)
+        assert serve.runner_for("auto", tmp_path, {}) is None
+        want = (serve.VCAM_RUNNER, {"m": "/o.onnx"}) if gpu else None
+        assert serve.runner_for("auto", tmp_path, {"m": "/o.onnx"}) == want
+
+
 RUNNER = textwrap.dedent(
     """
     import numpy as np

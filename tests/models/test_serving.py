@@ -152,11 +152,18 @@ def test_a_folder_without_models_is_one_line_for_the_python_backend(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_vcam_serve_refuses_an_unknown_server_kind():
-    res = vcam_cli("serve", "--server", "tensorrt")
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--server", "tensorrt"), "--server 'tensorrt' is not a server kind"),
+        (("--engine", "tf"), "--engine 'tf' is not an engine"),
+    ],
+)
+def test_vcam_serve_refuses_an_unknown_server_kind_or_engine(args, needle):
+    res = vcam_cli("serve", *args)
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "--server 'tensorrt' is not a server kind" in lines[0] and "python-backend" in lines[0]
+    assert len(lines) == 1 and needle in lines[0] and "choose one of" in lines[0], res.stderr
 
 
 def test_vcam_serve_refuses_another_host_without_tls():

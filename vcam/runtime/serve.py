@@ -184,11 +184,9 @@ class TritonServer:
             args = [str(py), str(DIRECT), str(served), "--parent", str(os.getpid()), "--"]
             args += _direct_options(address, self.ports(), tls)
         env = dict(os.environ)
-        if runner:  # the runner's module (a checkout's benchmarks/) must import there
-            checkout = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH", "")) if p)
-        else:  # the worker imports nothing of vcam's: the caller's path (numpy 2) must not shadow its own
-            env.pop("PYTHONPATH", None)
+        # The caller's path (numpy 2) must not shadow the environment's own: a runner's folders go
+        # after it (_runner_path).
+        env.pop("PYTHONPATH", None)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
         env.setdefault("PYTRITON_HOME", str(folders.cache_dir() / "pytriton"))
         self._log = open(log, "a") if log else None
@@ -300,7 +298,7 @@ def _pytriton_args(
     if tls:
         args += ["--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]]
     if runner:  # (module:function, {model: its original ONNX}): the models run in that callable
-        args += ["--runner", runner[0]]
+        args += ["--runner", runner[0], "--runner-path", _runner_path()]
         args += [a for model, source in runner[1].items() for a in ("--source", f"{model}={source}")]
     return args
 
@@ -310,13 +308,51 @@ def _python_repository(repo: Path, out: Path, threads: int, instances: int, runn
     from vcam.models.serving import python_backend_repository
 
     spec, sources = runner or ("", {})
-    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")) if p)
+    path = _runner_path()
     try:
         return python_backend_repository(
             repo, out, threads=threads, instances=instances, runner=spec, sources=sources, runner_path=path
         )
     except ModelError as exc:
         raise EngineUnavailable(str(exc), hint=exc.hint) from None
+
+
+def _runner_path() -> str:
+    """Where this process imports vcam and its packages from (the checkout or site-packages holding
+    vcam, PYTHONPATH, site-packages): a runner's folders in the server, after its own packages."""
+    import site
+
+    own = [str(Path(__file__).resolve().parents[2]), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else ""
+    return os.pathsep.join(dict.fromkeys(p for p in [*own, *site.getsitepackages(), user] if p))
+
+
+#: ``vcam serve --engine vcam``'s runner (vcam/runtime/serve_runner.py).
+VCAM_RUNNER = "vcam.runtime.serve_runner:torch_engine"
+ENGINES = ("auto", "onnxruntime", "vcam")
+
+
+def torch_sees_a_gpu() -> bool:
+    """Whether torch is installed here and sees a CUDA GPU (``--engine auto`` takes vcam's engine then)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def runner_for(engine: str, repo: Path, originals: dict[str, str]) -> tuple[str, dict[str, str]] | None:
+    """``vcam serve --engine``'s runner: vcam's engine (:data:`VCAM_RUNNER`) on each model's own ONNX
+    file (``originals``; with ``engine="vcam"`` and none, the repository's exported files), or None
+    for onnxruntime. ``auto``: vcam's engine where torch sees a GPU and the originals are known."""
+    if engine == "vcam":
+        found = {p.name: str(p / "1" / "model.onnx") for p in repo.glob("*") if (p / "1" / "model.onnx").is_file()}
+        return VCAM_RUNNER, {**found, **originals}
+    if engine == "auto" and originals and torch_sees_a_gpu():
+        return VCAM_RUNNER, dict(originals)
+    return None
 
 
 def _direct_options(address: str, ports: tuple[int, int, int], tls: tuple[str, str, str] | None) -> list[str]:
@@ -332,4 +368,16 @@ def _direct_options(address: str, ports: tuple[int, int, int], tls: tuple[str, s
     return args
 
 
-__all__ = ["DEFAULT_SERVER", "PINS", "SERVERS", "TritonServer", "env_dir", "ensure_env", "find_python"]
+__all__ = [
+    "DEFAULT_SERVER",
+    "ENGINES",
+    "PINS",
+    "SERVERS",
+    "VCAM_RUNNER",
+    "TritonServer",
+    "env_dir",
+    "ensure_env",
+    "find_python",
+    "runner_for",
+    "torch_sees_a_gpu",
+]
