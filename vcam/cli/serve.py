@@ -124,26 +124,11 @@ def serve(
     first use) serving MODEL with the dynamic batcher, health/ready endpoints and metrics."""
     if ctx.invoked_subcommand:
         return
-    import ipaddress
-
-    from vcam.errors import ConfigError, VcamError
+    from vcam.errors import VcamError
     from vcam.platform import folders
-    from vcam.runtime.serve import ENGINES, SERVERS, TritonServer, runner_for
+    from vcam.runtime.serve import TritonServer, runner_for
 
-    if server_kind not in SERVERS:
-        fail(ConfigError(f"--server {server_kind!r} is not a server kind", hint=f"choose one of {', '.join(SERVERS)}"))
-    if engine not in ENGINES:
-        fail(ConfigError(f"--engine {engine!r} is not an engine", hint=f"choose one of {', '.join(ENGINES)}"))
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not (tls_cert and tls_key):
-        fail(
-            ConfigError(
-                f"serving on {host} needs --tls-cert and --tls-key (faces are biometric data)", hint="or --host 127.0.0.1"
-            )
-        )
+    _check(server_kind, engine, host, bool(tls_cert and tls_key))
     cfg = load_config(config)
     try:
         originals: dict[str, str] = {}
@@ -161,18 +146,7 @@ def serve(
         fail(exc)
     scheme = "grpcs" if tls_cert else "grpc"
     what = f"{server_kind}, {'vcam engine' if runner else 'onnxruntime'}"
-    out.print(f"serving {repo} on {scheme}://{host}:{port} ({what})", highlight=False, soft_wrap=True)
-    out.print(
-        f"  ready: http://{host}:{http_port}/v2/health/ready  metrics: http://{host}:{metrics_port}/metrics",
-        highlight=False,
-        soft_wrap=True,
-    )
-    out.print(
-        f'  clients: [engines.swapper] backend = "remote", url = "{scheme}://{host}:{port}"  (Ctrl-C stops)',
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    _announce(f"{repo}", f"{scheme}://{host}:{port}", what, f"http://{host}:{http_port}", f"http://{host}:{metrics_port}")
     try:
         while server.proc.poll() is None:
             time.sleep(0.5)
@@ -183,3 +157,37 @@ def serve(
     if server.proc.returncode not in (0, -15, None):
         tail = [ln for ln in server.lines if ln.strip()][-1:] or [""]
         fail(VcamError(f"the Triton server stopped ({server.proc.returncode}): {tail[0][:200]}"))
+
+
+def _check(server_kind: str, engine: str, host: str, tls: bool) -> None:
+    """One line and exit 2 for a server kind or engine not known, or another host without TLS."""
+    import ipaddress
+
+    from vcam.errors import ConfigError
+    from vcam.runtime.serve import ENGINES, SERVERS
+
+    if server_kind not in SERVERS:
+        fail(ConfigError(f"--server {server_kind!r} is not a server kind", hint=f"choose one of {', '.join(SERVERS)}"))
+    if engine not in ENGINES:
+        fail(ConfigError(f"--engine {engine!r} is not an engine", hint=f"choose one of {', '.join(ENGINES)}"))
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not tls:
+        fail(
+            ConfigError(
+                f"serving on {host} needs --tls-cert and --tls-key (faces are biometric data)", hint="or --host 127.0.0.1"
+            )
+        )
+
+
+def _announce(repo: str, url: str, what: str, http: str, metrics: str) -> None:
+    out.print(f"serving {repo} on {url} ({what})", highlight=False, soft_wrap=True)
+    out.print(f"  ready: {http}/v2/health/ready  metrics: {metrics}/metrics", highlight=False, soft_wrap=True)
+    out.print(
+        f'  clients: [engines.swapper] backend = "remote", url = "{url}"  (Ctrl-C stops)',
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
