@@ -6,8 +6,9 @@ Runs in the serving environment's Python (started by vcam.runtime.serve) and imp
 vcam. Prepares a backend folder once (the bundled backend with the stub built for this Python),
 starts the server with the serving environment's ``bin`` first on PATH (the stub's embedded
 Python finds its prefix, and so this environment's numpy < 2, from the ``python3`` on PATH), passes
-the server's output through, and stops it (SIGTERM, then SIGKILL) on SIGTERM/SIGINT or once the
-process that started this one is gone.
+the server's output through, and stops it (SIGTERM, then SIGKILL) on SIGTERM/SIGINT, once the
+process that started this one is gone, or once a part of it died (a stub that aborts leaves the
+server up with its requests hanging): then it exits with 3.
 
     python triton_direct.py REPO --parent PID -- [tritonserver options]
 """
@@ -77,7 +78,8 @@ def main() -> int:
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), libdir, env.get("LD_LIBRARY_PATH", "")) if p)
     cmd = [str(root / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={backends(root)}"]
     cmd += [f"--cache-directory={root / 'caches'}", *rest]
-    proc = subprocess.Popen(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    fatal = []
 
     def stop(*_):  # from a signal handler too: never waits here
         if proc.returncode is None:
@@ -91,12 +93,23 @@ def main() -> int:
             time.sleep(0.5)
         stop()
 
+    def relay():  # the server's and its stubs' output, passed through; a part that died stops it all
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if not fatal and line.startswith("terminate called"):
+                fatal.append(line.strip())
+                print("a part of the server died (its Python backend's stub, or the server): stopping it", flush=True)
+                stop()
+
     signal.signal(signal.SIGTERM, lambda *_: stop())
     signal.signal(signal.SIGINT, lambda *_: stop())
     threading.Thread(target=watch, daemon=True).start()
+    threading.Thread(target=relay, daemon=True).start()
     while True:
         try:
-            return proc.wait()
+            rc = proc.wait()
+            return 3 if fatal else rc
         except InterruptedError:
             continue
 
