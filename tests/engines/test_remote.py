@@ -7,6 +7,7 @@ to another host refused with one line."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -67,6 +68,7 @@ def _swap(cfg, n: int):
 @pytest.mark.parametrize("served", ["inswapper_128", "inswapper_128_u8"])
 def test_remote_swap_equals_local_onnxruntime_within_one_level(triton, tmp_path, served):
     server, models = triton
+    assert server.kind == "python-backend"  # the default: tritonserver itself, Triton's own Python backend
     local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
     remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url, served), 3)
     assert remote_sw.engine.backend == "remote" and remote_sw.engine.failed == 0
@@ -75,6 +77,166 @@ def test_remote_swap_equals_local_onnxruntime_within_one_level(triton, tmp_path,
     assert remote_sw.guarded() == 0
     wire = "uint8" if served.endswith("_u8") else "float32"
     assert f"({wire} on the wire)" in remote_sw.engine.describe()
+
+
+@pytest.mark.slow
+def test_the_pytriton_server_kind_answers_the_same_swap(triton, tmp_path):
+    """`vcam serve --server pytriton` (PyTriton's Triton, kept as an option) on the same exported
+    repository: the same crops as the local onnxruntime swap."""
+    from triton_server import start
+
+    _, models = triton
+    repo = _export_one(models, tmp_path / "repo")
+    server = start(repo, log=tmp_path / "server.log", kind="pytriton")
+    try:
+        local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
+        remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url), 3)
+        assert remote_sw.engine.failed == 0 and remote_sw.guarded() == 0
+        assert np.abs(local.astype(int) - remote.astype(int)).max() <= 1
+        assert any(ln.startswith("READY") for ln in server.lines)  # PyTriton's worker said so
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_engine_vcam_swaps_in_vcams_own_engine_inside_the_server(triton, tmp_path):
+    """`vcam serve --engine vcam`: each batch in vcam's PyTorch engine inside Triton's Python backend
+    (FP32 on the CPU here), imported after the serving environment's numpy < 2: the same crops as the
+    local onnxruntime swap."""
+    pytest.importorskip("torch")
+    from triton_server import free_ports
+
+    from vcam.runtime.serve import TritonServer, runner_for
+
+    _, models = triton
+    repo = _export_one(models, tmp_path / "repo")
+    runner = runner_for("vcam", repo, {"inswapper_128": str(models / "inswapper_128.onnx")})
+    assert runner is not None and runner[1] == {"inswapper_128": str(models / "inswapper_128.onnx")}
+    grpc, http, metrics = free_ports(3)
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, runner=runner, log=tmp_path / "log")
+    try:
+        server.wait_ready(300)
+        assert any("model inswapper_128" in ln and "vcam torch" in ln for ln in server.lines), list(server.lines)[-5:]
+        local_sw, local = _swap(_cfg(models, tmp_path / "f1"), 3)
+        remote_sw, remote = _swap(_cfg(models, tmp_path / "f2", server.url), 3)
+        assert remote_sw.engine.failed == 0 and remote_sw.guarded() == 0
+        assert np.abs(local.astype(int) - remote.astype(int)).max() <= 1
+    finally:
+        server.stop()
+
+
+def test_engine_choice_for_vcam_serve(tmp_path, monkeypatch):
+    """onnxruntime: no runner; vcam: the originals, else the repository's own files; auto: vcam's
+    engine only where torch sees a GPU and the originals are known."""
+    from vcam.runtime import serve
+
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"")
+    assert serve.runner_for("onnxruntime", tmp_path, {"m": "/o.onnx"}) is None
+    assert serve.runner_for("vcam", tmp_path, {}) == (serve.VCAM_RUNNER, {"m": str(tmp_path / "m" / "1" / "model.onnx")})
+    assert serve.runner_for("vcam", tmp_path, {"m": "/o.onnx"}) == (serve.VCAM_RUNNER, {"m": "/o.onnx"})
+    for gpu in (False, True):
+        monkeypatch.setattr(serve, "torch_sees_a_gpu", lambda gpu=gpu: gpu)
+        assert serve.runner_for("auto", tmp_path, {}) is None
+        want = (serve.VCAM_RUNNER, {"m": "/o.onnx"}) if gpu else None
+        assert serve.runner_for("auto", tmp_path, {"m": "/o.onnx"}) == want
+
+
+RUNNER = textwrap.dedent(
+    """
+    import numpy as np
+    def make(source, max_batch):
+        def run(names, inputs):
+            return [np.full_like(inputs["target"], float(len(source)))]
+        return run, "a test runner"
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_python_backend_runs_a_runner_from_pythonpath(triton, tmp_path, monkeypatch):
+    """A model run in a callable (how the benchmark runs vcam's engine on the server): imported in
+    the backend's stub from the folders on the caller's PYTHONPATH (the stub reads no PYTHONPATH)."""
+    from triton_server import free_ports
+
+    from vcam.engines.remote import RemoteEngine
+    from vcam.runtime.serve import TritonServer
+
+    _, models = triton
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "vcam_test_runner.py").write_text(RUNNER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "mods"), os.environ.get("PYTHONPATH", "")]))
+    repo = _export_one(models, tmp_path / "repo")
+    grpc, http, metrics = free_ports(3)
+    runner = ("vcam_test_runner:make", {"inswapper_128": "12345"})
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics, runner=runner, log=tmp_path / "log")
+    try:
+        server.wait_ready(180)
+        eng = RemoteEngine(server.url, "inswapper_128", timeout=20)
+        out = eng.run(eng.input_buffers(2))[0]
+        eng.close()
+        assert eng.last_failed == 0 and out.shape[0] == 2 and np.all(out == 5.0)  # len("12345")
+        assert any("a test runner" in ln for ln in server.lines)
+    finally:
+        server.stop()
+
+
+SERVE_AND_HANG = textwrap.dedent(
+    """
+    import sys, time
+    from vcam.runtime.serve import TritonServer
+    grpc, http, metrics = map(int, sys.argv[2:5])
+    server = TritonServer(sys.argv[1], grpc_port=grpc, http_port=http, metrics_port=metrics, threads=1)
+    server.wait_ready(180)
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_killed_owner_takes_its_tritonserver_with_it(triton, tmp_path):
+    """The process that started the direct server SIGKILLed (no clean-up of its own): the launcher
+    sees its parent gone and stops tritonserver; the next server's start removes its leftovers."""
+    import time
+    import urllib.request
+
+    from triton_server import free_ports
+
+    _, models = triton
+    repo = _export_one(models, tmp_path / "repo")
+    ports = free_ports(3)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", SERVE_AND_HANG, str(repo), *map(str, ports)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        owner.kill()
+        owner.wait(10)
+        end, up = time.monotonic() + 60, True
+        while up and time.monotonic() < end:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{ports[1]}/v2/health/live", timeout=2).close()
+                time.sleep(0.5)
+            except OSError:
+                up = False
+        assert not up, "tritonserver outlived the process that started it by 60 s"
+        from vcam.platform import folders
+        from vcam.runtime import serve
+
+        left = list((folders.cache_dir() / "served").glob(f"vcam-served-{owner.pid}-*"))
+        assert len(left) == 1  # its served repository, which its stop would have removed
+        serve._scratch()  # the next server's start removes what a killed one left
+        assert not left[0].exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def _export_one(models: Path, repo: Path) -> Path:
+    from triton_server import export
+
+    return export(models, repo, served=(("inswapper_128", "inswapper_128", False, False),))
 
 
 @pytest.mark.slow
@@ -106,30 +268,34 @@ CLIENT = textwrap.dedent(
     """
     import sys, threading, numpy as np
     from vcam.engines.remote import RemoteEngine
+    import onnxruntime as ort
     url, go = sys.argv[1], sys.argv[2]
     eng = RemoteEngine(url, "inswapper_128", max_batch=1, timeout=30, label="client")
     feeds = eng.input_buffers(1)
     feeds["target"][:] = np.random.default_rng(int(sys.argv[3])).random(feeds["target"].shape)
+    want = ort.InferenceSession(sys.argv[4]).run(None, {k: np.asarray(v) for k, v in feeds.items()})[0]
     import os, time
     while not os.path.exists(go):
         time.sleep(0.01)
+    wrong = 0  # answers that are not this client's own (rows mixed up in a batch of several clients)
     for _ in range(25):
-        eng.run(feeds)
-    print(eng.failed)
+        wrong += int(np.abs(eng.run(feeds)[0] - want).max() > 1e-4)
+    print(eng.failed, wrong)
     """
 )
 
 
 @pytest.mark.slow
 def test_four_client_processes_are_batched_by_the_server(triton, tmp_path):
-    server, _ = triton
+    server, models = triton
     from vcam.engines.remote import RemoteEngine
 
     probe = RemoteEngine(server.url, "inswapper_128", label="probe")
     before = probe.statistics()
     go = tmp_path / "go"
+    model = str(models / "inswapper_128.onnx")
     procs = [
-        subprocess.Popen([sys.executable, "-c", CLIENT, server.url, str(go), str(i)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", CLIENT, server.url, str(go), str(i), model], stdout=subprocess.PIPE, text=True)
         for i in range(4)
     ]
     import time
@@ -137,7 +303,7 @@ def test_four_client_processes_are_batched_by_the_server(triton, tmp_path):
     time.sleep(3)  # all four connected and waiting
     go.touch()
     outs = [p.communicate(timeout=240)[0].strip() for p in procs]
-    assert all(p.returncode == 0 for p in procs) and outs == ["0"] * 4, outs
+    assert all(p.returncode == 0 for p in procs) and outs == ["0 0"] * 4, outs  # no failure, each its own answers
     after = probe.statistics()
     requests = after["requests"] - before["requests"]
     executions = after["executions"] - before["executions"]

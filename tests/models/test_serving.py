@@ -108,6 +108,64 @@ def test_vcam_serve_export_prints_the_docker_line(tmp_path):
     )
 
 
+@windows_lacks(TRITON_SERVER)  # the model file is linked; the server it is for runs on Linux only
+def test_a_python_backend_repository_keeps_the_tensors_and_the_batcher(src, tmp_path):
+    """What `vcam serve --server python-backend` serves: each exported model with the same tensors,
+    max batch and dynamic batcher, in Triton's own Python backend (model.py, the ONNX file linked);
+    instances on the CPU kind; a runner only for the models it is given; made again each time."""
+    text_format, mc = _proto()
+    serving.export_repository(tmp_path / "exp", "inswapper_128", src, fp16=True, max_batch=8, gpu=True)
+    serving.export_repository(tmp_path / "exp", "inswapper_128", src, served_as="other", max_batch=4, gpu=False)
+    (tmp_path / "out" / "stale").mkdir(parents=True)
+    out = serving.python_backend_repository(
+        tmp_path / "exp",
+        tmp_path / "out",
+        threads=2,
+        instances=3,
+        runner="pkg.mod:make",
+        sources={"other": "/x.onnx"},
+        runner_path="/a:/b",
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["inswapper_128", "other"]
+    for name, batch in (("inswapper_128", 8), ("other", 4)):
+        was = text_format.Parse((tmp_path / "exp" / name / "config.pbtxt").read_text(), mc.ModelConfig())
+        cfg = text_format.Parse((out / name / "config.pbtxt").read_text(), mc.ModelConfig())
+        assert cfg.backend == "python" and not cfg.platform and cfg.max_batch_size == batch
+        assert list(cfg.input) == list(was.input) and list(cfg.output) == list(was.output)
+        assert cfg.dynamic_batching == was.dynamic_batching
+        assert [(g.kind, g.count) for g in cfg.instance_group] == [(mc.ModelInstanceGroup.KIND_CPU, 3)]
+        assert not cfg.optimization.execution_accelerators.gpu_execution_accelerator  # TensorRT is the ONNX backend's
+        params = {k: v.string_value for k, v in cfg.parameters.items()}
+        runs = {"runner": "pkg.mod:make", "source": "/x.onnx", "runner_path": "/a:/b"} if name == "other" else {}
+        assert params == {"threads": "2", **runs}
+        assert (out / name / "1" / "model.py").read_bytes() == serving.PYTHON_MODEL.read_bytes()
+        onnx_file = out / name / "1" / "model.onnx"
+        assert onnx_file.resolve() == (tmp_path / "exp" / name / "1" / "model.onnx").resolve()
+
+
+def test_a_folder_without_models_is_one_line_for_the_python_backend(tmp_path):
+    _proto()
+    from vcam.errors import ModelError
+
+    with pytest.raises(ModelError, match="no model in .* \\(NAME/config.pbtxt\\)") as err:
+        serving.python_backend_repository(tmp_path, tmp_path / "out")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--server", "tensorrt"), "--server 'tensorrt' is not a server kind"),
+        (("--engine", "tf"), "--engine 'tf' is not an engine"),
+    ],
+)
+def test_vcam_serve_refuses_an_unknown_server_kind_or_engine(args, needle):
+    res = vcam_cli("serve", *args)
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "choose one of" in lines[0], res.stderr
+
+
 def test_vcam_serve_refuses_another_host_without_tls():
     res = vcam_cli("serve", "--host", "0.0.0.0")
     assert res.returncode == 2

@@ -24,6 +24,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import DEFAULT_PROTECTED_ENDPOINTS, Triton, TritonConfig, TritonSecurityConfig
 from tritonclient.grpc import model_config_pb2 as mc
 
+RUNNER_PATH: list = []  # --runner-path's folders
 DTYPES = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_UINT8": np.uint8, "TYPE_INT64": np.int64}
 
 
@@ -33,6 +34,9 @@ def runner_for(spec: str, source: str, max_batch: int):
     batch in its own engine on the GPU (benchmarks/remote_runner.py)."""
     import importlib
 
+    for folder in RUNNER_PATH:  # after this environment's own packages: its numpy < 2 stays first
+        if folder and folder not in sys.path:
+            sys.path.append(folder)
     module, _, func = spec.partition(":")
     return getattr(importlib.import_module(module), func)(source, max_batch)
 
@@ -91,7 +95,9 @@ def main() -> int:
     ap.add_argument("--parent", type=int, default=0)
     ap.add_argument("--runner", default="", metavar="MODULE:FUNCTION", help="runs the models given by --source")
     ap.add_argument("--source", action="append", default=[], metavar="MODEL=ONNX", help="MODEL's original file, for --runner")
+    ap.add_argument("--runner-path", default="", help="folders (os.pathsep between) the runner is imported from")
     args = ap.parse_args()
+    RUNNER_PATH.extend(args.runner_path.split(os.pathsep))
     if args.parent:
         threading.Thread(target=watch_parent, args=(args.parent,), daemon=True).start()
     repo = Path(args.repo)

@@ -26,12 +26,16 @@ _BATCH = typer.Option(8, "--max-batch", min=1, max=256, help="Largest batch the 
 _DELAY = typer.Option(100, "--queue-delay-us", min=0, help="How long the batcher waits for more requests (microseconds).")
 
 
-def _export(cfg, out_dir: Path, models: list[str], fp16: bool, uint8: bool, max_batch: int, delay: int, gpu: bool) -> list:
+def _export(
+    cfg, out_dir: Path, models: list[str], fp16: bool, uint8: bool, max_batch: int, delay: int, gpu: bool, originals: dict
+) -> list:
+    """Export ``models``; ``originals`` gets each one's own ONNX file."""
     from vcam.models.serving import export_repository
     from vcam.runtime.roles import model_store
 
     store = model_store(cfg)
     paths = store.ensure(models)
+    originals.update({name: str(paths[name]) for name in models})
     return [
         export_repository(
             out_dir, name, paths[name], fp16=fp16, uint8_input=uint8, max_batch=max_batch, queue_delay_us=delay, gpu=gpu
@@ -58,7 +62,7 @@ def serve_export(
 
     cfg = load_config(config)
     try:
-        done = _export(cfg, out_dir, models, fp16, uint8_input, max_batch, queue_delay_us, not cpu)
+        done = _export(cfg, out_dir, models, fp16, uint8_input, max_batch, queue_delay_us, not cpu, {})
     except VcamError as exc:
         fail(exc)
     for e in done:
@@ -101,54 +105,48 @@ def serve(
     tls_key: str = typer.Option("", "--tls-key", help="Its private key (PEM)."),
     tls_ca: str = typer.Option("", "--tls-ca", help="CA (PEM) that client certificates must chain to (mutual TLS)."),
     log_file: Optional[Path] = typer.Option(None, "--log", help="Append the server's output to this file."),
+    server_kind: str = typer.Option(
+        "python-backend",
+        "--server",
+        help="python-backend: the bundled tritonserver directly, each model in Triton's own Python backend; "
+        "pytriton: PyTriton's Triton (a proxy hop to a second Python process per request).",
+    ),
+    engine: str = typer.Option(
+        "auto",
+        "--engine",
+        help="What runs each batch in the server. onnxruntime: the serving environment's (CUDA where that build has it); "
+        "vcam: vcam's own PyTorch engine (FP16 on the GPU torch sees, else the CPU); auto: vcam where torch sees a GPU "
+        "here (not with --repo), else onnxruntime.",
+    ),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Run the Triton server bundled in the nvidia-pytriton wheel (in its own environment, made on
     first use) serving MODEL with the dynamic batcher, health/ready endpoints and metrics."""
     if ctx.invoked_subcommand:
         return
-    import ipaddress
-
-    from vcam.errors import ConfigError, VcamError
+    from vcam.errors import VcamError
     from vcam.platform import folders
-    from vcam.runtime.serve import TritonServer
+    from vcam.runtime.serve import TritonServer, runner_for
 
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not (tls_cert and tls_key):
-        fail(
-            ConfigError(
-                f"serving on {host} needs --tls-cert and --tls-key (faces are biometric data)", hint="or --host 127.0.0.1"
-            )
-        )
+    _check(server_kind, engine, host, bool(tls_cert and tls_key))
     cfg = load_config(config)
     try:
+        originals: dict[str, str] = {}
         if repo is None:
             repo = folders.cache_dir() / "serve-repo"
-            _export(cfg, repo, models, fp16, uint8_input, max_batch, queue_delay_us, False)
+            _export(cfg, repo, models, fp16, uint8_input, max_batch, queue_delay_us, False, originals)
+        runner = runner_for(engine, repo, originals)
         tls = (tls_cert, tls_key, tls_ca) if tls_cert else None
         server = TritonServer(
             repo, address=host, grpc_port=port, http_port=http_port, metrics_port=metrics_port,
-            threads=threads, instances=instances, tls=tls, log=log_file,
+            threads=threads, instances=instances, tls=tls, log=log_file, server=server_kind, runner=runner,
         )  # fmt: skip
         server.wait_ready()
     except VcamError as exc:
         fail(exc)
     scheme = "grpcs" if tls_cert else "grpc"
-    out.print(f"serving {repo} on {scheme}://{host}:{port}", highlight=False, soft_wrap=True)
-    out.print(
-        f"  ready: http://{host}:{http_port}/v2/health/ready  metrics: http://{host}:{metrics_port}/metrics",
-        highlight=False,
-        soft_wrap=True,
-    )
-    out.print(
-        f'  clients: [engines.swapper] backend = "remote", url = "{scheme}://{host}:{port}"  (Ctrl-C stops)',
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    what = f"{server_kind}, {'vcam engine' if runner else 'onnxruntime'}"
+    _announce(f"{repo}", f"{scheme}://{host}:{port}", what, f"http://{host}:{http_port}", f"http://{host}:{metrics_port}")
     try:
         while server.proc.poll() is None:
             time.sleep(0.5)
@@ -159,3 +157,37 @@ def serve(
     if server.proc.returncode not in (0, -15, None):
         tail = [ln for ln in server.lines if ln.strip()][-1:] or [""]
         fail(VcamError(f"the Triton server stopped ({server.proc.returncode}): {tail[0][:200]}"))
+
+
+def _check(server_kind: str, engine: str, host: str, tls: bool) -> None:
+    """One line and exit 2 for a server kind or engine not known, or another host without TLS."""
+    import ipaddress
+
+    from vcam.errors import ConfigError
+    from vcam.runtime.serve import ENGINES, SERVERS
+
+    if server_kind not in SERVERS:
+        fail(ConfigError(f"--server {server_kind!r} is not a server kind", hint=f"choose one of {', '.join(SERVERS)}"))
+    if engine not in ENGINES:
+        fail(ConfigError(f"--engine {engine!r} is not an engine", hint=f"choose one of {', '.join(ENGINES)}"))
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not tls:
+        fail(
+            ConfigError(
+                f"serving on {host} needs --tls-cert and --tls-key (faces are biometric data)", hint="or --host 127.0.0.1"
+            )
+        )
+
+
+def _announce(repo: str, url: str, what: str, http: str, metrics: str) -> None:
+    out.print(f"serving {repo} on {url} ({what})", highlight=False, soft_wrap=True)
+    out.print(f"  ready: {http}/v2/health/ready  metrics: {metrics}/metrics", highlight=False, soft_wrap=True)
+    out.print(
+        f'  clients: [engines.swapper] backend = "remote", url = "{url}"  (Ctrl-C stops)',
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )

@@ -235,8 +235,67 @@ def export_repository(
     return Exported(repo, mdir / "1" / "model.onnx", mdir / "config.pbtxt", repo / "inferenceservice.yaml", name_out)
 
 
+#: The Python backend's model file (``vcam serve --server python-backend``).
+PYTHON_MODEL = Path(__file__).resolve().parents[1] / "assets" / "triton_model.py"
+
+
+def python_backend_repository(
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    threads: int = 0,
+    instances: int = 1,
+    runner: str = "",
+    sources: dict[str, str] | None = None,
+    runner_path: str = "",
+) -> Path:
+    """A repository for Triton's own Python backend made from ``source`` (one written by
+    :func:`export_repository`, ONNX models): per model, the same tensors, max batch and dynamic
+    batcher with ``backend: "python"``, ``NAME/1/model.py`` (:data:`PYTHON_MODEL`) and a link to the
+    ONNX file; ``count`` instances on the CPU kind (the model itself takes the GPU where its runtime
+    has one; Triton's GPU kind needs a GPU Triton sees). ``runner`` and ``sources[name]``: run the
+    model in that callable instead, imported from the folders of ``runner_path`` (``os.pathsep``
+    between them; see the model file). ``out`` is made again."""
+    import shutil
+
+    from google.protobuf import text_format
+
+    mc = config_messages()
+    src, dest = Path(source), Path(out)
+    models = sorted(p for p in src.iterdir() if (p / "config.pbtxt").is_file()) if src.is_dir() else []
+    if not models:
+        raise ModelError(f"no model in {src} (NAME/config.pbtxt)", hint="write one with `vcam serve export DIR --model NAME`")
+    shutil.rmtree(dest, ignore_errors=True)
+    for mdir in models:
+        try:
+            cfg = text_format.Parse((mdir / "config.pbtxt").read_text(), mc.ModelConfig())
+        except (text_format.ParseError, UnicodeDecodeError) as exc:
+            raise ModelError(f"{mdir / 'config.pbtxt'} is not a Triton model config: {exc}", hint="export it again") from None
+        name = cfg.name or mdir.name
+        cfg.ClearField("platform")
+        cfg.ClearField("optimization")  # TensorRT as an onnxruntime accelerator: the ONNX backend's, not ours
+        cfg.backend = "python"
+        del cfg.instance_group[:]
+        cfg.instance_group.add(count=int(instances), kind=mc.ModelInstanceGroup.KIND_CPU)
+        cfg.parameters["threads"].string_value = str(int(threads))
+        if runner and (sources or {}).get(name):
+            cfg.parameters["runner"].string_value = runner
+            cfg.parameters["source"].string_value = str((sources or {})[name])
+            cfg.parameters["runner_path"].string_value = runner_path
+        version = dest / name / "1"
+        version.mkdir(parents=True)
+        onnx_file = mdir / "1" / "model.onnx"
+        if onnx_file.is_file():
+            (version / "model.onnx").symlink_to(onnx_file.resolve())
+        shutil.copyfile(PYTHON_MODEL, version / "model.py")
+        (dest / name / "config.pbtxt").write_text(config_text(cfg))
+    return dest
+
+
 __all__ = [
     "Exported",
+    "PYTHON_MODEL",
+    "python_backend_repository",
     "TRITON_IMAGE",
     "config_text",
     "docker_line",

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -29,6 +30,13 @@ from vcam.platform import folders, locks, process
 #: What the serving environment installs (one line each, as pip takes them).
 PINS = ("nvidia-pytriton==0.7.0", "numpy>=1.26,<2", "onnxruntime>=1.17,<2")
 WORKER = Path(__file__).resolve().parents[1] / "assets" / "triton_worker.py"
+DIRECT = Path(__file__).resolve().parents[1] / "assets" / "triton_direct.py"
+#: How ``vcam serve`` runs the models: ``python-backend``, the bundled ``tritonserver`` directly on a
+#: repository of Triton's own Python backend (vcam/assets/triton_model.py); ``pytriton``, PyTriton's
+#: Triton (vcam/assets/triton_worker.py), whose Python backend forwards each request over PyTriton's
+#: proxy to a second Python process.
+SERVERS = ("python-backend", "pytriton")
+DEFAULT_SERVER = "python-backend"
 _LIBPY = (
     "import sys, sysconfig, os; v = sysconfig.get_config_var; "
     "print(v('LIBDIR') or ''); print(v('LDLIBRARY') or ''); print(v('INSTSONAME') or ''); print('%d.%d' % sys.version_info[:2])"
@@ -155,28 +163,30 @@ class TritonServer:
         tls: tuple[str, str, str] | None = None,
         log: str | os.PathLike[str] | None = None,
         runner: tuple[str, dict[str, str]] | None = None,
+        server: str = DEFAULT_SERVER,
     ) -> None:
         self.repo = Path(repo)
         if not any((p / "config.pbtxt").is_file() for p in self.repo.glob("*")):
             raise EngineUnavailable(
                 f"no model in {self.repo} (NAME/config.pbtxt)", hint="write one with `vcam serve export DIR --model NAME`"
             )
+        if server not in SERVERS:
+            raise EngineUnavailable(f"no Triton server kind {server!r}", hint=f"choose one of {', '.join(SERVERS)}")
         py, libdir = ensure_env()
+        self.kind = server
         self.address, self.grpc_port, self.http_port, self.metrics_port = address, grpc_port, http_port, metrics_port
-        args = [str(py), str(WORKER), str(self.repo), "--address", address, "--grpc-port", str(grpc_port)]
-        args += ["--http-port", str(http_port), "--metrics-port", str(metrics_port), "--threads", str(threads)]
-        args += ["--instances", str(instances), "--parent", str(os.getpid())]
-        if tls:
-            args += ["--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]]
-        if runner:  # (module:function, {model: its original ONNX}): the models run in that callable
-            args += ["--runner", runner[0]]
-            args += [a for model, source in runner[1].items() for a in ("--source", f"{model}={source}")]
+        self._served: Path | None = None
+        if server == "pytriton":
+            args = _pytriton_args(py, self.repo, address, self.ports(), threads, instances, tls, runner)
+        else:
+            self._served = Path(tempfile.mkdtemp(prefix=f"vcam-served-{os.getpid()}-", dir=_scratch()))
+            served = _python_repository(self.repo, self._served, threads, instances, runner)
+            args = [str(py), str(DIRECT), str(served), "--parent", str(os.getpid()), "--"]
+            args += _direct_options(address, self.ports(), tls)
         env = dict(os.environ)
-        if runner:  # the runner's module (a checkout's benchmarks/) must import there
-            checkout = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH", "")) if p)
-        else:  # the worker imports nothing of vcam's: the caller's path (numpy 2) must not shadow its own
-            env.pop("PYTHONPATH", None)
+        # The caller's path (numpy 2) must not shadow the environment's own: a runner's folders go
+        # after it (_runner_path).
+        env.pop("PYTHONPATH", None)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
         env.setdefault("PYTRITON_HOME", str(folders.cache_dir() / "pytriton"))
         self._log = open(log, "a") if log else None
@@ -194,8 +204,13 @@ class TritonServer:
             if self._log is not None:
                 self._log.write(line)
                 self._log.flush()
-            if line.startswith("READY"):
+            # PyTriton's worker says READY once its models are bound (its Triton starts before that)
+            if line.startswith("READY") or (self.kind != "pytriton" and "Started GRPCInferenceService" in line):
                 self._ready.set()
+
+    def ports(self) -> tuple[int, int, int]:
+        """(gRPC, HTTP, metrics)."""
+        return self.grpc_port, self.http_port, self.metrics_port
 
     @property
     def url(self) -> str:
@@ -243,6 +258,9 @@ class TritonServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._served is not None:
+            shutil.rmtree(self._served, ignore_errors=True)
+            self._served = None
 
     def __enter__(self) -> TritonServer:
         return self
@@ -251,4 +269,115 @@ class TritonServer:
         self.stop()
 
 
-__all__ = ["PINS", "TritonServer", "env_dir", "ensure_env", "find_python"]
+def _scratch() -> Path:
+    """Where the served repositories go (``vcam-served-PID-*``, removed by :meth:`TritonServer.stop`);
+    those of processes that are gone (killed before their stop) are removed here."""
+    d = folders.cache_dir() / "served"
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("vcam-served-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not process.alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return d
+
+
+def _pytriton_args(
+    py: Path,
+    repo: Path,
+    address: str,
+    ports: tuple[int, int, int],
+    threads: int,
+    instances: int,
+    tls: tuple[str, str, str] | None,
+    runner: tuple[str, dict[str, str]] | None,
+) -> list[str]:
+    """vcam/assets/triton_worker.py's command line (PyTriton's Triton)."""
+    args = [str(py), str(WORKER), str(repo), "--address", address, "--grpc-port", str(ports[0])]
+    args += ["--http-port", str(ports[1]), "--metrics-port", str(ports[2]), "--threads", str(threads)]
+    args += ["--instances", str(instances), "--parent", str(os.getpid())]
+    if tls:
+        args += ["--tls-cert", tls[0], "--tls-key", tls[1], "--tls-ca", tls[2]]
+    if runner:  # (module:function, {model: its original ONNX}): the models run in that callable
+        args += ["--runner", runner[0], "--runner-path", _runner_path()]
+        args += [a for model, source in runner[1].items() for a in ("--source", f"{model}={source}")]
+    return args
+
+
+def _python_repository(repo: Path, out: Path, threads: int, instances: int, runner: tuple[str, dict[str, str]] | None) -> Path:
+    from vcam.errors import ModelError
+    from vcam.models.serving import python_backend_repository
+
+    spec, sources = runner or ("", {})
+    path = _runner_path()
+    try:
+        return python_backend_repository(
+            repo, out, threads=threads, instances=instances, runner=spec, sources=sources, runner_path=path
+        )
+    except ModelError as exc:
+        raise EngineUnavailable(str(exc), hint=exc.hint) from None
+
+
+def _runner_path() -> str:
+    """Where this process imports vcam and its packages from (the checkout or site-packages holding
+    vcam, PYTHONPATH, site-packages): a runner's folders in the server, after its own packages."""
+    import site
+
+    own = [str(Path(__file__).resolve().parents[2]), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else ""
+    return os.pathsep.join(dict.fromkeys(p for p in [*own, *site.getsitepackages(), user] if p))
+
+
+#: ``vcam serve --engine vcam``'s runner (vcam/runtime/serve_runner.py).
+VCAM_RUNNER = "vcam.runtime.serve_runner:torch_engine"
+ENGINES = ("auto", "onnxruntime", "vcam")
+
+
+def torch_sees_a_gpu() -> bool:
+    """Whether torch is installed here and sees a CUDA GPU (``--engine auto`` takes vcam's engine then)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def runner_for(engine: str, repo: Path, originals: dict[str, str]) -> tuple[str, dict[str, str]] | None:
+    """``vcam serve --engine``'s runner: vcam's engine (:data:`VCAM_RUNNER`) on each model's own ONNX
+    file (``originals``; with ``engine="vcam"`` and none, the repository's exported files), or None
+    for onnxruntime. ``auto``: vcam's engine where torch sees a GPU and the originals are known."""
+    if engine == "vcam":
+        found = {p.name: str(p / "1" / "model.onnx") for p in repo.glob("*") if (p / "1" / "model.onnx").is_file()}
+        return VCAM_RUNNER, {**found, **originals}
+    if engine == "auto" and originals and torch_sees_a_gpu():
+        return VCAM_RUNNER, dict(originals)
+    return None
+
+
+def _direct_options(address: str, ports: tuple[int, int, int], tls: tuple[str, str, str] | None) -> list[str]:
+    """``tritonserver``'s options: the three endpoints on ``address``, metrics on, statistics open,
+    stop on a model's load error."""
+    args = [f"--grpc-address={address}", f"--grpc-port={ports[0]}", f"--http-address={address}"]
+    args += [f"--http-port={ports[1]}", f"--metrics-address={address}", f"--metrics-port={ports[2]}"]
+    args += ["--allow-metrics=true", "--allow-gpu-metrics=false", "--exit-on-error=true", "--strict-model-config=true"]
+    if tls:
+        args += ["--grpc-use-ssl=true", f"--grpc-server-cert={tls[0]}", f"--grpc-server-key={tls[1]}"]
+        if tls[2]:
+            args += ["--grpc-use-ssl-mutual=true", f"--grpc-root-cert={tls[2]}"]
+    return args
+
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "ENGINES",
+    "PINS",
+    "SERVERS",
+    "VCAM_RUNNER",
+    "TritonServer",
+    "env_dir",
+    "ensure_env",
+    "find_python",
+    "runner_for",
+    "torch_sees_a_gpu",
+]
