@@ -48,16 +48,95 @@ def _local_frame(lm5: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return eyes, lm5[1] - lm5[0], mouth - eyes
 
 
+#: A face's nose tip in front of its eyes' plane, in eye distances, as a 5-point detector sees it
+#: (RetinaFace's nose point on a near-profile face, 60 degrees, lies 0.6 eye distances off: 0.35;
+#: a mean face measures about 0.5, the detector's point sits behind the tip). A 5-point face
+#: whose nose tip lies ``a`` eye distances off the eyes' midpoint along the eye line is turned by a
+#: yaw of ``tan = a / NOSE_DEPTH`` (weak perspective: a point of depth ``z`` moves ``z tan`` eye
+#: distances along the eye line, the eye distance itself shrinks with the cosine).
+NOSE_DEPTH = 0.35
+#: Yaw (its tangent) taken as frontal: the 5-point outline moves only by the part beyond this, so a
+#: frontal face keeps the device kernel's outline (:func:`vcam.kernels.mask.landmark_masks`)
+#: exactly and a turning face's outline moves continuously.
+YAW_FRONTAL = 0.15
+#: The largest yaw tangent the outline follows (about 60 degrees).
+YAW_MAX = 1.7
+#: Depth of the 5-point outline's vertices (eye distances, in front of the eyes' plane): the chin and
+#: the forehead's middle a little in front, the cheeks' silhouette behind.
+_RING_DEPTH = 0.1 - 0.7 * (np.abs(_FACE_5_RING[:, 0]) / np.abs(_FACE_5_RING[:, 0]).max()) ** 1.5
+#: Far-side outline vertices stay this many eye distances beyond the far eye and the nose tip (no
+#: outline folds over the features it wraps).
+_FAR_MARGIN = 0.2
+
+
+def yaw(landmarks: np.ndarray) -> float:
+    """The yaw of 5 points beyond :data:`YAW_FRONTAL`, as a signed tangent (0 for a frontal face;
+    positive: the nose tip towards the second eye), from the nose tip's offset along the eye line."""
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
+    origin, u, _ = _local_frame(lm)
+    a = float(np.dot(lm[2] - origin, u)) / max(float(np.dot(u, u)), 1e-12)
+    t = a / NOSE_DEPTH
+    return float(np.sign(t) * min(max(abs(t) - YAW_FRONTAL, 0.0), YAW_MAX))
+
+
+def _posed_ring(lm5: np.ndarray) -> np.ndarray:
+    """The 5-point outline in the face's local frame (u: eye distances from the eyes' midpoint, v:
+    eye-to-mouth distances), each vertex moved along the eye line by its depth times the yaw; on
+    the far side never past the far eye or the nose tip (plus :data:`_FAR_MARGIN`)."""
+    ring = _FACE_5_RING + _FACE_CENTRE_5
+    t = yaw(lm5)
+    if t == 0.0:
+        return ring
+    origin, u, _ = _local_frame(lm5)
+    a = abs(float(np.dot(lm5[2] - origin, u)) / max(float(np.dot(u, u)), 1e-12))
+    side = np.sign(t)
+    x = ring[:, 0] + _RING_DEPTH * t
+    far = ring[:, 0] * side > 0
+    floor = np.minimum(ring[:, 0] * side, max(0.5, a) + _FAR_MARGIN)
+    x[far] = side * np.maximum(x[far] * side, floor[far])
+    return np.stack([x, ring[:, 1]], 1)
+
+
+#: Two points of a mean face's midline, (u, v, depth) in the local frame of :func:`_posed_ring`:
+#: the nose's bridge between the eyes and the philtrum between the nose tip and the mouth.
+_MIDLINE = np.array([[0.0, -0.1, 0.25], [0.0, 0.8, 0.35]])
+
+
+def midline(lm5: np.ndarray) -> np.ndarray:
+    """The nose bridge and philtrum (2, 2) float64 of 5 points, moved by their depth times the yaw
+    (:func:`yaw`): tied on both sides of the classic warp, they keep a turned face's nose and lip
+    straight where the nose tip alone would bend them."""
+    lm = np.asarray(lm5, np.float64).reshape(5, 2)
+    origin, u, v = _local_frame(lm)
+    x = _MIDLINE[:, 0] + _MIDLINE[:, 2] * yaw(lm)
+    return origin + x[:, None] * u + _MIDLINE[:, 1:2] * v
+
+
+def face_ring(lm5: np.ndarray) -> np.ndarray:
+    """The 16 vertices (16, 2) float64 of the 5-point outline in order, posed (:func:`_posed_ring`),
+    not hulled: the classic warp ties them vertex for vertex to the source's."""
+    lm = np.asarray(lm5, np.float64).reshape(5, 2)
+    origin, u, v = _local_frame(lm)
+    ring = _posed_ring(lm)
+    return origin + ring[:, :1] * u + ring[:, 1:] * v
+
+
 def face_polygon(landmarks: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """The face outline (V, 2) float64, convex, from 5 or 68 ``landmarks`` (P, 2) (any coordinates).
 
     5 points: :data:`vcam.kernels.mask._FACE_5` mapped by the eye line and the eye-to-mouth vector (an affine map, so
-    the outline stays convex). 68 points: the hull of the jaw and the brows, the brows raised by a
-    quarter of their distance to the nose tip (forehead). ``scale`` grows it around its centre.
+    the outline stays convex); a turned face's (:func:`yaw`) vertices moved by their depth, so the
+    outline follows the visible face (the near cheek wider, the far one narrower; its hull). 68
+    points: the hull of the jaw and the brows, the brows raised by a quarter of their distance to
+    the nose tip (forehead). ``scale`` grows it around its centre.
     """
     lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
     if lm.shape[0] == 5:
         origin, u, v = _local_frame(lm)
+        if yaw(lm) != 0.0:
+            pts = _hull(face_ring(lm))
+            centre = pts.mean(0)
+            return centre + (pts - centre) * float(scale)
         centre = origin + _FACE_CENTRE_5[0] * u + _FACE_CENTRE_5[1] * v
         pts = centre + _FACE_5_RING[:, :1] * u + _FACE_5_RING[:, 1:] * v
     elif lm.shape[0] == 68:
@@ -263,7 +342,8 @@ class Masker:
             return base
         ops = self.ops
         out = self._out[:n]
-        if (self.face or mouth) and self.landmarker is None:  # geometry on the device from 5 points
+        posed = self.face and self.landmarker is None and any(yaw(p) != 0.0 for p in np.asarray(landmarks)[:n])
+        if (self.face or mouth) and self.landmarker is None and not posed:  # geometry on the device from 5 points
             masks.landmark_masks(
                 ops,
                 to_crop(np.asarray(landmarks, np.float64)[:n], mats[:n]),
@@ -358,7 +438,13 @@ __all__ = [
     "Masker",
     "create_masker",
     "eye_mouth_distance",
+    "NOSE_DEPTH",
+    "YAW_FRONTAL",
+    "YAW_MAX",
     "face_polygon",
+    "face_ring",
+    "midline",
+    "yaw",
     "mouth_polygon",
     "region_bits",
     "shape_params",

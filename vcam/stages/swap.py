@@ -261,7 +261,7 @@ class ClassicSwapper(SwapperBase):
         self.color_match = bool(color_match)
         self.seamless = bool(seamless)
         self.dense = (not self.seamless) if dense is None else bool(dense) and not self.seamless
-        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray, dict[int, np.ndarray]]] = {}
+        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray, dict[tuple[int, bool], np.ndarray]]] = {}
         #: A :class:`~vcam.stages.landmark.Landmarker` (the mask stage's): the dense swap then warps
         #: with the 68 points it finds on the source and the mask stage finds on the target.
         self.landmarker: Any = None
@@ -425,9 +425,9 @@ class ClassicSwapper(SwapperBase):
         )
         return self._affine[:n], self.mask
 
-    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray, dict[int, np.ndarray]]:
+    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray, dict[tuple[int, bool], np.ndarray]]:
         """The source pyramid in the ops' memory, the source's landmarks and their warp control
-        points per layout (``{5 or 68: points}``, filled on first use) (uploaded once per face; the
+        points per layout (``{(5 or 68, posed): points}``, filled on first use) (uploaded once per face; the
         last ``2 * max_faces`` faces are kept)."""
         hit = self._dense_sources.get(id(face))
         if hit is not None and hit[0] is face:
@@ -482,10 +482,8 @@ class ClassicSwapper(SwapperBase):
         for f in range(n):
             levels, pts, controls = self._dense_source(faces[f])
             tgt, src = swap_classic.matched(target[f], pts)
-            if src.shape[0] not in controls:
-                controls[src.shape[0]] = swap_classic.control_points(src)
             sizes = [int(lv.shape[0]) for lv in levels]
-            splines[f : f + 1], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls[src.shape[0]])
+            splines[f : f + 1], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls)
             images.append(levels[level])
         with self.ops.activate():
             grids = classic.tps_nodes(self.ops, splines, n, self._grids)  # on the device there
