@@ -251,17 +251,18 @@ class SwapConfig:
     )
 
 
-MASK_TYPES = ("box", "face", "mouth", "occlusion", "region")
+MASK_TYPES = ("box", "face", "mouth", "eyes", "occlusion", "region")
 REGIONS = ("skin", "brows", "eyes", "glasses", "nose", "mouth", "lips", "ears", "hair", "neck")
 
 
 @dataclass(frozen=True)
 class MaskConfig:
-    types: list[Literal["box", "face", "mouth", "occlusion", "region"]] = _opt(
+    types: list[Literal["box", "face", "mouth", "eyes", "occlusion", "region"]] = _opt(
         ["box", "face"],
         "Paste masks, multiplied together (--mask box,face,mouth): 'box' the feathered crop square ([swap] blur, "
         "box_padding); 'face' brows-to-chin and cheek-to-cheek from the landmarks; 'mouth' keeps the target's own "
-        "mouth; 'occlusion' keeps hands, glasses and microphones in front of the face (the occluder model); 'region' "
+        "mouth; 'eyes' keeps the target's own eyes (with a landmarker: as far as they are shut or cast down); "
+        "'occlusion' keeps hands, glasses and microphones in front of the face (the occluder model); 'region' "
         "only the face-parser classes in 'regions'. Masks not listed cost nothing.",
     )
     box_padding: list[float] = _opt(
