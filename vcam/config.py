@@ -231,6 +231,11 @@ class SwapConfig:
     seamless: bool = _opt(
         False, "Classic swap: also carry the target's lighting across the face (gradient-domain blend; costs more)."
     )
+    local_color: bool = _opt(
+        True,
+        "Classic swap: match light and colour locally too (the difference from the target blurred over about a quarter "
+        "of the face, added to the swapped face), not only on average.",
+    )
     crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
     enhancer: str = _opt("", "Face enhancer model run after the swap ('' : off; e.g. 'gfpgan_1.4').")
     enhancer_amount: float = _opt(0.8, "How much of the enhanced face is blended in (0..1).", min=0.0, max=1.0)

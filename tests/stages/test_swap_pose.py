@@ -44,11 +44,11 @@ def _source(detector, name):
     return SourceFace(name, warp.warp_crops_ref(img, m[None], S)[0], landmarks=align.apply(m, lm).astype(np.float32))
 
 
-def _swap(detector, frame, face, types=("box", "face"), landmarker=None):
+def _swap(detector, frame, face, types=("box", "face"), landmarker=None, local_color=True):
     ops = NumpyOps()
     lm, box = _face(detector, frame)
     mats = align.estimate(lm, "arcface_128", S)[None]
-    sw = ClassicSwapper(ops=ops)
+    sw = ClassicSwapper(ops=ops, local_color=local_color)
     masker = vmask.create_masker(list(types), S, ops=ops, feather=0.06, landmarker=landmarker)
     crops, m = sw.swap(frame.copy(), mats, face)
     out = frame.copy()
@@ -78,13 +78,14 @@ def test_frontal_faces_keep_the_plain_outline(detector):
 def test_a_turned_face_swapped_with_itself_comes_back_closer(detector, monkeypatch, degrees):
     """The astronaut turned by ``degrees`` (a depth model) swapped with her own frontal photo: inside
     her face the swap differs from the turned target by at least 20% less than a warp that takes
-    every face as frontal (the warp of before, in the same run); the warp used has no fold."""
+    every face as frontal (the warp of before, in the same run). The geometry alone: without the
+    local colour match, which brings both closer."""
     astro = demo.portrait("astronaut")
     frame = turned(astro, _face(detector, astro)[0], degrees)
     src = _source(detector, "astronaut")
 
     def err():
-        out, lm = _swap(detector, frame, src)
+        out, lm = _swap(detector, frame, src, local_color=False)
         zone = np.zeros(frame.shape[:2], np.uint8)
         cv2.fillConvexPoly(zone, np.round(vmask.face_polygon(lm, 0.85)).astype(np.int32), 1)
         return float(np.abs(out.astype(np.int16) - frame)[zone > 0].mean()), lm

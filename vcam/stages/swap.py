@@ -53,6 +53,15 @@ Sources = Union[SourceFace, Sequence[SourceFace]]
 SOURCE_MARGIN = 3.0
 #: The largest crop the dense classic swap reads the target's colour statistics from.
 STATS_SIZE = 64
+#: The local colour match of the dense classic swap (``[swap] local_color``): the swapped face and
+#: the target are compared on a crop of LOCAL_SIZE pixels, their difference blurred inside the paste
+#: (a Gaussian of LOCAL_SIGMA crop sides, normalised by the paste's weight) onto a LOCAL_GRID x
+#: LOCAL_GRID grid of colour offsets the render adds, at most LOCAL_LIMIT levels: the target's light
+#: and shading at the scale of a cheek, none of its features.
+LOCAL_SIZE = 32
+LOCAL_GRID = 12
+LOCAL_SIGMA = 0.14
+LOCAL_LIMIT = 40.0
 
 
 @runtime_checkable
@@ -233,6 +242,7 @@ class ClassicSwapper(SwapperBase):
     convert them to L*a*b*, weigh their statistics inside the template's face region, and convert
     ``source_norm * std_t + mean_t`` (plus the membrane when seamless) back to BGR.
 
+    ``local_color`` (the dense swap): the light and colour matched locally too (:data:`LOCAL_SIZE`).
     ``color_match=False`` pastes the raw source crop (still only its face region); with
     ``seamless`` it gets the membrane on its own colours. ``sigma``: the membrane's blur in grid
     cells (about 8 crop pixels each); ``clip``: the largest L*a*b* difference one band pixel adds.
@@ -254,6 +264,7 @@ class ClassicSwapper(SwapperBase):
         max_faces: int = 8,
         dense: bool | None = None,
         template: str = "",
+        local_color: bool = True,
     ) -> None:
         super().__init__(crop_size, ops=ops, mask=mask, max_faces=max_faces)
         if template:  # the crops of another swapper (a remote one's local stand-in)
@@ -301,6 +312,18 @@ class ClassicSwapper(SwapperBase):
         self._membrane = ops.empty((f, g, g, 3), np.float32) if self.seamless else None
         self._out = ops.empty((f, s, s, 3), np.uint8)
         self._grids = ops.empty((f, classic.GRID, classic.GRID, 2), np.float32) if self.dense else None
+        self.local_color = bool(local_color) and self.dense
+        if self.local_color:
+            q, g = LOCAL_SIZE, LOCAL_GRID
+            self._lc_target = ops.empty((f, q, q, 3), np.uint8)
+            self._lc_canvas = ops.empty((2, f * q, q, 3), np.uint8)
+            white = np.zeros((f, 12), np.float32)
+            white[:, 3::4] = 255.0  # every channel 255: the render of it is 255 times the paste weight
+            self._lc_white = ops.asarray(white)
+            nodes = (np.arange(g) + 0.5) * (q / g) - 0.5
+            blur = np.exp(-0.5 * ((np.arange(q)[None, :] - nodes[:, None]) / (LOCAL_SIGMA * q)) ** 2)
+            self._lc_blur = ops.asarray(blur.astype(np.float32))  # (g, q): the blur sampled at the nodes
+            self._lc_floor = np.float32(0.02 * float(blur.sum(1).max()) ** 2)
 
     # -- source side (off the frame loop) ---------------------------------------------------------
     def prepare(self, face: SourceFace) -> SourceFace:
@@ -487,7 +510,37 @@ class ClassicSwapper(SwapperBase):
             images.append(levels[level])
         with self.ops.activate():
             grids = classic.tps_nodes(self.ops, splines, n, self._grids)  # on the device there
-            return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n)
+            offsets = self._local_offsets(frame, images, grids, origins, crops, mask, mats, n) if self.local_color else None
+            return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n, offsets)
+
+    def _local_offsets(
+        self, frame: Any, images: list[Any], grids: Any, origins: np.ndarray, affine: Any, mask: Any, mats: np.ndarray, n: int
+    ) -> Any:
+        """The local colour match's offsets (n, LOCAL_GRID, LOCAL_GRID, 3) float32 (see
+        :data:`LOCAL_SIZE`): the target's crop and the swapped face rendered at LOCAL_SIZE pixels
+        (the same render into a canvas of one band per face, once with the colour maps, once in
+        white for the paste's weight ``a``), then ``blur(a * (target - swapped)) / blur(a)``."""
+        ops, xp, q, s = self.ops, self.ops.xp, LOCAL_SIZE, self.crop_size
+        k = q / s
+        small = mats * k
+        small[:, :, 2] += 0.5 * k - 0.5
+        target = warp.warp_crops(ops, frame, small, q, out=self._lc_target[:n])
+        canvas = np.zeros((n, 2, 3))  # canvas pixel -> crop pixel, face f in rows f q .. (f + 1) q
+        canvas[:, 0, 0] = canvas[:, 1, 1] = 1 / k
+        canvas[:, :, 2] = 0.5 / k - 0.5
+        canvas[:, 1, 2] -= np.arange(n) * q / k
+        colour, white = self._lc_canvas[0, : n * q], self._lc_canvas[1, : n * q]
+        colour[...] = 0
+        white[...] = 0
+        classic.classic_paste(ops, colour, images, grids, origins, affine, mask, canvas, n)
+        classic.classic_paste(ops, white, images, grids, origins, self._lc_white, mask, canvas, n)
+        a = white[..., 0].reshape(n, q, q).astype(np.float32) * np.float32(1 / 255)
+        diff = target.astype(np.float32) * a[..., None] - colour.reshape(n, q, q, 3)
+        g = self._lc_blur
+        num = xp.einsum("il,flkc,jk->fijc", g, diff, g)
+        den = xp.einsum("il,flk,jk->fij", g, a, g)
+        off = num / (den[..., None] + self._lc_floor)
+        return xp.clip(off, -LOCAL_LIMIT, LOCAL_LIMIT).astype(np.float32)
 
 
 def paste_faces(
@@ -554,12 +607,13 @@ def make_builtin(
     ops: Any = None,
     mask: Any = None,
     max_faces: int = 8,
+    local_color: bool = True,
 ) -> SwapperBase:
-    """A built-in swapper by name: 'classic', 'identity' or 'solid' (``color_match`` and ``seamless``
-    are the classic swap's ``[swap]`` keys)."""
+    """A built-in swapper by name: 'classic', 'identity' or 'solid' (``color_match``, ``seamless`` and
+    ``local_color`` are the classic swap's ``[swap]`` keys)."""
     kw = {"ops": ops, "mask": mask, "max_faces": max_faces}
     if name == "classic":
-        return ClassicSwapper(crop_size, color_match, seamless=seamless, **kw)
+        return ClassicSwapper(crop_size, color_match, seamless=seamless, local_color=local_color, **kw)
     if name == "identity":
         return IdentitySwapper(crop_size, **kw)
     if name == "solid":
