@@ -342,7 +342,9 @@ def classic_paste_ref(
     y in crop pixels and its nodes per crop pixel; ``affine`` (F, 12) float32 colour maps
     (:func:`color_fit_ref`); ``mask`` (S, S) or (F, S, S) float32 paste masks in crop space;
     ``crop_from_frame`` (F, 2, 3); ``offsets``: None, or (F, og, og, 3) float32 colour offsets over
-    each face's crop added to its mapped colour (:func:`offset_at_ref`: the local colour match).
+    each face's crop added to its mapped colour (the local colour match; :func:`offset_at_ref` at
+    the crop point, which the reference takes as the grid resized to the crop, then sampled as the
+    mask is: within a hundredth of a level).
     Faces are drawn in order over their paste boxes (see the module docstring for the arithmetic)."""
     import cv2
 
@@ -383,11 +385,9 @@ def classic_paste_ref(
         colour = np.zeros((3, 5), np.float32)  # the B, G, R map; the weight channel takes no part
         colour[:, :3], colour[:, 4] = np.asarray(affine[f], np.float32).reshape(3, 4)[:, :3], np.asarray(affine[f])[3::4]
         out = cv2.transform(s, colour)
-        if offsets is not None:
-            ys, xs = np.mgrid[:bh, :bw].astype(np.float64)
-            u = m[0, 0] * xs + m[0, 1] * ys + m[0, 2]
-            v = m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
-            out += offset_at_ref(offsets[f], size, u, v)
+        if offsets is not None:  # the grid at the crop's pixels (exact), then like the mask (bilinear)
+            fine_off = cv2.resize(np.asarray(offsets[f], np.float32), (size, size), interpolation=cv2.INTER_LINEAR)
+            out += cv2.warpAffine(fine_off, m, (bw, bh), flags=lin, borderMode=cv2.BORDER_REPLICATE)
         a3 = a[..., None]
         out *= a3
         roi = frame[y0:y1, x0:x1]

@@ -536,9 +536,9 @@ class ClassicSwapper(SwapperBase):
         classic.classic_paste(ops, white, images, grids, origins, self._lc_white, mask, canvas, n)
         a = white[..., 0].reshape(n, q, q).astype(np.float32) * np.float32(1 / 255)
         diff = target.astype(np.float32) * a[..., None] - colour.reshape(n, q, q, 3)
-        g = self._lc_blur
-        num = xp.einsum("il,flkc,jk->fijc", g, diff, g)
-        den = xp.einsum("il,flk,jk->fij", g, a, g)
+        g = self._lc_blur  # (og, q): rows, then columns, as two matrix products
+        num = xp.matmul(g, xp.matmul(g, diff.reshape(n, q, q * 3)).reshape(n, -1, q, 3))
+        den = xp.matmul(xp.matmul(g, a), g.T)
         off = num / (den[..., None] + self._lc_floor)
         return xp.clip(off, -LOCAL_LIMIT, LOCAL_LIMIT).astype(np.float32)
 

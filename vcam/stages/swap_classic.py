@@ -57,11 +57,14 @@ SOURCE_FEATHER = 0.02
 #: Level pixels between the source's face outline and its weight's zero line: the least for which no
 #: bilinear tap of a weighted pixel (1.41 px on a diagonal) reads a level pixel whose area average
 #: (0.71 px) or the face bank's own warp reaches past the outline (2.0 lets a recoloured backdrop
-#: through, tests/stages/test_swap_classic.py). The warp maps the target's outline onto the source's,
-#: so the weight is 1 over the target's face up to about a frame pixel or two from its outline; with
+#: through, tests/stages/test_swap_classic.py; 2.5 lets one level through at one pixel where the face
+#: bank's 512 px crop enlarged a group photo's face 2.3 times, tests/stages/test_source_only.py).
+#: The warp maps the target's outline onto the source's, so the weight is 1 over the target's face
+#: up to about a frame pixel or two from its outline; with
 #: 3 level pixels and a feather of 0.04 before, the product of this ramp and the face mask's left
-#: the outer band of the face ellipse unchanged (issue 29: the jaw sides and the chin).
-SOURCE_MARGIN = 2.5
+#: the outer band of the face ellipse unchanged (issue 29: the jaw sides and the chin); 3 with the
+#: narrow feather keeps the band's weight above 0.45 (tests/stages/test_swap_detail.py).
+SOURCE_MARGIN = 3.0
 #: The 68 landmarks the spline is tied to (a 45-point system: a larger one costs more than it
 #: gives, and small solves stay off the BLAS threads): every other jaw point, the brows' ends and
 #: middles, the eye corners, the nose's bridge, tip and wings, the mouth's corners and middles.
