@@ -60,7 +60,7 @@ STATS_SIZE = 64
 #: and shading at the scale of a cheek, none of its features.
 LOCAL_SIZE = 32
 LOCAL_GRID = 12
-LOCAL_SIGMA = 0.14
+LOCAL_SIGMA = 0.2
 LOCAL_LIMIT = 40.0
 
 
@@ -316,10 +316,9 @@ class ClassicSwapper(SwapperBase):
         if self.local_color:
             q, g = LOCAL_SIZE, LOCAL_GRID
             self._lc_target = ops.empty((f, q, q, 3), np.uint8)
-            self._lc_canvas = ops.empty((2, f * q, q, 3), np.uint8)
-            white = np.zeros((f, 12), np.float32)
-            white[:, 3::4] = 255.0  # every channel 255: the render of it is 255 times the paste weight
-            self._lc_white = ops.asarray(white)
+            self._lc_src = ops.empty((f, q * q, 3), np.float32)  # each row's source crop at q pixels
+            self._lc_srcw = ops.empty((f, q, q), np.float32)  # and its face weight there
+            self._lc_down = ops.asarray(_area_matrix(s, q))  # (q, s): crop -> q pixels, area means
             nodes = (np.arange(g) + 0.5) * (q / g) - 0.5
             blur = np.exp(-0.5 * ((np.arange(q)[None, :] - nodes[:, None]) / (LOCAL_SIGMA * q)) ** 2)
             self._lc_blur = ops.asarray(blur.astype(np.float32))  # (g, q): the blur sampled at the nodes
@@ -388,6 +387,13 @@ class ClassicSwapper(SwapperBase):
                 ]
                 if self.seamless:
                     host.append((np.float32(4) * m * (np.float32(1) - m)).astype(np.float32))  # the band: 1 mid-ramp
+                if self.local_color:  # the face's colours and weight at LOCAL_SIZE (means over its face only)
+                    down = _area_matrix(self.crop_size, LOCAL_SIZE)
+                    raw = np.asarray(lat[self.name + ".raw"], np.float32) * m[..., None]
+                    w = down @ m @ down.T
+                    colours = np.einsum("il,lkc,jk->ijc", down, raw, down) / np.maximum(w, 1e-6)[..., None]
+                    host.append(colours.reshape(-1, 3).astype(np.float32))
+                    host.append(w.astype(np.float32))
                 uploaded[id(face)] = tuple(ops.asarray(np.ascontiguousarray(a)) for a in host)
         for i, face in rows:
             dev = uploaded[id(face)]
@@ -398,6 +404,9 @@ class ClassicSwapper(SwapperBase):
             self._samples[i] = dev[4]
             if self._band is not None:
                 self._band[i] = dev[5]
+            if self.local_color:
+                self._lc_src[i] = dev[-2]
+                self._lc_srcw[i] = dev[-1]
         self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
@@ -510,37 +519,41 @@ class ClassicSwapper(SwapperBase):
             images.append(levels[level])
         with self.ops.activate():
             grids = classic.tps_nodes(self.ops, splines, n, self._grids)  # on the device there
-            offsets = self._local_offsets(frame, images, grids, origins, crops, mask, mats, n) if self.local_color else None
+            offsets = self._local_offsets(frame, crops, mask, mats, n) if self.local_color else None
             return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n, offsets)
 
-    def _local_offsets(
-        self, frame: Any, images: list[Any], grids: Any, origins: np.ndarray, affine: Any, mask: Any, mats: np.ndarray, n: int
-    ) -> Any:
+    def _local_offsets(self, frame: Any, affine: Any, mask: Any, mats: np.ndarray, n: int) -> Any:
         """The local colour match's offsets (n, LOCAL_GRID, LOCAL_GRID, 3) float32 (see
-        :data:`LOCAL_SIZE`): the target's crop and the swapped face rendered at LOCAL_SIZE pixels
-        (the same render into a canvas of one band per face, once with the colour maps, once in
-        white for the paste's weight ``a``), then ``blur(a * (target - swapped)) / blur(a)``."""
+        :data:`LOCAL_SIZE`), in the aligned crop: the target's crop at LOCAL_SIZE pixels against each
+        row's source crop there through its colour map, ``a`` the source's face weight times the
+        paste mask (the warp moves the source's features onto the target's by a pixel or two at
+        this size: nothing at the blur's scale), then ``blur(a * (target - swapped)) / blur(a)``."""
         ops, xp, q, s = self.ops, self.ops.xp, LOCAL_SIZE, self.crop_size
         k = q / s
         small = mats * k
         small[:, :, 2] += 0.5 * k - 0.5
         target = warp.warp_crops(ops, frame, small, q, out=self._lc_target[:n])
-        canvas = np.zeros((n, 2, 3))  # canvas pixel -> crop pixel, face f in rows f q .. (f + 1) q
-        canvas[:, 0, 0] = canvas[:, 1, 1] = 1 / k
-        canvas[:, :, 2] = 0.5 / k - 0.5
-        canvas[:, 1, 2] -= np.arange(n) * q / k
-        colour, white = self._lc_canvas[0, : n * q], self._lc_canvas[1, : n * q]
-        colour[...] = 0
-        white[...] = 0
-        classic.classic_paste(ops, colour, images, grids, origins, affine, mask, canvas, n)
-        classic.classic_paste(ops, white, images, grids, origins, self._lc_white, mask, canvas, n)
-        a = white[..., 0].reshape(n, q, q).astype(np.float32) * np.float32(1 / 255)
-        diff = target.astype(np.float32) * a[..., None] - colour.reshape(n, q, q, 3)
-        g = self._lc_blur  # (og, q): rows, then columns, as two matrix products
-        num = xp.matmul(g, xp.matmul(g, diff.reshape(n, q, q * 3)).reshape(n, -1, q, 3))
-        den = xp.matmul(xp.matmul(g, a), g.T)
+        # Two-operand einsums throughout: small products that stay off the BLAS threads on the CPU.
+        down, ein = self._lc_down, xp.einsum
+        m = ein("il,flk->fik", down, mask[:n] if mask.ndim == 3 else mask[None])
+        a = self._lc_srcw[:n] * ein("fik,jk->fij", m, down)
+        rows = affine[:n].reshape(n, 3, 4)
+        swapped = ein("fpk,fck->fpc", self._lc_src[:n], rows[:, :, :3]) + rows[:, None, :, 3]
+        diff = (target.reshape(n, q * q, 3).astype(np.float32) - swapped) * a.reshape(n, q * q, 1)
+        g = self._lc_blur  # (og, q): the blur down the rows, then along them
+        num = ein("jk,fikc->fijc", g, ein("il,flkc->fikc", g, diff.reshape(n, q, q, 3)))
+        den = ein("jk,fik->fij", g, ein("il,flk->fik", g, a))
         off = num / (den[..., None] + self._lc_floor)
         return xp.clip(off, -LOCAL_LIMIT, LOCAL_LIMIT).astype(np.float32)
+
+
+def _area_matrix(size: int, q: int) -> np.ndarray:
+    """(q, size) float32: row i averages the pixels of the i-th of q equal spans of ``size`` (a
+    pixel straddling two spans shared by its overlap)."""
+    edges = np.arange(q + 1) * (size / q)
+    lo, hi = np.arange(size)[None, :], np.arange(1, size + 1)[None, :]
+    overlap = np.clip(np.minimum(hi, edges[1:, None]) - np.maximum(lo, edges[:-1, None]), 0, None)
+    return (overlap / (size / q)).astype(np.float32)
 
 
 def paste_faces(
