@@ -1,7 +1,7 @@
 """Before/after pictures and figures of the classic swap on hard real-photo cases (issue 40, items
 3-5): a three-quarter face, a near-profile downcast face, a cap's brim and glasses.
 
-    python -m benchmarks.swap_cases OUT_DIR [--json F]
+    python -m benchmarks.swap_cases OUT_DIR [--json F] [--before OTHER_OUT_DIR]
 
 Every target is a real photograph: the portraits the project ships (``vcam/assets``) and
 scikit-image's ``camera`` (a man looking down into a camera's viewfinder, near profile, 2x up).
@@ -18,7 +18,8 @@ writes ``<case>.png`` (the target's face region | the swap) and prints the figur
 - ``edge``: the mean absolute step in lightness across the paste's edge (a ring 2 px either side of
   where the paste weight crosses 0.5): a seam shows as a step.
 
-Run it twice, once with ``PYTHONPATH`` at another checkout, for the before pictures.
+Run it twice: once with ``PYTHONPATH`` at another checkout (the before pictures), then here with
+``--before`` that run's folder: ``swap_<case>.png`` is input | before | after.
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--before", type=Path, help="another run's OUT_DIR: write input | before | after pictures beside")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     det = _detector()
@@ -170,7 +172,15 @@ def main(argv: list[str] | None = None) -> int:
             vmask.YAW_MAX = keep
         figures[name] = fig
         print(name, fig)
-        cv2.imwrite(str(args.out / f"{name}.png"), np.concatenate([_crop(frame, lm), _crop(out, lm)], 1))
+        pair = np.concatenate([_crop(frame, lm), _crop(out, lm)], 1)
+        cv2.imwrite(str(args.out / f"{name}.png"), pair)
+        old = cv2.imread(str(args.before / f"{name}.png")) if args.before else None
+        if old is not None:
+            trio = np.concatenate([pair[:, :256], old[:, 256:], pair[:, 256:]], 1)
+            for i, text in enumerate(("input", "before", "after")):
+                cv2.putText(trio, text, (256 * i + 8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 2, cv2.LINE_AA)
+                cv2.putText(trio, text, (256 * i + 8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 0, 0), 1, cv2.LINE_AA)
+            cv2.imwrite(str(args.out / f"swap_{name}.png"), trio)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
     return 0
