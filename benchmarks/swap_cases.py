@@ -53,16 +53,12 @@ def _landmarks(det, img: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def source(det, name: str):
-    """The shipped portrait ``name`` as a face-bank source (aligned crop, its landmarks there)."""
-    from vcam import align
-    from vcam.kernels import warp
+    """The shipped portrait ``name`` as the face bank hands it over (:func:`vcam.stages.faces.face_from_image`:
+    aligned at 512 px, its landmarks there)."""
     from vcam.stages import demo
-    from vcam.types import SourceFace
+    from vcam.stages.faces import face_from_image
 
-    img = demo.portrait(name)
-    lm, _ = _landmarks(det, img)
-    m = align.estimate(lm, "arcface_128", 128)
-    return SourceFace(name, warp.warp_crops_ref(img, m[None], 128)[0], landmarks=align.apply(m, lm).astype(np.float32))
+    return face_from_image(demo.portrait(name), name, detector=det)
 
 
 def swap(det, frame: np.ndarray, face, types: tuple[str, ...] = ("box", "face")) -> tuple[np.ndarray, np.ndarray]:
