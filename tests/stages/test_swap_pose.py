@@ -194,3 +194,25 @@ def test_a_downcast_real_face_keeps_its_own_eyes(detector):
     patch = np.s_[near[1] - 2 : near[1] + 3, near[0] - 3 : near[0] + 4]
     assert np.abs(with_eyes[patch].astype(int) - frame[patch]).max() <= 2
     assert np.abs(without[patch].astype(int) - frame[patch]).mean() > 10
+
+
+@pytest.mark.parametrize("points", [5, 68])
+def test_eye_and_turned_face_masks_alike_on_each_device(ops, points):
+    """The eye openings (5 points: always; 68: half-shut lids) and a turned face's outline (host
+    half-planes) give the same masks on the device as NumPy's."""
+    from conftest import host
+
+    frame, lm = _eye_frame()
+    turned5 = lm.copy()
+    turned5[2, 0] += 0.3 * np.hypot(*(lm[1] - lm[0]))  # the nose tip off the midline: a yaw
+    assert vmask.yaw(turned5) > 0
+    landmarker = _Points(_lids(face68(lm), 0.6)) if points == 68 else None
+    mats = align.estimate(turned5, "arcface_128", S)[None]
+    box = np.array([[0, 0, 1, 1]], np.float32)
+    got = []
+    for o in (NumpyOps(), ops):
+        masker = vmask.Masker(["box", "face", "eyes"], S, ops=o, max_faces=2, feather=0.06, landmarker=landmarker)
+        dev = o.asarray(frame.copy()) if o.device != "cpu" else frame.copy()
+        got.append(host(o, masker.masks(dev, mats, turned5[None], box, 1, o.asarray(blend.box_mask(S)))))
+    assert got[0].max() > 0.99 and got[0].min() == 0.0
+    np.testing.assert_allclose(got[1], got[0], atol=2e-5)
