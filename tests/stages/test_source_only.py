@@ -149,3 +149,40 @@ def test_the_neural_swap_takes_only_the_identity_and_pastes_inside_the_target(so
     changed = np.any(outs["green"] != frame, axis=2)
     assert changed.sum() > 2000, "the face was not swapped"
     assert _outside(lm, frame.shape)[changed].max() <= 3.0
+
+
+def test_a_tight_green_crop_never_shows_in_a_clip(detector):
+    """The issue's case through the pipeline (detection, tracking, masks, the dense classic paste
+    with the local colour match): a source photo cropped tight round the astronaut's face (6 px round
+    her 71 x 90 px face box, hair and backdrop flat green): no frame of a 12-frame demo clip shows green where
+    it changed, and nothing changes outside the tracked face's outline."""
+    from vcam.config import TrackConfig
+    from vcam.pipeline.pipeline import Pipeline
+    from vcam.stages.track import Tracker
+    from vcam.state import Snapshot
+    from vcam.types import Frame, PixelFormat
+
+    img = demo.portrait("astronaut")
+    d = max(detector.detect(img), key=lambda x: x.area)
+    x0, y0, x1, y1 = (int(v) for v in d.box)
+    tight = img[max(y0 - 6, 0) : y1 + 6, max(x0 - 6, 0) : x1 + 6].copy()
+    lm = d.landmarks.astype(np.float64) - [max(x0 - 6, 0), max(y0 - 6, 0)]
+    tight[_outside(lm, tight.shape) >= 0] = GREEN
+    face = face_from_image(tight, "tight", detector=_Fixed([dataclasses.replace(d, landmarks=lm.astype(np.float32))]))
+    ops = NumpyOps()
+    sw = ClassicSwapper(ops=ops, max_faces=2)
+    masker = vmask.create_masker(["box", "face"], 128, ops=ops, max_faces=2, feather=0.06)
+    pipe = Pipeline(ops=ops, tracker=Tracker(detector, TrackConfig(), 2), swapper=sw, max_faces=2, masker=masker)
+    clip = demo.DemoClip(640, 360, seconds=1.0)
+    swapped = 0
+    for i in range(12):
+        frame = clip.frame(i)
+        out, stats = pipe.process(Frame(frame.copy(), 640, 360, PixelFormat.BGR, 0.0, i), Snapshot(face, True, 0))
+        swapped += stats.swapped
+        changed = np.any(out != frame, axis=2)
+        g = out.astype(np.int16)
+        assert not changed.any() or (g[..., 1] - np.maximum(g[..., 0], g[..., 2]))[changed].max() < 40, i
+        for t in pipe.last_tracks:
+            changed &= _outside(np.asarray(t.landmarks, np.float64), frame.shape) > 3.0
+        assert not changed.any(), f"frame {i}: a pixel outside the face changed"
+    assert swapped >= 8
