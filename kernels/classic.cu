@@ -237,7 +237,24 @@ struct Render {
     float grid_origin[2];       // crop point of grid node (0, 0)
     float grid_inv;             // grid nodes per crop pixel
     int size;                   // crop size (the mask's side)
+    int offset_size;            // side of the colour offset grid (0: none)
 };
+
+// The colour offset (B, G, R) at crop point (x, y) of an (og, og, 3) float32 grid over the crop (grid
+// cell centres at crop (i + 0.5) * size / og - 0.5; bilinear, edges clamped), into o.
+__device__ __forceinline__ void offset_at(const float* __restrict__ g, int og, int size, double x, double y, float* o) {
+    float k = (float)og / (float)size;
+    float gx = fminf(fmaxf(((float)x + 0.5f) * k - 0.5f, 0.0f), (float)(og - 1));
+    float gy = fminf(fmaxf(((float)y + 0.5f) * k - 0.5f, 0.0f), (float)(og - 1));
+    int x0 = (int)floorf(gx), y0 = (int)floorf(gy);
+    int x1 = min(x0 + 1, og - 1), y1 = min(y0 + 1, og - 1);
+    float fx = gx - (float)x0, fy = gy - (float)y0;
+    for (int c = 0; c < 3; ++c) {
+        float top = g[((size_t)y0 * og + x0) * 3 + c] * (1.0f - fx) + g[((size_t)y0 * og + x1) * 3 + c] * fx;
+        float bot = g[((size_t)y1 * og + x0) * 3 + c] * (1.0f - fx) + g[((size_t)y1 * og + x1) * 3 + c] * fx;
+        o[c] = top * (1.0f - fy) + bot * fy;
+    }
+}
 
 __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, double x, double y) {
     x = fmin(fmax(x, 0.0), (double)(size - 1));
@@ -252,11 +269,13 @@ __device__ __forceinline__ float mask_at(const float* __restrict__ m, int size, 
 
 // frame (height, width, 3) uint8 in place; source (sh, sw, 4) uint8 B, G, R, face weight (255: 1); mask
 // (size, size) float32 of this face; affine (12,) float32 of this face; grid (GRID, GRID, 2) float32
-// source (x, y) of every node, row-major (tps_nodes). One thread per box pixel.
+// source (x, y) of every node, row-major (tps_nodes); offset (og, og, 3) float32 of this face added to
+// the mapped colour (p.offset_size = og; 0: not read). One thread per box pixel.
 extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int width, int height,
                                          const unsigned char* __restrict__ source, int sw, int sh,
                                          const float* __restrict__ mask, const float* __restrict__ affine,
-                                         const float* __restrict__ grid, const Render p) {
+                                         const float* __restrict__ grid, const float* __restrict__ offset,
+                                         const Render p) {
     int bw = p.box[2] - p.box[0], bh = p.box[3] - p.box[1];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (bw <= 0 || bh <= 0 || i >= bw * bh) return;
@@ -299,10 +318,12 @@ extern "C" __global__ void classic_paste(unsigned char* __restrict__ frame, int 
     }
     a = a * (s[3] * (1.0f / 255.0f));
     if (!(a > 0.0f)) return;
+    float off[3] = {0.0f, 0.0f, 0.0f};
+    if (p.offset_size > 0) offset_at(offset, p.offset_size, p.size, u, v, off);
     unsigned char* px = frame + ((size_t)y * width + x) * 3;
     for (int c = 0; c < 3; ++c) {
         const float* row = affine + c * 4;
-        float col = ((row[0] * s[0] + row[1] * s[1]) + row[2] * s[2]) + row[3];
+        float col = (((row[0] * s[0] + row[1] * s[1]) + row[2] * s[2]) + row[3]) + off[c];
         float r = floorf((float)px[c] * (1.0f - a) + col * a + 0.5f);
         px[c] = (unsigned char)fminf(fmaxf(r, 0.0f), 255.0f);
     }

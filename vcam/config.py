@@ -231,6 +231,11 @@ class SwapConfig:
     seamless: bool = _opt(
         False, "Classic swap: also carry the target's lighting across the face (gradient-domain blend; costs more)."
     )
+    local_color: bool = _opt(
+        True,
+        "Classic swap: match light and colour locally too (the difference from the target blurred over about a quarter "
+        "of the face, added to the swapped face), not only on average.",
+    )
     crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
     enhancer: str = _opt("", "Face enhancer model run after the swap ('' : off; e.g. 'gfpgan_1.4').")
     enhancer_amount: float = _opt(0.8, "How much of the enhanced face is blended in (0..1).", min=0.0, max=1.0)
@@ -251,17 +256,18 @@ class SwapConfig:
     )
 
 
-MASK_TYPES = ("box", "face", "mouth", "occlusion", "region")
+MASK_TYPES = ("box", "face", "mouth", "eyes", "occlusion", "region")
 REGIONS = ("skin", "brows", "eyes", "glasses", "nose", "mouth", "lips", "ears", "hair", "neck")
 
 
 @dataclass(frozen=True)
 class MaskConfig:
-    types: list[Literal["box", "face", "mouth", "occlusion", "region"]] = _opt(
+    types: list[Literal["box", "face", "mouth", "eyes", "occlusion", "region"]] = _opt(
         ["box", "face"],
         "Paste masks, multiplied together (--mask box,face,mouth): 'box' the feathered crop square ([swap] blur, "
         "box_padding); 'face' brows-to-chin and cheek-to-cheek from the landmarks; 'mouth' keeps the target's own "
-        "mouth; 'occlusion' keeps hands, glasses and microphones in front of the face (the occluder model); 'region' "
+        "mouth; 'eyes' keeps the target's own eyes (with a landmarker: as far as they are shut or cast down); "
+        "'occlusion' keeps hands, glasses and microphones in front of the face (the occluder model); 'region' "
         "only the face-parser classes in 'regions'. Masks not listed cost nothing.",
     )
     box_padding: list[float] = _opt(

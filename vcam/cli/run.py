@@ -94,7 +94,7 @@ def run(
     ),
     fp16: Optional[bool] = typer.Option(None, "--fp16/--fp32", help="FP16 inference (GPU only)."),
     fp32_swapper: bool = typer.Option(False, "--fp32-swapper", help="The swapper alone in FP32 (FP16 artefacts)."),
-    mask: Optional[str] = typer.Option(None, "--mask", help="Paste masks, e.g. box,face,mouth,occlusion,region."),
+    mask: Optional[str] = typer.Option(None, "--mask", help="Paste masks, e.g. box,face,mouth,eyes,occlusion,region."),
     map_: Optional[list[str]] = typer.Option(
         None, "--map", help="TARGET=SOURCE: the person TARGET (bank name or photo) gets face SOURCE; repeatable."
     ),

@@ -12,7 +12,8 @@ blended straight into the frame at the frame's resolution, and the per-face colo
 - :func:`classic_paste_ref`: per frame pixel of a face's paste box: crop point (``crop_from_frame``),
   the paste mask there (crop space, bilinear, as :func:`vcam.kernels.paste.paste_back_ref`), the
   source point (the grid), the source's B, G, R and face weight there (bilinear), then
-  ``frame = frame * (1 - a) + (A @ bgr + b) * a`` with ``a = mask * weight``, rounded half up.
+  ``frame = frame * (1 - a) + (A @ bgr + b + offset) * a`` with ``a = mask * weight``, rounded half
+  up; ``offset``: a coarse grid of colour offsets over the crop (the local colour match), or 0.
 
 Each kernel has its NumPy reference (``<name>_ref``: the CPU path and the test oracle) and a front
 ``<name>(ops, ...)`` that picks one by the ops' device.
@@ -38,8 +39,8 @@ TPS_MAX = 48  # control points of a spline, at most (kernels/classic.cu)
 #: Mirrors ``struct Render`` of kernels/classic.cu (passed by value, one face per launch).
 RENDER = np.dtype(
     {
-        "names": ["crop_from_frame", "box", "grid_origin", "grid_inv", "size"],
-        "formats": [("f8", (6,)), ("i4", (4,)), ("f4", (2,)), "f4", "i4"],
+        "names": ["crop_from_frame", "box", "grid_origin", "grid_inv", "size", "offset_size"],
+        "formats": [("f8", (6,)), ("i4", (4,)), ("f4", (2,)), "f4", "i4", "i4"],
     },
     align=True,
 )
@@ -306,6 +307,23 @@ def _sample(img: np.ndarray, pts: np.ndarray) -> np.ndarray:
     return cv2.remap(region, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
 
+def offset_at_ref(offsets: np.ndarray, size: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The colour offsets (..., 3) float32 of an (og, og, 3) grid over a ``size`` crop at crop points
+    ``u``, ``v`` (float64): grid cell centres at ``(i + 0.5) * size / og - 0.5``, bilinear, edges
+    clamped, in float32 (what ``offset_at`` of kernels/classic.cu does)."""
+    g = np.asarray(offsets, np.float32)
+    og = g.shape[0]
+    k = np.float32(og) / np.float32(size)
+    gx = np.clip((u.astype(np.float32) + np.float32(0.5)) * k - np.float32(0.5), np.float32(0), np.float32(og - 1))
+    gy = np.clip((v.astype(np.float32) + np.float32(0.5)) * k - np.float32(0.5), np.float32(0), np.float32(og - 1))
+    x0, y0 = np.floor(gx).astype(np.intp), np.floor(gy).astype(np.intp)
+    x1, y1 = np.minimum(x0 + 1, og - 1), np.minimum(y0 + 1, og - 1)
+    fx, fy = (gx - x0.astype(np.float32))[..., None], (gy - y0.astype(np.float32))[..., None]
+    top = g[y0, x0] * (np.float32(1) - fx) + g[y0, x1] * fx
+    bot = g[y1, x0] * (np.float32(1) - fx) + g[y1, x1] * fx
+    return top * (np.float32(1) - fy) + bot * fy  # type: ignore[no-any-return]
+
+
 def classic_paste_ref(
     frame: np.ndarray,
     sources: Sequence[np.ndarray],
@@ -315,6 +333,7 @@ def classic_paste_ref(
     mask: np.ndarray,
     crop_from_frame: np.ndarray,
     count: int,
+    offsets: np.ndarray | None = None,
 ) -> np.ndarray:
     """Render ``count`` faces into ``frame`` (H, W, 3) uint8 in place and return it.
 
@@ -322,8 +341,11 @@ def classic_paste_ref(
     GRID, GRID, 2) float32 source points of the warp grid; ``origins`` (F, 3): the grid's origin x,
     y in crop pixels and its nodes per crop pixel; ``affine`` (F, 12) float32 colour maps
     (:func:`color_fit_ref`); ``mask`` (S, S) or (F, S, S) float32 paste masks in crop space;
-    ``crop_from_frame`` (F, 2, 3). Faces are drawn in order over their paste boxes (see the module
-    docstring for the arithmetic)."""
+    ``crop_from_frame`` (F, 2, 3); ``offsets``: None, or (F, og, og, 3) float32 colour offsets over
+    each face's crop added to its mapped colour (the local colour match; :func:`offset_at_ref` at
+    the crop point, which the reference takes as the grid resized to the crop, then sampled as the
+    mask is: within a hundredth of a level).
+    Faces are drawn in order over their paste boxes (see the module docstring for the arithmetic)."""
     import cv2
 
     mats = np.asarray(crop_from_frame, np.float64).reshape(-1, 2, 3)
@@ -363,6 +385,9 @@ def classic_paste_ref(
         colour = np.zeros((3, 5), np.float32)  # the B, G, R map; the weight channel takes no part
         colour[:, :3], colour[:, 4] = np.asarray(affine[f], np.float32).reshape(3, 4)[:, :3], np.asarray(affine[f])[3::4]
         out = cv2.transform(s, colour)
+        if offsets is not None:  # the grid at the crop's pixels (exact), then like the mask (bilinear)
+            fine_off = cv2.resize(np.asarray(offsets[f], np.float32), (size, size), interpolation=cv2.INTER_LINEAR)
+            out += cv2.warpAffine(fine_off, m, (bw, bh), flags=lin, borderMode=cv2.BORDER_REPLICATE)
         a3 = a[..., None]
         out *= a3
         roi = frame[y0:y1, x0:x1]
@@ -442,13 +467,14 @@ def classic_paste(
     mask: Any,
     crop_from_frame: np.ndarray,
     count: int,
+    offsets: Any = None,
 ) -> Any:
     """Render ``count`` faces into ``frame`` in place (:func:`classic_paste_ref`); ``origins`` and
     ``crop_from_frame`` on the host (passed by value), ``grids`` (F, GRID, GRID, 2) float32 in the
     ops' memory (:func:`tps_nodes`; a host array is uploaded), the rest in the ops' memory. One
     launch per face, in order."""
     if not on_device(ops):
-        return classic_paste_ref(frame, sources, grids, origins, affine, mask, crop_from_frame, count)
+        return classic_paste_ref(frame, sources, grids, origins, affine, mask, crop_from_frame, count, offsets)
     mats = np.asarray(crop_from_frame, np.float64).reshape(-1, 2, 3)
     n = int(count)
     size = int(mask.shape[-1])
@@ -467,6 +493,7 @@ def classic_paste(
         p["grid_origin"][0] = origins[f][:2]
         p["grid_inv"][0] = origins[f][2]
         p["size"][0] = size
+        p["offset_size"][0] = 0 if offsets is None else int(offsets.shape[1])
         src = sources[f]
         args = (
             frame,
@@ -478,6 +505,7 @@ def classic_paste(
             mask[f] if per_face else mask,
             affine[f],
             grids[f],
+            grids[f] if offsets is None else offsets[f],  # not read without offsets
             p,
         )
         launch(ops, "classic", "classic_paste", (_grid((x1 - x0) * (y1 - y0)),), args)
@@ -492,6 +520,7 @@ __all__ = [
     "TPS_MAX",
     "classic_paste",
     "classic_paste_ref",
+    "offset_at_ref",
     "STATS_THREADS",
     "color_fit",
     "color_fit_crops",

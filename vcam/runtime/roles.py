@@ -213,7 +213,14 @@ def build(
         if name in BUILT_IN:
             s = cfg.swap
             return make_builtin(
-                name, crop_size=s.crop_size, color_match=s.color_match, seamless=s.seamless, ops=ops, mask=mask, max_faces=batch
+                name,
+                crop_size=s.crop_size,
+                color_match=s.color_match,
+                seamless=s.seamless,
+                local_color=s.local_color,
+                ops=ops,
+                mask=mask,
+                max_faces=batch,
             )
         if backend == "remote":
             engine["backend"] = "onnxruntime"  # unused: the remote engine replaces it

@@ -8,6 +8,8 @@ their product (the smallest wins):
   (5 detector points, or 68 from a landmarker), feathered inwards, so it is exactly 0 outside;
 - ``mouth``: an opening over the target's lips (from the mouth corners, or the 68-point outer lips)
   that keeps the target's own mouth;
+- ``eyes``: openings over the target's eyes (lids included) that keep the target's own eyes: with
+  68 points by how far they are shut or cast down (:func:`eye_strength`), with 5 always;
 - ``occlusion``: an occluder model (XSeg) on the crop: 0 where a hand or microphone covers the face;
 - ``region``: a face-parser model (BiSeNet): 1 on the chosen classes (skin, brows, eyes, ...).
 
@@ -33,6 +35,9 @@ from vcam.kernels.mask import _FACE_5_RING, _FACE_CENTRE_5, MAX_EDGES, SHAPE_KIN
 
 log = logging.getLogger(__name__)
 
+#: The landmark shapes a mask type may name (the model masks aside).
+SHAPE_TYPES = ("face", "mouth", "eyes")
+
 # 68-point layout (iBUG 300-W): jaw 0-16, brows 17-26, nose 27-35, eyes 36-47, outer lips 48-59.
 _JAW = np.arange(0, 17)
 _BROWS = np.arange(17, 27)
@@ -48,16 +53,95 @@ def _local_frame(lm5: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return eyes, lm5[1] - lm5[0], mouth - eyes
 
 
+#: A face's nose tip in front of its eyes' plane, in eye distances, as a 5-point detector sees it
+#: (RetinaFace's nose point on a near-profile face, 60 degrees, lies 0.6 eye distances off: 0.35;
+#: a mean face measures about 0.5, the detector's point sits behind the tip). A 5-point face
+#: whose nose tip lies ``a`` eye distances off the eyes' midpoint along the eye line is turned by a
+#: yaw of ``tan = a / NOSE_DEPTH`` (weak perspective: a point of depth ``z`` moves ``z tan`` eye
+#: distances along the eye line, the eye distance itself shrinks with the cosine).
+NOSE_DEPTH = 0.35
+#: Yaw (its tangent) taken as frontal: the 5-point outline moves only by the part beyond this, so a
+#: frontal face keeps the device kernel's outline (:func:`vcam.kernels.mask.landmark_masks`)
+#: exactly and a turning face's outline moves continuously.
+YAW_FRONTAL = 0.15
+#: The largest yaw tangent the outline follows (about 60 degrees).
+YAW_MAX = 1.7
+#: Depth of the 5-point outline's vertices (eye distances, in front of the eyes' plane): the chin and
+#: the forehead's middle a little in front, the cheeks' silhouette behind.
+_RING_DEPTH = 0.1 - 0.7 * (np.abs(_FACE_5_RING[:, 0]) / np.abs(_FACE_5_RING[:, 0]).max()) ** 1.5
+#: Far-side outline vertices stay this many eye distances beyond the far eye and the nose tip (no
+#: outline folds over the features it wraps).
+_FAR_MARGIN = 0.2
+
+
+def yaw(landmarks: np.ndarray) -> float:
+    """The yaw of 5 points beyond :data:`YAW_FRONTAL`, as a signed tangent (0 for a frontal face;
+    positive: the nose tip towards the second eye), from the nose tip's offset along the eye line."""
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
+    origin, u, _ = _local_frame(lm)
+    a = float(np.dot(lm[2] - origin, u)) / max(float(np.dot(u, u)), 1e-12)
+    t = a / NOSE_DEPTH
+    return float(np.sign(t) * min(max(abs(t) - YAW_FRONTAL, 0.0), YAW_MAX))
+
+
+def _posed_ring(lm5: np.ndarray) -> np.ndarray:
+    """The 5-point outline in the face's local frame (u: eye distances from the eyes' midpoint, v:
+    eye-to-mouth distances), each vertex moved along the eye line by its depth times the yaw; on
+    the far side never past the far eye or the nose tip (plus :data:`_FAR_MARGIN`)."""
+    ring = _FACE_5_RING + _FACE_CENTRE_5
+    t = yaw(lm5)
+    if t == 0.0:
+        return ring
+    origin, u, _ = _local_frame(lm5)
+    a = abs(float(np.dot(lm5[2] - origin, u)) / max(float(np.dot(u, u)), 1e-12))
+    side = np.sign(t)
+    x = ring[:, 0] + _RING_DEPTH * t
+    far = ring[:, 0] * side > 0
+    floor = np.minimum(ring[:, 0] * side, max(0.5, a) + _FAR_MARGIN)
+    x[far] = side * np.maximum(x[far] * side, floor[far])
+    return np.stack([x, ring[:, 1]], 1)
+
+
+#: Two points of a mean face's midline, (u, v, depth) in the local frame of :func:`_posed_ring`:
+#: the nose's bridge between the eyes and the philtrum between the nose tip and the mouth.
+_MIDLINE = np.array([[0.0, -0.1, 0.25], [0.0, 0.8, 0.35]])
+
+
+def midline(lm5: np.ndarray) -> np.ndarray:
+    """The nose bridge and philtrum (2, 2) float64 of 5 points, moved by their depth times the yaw
+    (:func:`yaw`): tied on both sides of the classic warp, they keep a turned face's nose and lip
+    straight where the nose tip alone would bend them."""
+    lm = np.asarray(lm5, np.float64).reshape(5, 2)
+    origin, u, v = _local_frame(lm)
+    x = _MIDLINE[:, 0] + _MIDLINE[:, 2] * yaw(lm)
+    return origin + x[:, None] * u + _MIDLINE[:, 1:2] * v
+
+
+def face_ring(lm5: np.ndarray) -> np.ndarray:
+    """The 16 vertices (16, 2) float64 of the 5-point outline in order, posed (:func:`_posed_ring`),
+    not hulled: the classic warp ties them vertex for vertex to the source's."""
+    lm = np.asarray(lm5, np.float64).reshape(5, 2)
+    origin, u, v = _local_frame(lm)
+    ring = _posed_ring(lm)
+    return origin + ring[:, :1] * u + ring[:, 1:] * v
+
+
 def face_polygon(landmarks: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """The face outline (V, 2) float64, convex, from 5 or 68 ``landmarks`` (P, 2) (any coordinates).
 
     5 points: :data:`vcam.kernels.mask._FACE_5` mapped by the eye line and the eye-to-mouth vector (an affine map, so
-    the outline stays convex). 68 points: the hull of the jaw and the brows, the brows raised by a
-    quarter of their distance to the nose tip (forehead). ``scale`` grows it around its centre.
+    the outline stays convex); a turned face's (:func:`yaw`) vertices moved by their depth, so the
+    outline follows the visible face (the near cheek wider, the far one narrower; its hull). 68
+    points: the hull of the jaw and the brows, the brows raised by a quarter of their distance to
+    the nose tip (forehead). ``scale`` grows it around its centre.
     """
     lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
     if lm.shape[0] == 5:
         origin, u, v = _local_frame(lm)
+        if yaw(lm) != 0.0:
+            pts = _hull(face_ring(lm))
+            centre = pts.mean(0)
+            return centre + (pts - centre) * float(scale)
         centre = origin + _FACE_CENTRE_5[0] * u + _FACE_CENTRE_5[1] * v
         pts = centre + _FACE_5_RING[:, :1] * u + _FACE_5_RING[:, 1:] * v
     elif lm.shape[0] == 68:
@@ -91,6 +175,47 @@ def mouth_polygon(landmarks: np.ndarray, scale: float = 1.0) -> np.ndarray:
     else:
         raise ValueError(f"mouth masks need 5 or 68 landmarks, got {lm.shape[0]}")
     return centre + (pts - centre) * float(scale)
+
+
+#: The eye aspect ratio (the lids' gap over the eye's width, 68 points) of an open eye and of a shut
+#: or downcast one: between them the target's eyes show by the share the ratio has fallen.
+EYE_OPEN, EYE_SHUT = 0.24, 0.15
+_EYES_68 = (np.arange(36, 42), np.arange(42, 48))
+
+
+def eye_polygons(landmarks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The openings (16, 2) float64 over each eye, lids and lashes included, of 5 or 68 points: an
+    ellipse along the eye's corner line, 0.8 eye widths long and 0.45 high each side of the eye's
+    centre (5 points: the eye point, the eye's width taken as 0.45 eye distances)."""
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
+    t = np.linspace(0, 2 * np.pi, MAX_EDGES, endpoint=False)
+    out = []
+    for side in (0, 1):
+        if lm.shape[0] == 68:
+            pts = lm[_EYES_68[side]]
+            centre, along = pts.mean(0), pts[3] - pts[0]
+        elif lm.shape[0] == 5:
+            centre, along = lm[side], (lm[1] - lm[0]) * 0.45
+        else:
+            raise ValueError(f"eye masks need 5 or 68 landmarks, got {lm.shape[0]}")
+        across = np.array([-along[1], along[0]])
+        out.append(centre + np.cos(t)[:, None] * along * 0.8 + np.sin(t)[:, None] * across * 0.45)
+    return out[0], out[1]
+
+
+def eye_strength(landmarks: np.ndarray) -> float:
+    """How much of the target's eyes shows, 0..1: 68 points, by the mean eye aspect ratio between
+    :data:`EYE_OPEN` (0) and :data:`EYE_SHUT` (1); 5 points carry no lids: always 1 (the eye mask
+    then keeps the target's eyes, as the mouth mask keeps its mouth)."""
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
+    if lm.shape[0] != 68:
+        return 1.0
+    ratios = []
+    for idx in _EYES_68:
+        p = lm[idx]
+        gap = np.hypot(*(p[1] - p[5])) + np.hypot(*(p[2] - p[4]))
+        ratios.append(gap / max(2 * float(np.hypot(*(p[3] - p[0]))), 1e-6))
+    return float(np.clip((EYE_OPEN - float(np.mean(ratios))) / (EYE_OPEN - EYE_SHUT), 0.0, 1.0))
 
 
 def to_crop(landmarks: np.ndarray, crop_from_frame: np.ndarray) -> np.ndarray:
@@ -220,6 +345,7 @@ class Masker:
         self.max_faces = int(max_faces)
         self.face = "face" in self.types
         self.mouth = "mouth" in self.types
+        self.eyes = "eyes" in self.types
         self.face_scale, self.mouth_scale, self.feather = float(face_scale), float(mouth_scale), float(feather)
         self.occluder = occluder
         self.parser = parser
@@ -229,12 +355,14 @@ class Masker:
         self.last_landmarks: np.ndarray | None = None
         s = self.crop_size
         self._out = ops.empty((self.max_faces, s, s), np.float32)
+        self._eyes = ops.empty((self.max_faces, s, s), np.float32) if self.eyes else None
+        self._ones = ops.asarray(np.ones((s, s), np.float32)) if self.eyes else None
         self._copy = self.occluder is not None or self.parser is not None
 
     @property
     def active(self) -> bool:
         """Whether anything beyond the swapper's own mask is computed per frame."""
-        return self.face or self.mouth or self._copy
+        return self.face or self.mouth or self.eyes or self._copy
 
     def guarded_by_model(self) -> dict[str, int]:
         return {m.name: m.guarded() for m in (self.occluder, self.parser) if m is not None}
@@ -257,13 +385,19 @@ class Masker:
         models = models or {}
         mouth = bool(models.get("mouth", self.mouth))
         self.last_landmarks = None
+        eyes = bool(models.get("eyes", self.eyes))
         occluder = self.occluder if models.get("occlusion", True) else None
         parser = self.parser if models.get("region", True) else None
-        if not (self.face or mouth or occluder is not None or parser is not None) or n == 0:
+        if not (self.face or mouth or eyes or occluder is not None or parser is not None) or n == 0:
             return base
         ops = self.ops
         out = self._out[:n]
-        if (self.face or mouth) and self.landmarker is None:  # geometry on the device from 5 points
+        lms = np.asarray(landmarks, np.float64)[:n]
+        if self.landmarker is not None and (self.face or mouth or eyes):
+            lms = np.asarray(self.landmarker.landmarks(frame, np.asarray(boxes)[:n], five=lms), np.float64)
+            self.last_landmarks = lms
+        posed = self.face and self.landmarker is None and any(yaw(p) != 0.0 for p in lms)
+        if (self.face or mouth) and self.landmarker is None and not posed:  # geometry on the device from 5 points
             masks.landmark_masks(
                 ops,
                 to_crop(np.asarray(landmarks, np.float64)[:n], mats[:n]),
@@ -277,10 +411,6 @@ class Masker:
                 self.feather,
             )
         elif self.face or mouth:
-            lms = np.asarray(landmarks, np.float64)[:n]
-            if self.landmarker is not None:
-                lms = np.asarray(self.landmarker.landmarks(frame, np.asarray(boxes)[:n], five=lms), np.float64)
-                self.last_landmarks = lms
             planes, feathers = shape_params(
                 to_crop(lms, mats[:n]),
                 face=self.face,
@@ -298,7 +428,34 @@ class Masker:
         for model in (occluder, parser):
             if model is not None:
                 model.apply(frame, mats[:n], self.crop_size, n, out)
+        if eyes:
+            self._eye_openings(to_crop(lms, mats[:n]), n, out)
         return out
+
+    def _eye_openings(self, lms_crop: np.ndarray, n: int, out: Any) -> None:
+        """``out *= 1 - strength * eyes``: the target's eyes (:func:`eye_polygons`) show through the
+        paste by each face's :func:`eye_strength` (two launches of the shape kernel, one per eye,
+        each ``1 - eye`` over the last; then one blend by the strengths)."""
+        ops = self.ops
+        strength = np.array([eye_strength(p) for p in lms_crop], np.float32)
+        if not strength.any():
+            return
+        planes = np.zeros((n, SHAPE_KINDS, MAX_EDGES, 3), np.float32)
+        planes[..., 2] = -1e30
+        feathers = np.zeros((n, SHAPE_KINDS), np.float32)
+        shut = self._eyes[:n]
+        base = self._ones
+        for side in (0, 1):
+            for i in range(n):
+                planes[i, 1] = half_planes(eye_polygons(lms_crop[i])[side])
+                feathers[i, 1] = eye_mouth_distance(lms_crop[i]) * max(self.feather, 0.06) * 0.5
+            masks.polygon_masks(ops, planes, feathers, base, n, shut, True)
+            base = shut
+        if strength.min() == 1.0:  # the 5-point case: no strengths to upload
+            out *= shut
+            return
+        keep = ops.asarray(strength)[:, None, None]
+        out *= (1 - keep) + keep * shut
 
 
 def region_bits(regions: Sequence[str]) -> int:
@@ -357,8 +514,19 @@ def create_masker(
 __all__ = [
     "Masker",
     "create_masker",
+    "EYE_OPEN",
+    "EYE_SHUT",
+    "SHAPE_TYPES",
     "eye_mouth_distance",
+    "eye_polygons",
+    "eye_strength",
+    "NOSE_DEPTH",
+    "YAW_FRONTAL",
+    "YAW_MAX",
     "face_polygon",
+    "face_ring",
+    "midline",
+    "yaw",
     "mouth_polygon",
     "region_bits",
     "shape_params",

@@ -53,6 +53,15 @@ Sources = Union[SourceFace, Sequence[SourceFace]]
 SOURCE_MARGIN = 3.0
 #: The largest crop the dense classic swap reads the target's colour statistics from.
 STATS_SIZE = 64
+#: The local colour match of the dense classic swap (``[swap] local_color``): the swapped face and
+#: the target are compared on a crop of LOCAL_SIZE pixels, their difference blurred inside the paste
+#: (a Gaussian of LOCAL_SIGMA crop sides, normalised by the paste's weight) onto a LOCAL_GRID x
+#: LOCAL_GRID grid of colour offsets the render adds, at most LOCAL_LIMIT levels: the target's light
+#: and shading at the scale of a cheek, none of its features.
+LOCAL_SIZE = 32
+LOCAL_GRID = 12
+LOCAL_SIGMA = 0.2
+LOCAL_LIMIT = 40.0
 
 
 @runtime_checkable
@@ -233,6 +242,7 @@ class ClassicSwapper(SwapperBase):
     convert them to L*a*b*, weigh their statistics inside the template's face region, and convert
     ``source_norm * std_t + mean_t`` (plus the membrane when seamless) back to BGR.
 
+    ``local_color`` (the dense swap): the light and colour matched locally too (:data:`LOCAL_SIZE`).
     ``color_match=False`` pastes the raw source crop (still only its face region); with
     ``seamless`` it gets the membrane on its own colours. ``sigma``: the membrane's blur in grid
     cells (about 8 crop pixels each); ``clip``: the largest L*a*b* difference one band pixel adds.
@@ -254,6 +264,7 @@ class ClassicSwapper(SwapperBase):
         max_faces: int = 8,
         dense: bool | None = None,
         template: str = "",
+        local_color: bool = True,
     ) -> None:
         super().__init__(crop_size, ops=ops, mask=mask, max_faces=max_faces)
         if template:  # the crops of another swapper (a remote one's local stand-in)
@@ -261,7 +272,7 @@ class ClassicSwapper(SwapperBase):
         self.color_match = bool(color_match)
         self.seamless = bool(seamless)
         self.dense = (not self.seamless) if dense is None else bool(dense) and not self.seamless
-        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray, dict[int, np.ndarray]]] = {}
+        self._dense_sources: dict[int, tuple[SourceFace, list[Any], np.ndarray, dict[tuple[int, bool], np.ndarray]]] = {}
         #: A :class:`~vcam.stages.landmark.Landmarker` (the mask stage's): the dense swap then warps
         #: with the 68 points it finds on the source and the mask stage finds on the target.
         self.landmarker: Any = None
@@ -301,6 +312,17 @@ class ClassicSwapper(SwapperBase):
         self._membrane = ops.empty((f, g, g, 3), np.float32) if self.seamless else None
         self._out = ops.empty((f, s, s, 3), np.uint8)
         self._grids = ops.empty((f, classic.GRID, classic.GRID, 2), np.float32) if self.dense else None
+        self.local_color = bool(local_color) and self.dense
+        if self.local_color:
+            q, g = LOCAL_SIZE, LOCAL_GRID
+            self._lc_target = ops.empty((f, q, q, 3), np.uint8)
+            self._lc_src = ops.empty((f, q * q, 3), np.float32)  # each row's source crop at q pixels
+            self._lc_srcw = ops.empty((f, q, q), np.float32)  # and its face weight there
+            self._lc_down = ops.asarray(_area_matrix(s, q))  # (q, s): crop -> q pixels, area means
+            nodes = (np.arange(g) + 0.5) * (q / g) - 0.5
+            blur = np.exp(-0.5 * ((np.arange(q)[None, :] - nodes[:, None]) / (LOCAL_SIGMA * q)) ** 2)
+            self._lc_blur = ops.asarray(blur.astype(np.float32))  # (g, q): the blur sampled at the nodes
+            self._lc_floor = np.float32(0.02 * float(blur.sum(1).max()) ** 2)
 
     # -- source side (off the frame loop) ---------------------------------------------------------
     def prepare(self, face: SourceFace) -> SourceFace:
@@ -365,6 +387,13 @@ class ClassicSwapper(SwapperBase):
                 ]
                 if self.seamless:
                     host.append((np.float32(4) * m * (np.float32(1) - m)).astype(np.float32))  # the band: 1 mid-ramp
+                if self.local_color:  # the face's colours and weight at LOCAL_SIZE (means over its face only)
+                    down = _area_matrix(self.crop_size, LOCAL_SIZE)
+                    raw = np.asarray(lat[self.name + ".raw"], np.float32) * m[..., None]
+                    w = down @ m @ down.T
+                    colours = np.einsum("il,lkc,jk->ijc", down, raw, down) / np.maximum(w, 1e-6)[..., None]
+                    host.append(colours.reshape(-1, 3).astype(np.float32))
+                    host.append(w.astype(np.float32))
                 uploaded[id(face)] = tuple(ops.asarray(np.ascontiguousarray(a)) for a in host)
         for i, face in rows:
             dev = uploaded[id(face)]
@@ -375,6 +404,9 @@ class ClassicSwapper(SwapperBase):
             self._samples[i] = dev[4]
             if self._band is not None:
                 self._band[i] = dev[5]
+            if self.local_color:
+                self._lc_src[i] = dev[-2]
+                self._lc_srcw[i] = dev[-1]
         self._commit(faces, rows)
 
     # -- frame side -------------------------------------------------------------------------------
@@ -425,9 +457,9 @@ class ClassicSwapper(SwapperBase):
         )
         return self._affine[:n], self.mask
 
-    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray, dict[int, np.ndarray]]:
+    def _dense_source(self, face: SourceFace) -> tuple[list[Any], np.ndarray, dict[tuple[int, bool], np.ndarray]]:
         """The source pyramid in the ops' memory, the source's landmarks and their warp control
-        points per layout (``{5 or 68: points}``, filled on first use) (uploaded once per face; the
+        points per layout (``{(5 or 68, posed): points}``, filled on first use) (uploaded once per face; the
         last ``2 * max_faces`` faces are kept)."""
         hit = self._dense_sources.get(id(face))
         if hit is not None and hit[0] is face:
@@ -482,14 +514,46 @@ class ClassicSwapper(SwapperBase):
         for f in range(n):
             levels, pts, controls = self._dense_source(faces[f])
             tgt, src = swap_classic.matched(target[f], pts)
-            if src.shape[0] not in controls:
-                controls[src.shape[0]] = swap_classic.control_points(src)
             sizes = [int(lv.shape[0]) for lv in levels]
-            splines[f : f + 1], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls[src.shape[0]])
+            splines[f : f + 1], origins[f], level = swap_classic.warp_grid(tgt, src, mats[f], sizes, controls)
             images.append(levels[level])
         with self.ops.activate():
             grids = classic.tps_nodes(self.ops, splines, n, self._grids)  # on the device there
-            return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n)
+            offsets = self._local_offsets(frame, crops, mask, mats, n) if self.local_color else None
+            return classic.classic_paste(self.ops, frame, images, grids, origins, crops, mask, mats, n, offsets)
+
+    def _local_offsets(self, frame: Any, affine: Any, mask: Any, mats: np.ndarray, n: int) -> Any:
+        """The local colour match's offsets (n, LOCAL_GRID, LOCAL_GRID, 3) float32 (see
+        :data:`LOCAL_SIZE`), in the aligned crop: the target's crop at LOCAL_SIZE pixels against each
+        row's source crop there through its colour map, ``a`` the source's face weight times the
+        paste mask (the warp moves the source's features onto the target's by a pixel or two at
+        this size: nothing at the blur's scale), then ``blur(a * (target - swapped)) / blur(a)``."""
+        ops, xp, q, s = self.ops, self.ops.xp, LOCAL_SIZE, self.crop_size
+        k = q / s
+        small = mats * k
+        small[:, :, 2] += 0.5 * k - 0.5
+        target = warp.warp_crops(ops, frame, small, q, out=self._lc_target[:n])
+        # Two-operand einsums throughout: small products that stay off the BLAS threads on the CPU.
+        down, ein = self._lc_down, xp.einsum
+        m = ein("il,flk->fik", down, mask[:n] if mask.ndim == 3 else mask[None])
+        a = self._lc_srcw[:n] * ein("fik,jk->fij", m, down)
+        rows = affine[:n].reshape(n, 3, 4)
+        swapped = ein("fpk,fck->fpc", self._lc_src[:n], rows[:, :, :3]) + rows[:, None, :, 3]
+        diff = (target.reshape(n, q * q, 3).astype(np.float32) - swapped) * a.reshape(n, q * q, 1)
+        g = self._lc_blur  # (og, q): the blur down the rows, then along them
+        num = ein("jk,fikc->fijc", g, ein("il,flkc->fikc", g, diff.reshape(n, q, q, 3)))
+        den = ein("jk,fik->fij", g, ein("il,flk->fik", g, a))
+        off = num / (den[..., None] + self._lc_floor)
+        return xp.clip(off, -LOCAL_LIMIT, LOCAL_LIMIT).astype(np.float32)
+
+
+def _area_matrix(size: int, q: int) -> np.ndarray:
+    """(q, size) float32: row i averages the pixels of the i-th of q equal spans of ``size`` (a
+    pixel straddling two spans shared by its overlap)."""
+    edges = np.arange(q + 1) * (size / q)
+    lo, hi = np.arange(size)[None, :], np.arange(1, size + 1)[None, :]
+    overlap = np.clip(np.minimum(hi, edges[1:, None]) - np.maximum(lo, edges[:-1, None]), 0, None)
+    return (overlap / (size / q)).astype(np.float32)
 
 
 def paste_faces(
@@ -556,12 +620,13 @@ def make_builtin(
     ops: Any = None,
     mask: Any = None,
     max_faces: int = 8,
+    local_color: bool = True,
 ) -> SwapperBase:
-    """A built-in swapper by name: 'classic', 'identity' or 'solid' (``color_match`` and ``seamless``
-    are the classic swap's ``[swap]`` keys)."""
+    """A built-in swapper by name: 'classic', 'identity' or 'solid' (``color_match``, ``seamless`` and
+    ``local_color`` are the classic swap's ``[swap]`` keys)."""
     kw = {"ops": ops, "mask": mask, "max_faces": max_faces}
     if name == "classic":
-        return ClassicSwapper(crop_size, color_match, seamless=seamless, **kw)
+        return ClassicSwapper(crop_size, color_match, seamless=seamless, local_color=local_color, **kw)
     if name == "identity":
         return IdentitySwapper(crop_size, **kw)
     if name == "solid":

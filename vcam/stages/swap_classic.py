@@ -9,8 +9,11 @@ The warp is a thin-plate spline from the target's control points (crop pixels) t
   point, the brows raised by a quarter of their distance to the nose tip (the forehead line of
   :func:`vcam.stages.mask.face_polygon`), and that outline pushed out by 35% from its centre (a
   ring that keeps the warp calm outside the face);
-- 5 points (the detector's): the 5 points, the 16-point face outline of
-  :func:`~vcam.stages.mask.face_polygon` and the same outline grown by 35%.
+- 5 points (the detector's): the 5 points, the nose bridge and philtrum of
+  :func:`~vcam.stages.mask.midline`, the 16-point face outline of :func:`~vcam.stages.mask.face_ring`
+  and the same outline grown by 35%. A turned face's midline and outline move by a mean face's
+  depth times its yaw (:func:`~vcam.stages.mask.yaw`), so the warp turns the source's face with it
+  (a straight nose, the far cheek narrower) instead of bending it round the nose tip.
 
 A face with 68 points on one side and 5 on the other uses the 5 points (the 68's eye centres, nose
 tip and mouth corners).
@@ -54,11 +57,14 @@ SOURCE_FEATHER = 0.02
 #: Level pixels between the source's face outline and its weight's zero line: the least for which no
 #: bilinear tap of a weighted pixel (1.41 px on a diagonal) reads a level pixel whose area average
 #: (0.71 px) or the face bank's own warp reaches past the outline (2.0 lets a recoloured backdrop
-#: through, tests/stages/test_swap_classic.py). The warp maps the target's outline onto the source's,
-#: so the weight is 1 over the target's face up to about a frame pixel or two from its outline; with
+#: through, tests/stages/test_swap_classic.py; 2.5 lets one level through at one pixel where the face
+#: bank's 512 px crop enlarged a group photo's face 2.3 times, tests/stages/test_source_only.py).
+#: The warp maps the target's outline onto the source's, so the weight is 1 over the target's face
+#: up to about a frame pixel or two from its outline; with
 #: 3 level pixels and a feather of 0.04 before, the product of this ramp and the face mask's left
-#: the outer band of the face ellipse unchanged (issue 29: the jaw sides and the chin).
-SOURCE_MARGIN = 2.5
+#: the outer band of the face ellipse unchanged (issue 29: the jaw sides and the chin); 3 with the
+#: narrow feather keeps the band's weight above 0.45 (tests/stages/test_swap_detail.py).
+SOURCE_MARGIN = 3.0
 #: The 68 landmarks the spline is tied to (a 45-point system: a larger one costs more than it
 #: gives, and small solves stay off the BLAS threads): every other jaw point, the brows' ends and
 #: middles, the eye corners, the nose's bridge, tip and wings, the mouth's corners and middles.
@@ -96,8 +102,15 @@ def source_68(landmarker: object, image: np.ndarray, lm5: np.ndarray) -> np.ndar
     return lm68 if plausible(lm68, lm5) else None
 
 
-def control_points(lm: np.ndarray) -> np.ndarray:
-    """Control points (K, 2) float64 of 5 or 68 landmarks (see the module docstring)."""
+def posed(target: np.ndarray, source: np.ndarray) -> bool:
+    """Whether either face of a pair (5 or 68 points each) is turned (:func:`vcam.stages.mask.yaw`):
+    the pair's control points then carry the midline and the warp is checked for folds."""
+    return any(vmask.yaw(p if np.shape(p)[0] == 5 else five_from_68(p)) != 0.0 for p in (target, source))
+
+
+def control_points(lm: np.ndarray, midline: bool = True) -> np.ndarray:
+    """Control points (K, 2) float64 of 5 or 68 landmarks (see the module docstring); ``midline``
+    False: a 5-point face without its midline (a frontal pair's, as before the pose work)."""
     lm = np.asarray(lm, np.float64).reshape(-1, 2)
     if lm.shape[0] == 68:
         brows = (lm[17:27] + (lm[17:27] - lm[30]) * 0.25)[_BROWS]
@@ -105,9 +118,10 @@ def control_points(lm: np.ndarray) -> np.ndarray:
         centre = outline.mean(0)
         return np.concatenate([lm[_INNER], outline, centre + (outline - centre) * RING])
     if lm.shape[0] == 5:
-        outline = vmask.face_polygon(lm, 1.0)
+        outline = vmask.face_ring(lm)  # vertex for vertex, posed by the face's yaw
         centre = outline.mean(0)  # the 5-point outline is a centred ring: its mean is its centre
-        return np.concatenate([lm, outline, centre + (outline - centre) * RING])
+        mid = vmask.midline(lm) if midline else np.empty((0, 2))
+        return np.concatenate([lm, mid, outline, centre + (outline - centre) * RING])
     raise ValueError(f"the classic swap needs 5 or 68 landmarks, got {lm.shape[0]}")
 
 
@@ -167,24 +181,83 @@ def face_bounds(lm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pts.min(0), pts.max(0)
 
 
+#: How far a turned face's inner control points (eyes, nose, mouth, midline) may follow the target
+#: when the full warp folds: tried in turn, the first without a fold is kept; 0 moves them with
+#: the face's outline (an affine map of the source's), which cannot fold inside the outline.
+FOLD_STEPS = (1.0, 0.7, 0.4, 0.0)
+#: Cells of the fold check per side (over the face's box).
+FOLD_CELLS = 16
+
+
+def _inner_count(dst: np.ndarray) -> int:
+    """How many leading control points are the face's inner ones (the rest: its outline and ring)."""
+    return {7 + 2 * 16: 7, 5 + 2 * 16: 5}.get(dst.shape[0], len(_INNER))
+
+
+def folds(dst: np.ndarray, src: np.ndarray, outline: np.ndarray) -> int:
+    """Cells of a :data:`FOLD_CELLS` grid over ``outline`` (the target's face polygon) whose centre
+    lies inside it and whose image under the spline ``dst`` -> ``src`` is turned over (a
+    non-positive Jacobian: the warp folds the source's face there)."""
+    lo, hi = outline.min(0), outline.max(0)
+    k = FOLD_CELLS
+    xs, ys = np.linspace(lo[0], hi[0], k + 1), np.linspace(lo[1], hi[1], k + 1)
+    gx, gy = np.meshgrid(xs, ys)
+    pts = np.stack([gx.ravel(), gy.ravel()], 1)
+    g = classic.tps_eval(dst, classic.tps_fit(dst, src), pts).reshape(k + 1, k + 1, 2)
+    ex, ey = g[:-1, 1:] - g[:-1, :-1], g[1:, :-1] - g[:-1, :-1]  # a cell's x and y edges in the source
+    det = ex[..., 0] * ey[..., 1] - ex[..., 1] * ey[..., 0]
+    cx, cy = (gx[:-1, :-1] + gx[1:, 1:]) / 2, (gy[:-1, :-1] + gy[1:, 1:]) / 2
+    planes = vmask.half_planes(outline).astype(np.float64)
+    live = planes[:, 2] > -1e29
+    dist = np.max(planes[live, :1, None] * cx[None] + planes[live, 1:2, None] * cy[None] + planes[live, 2:, None], 0)
+    return int(np.count_nonzero((det <= 0) & (dist < 0)))
+
+
+def unfolded(dst: np.ndarray, src: np.ndarray, outline: np.ndarray) -> np.ndarray:
+    """``dst`` with its inner control points moved towards where the outline's affine map puts the
+    source's, by the first :data:`FOLD_STEPS` fraction that leaves no :func:`folds`; unchanged when
+    the full warp does not fold."""
+    if folds(dst, src, outline) == 0:
+        return dst
+    m = _inner_count(dst)
+    rim_s = np.concatenate([src[m:], np.ones((src.shape[0] - m, 1))], 1)
+    aff = np.linalg.lstsq(rim_s, dst[m:], rcond=None)[0]  # (3, 2): the source's rim onto the target's
+    moved = np.concatenate([src[:m], np.ones((m, 1))], 1) @ aff
+    for step in FOLD_STEPS[1:]:
+        out = dst.copy()
+        out[:m] = moved + step * (dst[:m] - moved)
+        if step == 0.0 or folds(out, src, outline) == 0:
+            return out
+    return dst
+
+
 def warp_grid(
     target_crop: np.ndarray,
     source: np.ndarray,
     crop_from_frame: np.ndarray,
     sizes: list[int],
-    source_points: np.ndarray | None = None,
+    source_points: dict[tuple[int, bool], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, tuple[float, float, float], int]:
     """The warp grid of one face: (its :data:`~vcam.kernels.classic.SPLINE` record (a (1,) array;
     :func:`~vcam.kernels.classic.tps_nodes` gives the grid, in the chosen level's pixels), (origin
     x, origin y, nodes per crop pixel), level). ``target_crop``: the target's landmarks in crop pixels; ``source``: the
     source's in level-0 pixels (same layout, :func:`matched`); ``sizes``: the pyramid's sides;
-    ``source_points``: ``control_points(source)`` when the caller keeps them (they change only with
+    ``source_points``: a dict the caller keeps per source, filled here with ``control_points(source)``
+    per layout (they change only with
     the source). The level is the one whose pixels are at most twice as dense as the frame's (no
     aliasing, no detail lost)."""
-    dst = control_points(target_crop)
-    src = control_points(source) if source_points is None else source_points
+    turned = posed(target_crop, source)
+    dst = control_points(target_crop, turned)
+    key = (int(np.shape(source)[0]), turned)
+    cache = {} if source_points is None else source_points
+    if key not in cache:
+        cache[key] = control_points(source, turned)
+    src = cache[key]
+    if turned:  # a turned face: a warp that folds is limited (a frontal pair: never checked)
+        dst = unfolded(dst, src, vmask.face_polygon(target_crop))
     if np.shape(target_crop)[0] == 5:  # the outline follows the 5 points in the control points
-        outline = dst[5 : 5 + (dst.shape[0] - 5) // 2]
+        inner = _inner_count(dst)
+        outline = dst[inner : inner + (dst.shape[0] - inner) // 2]
         lo, hi = outline.min(0), outline.max(0)
     else:
         lo, hi = face_bounds(target_crop)
@@ -200,14 +273,18 @@ def warp_grid(
 
 
 __all__ = [
+    "FOLD_STEPS",
     "MAX_LEVELS",
     "SOURCE_FEATHER",
     "SOURCE_MARGIN",
     "face_region",
     "control_points",
+    "posed",
     "fit_samples",
     "face_bounds",
     "five_from_68",
+    "folds",
+    "unfolded",
     "matched",
     "plausible",
     "source_68",
