@@ -2,7 +2,7 @@
 real photographs, where :mod:`benchmarks.precision`'s are drawn shapes.
 
     python -m benchmarks.precision_real [--device cpu|cuda] [--frames 240] [--sizes 1080p,4K]
-                                        [--modes after,worker] [--json DIR] [--save DIR]
+                                        [--modes after,worker] [--steady 150] [--json DIR] [--save DIR]
 
 The scenes (made here, each ``--frames`` long, at 1080p and 4K): scikit-image's bundled photographs
 (coins, a clock, a coffee cup, Chelsea the cat, the moon, a rocket, a horse, a motorcycle, a retina,
@@ -22,7 +22,11 @@ Per frame, every track the tracker returns (what the pipeline swaps and what ``f
 - faces_ok: frames where the count equals the faces in view.
 Modes as in :mod:`benchmarks.precision` (``before``: every detection swapped at once; ``after``:
 the default tracker, search in the frame; ``worker``: the rolling search beside the frame).
-Prints a table and writes ``precision_real.json`` to ``--json``.
+Steadiness (``--steady`` frames of :func:`steady_scene` per size, the tracker as in ``after``):
+per head (``still``, ``moving``) the paste's jump from one frame to the next relative to the head
+(the five points the swap aligns with, in the head's own coordinates, in frame pixels; from frame
+:data:`WARM` on): median, max, max where the head moved under 2 px; the moving head's lag in frames.
+Prints the tables and writes ``precision_real.json`` to ``--json``.
 """
 
 from __future__ import annotations
@@ -360,6 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--modes", default="after,worker")
     ap.add_argument("--json", type=Path, default=None, help="folder for precision_real.json")
     ap.add_argument("--save", type=Path, default=None, help="folder: frames 0 and 100 of each scene as PNG")
+    ap.add_argument("--steady", type=int, default=150, help="frames of the steadiness scene per size (0: none)")
     a = ap.parse_args(argv)
     sizes = [s for s in a.sizes.split(",") if s]
     if a.save is not None:
@@ -376,7 +381,16 @@ def main(argv: list[str] | None = None) -> dict:
             f"{r['size']:6} {r['mode']:7} {r['frames']:6d} {r['swapped']:8d} {r['false']:6d} {r['false_frames']:6d} "
             f"{r['recall']:7.3f} {r['faces_ok_pct']:7.1f}%  {on}"
         )
-    payload = {"device": a.device, "machine": platform.node(), "rows": rows}
+    steady = {size: steadiness(a.device, size, a.steady) for size in sizes} if a.steady > 0 else {}
+    if steady:
+        print(f"\n{'scene':6} {'head':7} {'frames':>6} {'head px':>7} {'median':>7} {'max':>6} {'max <2':>7} {'lag':>5}")
+    for size, heads in steady.items():
+        for name, f in heads.items():
+            print(
+                f"{size:6} {name:7} {f['frames']:6d} {f['head_median_px']:7.2f} {f['median_px']:7.2f} {f['max_px']:6.2f} "
+                f"{f['max_px_head_under_2px']:7.2f} {f['lag_frames']:5.2f}"
+            )
+    payload = {"device": a.device, "machine": platform.node(), "rows": rows, "steadiness": steady}
     if a.json is not None:
         a.json.mkdir(parents=True, exist_ok=True)
         write_report(str(a.json / "precision_real.json"), payload)

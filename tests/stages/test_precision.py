@@ -279,7 +279,8 @@ def test_no_paste_off_a_face_among_real_photographs(tmp_path, capsys):
         require("scikit-image", "the real-photo scenes are made of skimage.data's photographs: pip install scikit-image")
     from benchmarks import precision_real
 
-    payload = precision_real.main(["--frames", "60", "--sizes", "1080p", "--modes", "after,worker", "--json", str(tmp_path)])
+    args = ["--frames", "60", "--sizes", "1080p", "--modes", "after,worker", "--steady", "0", "--json", str(tmp_path)]
+    payload = precision_real.main(args)
     assert "recall" in capsys.readouterr().out and (tmp_path / "precision_real.json").is_file()
     for r in payload["rows"]:
         assert r["false"] == 0 and r["false_frames"] == 0, r
