@@ -19,7 +19,8 @@ Per frame, every track the tracker returns (what the pipeline swaps and what ``f
 - recall: true faces in view with a track / true faces in view (a face is in view with 80 % of its
   box inside the frame and at most 20 % of it behind a later-drawn object; the first 8 frames of a
   face's entry belong to the search, :data:`ENTRY`);
-- faces_ok: frames where the count equals the faces in view.
+- faces_ok: frames where nothing is off a face and every face in view past its entry is counted
+  (one entering, partly in view or partly hidden may be counted or not).
 Modes as in :mod:`benchmarks.precision` (``before``: every detection swapped at once; ``after``:
 the default tracker, search in the frame; ``worker``: the rolling search beside the frame).
 Steadiness (``--steady`` frames of :func:`steady_scene` per size, the tracker as in ``after``):
@@ -344,9 +345,9 @@ def run(device: str, mode: str, size: str, frames: int, log: list | None = None)
                 required.append(k)
         if log is not None:
             log.extend((i, "missed", k) for k in required if k not in people)
-        # faces N right: nothing off a face, every face in view counted (a face only partly in
-        # view, entering or behind someone, may be counted or not)
-        ok = not off and all(k in people for k, v in enumerate(in_view) if v) and len(boxes) <= len(truth)
+        # faces N right: nothing off a face, every face in view counted once its entry is over (a
+        # face only partly in view, in its first ENTRY frames or behind someone, may be counted or not)
+        ok = not off and all(k in people for k in required) and len(boxes) <= len(truth)
         return len(boxes) - len(off), people, required, ok
 
     row = _run(device, mode, size, frames, scenes=scene, judge=judge)
