@@ -285,3 +285,21 @@ def test_no_paste_off_a_face_among_real_photographs(tmp_path, capsys):
     for r in payload["rows"]:
         assert r["false"] == 0 and r["false_frames"] == 0, r
         assert r["recall"] >= 0.99 and r["faces_ok_pct"] >= 90, r
+
+
+def test_a_frames_look_is_the_same_from_a_tensor():
+    """The look a missed track is checked by is taken where the frame lives (a device tensor on a
+    GPU pipeline, no copy to the host): the same samples as from the NumPy frame."""
+    from conftest import require
+
+    try:
+        import torch
+    except ImportError:
+        require("torch", "PyTorch is not installed")
+    from vcam.stages.track import _alike, _patch
+
+    frame = np.random.default_rng(0).integers(0, 256, (200, 300, 3), dtype=np.uint8)
+    box = np.array([50.0, 40.0, 150.0, 160.0])
+    look = _patch(frame, box)
+    np.testing.assert_array_equal(_patch(torch.from_numpy(frame), box).numpy(), look)
+    assert _alike(look, look) > 0.999 and _alike(look, _patch(frame, box + 30)) < 0.5
