@@ -193,8 +193,18 @@ class TrackConfig:
         "lost or first face waits for its detection). 'auto': where the device runs both at once (CUDA); 'on': also "
         "on the CPU (no gain there); 'off': every frame waits for its own detection.",
     )
-    min_cutoff: float = _opt(1.0, "One-Euro filter minimum cutoff frequency (Hz): lower removes more jitter.", min=0.001)
-    beta: float = _opt(0.05, "One-Euro filter speed coefficient: higher reduces lag on fast motion.", min=0.0)
+    min_cutoff: float = _opt(
+        0.2,
+        "The face's smoothing: cutoff (Hz) of the head pose's filter at rest; lower removes more jitter (a moving "
+        "head is followed by its velocity, without lag).",
+        min=0.001,
+    )
+    beta: float = _opt(
+        2.0,
+        "The face's smoothing: how much the cutoff rises (Hz) per face size a second the head moves; higher follows "
+        "a head that speeds up or turns back sooner, lower keeps a moving paste steadier.",
+        min=0.0,
+    )
     confirm_hits: int = _opt(
         2,
         "A new face is swapped (and counted) once confirmed: this many detections whose landmarks make a face "

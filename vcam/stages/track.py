@@ -21,9 +21,11 @@ with :meth:`~Tracker.predict`'s tracks (moved by their velocity), and completes 
 detection when the next one comes (``[track] predict``).
 
 Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
-and a track survives ``max_missed`` frames without a detection. Boxes and landmarks are smoothed
-with a One-Euro filter (Casiez et al. 2012): a low-pass whose cutoff rises with speed, so a still
-face stops jittering while a moving one is followed closely.
+and a track survives ``max_missed`` frames without a detection; while missed it is swapped only
+where its face still looks as it did (:meth:`Tracker._look_again`). Boxes and landmarks are
+smoothed in the head's own coordinates (:class:`~vcam.stages.smoothing.HeadFilter`: the head's
+pose by a One-Euro cutoff around its own velocity, the landmarks' shape on the head slowly), so a
+still face stops jittering while a moving one is followed without lag.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from vcam.stages.association import associate
 from vcam.stages.detect import Detector
 from vcam.stages.detections import box_iou, inside_larger, merge, plausible_face, smallest_searched
 from vcam.stages.search import SearchWorker
-from vcam.stages.smoothing import OneEuroFilter
+from vcam.stages.smoothing import HeadFilter
 from vcam.types import Detection, Track
 
 _DUPLICATE_IOU = 0.6  # two tracks this overlapped follow one face: the younger one goes
@@ -55,20 +57,27 @@ _HISTORY = 5
 #: ones (a crowd far away, a cartoon on a poster) are only ever seen near a tracked face, inside its
 #: region, never by the search itself: swapped, they would come and go with that face's region.
 _NEW_FACE_SHARE = 0.75
+#: A track missed in a frame stays swapped while the grey look of the box its motion predicts
+#: correlates this well with its look at the last detection (_PATCH x _PATCH samples). Measured on
+#: the real-photo set (benchmarks/precision_real.py, 1080p): a face in view against its look a
+#: frame before, median 0.88, 1st percentile 0.54; the box of a track missed because its face
+#: vanished or went behind an object -0.3 to 0.47 (a face partly hidden: 0.54-0.75).
+_LOOK_ALIKE = 0.5
+_PATCH = 16
 
 
 @dataclass(frozen=True)
 class TrackParams:
     """What the tracker reads: full-scan cadence, the rolling search, ROI scale, how long a track
-    survives unseen, and the One-Euro filter. The ``[track]`` section of the config documents each
+    survives unseen, and the head filter's cutoffs. The ``[track]`` section of the config documents each
     and carries the same defaults (tests/runtime check that they agree)."""
 
     rescan_every: int = 30
     rolling: int = 5
     roi_scale: float = 2.0
     max_missed: int = 2
-    min_cutoff: float = 1.0
-    beta: float = 0.05
+    min_cutoff: float = 0.2
+    beta: float = 2.0
     confirm_hits: int = 2
     confirm_score: float = 0.9
     confirm_within: int = 5
@@ -81,7 +90,7 @@ class _State:
     track: Track
     raw_box: np.ndarray  # last detected box (unsmoothed), float64
     seen_seq: int  # seq of that detection
-    filter: OneEuroFilter
+    filter: HeadFilter
     smooth_box: np.ndarray  # the filter's last box and landmarks (the track's, before any prediction)
     smooth_landmarks: np.ndarray
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(4))  # box change per frame
@@ -89,6 +98,8 @@ class _State:
     confirmed: bool = True  # swapped and counted; a new track is not until confirmed
     scores: list[float] = field(default_factory=list)  # its last _HISTORY detections' scores
     window_from: int = 0  # the age its confirmation window opened at (0, or when it was doubted)
+    look: Any = None  # its face at the last detection, a small grey patch (see _patch)
+    shown: bool = True  # swapped and counted while missed: its face still looks the same where it went
 
     def predict(self, seq: int) -> np.ndarray:
         """Box expected at ``seq`` (constant velocity from the last detection)."""
@@ -147,7 +158,7 @@ class FaceTracker(Protocol):
 
 
 class Tracker:
-    """Faces across frames: ROI detection between full scans, stable IDs, One-Euro smoothing.
+    """Faces across frames: ROI detection between full scans, stable IDs, smoothing on the head.
 
     ``detector``: a :class:`vcam.stages.detect.Detector`; ``track_cfg``: scan interval, ROI size and scale,
     misses allowed, filter settings; ``max_faces``: most tracks kept (largest faces first).
@@ -179,7 +190,8 @@ class Tracker:
         self.max_faces = int(max_faces)
         self.fps = float(fps)
         self.search = search
-        #: A new face lying on a larger one starts no track (off only to measure what that gains).
+        #: A new face lying on a larger one starts no track, and the coarse scan's copy of a face
+        #: its region found is left out (off only to measure what that gains).
         self.admit_check = True
         dcfg = getattr(detector, "cfg", None)
         self._small_face = float(getattr(dcfg, "small_face", 0) or 0)
@@ -217,7 +229,7 @@ class Tracker:
         ``confirm_score`` and its landmarks make a face; one not confirmed in time is dropped. A
         confirmed track whose last detections score a median below the hit score is a candidate
         again (:data:`_HISTORY`), with a fresh window to confirm in."""
-        return [s.track for s in self._states if s.confirmed]
+        return [s.track for s in self._states if s.confirmed and s.shown]
 
     @property
     def candidates(self) -> int:
@@ -228,9 +240,10 @@ class Tracker:
     def update(self, frame_bgr: np.ndarray, seq: int, t: float | None = None) -> list[Track]:
         """Process frame ``seq`` (timestamp ``t`` seconds, default ``seq / fps``); returns live tracks.
 
-        A track with ``missed > 0`` was not found in this frame and keeps its last smoothed box and
-        landmarks. The same :class:`Track` object is returned for an id on every frame (its arrays
-        are replaced, never written in place), so a caller may keep per-track data on it, such as
+        A track with ``missed > 0`` was not found in this frame: it is returned, moved by its motion,
+        only while its face still looks as at its last detection there (else it is kept hidden).
+        The same :class:`Track` object is returned for an id on every frame (its arrays are
+        replaced, never written in place), so a caller may keep per-track data on it, such as
         ``similarity``. :meth:`update` is :meth:`launch` then :meth:`complete`.
         """
         return self.complete(self.launch(frame_bgr, seq, t))
@@ -307,8 +320,9 @@ class Tracker:
                 lost = [lost[k] for k in lost_k]
         elif step.pending is not None:
             dets = self._found(step.pending.result(), step.regions, frame_bgr.shape[:2], predicted)
-            if step.coarse is not None:
-                dets = merge(dets + step.coarse.result(), 0.5)
+            if step.coarse is not None:  # new faces (with admit_check: a tracked face's region found it finer)
+                coarse = step.coarse.result()
+                dets = merge(dets + (_apart(coarse, [d.box for d in dets], 0.3) if self.admit_check else coarse), 0.5)
             if searched is not None and searched[1]:
                 dets += _apart(searched[1], [d.box for d in dets] + list(predicted))
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
@@ -333,9 +347,11 @@ class Tracker:
         self.last_seq = seq
 
         for ti, di in matches:
-            self._apply(self._states[ti], dets[di], seq, t)  # type: ignore[index]
+            self._apply(self._states[ti], dets[di], seq, t, frame_bgr)  # type: ignore[index]
         for ti in lost:
             self._states[ti].track.missed += 1
+        if not step.deferred:  # a deferred frame may have been swapped since: nothing to look at
+            self._look_again(frame_bgr, seq, [self._states[ti] for ti in lost])
         for s in self._states:
             s.track.age += 1
         window = self.cfg.confirm_within
@@ -354,7 +370,7 @@ class Tracker:
                 on_face = inside_larger(cands, np.asarray(larger, dtype=np.float64).reshape(-1, 4))
                 least = _NEW_FACE_SHARE * smallest_searched(self._small_face, *np.shape(frame_bgr)[:2])
                 cands = [c for c, inside in zip(cands, on_face) if not inside and _box_side(c.box) >= least]
-            self._admit(cands, seq, t)
+            self._admit(cands, seq, t, frame_bgr)
         self._drop_duplicates()
         if self.admit_check:
             self._drop_on_larger()
@@ -395,12 +411,7 @@ class Tracker:
         detection of ``seq`` later corrects them (:meth:`complete`)."""
         for s in self._states:
             gap = max(0, int(seq) - s.seen_seq)
-            box = s.smooth_box + s.velocity * gap
-            old_c, new_c = (s.smooth_box[:2] + s.smooth_box[2:]) / 2, (box[:2] + box[2:]) / 2
-            old_side = max(_box_side(s.smooth_box), 1.0)
-            scale = max(_box_side(box), 1.0) / old_side
-            s.track.box = box.astype(np.float32)
-            s.track.landmarks = (new_c + (s.smooth_landmarks - old_c) * scale).astype(np.float32)
+            s.track.box, s.track.landmarks = _moved(s.smooth_box, s.smooth_landmarks, s.velocity * gap)
         return self.tracks
 
     # -- helpers -----------------------------------------------------------------------------
@@ -452,23 +463,32 @@ class Tracker:
             return found
         return merge(found, 0.5)  # overlapping regions can see the same face twice
 
-    def _apply(self, state: _State, det: Detection, seq: int, t: float) -> None:
+    def _look_again(self, frame: Any, seq: int, held: list[_State]) -> None:
+        """A track missed in this frame stays swapped and counted only while its face still looks
+        as at its last detection where its motion takes it (:data:`_LOOK_ALIKE`); it then follows
+        that motion. Else (the face left, vanished or went behind something) it is kept, hidden,
+        for the ``max_missed`` frames it may be found again in."""
+        for s in held:
+            box = s.predict(seq)
+            s.shown = s.look is not None and _alike(_patch(frame, box), s.look) >= _LOOK_ALIKE
+            if s.shown:
+                s.track.box, s.track.landmarks = _moved(s.smooth_box, s.smooth_landmarks, s.velocity * (seq - s.seen_seq))
+
+    def _apply(self, state: _State, det: Detection, seq: int, t: float, frame: Any = None) -> None:
         box = det.box.astype(np.float64)
         gap = max(1, seq - state.seen_seq)
         step = (box - state.raw_box) / gap
         state.velocity = state.velocity + _VEL_GAIN * (step - state.velocity)
         state.raw_box = box
         state.seen_seq = seq
-        pts = np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)])
-        out = state.filter(pts, t)
-        state.smooth_landmarks = out[:5]
-        state.smooth_box = out[5:].reshape(4)
+        state.smooth_landmarks, state.smooth_box = state.filter(det.landmarks, box, t)
         tr = state.track
-        tr.landmarks = out[:5].astype(np.float32)
-        tr.box = out[5:].reshape(4).astype(np.float32)
+        tr.landmarks = state.smooth_landmarks.astype(np.float32)
+        tr.box = state.smooth_box.astype(np.float32)
         tr.score = float(det.score)
         tr.missed = 0
         tr.last_seen = seq
+        state.look, state.shown = (_patch(frame, box) if frame is not None else None), True
         self.last_matched[tr.id] = det
         state.scores = [*state.scores[1 - _HISTORY :], float(det.score)]
         if not state.confirmed and self._hit(det):
@@ -486,10 +506,10 @@ class Tracker:
             return False
         return float(np.median(state.scores)) < self._hit_score
 
-    def _new_state(self, det: Detection, seq: int, t: float) -> _State:
-        flt = OneEuroFilter(self.cfg.min_cutoff, self.cfg.beta)
+    def _new_state(self, det: Detection, seq: int, t: float, frame: Any = None) -> _State:
+        flt = HeadFilter(self.cfg.min_cutoff, self.cfg.beta)
         box = det.box.astype(np.float64)
-        flt.reset(np.concatenate([det.landmarks.astype(np.float64), box.reshape(2, 2)]), t)
+        flt.reset(det.landmarks, box, t)
         track = Track(
             id=self._next_id,
             box=det.box.astype(np.float32).copy(),
@@ -514,6 +534,7 @@ class Tracker:
             # Its first detection counts toward confirming it only when it is a hit itself (on the
             # real-photo set a motorcycle's lamp found at 0.72 then once at 0.91 was confirmed).
             hits=int(self._hit(det)),
+            look=_patch(frame, box) if frame is not None else None,
         )
 
     def _smaller(self, det: Detection) -> int:
@@ -528,7 +549,7 @@ class Tracker:
         scores within 0.1 of ``confirm_score`` (what a shiny ball or a texture rarely keeps doing)."""
         return det.score >= self._hit_score and plausible_face(det)
 
-    def _admit(self, candidates: list[Detection], seq: int, t: float) -> None:
+    def _admit(self, candidates: list[Detection], seq: int, t: float, frame: Any = None) -> None:
         """Start tracks for unmatched detections, keeping the ``max_faces`` largest faces."""
         if not candidates:
             return
@@ -537,7 +558,7 @@ class Tracker:
         pool.sort(key=lambda p: -p[0])
         kept = [item for _, item in pool[: self.max_faces]]
         states = [k for k in kept if isinstance(k, _State)]
-        states += [self._new_state(k, seq, t) for k in kept if isinstance(k, Detection)]
+        states += [self._new_state(k, seq, t, frame) for k in kept if isinstance(k, Detection)]
         self._states = sorted(states, key=lambda s: s.track.id)
 
     def _drop_duplicates(self) -> None:
@@ -573,14 +594,45 @@ class Tracker:
             self._states = [s for k, s in enumerate(self._states) if k not in drop]
 
 
+def _moved(box: np.ndarray, landmarks: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A box and its landmarks after the box's corners moved by ``shift``: the landmarks shifted
+    and scaled with the box (float32 copies)."""
+    new = box + shift
+    old_c, new_c = (box[:2] + box[2:]) / 2, (new[:2] + new[2:]) / 2
+    scale = max(_box_side(new), 1.0) / max(_box_side(box), 1.0)
+    return new.astype(np.float32), (new_c + (landmarks - old_c) * scale).astype(np.float32)
+
+
+def _patch(frame: Any, box: np.ndarray) -> Any:
+    """The grey look of ``box`` in ``frame``: _PATCH x _PATCH samples of the channels' sum, in the
+    frame's own kind of array (a device tensor stays on its device: no wait for it)."""
+    h, w = np.shape(frame)[:2]
+    ys = np.linspace(box[1], box[3], _PATCH).clip(0, h - 1).astype(np.intp)[:, None]
+    xs = np.linspace(box[0], box[2], _PATCH).clip(0, w - 1).astype(np.intp)[None, :]
+    if isinstance(frame, np.ndarray):
+        p = frame[ys, xs].astype(np.float32)
+    else:  # a torch tensor: indices on its device
+        import torch
+
+        p = frame[torch.as_tensor(ys, device=frame.device), torch.as_tensor(xs, device=frame.device)].float()
+    return p.sum(-1) if p.ndim == 3 else p
+
+
+def _alike(a: Any, b: Any) -> float:
+    """Normalised cross-correlation of two patches (1: the same look up to light and contrast)."""
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / (((a * a).sum() * (b * b).sum()) ** 0.5 + 1e-6))
+
+
 def _area(box: np.ndarray) -> float:
     return float(max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1]))
 
 
-def _apart(found: list[Detection], boxes: list) -> list[Detection]:
-    """The faces of an earlier frame's search that overlap none of ``boxes`` (this frame's faces and
-    tracks): new faces; the others are tracked faces where they were a frame or two ago."""
-    if not boxes:
+def _apart(found: list[Detection], boxes: list, iou: float = 0.0) -> list[Detection]:
+    """The faces of an earlier frame's search (or of the coarse scan) that overlap none of
+    ``boxes`` (this frame's faces and tracks) by more than ``iou``: new faces; the others are
+    tracked faces where they were a frame or two ago (or found coarser than their regions did)."""
+    if not boxes or not found:
         return list(found)
-    iou = box_iou(np.array([d.box for d in found]), np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
-    return [d for d, row in zip(found, iou) if not np.any(row > 0.0)]
+    over = box_iou(np.array([d.box for d in found]), np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+    return [d for d, row in zip(found, over) if not np.any(row > iou)]
