@@ -91,7 +91,6 @@ class Started:
     locks: LockSet | None = None
     loaded: Loaded | None = None
     early: Any = None  # a vcam.runtime.early_swap.EarlySwap (the layer above) under way, else None
-    ahead: Ahead | None = None  # the models built from the start (a live run without an early swap)
     telemetry: Telemetry | None = None
     degrader: Degrader | None = None
     loading: threading.Thread | None = None
@@ -159,8 +158,6 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
     if early_frames(d):  # a live run: its models build from here, beside the sources and outputs opening
         up.early = d.plan_early_swap(up)
-        if up.early is None and not on_gpu(d.cfg):
-            up.ahead = up.opened.add(Ahead(d))
     for st in d.streams:
         st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
         up.opened.add_current(partial(getattr, st, "source"))  # a resume may reopen it (vcam.runtime.pause)
@@ -326,7 +323,7 @@ def load(d: Daemon, up: Started) -> None:
     the recogniser meanwhile builds it at once."""
     if d.load_delay:
         time.sleep(d.load_delay)
-    loaded = prepare(d, d.cfg, ahead=up.ahead)
+    loaded = prepare(d, d.cfg)
     if loaded is not None:
         adopt(d, up, loaded)
 
@@ -339,20 +336,18 @@ def prepare(
     hold: bool = True,
     threads: int = 0,
     short_lived: bool = False,
-    ahead: Ahead | None = None,
 ) -> Loaded | None:
     """Build what :func:`load` puts in use, for ``cfg`` (the daemon's, or the CPU one of
     :mod:`vcam.runtime.early_swap`), touching no stream: it may run while the frame loop runs other
     pipelines. ``faces``: load the faces into the daemon's states unless they have some; ``hold``:
     hold the engines' background work until the first frame; ``threads``: the CPU threads of a
     model call on onnxruntime (0: one per core); ``short_lived``: the assembly swaps for seconds
-    (:func:`vcam.runtime.assemble.build`); ``ahead``: the assembly built from the start (:class:`Ahead`),
-    taken where it was built for ``cfg``. None when stopped meanwhile."""
+    (:func:`vcam.runtime.assemble.build`). None when stopped meanwhile."""
     from vcam.engines.gate import BACKGROUND
 
     release = BACKGROUND.hold() if hold else None
     try:
-        loaded = _prepare(d, cfg, faces=faces, threads=threads, short_lived=short_lived, ahead=ahead)
+        loaded = _prepare(d, cfg, faces=faces, threads=threads, short_lived=short_lived)
     except BaseException:
         if release is not None:
             release()
@@ -392,9 +387,7 @@ def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
     log.info("models: %s", d.summary.models)
 
 
-def _prepare(
-    d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False, ahead: Ahead | None = None
-) -> Loaded | None:
+def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False) -> Loaded | None:
     from vcam.runtime import assemble
 
     first = d.streams[0]
@@ -402,18 +395,11 @@ def _prepare(
     loaded_opened = Opened()
     t0 = time.perf_counter()
     fps = first.source.fps or cfg.capture.fps
-    taken = ahead is not None and ahead.cfg is cfg and threads == 0 and not short_lived and faces
-    if taken:
-        assert ahead is not None
-        asm, watcher = ahead.take(fps)
-        t0 = ahead.t0
-    else:
-        asm = assemble.build(cfg, fps=fps, threads=threads, short_lived=short_lived)
+    asm = assemble.build(cfg, fps=fps, threads=threads, short_lived=short_lived)
     if d.should_exit:  # stopped while loading in the background (early frames): go no further
         return None
     t1 = time.perf_counter()
-    if not taken:
-        watcher = load_faces(d, asm) if faces else None
+    watcher = load_faces(d, asm) if faces else None
     if watcher is not None:
         loaded_opened.add(watcher)
     t2 = time.perf_counter()
@@ -468,57 +454,6 @@ def load_faces(d: Daemon, asm: Assembly) -> Any:
     )
     watcher.start()
     return watcher
-
-
-class Ahead:
-    """The models of a live run without an early swap (``d.cfg``'s :class:`~vcam.runtime.assemble.Assembly`)
-    and its faces built in a thread (``vcam-build``) from the start of start-up, beside the sources
-    and outputs opening and the command's own imports (on the 2-core CPU machine the load began 0.8-1.4 s after
-    the start, once those were done); :func:`prepare` takes it (:meth:`take`) and goes on with the
-    faces and pipelines. It holds the engines' background work (:data:`vcam.engines.gate.BACKGROUND`)
-    while it builds; closed with the start-up (a failed start waits for the build, so the process
-    never ends inside a native library's load)."""
-
-    def __init__(self, d: Daemon) -> None:
-        from vcam.engines.gate import BACKGROUND
-
-        self.cfg, self.d = d.cfg, d
-        self.t0 = time.perf_counter()
-        self.asm: Assembly | None = None
-        self.watcher: Any = None
-        self.failure: BaseException | None = None
-        self._release = BACKGROUND.hold()
-        self.thread = threading.Thread(target=self._build, name="vcam-build", daemon=True)
-        self.thread.start()
-
-    def _build(self) -> None:
-        from vcam.runtime import assemble
-
-        try:
-            self.asm = assemble.build(self.cfg, fps=self.cfg.capture.fps)
-            if not self.d.should_exit:
-                self.watcher = load_faces(self.d, self.asm)
-        except BaseException as exc:
-            self.failure = exc
-
-    def take(self, fps: float) -> tuple[Assembly, Any]:
-        """The assembly (waited for), at the source's frame rate ``fps``, and its faces' watcher
-        (None: none); the build's error raised."""
-        self.thread.join()
-        self._release()
-        if self.failure is not None:
-            raise self.failure
-        assert self.asm is not None
-        self.asm.at_rate(fps)
-        watcher, self.watcher = self.watcher, None
-        return self.asm, watcher
-
-    def close(self) -> None:
-        if not self.d.should_exit:  # a stop signal ends the process with os._exit: no wait then
-            self.thread.join(60.0)
-        self._release()
-        if self.watcher is not None:  # built, never taken (a failed or stopped start)
-            self.watcher.stop()
 
 
 def start_capture(d: Daemon, up: Started, early: bool) -> None:
@@ -610,21 +545,6 @@ def import_ahead(modules: tuple[str, ...] = LOAD_MODULES) -> None:
     if not modules:
         return
     threading.Thread(target=preimport, args=(modules,), name="vcam-imports").start()
-
-
-def on_gpu(cfg: Config) -> bool:
-    """Whether a run of ``cfg`` loads its models on a GPU (``--device cuda``, or ``auto`` with CuPy
-    installed). Such a run builds its models after the sources open, in the load's own thread, and
-    imports nothing ahead beside the command: on the H200 (issue 39, 12-s `vcam -v run` of the
-    inswapper) PyTorch imported in a thread from the config's reading and the models built from the
-    start of start-up (:class:`Ahead`) made every step slower (the import 2.55 s against 1.47 s alone,
-    the models 7.7 s against 3.2 s, the first frame at 1.0-2.9 s against 0.4 s): threads importing and
-    building beside each other share one GIL. The CPU run keeps :class:`Ahead` (its first swapped frame
-    sooner)."""
-    import importlib.util
-
-    device = cfg.pipeline.device
-    return device == "cuda" or (device == "auto" and importlib.util.find_spec("cupy") is not None)
 
 
 #: What the panel's start imports (about a quarter of a second of Python before the first swapped frame).
