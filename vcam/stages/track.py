@@ -611,10 +611,14 @@ def _patch(frame: Any, box: np.ndarray) -> Any:
     xs = np.linspace(box[0], box[2], _PATCH).clip(0, w - 1).astype(np.intp)[None, :]
     if isinstance(frame, np.ndarray):
         p = frame[ys, xs].astype(np.float32)
-    else:  # a torch tensor: indices on its device
+    elif type(frame).__module__.split(".")[0] == "torch":  # a torch tensor: indices on its device
         import torch
 
         p = frame[torch.as_tensor(ys, device=frame.device), torch.as_tensor(xs, device=frame.device)].float()
+    else:  # a CuPy array (the GPU pipeline's frames): indices on its device
+        import cupy
+
+        p = frame[cupy.asarray(ys), cupy.asarray(xs)].astype(cupy.float32)
     return p.sum(-1) if p.ndim == 3 else p
 
 
