@@ -244,7 +244,7 @@ class SwapConfig:
     local_color: bool = _opt(
         True,
         "Classic swap: match light and colour locally too (the difference from the target blurred over about a quarter "
-        "of the face, added to the swapped face), not only on average.",
+        "of the face, added to the swapped face), not only on average; part of color_match (off when it is off).",
     )
     crop_size: int = _opt(128, "Classic swap crop size in pixels.", min=32, max=1024)
     enhancer: str = _opt("", "Face enhancer model run after the swap ('' : off; e.g. 'gfpgan_1.4').")

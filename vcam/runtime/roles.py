@@ -217,7 +217,7 @@ def build(
                 crop_size=s.crop_size,
                 color_match=s.color_match,
                 seamless=s.seamless,
-                local_color=s.local_color,
+                local_color=s.local_color and s.color_match,  # a part of the colour match: off with it
                 ops=ops,
                 mask=mask,
                 max_faces=batch,
