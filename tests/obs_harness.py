@@ -247,6 +247,16 @@ def colour_pixels(frame, name: str) -> int:
     return int((np.abs(frame.astype(np.int16) - want).max(axis=2) < 40).sum())
 
 
+def wait_for(pred, timeout: float) -> bool:
+    """Whether ``pred()`` came true within ``timeout`` seconds, stretched 4x for a busy 2-core machine."""
+    end = time.monotonic() + timeout * 4
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def demo_daemon_config(socket_path, obs=None):
     """The demo clip at 320x240 on the CPU, classic swap without colour matching (so the pasted
     face keeps its solid colour), no latency drops, control socket at ``socket_path``."""

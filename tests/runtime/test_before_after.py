@@ -4,12 +4,11 @@ came beside the swapped picture, and the published output never carries the befo
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces
+from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces, wait_for
 
 from vcam.control.client import send_command
 from vcam.panel.preview import WIDTH
@@ -35,15 +34,6 @@ class EveryFrame(CapturingOutput):
         super().send(data)
         with self.lock:
             self.seen.append((tuple(np.shape(data)), alice_pixels(np.asarray(data))))
-
-
-def wait_for(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout * 4  # a busy 2-core machine: generous
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def next_preview(tap, after: int) -> tuple[int, np.ndarray]:

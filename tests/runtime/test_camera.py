@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces
+from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces, wait_for
 from typer.testing import CliRunner
 
 from vcam.cli.control import ctl_app
@@ -61,15 +61,6 @@ class Published:
     def since(self, t: float) -> list[tuple[float, float, int, int]]:
         with self.lock:
             return [r for r in self.rows if r[0] >= t]
-
-
-def wait_for(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout * 4  # a busy 2-core machine: generous
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture

@@ -8,21 +8,12 @@ import time
 
 import numpy as np
 import pytest
-from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces
+from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces, wait_for
 
 from vcam.control.client import send_command
 from vcam.errors import ControlError
 from vcam.runtime.daemon import Daemon
 from vcam.state import RuntimeState
-
-
-def wait_for(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout * 4  # a busy 2-core machine: generous
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def face_x(frame) -> float | None:

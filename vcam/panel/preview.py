@@ -120,9 +120,37 @@ def encode(
     return buf.tobytes() if ok else b""
 
 
-class PreviewTap:
+class EncoderThread:
+    """The thread an encoding tap runs its ``_run`` loop on (woken by ``_wake``, ended by ``_stop``),
+    started and stopped once: the preview's and the OBS source's."""
+
+    thread_name = "vcam-encoder"
+    _wake: threading.Event
+    _stop: threading.Event
+    _thread: threading.Thread | None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+            self._thread = None
+
+
+class PreviewTap(EncoderThread):
     """Per-stream preview frames (see the module docstring). ``on_frame(stream)`` is called from the
     encoder thread after each new JPEG (the server wakes its readers there)."""
+
+    thread_name = "vcam-panel-preview"
 
     def __init__(self, fps: float = FPS, width: int = WIDTH) -> None:
         self.interval = 1.0 / fps
@@ -225,20 +253,7 @@ class PreviewTap:
             else:
                 self._watchers.pop(stream, None)
 
-    # -- the encoder thread --------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="vcam-panel-preview", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-            self._thread = None
-
+    # -- the encoder thread (EncoderThread's start/stop) ---------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(0.5)

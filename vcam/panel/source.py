@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.panel.preview import encode, shrink
+from vcam.panel.preview import EncoderThread, encode, shrink
 from vcam.types import PixelFormat
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,12 @@ class SourceFrame:
     height: int
 
 
-class SourceTap:
+class SourceTap(EncoderThread):
     """Per-stream full-size JPEGs of the published frames (see the module docstring).
     ``on_frame(stream)`` is called from the encoder thread after each new JPEG (the server wakes
     its readers there)."""
+
+    thread_name = "vcam-obs-source"
 
     def __init__(self, quality: int = QUALITY) -> None:
         self.quality = quality
@@ -129,17 +131,7 @@ class SourceTap:
     # -- the encoder thread --------------------------------------------------------------------
     def start(self, on_frame: Callable[[str], None] | None = None) -> None:
         self.on_frame = on_frame or self.on_frame
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="vcam-obs-source", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-            self._thread = None
+        super().start()
 
     def _take(self) -> tuple[str, tuple] | None:
         for stream in list(self._jobs):
