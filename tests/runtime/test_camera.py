@@ -150,7 +150,7 @@ def test_a_stream_switches_camera_live_and_a_bad_camera_keeps_the_old_one(rig):
 
 def cfg_file(cfg, sock):
     path = sock.parent / "vcam.toml"
-    path.write_text(f'[control]\nsocket = "{sock}"\n')
+    path.write_text(f"[control]\nsocket = '{sock}'\n")  # a literal string: a Windows path's backslashes stay
     return path
 
 

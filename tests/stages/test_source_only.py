@@ -59,7 +59,12 @@ def _group():
 
 def _busy(shape):
     import cv2
-    import skimage.data
+    from conftest import require
+
+    try:
+        import skimage.data
+    except ImportError:
+        require("scikit-image", "the busy background is skimage.data's colour wheel: pip install scikit-image")
 
     wheel = cv2.cvtColor(skimage.data.colorwheel(), cv2.COLOR_RGB2BGR)
     return cv2.resize(wheel, (shape[1], shape[0]), interpolation=cv2.INTER_LINEAR)

@@ -57,7 +57,12 @@ def _swap(detector, frame, face, types=("box", "face"), landmarker=None, local_c
 
 
 def _camera():
-    import skimage.data
+    from conftest import require
+
+    try:
+        import skimage.data
+    except ImportError:
+        require("scikit-image", "the real photograph is skimage.data's camera man: pip install scikit-image")
 
     grey = cv2.cvtColor(skimage.data.camera(), cv2.COLOR_GRAY2BGR)
     return cv2.resize(grey, (1024, 1024), interpolation=cv2.INTER_CUBIC)
