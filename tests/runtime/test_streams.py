@@ -701,17 +701,18 @@ def test_a_predicted_frame_is_published_before_its_detection_is_queued(media, de
     daemon = Daemon(cfg, outputs={"demo": Recorder()}, control=False, early_swap=False)
     daemon.startup()
     pipe = daemon.streams[0].pipeline
-    queue = pipe._detect_later
+    planner = pipe.planner
+    queue = planner.queue
 
-    def queued(work, frame):
-        events.append(("detection", work.stats.seq))
-        queue(work, frame)
+    def queued(seq, frame):
+        events.append(("detection", seq))
+        queue(seq, frame)
 
     def hook(mark):
         if mark.phase == "published":
             events.append(("published", mark.seq))
 
-    pipe._detect_later, daemon.rounds.hook = queued, hook
+    planner.queue, daemon.rounds.hook = queued, hook
     try:
         daemon.main_loop(12, None)
     finally:
