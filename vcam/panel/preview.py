@@ -128,6 +128,30 @@ class EncoderThread:
     _wake: threading.Event
     _stop: threading.Event
     _thread: threading.Thread | None
+    _lock: threading.Lock
+    _watchers: dict[str, int]  # stream -> readers; read by the frame loop without a lock
+
+    def watch(self, stream: str) -> None:
+        """One more reader of ``stream`` (:meth:`_watched` runs under the lock)."""
+        with self._lock:
+            self._watchers[stream] = self._watchers.get(stream, 0) + 1
+            self._watched(stream)
+
+    def unwatch(self, stream: str) -> None:
+        """One reader of ``stream`` fewer (:meth:`_unwatched` runs under the lock after the last)."""
+        with self._lock:
+            left = self._watchers.get(stream, 0) - 1
+            if left > 0:
+                self._watchers[stream] = left
+            else:
+                self._watchers.pop(stream, None)
+                self._unwatched(stream)
+
+    def _watched(self, stream: str) -> None:
+        pass
+
+    def _unwatched(self, stream: str) -> None:
+        pass
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -240,18 +264,8 @@ class PreviewTap(EncoderThread):
         kept.append((seq, small, PixelFormat(fmt), mirrored, time.perf_counter()))
 
     # -- readers -------------------------------------------------------------------------------
-    def watch(self, stream: str) -> None:
-        with self._lock:
-            self._watchers[stream] = self._watchers.get(stream, 0) + 1
-            self._next[stream] = 0.0
-
-    def unwatch(self, stream: str) -> None:
-        with self._lock:
-            left = self._watchers.get(stream, 0) - 1
-            if left > 0:
-                self._watchers[stream] = left
-            else:
-                self._watchers.pop(stream, None)
+    def _watched(self, stream: str) -> None:
+        self._next[stream] = 0.0  # a new reader gets a frame at once
 
     # -- the encoder thread (EncoderThread's start/stop) ---------------------------------------
     def _run(self) -> None:

@@ -88,18 +88,8 @@ class SourceTap(EncoderThread):
         self._wake.set()
 
     # -- readers -------------------------------------------------------------------------------
-    def watch(self, stream: str) -> None:
-        with self._lock:
-            self._watchers[stream] = self._watchers.get(stream, 0) + 1
-
-    def unwatch(self, stream: str) -> None:
-        with self._lock:
-            left = self._watchers.get(stream, 0) - 1
-            if left > 0:
-                self._watchers[stream] = left
-            else:
-                self._watchers.pop(stream, None)
-                self._jobs.pop(stream, None)
+    def _unwatched(self, stream: str) -> None:
+        self._jobs.pop(stream, None)  # nobody reads it: its pending frame goes
 
     def watching(self, stream: str) -> int:
         return self._watchers.get(stream, 0)
