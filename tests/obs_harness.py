@@ -257,6 +257,27 @@ def wait_for(pred, timeout: float) -> bool:
     return False
 
 
+def face_x(frame, name: str = "alice") -> float | None:
+    """The mean column of the pixels in face ``name``'s solid colour (None when there are few)."""
+    import numpy as np
+
+    want = np.array(COLOURS[name], np.int16)
+    ys, xs = np.nonzero(np.abs(frame.astype(np.int16) - want).max(axis=2) < 40)
+    return float(xs.mean()) if xs.size > 200 else None
+
+
+def steady_face_x(output) -> float:
+    """The median of three readings of :func:`face_x` on ``output``'s newest frames (one is there)."""
+    import numpy as np
+
+    xs = []
+    while len(xs) < 3:
+        if (x := face_x(output.last)) is not None:
+            xs.append(x)
+        time.sleep(0.1)
+    return float(np.median(xs))
+
+
 def demo_daemon_config(socket_path, obs=None):
     """The demo clip at 320x240 on the CPU, classic swap without colour matching (so the pasted
     face keeps its solid colour), no latency drops, control socket at ``socket_path``."""

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces, wait_for
+from obs_harness import CapturingOutput, demo_daemon_config, face_x, solid_faces, steady_face_x, wait_for
 from typer.testing import CliRunner
 
 from vcam.cli.control import ctl_app
@@ -38,12 +38,6 @@ def write_clip(path, width: int, height: int, mirrored: bool) -> str:
         writer.write(np.ascontiguousarray(frame[:, ::-1] if mirrored else frame))
     writer.release()
     return str(path)
-
-
-def face_x(frame) -> float | None:
-    want = np.array(COLOURS["alice"], np.int16)
-    ys, xs = np.nonzero(np.abs(frame.astype(np.int16) - want).max(axis=2) < 40)
-    return float(xs.mean()) if xs.size > 200 else None
 
 
 class Published:
@@ -98,12 +92,7 @@ def test_a_stream_switches_camera_live_and_a_bad_camera_keeps_the_old_one(rig):
     assert reply["settings"]["camera"] == -1
     assert [n for n, _ in reply["choices"]["camera"]] == [-1, 0, 1, 2, 3]
     assert wait_for(lambda: face_x(out.last) is not None, 10)
-    xs = []
-    while len(xs) < 3:
-        if (x := face_x(out.last)) is not None:
-            xs.append(x)
-        time.sleep(0.1)
-    plain = float(np.median(xs))
+    plain = steady_face_x(out)
     assert abs(plain - (W - 1 - plain)) > 20, plain  # off-centre: the mirrored clip's face is elsewhere
     old_source, old_cap = st.source, st.cap
 

@@ -4,23 +4,14 @@ published frames."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
-from obs_harness import COLOURS, CapturingOutput, demo_daemon_config, solid_faces, wait_for
+from obs_harness import CapturingOutput, demo_daemon_config, face_x, solid_faces, steady_face_x, wait_for
 
 from vcam.control.client import send_command
 from vcam.errors import ControlError
 from vcam.runtime.daemon import Daemon
 from vcam.state import RuntimeState
-
-
-def face_x(frame) -> float | None:
-    """The mean column of the pixels in alice's solid colour (None when there are few)."""
-    want = np.array(COLOURS["alice"], np.int16)
-    ys, xs = np.nonzero(np.abs(frame.astype(np.int16) - want).max(axis=2) < 40)
-    return float(xs.mean()) if xs.size > 200 else None
 
 
 def _started(cfg):
@@ -48,12 +39,7 @@ def test_a_daemon_offers_its_settings_and_mirror_flips_what_it_publishes(tmp_pat
             send_command(cfg.socket_path, {"enhancer": "on"})
         assert "[swap] enhancer" in (info.value.hint or "")
         assert wait_for(lambda: out.frames > 5 and face_x(out.last) is not None, 10)
-        xs = []
-        while len(xs) < 3:
-            if (x := face_x(out.last)) is not None:
-                xs.append(x)
-            time.sleep(0.1)
-        plain = float(np.median(xs))
+        plain = steady_face_x(out)
         width = out.last.shape[1]
         assert abs(plain - (width - 1 - plain)) > 20, plain  # off-centre: its mirror image is elsewhere
         assert send_command(cfg.socket_path, {"mirror": "on"})["settings"]["mirror"] is True
