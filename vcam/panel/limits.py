@@ -5,7 +5,8 @@ OBS connection, the camera and the log share (1,024 by default): another local u
 connections to the panel's port (no token is needed to connect) must not starve them. So:
 
 - at most ``per_peer`` connections from one address and ``total`` in all; one more is closed as
-  soon as it is accepted (its descriptor is freed at once);
+  soon as it is accepted (its descriptor is freed on the loop's next tick), and one tick accepts at
+  most ``ACCEPT_BATCH`` connections;
 - a connection that has not sent a whole request within ``first_request_s`` is closed (idle and
   half-open ones, or headers sent a byte at a time); between requests uvicorn's keep-alive timeout
   closes an idle one;
@@ -29,6 +30,12 @@ log = logging.getLogger("vcam.panel")
 PER_PEER = 64  # eight tabs or docks hold two long requests each
 TOTAL = 256
 FIRST_REQUEST_S = 10.0
+# How many connections the event loop accepts in one tick (asyncio's server backlog): the refused
+# ones of a tick are closed only on the next, so a flood holds at most this many descriptors above
+# the caps. uvicorn's default (2,048) let a burst of 1,100 connections take 1,100 descriptors at once
+# and run the process out of them. The kernel's queue is then made long again (the server does):
+# with a queue of 64, a burst outpacing the loop waits on TCP's 1 s SYN retry.
+ACCEPT_BATCH = 64
 
 
 @dataclass

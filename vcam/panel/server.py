@@ -188,7 +188,7 @@ class PanelServer:
                 f"the panel cannot listen on {self.host}:{self.port}: {exc.strerror or exc}",
                 hint="set [panel] port (or --panel PORT) to a free port, or --panel off",
             ) from None
-        sock.listen(64)
+        sock.listen(limits.ACCEPT_BATCH)
         self.port = sock.getsockname()[1]
         app = self.guard = Guard(
             self._app(), self.token, allowed_hosts(self.host, self.port), self.port, source_key=self.source_key
@@ -196,6 +196,7 @@ class PanelServer:
         config = uvicorn.Config(
             app,
             http=limits.protocol(self.counts),  # connection caps and the first-request timeout
+            backlog=limits.ACCEPT_BATCH,  # connections accepted in one tick (see limits)
             log_config=None,
             log_level="warning",
             access_log=False,
@@ -224,6 +225,10 @@ class PanelServer:
                 f"the panel did not start on {self.host}:{self.port}",
                 hint="see the log line above; check [panel] tls_cert/tls_key",
             )
+        # asyncio listened with the accept batch as the queue too: the kernel's queue can be long (queued
+        # connections are no descriptors of ours) while one tick still accepts a batch (see limits).
+        # POSIX re-sizes a listening socket's queue; Windows keeps the first size.
+        sock.listen(socket.SOMAXCONN)
 
     def _serve(self, sock: socket.socket) -> None:
         try:
