@@ -67,6 +67,20 @@ def rig(tmp_path_factory):
     rig["server"].stop()
 
 
+@pytest.fixture
+def served(rig):
+    """The rig with its server up: a server paused and resumed by the test before may die after
+    that test ended (Triton's Python backend, with calls in flight), and a run started against a
+    dead one fails at start-up, as it should. Started again here, where it did."""
+    server = rig["server"]
+    if server.proc.poll() is not None:
+        server.stop()
+        rig["server"] = start(rig["repo"], ports=rig["ports"], log=rig["root"] / "server.log")
+    else:
+        rig["server"].wait_ready(60)
+    return rig
+
+
 def _cfg(rig, url: str, faces: Path, **engine):
     return config_file.build(
         {
@@ -100,6 +114,7 @@ class Live:
         logging.getLogger("vcam.engines.remote").addHandler(self.handler)
         self.d.start()
         assert self.d.ready.wait(120), "the daemon did not start"
+        assert self.d.assembly is not None, f"the daemon ended at start-up: {self.d.summary.error or self.d.summary.line()}"
         self.sw = self.d.assembly.swapper
         eng = self.eng = self.sw.engine
         wait = eng.wait
@@ -169,7 +184,8 @@ def _resume(server) -> None:
 @pytest.mark.parametrize(
     "fault,on_fault", [("pause", "local"), ("slow", "local"), ("kill", "local"), ("pause", "pass"), ("pause", "pixelate")]
 )
-def test_a_paused_slow_or_killed_server_never_shows_the_real_face(rig, tmp_path, fault, on_fault):
+def test_a_paused_slow_or_killed_server_never_shows_the_real_face(served, tmp_path, fault, on_fault):
+    rig = served
     server = rig["server"]
     proxy = FaultProxy(f"127.0.0.1:{rig['ports'][0]}", delay=2 * TIMEOUT) if fault == "slow" else None
     url = proxy.url if proxy else server.url
@@ -237,7 +253,8 @@ def test_a_paused_slow_or_killed_server_never_shows_the_real_face(rig, tmp_path,
 
 
 @pytest.mark.slow
-def test_a_live_run_survives_every_malformed_answer_with_one_line_per_episode(rig, tmp_path):
+def test_a_live_run_survives_every_malformed_answer_with_one_line_per_episode(served, tmp_path):
+    rig = served
     proxy = FaultProxy(f"127.0.0.1:{rig['ports'][0]}", delay=2 * TIMEOUT)
     episodes: list[tuple[str, float, float, int]] = []  # (fault, start, end, log lines before it)
     try:
