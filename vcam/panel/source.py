@@ -5,12 +5,16 @@ stays free for OBS's own use).
 
 The frame loop calls :meth:`SourceTap.offer` after each publish, as it does the preview's. While
 nobody watches a stream that is one dictionary lookup. While someone does, the offer only notes the
-frame (the newest replaces one not yet taken: no queue) and wakes the encoder thread, which copies
-it out of the pipeline's output ring, checks the ring did not move past it meanwhile (a frame
-overwritten while copied is dropped, ``stale``, never shown torn), converts it to BGR and
-JPEG-encodes it (OpenCV's libjpeg-turbo; the GIL is released while it encodes). The frame loop never
-waits for the encoder, a reader or a lock held by either. Readers get the newest JPEG; one that is
-slower than the stream skips frames, it never makes a backlog.
+frame (the newest replaces one not yet taken: no queue) and wakes the encoder thread, which
+JPEG-encodes it straight out of the pipeline's output ring (a BGR frame is not copied; another
+format is converted to BGR first), then checks the ring did not move past it meanwhile: a frame
+that may have been overwritten while it was read is dropped (``stale``), never shown torn. The
+encoder uses OpenCV's libjpeg-turbo (quality ``QUALITY``, 4:2:0; the GIL is released while it
+encodes); simplejpeg was measured no faster on a BGR frame (the same library underneath). Each
+frame is encoded once, into the whole multipart part (its header, the JPEG, the line end) that every
+reader is sent as it is: no encode, join or copy per reader. The frame loop never waits for the
+encoder, a reader or a lock held by either. Readers get the newest part; one that is slower than the
+stream skips frames, it never makes a backlog.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.panel.preview import EncoderThread, encode, shrink
+from vcam.panel.preview import EncoderThread
 from vcam.types import PixelFormat
 
 log = logging.getLogger(__name__)
@@ -35,13 +39,43 @@ QUALITY = 80
 @dataclass(frozen=True)
 class SourceFrame:
     """One encoded frame of a stream: ``version`` counts the stream's encoded frames from 1,
+    ``part``: the multipart part readers are sent (header, JPEG from byte ``start``, CRLF),
     ``published``: the frame's publish time (``time.time()``, for the measurements)."""
 
     version: int
-    jpeg: bytes
+    part: bytes
+    start: int
     published: float
     width: int
     height: int
+
+    @property
+    def jpeg(self) -> bytes:
+        """The JPEG alone (a copy: tests and tools)."""
+        return self.part[self.start : len(self.part) - 2]
+
+
+def multipart(jpeg: Any, published: float) -> tuple[bytes, int]:
+    """One ``multipart/x-mixed-replace; boundary=frame`` part holding ``jpeg`` (any bytes-like
+    object) and its publish time: (part, offset of the JPEG in it)."""
+    head = (
+        f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\nX-Vcam-Published: {published:.6f}\r\n\r\n"
+    ).encode()
+    return b"".join((head, jpeg, b"\r\n")), len(head)
+
+
+def encode_bgr(data: Any, fmt: PixelFormat, width: int, height: int, quality: int = QUALITY) -> np.ndarray | None:
+    """A full-size frame in ``fmt`` -> the JPEG's bytes (OpenCV's buffer, not copied), read in
+    place for BGR; None when OpenCV refuses it."""
+    import cv2
+
+    from vcam.kernels.convert import to_bgr_cv
+
+    a = np.asarray(data)
+    bgr = a if fmt is PixelFormat.BGR and a.shape == (height, width, 3) else to_bgr_cv(a, fmt, width, height)
+    params = [cv2.IMWRITE_JPEG_QUALITY, int(quality), cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420]
+    ok, buf = cv2.imencode(".jpg", bgr, params)
+    return buf if ok else None
 
 
 class SourceTap(EncoderThread):
@@ -66,6 +100,7 @@ class SourceTap(EncoderThread):
         self.replaced = 0  # noted frames a newer one replaced before the encoder took them
         self.stale = 0  # frames overwritten while the encoder copied them (dropped)
         self.sent = 0  # parts written to readers, all of them together
+        self.encode_cpu = 0.0  # the encoder thread's CPU seconds on frames (benchmarks)
 
     # -- the frame loop's side -----------------------------------------------------------------
     def offer(
@@ -106,12 +141,8 @@ class SourceTap(EncoderThread):
                 frame = self.frames.get(stream)
                 if frame is not None and (frame.version != seen or quiet >= 4):
                     seen, quiet = frame.version, 0
-                    head = (
-                        f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(frame.jpeg)}\r\n"
-                        f"X-Vcam-Published: {frame.published:.6f}\r\n\r\n"
-                    )
                     self.sent += 1
-                    yield head.encode() + frame.jpeg + b"\r\n"
+                    yield frame.part  # built once by the encoder for every reader
                 quiet += 1
                 if hub.count == fired:
                     await hub.wait(0.5)
@@ -138,28 +169,43 @@ class SourceTap(EncoderThread):
                 self._wake.clear()
                 continue
             stream, (data, fmt, counter, valid_until, published) = taken
+            cpu = time.thread_time()
             try:
-                frame = self._encode(data, fmt, counter, valid_until)
+                frame = self._encode(data, fmt, counter, valid_until, published)
             except Exception:  # the source must never take anything down
                 log.exception("OBS source encoding failed")
                 frame = None
+            self.encode_cpu += time.thread_time() - cpu
             if frame is None:
                 continue
-            jpeg, width, height = frame
             old = self.frames.get(stream)
-            self.frames[stream] = SourceFrame((old.version if old else 0) + 1, jpeg, published, width, height)
+            self.frames[stream] = SourceFrame((old.version if old else 0) + 1, *frame)
             if self.on_frame is not None:
                 self.on_frame(stream)
 
     def _encode(
-        self, data: Any, fmt: PixelFormat, counter: Callable[[], int] | None, valid_until: int
-    ) -> tuple[bytes, int, int] | None:
-        full = shrink(data, fmt, 1 << 30)  # full size: a copy in its own format
+        self, data: Any, fmt: PixelFormat, counter: Callable[[], int] | None, valid_until: int, published: float
+    ) -> tuple[bytes, int, float, int, int] | None:
+        """The frame's part (see :class:`SourceFrame`), read in place; None when it cannot be
+        encoded or its ring slot may have been written while it was read (``stale``)."""
+        size = frame_size(data, fmt)
+        if size is None:
+            return None
+        jpeg = encode_bgr(data, fmt, size[0], size[1], self.quality)
         if counter is not None and counter() > valid_until:
-            self.stale += 1  # its buffer may have been written while it was copied
+            self.stale += 1  # its buffer may have been written while it was read
             return None
-        if full is None:
+        if jpeg is None:
             return None
-        small, width, height = full
-        jpeg = encode(small, fmt, width, height, width, quality=self.quality)
-        return (jpeg, width, height) if jpeg else None
+        part, start = multipart(jpeg, published)
+        return part, start, published, size[0], size[1]
+
+
+def frame_size(data: Any, fmt: PixelFormat) -> tuple[int, int] | None:
+    """(width, height) of a frame in ``fmt``; None for a format the source cannot read."""
+    shape = np.shape(data)
+    if fmt in (PixelFormat.I420, PixelFormat.NV12):
+        return shape[1], shape[0] * 2 // 3
+    if fmt in (PixelFormat.BGR, PixelFormat.RGB, PixelFormat.GRAY):
+        return shape[1], shape[0]
+    return None
