@@ -122,6 +122,99 @@ def test_the_tap_keeps_the_newest_frame_and_drops_one_overwritten_while_copied()
     assert tap.offered == 5
 
 
+def test_the_encoder_reads_the_frame_in_place_and_drops_it_when_the_ring_moved_during_the_encode(monkeypatch):
+    """No full-frame copy: the JPEG is made from the ring's buffer itself, so the ring check comes
+    after the encode; a frame whose slot was begun again while it was encoded is never shown."""
+    from vcam.panel import source
+
+    tap = SourceTap()
+    tap.watch("s1")
+    frame = np.full((36, 64, 3), 90, np.uint8)
+    count = [0]
+    read: list[np.ndarray] = []
+    real = source.encode_bgr
+
+    def encoding(data, fmt, width, height, quality):
+        read.append(data)
+        if len(read) == 1:
+            count[0] += 2  # two frames begun while the first one was encoded: its slot is written
+        return real(data, fmt, width, height, quality)
+
+    monkeypatch.setattr(source, "encode_bgr", encoding)
+    got = threading.Event()
+    tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=1)
+    tap.start(on_frame=lambda _s: got.set())
+    try:
+        end = time.monotonic() + 10
+        while tap.stale == 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert tap.stale == 1 and "s1" not in tap.frames and read[0] is frame  # in place, not a copy
+        tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=1)
+        assert got.wait(10)
+        assert read[1] is frame and tap.frames["s1"].version == 1 and tap.encode_cpu > 0
+    finally:
+        tap.stop()
+
+
+def test_each_frame_is_one_part_built_once_for_every_reader():
+    """The encoder builds the whole multipart part, closed by the next boundary; readers are sent
+    that same object (no encode, join or copy per reader), and it parses back to the JPEG and its
+    publish time."""
+    import asyncio
+
+    tap = SourceTap()
+    tap.watch("s1")
+    frame = np.full((40, 60, 3), (10, 200, 30), np.uint8)
+    tap.offer("s1", frame, PixelFormat.BGR)
+    got = threading.Event()
+    tap.start(on_frame=lambda _s: got.set())
+    try:
+        assert got.wait(10)
+    finally:
+        tap.stop()
+    done = tap.frames["s1"]
+
+    class Hub:
+        count = 0
+
+        async def wait(self, _timeout):
+            await asyncio.sleep(0)
+
+    async def first_chunks(readers: int) -> list[list[bytes]]:
+        gens = [tap.parts("s1", Hub(), lambda: False) for _ in range(readers)]
+        try:
+            return [[await g.__anext__(), await g.__anext__()] for g in gens]
+        finally:
+            for g in gens:
+                await g.aclose()
+
+    chunks = asyncio.run(first_chunks(3))
+    assert all(c[0] == b"--frame\r\n" and c[1] is done.part for c in chunks) and tap.sent == 3
+    head, _, rest = done.part.partition(b"\r\n\r\n")
+    fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n"))
+    assert fields["Content-Type"] == "image/jpeg" and int(fields["Content-Length"]) == len(done.jpeg)
+    # the boundary right after the picture: Chromium shows a part once it has read the next boundary
+    assert rest == done.jpeg + b"\r\n--frame\r\n"
+    assert float(fields["X-Vcam-Published"]) == pytest.approx(done.published, abs=1e-5)
+    shown = cv2.imdecode(np.frombuffer(done.jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert shown.shape == (40, 60, 3) and np.abs(shown.astype(int) - (10, 200, 30)).max() <= 12
+    assert tap.watching("s1") == 1  # the readers closed: the first watch only is left
+
+
+@pytest.mark.parametrize("fmt", [PixelFormat.I420, PixelFormat.NV12, PixelFormat.RGB, PixelFormat.GRAY])
+def test_the_source_encodes_every_published_format_at_its_full_size(fmt):
+    from vcam.kernels.convert import from_bgr_cv
+    from vcam.panel.source import encode_bgr, frame_size
+
+    bgr = np.full((48, 64, 3), (40, 120, 220), np.uint8)
+    data = from_bgr_cv(bgr, fmt) if fmt is not PixelFormat.GRAY else np.full((48, 64), 128, np.uint8)
+    assert frame_size(data, fmt) == (64, 48)
+    shown = cv2.imdecode(np.frombuffer(encode_bgr(data, fmt, 64, 48), np.uint8), cv2.IMREAD_COLOR)
+    want = bgr if fmt is not PixelFormat.GRAY else np.full((48, 64, 3), 128, np.uint8)
+    assert shown.shape == (48, 64, 3) and np.abs(shown.astype(int) - want).max() <= 12
+    assert frame_size(b"x", PixelFormat.MJPEG) is None
+
+
 @pytest.mark.slow
 def test_a_browser_shows_the_published_frames_without_slowing_the_daemon(tmp_path):
     """headless Chromium on the source, alternated with nobody watching, in one run (ratios: a busy

@@ -11,8 +11,8 @@ format is converted to BGR first), then checks the ring did not move past it mea
 that may have been overwritten while it was read is dropped (``stale``), never shown torn. The
 encoder uses OpenCV's libjpeg-turbo (quality ``QUALITY``, 4:2:0; the GIL is released while it
 encodes); simplejpeg was measured no faster on a BGR frame (the same library underneath). Each
-frame is encoded once, into the whole multipart part (its header, the JPEG, the line end) that every
-reader is sent as it is: no encode, join or copy per reader. The frame loop never waits for the
+frame is encoded once, into the whole multipart part (its headers, the JPEG, the boundary after it:
+see ``CLOSING``) that every reader is sent as it is: no encode, join or copy per reader. The frame loop never waits for the
 encoder, a reader or a lock held by either. Readers get the newest part; one that is slower than the
 stream skips frames, it never makes a backlog.
 """
@@ -39,7 +39,7 @@ QUALITY = 80
 @dataclass(frozen=True)
 class SourceFrame:
     """One encoded frame of a stream: ``version`` counts the stream's encoded frames from 1,
-    ``part``: the multipart part readers are sent (header, JPEG from byte ``start``, CRLF),
+    ``part``: the multipart part readers are sent (:func:`multipart`: the JPEG from byte ``start``),
     ``published``: the frame's publish time (``time.time()``, for the measurements)."""
 
     version: int
@@ -52,16 +52,23 @@ class SourceFrame:
     @property
     def jpeg(self) -> bytes:
         """The JPEG alone (a copy: tests and tools)."""
-        return self.part[self.start : len(self.part) - 2]
+        return self.part[self.start : len(self.part) - len(CLOSING)]
+
+
+#: Each part ends with the boundary that opens the next one: Chromium (the Browser Source's engine)
+#: finishes a part, and shows its picture whole, only when it has read the boundary after it, so a
+#: part ended by its own CRLF alone would wait on the screen for the next frame (a frame's time late,
+#: seconds when the stream stands still) and its last bytes be held back meanwhile.
+OPENING = b"--frame\r\n"
+CLOSING = b"\r\n" + OPENING
 
 
 def multipart(jpeg: Any, published: float) -> tuple[bytes, int]:
-    """One ``multipart/x-mixed-replace; boundary=frame`` part holding ``jpeg`` (any bytes-like
-    object) and its publish time: (part, offset of the JPEG in it)."""
-    head = (
-        f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\nX-Vcam-Published: {published:.6f}\r\n\r\n"
-    ).encode()
-    return b"".join((head, jpeg, b"\r\n")), len(head)
+    """One part of the ``multipart/x-mixed-replace; boundary=frame`` answer, after the
+    ``OPENING`` the answer starts with: its headers (with the publish time), ``jpeg`` (any
+    bytes-like object) and ``CLOSING``. Returns (part, offset of the JPEG in it)."""
+    head = (f"Content-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\nX-Vcam-Published: {published:.6f}\r\n\r\n").encode()
+    return b"".join((head, jpeg, CLOSING)), len(head)
 
 
 def encode_bgr(data: Any, fmt: PixelFormat, width: int, height: int, quality: int = QUALITY) -> np.ndarray | None:
@@ -130,12 +137,13 @@ class SourceTap(EncoderThread):
         return self._watchers.get(stream, 0)
 
     async def parts(self, stream: str, hub: Any, closing: Callable[[], bool]) -> AsyncIterator[bytes]:
-        """The parts of one multipart JPEG answer for ``stream``, each new frame once (and the last
+        """One multipart JPEG answer for ``stream``: ``OPENING``, then each new frame's part once (the last
         one again every few ``hub`` waits: a gone reader is noticed when the picture stands still).
         ``hub``: the server's wake-up (``count`` of frames so far, ``wait(timeout)``)."""
         self.watch(stream)
         seen, quiet = 0, 0
         try:
+            yield OPENING
             while not closing():
                 fired = hub.count  # a frame encoded while this one was sent: no wait for it
                 frame = self.frames.get(stream)
