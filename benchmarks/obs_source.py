@@ -32,6 +32,7 @@ tests/panel/test_panel_source.py runs, shorter and smaller.
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import write_report
+from vcam.panel.source import published_of
 
 BITS = 24  # frame numbers up to 16.7 M
 BLOCK = 16  # px: one JPEG block a bit, so no bit bleeds into the next
@@ -91,6 +93,7 @@ class Stamper:
 
     def __init__(self, d: Any) -> None:
         self.d, self.published, self.url = d, {}, ""
+        self.times: list[float] = []  # the publish times in frame order (numbers from 1)
         self.tap_us: list[float] = []
         self.ready = threading.Event()
 
@@ -103,7 +106,8 @@ class Stamper:
         def stamped(st: Any, data: Any) -> None:
             n = len(self.published) + 1
             stamp(data, n)
-            self.published[n] = time.time()
+            self.published[n] = now = time.time()
+            self.times.append(now)
             t0 = time.perf_counter()
             tap(st, data)  # the panel's preview and the source's offer: the frame thread's share
             self.tap_us.append((time.perf_counter() - t0) * 1e6)
@@ -141,21 +145,33 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def shown_in(seen: list, published: dict[int, float], paints: float) -> dict:
+def shown_in(seen: list, published: dict[int, float], sent: dict[int, float], paints: float) -> dict:
     """What the page showed: frames shown of those published between the first and the last it
-    showed, publish-to-shown delays, and how many were published less than a paint after the one
-    before (a display showing the newest frame at each paint skips such a frame)."""
+    showed, publish-to-shown delays, how many were published less than a paint after the one
+    before, and of the frames not shown: how many the server never sent, and how many it sent less
+    than a paint before the next one it sent (a display showing the newest picture at each paint
+    skips such a frame: a loss in the page's paint cadence, not in the source)."""
     shown = {int(k): t / 1000.0 for k, t in seen if int(k) in published}
     if len(shown) < 2:
         nan = float("nan")
-        return {"shown": len(shown), "published": 0, "bunched": 0, "p50_ms": nan, "p99_ms": nan}
+        return {"shown": len(shown), "published": 0, "bunched": 0, "unsent": 0, "sent_bunched": 0, "p50_ms": nan, "p99_ms": nan}
     first, last = min(shown), max(shown)
+    paint = 1.0 / max(paints, 1.0)
     lat = np.asarray([(t - published[k]) * 1000.0 for k, t in shown.items()])
     gaps = np.diff([published[k] for k in range(first, last + 1)])
+    missed = [k for k in range(first, last + 1) if k not in shown]
+    order = sorted(k for k in sent if first <= k <= last + 1)
+    after = {a: sent[b] - sent[a] for a, b in zip(order, order[1:])}  # to the next part sent
     return {
         "shown": len(shown),
         "published": last - first + 1,
-        "bunched": int((gaps < 1.0 / max(paints, 1.0)).sum()),
+        "bunched": int((gaps < paint).sum()),
+        "unsent": sum(1 for k in missed if k not in sent),
+        "sent_bunched": sum(1 for k in missed if k in after and after[k] < paint),
+        # per frame not shown: ms from its publish to its send and from its send to the next send
+        "missed": [
+            [k, round((sent[k] - published[k]) * 1e3, 1), round(after.get(k, -1e-3) * 1e3, 1)] for k in missed if k in sent
+        ],
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
     }
@@ -165,10 +181,22 @@ class Segments:
     """The run's viewers of the source, one mode at a time (:data:`MODES`): nobody, a plain HTTP
     reader in its own process (the source's own cost: encoding and serving), headless Chromium."""
 
-    def __init__(self, page: Any, url: str, tap: Any) -> None:
+    def __init__(self, page: Any, url: str, tap: Any, stamper: Stamper) -> None:
         self.page, self.url, self.tap = page, url, tap
         self.reader: subprocess.Popen | None = None
         self.chromium = int(page.service.process.pid)
+        self.sent: dict[int, float] = {}  # frame number -> when its part was first handed to the server
+        real = tap.parts
+        times = stamper.times
+
+        async def parts(stream: str, hub: Any, closing: Any) -> Any:
+            async for chunk in real(stream, hub, closing):
+                stamp = published_of(chunk)
+                if stamp is not None:  # the offer's clock: after the frame's stamp, before the next one's
+                    self.sent.setdefault(bisect.bisect_right(times, stamp), time.time())
+                yield chunk
+
+        tap.parts = parts
 
     def begin(self, mode: str) -> None:
         sent = self.tap.sent
@@ -193,7 +221,7 @@ class Segments:
         if mode == "browser":
             seen = self.page.execute_script("return window.seen") or []
             row["paints"] = self.page.execute_script("return window.ticks") / seconds  # animation frames a second
-            row |= shown_in(seen, published, row["paints"])
+            row |= shown_in(seen, published, self.sent, row["paints"])
             self.page.get("about:blank")
         if self.reader is not None:
             self.reader.terminate()
@@ -256,7 +284,9 @@ def summarize(rows: list[dict]) -> dict:
     res["fps_ratio"] = res["fps_ratio_browser"]  # the Done-when's ratio: the source on, in Chromium
     pages = [x for x in rows if x["mode"] == "browser"]
     res["shown_ratio"] = sum(x["shown"] for x in pages) / max(1, sum(x["published"] for x in pages))
-    res["bunched"] = sum(x["bunched"] for x in pages) / max(1, sum(x["published"] for x in pages))
+    published = max(1, sum(x["published"] for x in pages))
+    for key in ("bunched", "unsent", "sent_bunched"):
+        res[key] = sum(x[key] for x in pages) / published
     for key in ("paints", "p50_ms", "p99_ms"):
         res[key] = _median(pages, key)
     res["shown_per_s"] = res["shown_ratio"] * res["fps_browser"]
@@ -300,7 +330,7 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         while d.assembly is None and time.monotonic() < end:  # the models in use: past the early frames
             time.sleep(0.1)
         time.sleep(3.0)
-        views = Segments(page, stamper.url, d.up.panel.panel.source)
+        views = Segments(page, stamper.url, d.up.panel.panel.source, stamper)
         for r in range(rounds):
             for mode in MODES[r % 3 :] + MODES[: r % 3]:  # each mode in each place of the order
                 row = {"round": r + 1} | segment(d, stamper, views, mode, seconds)
@@ -369,6 +399,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'frames shown a second':34}{res['shown_per_s']:>27.1f}")
     print(f"{'page paints a second':34}{res['paints']:>27.1f}")
     print(f"{'published < 1 paint apart':34}{res['bunched'] * 100:>26.1f}%")
+    print(f"{'not shown: never sent':34}{res['unsent'] * 100:>26.1f}%")
+    print(f"{'not shown: sent < 1 paint before next':34}{res['sent_bunched'] * 100:>22.1f}%")
     print(f"{'publish-to-shown p50 / p99 ms':34}{res['p50_ms']:>19.0f} / {res['p99_ms']:.0f}")
     print(f"offered to the encoder {res['offered']}, replaced by a newer one {res['replaced']}, stale {res['stale']},")
     print(f"encoded {res['encoded']}, sent {res['sent']}")

@@ -11,8 +11,8 @@ format is converted to BGR first), then checks the ring did not move past it mea
 that may have been overwritten while it was read is dropped (``stale``), never shown torn. The
 encoder uses OpenCV's libjpeg-turbo (quality ``QUALITY``, 4:2:0; the GIL is released while it
 encodes); simplejpeg was measured no faster on a BGR frame (the same library underneath). Each
-frame is encoded once, into the whole multipart part (its headers, the JPEG, the boundary after it:
-see ``CLOSING``) that every reader is sent as it is: no encode, join or copy per reader. The frame loop never waits for the
+frame is encoded once, into what every reader is sent of it as it is (the JPEG with its publish
+time, then the next part's head: see ``OPENING``): no encode, join or copy per reader. The frame loop never waits for the
 encoder, a reader or a lock held by either. Readers get the newest part; one that is slower than the
 stream skips frames, it never makes a backlog.
 """
@@ -39,12 +39,11 @@ QUALITY = 80
 @dataclass(frozen=True)
 class SourceFrame:
     """One encoded frame of a stream: ``version`` counts the stream's encoded frames from 1,
-    ``part``: the multipart part readers are sent (:func:`multipart`: the JPEG from byte ``start``),
-    ``published``: the frame's publish time (``time.time()``, for the measurements)."""
+    ``part``: what readers are sent of it (:func:`multipart`), ``published``: the frame's publish
+    time (``time.time()``, also in the JPEG: :func:`published_of`)."""
 
     version: int
     part: bytes
-    start: int
     published: float
     width: int
     height: int
@@ -52,23 +51,42 @@ class SourceFrame:
     @property
     def jpeg(self) -> bytes:
         """The JPEG alone (a copy: tests and tools)."""
-        return self.part[self.start : len(self.part) - len(CLOSING)]
+        return self.part[: -len(CLOSING)]
 
 
-#: Each part ends with the boundary that opens the next one: Chromium (the Browser Source's engine)
-#: finishes a part, and shows its picture whole, only when it has read the boundary after it, so a
-#: part ended by its own CRLF alone would wait on the screen for the next frame (a frame's time late,
-#: seconds when the stream stands still) and its last bytes be held back meanwhile.
-OPENING = b"--frame\r\n"
+#: The head of every part. Chromium (the engine of OBS's Browser Source) shows a part's picture
+#: only once it has read the next part's head (the boundary and the headers after it); until then
+#: it keeps the bytes and shows the frame before. So each part is sent with the next one's head
+#: right behind it (``CLOSING``), and the answer opens with the first one's (``OPENING``): a frame is
+#: shown when it arrives, not a frame later (seconds when the picture stands still). The headers
+#: cannot then carry a frame's own length or time: readers find a part's end at the boundary
+#: (RFC 2046; what Chromium, FFmpeg and VLC do), and the publish time is in the JPEG (a comment).
+OPENING = b"--frame\r\nContent-Type: image/jpeg\r\n\r\n"
 CLOSING = b"\r\n" + OPENING
+STAMP = b"vcam-published="
 
 
-def multipart(jpeg: Any, published: float) -> tuple[bytes, int]:
-    """One part of the ``multipart/x-mixed-replace; boundary=frame`` answer, after the
-    ``OPENING`` the answer starts with: its headers (with the publish time), ``jpeg`` (any
-    bytes-like object) and ``CLOSING``. Returns (part, offset of the JPEG in it)."""
-    head = (f"Content-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\nX-Vcam-Published: {published:.6f}\r\n\r\n").encode()
-    return b"".join((head, jpeg, CLOSING)), len(head)
+def multipart(jpeg: Any, published: float) -> bytes:
+    """What readers are sent of one frame: ``jpeg`` (any bytes-like object, not copied before
+    the one join) with ``published`` in a comment segment after its JFIF header, then
+    ``CLOSING``."""
+    mv = memoryview(jpeg).cast("B")
+    at = 2  # after SOI, or after the JFIF APP0 segment that should come first
+    if mv[2:4] == b"\xff\xe0":
+        at = 4 + int.from_bytes(mv[4:6], "big")
+    text = STAMP + f"{published:.6f}".encode()
+    return b"".join((mv[:at], b"\xff\xfe", (len(text) + 2).to_bytes(2, "big"), text, mv[at:], CLOSING))
+
+
+def published_of(jpeg: bytes) -> float | None:
+    """The publish time a source frame's JPEG carries (:func:`multipart`); None without one."""
+    at = jpeg.find(STAMP, 0, 256)
+    if at < 0:
+        return None
+    end = at + len(STAMP)
+    while end < len(jpeg) and jpeg[end] in b"0123456789.":
+        end += 1
+    return float(jpeg[at + len(STAMP) : end])
 
 
 def encode_bgr(data: Any, fmt: PixelFormat, width: int, height: int, quality: int = QUALITY) -> np.ndarray | None:
@@ -193,7 +211,7 @@ class SourceTap(EncoderThread):
 
     def _encode(
         self, data: Any, fmt: PixelFormat, counter: Callable[[], int] | None, valid_until: int, published: float
-    ) -> tuple[bytes, int, float, int, int] | None:
+    ) -> tuple[bytes, float, int, int] | None:
         """The frame's part (see :class:`SourceFrame`), read in place; None when it cannot be
         encoded or its ring slot may have been written while it was read (``stale``)."""
         size = frame_size(data, fmt)
@@ -205,8 +223,7 @@ class SourceTap(EncoderThread):
             return None
         if jpeg is None:
             return None
-        part, start = multipart(jpeg, published)
-        return part, start, published, size[0], size[1]
+        return multipart(jpeg, published), published, size[0], size[1]
 
 
 def frame_size(data: Any, fmt: PixelFormat) -> tuple[int, int] | None:
