@@ -216,6 +216,35 @@ def test_the_source_encodes_every_published_format_at_its_full_size(fmt):
     assert frame_size(b"x", PixelFormat.MJPEG) is None
 
 
+def test_the_encoders_wakeup_behaves_as_an_event_for_its_one_waiter():
+    """The frame thread wakes the encoders through Wakeup (a SimpleQueue's put: no lock the waiter
+    can hold, unlike an Event's set): a set wakes a waiting thread; sets before the waiter clears
+    make one wake-up; a wait times out unset."""
+    from vcam.panel.preview import Wakeup
+
+    w = Wakeup()
+    assert w.wait(0.01) is False and not w.is_set()
+    for _ in range(3):
+        w.set()
+    assert w.is_set() and w.wait(5) is True
+    w.clear()
+    assert w.wait(0.01) is False  # the three sets made one wake-up, cleared
+    woke = threading.Event()
+
+    def waiter() -> None:
+        if w.wait(30):
+            woke.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    w.set()
+    assert woke.wait(30)
+    t.join(30)
+    w.clear()
+    assert not w.is_set() and w.wait(0.01) is False
+
+
 @pytest.mark.slow
 def test_a_browser_shows_the_published_frames_without_slowing_the_daemon(tmp_path):
     """headless Chromium on the source, alternated with nobody watching, in one run (ratios: a busy

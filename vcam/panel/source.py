@@ -13,7 +13,8 @@ encoder uses OpenCV's libjpeg-turbo (quality ``QUALITY``, 4:2:0; the GIL is rele
 encodes); simplejpeg was measured no faster on a BGR frame (the same library underneath). Each
 frame is encoded once, into what every reader is sent of it as it is (the JPEG with its publish
 time, then the next part's head: see ``OPENING``): no encode, join or copy per reader. The frame loop never waits for the
-encoder, a reader or a lock held by either. Readers get the newest part; one that is slower than the
+encoder, a reader or a lock held by either (the encoder is woken through a
+:class:`~vcam.panel.preview.Wakeup`, whose ``set`` takes no lock). Readers get the newest part; one that is slower than the
 stream skips frames, it never makes a backlog.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.panel.preview import EncoderThread
+from vcam.panel.preview import EncoderThread, Wakeup
 from vcam.types import PixelFormat
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class SourceTap(EncoderThread):
         self._lock = threading.Lock()
         # stream -> (frame, format, frames-begun counter or None, the last count it is valid at, publish time)
         self._jobs: dict[str, tuple[Any, PixelFormat, Callable[[], int] | None, int, float]] = {}
-        self._wake = threading.Event()
+        self._wake = Wakeup()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames: dict[str, SourceFrame] = {}
