@@ -125,24 +125,31 @@ def test_the_tap_keeps_the_newest_frame_and_drops_one_overwritten_while_copied()
     assert tap.offered == 5
 
 
-def test_the_encoder_reads_the_frame_in_place_and_drops_it_when_the_ring_moved_during_the_encode(monkeypatch):
-    """No full-frame copy: the JPEG is made from the ring's buffer itself, so the ring check comes
-    after the encode; a frame whose slot was begun again while it was encoded is never shown."""
+def test_the_encoder_copies_the_frame_into_a_kept_buffer_and_checks_the_ring_after_the_copy(monkeypatch):
+    """The frame is copied out of the ring into a buffer made once for its size (no allocation a
+    frame), the ring checked after the copy, and the copy encoded: a slot begun again during the
+    copy is never shown; one begun again during the (longer) encode no longer matters."""
     from vcam.panel import source
 
     tap = SourceTap()
     tap.watch("s1")
     frame = np.full((36, 64, 3), 90, np.uint8)
     count = [0]
-    read: list[np.ndarray] = []
-    real = source.encode_bgr
+    copied: list[np.ndarray] = []
+    real_copy, real_encode = source.copy_out, source.encode_bgr
+
+    def copying(kept, data):
+        out = real_copy(kept, data)
+        copied.append(out)
+        if len(copied) == 1:
+            count[0] += 2  # two frames begun while the first one was copied: its slot is written
+        return out
 
     def encoding(data, fmt, width, height, quality):
-        read.append(data)
-        if len(read) == 1:
-            count[0] += 2  # two frames begun while the first one was encoded: its slot is written
-        return real(data, fmt, width, height, quality)
+        count[0] += 5  # the ring moves on during the encode: the copy is the encoder's own
+        return real_encode(data, fmt, width, height, quality)
 
+    monkeypatch.setattr(source, "copy_out", copying)
     monkeypatch.setattr(source, "encode_bgr", encoding)
     got = threading.Event()
     tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=1)
@@ -151,10 +158,13 @@ def test_the_encoder_reads_the_frame_in_place_and_drops_it_when_the_ring_moved_d
         end = time.monotonic() + 10
         while tap.stale == 0 and time.monotonic() < end:
             time.sleep(0.01)
-        assert tap.stale == 1 and "s1" not in tap.frames and read[0] is frame  # in place, not a copy
+        assert tap.stale == 1 and "s1" not in tap.frames  # never shown torn
         tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=1)
         assert got.wait(10)
-        assert read[1] is frame and tap.frames["s1"].version == 1 and tap.encode_cpu > 0
+        assert tap.stale == 1 and tap.frames["s1"].version == 1 and tap.encode_cpu > 0
+        assert copied[0] is copied[1] and copied[1] is not frame  # one buffer, reused; not the ring's
+        bigger = np.zeros((48, 64, 3), np.uint8)
+        assert source.copy_out(tap._copies, bigger).shape == (48, 64, 3) and len(tap._copies) == 1
     finally:
         tap.stop()
 

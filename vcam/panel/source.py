@@ -5,17 +5,19 @@ stays free for OBS's own use).
 
 The frame loop calls :meth:`SourceTap.offer` after each publish, as it does the preview's. While
 nobody watches a stream that is one dictionary lookup. While someone does, the offer only notes the
-frame (the newest replaces one not yet taken: no queue) and wakes the encoder thread, which
-JPEG-encodes it straight out of the pipeline's output ring (a BGR frame is not copied; another
-format is converted to BGR first), then checks the ring did not move past it meanwhile: a frame
-that may have been overwritten while it was read is dropped (``stale``), never shown torn. The
-encoder uses OpenCV's libjpeg-turbo (quality ``QUALITY``, 4:2:0; the GIL is released while it
-encodes); simplejpeg was measured no faster on a BGR frame (the same library underneath). Each
-frame is encoded once, into what every reader is sent of it as it is (the JPEG with its publish
-time, then the next part's head: see ``OPENING``): no encode, join or copy per reader. The frame loop never waits for the
-encoder, a reader or a lock held by either (the encoder is woken through a
-:class:`~vcam.panel.preview.Wakeup`, whose ``set`` takes no lock). Readers get the newest part; one that is slower than the
-stream skips frames, it never makes a backlog.
+frame (the newest replaces one not yet taken: no queue) and wakes the encoder thread, which copies
+it out of the pipeline's output ring into a buffer it keeps (no allocation a frame), checks the ring
+did not move past it meanwhile (a frame that may have been overwritten while it was copied is
+dropped, ``stale``, never shown torn), converts it to BGR if needed and JPEG-encodes it. (Encoding
+straight out of the ring saves the copy, a tenth of the encode's time, but the ring's slot must then
+outlast the whole encode: on a loaded machine 7 of 258 frames were lost so.) The encoder is
+OpenCV's libjpeg-turbo (quality ``QUALITY``, 4:2:0; the GIL is released while it encodes);
+simplejpeg was measured no faster on a BGR frame (the same library underneath). Each frame is
+encoded once, into what every reader is sent of it as it is (the JPEG with its publish time, then
+the next part's head: see ``OPENING``): no encode, join or copy per reader. The frame loop never
+waits for the encoder, a reader or a lock held by either (the encoder is woken through a
+:class:`~vcam.panel.preview.Wakeup`, whose ``set`` takes no lock). Readers get the newest part; one
+that is slower than the stream skips frames, it never makes a backlog.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class SourceTap(EncoderThread):
         self.stale = 0  # frames overwritten while the encoder copied them (dropped)
         self.sent = 0  # parts written to readers, all of them together
         self.encode_cpu = 0.0  # the encoder thread's CPU seconds on frames (benchmarks)
+        self._copies: dict[tuple, np.ndarray] = {}  # the encoder's own copy of a frame, by shape (reused)
 
     # -- the frame loop's side -----------------------------------------------------------------
     def offer(
@@ -213,18 +216,33 @@ class SourceTap(EncoderThread):
     def _encode(
         self, data: Any, fmt: PixelFormat, counter: Callable[[], int] | None, valid_until: int, published: float
     ) -> tuple[bytes, float, int, int] | None:
-        """The frame's part (see :class:`SourceFrame`), read in place; None when it cannot be
-        encoded or its ring slot may have been written while it was read (``stale``)."""
+        """The frame's part (see :class:`SourceFrame`); None when it cannot be encoded or its ring
+        slot may have been written while it was copied out (``stale``)."""
         size = frame_size(data, fmt)
         if size is None:
             return None
+        if counter is not None:  # out of the ring first: a copy takes a tenth of the encode's time
+            data = copy_out(self._copies, data)
+            if counter() > valid_until:
+                self.stale += 1  # its buffer may have been written while it was copied
+                return None
         jpeg = encode_bgr(data, fmt, size[0], size[1], self.quality)
-        if counter is not None and counter() > valid_until:
-            self.stale += 1  # its buffer may have been written while it was read
-            return None
         if jpeg is None:
             return None
         return multipart(jpeg, published), published, size[0], size[1]
+
+
+def copy_out(kept: dict, data: Any) -> np.ndarray:
+    """``data`` copied into the buffer ``kept`` holds for its shape (made once, then reused: no
+    6 MB allocation a 1080p frame)."""
+    src = np.asarray(data)
+    key = (src.shape, src.dtype.str)
+    buf = kept.get(key)
+    if buf is None:
+        kept.clear()  # one size at a time: a new size (an early swap's frames) replaces the last
+        buf = kept[key] = np.empty_like(src)
+    np.copyto(buf, src)
+    return buf
 
 
 def frame_size(data: Any, fmt: PixelFormat) -> tuple[int, int] | None:
