@@ -1,6 +1,6 @@
 """The direct OBS source in a browser, as OBS's Browser Source shows it (issue 42).
 
-    python -m benchmarks.obs_source [--size 1920x1080] [--seconds 10] [--rounds 2] [--swap on|off]
+    python -m benchmarks.obs_source [--size 1920x1080] [--seconds 10] [--rounds 3] [--swap on|off]
         [--json bench_obs_source.json]
 
 The real daemon on the demo clip (CPU, classic swap, paced like a 30 fps camera) with ``--output
@@ -9,21 +9,33 @@ MJPEG answer is the page: Chromium's image document). Each published frame carri
 strip of black and white 16-px blocks at its top left (written into the published frame after the
 output took it, before the source's tap); a script in the page draws that strip of the shown
 picture onto a canvas at every animation frame (same origin: readable) and notes each new number
-with the time it was first seen. In one run, alternating (off, on, on, off, ...):
+with the time it was first seen. In one run, each round takes every mode once, the order rotated
+from round to round (:data:`MODES`):
 
-- ``off``: the page on ``about:blank`` (nobody watching: the source's tap returns at once);
-- ``on``: the page showing the source.
+- ``off``: nobody watching (the page on ``about:blank``; the source's tap returns at once);
+- ``reader``: a plain HTTP reader in its own process reads the source and throws it away: what the
+  source itself costs the daemon (encoding and serving every frame);
+- ``browser``: the page showing the source: that plus Chromium decoding and painting every frame
+  on the same cores.
 
-Per mode: the daemon's published frames per second. Per ``on`` segment: frames shown / frames
-published between the first and the last number seen, and publish-to-shown p50/p95 (the page's
-clock and the daemon's are the same machine's). Prints a table and writes JSON. ``measure`` is what
+Per segment (a settled window of ``--seconds``): the daemon's published frames a second and its
+process's CPU per frame (every thread), the encoder's CPU per frame, parts sent a second,
+Chromium's CPU (all its processes, in cores), the frame thread's time in the tap; in ``browser``:
+frames shown / frames published between the first and the last number seen, the page's animation
+frames a second (Chromium's own paint count: a frame published between two paints cannot be
+shown), publish-to-shown p50/p99 (the page's clock and the daemon's are the same machine's). The
+fps ratios are taken per round (a mode against ``off`` of the same round) and their median kept.
+Prints a table and writes JSON with the load average at the start and the end. ``measure`` is what
 tests/panel/test_panel_source.py runs, shorter and smaller.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import write_report
+from vcam.panel.source import published_of
 
 BITS = 24  # frame numbers up to 16.7 M
 BLOCK = 16  # px: one JPEG block a bit, so no bit bleeds into the next
@@ -80,6 +93,7 @@ class Stamper:
 
     def __init__(self, d: Any) -> None:
         self.d, self.published, self.url = d, {}, ""
+        self.times: list[float] = []  # the publish times in frame order (numbers from 1)
         self.tap_us: list[float] = []
         self.ready = threading.Event()
 
@@ -92,7 +106,8 @@ class Stamper:
         def stamped(st: Any, data: Any) -> None:
             n = len(self.published) + 1
             stamp(data, n)
-            self.published[n] = time.time()
+            self.published[n] = now = time.time()
+            self.times.append(now)
             t0 = time.perf_counter()
             tap(st, data)  # the panel's preview and the source's offer: the frame thread's share
             self.tap_us.append((time.perf_counter() - t0) * 1e6)
@@ -101,35 +116,181 @@ class Stamper:
         self.ready.set()
 
 
-def on_segment(page: Any, url: str, seconds: float, published: dict[int, float]) -> dict:
-    """The page on the source for ``seconds``: what it showed."""
-    page.get(url)
-    end = time.monotonic() + 30.0
-    while time.monotonic() < end and not page.execute_script("return document.images.length && document.images[0].naturalWidth"):
-        time.sleep(0.1)
-    page.execute_script(WATCH % {"bits": BITS, "block": BLOCK})
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    seen = page.execute_script("return window.seen") or []
-    paints = page.execute_script("return window.ticks") / (time.perf_counter() - t0)  # animation frames a second
-    page.get("about:blank")
+READER = """
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=60) as res:
+    while res.read(1 << 16):
+        pass
+"""
+
+MODES = ("off", "reader", "browser")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and all its descendants so far (Linux /proc;
+    0.0 elsewhere): Chromium's processes under its driver."""
+    procs: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        procs[int(entry.parent.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += procs.get(p, (0, 0.0))[1]
+        todo.extend(c for c, (parent, _) in procs.items() if parent == p)
+    return total
+
+
+def shown_in(seen: list, published: dict[int, float], sent: dict[int, float], paints: float) -> dict:
+    """What the page showed: frames shown of those published between the first and the last it
+    showed, publish-to-shown delays, how many were published less than a paint after the one
+    before, and of the frames not shown: how many the server never sent, and how many it sent less
+    than a paint before the next one it sent (a display showing the newest picture at each paint
+    skips such a frame: a loss in the page's paint cadence, not in the source)."""
     shown = {int(k): t / 1000.0 for k, t in seen if int(k) in published}
     if len(shown) < 2:
-        return {"shown": len(shown), "published": 0, "paints": paints, "p50_ms": float("nan"), "p95_ms": float("nan")}
+        nan = float("nan")
+        return {"shown": len(shown), "published": 0, "bunched": 0, "unsent": 0, "sent_bunched": 0, "p50_ms": nan, "p99_ms": nan}
     first, last = min(shown), max(shown)
+    paint = 1.0 / max(paints, 1.0)
     lat = np.asarray([(t - published[k]) * 1000.0 for k, t in shown.items()])
     gaps = np.diff([published[k] for k in range(first, last + 1)])
-    # frames the next one followed within one paint (a busy machine publishes in bursts): a display
-    # showing the newest frame at each paint skips such a frame unless the path between re-spaces it
-    bunched = int((gaps < 1.0 / max(paints, 1.0)).sum())
+    missed = [k for k in range(first, last + 1) if k not in shown]
+    order = sorted(k for k in sent if first <= k <= last + 1)
+    after = {a: sent[b] - sent[a] for a, b in zip(order, order[1:])}  # to the next part sent
     return {
         "shown": len(shown),
         "published": last - first + 1,
-        "paints": paints,
-        "bunched": bunched,
+        "bunched": int((gaps < paint).sum()),
+        "unsent": sum(1 for k in missed if k not in sent),
+        "sent_bunched": sum(1 for k in missed if k in after and after[k] < paint),
+        # per frame not shown: ms from its publish to its send and from its send to the next send
+        "missed": [
+            [k, round((sent[k] - published[k]) * 1e3, 1), round(after.get(k, -1e-3) * 1e3, 1)] for k in missed if k in sent
+        ],
         "p50_ms": float(np.percentile(lat, 50)),
-        "p95_ms": float(np.percentile(lat, 95)),
+        "p99_ms": float(np.percentile(lat, 99)),
     }
+
+
+class Segments:
+    """The run's viewers of the source, one mode at a time (:data:`MODES`): nobody, a plain HTTP
+    reader in its own process (the source's own cost: encoding and serving), headless Chromium."""
+
+    def __init__(self, page: Any, url: str, tap: Any, stamper: Stamper) -> None:
+        self.page, self.url, self.tap = page, url, tap
+        self.reader: subprocess.Popen | None = None
+        self.chromium = int(page.service.process.pid)
+        self.sent: dict[int, float] = {}  # frame number -> when its part was first handed to the server
+        real = tap.parts
+        times = stamper.times
+
+        async def parts(stream: str, hub: Any, closing: Any) -> Any:
+            async for chunk in real(stream, hub, closing):
+                stamp = published_of(chunk)
+                if stamp is not None:  # the offer's clock: after the frame's stamp, before the next one's
+                    self.sent.setdefault(bisect.bisect_right(times, stamp), time.time())
+                yield chunk
+
+        tap.parts = parts
+
+    def begin(self, mode: str) -> None:
+        sent = self.tap.sent
+        if mode == "reader":
+            self.reader = subprocess.Popen([sys.executable, "-c", READER, self.url])
+        elif mode == "browser":
+            self.page.get(self.url)
+            end = time.monotonic() + 30.0
+            ready = "return document.images.length && document.images[0].naturalWidth"
+            while time.monotonic() < end and not self.page.execute_script(ready):
+                time.sleep(0.1)
+            self.page.execute_script(WATCH % {"bits": BITS, "block": BLOCK})
+        end = time.monotonic() + 30.0
+        while mode != "off" and self.tap.sent == sent and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(1.0)  # settled: the reader's start-up and the page's first paints out of the window
+        if mode == "browser":
+            self.page.execute_script("window.seen = []; window.ticks = 0;")
+
+    def end(self, mode: str, published: dict[int, float], seconds: float) -> dict:
+        row: dict[str, Any] = {}
+        if mode == "browser":
+            seen = self.page.execute_script("return window.seen") or []
+            row["paints"] = self.page.execute_script("return window.ticks") / seconds  # animation frames a second
+            row |= shown_in(seen, published, self.sent, row["paints"])
+            self.page.get("about:blank")
+        if self.reader is not None:
+            self.reader.terminate()
+            self.reader.wait(10)
+            self.reader = None
+        return row
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.kill()
+            self.reader.wait(10)
+
+
+def segment(d: Any, stamper: Stamper, views: Segments, mode: str, seconds: float) -> dict:
+    """One measured window of ``seconds`` with the source's viewer ``mode``: the daemon's fps and
+    CPU per frame, the encoder's CPU per frame, parts sent, Chromium's CPU, what the page showed."""
+    tap, summary = views.tap, d.streams[0].summary
+    views.begin(mode)
+    t0, n0, c0, b0 = time.perf_counter(), summary.frames_out, time.process_time(), tree_cpu(views.chromium)
+    e0, v0, s0, k0 = tap.encode_cpu, tap.offered - tap.replaced - tap.stale, tap.sent, len(stamper.tap_us)
+    time.sleep(seconds)
+    wall, frames = time.perf_counter() - t0, summary.frames_out - n0
+    cpu, chromium = time.process_time() - c0, tree_cpu(views.chromium) - b0
+    encoded = tap.offered - tap.replaced - tap.stale - v0
+    taps = np.asarray(stamper.tap_us[k0:] or [0.0])
+    row: dict[str, Any] = {
+        "mode": mode,
+        "fps": frames / wall,
+        "cpu_ms_per_frame": cpu * 1000.0 / max(frames, 1),  # the daemon's process, every thread
+        "encode_ms_per_frame": (tap.encode_cpu - e0) * 1000.0 / max(encoded, 1),
+        "sent_per_s": (tap.sent - s0) / wall,
+        "chromium_cores": chromium / wall,
+        "tap_mean_us": float(taps.mean()),
+        "tap_max_us": float(taps.max()),
+    }
+    return row | views.end(mode, stamper.published, wall)
+
+
+def _median(rows: list[dict], key: str) -> float:
+    vals = [x[key] for x in rows if key in x and x[key] == x[key]]
+    return float(np.median(vals)) if vals else float("nan")
+
+
+def summarize(rows: list[dict]) -> dict:
+    """The run's figures: per mode the medians over its segments; fps ratios per round (a mode
+    against ``off`` of the same round), their median."""
+    res: dict[str, Any] = {}
+    for mode in MODES:
+        mine = [x for x in rows if x["mode"] == mode]
+        for key in ("fps", "cpu_ms_per_frame", "encode_ms_per_frame", "sent_per_s", "chromium_cores", "tap_mean_us"):
+            res[f"{key}_{mode}"] = _median(mine, key)
+    for mode in ("reader", "browser"):
+        ratios = [
+            on["fps"] / off["fps"]
+            for on in rows
+            for off in rows
+            if on["mode"] == mode and off["mode"] == "off" and on["round"] == off["round"] and off["fps"]
+        ]
+        res[f"fps_ratio_{mode}"] = float(np.median(ratios)) if ratios else 0.0
+    res["fps_ratio"] = res["fps_ratio_browser"]  # the Done-when's ratio: the source on, in Chromium
+    pages = [x for x in rows if x["mode"] == "browser"]
+    res["shown_ratio"] = sum(x["shown"] for x in pages) / max(1, sum(x["published"] for x in pages))
+    published = max(1, sum(x["published"] for x in pages))
+    for key in ("bunched", "unsent", "sent_bunched"):
+        res[key] = sum(x[key] for x in pages) / published
+    for key in ("paints", "p50_ms", "p99_ms"):
+        res[key] = _median(pages, key)
+    res["shown_per_s"] = res["shown_ratio"] * res["fps_browser"]
+    return res
 
 
 def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, log=print, swap: bool = True) -> dict:
@@ -157,6 +318,8 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
     holder.append(stamper)
     page = browser(width, height)
     rows: list[dict] = []
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    views: Segments | None = None
     try:
         d.start()
         if not stamper.ready.wait(120):
@@ -167,53 +330,42 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
         while d.assembly is None and time.monotonic() < end:  # the models in use: past the early frames
             time.sleep(0.1)
         time.sleep(3.0)
-        summary = d.streams[0].summary
+        views = Segments(page, stamper.url, d.up.panel.panel.source, stamper)
         for r in range(rounds):
-            for on in (False, True) if r % 2 == 0 else (True, False):
-                t0, n0, k0 = time.perf_counter(), summary.frames_out, len(stamper.tap_us)
-                row: dict[str, Any] = {"on": on}
-                if on:
-                    row |= on_segment(page, stamper.url, seconds, stamper.published)
-                else:
-                    time.sleep(seconds)
-                row["fps"] = (summary.frames_out - n0) / (time.perf_counter() - t0)
-                taps = np.asarray(stamper.tap_us[k0:] or [0.0])
-                row["tap_mean_us"], row["tap_max_us"] = float(taps.mean()), float(taps.max())
+            for mode in MODES[r % 3 :] + MODES[: r % 3]:  # each mode in each place of the order
+                row = {"round": r + 1} | segment(d, stamper, views, mode, seconds)
                 rows.append(row)
                 log(
-                    f"  round {r + 1} source {'on ' if on else 'off'}: {row['fps']:.1f} fps"
-                    + (f", shown {row['shown']}/{row['published']}, p50 {row['p50_ms']:.0f} ms" if on else "")
-                    + (f", page {row['paints']:.0f} paints/s" if on else "")
+                    f"  round {r + 1} {mode:7}: {row['fps']:.1f} fps, {row['cpu_ms_per_frame']:.0f} ms CPU a frame"
+                    + (f", encoder {row['encode_ms_per_frame']:.1f} ms" if mode != "off" else "")
+                    + (
+                        f", shown {row['shown']}/{row['published']}, p50 {row['p50_ms']:.0f} ms, "
+                        f"page {row['paints']:.0f} paints/s, Chromium {row['chromium_cores']:.2f} cores"
+                        if mode == "browser"
+                        else ""
+                    )
                 )
     finally:
+        if views is not None:
+            views.close()
         page.quit()
         d.stop()
     tap = d.up.panel.panel.source  # what the source's encoder did with the frames offered
-    ons, offs = [x for x in rows if x["on"]], [x for x in rows if not x["on"]]
-    fps_on, fps_off = float(np.median([x["fps"] for x in ons])), float(np.median([x["fps"] for x in offs]))
     return {
         "size": f"{width}x{height}",
         "swap": swap,
         "seconds": seconds,
         "rounds": rounds,
         "segments": rows,
-        "shown_ratio": sum(x["shown"] for x in ons) / max(1, sum(x["published"] for x in ons)),
-        "p50_ms": float(np.median([x["p50_ms"] for x in ons])),
-        "p95_ms": float(np.median([x["p95_ms"] for x in ons])),
-        "paints": float(np.median([x["paints"] for x in ons])),
-        "bunched": sum(x.get("bunched", 0) for x in ons) / max(1, sum(x["published"] for x in ons)),
-        "fps_on": fps_on,
-        "fps_off": fps_off,
-        "fps_ratio": fps_on / fps_off if fps_off else 0.0,
-        "tap_mean_us_on": float(np.median([x["tap_mean_us"] for x in ons])),
-        "tap_mean_us_off": float(np.median([x["tap_mean_us"] for x in offs])),
-        "tap_max_us_on": max(x["tap_max_us"] for x in ons),
+        **summarize(rows),
         "offered": tap.offered,
         "replaced": tap.replaced,  # by a newer frame before the encoder was free
-        "stale": tap.stale,  # overwritten in the ring before the encoder copied them
+        "stale": tap.stale,  # overwritten in the ring while the encoder read them
         "encoded": max(f.version for f in tap.frames.values()) if tap.frames else 0,
-        "sent": tap.sent,  # parts the page was sent (a repeat of a still picture counts)
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "sent": tap.sent,  # parts the readers were sent (a repeat of a still picture counts)
+        "load_average_start": load,
+        "load_average_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "cpus": os.cpu_count(),
     }
 
 
@@ -221,7 +373,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="1920x1080")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default="bench_obs_source.json")
     ap.add_argument("--swap", default="on", choices=("on", "off"), help="off: `vcam ctl swap off` (a busy machine)")
     args = ap.parse_args(argv)
@@ -231,21 +383,28 @@ def main(argv: list[str] | None = None) -> dict:
         folder.mkdir(mode=0o700)
         res = measure(int(w), int(h), args.seconds, args.rounds, folder, swap=args.swap == "on")
     what = "classic swap" if res["swap"] else "swap off"
-    print(f"\n{args.size}, CPU demo ({what}, 30 fps camera), {args.rounds} x {args.seconds:g} s per mode")
-    print(f"{'':28}{'value':>10}")
-    print(f"{'frames shown / published':28}{res['shown_ratio'] * 100:>9.1f}%")
-    print(f"{'publish-to-shown p50 ms':28}{res['p50_ms']:>10.0f}")
-    print(f"{'publish-to-shown p95 ms':28}{res['p95_ms']:>10.0f}")
-    print(f"{'page paints per second':28}{res['paints']:>10.0f}")
-    print(f"{'published < 1 paint apart':28}{res['bunched'] * 100:>9.1f}%")
-    print(f"{'daemon fps, source off':28}{res['fps_off']:>10.1f}")
-    print(f"{'daemon fps, source on':28}{res['fps_on']:>10.1f}")
-    print(f"{'fps on / off':28}{res['fps_ratio']:>10.3f}")
-    taps = f"(off: {res['tap_mean_us_off']:.0f}; max on {res['tap_max_us_on']:.0f})"
-    print(f"{'tap on the frame thread us':28}{res['tap_mean_us_on']:>10.0f} {taps}")
+    print(f"\n{args.size}, CPU demo ({what}, 30 fps camera), {args.rounds} x {args.seconds:g} s per mode, alternated")
+    print(f"{'':34}{'off':>9}{'reader':>9}{'browser':>9}")
+    for label, key, form in (
+        ("daemon fps", "fps", "{:9.1f}"),
+        ("daemon CPU ms a frame", "cpu_ms_per_frame", "{:9.1f}"),
+        ("encoder CPU ms a frame", "encode_ms_per_frame", "{:9.2f}"),
+        ("parts sent a second", "sent_per_s", "{:9.1f}"),
+        ("Chromium CPU, cores", "chromium_cores", "{:9.2f}"),
+        ("tap on the frame thread us", "tap_mean_us", "{:9.0f}"),
+    ):
+        print(f"{label:34}" + "".join(form.format(res[f"{key}_{m}"]) for m in MODES))
+    print(f"{'fps / off (per round, median)':34}{'1':>9}{res['fps_ratio_reader']:9.3f}{res['fps_ratio_browser']:9.3f}")
+    print(f"{'frames shown / published':34}{res['shown_ratio'] * 100:>26.1f}%")
+    print(f"{'frames shown a second':34}{res['shown_per_s']:>27.1f}")
+    print(f"{'page paints a second':34}{res['paints']:>27.1f}")
+    print(f"{'published < 1 paint apart':34}{res['bunched'] * 100:>26.1f}%")
+    print(f"{'not shown: never sent':34}{res['unsent'] * 100:>26.1f}%")
+    print(f"{'not shown: sent < 1 paint before next':34}{res['sent_bunched'] * 100:>22.1f}%")
+    print(f"{'publish-to-shown p50 / p99 ms':34}{res['p50_ms']:>19.0f} / {res['p99_ms']:.0f}")
     print(f"offered to the encoder {res['offered']}, replaced by a newer one {res['replaced']}, stale {res['stale']},")
-    print(f"encoded {res['encoded']}, sent to the page {res['sent']}")
-    print(f"(1-min load average at the end: {res['load_average']})")
+    print(f"encoded {res['encoded']}, sent {res['sent']}")
+    print(f"load average (1, 5, 15 min) at the start {res['load_average_start']}, at the end {res['load_average_end']}")
     return write_report(args.json, res)
 
 

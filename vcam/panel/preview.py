@@ -26,7 +26,9 @@ twice as wide. The before frame goes nowhere else: the output, a recording and t
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -120,12 +122,45 @@ def encode(
     return buf.tobytes() if ok else b""
 
 
+class Wakeup:
+    """A wake-up flag like :class:`threading.Event` whose :meth:`set`, called on the frame thread,
+    never waits: an Event's set takes the lock its waiter holds while it wakes, so a woken encoder
+    thread that the OS puts aside there (a busy machine) would hold up the frame loop.
+    :class:`queue.SimpleQueue`'s ``put`` takes no lock a waiter can hold. One waiter."""
+
+    def __init__(self) -> None:
+        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._tokens.put(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Until set or ``timeout`` seconds; whether it is set."""
+        if self._set:
+            return True
+        with contextlib.suppress(queue.Empty):
+            self._tokens.get(timeout=timeout)
+        return self._set
+
+    def clear(self) -> None:
+        self._set = False
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._tokens.get_nowait()
+
+
 class EncoderThread:
     """The thread an encoding tap runs its ``_run`` loop on (woken by ``_wake``, ended by ``_stop``),
     started and stopped once: the preview's and the OBS source's."""
 
     thread_name = "vcam-encoder"
-    _wake: threading.Event
+    _wake: Wakeup
     _stop: threading.Event
     _thread: threading.Thread | None
     _lock: threading.Lock
@@ -187,7 +222,7 @@ class PreviewTap(EncoderThread):
         # (stream, frame or its shrunk copy, format, frames-begun counter or None, the last count it is
         # valid at, the before frame beside it or None)
         self._job: tuple[str, Any, PixelFormat, Callable[[], int] | None, int, Any] | None = None
-        self._wake = threading.Event()
+        self._wake = Wakeup()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # stream -> the last input frames kept for before/after: (frame number, shrunk copy, its format,
