@@ -20,6 +20,11 @@ for its detection asks :meth:`~Tracker.confident` (every tracked face found in t
 with :meth:`~Tracker.predict`'s tracks (moved by their velocity), and completes that frame's
 detection when the next one comes (``[track] predict``).
 
+A track's region stays where it is while its face stays near its centre (:data:`_HOLD_SHIFT`):
+the detector's landmarks move with the crop it is given, so a still face is seen through one crop
+and its landmarks hold still; a full scan also runs the tracks' regions and takes a tracked
+face's landmarks from there, at the region's scale, not the scan's coarser one.
+
 Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
 and a track survives ``max_missed`` frames without a detection; while missed it is swapped only
 where its face still looks as it did (:meth:`Tracker._look_again`). Boxes and landmarks are
@@ -69,6 +74,9 @@ _PATCH = 16
 #: detector's landmarks move with the crop it is given (a CNN is not shift-invariant), so a region
 #: re-centred on every frame's noisy box made a still head's raw landmarks jump a median 4.9 px at
 #: 1080p where one fixed crop gave 0.29 px (benchmarks/precision_real.py's still head, 40 frames).
+#: Small, because a held region that finally moves makes the landmarks step: on that scene's moving
+#: head 0.03 / 1.05 gave a median jump of 0.61 px, max 1.92; 0.08 / 1.1 0.82 and 2.39; 0.15 / 1.15
+#: 0.78 and 2.24 (the still head 0.04-0.06 px with each).
 _HOLD_SHIFT = 0.03
 _HOLD_SCALE = 1.05
 
