@@ -9,7 +9,8 @@ Grace Hopper's portrait is the brim and glasses case (her cap's peak and her gla
 is made up, and said so: the three-quarter astronaut is her frontal photo turned 35 degrees by a
 depth model (an ellipsoid head with a nose, :func:`turned`). Each case is swapped with the default
 classic pipeline (``box, face`` masks on the CPU), and with the eye mask where the build has it;
-writes ``<case>.png`` (the target's face region | the swap) and prints the figures:
+writes ``<case>.png`` (the target's face region | the swap) and ``swap_occluders.png``
+(:func:`occluders`), and prints the figures:
 
 - ``folds``: cells of the warp over the target's face that turn over (:func:`vcam.stages.swap_classic.folds`),
   ``folds_unposed``: the same for the warp that takes every face as frontal (the warp of before);
@@ -61,10 +62,15 @@ def source(det, name: str):
     return face_from_image(demo.portrait(name), name, detector=det)
 
 
-def swap(det, frame: np.ndarray, face, types: tuple[str, ...] = ("box", "face")) -> tuple[np.ndarray, np.ndarray]:
+def swap(
+    det, frame: np.ndarray, face, types: tuple[str, ...] = ("box", "face"), *, occluder=None, parser=None
+) -> tuple[np.ndarray, np.ndarray]:
     """``frame`` with its largest face swapped for ``face`` by the classic pipeline's stages on the
-    CPU (mask types ``types``, the config's default feather); returns (frame, its 5 points)."""
+    CPU (mask types ``types``, the config's default feather and parser regions; ``occluder`` and
+    ``parser``: the (spec, engine) of the ``occlusion`` and ``region`` masks); returns (frame, its 5
+    points)."""
     from vcam import align
+    from vcam.config import Config
     from vcam.ops.numpy import NumpyOps
     from vcam.stages.mask import create_masker
     from vcam.stages.swap import ClassicSwapper, paste_faces
@@ -73,7 +79,8 @@ def swap(det, frame: np.ndarray, face, types: tuple[str, ...] = ("box", "face"))
     lm, box = _landmarks(det, frame)
     mats = align.estimate(lm, "arcface_128", 128)[None]
     sw = ClassicSwapper(ops=ops)
-    masker = create_masker(list(types), 128, ops=ops, feather=0.06)
+    regions = Config().mask.regions
+    masker = create_masker(list(types), 128, ops=ops, feather=0.06, occluder=occluder, parser=parser, regions=regions)
     crops, mask = sw.swap(frame.copy(), mats, face)
     out = frame.copy()
     mask = masker.masks(out, mats, lm[None], box[None], 1, mask)
@@ -120,6 +127,39 @@ def cases(det) -> dict[str, tuple[np.ndarray, str]]:
         "downcast": (camera, "astronaut"),
         "brim_glasses": (hopper, "astronaut"),
     }
+
+
+def occluders(det, face, out: Path) -> dict:
+    """The paste at a cap's brim and glasses frames (issue 40 item 5): ``swap_occluders.png``,
+    input | the ``box, face`` masks | with the face parser's ``region`` mask. The brim and frames
+    are painted on the astronaut's portrait and the parser is a controlled one that labels them
+    (``tests/media.py``'s :class:`MaskModel`: the stand-ins' random weights label nothing);
+    figures: the share of the painted pixels inside the plain paste that each paste changes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from media import MaskModel, occluded_portrait
+
+    from vcam.models import registry
+
+    frame, brim, frames = occluded_portrait(det)
+    spec = registry.get("bisenet_resnet_34")
+    plain, lm = swap(det, frame, face, ("box", "face"))
+    masked, _ = swap(det, frame, face, ("box", "face", "region"), parser=(spec, MaskModel(spec)))
+    inside = np.abs(plain.astype(np.int16) - frame).max(2) > 8
+    painted = (brim | frames) & inside
+    fig = {
+        name: round(float((np.abs(img.astype(np.int16) - frame).max(2)[painted] > 8).mean()), 3)
+        for name, img in (("plain_changed", plain), ("parser_changed", masked))
+    }
+    trio = np.concatenate([_crop(frame, lm), _crop(plain, lm), _crop(masked, lm)], 1)
+    _label(trio, ("input", "box, face", "+ parser"))
+    cv2.imwrite(str(out / "swap_occluders.png"), trio)
+    return fig
+
+
+def _label(img: np.ndarray, texts: tuple[str, ...]) -> None:
+    for i, text in enumerate(texts):
+        cv2.putText(img, text, (256 * i + 8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 2, cv2.LINE_AA)
+        cv2.putText(img, text, (256 * i + 8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 0, 0), 1, cv2.LINE_AA)
 
 
 def _crop(img: np.ndarray, lm5: np.ndarray) -> np.ndarray:
@@ -173,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         old = cv2.imread(str(args.before / f"{name}.png")) if args.before else None
         if old is not None:
             trio = np.concatenate([pair[:, :256], old[:, 256:], pair[:, 256:]], 1)
-            for i, text in enumerate(("input", "before", "after")):
-                cv2.putText(trio, text, (256 * i + 8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 2, cv2.LINE_AA)
-                cv2.putText(trio, text, (256 * i + 8, 22), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 0, 0), 1, cv2.LINE_AA)
+            _label(trio, ("input", "before", "after"))
             cv2.imwrite(str(args.out / f"swap_{name}.png"), trio)
+    figures["occluders"] = occluders(det, faces["grace_hopper"], args.out)
+    print("occluders", figures["occluders"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
     return 0

@@ -1,5 +1,6 @@
 """Media the tests make and keep: solid-colour clips written with PyAV, and an output that records
-every frame it is sent, a face turned by a depth model."""
+every frame it is sent, a face turned by a depth model, a face with a cap's brim and glasses frames
+painted on and a mask model that sees them (issue 40's occluders)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+from vcam.models import registry
 from vcam.stages.outputs import NullOutput
 
 # A palette of well-separated colours (BGR); frame i of a test clip is solid COLORS[i % len].
@@ -137,3 +139,82 @@ def turned(img: np.ndarray, lm5: np.ndarray, degrees: float) -> np.ndarray:
     import cv2
 
     return cv2.remap(img, mapx, ys.astype(np.float32), cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
+BRIM = np.array([40, 20, 160], np.float32)  # BGR: a dark red cap peak
+FRAMES = np.array([20, 200, 20], np.float32)  # BGR: green glasses frames
+
+
+class MaskModel:
+    """An engine of the mask models' interface (input buffers, ``run_device``) whose output marks
+    the painted brim and frames: a parser's 19 class logits (``hat`` and ``eye_g`` there, ``skin``
+    elsewhere) or an occluder's face probability (0 there, 1 elsewhere)."""
+
+    def __init__(self, spec: registry.ModelSpec) -> None:
+        self.spec = spec
+        self.inputs = list(spec.inputs)
+        self.parser = spec.kind == "parser"
+        s = spec.size
+        self._x = np.zeros((4, 3, s, s) if self.parser else (4, s, s, 3), np.float32)
+        self.calls = 0
+
+    def input_buffers(self, n: int, shapes=None) -> dict:
+        return {self.inputs[0].name: self._x[:n]}
+
+    def run_device(self, feeds: dict, stream=None) -> list:
+        self.calls += 1
+        x = feeds[self.inputs[0].name]
+        mean, std = (np.asarray(v, np.float32) for v in self.spec.input_mean_std_255)
+        if self.parser:  # NCHW, RGB, ImageNet-normalised
+            bgr = (x.transpose(0, 2, 3, 1) * std + mean)[..., ::-1]
+        else:  # NHWC, BGR / 255
+            bgr = x * 255.0
+        # a painted colour, or a blend of the two where the frames cross the brim (the crop's
+        # resampling mixes them there): the nearest point of the segment between them
+        axis = FRAMES - BRIM
+        u = np.clip(((bgr - BRIM) @ axis) / float(axis @ axis), 0.0, 1.0)
+        near = np.abs(bgr - (BRIM + u[..., None] * axis)).max(-1) < 30
+        brim, frames = near & (u < 0.5), near & (u >= 0.5)
+        if not self.parser:
+            return [(~(brim | frames)).astype(np.float32)[..., None]]
+        labels = np.where(brim, registry.PARSER_LABELS.index("hat"), registry.PARSER_LABELS.index("skin"))
+        labels = np.where(frames, registry.PARSER_LABELS.index("eye_g"), labels)
+        logits = np.zeros((x.shape[0], 19, *labels.shape[1:]), np.float32)
+        np.put_along_axis(logits, labels[:, None], 10.0, axis=1)
+        return [logits]
+
+
+def occluded_portrait(det) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The astronaut's real portrait with a cap's brim across her forehead and glasses frames
+    around her eyes painted on: (frame, brim pixels, frame pixels) (bool (H, W) each)."""
+    import cv2
+
+    from vcam.stages import demo
+
+    img = demo.portrait("astronaut")
+    img = cv2.resize(img, (img.shape[1] * 2, img.shape[0] * 2), interpolation=cv2.INTER_CUBIC)  # a 130 px face
+    d = max(det.detect(img), key=lambda x: x.area)
+    lm = d.landmarks.astype(np.float64)
+    eye = float(np.hypot(*(lm[1] - lm[0])))
+    brim, frames = np.zeros(img.shape[:2], np.uint8), np.zeros(img.shape[:2], np.uint8)
+    top = float(min(lm[0, 1], lm[1, 1]))
+    x0, x1 = lm[0, 0] - 0.9 * eye, lm[1, 0] + 0.9 * eye
+    # the peak of a cap pulled down to the brows, across the top of the paste
+    band = np.array(
+        [[x0, top - 0.7 * eye], [x1, top - 0.7 * eye], [x1 - 0.1 * eye, top - 0.22 * eye], [x0 + 0.1 * eye, top - 0.22 * eye]]
+    )
+    cv2.fillConvexPoly(brim, np.round(band).astype(np.int32), 1)
+    thick = max(4, int(round(eye / 10)))
+    for c in lm[:2]:
+        cv2.circle(frames, tuple(int(v) for v in np.round(c)), int(round(0.36 * eye)), 1, thick)
+    cv2.line(
+        frames,
+        tuple(int(v) for v in np.round(lm[0] + [0.36 * eye, 0])),
+        tuple(int(v) for v in np.round(lm[1] - [0.36 * eye, 0])),
+        1,
+        thick,
+    )
+    out = img.copy()
+    out[brim.astype(bool)] = BRIM.astype(np.uint8)
+    out[frames.astype(bool)] = FRAMES.astype(np.uint8)
+    return out, brim.astype(bool), frames.astype(bool)

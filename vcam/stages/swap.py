@@ -535,8 +535,13 @@ class ClassicSwapper(SwapperBase):
         target = warp.warp_crops(ops, frame, small, q, out=self._lc_target[:n])
         # Two-operand einsums throughout: small products that stay off the BLAS threads on the CPU.
         down, ein = self._lc_down, xp.einsum
-        m = ein("il,flk->fik", down, mask[:n] if mask.ndim == 3 else mask[None])
-        a = self._lc_srcw[:n] * ein("fik,jk->fij", m, down)
+        rows_of = mask[:n] if mask.ndim == 3 else mask[None]
+        if isinstance(mask, np.ndarray) and s % q == 0:  # the area means as block sums: 0.05 ms, not 0.17
+            r = s // q
+            block = rows_of.reshape(-1, q, r, s).sum(2).reshape(-1, q, q, r).sum(3)
+            a = self._lc_srcw[:n] * (block * np.float32(1.0 / (r * r)))
+        else:
+            a = self._lc_srcw[:n] * ein("fik,jk->fij", ein("il,flk->fik", down, rows_of), down)
         rows = affine[:n].reshape(n, 3, 4)
         swapped = ein("fpk,fck->fpc", self._lc_src[:n], rows[:, :, :3]) + rows[:, None, :, 3]
         diff = (target.reshape(n, q * q, 3).astype(np.float32) - swapped) * a.reshape(n, q * q, 1)

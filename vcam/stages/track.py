@@ -20,6 +20,11 @@ for its detection asks :meth:`~Tracker.confident` (every tracked face found in t
 with :meth:`~Tracker.predict`'s tracks (moved by their velocity), and completes that frame's
 detection when the next one comes (``[track] predict``).
 
+A track's region stays where it is while its face stays near its centre (:data:`_HOLD_SHIFT`):
+the detector's landmarks move with the crop it is given, so a still face is seen through one crop
+and its landmarks hold still; a full scan also runs the tracks' regions and takes a tracked
+face's landmarks from there, at the region's scale, not the scan's coarser one.
+
 Detections are matched to tracks by IoU (falling back to centre distance), IDs are never reused,
 and a track survives ``max_missed`` frames without a detection; while missed it is swapped only
 where its face still looks as it did (:meth:`Tracker._look_again`). Boxes and landmarks are
@@ -64,6 +69,16 @@ _NEW_FACE_SHARE = 0.75
 #: vanished or went behind an object -0.3 to 0.47 (a face partly hidden: 0.54-0.75).
 _LOOK_ALIKE = 0.5
 _PATCH = 16
+#: A track's region stays where it is while its predicted face is within this share of the face's
+#: side of the region's centre and within this ratio of the size the region was made for: the
+#: detector's landmarks move with the crop it is given (a CNN is not shift-invariant), so a region
+#: re-centred on every frame's noisy box made a still head's raw landmarks jump a median 4.9 px at
+#: 1080p where one fixed crop gave 0.29 px (benchmarks/precision_real.py's still head, 40 frames).
+#: Small, because a held region that finally moves makes the landmarks step: on that scene's moving
+#: head 0.03 / 1.05 gave a median jump of 0.61 px, max 1.92; 0.08 / 1.1 0.82 and 2.39; 0.15 / 1.15
+#: 0.78 and 2.24 (the still head 0.04-0.06 px with each).
+_HOLD_SHIFT = 0.03
+_HOLD_SCALE = 1.05
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,7 @@ class _State:
     window_from: int = 0  # the age its confirmation window opened at (0, or when it was doubted)
     look: Any = None  # its face at the last detection, a small grey patch (see _patch)
     shown: bool = True  # swapped and counted while missed: its face still looks the same where it went
+    region: np.ndarray | None = None  # the square it was last searched in (x0, y0, side), held (_HOLD_SHIFT)
 
     def predict(self, seq: int) -> np.ndarray:
         """Box expected at ``seq`` (constant velocity from the last detection)."""
@@ -124,10 +140,11 @@ class Step:
     coarse: Any = None
     regions: int = 0
     deferred: bool = False
+    refine: Any = None  # a full scan's tracks' own regions (their faces at the regions' scale)
 
     def ready(self) -> bool:
         """Its detector calls have finished on the device: :meth:`Tracker.complete` will not wait."""
-        return all(p.ready() for p in (self.pending, self.coarse) if p is not None)
+        return all(p.ready() for p in (self.pending, self.coarse, self.refine) if p is not None)
 
 
 def _launch(detector: Detector, kind: str, frame: Any, rects: np.ndarray | None = None) -> Any:
@@ -274,6 +291,11 @@ class Tracker:
         step = Step(frame=frame_bgr, seq=seq, t=t, full=full, predicted=predicted, deferred=deferred)
         if full:
             step.pending = _launch(self.detector, "full", frame_bgr)
+            if self._states and not deferred:
+                # The tracks' regions too: a full scan sees a face coarser than its region does, and
+                # its landmarks differ by several pixels (the paste jumped on every scan).
+                step.refine = _launch(self.detector, "regions", frame_bgr, self._held_regions(predicted))
+                self.roi_calls += 1
         elif self._states:
             # The tracks' regions, and this frame's slice of the rolling search for new faces (a
             # share of the tiles in the same batch, or the coarse scan), so a face entering anywhere
@@ -284,7 +306,7 @@ class Tracker:
                     self._cursor -= 1
                 item = None
             tiles = item if isinstance(item, np.ndarray) else None
-            rects = self._regions(predicted)
+            rects = self._held_regions(predicted)
             step.regions = len(rects)
             if tiles is not None and len(tiles):
                 rects = np.concatenate([rects, tiles])
@@ -309,10 +331,17 @@ class Tracker:
         if full:
             dets = list(step.pending.result())
             matches, lost, fresh = associate(predicted, [d.box for d in dets])
+            own = step.refine.result() if step.refine is not None else None
+            if own is not None:
+                for ti, di in matches:
+                    dets[di] = _finer(dets[di], own[ti])
             if lost and not step.deferred:
                 # The scheduled scan missed a tracked face (the whole-frame input may be too coarse
                 # for a small one): look where it should be before counting a miss.
-                extra = self._detect_regions(frame_bgr, predicted[lost])
+                if own is not None:
+                    extra = self._found([own[k] for k in lost], len(lost), frame_bgr.shape[:2])
+                else:
+                    extra = self._detect_regions(frame_bgr, predicted[lost])
                 found, lost_k, _ = associate(predicted[lost], [d.box for d in extra])
                 for k, e in found:
                     dets.append(extra[e])
@@ -347,7 +376,11 @@ class Tracker:
         self.last_seq = seq
 
         for ti, di in matches:
-            self._apply(self._states[ti], dets[di], seq, t, frame_bgr)  # type: ignore[index]
+            self._apply(self._states[ti], dets[di], seq, t)  # type: ignore[index]
+        if matches:  # each face's look at this detection (for the frames it may be missed in), at once
+            applied = [self._states[ti] for ti, _ in matches]
+            for st, look in zip(applied, _patches(frame_bgr, np.array([st.raw_box for st in applied]))):
+                st.look = look
         for ti in lost:
             self._states[ti].track.missed += 1
         if not step.deferred:  # a deferred frame may have been swapped since: nothing to look at
@@ -430,6 +463,23 @@ class Tracker:
         side = self.cfg.roi_scale * np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]).clip(1.0)
         return np.column_stack([centre - side[:, None] / 2, side])
 
+    def _held_regions(self, predicted: np.ndarray) -> np.ndarray:
+        """The tracks' regions for boxes ``predicted`` (one per state): each track keeps the square
+        it was searched in last while its predicted face stays near that square's centre and of
+        the size it was made for (:data:`_HOLD_SHIFT`), so a still face is seen through the same
+        crop frame after frame; else a square centred on the prediction (:meth:`_regions`)."""
+        fresh = self._regions(predicted)
+        for k, s in enumerate(self._states):
+            old = s.region
+            if old is not None:
+                face = max(_box_side(predicted[k]), 1.0)
+                made_for = old[2] / self.cfg.roi_scale
+                shift = np.abs((predicted[k, :2] + predicted[k, 2:]) / 2 - (old[:2] + old[2] / 2)).max()
+                if shift <= _HOLD_SHIFT * face and 1 / _HOLD_SCALE <= face / made_for <= _HOLD_SCALE:
+                    fresh[k] = old
+            s.region = fresh[k].copy()
+        return fresh
+
     def _rolling_item(self, shape: tuple) -> Any:
         """This frame's slice of the rolling search: ``"coarse"``, an array of tiles, or None."""
         if self.cfg.rolling <= 0:
@@ -468,13 +518,15 @@ class Tracker:
         as at its last detection where its motion takes it (:data:`_LOOK_ALIKE`); it then follows
         that motion. Else (the face left, vanished or went behind something) it is kept, hidden,
         for the ``max_missed`` frames it may be found again in."""
-        for s in held:
-            box = s.predict(seq)
-            s.shown = s.look is not None and _alike(_patch(frame, box), s.look) >= _LOOK_ALIKE
+        looks = _patches(frame, np.array([s.predict(seq) for s in held])) if held else []
+        for s, look in zip(held, looks):
+            s.shown = s.look is not None and _alike(look, s.look) >= _LOOK_ALIKE
             if s.shown:
                 s.track.box, s.track.landmarks = _moved(s.smooth_box, s.smooth_landmarks, s.velocity * (seq - s.seen_seq))
 
-    def _apply(self, state: _State, det: Detection, seq: int, t: float, frame: Any = None) -> None:
+    def _apply(self, state: _State, det: Detection, seq: int, t: float) -> None:
+        """Update a track with its detection in frame ``seq`` (its ``look`` is left to the caller,
+        which takes every matched face's at once)."""
         box = det.box.astype(np.float64)
         gap = max(1, seq - state.seen_seq)
         step = (box - state.raw_box) / gap
@@ -488,7 +540,7 @@ class Tracker:
         tr.score = float(det.score)
         tr.missed = 0
         tr.last_seen = seq
-        state.look, state.shown = (_patch(frame, box) if frame is not None else None), True
+        state.shown = True
         self.last_matched[tr.id] = det
         state.scores = [*state.scores[1 - _HISTORY :], float(det.score)]
         if not state.confirmed and self._hit(det):
@@ -603,23 +655,44 @@ def _moved(box: np.ndarray, landmarks: np.ndarray, shift: np.ndarray) -> tuple[n
     return new.astype(np.float32), (new_c + (landmarks - old_c) * scale).astype(np.float32)
 
 
+def _finer(det: Detection, own: list[Detection]) -> Detection:
+    """A full scan's detection of a tracked face, or the one its track's region found of the same
+    face (IoU >= 0.5), which saw it at the region's finer scale."""
+    if not own:
+        return det
+    iou = box_iou(np.asarray([det.box], np.float64), np.asarray([d.box for d in own], np.float64))[0]
+    k = int(np.argmax(iou))
+    return own[k] if iou[k] >= 0.5 else det
+
+
 def _patch(frame: Any, box: np.ndarray) -> Any:
-    """The grey look of ``box`` in ``frame``: _PATCH x _PATCH samples of the channels' sum, in the
-    frame's own kind of array (a device tensor stays on its device: no wait for it)."""
+    """The grey look of ``box`` in ``frame`` (see :func:`_patches`)."""
+    return _patches(frame, np.asarray(box, np.float64).reshape(1, 4))[0]
+
+
+def _patches(frame: Any, boxes: np.ndarray) -> Any:
+    """The grey looks of ``boxes`` (T, 4) in ``frame``: (T, _PATCH, _PATCH) samples of the channels'
+    sum, in the frame's own kind of array, all in one gather (a device tensor stays on its device,
+    its indices sent there in one copy: no wait for it)."""
     h, w = np.shape(frame)[:2]
-    ys = np.linspace(box[1], box[3], _PATCH).clip(0, h - 1).astype(np.intp)[:, None]
-    xs = np.linspace(box[0], box[2], _PATCH).clip(0, w - 1).astype(np.intp)[None, :]
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    t = np.linspace(0.0, 1.0, _PATCH)
+    ys = (boxes[:, 1:2] + (boxes[:, 3:4] - boxes[:, 1:2]) * t).clip(0, h - 1).astype(np.intp)
+    xs = (boxes[:, 0:1] + (boxes[:, 2:3] - boxes[:, 0:1]) * t).clip(0, w - 1).astype(np.intp)
     if isinstance(frame, np.ndarray):
-        p = frame[ys, xs].astype(np.float32)
-    elif type(frame).__module__.split(".")[0] == "torch":  # a torch tensor: indices on its device
+        p = frame[ys[:, :, None], xs[:, None, :]]
+        return p.sum(-1, dtype=np.float32) if p.ndim == 4 else p.astype(np.float32)
+    if type(frame).__module__.split(".")[0] == "torch":  # a torch tensor: indices on its device
         import torch
 
-        p = frame[torch.as_tensor(ys, device=frame.device), torch.as_tensor(xs, device=frame.device)].float()
-    else:  # a CuPy array (the GPU pipeline's frames): indices on its device
-        import cupy
+        idx = torch.as_tensor(np.stack([ys, xs]), device=frame.device)
+        p = frame[idx[0][:, :, None], idx[1][:, None, :]]
+        return p.sum(-1, dtype=torch.float32) if p.ndim == 4 else p.float()
+    import cupy  # a CuPy array (the GPU pipeline's frames): indices on its device
 
-        p = frame[cupy.asarray(ys), cupy.asarray(xs)].astype(cupy.float32)
-    return p.sum(-1) if p.ndim == 3 else p
+    idx = cupy.asarray(np.stack([ys, xs]))
+    p = frame[idx[0][:, :, None], idx[1][:, None, :]]
+    return p.sum(-1, dtype=cupy.float32) if p.ndim == 4 else p.astype(cupy.float32)
 
 
 def _alike(a: Any, b: Any) -> float:
