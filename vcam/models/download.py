@@ -34,6 +34,7 @@ from pathlib import Path
 
 from vcam.errors import ModelError
 from vcam.models import registry
+from vcam.models.hash_cache import HashCache
 from vcam.models.registry import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,9 @@ class ModelStore:
 
     ``mirrors``: URL templates with ``{base}`` and ``{file}`` tried before the registry's own URLs
     (a local mirror, or a test server); ``official=False`` skips the registry's own URLs. ``pins``: file name (or
-    model name) -> SHA-256.
+    model name) -> SHA-256. ``hash_cache``: a file remembering the digests of the files hashed
+    (:class:`~vcam.models.hash_cache.HashCache`, in the user's cache dir), so a start whose lock
+    file cannot trust a file (a folder it cannot write, a stale entry) still reads it only once.
     """
 
     def __init__(
@@ -260,8 +263,10 @@ class ModelStore:
         backoff: float = 0.5,
         timeout: float = 30.0,
         official: bool = True,
+        hash_cache: str | os.PathLike | None = None,
     ) -> None:
         self.root = Path(root)
+        self.hash_cache = HashCache(hash_cache) if hash_cache is not None else None
         self.official = official
         self.pins = {k: v.lower() for k, v in (pins or {}).items()}
         self.mirrors = list(mirrors)
@@ -370,7 +375,7 @@ class ModelStore:
             same = locked.get("size") == st.st_size and locked.get("mtime_ns") == st.st_mtime_ns
             if same and (not pin or pin == locked.get("sha256")):
                 return str(locked["sha256"])
-        crc, sha = file_digests(path)
+        crc, sha = self._digests(path, full)
         if pin:
             if sha != pin:
                 self._reject(
@@ -403,6 +408,22 @@ class ModelStore:
         if not locked:
             self._record(spec.file, sha, crc, path.stat().st_size, "pinned" if pin else "manual")
         return sha
+
+    def _digests(self, path: Path, full: bool) -> tuple[str, str]:
+        """(crc32, sha256) of ``path``: from the hash cache when it has the file at this size and
+        modification time (never for ``full``), else read (and remembered there)."""
+        cache = self.hash_cache
+        if cache is None:
+            return file_digests(path)
+        st = path.stat()
+        got = None if full else cache.get(path, st.st_size, st.st_mtime_ns)
+        if got is not None:
+            return got
+        crc, sha = file_digests(path)
+        after = path.stat()
+        if (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns):  # not written meanwhile
+            cache.put(path, st.st_size, st.st_mtime_ns, crc, sha)
+        return crc, sha
 
     def check_tensors(self, name: str, path: Path) -> None:
         """The ONNX file's inputs (names and ranks) must match the registry row, and it must have at
