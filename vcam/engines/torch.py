@@ -102,6 +102,11 @@ class TorchEngine:
     a native module from its saved build in the engine cache (:mod:`vcam.engines.native.saved`),
     without reading the ONNX file, and save one after a build. ``background_capture``: the warm-up
     captures the first batch size and leaves the others to a background thread (see :meth:`warmup`).
+    ``eager_first``: with ``background_capture``, the first size goes to that thread too, and the
+    calls made before their size is captured run eagerly (cuDNN's heuristic algorithms, no
+    autotuning): the start-up captures nothing, and the first frames on the GPU do not wait for a
+    capture (about a second for the inswapper in FP16 on the H200). None: on where cuDNN autotunes
+    (``autotune``: the large networks, whose captures cost that second), off for the small ones.
 
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
@@ -147,6 +152,7 @@ class TorchEngine:
         autotune: bool | None = None,
         saved_build: bool = True,
         background_capture: bool = True,
+        eager_first: bool | None = None,
     ) -> None:
         reason = self.unavailable_reason(device)
         if reason:
@@ -222,6 +228,8 @@ class TorchEngine:
         self._fast: dict[tuple, tuple] = {}
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         self.background_capture = bool(background_capture)
+        self.eager_first = bool(self.autotune if eager_first is None else eager_first) and self.background_capture
+        self.eager_calls = 0  # calls run eagerly while their size waited for the background capture
         self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
@@ -308,7 +316,7 @@ class TorchEngine:
         self._take_loaded(wait=False)
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
-        cap = self._captured_for(self._padded(step), items) if self.cuda_graphs else None
+        cap = self._graph_for(self._padded(step), items) if self.cuda_graphs else None
         out = {}
         for info in self.inputs:
             key = (info.name, items[info.name], n)
@@ -348,9 +356,11 @@ class TorchEngine:
                 self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
             later = self.background_capture if background is None else background
-            _capture_now(self._captured_for, sizes[:1] if later else sizes, items, self.name)
-            if later and len(sizes) > 1:
-                self._later.put(sizes[1:], items)
+            now = [] if later and self.eager_first else sizes[:1] if later else sizes
+            if now:
+                _capture_now(self._captured_for, now, items, self.name)
+            if later and len(sizes) > len(now):
+                self._later.put(sizes[len(now) :], items)
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(compile_sizes, items)
 
@@ -490,6 +500,34 @@ class TorchEngine:
             self._graphs.move_to_end(key)
         return cap
 
+    def _graph_for(self, b: int, items: Items) -> _Captured | None:
+        """The graph of batch ``b`` (:meth:`_captured_for`), or None while ``eager_first`` leaves it
+        to the background captures still under way (the call then runs eagerly: :meth:`_eager`)."""
+        if self.eager_first and self._graph_key(b, items) not in self._graphs and self._later.running:
+            return None
+        return self._captured_for(b, items)
+
+    def _eager(self, static: list[Any], b: int, items: Items) -> list[Any]:
+        """One call without its graph (``eager_first``, before the background thread captured its
+        size), on the caller's stream, with cuDNN's heuristic algorithms (autotuning a new shape
+        takes about half a second). Under :data:`CAPTURE_LOCK`: never beside a capture (a capture
+        under way is waited for, once; if it was this size's, its graph is replayed instead)."""
+        torch = _torch
+        key = self._graph_key(b, items)
+        with CAPTURE_LOCK:
+            cap = self._graphs.get(key)
+            if cap is not None:
+                cap.graph.replay()
+                return list(cap.outputs)
+            flags = (
+                torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=self.tf32)
+                if self.device == "cuda"
+                else contextlib.nullcontext()
+            )
+            with torch.inference_mode(), flags:
+                self.eager_calls += 1
+                return self._forward(static, self._compiled_fns.get(key))
+
     def wait_graphs(self, timeout: float | None = None) -> bool:
         """Wait for the background captures (:meth:`warmup`); True when none is still running."""
         return self._later.wait(timeout)
@@ -504,9 +542,12 @@ class TorchEngine:
             if src.data_ptr() != view.data_ptr() or src.stride() != view.stride() or src.dtype != view.dtype:
                 view.copy_(src)
         if self.cuda_graphs:
-            cap = self._captured_for(b, items)
-            cap.graph.replay()
-            outs = cap.outputs
+            cap = self._graph_for(b, items)
+            if cap is not None:
+                cap.graph.replay()
+                outs = cap.outputs
+            else:
+                outs = self._eager([s[:b] for s in static], b, items)
         else:
             with _torch.inference_mode(), self.backend_flags():
                 self._take_loaded(wait=True)
