@@ -382,7 +382,7 @@ def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
         st.stage, st.target, st.decoder = loaded.stages[st.name]
         if st.live is None:
             st.live = LiveStats(st.summary)
-        if loaded.release is not None and st.summary.frames_out == 0:  # the background work begins when the first frame is out
+        if loaded.release is not None:  # the background work begins when its first frame is out (an early swap's switch too)
             st.live.on_first = loaded.release
     log.info("models: %s", d.summary.models)
 
