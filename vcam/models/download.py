@@ -23,13 +23,10 @@ import os
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.client import HTTPException, IncompleteRead
 from pathlib import Path
 
 from vcam.errors import ModelError
@@ -81,11 +78,16 @@ class _Transient(Exception):
 
 
 def _is_offline(exc: BaseException) -> bool:
+    import urllib.error
+
     reason = getattr(exc, "reason", exc)
     return isinstance(reason, (socket.gaierror, ConnectionRefusedError, OSError)) and not isinstance(exc, urllib.error.HTTPError)
 
 
 def _open(url: str, *, start: int = 0, timeout: float = 30.0):
+    import urllib.error
+    import urllib.request  # here, not at the top: a start that downloads nothing skips urllib, http and ssl
+
     headers = {"User-Agent": USER_AGENT}
     if start:
         headers["Range"] = f"bytes={start}-"
@@ -104,6 +106,9 @@ def _open(url: str, *, start: int = 0, timeout: float = 30.0):
 
 def fetch_text(url: str, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5) -> str:
     """Small text file (a ``.hash``) with retries. Raises _Permanent / _Transient / URLError."""
+    import urllib.error
+    from http.client import HTTPException
+
     last: Exception | None = None
     for attempt in range(retries + 1):
         try:
@@ -138,6 +143,9 @@ def download_to(
     Raises _Permanent (404 ...), _Transient after the retries are spent, or URLError when the host
     cannot be reached at all.
     """
+    import urllib.error
+    from http.client import HTTPException, IncompleteRead
+
     last: Exception | None = None
     for attempt in range(retries + 1):
         start = part.stat().st_size if part.exists() else 0
@@ -519,6 +527,8 @@ class ModelStore:
         return out
 
     def _pull_one(self, spec: ModelSpec, bars: _RichProgress) -> Path:
+        import urllib.error
+
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / spec.file
         part = final.with_name(final.name + ".part")

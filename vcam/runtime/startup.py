@@ -180,7 +180,7 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
     start_telemetry(d, up)
     offer_settings(d, up)
     start_control(d, up)
-    if d.panel_on:
+    if d.panel_on and (d.cfg.panel.enabled or d.cfg.obs_source):  # off: not even its imports (issue 39)
         from vcam.runtime.panel import start_panel
 
         up.panel = start_panel(d, up)
