@@ -131,3 +131,16 @@ def test_the_daemons_store_keeps_its_cache_in_the_user_cache_dir():
 
     store = model_store(Config())
     assert store.hash_cache is not None and store.hash_cache.path == folders.cache_dir() / "model-hashes.json"
+
+
+def test_a_lock_file_that_cannot_be_written_costs_no_run_and_no_second_read(placed, reads, tmp_path):
+    """A models folder whose lock file cannot be written (its lock's lock is in the way here; a
+    folder the user cannot write elsewhere): each start verifies the file, the run goes on, and the
+    cache spares the second start the reading."""
+    path, data = placed
+    (path.parent / (download.LOCK_NAME + ".lk")).mkdir()  # the flock's file cannot be opened
+    cache = tmp_path / "model-hashes.json"
+    want = hashlib.sha256(data).hexdigest()
+    for _ in range(2):
+        assert ModelStore(path.parent, progress=False, hash_cache=cache).verify("crossface_simswap") == want
+    assert not (path.parent / download.LOCK_NAME).exists() and reads == [path]

@@ -329,6 +329,15 @@ class ModelStore:
             tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, self.lock_path)
 
+    def _remember(self, file: str, sha: str, crc: str, size: int, origin: str) -> None:
+        """:meth:`_record` for a file verified in place: a lock file that cannot be written (a models
+        folder the user cannot write) costs one log line and the check at the next start (with the
+        hash cache, without reading the file), never the run."""
+        try:
+            self._record(file, sha, crc, size, origin)
+        except OSError as exc:
+            log.info("%s not recorded in %s (%s): checked again at the next start", file, self.lock_path, exc)
+
     def _pin(self, spec: ModelSpec) -> str | None:
         return self.pins.get(spec.file) or self.pins.get(spec.name) or (spec.sha256.lower() if spec.sha256 else None)
 
@@ -401,7 +410,7 @@ class ModelStore:
                 )
             if locked.get("mtime_ns") != path.stat().st_mtime_ns or locked.get("size") != path.stat().st_size:
                 # the same bytes (touched, copied, or locked by an older vcam): trust them from now on
-                self._record(spec.file, sha, crc, path.stat().st_size, str(locked.get("source", "manual")))
+                self._remember(spec.file, sha, crc, path.stat().st_size, str(locked.get("source", "manual")))
             return sha
         hash_path = path.with_name(spec.hash_file)
         if hash_path.is_file():
@@ -414,7 +423,7 @@ class ModelStore:
                 )
         self.check_tensors(name, path)
         if not locked:
-            self._record(spec.file, sha, crc, path.stat().st_size, "pinned" if pin else "manual")
+            self._remember(spec.file, sha, crc, path.stat().st_size, "pinned" if pin else "manual")
         return sha
 
     def _digests(self, path: Path, full: bool) -> tuple[str, str]:
