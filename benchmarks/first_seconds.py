@@ -17,6 +17,8 @@ keeps each stream's run summary; per stream:
     late        frames out over the budget (counted as late: the picture kept moving) / over it not counted
     first s     the first frame out, after the process start
     GPU s       the first frame swapped on the GPU (the switch from the CPU, else the first through the pipeline)
+    CPU s to 1st swapped  the process's CPU seconds (every thread) when the first frame went out through the
+                pipeline: on a machine others load, the cost of the start less the waiting for a core
 
 ``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
 temporary worktree), alternated run by run with this tree (the same machine load). The table gives
@@ -47,6 +49,14 @@ def timed(self, data):
     sent.setdefault(id(self), []).append(time.perf_counter() - t0)
     return send(self, data)
 outputs.NullOutput.send = timed
+from vcam import status as vs
+first_cpu = {}
+published = vs.LiveStats.published
+def cpu_first(self, *a, **k):
+    if self.summary.frames_out == 0:
+        first_cpu.setdefault(id(self), time.process_time())
+    return published(self, *a, **k)
+vs.LiveStats.published = cpu_first
 from vcam.runtime import daemon as vd
 run = vd.Daemon.run
 def reported(self, *a, **k):
@@ -62,6 +72,7 @@ def reported(self, *a, **k):
                 "published_late": s.published_late + getattr(s, "early_late", 0),
                 "cpu_frames": getattr(s, "cpu_frames", 0), "switched_s": getattr(s, "switched_s", None),
                 "first_processed_s": s.first_processed_s, "first_frame_s": s.first_frame_s, "device": s.device,
+                "first_cpu_s": first_cpu.get(id(st.live)),
             }
         with open(OUT, "w") as f:
             json.dump(rows, f)
@@ -116,6 +127,7 @@ def measure(stream: dict[str, Any], *, fps: float, window: float, budget_ms: flo
         "gpu_s": switched if switched is not None else stream.get("first_processed_s"),
         "frames": len(sent),
         "cpu_frames": stream.get("cpu_frames", 0),
+        "first_cpu_s": stream.get("first_cpu_s"),
     }
 
 
@@ -193,12 +205,22 @@ def _table(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, budg
         f"{args.input}, budget {budget_ms:.0f} ms, {args.duration:.0f} s, median of {args.runs} runs (every stream)"
     )
     t = Table(title=title)
-    for col in ("tree", f"published {args.window:.0f} s", "p99 ms", "late / over uncounted", "first s", "GPU s", "CPU frames"):
+    cols = (
+        "tree",
+        f"published {args.window:.0f} s",
+        "p99 ms",
+        "late / over uncounted",
+        "first s",
+        "GPU s",
+        "CPU frames",
+        "CPU s to 1st swapped",
+    )
+    for col in cols:
         t.add_column(col, justify="right")
     for name, rs in runs.items():
         rows = [r for run in rs for r in run["rows"]]
         if not rows:
-            t.add_row(name, "failed", "", "", "", "", "")
+            t.add_row(name, "failed", "", "", "", "", "", "")
             continue
 
         def med(key: str, rows: list[dict[str, Any]] = rows) -> float:
@@ -207,7 +229,7 @@ def _table(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, budg
 
         t.add_row(
             name, f"{med('published'):.0%}", f"{med('p99_ms'):.0f}", f"{med('late'):.0f} / {med('over_uncounted'):.0f}",
-            f"{med('first_s'):.2f}", f"{med('gpu_s'):.2f}", f"{med('cpu_frames'):.0f}",
+            f"{med('first_s'):.2f}", f"{med('gpu_s'):.2f}", f"{med('cpu_frames'):.0f}", f"{med('first_cpu_s'):.2f}",
         )  # fmt: skip
     Console(width=140).print(t)
 

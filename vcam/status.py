@@ -117,8 +117,9 @@ class LiveStats:
         self._over = 0
         self._late = 0  # > 0 while frames go out late (overloaded): counts down on on-time frames
         self.faces = 0
-        #: Called once, when the first frame went out through the pipeline (the daemon lets the
-        #: work it held back for the first frame begin then).
+        #: Called once, when the next frame went out through the pipeline (the first, or the first
+        #: through a full assembly an early swap switched to): the daemon lets the work it held
+        #: back for the first frame begin then.
         self.on_first: Callable[[], Any] | None = None
 
     def frame_in(self, t_capture: float) -> None:
@@ -139,8 +140,9 @@ class LiveStats:
             s.first_processed_s = process.age()
             if s.first_frame_s is None:
                 s.first_frame_s = s.first_processed_s
-            if self.on_first is not None:
-                self.on_first()
+        if self.on_first is not None:  # once: the first frame out since it was set
+            first, self.on_first = self.on_first, None
+            first()
         s.frames_out += 1
         self._out.append(t_pub)
         ms = (t_pub - t_capture) * 1000.0

@@ -320,3 +320,41 @@ def test_a_face_photo_without_a_face_stops_the_early_swap_with_one_error(tmp_pat
     with caplog.at_level(logging.WARNING), pytest.raises(FaceError, match="no face found"):
         daemon.run(max_frames=5)
     assert "no swap on the CPU" not in caplog.text and daemon.summary.frames_out == 0
+
+
+@pytest.mark.slow
+def test_the_full_assemblys_held_work_begins_at_its_first_frame_after_the_switch(monkeypatch):
+    """The work the full load holds back for its first frame (the engines' background graph
+    captures: on a GPU every size of the swapper's, issue 39) is let go when the first frame went
+    out through it, after the switch: not before it, nor only at the gate's patience or the run's
+    end (frames had gone out through the CPU assembly already)."""
+    from vcam.engines import gate
+
+    released: list[float] = []
+
+    class Recording(gate.BackgroundGate):
+        def hold(self):
+            release = super().hold()
+
+            def recorded():
+                released.append(time.perf_counter())
+                release()
+
+            return recorded
+
+    monkeypatch.setattr(gate, "BACKGROUND", Recording(patience=120))
+    published: list[tuple[float, int]] = []
+
+    def hook(mark):
+        if mark.phase == "published":
+            published.append((mark.t, id(mark.stream.pipeline)))
+
+    out = Capturing(640, 360, fmt=PixelFormat.BGR)
+    daemon = Daemon(_cfg(), output=out, control=False, early_swap=True, load_delay=1.5, hook=hook)
+    s = daemon.run(max_frames=45)
+    assert 1 <= s.cpu_frames < s.frames_out, s
+    full = published[-1][1]
+    last_cpu = max(t for t, p in published if p != full)
+    first_full = min(t for t, p in published if p == full)
+    assert released, "the held work was never let go"
+    assert last_cpu < released[0] <= first_full, (last_cpu, released[0], first_full)

@@ -74,3 +74,27 @@ def test_daemon_summary_names_the_recogniser_after_a_cached_start(models, tmp_pa
         assert r.exit_code == 0, r.output
         models_line = next(ln for ln in r.output.splitlines() if ln.startswith("models:"))
         assert "recogniser arcface_w600k_r50: onnxruntime fp32 on cpu" in models_line, models_line
+
+
+def test_a_run_that_downloads_nothing_with_the_panel_off_imports_no_network_or_panel_module():
+    """Issue 39: the model store's urllib, http and ssl are imported by a download only, the panel's
+    modules only when it serves; a `vcam run` on the CPU (the classic swap) imports none of them
+    before its first swapped frame, or at all."""
+    import subprocess
+    import sys
+
+    watched = ("urllib.request", "http.client", "ssl", "vcam.runtime.panel", "vcam.panel.server")
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['vcam', 'run', '--device', 'cpu', '--input', 'demo', '--realtime', '--output', 'null',\n"
+        "            '--duration', '1s', '--panel', 'off', '--quiet']\n"
+        "try:\n"
+        "    runpy.run_module('vcam', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        f"print('IMPORTED', [m for m in {watched!r} if m in sys.modules])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stopped:" in r.stdout + r.stderr
+    assert "IMPORTED []" in r.stdout, r.stdout

@@ -7,6 +7,8 @@ Real components: the bundled portraits, the embedded RetinaFace detector, the pa
 
 from __future__ import annotations
 
+import dataclasses
+
 import cv2
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from vcam.ops.numpy import NumpyOps
 from vcam.stages import demo
 from vcam.stages import mask as vmask
 from vcam.stages.detect import RetinaFaceDetector
-from vcam.stages.swap import SOURCE_MARGIN, ClassicSwapper, face_region, make_builtin, paste_faces
+from vcam.stages.swap import LOCAL_SIZE, SOURCE_MARGIN, ClassicSwapper, _area_matrix, face_region, make_builtin, paste_faces
 from vcam.stages.swap_neural import NeuralSwapper
 from vcam.types import SourceFace
 
@@ -320,6 +322,24 @@ def test_a_source_without_landmarks_is_taken_as_aligned():
     region = face_region(align.TEMPLATES["arcface_128"] * 128, 128, margin=SOURCE_MARGIN)
     np.testing.assert_allclose(face.latents["classic.mask"], region * host(sw.ops, sw.mask), atol=1e-6)
     assert face.latents["classic"].shape == (128, 128, 3) and face.latents["classic.raw"].shape == (128, 128, 3)
+
+
+def test_the_local_colours_are_made_with_the_face_and_mean_its_face_only(sources, target):
+    """``prepare`` keeps each source's colours at LOCAL_SIZE (means over its paste mask, the
+    definition written out as plain sums here), so the first swapped frame does not make them; a face
+    without them (prepared elsewhere) swaps the same."""
+    sw = ClassicSwapper()
+    face = sw.prepare(sources["hopper"])
+    raw, m = face.latents["classic.raw"].astype(np.float64), face.latents["classic.mask"].astype(np.float64)
+    down = _area_matrix(128, LOCAL_SIZE).astype(np.float64)
+    w = down @ m @ down.T
+    want = np.stack([down @ (raw[..., c] * m) @ down.T for c in range(3)], -1) / np.maximum(w, 1e-6)[..., None]
+    np.testing.assert_allclose(face.latents["classic.local"].reshape(LOCAL_SIZE, LOCAL_SIZE, 3), want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(face.latents["classic.local_w"], w, rtol=1e-5, atol=1e-6)
+    bare = dataclasses.replace(face, latents={k: v for k, v in face.latents.items() if not k.startswith("classic.local")})
+    frame, _, mats = target
+    got = [np.array(host(sw.ops, ClassicSwapper().swap(frame.copy(), mats, f)[0])) for f in (face, bare)]
+    np.testing.assert_array_equal(got[0], got[1])
 
 
 # -- neural swapper rows --------------------------------------------------------------------------

@@ -79,6 +79,8 @@ AUTOTUNE_WEIGHTS = 5_000_000
 
 def _capture_now(capture: Callable[[int, Items], Any], sizes: list[int], items: Items, name: str) -> None:
     """The graphs of ``sizes`` captured now (the start-up's), with a ``-v`` line of how long they took."""
+    if not sizes:
+        return
     t0 = time.perf_counter()
     for b in sizes:
         capture(b, items)
@@ -102,6 +104,11 @@ class TorchEngine:
     a native module from its saved build in the engine cache (:mod:`vcam.engines.native.saved`),
     without reading the ONNX file, and save one after a build. ``background_capture``: the warm-up
     captures the first batch size and leaves the others to a background thread (see :meth:`warmup`).
+    ``eager_first``: with ``background_capture``, the first size goes to that thread too, and the
+    calls made before their size is captured run eagerly (cuDNN's heuristic algorithms, no
+    autotuning): the start-up captures nothing, and the first frames on the GPU do not wait for a
+    capture (about a second for the inswapper in FP16 on the H200). None: on where cuDNN autotunes
+    (``autotune``: the large networks, whose captures cost that second), off for the small ones.
 
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
@@ -147,6 +154,7 @@ class TorchEngine:
         autotune: bool | None = None,
         saved_build: bool = True,
         background_capture: bool = True,
+        eager_first: bool | None = None,
     ) -> None:
         reason = self.unavailable_reason(device)
         if reason:
@@ -208,10 +216,8 @@ class TorchEngine:
         weights = sum(t.numel() for t in module.parameters()) + sum(t.numel() for t in module.buffers())
         self.autotune = bool(autotune) if autotune is not None else weights >= AUTOTUNE_WEIGHTS
         module = module.eval().requires_grad_(False).to(self._dev, self.dtype)
-        if self.channels_last:
-            module = module.to(memory_format=torch.channels_last)
-        self.module = module
-        self._fn = module
+        module = module.to(memory_format=torch.channels_last) if self.channels_last else module
+        self.module = self._fn = module
         self._compiled_fns: dict[tuple, Any] = {}  # capture key -> loaded artifact, in use
         self.cuda_graphs = bool(cuda_graphs) and device == "cuda"
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
@@ -222,6 +228,7 @@ class TorchEngine:
         self._fast: dict[tuple, tuple] = {}
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         self.background_capture = bool(background_capture)
+        self.eager_first = bool(self.autotune if eager_first is None else eager_first) and self.background_capture
         self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
@@ -308,7 +315,7 @@ class TorchEngine:
         self._take_loaded(wait=False)
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
-        cap = self._captured_for(self._padded(step), items) if self.cuda_graphs else None
+        cap = _graph_or_none(self, self._padded(step), items) if self.cuda_graphs else None
         out = {}
         for info in self.inputs:
             key = (info.name, items[info.name], n)
@@ -348,9 +355,10 @@ class TorchEngine:
                 self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
             later = self.background_capture if background is None else background
-            _capture_now(self._captured_for, sizes[:1] if later else sizes, items, self.name)
-            if later and len(sizes) > 1:
-                self._later.put(sizes[1:], items)
+            now = [] if later and self.eager_first else sizes[:1] if later else sizes
+            _capture_now(self._captured_for, now, items, self.name)
+            if later and len(sizes) > len(now):
+                self._later.put(sizes[len(now) :], items)
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(compile_sizes, items)
 
@@ -504,9 +512,7 @@ class TorchEngine:
             if src.data_ptr() != view.data_ptr() or src.stride() != view.stride() or src.dtype != view.dtype:
                 view.copy_(src)
         if self.cuda_graphs:
-            cap = self._captured_for(b, items)
-            cap.graph.replay()
-            outs = cap.outputs
+            outs = _replay_or_eager(self, [s[:b] for s in static], b, items)
         else:
             with _torch.inference_mode(), self.backend_flags():
                 self._take_loaded(wait=True)
@@ -603,6 +609,43 @@ class TorchEngine:
 
     def __repr__(self) -> str:
         return f"TorchEngine({self.name!r}, {self.describe()})"
+
+
+def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
+    """The graph of batch ``b`` (captured now when missing: ``TorchEngine._captured_for``), or None
+    while ``eager_first`` leaves it to the background captures still under way."""
+    if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
+        return None
+    return engine._captured_for(b, items)
+
+
+def _replay_or_eager(engine: TorchEngine, static: list[Any], b: int, items: Items) -> list[Any]:
+    """One call of batch ``b`` on the static buffers' views ``static``: its graph replayed, or run
+    eagerly while the background captures have not reached its size (:func:`_eager`)."""
+    cap = _graph_or_none(engine, b, items)
+    if cap is None:
+        return _eager(engine, static, b, items)
+    cap.graph.replay()
+    return list(cap.outputs)
+
+
+def _eager(engine: TorchEngine, static: list[Any], b: int, items: Items) -> list[Any]:
+    """One call without its graph (``eager_first``, before the background thread captured its size),
+    on the caller's stream, with cuDNN's heuristic algorithms (autotuning a new shape takes about half
+    a second). Under :data:`~vcam.engines.threads.CAPTURE_LOCK`: never beside a capture (one under
+    way is waited for, once; if it was this size's, its graph is replayed instead)."""
+    torch = _torch
+    key = engine._graph_key(b, items)
+    with CAPTURE_LOCK:
+        cap = engine._graphs.get(key)
+        if cap is not None:
+            cap.graph.replay()
+            return list(cap.outputs)
+        flags: AbstractContextManager[Any] = contextlib.nullcontext()
+        if engine.device == "cuda":
+            flags = torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=engine.tf32)
+        with torch.inference_mode(), flags:
+            return engine._forward(static, engine._compiled_fns.get(key))
 
 
 __all__ = ["TorchEngine", "batch_buckets"]

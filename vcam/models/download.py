@@ -23,17 +23,15 @@ import os
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.client import HTTPException, IncompleteRead
 from pathlib import Path
 
 from vcam.errors import ModelError
 from vcam.models import registry
+from vcam.models.hash_cache import HashCache
 from vcam.models.registry import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -80,11 +78,16 @@ class _Transient(Exception):
 
 
 def _is_offline(exc: BaseException) -> bool:
+    import urllib.error
+
     reason = getattr(exc, "reason", exc)
     return isinstance(reason, (socket.gaierror, ConnectionRefusedError, OSError)) and not isinstance(exc, urllib.error.HTTPError)
 
 
 def _open(url: str, *, start: int = 0, timeout: float = 30.0):
+    import urllib.error
+    import urllib.request  # here, not at the top: a start that downloads nothing skips urllib, http and ssl
+
     headers = {"User-Agent": USER_AGENT}
     if start:
         headers["Range"] = f"bytes={start}-"
@@ -103,6 +106,9 @@ def _open(url: str, *, start: int = 0, timeout: float = 30.0):
 
 def fetch_text(url: str, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5) -> str:
     """Small text file (a ``.hash``) with retries. Raises _Permanent / _Transient / URLError."""
+    import urllib.error
+    from http.client import HTTPException
+
     last: Exception | None = None
     for attempt in range(retries + 1):
         try:
@@ -137,6 +143,9 @@ def download_to(
     Raises _Permanent (404 ...), _Transient after the retries are spent, or URLError when the host
     cannot be reached at all.
     """
+    import urllib.error
+    from http.client import HTTPException, IncompleteRead
+
     last: Exception | None = None
     for attempt in range(retries + 1):
         start = part.stat().st_size if part.exists() else 0
@@ -245,7 +254,9 @@ class ModelStore:
 
     ``mirrors``: URL templates with ``{base}`` and ``{file}`` tried before the registry's own URLs
     (a local mirror, or a test server); ``official=False`` skips the registry's own URLs. ``pins``: file name (or
-    model name) -> SHA-256.
+    model name) -> SHA-256. ``hash_cache``: a file remembering the digests of the files hashed
+    (:class:`~vcam.models.hash_cache.HashCache`, in the user's cache dir), so a start whose lock
+    file cannot trust a file (a folder it cannot write, a stale entry) still reads it only once.
     """
 
     def __init__(
@@ -260,8 +271,10 @@ class ModelStore:
         backoff: float = 0.5,
         timeout: float = 30.0,
         official: bool = True,
+        hash_cache: str | os.PathLike | None = None,
     ) -> None:
         self.root = Path(root)
+        self.hash_cache = HashCache(hash_cache) if hash_cache is not None else None
         self.official = official
         self.pins = {k: v.lower() for k, v in (pins or {}).items()}
         self.mirrors = list(mirrors)
@@ -315,6 +328,15 @@ class ModelStore:
             tmp = self.lock_path.with_name(f"{LOCK_NAME}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, self.lock_path)
+
+    def _remember(self, file: str, sha: str, crc: str, size: int, origin: str) -> None:
+        """:meth:`_record` for a file verified in place: a lock file that cannot be written (a models
+        folder the user cannot write) costs one log line and the check at the next start (with the
+        hash cache, without reading the file), never the run."""
+        try:
+            self._record(file, sha, crc, size, origin)
+        except OSError as exc:
+            log.info("%s not recorded in %s (%s): checked again at the next start", file, self.lock_path, exc)
 
     def _pin(self, spec: ModelSpec) -> str | None:
         return self.pins.get(spec.file) or self.pins.get(spec.name) or (spec.sha256.lower() if spec.sha256 else None)
@@ -370,7 +392,7 @@ class ModelStore:
             same = locked.get("size") == st.st_size and locked.get("mtime_ns") == st.st_mtime_ns
             if same and (not pin or pin == locked.get("sha256")):
                 return str(locked["sha256"])
-        crc, sha = file_digests(path)
+        crc, sha = self._digests(path, full)
         if pin:
             if sha != pin:
                 self._reject(
@@ -388,7 +410,7 @@ class ModelStore:
                 )
             if locked.get("mtime_ns") != path.stat().st_mtime_ns or locked.get("size") != path.stat().st_size:
                 # the same bytes (touched, copied, or locked by an older vcam): trust them from now on
-                self._record(spec.file, sha, crc, path.stat().st_size, str(locked.get("source", "manual")))
+                self._remember(spec.file, sha, crc, path.stat().st_size, str(locked.get("source", "manual")))
             return sha
         hash_path = path.with_name(spec.hash_file)
         if hash_path.is_file():
@@ -401,8 +423,24 @@ class ModelStore:
                 )
         self.check_tensors(name, path)
         if not locked:
-            self._record(spec.file, sha, crc, path.stat().st_size, "pinned" if pin else "manual")
+            self._remember(spec.file, sha, crc, path.stat().st_size, "pinned" if pin else "manual")
         return sha
+
+    def _digests(self, path: Path, full: bool) -> tuple[str, str]:
+        """(crc32, sha256) of ``path``: from the hash cache when it has the file at this size and
+        modification time (never for ``full``), else read (and remembered there)."""
+        cache = self.hash_cache
+        if cache is None:
+            return file_digests(path)
+        st = path.stat()
+        got = None if full else cache.get(path, st.st_size, st.st_mtime_ns)
+        if got is not None:
+            return got
+        crc, sha = file_digests(path)
+        after = path.stat()
+        if (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns):  # not written meanwhile
+            cache.put(path, st.st_size, st.st_mtime_ns, crc, sha)
+        return crc, sha
 
     def check_tensors(self, name: str, path: Path) -> None:
         """The ONNX file's inputs (names and ranks) must match the registry row, and it must have at
@@ -498,6 +536,8 @@ class ModelStore:
         return out
 
     def _pull_one(self, spec: ModelSpec, bars: _RichProgress) -> Path:
+        import urllib.error
+
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / spec.file
         part = final.with_name(final.name + ".part")

@@ -121,8 +121,11 @@ def optional_stages(cfg: Config) -> set[str]:
 def model_store(cfg: Config, **kwargs: Any) -> Any:
     """The model store of ``[models]`` (its folder, pins, mirror and whether it may download)."""
     from vcam.models.download import ModelStore
+    from vcam.models.hash_cache import NAME
+    from vcam.platform import folders
 
     kwargs.setdefault("allow_download", cfg.models.allow_download)
+    kwargs.setdefault("hash_cache", folders.cache_dir() / NAME)
     if cfg.models.mirror:
         kwargs.setdefault("mirrors", [cfg.models.mirror])
     return ModelStore(cfg.models_dir, pins=dict(cfg.models.sha256), **kwargs)

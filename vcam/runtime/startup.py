@@ -180,7 +180,7 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
     start_telemetry(d, up)
     offer_settings(d, up)
     start_control(d, up)
-    if d.panel_on:
+    if d.panel_on and (d.cfg.panel.enabled or d.cfg.obs_source):  # off: not even its imports (issue 39)
         from vcam.runtime.panel import start_panel
 
         up.panel = start_panel(d, up)
@@ -382,7 +382,7 @@ def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
         st.stage, st.target, st.decoder = loaded.stages[st.name]
         if st.live is None:
             st.live = LiveStats(st.summary)
-        if loaded.release is not None and st.summary.frames_out == 0:  # the background work begins when the first frame is out
+        if loaded.release is not None:  # the background work begins when its first frame is out (an early swap's switch too)
             st.live.on_first = loaded.release
     log.info("models: %s", d.summary.models)
 

@@ -1,0 +1,127 @@
+"""``TorchEngine(eager_first=True)`` (issue 39): the start-up captures no CUDA graph; every size goes
+to the background captures, which wait for the first frame (vcam.engines.gate.BACKGROUND), and the
+calls made before their size is captured run eagerly. The graph path runs here on the CPU with a
+recording stand-in for the capture (its "replay" runs the module into the captured outputs), so the
+order (eager call, then the capture once the gate opens, then replays) is asserted on any machine;
+tests/engines/test_background_capture.py has the real captures on CUDA."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import need_torch
+
+from vcam.models import standin
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return standin.write("inswapper_128", tmp_path_factory.mktemp("m") / "inswapper_128.onnx", tiny=True, seed=5)
+
+
+def _feeds(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    src = rng.standard_normal((n, 512)).astype(np.float32)
+    return {"target": rng.random((n, 3, 128, 128), dtype=np.float32), "source": src / np.linalg.norm(src, axis=1, keepdims=True)}
+
+
+class _Replay:
+    """A captured graph's stand-in: replaying runs the module on the static inputs into its outputs."""
+
+    def __init__(self, engine, b, items, events):
+        self.engine, self.b, self.events = engine, b, events
+        self.static = [engine._storage_for(info, items[info.name])[:b] for info in engine.inputs]
+        self.outputs = engine._forward(self.static)
+
+    def replay(self):
+        self.events.append(("replay", self.b))
+        for dst, got in zip(self.outputs, self.engine._forward(self.static)):
+            dst.copy_(got)
+
+
+def _graph_path(engine, events, monkeypatch):
+    """``engine`` (on the CPU) taking the GPU's graph path, its captures recorded."""
+    from vcam.engines import torch as te
+
+    engine.cuda_graphs = True
+
+    def capture(b, items):
+        events.append(("capture", b))
+        fake = _Replay(engine, b, items, events)
+        return te._Captured(fake, fake.outputs)
+
+    monkeypatch.setattr(engine, "_capture", capture)
+    eager = te._eager
+
+    def recorded(eng, static, b, items):
+        events.append(("eager", b))
+        return eager(eng, static, b, items)
+
+    monkeypatch.setattr(te, "_eager", recorded)
+
+
+def test_the_first_calls_run_eagerly_and_the_captures_wait_for_the_first_frame(tiny, monkeypatch, caplog):
+    need_torch()
+    from vcam.engines import threads
+    from vcam.engines.gate import BackgroundGate
+    from vcam.engines.torch import TorchEngine
+
+    gate = BackgroundGate(patience=60, settle=0.0, rest=0.0)
+    monkeypatch.setattr(threads, "BACKGROUND", gate)
+    ref = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False)
+    e = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=True)
+    events: list[tuple[str, int]] = []
+    _graph_path(e, events, monkeypatch)
+    first_frame = gate.hold()  # the start-up's hold (vcam.runtime.startup.prepare), released at the first frame
+    with caplog.at_level(logging.INFO, logger="vcam.engines"):
+        e.warmup()
+        assert events == [] and not e._graphs  # nothing captured at start-up
+        for i in range(2):
+            f = _feeds(1, i)
+            np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-5)
+        assert events == [("eager", 1), ("eager", 1)]
+        first_frame()
+        assert e.wait_graphs(120)
+        f = _feeds(1, 7)
+        np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-5)
+    assert events == [("eager", 1), ("eager", 1), ("capture", 1), ("capture", 2), ("capture", 3), ("capture", 4), ("replay", 1)]
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("captured at start-up" in ln for ln in lines)
+    assert any("batch 1,2,3,4 captured in the background" in ln for ln in lines)
+    e.close()
+    ref.close()
+
+
+def test_without_eager_first_the_start_up_captures_the_first_size(tiny, monkeypatch):
+    need_torch()
+    from vcam.engines import threads
+    from vcam.engines.gate import BackgroundGate
+    from vcam.engines.torch import TorchEngine
+
+    gate = BackgroundGate(patience=60, settle=0.0, rest=0.0)
+    monkeypatch.setattr(threads, "BACKGROUND", gate)
+    e = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=False)
+    events: list[tuple[str, int]] = []
+    _graph_path(e, events, monkeypatch)
+    release = gate.hold()
+    e.warmup()
+    assert events == [("capture", 1)]
+    e.run(_feeds(1, 0))
+    assert events == [("capture", 1), ("replay", 1)]
+    release()
+    assert e.wait_graphs(120) and [k[0] for k in e._graphs] == [1, 2, 3, 4]
+    e.close()
+
+
+def test_eager_first_is_on_for_the_networks_that_autotune(tiny):
+    need_torch()
+    from vcam.engines.torch import TorchEngine
+
+    small = TorchEngine(tiny, device="cpu", warmup=False)
+    assert not small.autotune and not small.eager_first
+    big = TorchEngine(tiny, device="cpu", warmup=False, autotune=True)
+    assert big.eager_first
+    assert not TorchEngine(tiny, device="cpu", warmup=False, autotune=True, background_capture=False).eager_first
