@@ -90,10 +90,22 @@ class Run:
     """``vcam run`` in its own process, and what the tests learnt from it."""
 
     def __init__(self, proc: subprocess.Popen, url: str, out: Path, shots: Path, log: Path) -> None:
-        self.proc, self.url, self.out, self.shots, self.log = proc, url, out, shots, log
-        self.base, self.token = url.split("/#token=")
+        self.proc, self.out, self.shots, self.log = proc, out, shots, log
+        self.base, code = url.split("/#once=")  # the printed link: a one-time code, never the token
         self.port = int(self.base.rsplit(":", 1)[1])
         self.checks: list[tuple[int, str]] = []  # (frames published when a change took effect, face from then on)
+        status, body = self.request("/api/once", method="POST", body=json.dumps({"code": code}).encode())
+        assert status == 200, body
+        self.token = json.loads(body)["token"]
+        again = self.request("/api/once", method="POST", body=json.dumps({"code": code}).encode())
+        assert self.token not in url and again[0] == 403
+
+    @property
+    def url(self) -> str:
+        """A fresh link, as `vcam panel` makes one (this run converts to a file: no panel file)."""
+        from vcam.panel.access import once_url
+
+        return once_url(self.base, self.token, time.time())
 
     def request(self, path: str, *, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
         req = urllib.request.Request(self.base + path, data=body, method=method, headers=headers or {})

@@ -9,6 +9,8 @@ Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel
     GET  /api/session           the pairing key, for the page's memory (see access.Pairing)
     POST /api/hello, /api/resume   a restarted daemon and an open page prove the key to each other:
                                 the page gets this run's token (no token needed: the proofs stand for it)
+    POST /api/once              {"code"}: a printed link's one-time code, traded once for the token
+                                (access.OnceCodes); a used or expired one gets the page's words (403)
     GET  /api/state             everything the page shows, once (view.PanelView.snapshot)
     GET  /api/events            the same, pushed as Server-Sent Events: every second and on each change
     WS   /api/ws                one connection a page: the token as the first message, then the states
@@ -46,7 +48,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from vcam.control.local import MAX_LINE, handle_command
 from vcam.errors import ConfigError, FaceError, VcamError
 from vcam.panel import limits
-from vcam.panel.access import Guard, Pairing, allowed_hosts, check_bind, url_with_token
+from vcam.panel.access import Guard, OnceCodes, Pairing, allowed_hosts, check_bind, once_url
 from vcam.panel.preview import PreviewTap
 from vcam.panel.source import SourceTap
 from vcam.panel.view import Backend, PanelView
@@ -142,6 +144,7 @@ class PanelServer:
     ) -> None:
         check_bind(host, tls_cert, tls_key)
         self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
+        self.once = OnceCodes(token)
         self.backend, self.token, self.host, self.port = backend, token, host, port
         self.or_free_port = or_free_port
         self.moved_from: int | None = None
@@ -166,8 +169,8 @@ class PanelServer:
 
     @property
     def url(self) -> str:
-        """The URL with this run's token (what `vcam run` prints and `vcam panel` opens)."""
-        return url_with_token(self.base_url, self.token)
+        """A fresh link for a browser, with a one-time code (never the token): what `vcam run` prints."""
+        return once_url(self.base_url, self.token, time.time())
 
     def start(self) -> None:
         import uvicorn
@@ -278,6 +281,7 @@ class PanelServer:
             Route("/api/session", self._session),
             Route("/api/hello", self._hello, methods=["POST"]),
             Route("/api/resume", self._resume, methods=["POST"]),
+            Route("/api/once", self._redeem, methods=["POST"]),
             Route("/api/state", self._state),
             Route("/api/events", self._events),
             WebSocketRoute("/api/ws", self._ws),
@@ -321,6 +325,14 @@ class PanelServer:
         if token is None:
             return JSONResponse({"ok": False, "error": "the proof is wrong"}, 403)
         return JSONResponse({"ok": True, "token": token})
+
+    async def _redeem(self, request):
+
+        body = await self._json_dict(request)
+        why = self.once.redeem(body.get("code"), time.time())
+        if why is not None:
+            return JSONResponse({"ok": False, "error": OnceCodes.WHY[why], "hint": OnceCodes.HINT, "why": why}, 403)
+        return JSONResponse({"ok": True, "token": self.token})
 
     async def _static(self, request):
 

@@ -205,8 +205,9 @@ def start_panel(d: Any, up: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
     With its default port in use (another vcam), it serves on a free port and says which in a line.
-    The URL with its token goes to ``d.announce`` and, when this daemon holds the control socket's
-    lock, into the panel file beside the socket (mode 0600) for `vcam panel`."""
+    A link with a one-time code goes to ``d.announce``; when this daemon holds the control socket's
+    lock, the address and the token go into the panel file beside the socket (mode 0600), from which
+    `vcam panel` makes fresh links."""
     pcfg = d.cfg.panel
     if not pcfg.enabled:
         if d.cfg.obs_source:
@@ -257,7 +258,7 @@ def start_panel(d: Any, up: Any) -> Any:
     _wire_frames(d, server)
     if up.locks is not None:
         try:
-            write_panel_file(path, server.url, server.token, **source_facts(d, server))
+            write_panel_file(path, server.base_url + "/", server.token, **source_facts(d, server))
         except OSError as exc:
             log.warning("cannot write %s (`vcam panel` will not find the URL): %s", path, exc)
     announce = getattr(d, "announce", None)

@@ -1,7 +1,8 @@
 // FastSwap Cam panel: plain JS, no build step. State arrives pushed (/api/events, read as a stream);
-// every API request carries the run's token in X-Vcam-Token, which only this script adds: the token
-// comes in the URL after '#', is kept in this tab's sessionStorage (kept apart by origin, port
-// included), never in a cookie, and the page loads again without it (no history entry holds it). After a daemon restart the page proves the pairing key it holds
+// every API request carries the run's token in X-Vcam-Token, which only this script adds: a printed
+// link holds a one-time code after '#' (never the token), traded once at /api/once; the token is kept
+// in this tab's sessionStorage (kept apart by origin, port included), never in a cookie, and the page
+// loads again without the code (no history entry holds it). After a daemon restart the page proves the pairing key it holds
 // in memory to the server, after the server proved it first, and gets the new run's token.
 "use strict";
 
@@ -11,11 +12,13 @@ const panel = { verified: true, state: null, stream: null, lastReply: null, prev
 window.vcamPanel = panel; // read by the browser tests
 
 function takeToken() {
+  // A printed link carries a one-time code (#once=...), an older run's URL the token (#token=...):
+  // either leaves the URL at once, and the page loads again at "/" (location.replace: no entry of
+  // the tab's history, its typed URL included, holds it; replaceState would leave it there).
   const h = new URLSearchParams(location.hash.slice(1));
-  if (h.get("token")) {
-    sessionStorage.setItem("vcam-token", h.get("token"));
-    // A new load in place of this one: the tab's history entry (its typed URL included) never holds
-    // the token; replaceState would leave it in the entry's original URL.
+  if (h.get("once") || h.get("token")) {
+    if (h.get("once")) sessionStorage.setItem("vcam-once", h.get("once"));
+    else sessionStorage.setItem("vcam-token", h.get("token"));
     location.replace(location.pathname);
     panel.leaving = true;
     return null;
@@ -24,6 +27,26 @@ function takeToken() {
 }
 panel.token = takeToken();
 window.addEventListener("hashchange", takeToken); // the URL opened in a tab already on the panel
+
+async function redeem() {
+  // The one-time code traded once for the token; a used, expired or foreign one: the page says why.
+  const code = sessionStorage.getItem("vcam-once");
+  if (!code) return;
+  sessionStorage.removeItem("vcam-once");
+  let reply;
+  try {
+    const res = await fetch("/api/once", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ code }) });
+    reply = await res.json();
+  } catch (err) {
+    reply = { error: "the daemon does not answer", hint: "is `vcam run` still running? Then `vcam panel` prints a fresh link" };
+  }
+  if (reply.token) {
+    panel.token = reply.token;
+    sessionStorage.setItem("vcam-token", reply.token);
+  } else if (!panel.token) {
+    panel.refused = reply.error.charAt(0).toUpperCase() + reply.error.slice(1) + ". To open the panel, " + reply.hint + ".";
+  }
+}
 const auth = (extra = {}) => ({ "X-Vcam-Token": panel.token || "", ...extra });
 panel.get = (url) => fetch(url, { headers: auth(), cache: "no-store" }); // for the tests too
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -594,8 +617,9 @@ async function readEvents(res) {
 }
 
 async function connect() {
+  await redeem();
   if (!panel.token) {
-    setLive(false, "Open the panel with the URL `vcam panel` prints (it carries this run's token).");
+    setLive(false, panel.refused || "Open the panel with the link `vcam panel` prints (each link opens it once).");
     return;
   }
   for (;;) {
