@@ -589,6 +589,7 @@ def test_a_stopped_daemon_is_said_in_words_and_a_restart_is_followed_without_rel
         print(f"restart followed, preview included, in {took:.2f} s")
         assert took < 5.0 and d.execute_script("return window.notReloaded")
         assert d.execute_script("return sessionStorage.getItem('vcam-token')") == srv.token
+        assert d.execute_script("return localStorage.getItem('vcam-pairing')") is None  # kept in memory only
         assert not d.find_element("id", "banner").is_displayed()
         d.find_element("css selector", '#faces .face[data-face="bob"] .pick').click()
         assert wait_for(lambda: backend.states["s1"].active == "bob", 5)

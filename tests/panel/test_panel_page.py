@@ -290,6 +290,57 @@ def test_a_printed_link_opens_the_panel_once_and_the_token_is_in_no_history(serv
     assert all(token not in u for u in _visited(profile))
 
 
+def test_with_keep_token_a_dock_reloaded_by_obs_reconnects_without_a_fresh_link(tmp_path):
+    """[panel] keep_token: the page keeps the pairing key in its origin's storage. A dock that OBS
+    loads again (its stored link long used) after vcam restarted with a new token proves the key,
+    after the server proved it, and is live. With keep_token off the page drops the key (at its next
+    connection), and the old link is refused in the page's words."""
+    backend = BankBackend(tmp_path / "faces")
+    key = new_token()
+    srv = PanelServer(backend, token=new_token(), port=0, pairing_key=key, remember=True)
+    srv.start()
+    servers, port, link, profile = [srv], srv.port, srv.url, tmp_path / "profile"
+    live = "return window.vcamPanel && window.vcamPanel.updates"
+    try:
+        d = browser(320, 700, f"--user-data-dir={profile}")  # OBS with the dock, its link pasted
+        try:
+            d.get(link)
+            assert wait_for(lambda: d.execute_script("return localStorage.getItem('vcam-pairing')"), 20) == key
+        finally:
+            d.quit()  # OBS quits
+        srv.stop()
+        srv = PanelServer(backend, token=new_token(), port=port, pairing_key=key, remember=True)  # `vcam run` again
+        srv.start()
+        servers.append(srv)
+        d = browser(320, 700, f"--user-data-dir={profile}")  # OBS starts: the dock loads its stored link
+        try:
+            d.get(link)
+            assert wait_for(lambda: d.execute_script(live + " && window.vcamPanel.resumed"), 20)
+            assert d.execute_script("return sessionStorage.getItem('vcam-token')") == srv.token
+            assert d.current_url == srv.base_url + "/" and not d.find_element("id", "banner").is_displayed()
+        finally:
+            d.quit()
+        srv.stop()
+        srv = PanelServer(backend, token=new_token(), port=port, pairing_key=key)  # keep_token off again
+        srv.start()
+        servers.append(srv)
+        d = browser(320, 700, f"--user-data-dir={profile}")
+        try:
+            d.get(link)
+            assert wait_for(lambda: d.execute_script(live), 20)
+            assert wait_for(lambda: d.execute_script("return localStorage.getItem('vcam-pairing') === null"), 20)
+            d.switch_to.new_window("tab")
+            d.get(link)
+            banner = lambda: d.find_element("id", "banner").text  # noqa: E731
+            assert wait_for(lambda: "not for this run of vcam" in banner(), 20), banner()  # the first run's link
+            assert not d.execute_script(live)
+        finally:
+            d.quit()
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def test_a_group_photo_gets_a_picker_and_errors_are_in_the_pages_words(served, tmp_path):
     from selenium.webdriver.common.keys import Keys
 

@@ -31,7 +31,10 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
   ``<control socket>.panelkey``, mode 0600, across runs; given to a page that has the token, kept in
   the page's memory only), and trades proofs with the server (HMAC-SHA256 over nonces of both,
   the server's first: :class:`Pairing`) for the new token. Whoever holds the port while vcam is
-  stopped learns nothing from an open page;
+  stopped learns nothing from an open page. With ``[panel] keep_token`` the page also keeps the key
+  in its origin's ``localStorage``, so a page loaded again (an OBS dock after OBS restarts, its
+  stored link long used) proves it the same way; the cost: a program that holds the port while vcam
+  is stopped, when such a page loads, serves it a script that reads that storage;
 - the Host header must name the panel's own address (127.0.0.1, localhost, ::1 or the configured
   host, with its port): a page on another name that resolves to 127.0.0.1 (DNS rebinding) gets 403;
 - a request that changes anything is a POST, and an ``Origin``, when sent, must be the panel's own;

@@ -248,6 +248,7 @@ def start_panel(d: Any, up: Any) -> Any:
             # the OBS Browser Source's key, kept across runs like the pairing key (its URL is in OBS's scene)
             source=SourceTap() if d.cfg.obs_source else None,
             source_key=load_source_key(d.cfg.source_key_file if up.locks is not None else None) if d.cfg.obs_source else None,
+            remember=pcfg.keep_token,  # a dock reloaded by OBS proves the key it kept (README: the cost)
         )
         server.start()
     except VcamError as exc:

@@ -60,7 +60,13 @@ async function mac(text) {
 async function learnKey() {
   try {
     const res = await panel.get("/api/session");
-    if (res.ok) panel.key = (await res.json()).key;
+    if (!res.ok) return;
+    const reply = await res.json();
+    panel.key = reply.key;
+    // [panel] keep_token: kept in this origin's storage too, so a page loaded again (a dock after OBS
+    // restarts) proves it to the running vcam, whose answer it checks first; else none is kept.
+    if (reply.remember) localStorage.setItem("vcam-pairing", reply.key);
+    else localStorage.removeItem("vcam-pairing");
   } catch (err) { /* tried again after the next connect */ }
 }
 async function resume() {
@@ -71,7 +77,7 @@ async function resume() {
   try {
     const hello = await (await fetch("/api/hello", { method: "POST", headers: json, body: JSON.stringify({ nonce: mine }) })).json();
     if (!hello.nonce || hello.proof !== (await mac(`vcam-server|${mine}|${hello.nonce}`))) {
-      panel.why = "a server at this address did not prove it is this vcam: not reconnecting to it";
+      panel.why = "A server at this address did not prove it is this vcam: not reconnecting to it (if it is vcam, open a fresh link from `vcam panel`).";
       return false;
     }
     const proof = await mac(`vcam-page|${hello.nonce}|${mine}`);
@@ -81,6 +87,7 @@ async function resume() {
     panel.token = reply.token;
     sessionStorage.setItem("vcam-token", reply.token);
     panel.resumed = (panel.resumed || 0) + 1;
+    learnKey(); // this run's word on keeping the key ([panel] keep_token may have changed)
     return true;
   } catch (err) {
     return false;
@@ -618,7 +625,11 @@ async function readEvents(res) {
 
 async function connect() {
   await redeem();
-  if (!panel.token) {
+  if (!panel.token && localStorage.getItem("vcam-pairing")) {
+    panel.key = localStorage.getItem("vcam-pairing"); // kept ([panel] keep_token): proofs first, below
+    panel.verified = false;
+  }
+  if (!panel.token && !panel.key) {
     setLive(false, panel.refused || "Open the panel with the link `vcam panel` prints (each link opens it once).");
     return;
   }
