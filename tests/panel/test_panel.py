@@ -254,6 +254,55 @@ def test_the_guard_asks_for_the_token_on_every_request(served):
     assert call(served, "/", method="PUT", headers=token)[0] == 405
 
 
+HOLD = """import socket, sys
+held = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(int(sys.argv[2]))]
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="another local user's process: needs root to start one")
+def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp_path, caplog):
+    """On loopback (Linux) the connection cap counts per address and user: another user holding
+    every connection it may still leaves the owner's page loading, and is named in one line."""
+    import shutil
+    import subprocess
+
+    from vcam.panel.server import PanelServer
+    from vcam.platform import transport
+
+    python = shutil.which("python3", path="/usr/bin:/bin:/usr/local/bin")  # one another user may run
+    if python is None:
+        pytest.skip("no system python3 for another user's process")
+    with socket.create_server(("127.0.0.1", 0)) as probe, socket.create_connection(probe.getsockname()) as c:
+        if transport.tcp_peer_uid(probe.accept()[0].getsockname(), c.getsockname()) != 0:
+            pytest.skip("this OS does not name a loopback peer's user (the cap stays per address)")
+    srv = PanelServer(Backend(tmp_path / "faces"), token=new_token(), port=0)
+    srv.counts.per_peer, srv.counts.first_request_s = 4, 120.0  # small, and no idle timeout in the test
+    srv.start()
+    other = subprocess.Popen(
+        [python, "-c", HOLD, str(srv.port), "10"],
+        cwd="/",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.setuid(65534),  # nobody
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        assert _until(lambda: sum(srv.counts.refusing.values()) >= 6, 20), srv.counts
+        assert srv.counts.open == {("127.0.0.1", 65534): 4}
+        for _ in range(8):  # the owner's page: more requests than the other user's whole share
+            assert call(srv, "/api/state", headers={"X-Vcam-Token": srv.token})[0] == 200
+        refused = [r.getMessage() for r in caplog.records if "refusing connections" in r.getMessage()]
+        assert len(refused) == 1 and "127.0.0.1, user uid 65534" in refused[0], refused
+    finally:
+        if other.stdin is not None:
+            other.stdin.close()
+        other.wait(30)
+        srv.stop()
+
+
 def test_a_restarted_daemon_hands_its_token_only_to_a_page_proving_the_pairing_key(served):
     """An open page holds the pairing key (from /api/session, with the token) in memory. The server
     proves the key first; only then does the page prove it, and gets this run's token."""

@@ -7,7 +7,7 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
 
 - the panel binds to loopback unless ``[panel] host`` says otherwise, and then only with TLS
   (:func:`check_bind`); a token is required either way;
-- a random token per run (``[panel] keep_token`` reuses the last one), written with the URL into
+- a random token per run (``[panel] keep_token`` reuses the last one), written with the address into
   ``<control socket>.panel``, mode 0600, in the socket's private folder (:func:`write_panel_file`);
   `vcam panel` refuses a panel file that is not the user's own (:func:`read_panel_file`);
 - what vcam prints or opens for a browser (`vcam run`'s line, `vcam panel`, `vcam obs setup`'s
