@@ -261,10 +261,22 @@ sys.stdin.read()
 """
 
 
+STEAL = """import json, sys, urllib.error, urllib.request
+base, code, token = sys.argv[1:4]
+for path, body, headers in (("/api/once", json.dumps({"code": code}).encode(), {"Content-Type": "application/json"}),
+                            ("/api/state", None, {"X-Vcam-Token": token}), ("/", None, {})):
+    try:
+        print(urllib.request.urlopen(urllib.request.Request(base + path, data=body, headers=headers), timeout=10).status)
+    except urllib.error.HTTPError as exc:
+        print(exc.code)
+"""
+
+
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="another local user's process: needs root to start one")
 def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp_path, caplog):
     """On loopback (Linux) the connection cap counts per address and user: another user holding
-    every connection it may still leaves the owner's page loading, and is named in one line."""
+    every connection it may still leaves the owner's page loading, and is named in one line. That
+    user's requests are refused even with a link's code or the token."""
     import shutil
     import subprocess
 
@@ -300,6 +312,19 @@ def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp
         if other.stdin is not None:
             other.stdin.close()
         other.wait(30)
+    # That user with a link's code (read in a process list) and the token: refused all the same.
+    try:
+        steal = subprocess.run(
+            [python, "-c", STEAL, srv.base_url, srv.url.split("#once=")[1], srv.token],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda: os.setuid(65534),
+        )
+        assert steal.returncode == 0 and steal.stdout.split() == ["403", "403", "403"], steal.stdout + steal.stderr
+        assert call(srv, "/api/state", headers={"X-Vcam-Token": srv.token})[0] == 200  # the owner's: answered
+    finally:
         srv.stop()
 
 

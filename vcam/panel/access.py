@@ -35,6 +35,9 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
   in its origin's ``localStorage``, so a page loaded again (an OBS dock after OBS restarts, its
   stored link long used) proves it the same way; the cost: a program that holds the port while vcam
   is stopped, when such a page loads, serves it a script that reads that storage;
+- on loopback, where the OS names the user at the other end (Linux), a request of another user's
+  process is refused whatever it carries (:func:`another_users`), so a link's code seen in a
+  process list (`vcam panel --open` hands it to the browser on its command line) is of no use to it;
 - the Host header must name the panel's own address (127.0.0.1, localhost, ::1 or the configured
   host, with its port): a page on another name that resolves to 127.0.0.1 (DNS rebinding) gets 403;
 - a request that changes anything is a POST, and an ``Origin``, when sent, must be the panel's own;
@@ -63,7 +66,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from vcam.errors import ConfigError
-from vcam.platform import files
+from vcam.platform import files, transport
 
 HEADER = "x-vcam-token"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -330,16 +333,19 @@ class Guard:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])  # the last of a repeated header
         host = headers.get(b"host", b"").decode("latin-1").lower()
+        foreign = another_users(scope)
         if scope["type"] == "websocket":
             # No CORS for WebSockets: any page may open one here, so its Origin must be the panel's
             # own (a browser always sends it); the token then comes as the first message.
             origin = headers.get(b"origin", b"").decode("latin-1").lower().split("://", 1)[-1]
-            if host not in self.hosts or origin not in self.hosts:
+            if host not in self.hosts or origin not in self.hosts or foreign:
                 await receive()  # websocket.connect
                 return await send({"type": "websocket.close", "code": 1008})
             return await self.app(scope, receive, send)
         if host not in self.hosts:
             return await _plain(send, 403, "forbidden: this panel answers only at its own address")
+        if foreign:
+            return await _plain(send, 403, "forbidden: this panel serves only the user who started vcam")
         method, path = scope["method"], scope["path"]
         if method in ("GET", "HEAD"):
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
@@ -368,6 +374,18 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_secured)
+
+
+def another_users(scope: dict) -> bool:
+    """Whether the request comes from another local user's process (a loopback peer whose user the
+    OS names, Linux: neither this process's nor root's). Such a request is refused whatever it
+    carries: a code, token or key it read somewhere (a process list, a history) is of no use to it.
+    False where the OS cannot tell (Windows, macOS) and for peers on other machines."""
+    client, server = scope.get("client"), scope.get("server")
+    if not client or not server or not is_loopback(str(client[0])):
+        return False
+    uid, me = transport.tcp_peer_uid(tuple(server), tuple(client)), files.my_uid()
+    return uid is not None and me is not None and uid not in (me, 0)
 
 
 def allowed_hosts(host: str, port: int) -> set[str]:
