@@ -224,7 +224,7 @@ def test_add_switch_and_remove_a_face_by_keyboard_alone_with_focus_kept(served, 
 
 
 def test_the_token_is_in_no_entry_of_the_tabs_history(served):
-    """The URL with ``#token=`` is replaced by a new load of ``/``: no entry of the tab's history
+    """A printed link (``#once=``) is replaced by a new load of ``/``: no entry of the tab's history
     holds the token, neither its URL nor the URL as typed; the URL of older runs (?token=) too."""
     token = served.token
     d = opened(served, 800, 600)
@@ -288,6 +288,20 @@ def test_a_printed_link_opens_the_panel_once_and_the_token_is_in_no_history(serv
     finally:
         d.quit()
     assert all(token not in u for u in _visited(profile))
+
+
+def test_a_page_reloaded_with_an_earlier_runs_pass_says_so_in_its_words(served):
+    """A tab reloaded with the token of an earlier run in its storage (vcam restarted, the page
+    reloaded before it followed): no plain-text 401, the page itself says what to do."""
+    d = opened(served, 320, 700)
+    try:
+        d.execute_script("sessionStorage.setItem('vcam-token', arguments[0])", new_token())
+        d.refresh()
+        banner = lambda: d.find_element("id", "banner").text  # noqa: E731
+        assert wait_for(lambda: "from an earlier run of vcam" in banner(), 20), d.page_source[:300]
+        assert "fresh link from `vcam panel`" in banner() and not d.execute_script("return window.vcamPanel.updates")
+    finally:
+        d.quit()
 
 
 def test_with_keep_token_a_dock_reloaded_by_obs_reconnects_without_a_fresh_link(tmp_path):

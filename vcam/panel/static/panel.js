@@ -119,7 +119,7 @@ async function post(url, body, headers = {}) {
   try {
     const res = await fetch(url, opts);
     reply = await res.json().catch(() => ({ ok: false, error: `HTTP ${res.status}` }));
-    if (res.status === 401 || res.status === 403) reply = { ok: false, error: "this page's pass is out of date", hint: "reconnecting; or open the URL `vcam panel` prints" };
+    if (res.status === 401 || res.status === 403) reply = { ok: false, error: "this page's pass is out of date", hint: "reconnecting; or open a fresh link from `vcam panel`" };
   } catch (err) {
     reply = { ok: false, error: "the daemon does not answer", hint: "is `vcam run` still running?" };
   }
@@ -651,7 +651,7 @@ async function connect() {
         if (how === "unauthorized") {
           why = "The daemon restarted: reconnecting…";
           if (await resume()) continue;
-          why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+          why = panel.why || "This page's pass is from an earlier run of vcam: open a fresh link from `vcam panel`.";
         }
         if (how !== "failed" || panel.everWs) throw null; // lost: verify the server again, below
       }
@@ -659,7 +659,7 @@ async function connect() {
       if (res.status === 401) {
         why = "The daemon restarted: reconnecting…";
         if (await resume()) continue;
-        why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+        why = panel.why || "This page's pass is from an earlier run of vcam: open a fresh link from `vcam panel`.";
       } else if (res.ok) {
         panel.noWs = !panel.everWs; // the server answers, its WebSocket did not
         if (!panel.key) learnKey();
