@@ -275,6 +275,7 @@ def test_a_printed_link_opens_the_panel_once_and_the_token_is_in_no_history(serv
         banner = lambda: d.find_element("id", "banner").text  # noqa: E731
         assert wait_for(lambda: "already used" in banner(), 20), banner()
         assert "`vcam panel` for a fresh link" in banner() and d.current_url == served.base_url + "/"
+        assert "stale" in d.find_element("tag name", "body").get_attribute("class")  # the rest greyed
         assert not d.execute_script("return window.vcamPanel.updates || sessionStorage.getItem('vcam-token')")
         d.get(once_url(served.base_url, token, time.time() - ONCE_TTL - 5))
         assert wait_for(lambda: "expired" in banner(), 20) and "`vcam panel`" in banner(), banner()

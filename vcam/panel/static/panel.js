@@ -631,6 +631,7 @@ async function connect() {
   }
   if (!panel.token && !panel.key) {
     setLive(false, panel.refused || "Open the panel with the link `vcam panel` prints (each link opens it once).");
+    document.body.classList.add("stale"); // nothing below works without a pass: greyed
     return;
   }
   for (;;) {
