@@ -682,7 +682,8 @@ def test_a_page_follows_vcam_run_restarted_with_the_default_config(tmp_path):
     urls: list[str] = []
 
     def start():
-        d = Daemon(live, output=CapturingOutput(), panel=True, announce=urls.append)
+        links = lambda ln: urls.append(ln) if ln.startswith("panel: ") else None  # noqa: E731
+        d = Daemon(live, output=CapturingOutput(), panel=True, announce=links)
         t = threading.Thread(target=d.run, kwargs={"duration": 300}, daemon=True)
         t.start()
         return d, t

@@ -122,7 +122,7 @@ def run(
     fast: bool = typer.Option(False, "--fast", help="Files, images, demo: every frame, as fast as the pipeline goes."),
     realtime: bool = typer.Option(False, "--realtime", help="Files, images, demo: at their frame rate, newest frame wins."),
     quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No live status line, conversion progress or panel URL (`vcam panel` prints it)."
+        False, "--quiet", "-q", help="No live status line, conversion progress or panel link (`vcam panel` prints one)."
     ),
     panel: Optional[str] = typer.Option(
         None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: \\[panel], on at 8765)."

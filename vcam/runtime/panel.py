@@ -265,6 +265,7 @@ def start_panel(d: Any, up: Any) -> Any:
     announce = getattr(d, "announce", None)
     if announce is not None:
         announce(f"panel: {server.url}")
+        announce("  (the link opens the panel once, within 2 minutes; `vcam panel` prints a fresh one)")
         if server.source_key:
             announce(f"OBS source: {source_url(server.base_url, server.source_key)}")
     else:
