@@ -366,6 +366,9 @@ def test_a_one_time_code_is_taken_once_within_its_time_and_only_for_its_token():
     assert codes.redeem(once_code(token, now + 3), now) is None  # made by a clock a little ahead
     assert codes.redeem(once_code(token, now + 60), now) == "expired"  # far ahead: refused
     assert codes.redeem(once_code(new_token(), now), now) == "wrong"  # another run's token
+    # keep_token: the next run has the same token; a code made before it started was an earlier run's
+    assert OnceCodes(token, started=now + 30).redeem(once_code(token, now + 10), now + 40) == "wrong"
+    assert OnceCodes(token, started=now + 30).redeem(once_code(token, now + 30), now + 40) is None
     stamp, nonce, mac = code.split(".")
     bads = (f"{int(stamp) + 1}.{nonce}.{mac}", f"{stamp}.x{nonce}.{mac}", f"{stamp}.{nonce}", "", None, 5, "a.b.c", "9" * 300)
     for bad in bads:

@@ -206,8 +206,10 @@ def once_url(base: str, token: str, now: float) -> str:
 
 
 class OnceCodes:
-    """The one-time codes this run accepts: made with its token, at most :data:`ONCE_TTL` seconds
-    old (a few seconds ahead allowed: clocks read by two processes), each nonce once. Nonces taken
+    """The one-time codes this run accepts: made with its token since it ``started`` (with
+    ``keep_token`` an earlier run's code has the same token, and its nonce was taken there), at most
+    :data:`ONCE_TTL` seconds old (a few seconds ahead allowed: clocks read by two processes), each
+    nonce once. Nonces taken
     are kept until their code expires; only a holder of the token can make one, so they are few."""
 
     AHEAD = 5.0
@@ -218,8 +220,8 @@ class OnceCodes:
     }
     HINT = "run `vcam panel` for a fresh link (`vcam panel --open` opens it)"
 
-    def __init__(self, token: str) -> None:
-        self.token = token
+    def __init__(self, token: str, started: float = 0.0) -> None:
+        self.token, self.started = token, int(started)  # a code from before: an earlier run's (keep_token)
         self._taken: dict[str, float] = {}
 
     def redeem(self, code: object, now: float) -> str | None:
@@ -235,6 +237,8 @@ class OnceCodes:
             return "used"
         if not -self.AHEAD <= now - int(stamp) <= ONCE_TTL:
             return "expired"
+        if int(stamp) < self.started:
+            return "wrong"
         self._taken[nonce] = int(stamp)
         return None
 

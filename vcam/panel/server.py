@@ -145,7 +145,7 @@ class _Passes:
     def __init__(self, token: str, pairing_key: str | None, remember: bool) -> None:
         self.token, self.remember = token, remember
         self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
-        self.once = OnceCodes(token)
+        self.once = OnceCodes(token, time.time())
 
     async def session(self, request):
         return JSONResponse({"key": self.pairing.key.decode(), "remember": self.remember})
