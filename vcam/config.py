@@ -491,7 +491,9 @@ class PanelConfig:
     tls_cert: str = _opt("", "TLS certificate (PEM) for a panel on a non-loopback host ('' : plain HTTP on loopback).")
     tls_key: str = _opt("", "TLS private key (PEM) for tls_cert.")
     keep_token: bool = _opt(
-        False, "Reuse the previous run's access token (so an OBS dock's URL survives restarts); false: a new one per run."
+        False,
+        "Reuse the previous run's access token, and let a page keep the pairing key in its storage, so an OBS dock"
+        " reloaded by OBS reconnects without a fresh link (README: its cost); false: a new token per run.",
     )
 
 

@@ -20,10 +20,15 @@ from conftest import WINDOWS, vcam_cli
 from vcam.errors import ConfigError
 from vcam.kernels.convert import from_bgr_cv, to_bgr_cv
 from vcam.panel.access import (
+    ONCE_TTL,
+    OnceCodes,
     allowed_hosts,
+    base_of,
     check_bind,
     load_pairing_key,
     new_token,
+    once_code,
+    once_url,
     read_panel_file,
     remove_panel_file,
     write_panel_file,
@@ -249,6 +254,80 @@ def test_the_guard_asks_for_the_token_on_every_request(served):
     assert call(served, "/", method="PUT", headers=token)[0] == 405
 
 
+HOLD = """import socket, sys
+held = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(int(sys.argv[2]))]
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+STEAL = """import json, sys, urllib.error, urllib.request
+base, code, token = sys.argv[1:4]
+for path, body, headers in (("/api/once", json.dumps({"code": code}).encode(), {"Content-Type": "application/json"}),
+                            ("/api/state", None, {"X-Vcam-Token": token}), ("/", None, {})):
+    try:
+        print(urllib.request.urlopen(urllib.request.Request(base + path, data=body, headers=headers), timeout=10).status)
+    except urllib.error.HTTPError as exc:
+        print(exc.code)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="another local user's process: needs root to start one")
+def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp_path, caplog):
+    """On loopback (Linux) the connection cap counts per address and user: another user holding
+    every connection it may still leaves the owner's page loading, and is named in one line. That
+    user's requests are refused even with a link's code or the token."""
+    import shutil
+    import subprocess
+
+    from vcam.panel.server import PanelServer
+    from vcam.platform import transport
+
+    python = shutil.which("python3", path="/usr/bin:/bin:/usr/local/bin")  # one another user may run
+    if python is None:
+        pytest.skip("no system python3 for another user's process")
+    with socket.create_server(("127.0.0.1", 0)) as probe, socket.create_connection(probe.getsockname()) as c:
+        if transport.tcp_peer_uid(probe.accept()[0].getsockname(), c.getsockname()) != 0:
+            pytest.skip("this OS does not name a loopback peer's user (the cap stays per address)")
+    srv = PanelServer(Backend(tmp_path / "faces"), token=new_token(), port=0)
+    srv.counts.per_peer, srv.counts.first_request_s = 4, 120.0  # small, and no idle timeout in the test
+    srv.start()
+    other = subprocess.Popen(
+        [python, "-c", HOLD, str(srv.port), "10"],
+        cwd="/",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.setuid(65534),  # nobody
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        assert _until(lambda: sum(srv.counts.refusing.values()) >= 6, 20), srv.counts
+        assert srv.counts.open == {("127.0.0.1", 65534): 4}
+        for _ in range(8):  # the owner's page: more requests than the other user's whole share
+            assert call(srv, "/api/state", headers={"X-Vcam-Token": srv.token})[0] == 200
+        refused = [r.getMessage() for r in caplog.records if "refusing connections" in r.getMessage()]
+        assert len(refused) == 1 and "127.0.0.1, user uid 65534" in refused[0], refused
+    finally:
+        if other.stdin is not None:
+            other.stdin.close()
+        other.wait(30)
+    # That user with a link's code (read in a process list) and the token: refused all the same.
+    try:
+        steal = subprocess.run(
+            [python, "-c", STEAL, srv.base_url, srv.url.split("#once=")[1], srv.token],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda: os.setuid(65534),
+        )
+        assert steal.returncode == 0 and steal.stdout.split() == ["403", "403", "403"], steal.stdout + steal.stderr
+        assert call(srv, "/api/state", headers={"X-Vcam-Token": srv.token})[0] == 200  # the owner's: answered
+    finally:
+        srv.stop()
+
+
 def test_a_restarted_daemon_hands_its_token_only_to_a_page_proving_the_pairing_key(served):
     """An open page holds the pairing key (from /api/session, with the token) in memory. The server
     proves the key first; only then does the page prove it, and gets this run's token."""
@@ -272,6 +351,56 @@ def test_a_restarted_daemon_hands_its_token_only_to_a_page_proving_the_pairing_k
     assert status == 200 and json.loads(body)["token"] == served.token
     evil = {**post, "Origin": "http://127.0.0.1:1"}
     assert call(served, "/api/hello", method="POST", body=json.dumps({"nonce": mine}).encode(), headers=evil)[0] == 403
+
+
+def test_a_one_time_code_is_taken_once_within_its_time_and_only_for_its_token():
+    token = new_token()
+    codes = OnceCodes(token)
+    now = 1_800_000_000.0
+    code = once_code(token, now)
+    assert token not in code and len(code) < 80
+    assert codes.redeem(code, now + 1) is None  # good, and used up
+    assert codes.redeem(code, now + 2) == "used"
+    assert codes.redeem(once_code(token, now), now + ONCE_TTL) is None  # the last second still counts
+    assert codes.redeem(once_code(token, now), now + ONCE_TTL + 1) == "expired"
+    assert codes.redeem(once_code(token, now + 3), now) is None  # made by a clock a little ahead
+    assert codes.redeem(once_code(token, now + 60), now) == "expired"  # far ahead: refused
+    assert codes.redeem(once_code(new_token(), now), now) == "wrong"  # another run's token
+    # keep_token: the next run has the same token; a code made before it started was an earlier run's
+    assert OnceCodes(token, started=now + 30).redeem(once_code(token, now + 10), now + 40) == "wrong"
+    assert OnceCodes(token, started=now + 30).redeem(once_code(token, now + 30), now + 40) is None
+    stamp, nonce, mac = code.split(".")
+    bads = (f"{int(stamp) + 1}.{nonce}.{mac}", f"{stamp}.x{nonce}.{mac}", f"{stamp}.{nonce}", "", None, 5, "a.b.c", "9" * 300)
+    for bad in bads:
+        assert codes.redeem(bad, now) == "wrong", bad
+    # Used nonces are forgotten once their codes expired (a late replay is refused as expired).
+    assert codes.redeem(code, now + ONCE_TTL + 10) == "expired" and not codes._taken
+    assert set(OnceCodes.WHY) == {"used", "expired", "wrong"} and "`vcam panel`" in OnceCodes.HINT
+    url = once_url("http://127.0.0.1:8765/#token=" + token, token, now)
+    assert url.startswith("http://127.0.0.1:8765/#once=") and token not in url
+    assert base_of(url) == base_of("http://127.0.0.1:8765/?token=x") == "http://127.0.0.1:8765"
+
+
+def test_a_printed_link_is_traded_once_for_the_token(served):
+    """POST /api/once (no token needed): this run's code gives the token once; again, expired or
+    another run's, a 403 in the page's words saying `vcam panel` prints a fresh link."""
+    post = {"Content-Type": "application/json"}
+    code = served.url.split("#once=", 1)[1]
+    assert served.token not in served.url and served.url.startswith(served.base_url + "/#once=")
+    status, _, body = call(served, "/api/once", method="POST", body=json.dumps({"code": code}).encode(), headers=post)
+    assert status == 200 and json.loads(body)["token"] == served.token
+    for again, why in (
+        (code, "already used"),
+        (once_code(served.token, time.time() - ONCE_TTL - 5), "expired"),
+        (once_code(new_token(), time.time()), "not for this run"),
+    ):
+        status, _, body = call(served, "/api/once", method="POST", body=json.dumps({"code": again}).encode(), headers=post)
+        reply = json.loads(body)
+        assert status == 403 and why in reply["error"] and "`vcam panel`" in reply["hint"] and served.token not in body.decode()
+    fresh = {"code": once_code(served.token, time.time())}
+    evil = {**post, "Origin": "http://127.0.0.1:1"}  # another port's page: refused before the code is looked at
+    assert call(served, "/api/once", method="POST", body=json.dumps(fresh).encode(), headers=evil)[0] == 403
+    assert call(served, "/api/once", method="POST", body=json.dumps(fresh).encode(), headers=post)[0] == 200
 
 
 def test_the_websocket_needs_the_panels_origin_and_the_token_first(served):
@@ -358,8 +487,8 @@ def test_panel_flag_and_command_say_what_to_do(tmp_path):
     assert res.returncode != 0 and "no running vcam serves a panel" in res.stderr
     res = vcam_cli(*[a for a in demo_run("--panel", "off") if a != "--quiet"])
     assert res.returncode == 0 and "panel:" not in res.stdout + res.stderr, res.stderr
-    # keep_token: a live daemon's next URL is the same (an OBS dock's URL survives the restart). In
-    # process, with an output of the test's: a live run, which holds the socket and the panel file.
+    # keep_token: a live daemon's next token is the same, and neither run prints it (a one-time link
+    # each). In process, with an output of the test's: a live run, which holds the socket and the panel file.
     from obs_harness import CapturingOutput, demo_daemon_config
 
     from vcam import config_file
@@ -369,13 +498,16 @@ def test_panel_flag_and_command_say_what_to_do(tmp_path):
     cfg.write_text(f"[panel]\nport = 0\nkeep_token = true\n[control]\nsocket = '{tmp_path / 'run' / 'vcam.sock'}'\n")
     live = demo_daemon_config(tmp_path / "run" / "vcam.sock").replace(panel=config_file.load(cfg).panel)
     tokens: list[str] = []
+    printed: list[str] = []
     for _ in range(2):
         lines: list[str] = []
         assert Daemon(live, output=CapturingOutput(), panel=True, announce=lines.append).run(max_frames=3).frames_out == 3
-        tokens += [ln.split("token=", 1)[1] for ln in lines if ln.startswith("panel: ")]
-    assert len(tokens) == 2 and tokens[0] == tokens[1]
+        tokens.append((read_panel_file(live.panel_file) or {}).get("token", ""))
+        printed += [ln for ln in lines if ln.startswith("panel: ")]
+    assert len(tokens) == 2 and len(tokens[0]) >= 32 and tokens[0] == tokens[1]
+    assert len(printed) == 2 and printed[0] != printed[1] and all("#once=" in ln and tokens[0] not in ln for ln in printed)
     kept = read_panel_file(live.panel_file)
-    assert kept is not None and kept["token"] == tokens[0]
+    assert kept is not None and kept["token"] == tokens[0] and kept["url"].endswith("/") and "#" not in kept["url"]
     # The pairing key an open page proves to a restarted daemon: kept beside the panel file, private.
     key_file = live.panel_file.with_name(live.panel_file.name + "key")
     assert key_file.is_file() and load_pairing_key(key_file) == json.loads(key_file.read_text())["key"]
@@ -393,10 +525,13 @@ def test_obs_setup_prints_the_dock_steps_with_the_running_url(tmp_path):
 
     cfg = build({"control": {"socket": str(tmp_path / "vcam.sock")}})
     lines = dock_lines(cfg)
-    assert "Docks -> Custom Browser Docks" in lines[0] and "`vcam panel` prints the URL" in lines[1]
-    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/#token=abc", "abc")
+    assert "Docks -> Custom Browser Docks" in lines[0] and "`vcam panel` prints a link" in lines[1]
+    token = new_token()
+    write_panel_file(cfg.panel_file, "http://127.0.0.1:9/", token)
     lines = dock_lines(cfg)
-    assert lines[1].strip() == "http://127.0.0.1:9/#token=abc" and "keep_token" in lines[-1]
+    code = lines[1].strip().split("http://127.0.0.1:9/#once=", 1)[1]  # a one-time link, never the token
+    assert token not in "\n".join(lines) and OnceCodes(token).redeem(code, time.time()) is None
+    assert "within 2 minutes" in lines[2] and "follows every `vcam run`" in lines[3] and "keep_token" in lines[3]
     off = build({"control": {"socket": str(tmp_path / "vcam.sock")}, "panel": {"enabled": False}})
     assert "panel is off" in dock_lines(off)[0]
 
@@ -463,7 +598,7 @@ def test_the_default_port_taken_the_panel_says_which_it_took():
     moved = [ln for ln in res.stderr.splitlines() if f"port {default} is in use" in ln]
     assert len(moved) == 1, res.stderr
     port = int(moved[0].rsplit("on port ", 1)[1])
-    assert port != default and f"panel: http://127.0.0.1:{port}/#token=" in res.stderr
+    assert port != default and f"panel: http://127.0.0.1:{port}/#once=" in res.stderr
     with socket.socket() as s:  # a port of the user's choice, taken
         s.bind(("127.0.0.1", 0))
         s.listen(1)
@@ -499,11 +634,15 @@ def test_vcam_panel_prints_a_live_daemons_url_from_its_private_panel_file(tmp_pa
         urls = [ln.split("panel: ", 1)[1].strip() for ln in lines if ln.startswith("panel: ")]
         assert urls, lines
         kept = read_panel_file(live.panel_file)
-        assert kept is not None and kept["token"] in urls[0]
+        assert kept is not None and kept["token"] not in urls[0] and urls[0].startswith(kept["url"] + "#once=")
         if not WINDOWS:
             assert live.panel_file.stat().st_mode & 0o777 == 0o600
         res = vcam_cli("panel", "--config", str(cfg), timeout=60)
-        assert res.returncode == 0 and res.stdout.strip() == urls[0], res.stderr
+        fresh = res.stdout.strip()  # a fresh link each time: another one-time code, never the token
+        assert res.returncode == 0 and fresh.startswith(kept["url"] + "#once=") and fresh != urls[0], res.stderr
+        codes = OnceCodes(kept["token"])
+        assert codes.redeem(urls[0].split("#once=")[1], time.time()) is None
+        assert codes.redeem(fresh.split("#once=")[1], time.time()) is None and kept["token"] not in res.stdout
     finally:
         d.request_stop()
         t.join(30)

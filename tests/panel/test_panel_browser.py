@@ -90,10 +90,22 @@ class Run:
     """``vcam run`` in its own process, and what the tests learnt from it."""
 
     def __init__(self, proc: subprocess.Popen, url: str, out: Path, shots: Path, log: Path) -> None:
-        self.proc, self.url, self.out, self.shots, self.log = proc, url, out, shots, log
-        self.base, self.token = url.split("/#token=")
+        self.proc, self.out, self.shots, self.log = proc, out, shots, log
+        self.base, code = url.split("/#once=")  # the printed link: a one-time code, never the token
         self.port = int(self.base.rsplit(":", 1)[1])
         self.checks: list[tuple[int, str]] = []  # (frames published when a change took effect, face from then on)
+        status, body = self.request("/api/once", method="POST", body=json.dumps({"code": code}).encode())
+        assert status == 200, body
+        self.token = json.loads(body)["token"]
+        again = self.request("/api/once", method="POST", body=json.dumps({"code": code}).encode())
+        assert self.token not in url and again[0] == 403
+
+    @property
+    def url(self) -> str:
+        """A fresh link, as `vcam panel` makes one (this run converts to a file: no panel file)."""
+        from vcam.panel.access import once_url
+
+        return once_url(self.base, self.token, time.time())
 
     def request(self, path: str, *, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
         req = urllib.request.Request(self.base + path, data=body, method=method, headers=headers or {})
@@ -577,6 +589,7 @@ def test_a_stopped_daemon_is_said_in_words_and_a_restart_is_followed_without_rel
         print(f"restart followed, preview included, in {took:.2f} s")
         assert took < 5.0 and d.execute_script("return window.notReloaded")
         assert d.execute_script("return sessionStorage.getItem('vcam-token')") == srv.token
+        assert d.execute_script("return localStorage.getItem('vcam-pairing')") is None  # kept in memory only
         assert not d.find_element("id", "banner").is_displayed()
         d.find_element("css selector", '#faces .face[data-face="bob"] .pick').click()
         assert wait_for(lambda: backend.states["s1"].active == "bob", 5)
@@ -669,7 +682,8 @@ def test_a_page_follows_vcam_run_restarted_with_the_default_config(tmp_path):
     urls: list[str] = []
 
     def start():
-        d = Daemon(live, output=CapturingOutput(), panel=True, announce=urls.append)
+        links = lambda ln: urls.append(ln) if ln.startswith("panel: ") else None  # noqa: E731
+        d = Daemon(live, output=CapturingOutput(), panel=True, announce=links)
         t = threading.Thread(target=d.run, kwargs={"duration": 300}, daemon=True)
         t.start()
         return d, t

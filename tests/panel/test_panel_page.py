@@ -21,7 +21,7 @@ import pytest
 from test_panel import Backend
 from test_panel_browser import browser, wait_for
 
-from vcam.panel.access import new_token
+from vcam.panel.access import ONCE_TTL, new_token, once_url
 from vcam.panel.server import PanelServer
 from vcam.state import Status
 from vcam.types import Detection, SourceFace
@@ -224,7 +224,7 @@ def test_add_switch_and_remove_a_face_by_keyboard_alone_with_focus_kept(served, 
 
 
 def test_the_token_is_in_no_entry_of_the_tabs_history(served):
-    """The URL with ``#token=`` is replaced by a new load of ``/``: no entry of the tab's history
+    """A printed link (``#once=``) is replaced by a new load of ``/``: no entry of the tab's history
     holds the token, neither its URL nor the URL as typed; the URL of older runs (?token=) too."""
     token = served.token
     d = opened(served, 800, 600)
@@ -241,6 +241,119 @@ def test_the_token_is_in_no_entry_of_the_tabs_history(served):
         assert token not in d.current_url
     finally:
         d.quit()
+
+
+def _visited(profile: Path) -> list[str]:
+    """The addresses in the browser profile's list of visited sites (Chromium's History database)."""
+    import shutil
+    import sqlite3
+
+    shutil.copy(profile / "Default" / "History", profile / "History.copy")  # the browser may hold a lock
+    with sqlite3.connect(profile / "History.copy") as db:
+        return [row[0] for row in db.execute("SELECT url FROM urls")]
+
+
+def test_a_printed_link_opens_the_panel_once_and_the_token_is_in_no_history(served, tmp_path):
+    """What vcam prints (``served.url``: a one-time code, never the token) opens the panel once. The
+    browser's list of visited sites (its History database, which no page can change), the tab's
+    history and the page's URL never hold the token; the same link in another tab (someone who read
+    that list) is refused in the page's words, saying how to get a new link; an expired one too."""
+    token, link = served.token, served.url
+    assert token not in link and "#once=" in link
+    profile = tmp_path / "profile"
+    d = browser(800, 600, f"--user-data-dir={profile}")
+    try:
+        d.get(link)
+        assert wait_for(lambda: d.execute_script("return window.vcamPanel && window.vcamPanel.updates"), 20)
+        assert d.current_url == served.base_url + "/"
+        assert d.execute_script("return sessionStorage.getItem('vcam-token')") == token  # traded for the code
+        assert d.execute_script("return sessionStorage.getItem('vcam-once')") is None
+        history = d.execute_cdp_cmd("Page.getNavigationHistory", {})["entries"]
+        assert all("once=" not in e["url"] + e.get("userTypedURL", "") for e in history), history
+        d.switch_to.new_window("tab")  # a tab of its own (its storage empty): the link a second time
+        d.get(link)
+        banner = lambda: d.find_element("id", "banner").text  # noqa: E731
+        assert wait_for(lambda: "already used" in banner(), 20), banner()
+        assert "`vcam panel` for a fresh link" in banner() and d.current_url == served.base_url + "/"
+        assert "stale" in d.find_element("tag name", "body").get_attribute("class")  # the rest greyed
+        assert not d.execute_script("return window.vcamPanel.updates || sessionStorage.getItem('vcam-token')")
+        d.get(once_url(served.base_url, token, time.time() - ONCE_TTL - 5))
+        assert wait_for(lambda: "expired" in banner(), 20) and "`vcam panel`" in banner(), banner()
+        assert not d.execute_script("return window.vcamPanel.updates")
+        d.get(served.url)  # a fresh link in that tab: the panel
+        assert wait_for(lambda: d.execute_script("return window.vcamPanel && window.vcamPanel.updates"), 20)
+        d.get("about:blank")  # the history is written to disk on a new visit
+        visited = wait_for(lambda: [u for u in _visited(profile) if served.base_url in u], 20)
+        assert visited and any("#once=" in u for u in visited), visited
+        assert all(token not in u for u in _visited(profile)), visited
+    finally:
+        d.quit()
+    assert all(token not in u for u in _visited(profile))
+
+
+def test_a_page_reloaded_with_an_earlier_runs_pass_says_so_in_its_words(served):
+    """A tab reloaded with the token of an earlier run in its storage (vcam restarted, the page
+    reloaded before it followed): no plain-text 401, the page itself says what to do."""
+    d = opened(served, 320, 700)
+    try:
+        d.execute_script("sessionStorage.setItem('vcam-token', arguments[0])", new_token())
+        d.refresh()
+        banner = lambda: d.find_element("id", "banner").text  # noqa: E731
+        assert wait_for(lambda: "from an earlier run of vcam" in banner(), 20), d.page_source[:300]
+        assert "fresh link from `vcam panel`" in banner() and not d.execute_script("return window.vcamPanel.updates")
+    finally:
+        d.quit()
+
+
+def test_with_keep_token_a_dock_reloaded_by_obs_reconnects_without_a_fresh_link(tmp_path):
+    """[panel] keep_token: the page keeps the pairing key in its origin's storage. A dock that OBS
+    loads again (its stored link long used) after vcam restarted with a new token proves the key,
+    after the server proved it, and is live. With keep_token off the page drops the key (at its next
+    connection), and the old link is refused in the page's words."""
+    backend = BankBackend(tmp_path / "faces")
+    key = new_token()
+    srv = PanelServer(backend, token=new_token(), port=0, pairing_key=key, remember=True)
+    srv.start()
+    servers, port, link, profile = [srv], srv.port, srv.url, tmp_path / "profile"
+    live = "return window.vcamPanel && window.vcamPanel.updates"
+    try:
+        d = browser(320, 700, f"--user-data-dir={profile}")  # OBS with the dock, its link pasted
+        try:
+            d.get(link)
+            assert wait_for(lambda: d.execute_script("return localStorage.getItem('vcam-pairing')"), 20) == key
+        finally:
+            d.quit()  # OBS quits
+        srv.stop()
+        srv = PanelServer(backend, token=new_token(), port=port, pairing_key=key, remember=True)  # `vcam run` again
+        srv.start()
+        servers.append(srv)
+        d = browser(320, 700, f"--user-data-dir={profile}")  # OBS starts: the dock loads its stored link
+        try:
+            d.get(link)
+            assert wait_for(lambda: d.execute_script(live + " && window.vcamPanel.resumed"), 20)
+            assert d.execute_script("return sessionStorage.getItem('vcam-token')") == srv.token
+            assert d.current_url == srv.base_url + "/" and not d.find_element("id", "banner").is_displayed()
+        finally:
+            d.quit()
+        srv.stop()
+        srv = PanelServer(backend, token=new_token(), port=port, pairing_key=key)  # keep_token off again
+        srv.start()
+        servers.append(srv)
+        d = browser(320, 700, f"--user-data-dir={profile}")
+        try:
+            d.get(link)
+            assert wait_for(lambda: d.execute_script(live), 20)
+            assert wait_for(lambda: d.execute_script("return localStorage.getItem('vcam-pairing') === null"), 20)
+            d.switch_to.new_window("tab")
+            d.get(link)
+            banner = lambda: d.find_element("id", "banner").text  # noqa: E731
+            assert wait_for(lambda: "not for this run of vcam" in banner(), 20), banner()  # the first run's link
+            assert not d.execute_script(live)
+        finally:
+            d.quit()
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def test_a_group_photo_gets_a_picker_and_errors_are_in_the_pages_words(served, tmp_path):

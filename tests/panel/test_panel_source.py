@@ -74,8 +74,10 @@ def test_the_source_serves_full_size_frames_to_its_key_only(tmp_path):
         while not any(x.startswith("OBS source: ") for x in lines) and time.monotonic() < end:
             time.sleep(0.05)
         url = next(x for x in lines if x.startswith("OBS source: ")).split(": ", 1)[1]
-        base, token = next(x for x in lines if x.startswith("panel: ")).split(": ", 1)[1].split("/#token=")
+        base, code = next(x for x in lines if x.startswith("panel: ")).split(": ", 1)[1].split("/#once=")
         key = json.loads((run / "vcam.sock.sourcekey").read_text())["key"]  # kept across runs, 0600
+        token = json.loads((run / "vcam.sock.panel").read_text())["token"]
+        assert token not in code
         assert url == f"{base}/obs/source?key={key}"
         if not WINDOWS:  # Windows has no POSIX file modes (the key file sits in the user's own folder there)
             assert (run / "vcam.sock.sourcekey").stat().st_mode & 0o077 == 0
@@ -320,7 +322,7 @@ def test_a_run_without_the_source_serves_none_and_keeps_no_key(tmp_path):
         end = time.monotonic() + 120
         while not lines and time.monotonic() < end:
             time.sleep(0.05)
-        base = lines[0].split(": ", 1)[1].split("/#token=")[0]
+        base = lines[0].split(": ", 1)[1].split("/#once=")[0]
         status, body = _get(f"{base}/obs/source?key=anything")
         assert status == 401 and b"the OBS source is off in this run" in body
     finally:

@@ -113,3 +113,30 @@ def test_another_users_control_file_is_never_followed(tmp_path):
     with pytest.raises(transport.ForeignPeer) as info:
         transport.connect(path, 2)
     assert info.value.uid == 4321
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the peer's uid of a TCP connection: Linux only")
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_a_loopback_peers_uid_is_asked_of_the_kernel_and_agrees_with_proc(host, monkeypatch):
+    """One kernel lookup for the one socket (sock_diag), the same answer as /proc/net/tcp's table;
+    a peer that is gone: None."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        srv = socket.socket(family)
+        srv.bind((host, 0))
+    except OSError as exc:
+        pytest.skip(f"no {host} here: {exc}")
+    with srv:
+        srv.listen(4)
+        client = socket.create_connection(srv.getsockname()[:2])
+        conn, _ = srv.accept()
+        with client, conn:
+            local, peer = conn.getsockname()[:2], conn.getpeername()[:2]
+            asked = transport._diag_uid(local, peer)
+            if asked is transport._NO_DIAG:
+                pytest.skip("netlink sock_diag is not allowed here (the /proc table is read instead)")
+            assert asked == transport.tcp_peer_uid(local, peer) == os.getuid()
+            gone = (peer[0], 1 if peer[1] != 1 else 2)
+            assert transport._diag_uid(local, gone) is None and transport.tcp_peer_uid(local, gone) is None
+            monkeypatch.setattr(transport, "_diag_uid", lambda *a: transport._NO_DIAG)  # /proc's table instead
+            assert transport.tcp_peer_uid(local, peer) == os.getuid() and transport.tcp_peer_uid(local, gone) is None

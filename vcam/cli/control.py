@@ -135,9 +135,11 @@ def obs_setup(
 
 def dock_lines(cfg) -> list[str]:
     """How to add the control panel as an OBS dock. obs-websocket has no request that adds a dock,
-    and OBS rewrites its own settings files on exit, so the steps are printed with the URL to paste
-    (this run's, with its token, when a daemon is running)."""
-    from vcam.panel.access import read_panel_file
+    and OBS rewrites its own settings files on exit, so the steps are printed with the link to paste
+    (a fresh one-time link of the running daemon's, never its token; see vcam.panel.access)."""
+    import time
+
+    from vcam.panel.access import ONCE_TTL, once_url, read_panel_file
 
     if not cfg.panel.enabled:
         return ["The control panel is off ([panel] enabled = false): no dock to add."]
@@ -145,17 +147,16 @@ def dock_lines(cfg) -> list[str]:
         data = read_panel_file(cfg.panel_file)
     except VcamError as exc:
         return [f"error: {exc.message} ({exc.hint})"]
-    url = data["url"] if data else None
+    url = once_url(data["url"], str(data.get("token", "")), time.time()) if data else None
     lines = [
         "Control panel dock: in OBS, Docks -> Custom Browser Docks..., Dock Name: vcam, URL:",
-        f"  {url}" if url else "  (start `vcam run`, then `vcam panel` prints the URL with its token)",
-        "  then Apply; the dock can be moved beside the preview.",
+        f"  {url}" if url else "  (start `vcam run`, then `vcam panel` prints a link to paste)",
+        f"  then Apply within {int(ONCE_TTL) // 60} minutes (a link opens the panel once; `vcam panel` prints a fresh one);"
+        " the dock can be moved beside the preview.",
+        "  An open dock follows every `vcam run` by itself. After OBS restarts, the dock says its link was used:"
+        " paste a fresh one from `vcam panel` there"
+        + (" (or set [panel] keep_token = true: see README's panel section)." if not cfg.panel.keep_token else "."),
     ]
-    if not cfg.panel.keep_token:
-        lines.append(
-            "  The token changes with every run: an open dock follows a restart by itself; one reloaded needs"
-            " the new URL, or set [panel] keep_token = true to keep one dock URL."
-        )
     return lines
 
 

@@ -122,7 +122,7 @@ def run(
     fast: bool = typer.Option(False, "--fast", help="Files, images, demo: every frame, as fast as the pipeline goes."),
     realtime: bool = typer.Option(False, "--realtime", help="Files, images, demo: at their frame rate, newest frame wins."),
     quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No live status line, conversion progress or panel URL (`vcam panel` prints it)."
+        False, "--quiet", "-q", help="No live status line, conversion progress or panel link (`vcam panel` prints one)."
     ),
     panel: Optional[str] = typer.Option(
         None, "--panel", help="The control panel's port (0: any free port), or 'off' (default: \\[panel], on at 8765)."
@@ -263,8 +263,11 @@ def panel_cmd(
     open_: bool = typer.Option(False, "--open", help="Open it in the default browser instead of printing it."),
     config: Optional[Path] = ConfigOpt,
 ) -> None:
-    """Print the running daemon's control-panel URL (with this run's token), or open it."""
-    from vcam.panel.access import read_panel_file
+    """Print a fresh link to the running daemon's control panel (it opens the panel once, within 2
+    minutes; it never holds the token), or open it."""
+    import time
+
+    from vcam.panel.access import once_url, read_panel_file
     from vcam.platform import process
 
     cfg = load_config(config)
@@ -281,13 +284,14 @@ def panel_cmd(
                 hint="start `vcam run` (the panel is on unless [panel] enabled = false or --panel off)",
             )
         )
+    url = once_url(data["url"], str(data.get("token", "")), time.time())
     if open_:
         import webbrowser
 
-        if not webbrowser.open(data["url"]):
+        if not webbrowser.open(url):
             fail(VcamError("no browser could be opened here", hint="run `vcam panel` and open the URL it prints"))
         return
-    out.print(data["url"], highlight=False, markup=False, soft_wrap=True)
+    out.print(url, highlight=False, markup=False, soft_wrap=True)
 
 
 def _ignore_stop_signals() -> None:

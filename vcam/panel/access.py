@@ -7,15 +7,21 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
 
 - the panel binds to loopback unless ``[panel] host`` says otherwise, and then only with TLS
   (:func:`check_bind`); a token is required either way;
-- a random token per run (``[panel] keep_token`` reuses the last one), written with the URL into
+- a random token per run (``[panel] keep_token`` reuses the last one), written with the address into
   ``<control socket>.panel``, mode 0600, in the socket's private folder (:func:`write_panel_file`);
   `vcam panel` refuses a panel file that is not the user's own (:func:`read_panel_file`);
-- the URL carries the token after ``#`` (``/#token=...``): a browser never sends that part to a
-  server. The page's own script takes it, keeps it in the tab's ``sessionStorage`` (kept apart by
-  origin, port included) and loads ``/`` in its place (``location.replace``): neither the address
-  bar nor any entry of the tab's history (back/forward, the URL as typed included) holds it. The
-  browser's list of visited addresses does keep the URL as opened (the user's own profile; that
-  token ends with the run unless ``[panel] keep_token``);
+- what vcam prints or opens for a browser (`vcam run`'s line, `vcam panel`, `vcam obs setup`'s
+  dock steps) never holds the token: a browser's list of visited addresses keeps a URL as first
+  opened, which no page can change. It holds a one-time code after ``#`` (``/#once=...``, a browser
+  never sends that part to a server): ``time.nonce.HMAC(token, "vcam-once|" + time + "|" + nonce)``,
+  made by whoever reads the token (the daemon, `vcam panel` from the panel file: no exchange
+  between them), accepted within :data:`ONCE_TTL` seconds and once (:class:`OnceCodes` remembers
+  the nonces it took until they expire). The page's own script moves it out of the URL, loads
+  ``/`` in its place (``location.replace``: no entry of the tab's history holds even the code) and
+  trades it at ``POST /api/once`` for the token, kept in the tab's ``sessionStorage`` (kept apart
+  by origin, port included). A used, expired or foreign code gets the page's own words saying
+  `vcam panel` prints a fresh link. (A URL of older runs with the token, ``/#token=...`` or
+  ``/?token=...``, still opens the page: it is the user's own, and vcam no longer prints one);
 - no cookie: every API request carries the token in the ``X-Vcam-Token`` header, which only the
   page's own script adds (a form, an ``<img>`` or another origin's script cannot: a cross-origin
   header needs a CORS preflight, never answered). The page shell (``/``, its script, style and
@@ -25,7 +31,13 @@ port of 127.0.0.1 receives every cookie of 127.0.0.1):
   ``<control socket>.panelkey``, mode 0600, across runs; given to a page that has the token, kept in
   the page's memory only), and trades proofs with the server (HMAC-SHA256 over nonces of both,
   the server's first: :class:`Pairing`) for the new token. Whoever holds the port while vcam is
-  stopped learns nothing from an open page;
+  stopped learns nothing from an open page. With ``[panel] keep_token`` the page also keeps the key
+  in its origin's ``localStorage``, so a page loaded again (an OBS dock after OBS restarts, its
+  stored link long used) proves it the same way; the cost: a program that holds the port while vcam
+  is stopped, when such a page loads, serves it a script that reads that storage;
+- on loopback, where the OS names the user at the other end (Linux), a request of another user's
+  process is refused whatever it carries (:func:`another_users`), so a link's code seen in a
+  process list (`vcam panel --open` hands it to the browser on its command line) is of no use to it;
 - the Host header must name the panel's own address (127.0.0.1, localhost, ::1 or the configured
   host, with its port): a page on another name that resolves to 127.0.0.1 (DNS rebinding) gets 403;
 - a request that changes anything is a POST, and an ``Origin``, when sent, must be the panel's own;
@@ -54,7 +66,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from vcam.errors import ConfigError
-from vcam.platform import files
+from vcam.platform import files, transport
 
 HEADER = "x-vcam-token"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -167,14 +179,68 @@ def remove_panel_file(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def url_with_token(base: str, token: str) -> str:
-    """The panel's URL with ``token`` after ``#`` (never sent to a server by a browser)."""
-    return f"{base}/#{urlencode({'token': token})}"
-
-
 PUBLIC = ("/", "/static/panel.js", "/static/panel.css", "/favicon.ico")  # the page shell: no secret in it
-PAIRING = ("/api/hello", "/api/resume")  # the proofs stand for the token there
+PAIRING = ("/api/hello", "/api/resume", "/api/once")  # the proofs (or a one-time code) stand for the token there
+ONCE_TTL = 120.0  # seconds a printed link opens the panel (once)
 SOURCE = "/obs/source"  # the direct OBS source: its own key in the query (see the module docstring)
+
+
+def base_of(url: str) -> str:
+    """The panel's address in ``url`` (its scheme, host and port; no path, code or token)."""
+    return url.split("#", 1)[0].split("?", 1)[0].rstrip("/")
+
+
+def once_code(token: str, now: float) -> str:
+    """A one-time code for ``token`` made at ``now`` (wall-clock seconds): see the module docstring."""
+    stamp, nonce = str(int(now)), secrets.token_urlsafe(12)
+    return f"{stamp}.{nonce}.{_once_mac(token, stamp, nonce)}"
+
+
+def _once_mac(token: str, stamp: str, nonce: str) -> str:
+    return hmac.new(token.encode(), f"vcam-once|{stamp}|{nonce}".encode(), "sha256").hexdigest()[:32]
+
+
+def once_url(base: str, token: str, now: float) -> str:
+    """The link a browser opens: the panel at ``base`` with a fresh one-time code (never the token)."""
+    return f"{base_of(base)}/#{urlencode({'once': once_code(token, now)})}"
+
+
+class OnceCodes:
+    """The one-time codes this run accepts: made with its token since it ``started`` (with
+    ``keep_token`` an earlier run's code has the same token, and its nonce was taken there), at most
+    :data:`ONCE_TTL` seconds old (a few seconds ahead allowed: clocks read by two processes), each
+    nonce once. Nonces taken
+    are kept until their code expires; only a holder of the token can make one, so they are few."""
+
+    AHEAD = 5.0
+    WHY = {
+        "used": "this link was already used: a link opens the panel once",
+        "expired": f"this link has expired: a link opens the panel within {int(ONCE_TTL) // 60} minutes",
+        "wrong": "this link is not for this run of vcam (an earlier run's, or cut short)",
+    }
+    HINT = "run `vcam panel` for a fresh link (`vcam panel --open` opens it)"
+
+    def __init__(self, token: str, started: float = 0.0) -> None:
+        self.token, self.started = token, int(started)  # a code from before: an earlier run's (keep_token)
+        self._taken: dict[str, float] = {}
+
+    def redeem(self, code: object, now: float) -> str | None:
+        """None when ``code`` is good (it is used up then), else why not: a key of :attr:`WHY`."""
+        self._taken = {n: t for n, t in self._taken.items() if now - t <= ONCE_TTL + self.AHEAD}
+        parts = code.split(".") if isinstance(code, str) and len(code) <= 200 else []
+        if len(parts) != 3 or not parts[0].isdigit():
+            return "wrong"
+        stamp, nonce, mac = parts
+        if not hmac.compare_digest(_once_mac(self.token, stamp, nonce).encode(), mac.encode()):
+            return "wrong"
+        if nonce in self._taken:
+            return "used"
+        if not -self.AHEAD <= now - int(stamp) <= ONCE_TTL:
+            return "expired"
+        if int(stamp) < self.started:
+            return "wrong"
+        self._taken[nonce] = int(stamp)
+        return None
 
 
 class Pairing:
@@ -271,16 +337,19 @@ class Guard:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])  # the last of a repeated header
         host = headers.get(b"host", b"").decode("latin-1").lower()
+        foreign = another_users(scope)
         if scope["type"] == "websocket":
             # No CORS for WebSockets: any page may open one here, so its Origin must be the panel's
             # own (a browser always sends it); the token then comes as the first message.
             origin = headers.get(b"origin", b"").decode("latin-1").lower().split("://", 1)[-1]
-            if host not in self.hosts or origin not in self.hosts:
+            if host not in self.hosts or origin not in self.hosts or foreign:
                 await receive()  # websocket.connect
                 return await send({"type": "websocket.close", "code": 1008})
             return await self.app(scope, receive, send)
         if host not in self.hosts:
             return await _plain(send, 403, "forbidden: this panel answers only at its own address")
+        if foreign:
+            return await _plain(send, 403, "forbidden: this panel serves only the user who started vcam")
         method, path = scope["method"], scope["path"]
         if method in ("GET", "HEAD"):
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
@@ -309,6 +378,18 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_secured)
+
+
+def another_users(scope: dict) -> bool:
+    """Whether the request comes from another local user's process (a loopback peer whose user the
+    OS names, Linux: neither this process's nor root's). Such a request is refused whatever it
+    carries: a code, token or key it read somewhere (a process list, a history) is of no use to it.
+    False where the OS cannot tell (Windows, macOS) and for peers on other machines."""
+    client, server = scope.get("client"), scope.get("server")
+    if not client or not server or not is_loopback(str(client[0])):
+        return False
+    uid, me = transport.tcp_peer_uid(tuple(server), tuple(client)), files.my_uid()
+    return uid is not None and me is not None and uid not in (me, 0)
 
 
 def allowed_hosts(host: str, port: int) -> set[str]:

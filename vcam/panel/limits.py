@@ -4,21 +4,26 @@ Every open connection is a file descriptor of the daemon's process, which the co
 OBS connection, the camera and the log share (1,024 by default): another local user holding
 connections to the panel's port (no token is needed to connect) must not starve them. So:
 
-- at most ``per_peer`` connections from one address and ``total`` in all; one more is closed as
+- at most ``per_peer`` connections from one peer (an address; see below) and ``total`` in all; one more is closed as
   soon as it is accepted (its descriptor is freed on the loop's next tick), and one tick accepts at
   most ``ACCEPT_BATCH`` connections;
 - a connection that has not sent a whole request within ``first_request_s`` is closed (idle and
   half-open ones, or headers sent a byte at a time); between requests uvicorn's keep-alive timeout
   closes an idle one;
-- one WARNING line per episode (from the first refused connection until that address holds none
+- one WARNING line per episode (from the first refused connection until that peer holds none
   over its cap), naming the address and, on Linux, the user holding it.
 
-On loopback every local user's address is 127.0.0.1, so the cap is shared with them while one of
-them holds it: the page may then be refused, but the daemon, its control socket and OBS go on.
+On loopback every local user's address is 127.0.0.1: where the OS names the user at the other end
+(Linux, :func:`~vcam.platform.transport.tcp_peer_uid`, one kernel lookup a connection) a peer is
+that address *and* that user, so another user's flood fills its own share and the owner's page
+still loads. Elsewhere (Windows, macOS) the cap is per address and shared with the other local
+users while one of them holds it: the page may then be refused, but the daemon, its control socket
+and OBS go on.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,30 +43,33 @@ FIRST_REQUEST_S = 10.0
 ACCEPT_BATCH = 64
 
 
+Peer = tuple[str, int | None]  # an address, and the user at the other end where the OS tells
+
+
 @dataclass
 class Counts:
-    """Open connections per peer address, and the addresses in a refusing episode (one server's)."""
+    """Open connections per peer (:data:`Peer`), and the peers in a refusing episode (one server's)."""
 
     per_peer: int = PER_PEER
     total: int = TOTAL
     first_request_s: float = FIRST_REQUEST_S
-    open: dict[str, int] = field(default_factory=dict)
-    refusing: dict[str, int] = field(default_factory=dict)  # address -> connections refused this episode
+    open: dict[Peer, int] = field(default_factory=dict)
+    refusing: dict[Peer, int] = field(default_factory=dict)  # peer -> connections refused this episode
 
-    def admit(self, peer: str) -> bool:
+    def admit(self, peer: Peer) -> bool:
         if self.open.get(peer, 0) >= self.per_peer or sum(self.open.values()) >= self.total:
             return False
         self.open[peer] = self.open.get(peer, 0) + 1
         return True
 
-    def release(self, peer: str) -> None:
+    def release(self, peer: Peer) -> None:
         left = self.open.get(peer, 0) - 1
         if left > 0:
             self.open[peer] = left
         else:
             self.open.pop(peer, None)
         if peer in self.refusing and left < self.per_peer // 2:
-            log.debug("panel: %s is under its connection cap again (%d refused)", peer, self.refusing.pop(peer))
+            log.debug("panel: %s is under its connection cap again (%d refused)", _named(peer), self.refusing.pop(peer))
 
 
 def quiet_accept_errors(loop: Any) -> None:
@@ -81,11 +89,20 @@ def quiet_accept_errors(loop: Any) -> None:
     loop.set_exception_handler(handler)
 
 
-def _who(transport_: Any) -> str:
-    """'uid N' of the process at the other end of a loopback connection, where the OS tells."""
+def _peer(transport_: Any) -> Peer:
+    """Whom a connection counts against: its address, and on loopback the user holding its other
+    end where the OS tells (see the module docstring)."""
     local, peer = transport_.get_extra_info("sockname"), transport_.get_extra_info("peername")
-    uid = transport.tcp_peer_uid(local, peer) if local and peer else None
-    return f", user uid {uid}" if uid is not None else ""
+    address = str(peer[0]) if peer else "?"
+    try:
+        loopback = ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        loopback = False
+    return address, transport.tcp_peer_uid(local, peer) if loopback and local else None
+
+
+def _named(peer: Peer) -> str:
+    return peer[0] + (f", user uid {peer[1]}" if peer[1] is not None else "")
 
 
 def protocol(counts: Counts) -> type:
@@ -93,27 +110,25 @@ def protocol(counts: Counts) -> type:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class CappedH11(H11Protocol):
-        _peer: str | None = None
+        _peer: Peer | None = None
         _first_timer: Any = None
 
         def connection_made(self, transport_) -> None:  # type: ignore[override]
-            peer = transport_.get_extra_info("peername")
-            address = str(peer[0]) if peer else "?"
-            if not counts.admit(address):
-                if address not in counts.refusing:
-                    counts.refusing[address] = 0
+            peer = _peer(transport_)
+            if not counts.admit(peer):
+                if peer not in counts.refusing:
+                    counts.refusing[peer] = 0
                     log.warning(
-                        "panel: refusing connections from %s%s: %d open already (at most %d from one address, %d in all)",
-                        address,
-                        _who(transport_),
-                        counts.open.get(address, 0),
+                        "panel: refusing connections from %s: %d open already (at most %d from one peer, %d in all)",
+                        _named(peer),
+                        counts.open.get(peer, 0),
                         counts.per_peer,
                         counts.total,
                     )
-                counts.refusing[address] += 1
+                counts.refusing[peer] += 1
                 transport_.abort()  # the descriptor is freed now; connection_lost follows
                 return
-            self._peer = address
+            self._peer = peer
             super().connection_made(transport_)
             self._first_timer = self.loop.call_later(counts.first_request_s, self._no_request)
 

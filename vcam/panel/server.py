@@ -6,9 +6,12 @@ Routes (the API needs the token in the X-Vcam-Token header, see :mod:`vcam.panel
     GET  /                      the page (static/index.html; no token needed, none in it)
     GET  /static/panel.js|css   its script and style (no token needed)
     GET  /favicon.ico           its icon (no token needed)
-    GET  /api/session           the pairing key, for the page's memory (see access.Pairing)
+    GET  /api/session           the pairing key, for the page's memory (see access.Pairing), and whether
+                                the page keeps it in its storage too ("remember": [panel] keep_token)
     POST /api/hello, /api/resume   a restarted daemon and an open page prove the key to each other:
                                 the page gets this run's token (no token needed: the proofs stand for it)
+    POST /api/once              {"code"}: a printed link's one-time code, traded once for the token
+                                (access.OnceCodes); a used or expired one gets the page's words (403)
     GET  /api/state             everything the page shows, once (view.PanelView.snapshot)
     GET  /api/events            the same, pushed as Server-Sent Events: every second and on each change
     WS   /api/ws                one connection a page: the token as the first message, then the states
@@ -46,7 +49,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from vcam.control.local import MAX_LINE, handle_command
 from vcam.errors import ConfigError, FaceError, VcamError
 from vcam.panel import limits
-from vcam.panel.access import Guard, Pairing, allowed_hosts, check_bind, url_with_token
+from vcam.panel.access import Guard, OnceCodes, Pairing, allowed_hosts, check_bind, once_url
 from vcam.panel.preview import PreviewTap
 from vcam.panel.source import SourceTap
 from vcam.panel.view import Backend, PanelView
@@ -118,12 +121,62 @@ def _pick(arg: str) -> int | None | JSONResponse:
     return JSONResponse({"ok": False, "error": f"pick={arg!r} is not a face number", "hint": hint}, 400)
 
 
+async def _json_body(request) -> Any:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LINE:
+            raise ValueError("the request is too long")
+    return json.loads(body or b"null")
+
+
+async def _json_dict(request) -> dict:
+    try:
+        body = await _json_body(request)
+    except (ValueError, RecursionError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+class _Passes:
+    """The routes that hand a page this run's token (see :mod:`vcam.panel.access`): the pairing key
+    for a page that has the token, the proofs of a restarted daemon, and a printed link's code."""
+
+    def __init__(self, token: str, pairing_key: str | None, remember: bool) -> None:
+        self.token, self.remember = token, remember
+        self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
+        self.once = OnceCodes(token, time.time())
+
+    async def session(self, request):
+        return JSONResponse({"key": self.pairing.key.decode(), "remember": self.remember})
+
+    async def hello(self, request):
+        body = await _json_dict(request)
+        answer = self.pairing.hello(body.get("nonce"), time.monotonic())
+        return JSONResponse(answer or {"ok": False, "error": 'expected {"nonce": N}'}, 200 if answer else 400)
+
+    async def resume(self, request):
+        body = await _json_dict(request)
+        token = self.pairing.resume(body.get("nonce"), body.get("proof"), time.monotonic())
+        if token is None:
+            return JSONResponse({"ok": False, "error": "the proof is wrong"}, 403)
+        return JSONResponse({"ok": True, "token": token})
+
+    async def redeem(self, request):
+        body = await _json_dict(request)
+        why = self.once.redeem(body.get("code"), time.time())
+        if why is not None:
+            return JSONResponse({"ok": False, "error": OnceCodes.WHY[why], "hint": OnceCodes.HINT, "why": why}, 403)
+        return JSONResponse({"ok": True, "token": self.token})
+
+
 class PanelServer:
     """Serve the panel for ``backend`` on ``host``:``port`` (0: any free port) until :meth:`stop`.
     ``tap``: the preview frames (the daemon offers its published frames to it). ``or_free_port``:
     when ``port`` is in use (another vcam's panel), take a free one instead; ``moved_from`` then
     names the port asked for. ``source``: the direct OBS source's frames, served at
-    ``/obs/source`` to whoever gives ``source_key`` (None: no source)."""
+    ``/obs/source`` to whoever gives ``source_key`` (None: no source). ``remember``: a page keeps
+    the pairing key in its origin's storage (a dock reloaded by OBS reconnects; see access)."""
 
     def __init__(
         self,
@@ -139,9 +192,10 @@ class PanelServer:
         pairing_key: str | None = None,
         source: SourceTap | None = None,
         source_key: str | None = None,
+        remember: bool = False,
     ) -> None:
         check_bind(host, tls_cert, tls_key)
-        self.pairing = Pairing(pairing_key or secrets.token_urlsafe(32), token)
+        self.passes = _Passes(token, pairing_key, remember)  # remember: [panel] keep_token
         self.backend, self.token, self.host, self.port = backend, token, host, port
         self.or_free_port = or_free_port
         self.moved_from: int | None = None
@@ -166,8 +220,8 @@ class PanelServer:
 
     @property
     def url(self) -> str:
-        """The URL with this run's token (what `vcam run` prints and `vcam panel` opens)."""
-        return url_with_token(self.base_url, self.token)
+        """A fresh link for a browser, with a one-time code (never the token): what `vcam run` prints."""
+        return once_url(self.base_url, self.token, time.time())
 
     def start(self) -> None:
         import uvicorn
@@ -275,9 +329,10 @@ class PanelServer:
             Route("/", self._index),
             Route("/favicon.ico", self._favicon),
             Route("/static/{name}", self._static),
-            Route("/api/session", self._session),
-            Route("/api/hello", self._hello, methods=["POST"]),
-            Route("/api/resume", self._resume, methods=["POST"]),
+            Route("/api/session", self.passes.session),
+            Route("/api/hello", self.passes.hello, methods=["POST"]),
+            Route("/api/resume", self.passes.resume, methods=["POST"]),
+            Route("/api/once", self.passes.redeem, methods=["POST"]),
             Route("/api/state", self._state),
             Route("/api/events", self._events),
             WebSocketRoute("/api/ws", self._ws),
@@ -303,24 +358,6 @@ class PanelServer:
     async def _favicon(self, request):
 
         return Response(_static("favicon.svg"), media_type="image/svg+xml")
-
-    async def _session(self, request):
-
-        return JSONResponse({"key": self.pairing.key.decode()})
-
-    async def _hello(self, request):
-
-        body = await self._json_dict(request)
-        answer = self.pairing.hello(body.get("nonce"), time.monotonic())
-        return JSONResponse(answer or {"ok": False, "error": 'expected {"nonce": N}'}, 200 if answer else 400)
-
-    async def _resume(self, request):
-
-        body = await self._json_dict(request)
-        token = self.pairing.resume(body.get("nonce"), body.get("proof"), time.monotonic())
-        if token is None:
-            return JSONResponse({"ok": False, "error": "the proof is wrong"}, 403)
-        return JSONResponse({"ok": True, "token": token})
 
     async def _static(self, request):
 
@@ -440,21 +477,6 @@ class PanelServer:
         return StreamingResponse(parts, media_type="multipart/x-mixed-replace; boundary=frame")
 
     # -- changes (POST) ------------------------------------------------------------------------
-    async def _json_body(self, request) -> Any:
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_LINE:
-                raise ValueError("the request is too long")
-        return json.loads(body or b"null")
-
-    async def _json_dict(self, request) -> dict:
-        try:
-            body = await self._json_body(request)
-        except (ValueError, RecursionError):
-            return {}
-        return body if isinstance(body, dict) else {}
-
     def _run_command(self, cmd: Any) -> dict:
         states = self.backend.states
         first = next(iter(states.values()))
@@ -465,7 +487,7 @@ class PanelServer:
     async def _command(self, request):
 
         try:
-            cmd = await self._json_body(request)
+            cmd = await _json_body(request)
         except (ValueError, RecursionError):
             return JSONResponse({"ok": False, "error": "the body must be one JSON command object"}, 400)
         reply = await run_in_threadpool(self._run_command, cmd)
@@ -475,7 +497,7 @@ class PanelServer:
     async def _people(self, request):
 
         try:
-            body = await self._json_body(request)
+            body = await _json_body(request)
             stream = str(body.get("stream") or next(iter(self.backend.states)))
             track, source = int(body["track"]), str(body["source"])
         except (ValueError, RecursionError, TypeError, KeyError, AttributeError):

@@ -96,10 +96,45 @@ def _proc_net_address(host: str, port: int) -> str | None:
     return f"{words}:{port:04X}"
 
 
+_NO_DIAG = object()  # the kernel's socket diagnostics cannot be asked here: read /proc instead
+
+
+def _diag_uid(local: tuple, peer: tuple) -> object:
+    """The uid of the socket whose address is ``peer`` and whose peer is ``local``, asked of Linux's
+    sock_diag for that one socket (a hash lookup, about 40 us; /proc/net/tcp is a text table of every
+    socket, 48 ms a read with 2,000 open). None when there is no such socket; ``_NO_DIAG`` when the
+    kernel cannot be asked (not Linux, or netlink not allowed)."""
+    if not hasattr(socket, "AF_NETLINK"):
+        return _NO_DIAG
+    family = socket.AF_INET6 if ":" in str(peer[0]) else socket.AF_INET
+    try:
+        src, dst = (socket.inet_pton(family, str(a)).ljust(16, b"\0") for a in (peer[0], local[0]))
+    except OSError:
+        return None
+    # struct inet_diag_req_v2 (family, protocol, ext, pad, states) + inet_diag_sockid (ports big-endian,
+    # addresses, interface, cookie "none"), after a netlink header: type SOCK_DIAG_BY_FAMILY (20), flags
+    # NLM_F_REQUEST (one socket, no dump).
+    sockid = struct.pack("!HH", int(peer[1]), int(local[1])) + src + dst + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as nl:  # NETLINK_SOCK_DIAG
+            nl.settimeout(1.0)
+            nl.sendto(struct.pack("=IHHII", 16 + len(req), 20, 1, 1, 0) + req, (0, 0))
+            data = nl.recv(8192)
+    except OSError:
+        return _NO_DIAG
+    if len(data) < 16 + 72 or struct.unpack_from("=H", data, 4)[0] != 20:
+        return None  # NLMSG_ERROR: no such socket (the other end has closed)
+    return struct.unpack_from("=I", data, 16 + 64)[0]  # inet_diag_msg's uid
+
+
 def tcp_peer_uid(local: tuple, peer: tuple) -> int | None:
     """The uid owning the other end of a TCP connection on this machine (a loopback peer), from
-    Linux's /proc/net/tcp{,6}: the row whose local address is ``peer`` and remote one ``local``.
-    None elsewhere, for a peer on another machine, or when the row is gone."""
+    Linux's socket diagnostics, else /proc/net/tcp{,6}: the socket whose local address is ``peer``
+    and remote one ``local``. None elsewhere, for a peer on another machine, or when it is gone."""
+    uid = _diag_uid(local, peer)
+    if uid is not _NO_DIAG:
+        return uid if isinstance(uid, int) else None
     mine, theirs = _proc_net_address(str(local[0]), int(local[1])), _proc_net_address(str(peer[0]), int(peer[1]))
     if mine is None or theirs is None:
         return None

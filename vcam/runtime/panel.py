@@ -205,8 +205,9 @@ def start_panel(d: Any, up: Any) -> Any:
     """Serve the panel for daemon ``d`` (``[panel]``); returns the server (a component: stopped with
     the daemon) or None when the panel is off or cannot start (one warning line; the video goes on).
     With its default port in use (another vcam), it serves on a free port and says which in a line.
-    The URL with its token goes to ``d.announce`` and, when this daemon holds the control socket's
-    lock, into the panel file beside the socket (mode 0600) for `vcam panel`."""
+    A link with a one-time code goes to ``d.announce``; when this daemon holds the control socket's
+    lock, the address and the token go into the panel file beside the socket (mode 0600), from which
+    `vcam panel` makes fresh links."""
     pcfg = d.cfg.panel
     if not pcfg.enabled:
         if d.cfg.obs_source:
@@ -247,6 +248,7 @@ def start_panel(d: Any, up: Any) -> Any:
             # the OBS Browser Source's key, kept across runs like the pairing key (its URL is in OBS's scene)
             source=SourceTap() if d.cfg.obs_source else None,
             source_key=load_source_key(d.cfg.source_key_file if up.locks is not None else None) if d.cfg.obs_source else None,
+            remember=pcfg.keep_token,  # a dock reloaded by OBS proves the key it kept (README: the cost)
         )
         server.start()
     except VcamError as exc:
@@ -257,12 +259,13 @@ def start_panel(d: Any, up: Any) -> Any:
     _wire_frames(d, server)
     if up.locks is not None:
         try:
-            write_panel_file(path, server.url, server.token, **source_facts(d, server))
+            write_panel_file(path, server.base_url + "/", server.token, **source_facts(d, server))
         except OSError as exc:
             log.warning("cannot write %s (`vcam panel` will not find the URL): %s", path, exc)
     announce = getattr(d, "announce", None)
     if announce is not None:
         announce(f"panel: {server.url}")
+        announce("  (the link opens the panel once, within 2 minutes; `vcam panel` prints a fresh one)")
         if server.source_key:
             announce(f"OBS source: {source_url(server.base_url, server.source_key)}")
     else:

@@ -1,7 +1,8 @@
 // FastSwap Cam panel: plain JS, no build step. State arrives pushed (/api/events, read as a stream);
-// every API request carries the run's token in X-Vcam-Token, which only this script adds: the token
-// comes in the URL after '#', is kept in this tab's sessionStorage (kept apart by origin, port
-// included), never in a cookie, and the page loads again without it (no history entry holds it). After a daemon restart the page proves the pairing key it holds
+// every API request carries the run's token in X-Vcam-Token, which only this script adds: a printed
+// link holds a one-time code after '#' (never the token), traded once at /api/once; the token is kept
+// in this tab's sessionStorage (kept apart by origin, port included), never in a cookie, and the page
+// loads again without the code (no history entry holds it). After a daemon restart the page proves the pairing key it holds
 // in memory to the server, after the server proved it first, and gets the new run's token.
 "use strict";
 
@@ -11,11 +12,13 @@ const panel = { verified: true, state: null, stream: null, lastReply: null, prev
 window.vcamPanel = panel; // read by the browser tests
 
 function takeToken() {
+  // A printed link carries a one-time code (#once=...), an older run's URL the token (#token=...):
+  // either leaves the URL at once, and the page loads again at "/" (location.replace: no entry of
+  // the tab's history, its typed URL included, holds it; replaceState would leave it there).
   const h = new URLSearchParams(location.hash.slice(1));
-  if (h.get("token")) {
-    sessionStorage.setItem("vcam-token", h.get("token"));
-    // A new load in place of this one: the tab's history entry (its typed URL included) never holds
-    // the token; replaceState would leave it in the entry's original URL.
+  if (h.get("once") || h.get("token")) {
+    if (h.get("once")) sessionStorage.setItem("vcam-once", h.get("once"));
+    else sessionStorage.setItem("vcam-token", h.get("token"));
     location.replace(location.pathname);
     panel.leaving = true;
     return null;
@@ -24,6 +27,26 @@ function takeToken() {
 }
 panel.token = takeToken();
 window.addEventListener("hashchange", takeToken); // the URL opened in a tab already on the panel
+
+async function redeem() {
+  // The one-time code traded once for the token; a used, expired or foreign one: the page says why.
+  const code = sessionStorage.getItem("vcam-once");
+  if (!code) return;
+  sessionStorage.removeItem("vcam-once");
+  let reply;
+  try {
+    const res = await fetch("/api/once", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ code }) });
+    reply = await res.json();
+  } catch (err) {
+    reply = { error: "the daemon does not answer", hint: "is `vcam run` still running? Then `vcam panel` prints a fresh link" };
+  }
+  if (reply.token) {
+    panel.token = reply.token;
+    sessionStorage.setItem("vcam-token", reply.token);
+  } else if (!panel.token) {
+    panel.refused = reply.error.charAt(0).toUpperCase() + reply.error.slice(1) + ". To open the panel, " + reply.hint + ".";
+  }
+}
 const auth = (extra = {}) => ({ "X-Vcam-Token": panel.token || "", ...extra });
 panel.get = (url) => fetch(url, { headers: auth(), cache: "no-store" }); // for the tests too
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -37,7 +60,13 @@ async function mac(text) {
 async function learnKey() {
   try {
     const res = await panel.get("/api/session");
-    if (res.ok) panel.key = (await res.json()).key;
+    if (!res.ok) return;
+    const reply = await res.json();
+    panel.key = reply.key;
+    // [panel] keep_token: kept in this origin's storage too, so a page loaded again (a dock after OBS
+    // restarts) proves it to the running vcam, whose answer it checks first; else none is kept.
+    if (reply.remember) localStorage.setItem("vcam-pairing", reply.key);
+    else localStorage.removeItem("vcam-pairing");
   } catch (err) { /* tried again after the next connect */ }
 }
 async function resume() {
@@ -48,7 +77,7 @@ async function resume() {
   try {
     const hello = await (await fetch("/api/hello", { method: "POST", headers: json, body: JSON.stringify({ nonce: mine }) })).json();
     if (!hello.nonce || hello.proof !== (await mac(`vcam-server|${mine}|${hello.nonce}`))) {
-      panel.why = "a server at this address did not prove it is this vcam: not reconnecting to it";
+      panel.why = "A server at this address did not prove it is this vcam: not reconnecting to it (if it is vcam, open a fresh link from `vcam panel`).";
       return false;
     }
     const proof = await mac(`vcam-page|${hello.nonce}|${mine}`);
@@ -58,6 +87,7 @@ async function resume() {
     panel.token = reply.token;
     sessionStorage.setItem("vcam-token", reply.token);
     panel.resumed = (panel.resumed || 0) + 1;
+    learnKey(); // this run's word on keeping the key ([panel] keep_token may have changed)
     return true;
   } catch (err) {
     return false;
@@ -89,7 +119,7 @@ async function post(url, body, headers = {}) {
   try {
     const res = await fetch(url, opts);
     reply = await res.json().catch(() => ({ ok: false, error: `HTTP ${res.status}` }));
-    if (res.status === 401 || res.status === 403) reply = { ok: false, error: "this page's pass is out of date", hint: "reconnecting; or open the URL `vcam panel` prints" };
+    if (res.status === 401 || res.status === 403) reply = { ok: false, error: "this page's pass is out of date", hint: "reconnecting; or open a fresh link from `vcam panel`" };
   } catch (err) {
     reply = { ok: false, error: "the daemon does not answer", hint: "is `vcam run` still running?" };
   }
@@ -594,8 +624,14 @@ async function readEvents(res) {
 }
 
 async function connect() {
-  if (!panel.token) {
-    setLive(false, "Open the panel with the URL `vcam panel` prints (it carries this run's token).");
+  await redeem();
+  if (!panel.token && localStorage.getItem("vcam-pairing")) {
+    panel.key = localStorage.getItem("vcam-pairing"); // kept ([panel] keep_token): proofs first, below
+    panel.verified = false;
+  }
+  if (!panel.token && !panel.key) {
+    setLive(false, panel.refused || "Open the panel with the link `vcam panel` prints (each link opens it once).");
+    document.body.classList.add("stale"); // nothing below works without a pass: greyed
     return;
   }
   for (;;) {
@@ -616,7 +652,7 @@ async function connect() {
         if (how === "unauthorized") {
           why = "The daemon restarted: reconnecting…";
           if (await resume()) continue;
-          why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+          why = panel.why || "This page's pass is from an earlier run of vcam: open a fresh link from `vcam panel`.";
         }
         if (how !== "failed" || panel.everWs) throw null; // lost: verify the server again, below
       }
@@ -624,7 +660,7 @@ async function connect() {
       if (res.status === 401) {
         why = "The daemon restarted: reconnecting…";
         if (await resume()) continue;
-        why = panel.why || "This page's pass is out of date: open the URL `vcam panel` prints.";
+        why = panel.why || "This page's pass is from an earlier run of vcam: open a fresh link from `vcam panel`.";
       } else if (res.ok) {
         panel.noWs = !panel.everWs; // the server answers, its WebSocket did not
         if (!panel.key) learnKey();
