@@ -75,6 +75,7 @@ class _Captured:
 
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
+EAGER_FIRST_ENV = "VCAM_EAGER_FIRST"  # "1": eager_first where cuDNN autotunes (an A/B on the GPU)
 
 
 def _capture_now(capture: Callable[[int, Items], Any], sizes: list[int], items: Items, name: str) -> None:
@@ -107,8 +108,11 @@ class TorchEngine:
     ``eager_first``: with ``background_capture``, the first size goes to that thread too, and the
     calls made before their size is captured run eagerly (cuDNN's heuristic algorithms, no
     autotuning): the start-up captures nothing, and the first frames on the GPU do not wait for a
-    capture (about a second for the inswapper in FP16 on the H200). None: on where cuDNN autotunes
-    (``autotune``: the large networks, whose captures cost that second), off for the small ones.
+    capture (about a second for the inswapper in FP16 on the H200). None: off, unless
+    ``$VCAM_EAGER_FIRST=1`` (then on where cuDNN autotunes: the large networks, whose captures cost
+    that second). Off by default until the H200 has measured it: the second moves after the
+    takeover, where a call of a size still being captured waits for that capture under the capture
+    lock (a stall of the camera) instead of pixelated early frames at the camera's rate before it.
 
     ``loader``: the compiled artifacts (:class:`~vcam.engines.CompiledArtifacts`; None: never
     compiled), for models whose inputs have fixed item shapes; handed in by whoever creates the
@@ -228,7 +232,9 @@ class TorchEngine:
         self._fast: dict[tuple, tuple] = {}
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         self.background_capture = bool(background_capture)
-        self.eager_first = bool(self.autotune if eager_first is None else eager_first) and self.background_capture
+        if eager_first is None:
+            eager_first = self.autotune and os.environ.get(EAGER_FIRST_ENV, "") == "1"
+        self.eager_first = bool(eager_first) and self.background_capture
         self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
