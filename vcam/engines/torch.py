@@ -78,6 +78,14 @@ AUTOTUNE_WEIGHTS = 5_000_000
 EAGER_FIRST_ENV = "VCAM_EAGER_FIRST"  # "1": eager_first where cuDNN autotunes (an A/B on the GPU)
 
 
+def _eager_first(asked: bool | None, autotune: bool, background_capture: bool) -> bool:
+    """``TorchEngine(eager_first=)`` resolved: None is off unless ``$VCAM_EAGER_FIRST=1`` (then where
+    cuDNN autotunes); never without background captures."""
+    if asked is None:
+        asked = autotune and os.environ.get(EAGER_FIRST_ENV, "") == "1"
+    return bool(asked) and background_capture
+
+
 def _capture_now(capture: Callable[[int, Items], Any], sizes: list[int], items: Items, name: str) -> None:
     """The graphs of ``sizes`` captured now (the start-up's), with a ``-v`` line of how long they took."""
     if not sizes:
@@ -232,9 +240,7 @@ class TorchEngine:
         self._fast: dict[tuple, tuple] = {}
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         self.background_capture = bool(background_capture)
-        if eager_first is None:
-            eager_first = self.autotune and os.environ.get(EAGER_FIRST_ENV, "") == "1"
-        self.eager_first = bool(eager_first) and self.background_capture
+        self.eager_first = _eager_first(eager_first, self.autotune, self.background_capture)
         self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
