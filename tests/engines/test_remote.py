@@ -460,6 +460,7 @@ def test_vcam_check_says_whether_the_remote_swapper_is_up(triton, tmp_path):
     down = check_remote(_cfg(models, tmp_path / "f", dead))
     assert down[0].level == "fail"
     assert down[0].detail.startswith(f"swapper: remote {dead[7:]} down since "), down[0].detail
+    assert "unreachable at start: " in down[0].detail and "until then `vcam run` swaps locally" in down[0].fix
     wrong = check_remote(_cfg(models, tmp_path / "f", server.url, "arcface_w600k_r50"))
     assert wrong[0].level == "fail" and "takes inputs input [3, 112, 112]" in wrong[0].detail
     assert check_remote(_cfg(models, tmp_path / "f")) == []  # a local swapper: nothing to say

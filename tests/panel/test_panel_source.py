@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import threading
 import time
 import urllib.error
@@ -163,7 +164,10 @@ def test_the_encoder_copies_the_frame_into_a_kept_buffer_and_checks_the_ring_aft
         assert tap.stale == 1 and "s1" not in tap.frames  # never shown torn
         tap.offer("s1", frame, PixelFormat.BGR, counter=lambda: count[0], slack=1)
         assert got.wait(10)
-        assert tap.stale == 1 and tap.frames["s1"].version == 1 and tap.encode_cpu > 0
+        assert tap.stale == 1 and tap.frames["s1"].version == 1
+        # The encoder's CPU is counted, where the thread clock resolves one small encode (Windows
+        # counts thread time in 15.6 ms ticks: a 64x36 JPEG is often 0 there).
+        assert tap.encode_cpu > 0 or sys.platform == "win32"
         assert copied[0] is copied[1] and copied[1] is not frame  # one buffer, reused; not the ring's
         bigger = np.zeros((48, 64, 3), np.uint8)
         assert source.copy_out(tap._copies, bigger).shape == (48, 64, 3) and len(tap._copies) == 1

@@ -70,8 +70,9 @@ def rig(tmp_path_factory):
 @pytest.fixture
 def served(rig):
     """The rig with its server up: a server paused and resumed by the test before may die after
-    that test ended (Triton's Python backend, with calls in flight), and a run started against a
-    dead one fails at start-up, as it should. Started again here, where it did."""
+    that test ended (Triton's Python backend, with calls in flight), or a test killed it; a run
+    started against a dead one starts with it down (tested on its own). Started again here, where
+    it is not running."""
     server = rig["server"]
     if server.proc.poll() is not None:
         server.stop()
@@ -290,3 +291,60 @@ def test_a_live_run_survives_every_malformed_answer_with_one_line_per_episode(se
     assert live.sw.swapped_locally > 0
     assert any(e.startswith("swapper: remote late/down, swapped locally ") for e in notes), notes
     print(f"{len(FAULTS)} faults, {live.sw.swapped_locally} faces swapped locally; log: {live.lines}")
+
+
+@pytest.mark.slow
+def test_a_run_started_while_the_server_is_down_swaps_locally_from_its_first_frame(served, tmp_path):
+    """The server is not there when ``vcam run`` starts (not started yet, or gone): the run starts
+    all the same, with the server down (one line), its faces swapped locally from the first swapped
+    frame; once the server is up, its model is read and checked and swapping goes to it within a
+    second."""
+    rig = served
+    rig["server"].kill()
+    rig["server"].proc.wait(30)
+    out = Faces(rig["still"], rig["box"])
+    d = Daemon(_cfg(rig, rig["server"].url, tmp_path / "faces"), output=out, control=False)
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda rec: lines.append(rec.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("vcam.engines.remote").addHandler(handler)
+    try:
+        d.start()
+        assert d.ready.wait(120) and d.assembly is not None, f"the run ended at start-up: {d.summary.error}"
+        sw = d.assembly.swapper
+        eng = sw.engine
+        assert eng.down and not eng.described
+        assert Live.until(lambda: sw.swapped_locally >= 20, 60), "no face swapped locally"
+        t_down = time.perf_counter()
+        time.sleep(1.0)
+        rig["server"] = start(rig["repo"], ports=rig["ports"], log=rig["root"] / "server.log")
+        t_back = time.perf_counter()
+        n_local = sw.swapped_locally
+        calls: list[tuple[float, int]] = []
+        wait = eng.wait
+
+        def recorded(handle):
+            outs = wait(handle)
+            calls.append((time.perf_counter(), handle[0] - eng.last_failed))
+            return outs
+
+        eng.wait = recorded
+        assert Live.until(lambda: sum(1 for _, good in calls if good) >= 5, 15), "swapping did not go to the server"
+        resumed = next(t for t, good in calls if good) - t_back
+        n_served = sum(1 for _, good in calls if good)
+        times, diffs = np.array(out.times), np.array(out.diffs)
+    finally:
+        d.stop()
+        logging.getLogger("vcam.engines.remote").removeHandler(handler)
+    swapped = diffs[times >= t_down]  # the frames swapped locally, then by the server
+    print(
+        f"{n_local} faces swapped locally before the server started, {n_served} by it after; back "
+        f"{resumed:.2f} s after it answered; face differences min {swapped.min():.1f}; log: {lines}"
+    )
+    assert eng.described and not eng.in_episode
+    assert d.summary.error is None
+    assert resumed <= 1.0, f"swapping went to the server {resumed:.2f} s after it was up"
+    # No frame with the real face, through the whole run: the input differs from itself by nothing.
+    assert swapped.min() > 5.0, f"a frame went out with the real face (difference {swapped.min():.1f})"
+    assert "unreachable at start" in lines[0] and "swapped locally" in lines[0], lines
+    assert sum("down since" in ln for ln in lines) == 1 and len(lines) <= 2, lines

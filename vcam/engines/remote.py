@@ -9,7 +9,10 @@ Never picked by ``auto``: faces leave the machine only when a role's config says
   checked against ``expect`` (the local model's description); a mismatch is one line naming both.
   ``inputs`` are the local description (FP32, as the stages write them); what goes on the wire is
   the served dtype: uint8 crops where the served model takes uint8 (``vcam serve export
-  --uint8-input`` puts the cast in the model), else FP16 or FP32 as served.
+  --uint8-input`` puts the cast in the model), else FP16 or FP32 as served. A server that does not
+  answer at all at start (refused, or silent for ``connect_timeout``) does not end the run: the
+  engine starts down (one line) and its faces take the fallback from the first frame; the served
+  model is read and checked once the server answers (a mismatch then keeps it down, one error line).
 - **Calls**: :meth:`RemoteEngine.submit` sends (``async_infer``, chunks of the server's max batch)
   and returns at once; :meth:`RemoteEngine.wait` takes the answer. :meth:`run_device` is both. The
   encoded rows of an input that did not change since the last call (the source latents: they change
@@ -60,6 +63,18 @@ BACKOFF = (0.1, 0.3)
 #: which a server that answered its probe again is back (one line).
 DOWN_AFTER = 3
 UP_AFTER = 3
+
+
+#: gRPC statuses of a server that is not there (yet): the run starts with it down, not ended.
+UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
+
+
+class _Unreachable(EngineUnavailable):
+    """The server did not answer at all (see :data:`UNREACHABLE`); ``why``: gRPC's words."""
+
+    def __init__(self, message: str, *, hint: str, why: str) -> None:
+        super().__init__(message, hint=hint)
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -163,6 +178,7 @@ class RemoteEngine:
         label: str = "model",
         connect_timeout: float = 5.0,
         device: str = "cpu",
+        on_fault_text: str = "go out unswapped",
     ) -> None:
         reason = self.unavailable_reason()
         if reason:
@@ -198,7 +214,7 @@ class RemoteEngine:
         self._episodes = 0
         self.last_fault = ""  # why the last faulted call failed
         #: What the faces of a faulted call get (the swapper's on_fault), for the episode's line.
-        self.on_fault_text = "go out unswapped"
+        self.on_fault_text = on_fault_text
         self._wake = threading.Event()
         self._closed = False
         self.failed = 0  # items that passed through because the server did not answer
@@ -207,7 +223,15 @@ class RemoteEngine:
         self.calls = 0
         self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # input -> (rows sent, encoded rows)
         self._storage: dict[tuple, np.ndarray] = {}
-        self._describe_served(expect, expect_outputs, connect_timeout)
+        self._expect = (list(expect), list(expect_outputs))
+        self.described = False  # the served model read and checked (see _start_down)
+        self._mismatch = ""  # why the served model, once reachable, did not fit (said once)
+        try:
+            self._describe_served(expect, expect_outputs, connect_timeout)
+        except _Unreachable as exc:
+            if not (expect and expect_outputs):
+                raise
+            self._start_down(exc.why)
         self._prober = threading.Thread(target=self._probe, name=f"vcam-remote-{label}", daemon=True)
         self._prober.start()
 
@@ -221,9 +245,10 @@ class RemoteEngine:
             conf = self.client.get_model_config(self.name, headers=self._headers, client_timeout=wait).config
         except InferenceServerException as exc:
             msg = (exc.message() or str(exc)).strip().splitlines()[0]
-            raise EngineUnavailable(
-                f"{where}: {msg}", hint="start the server (vcam serve) or fix [engines.swapper] url and model"
-            ) from None
+            hint = "start the server (vcam serve) or fix [engines.swapper] url and model"
+            if str(exc.status()) in UNREACHABLE:
+                raise _Unreachable(f"{where}: {msg}", hint=hint, why=msg) from None
+            raise EngineUnavailable(f"{where}: {msg}", hint=hint) from None
         served_max = int(conf.max_batch_size)
         batch_dim = 1 if served_max > 0 else 0
 
@@ -257,7 +282,21 @@ class RemoteEngine:
         self._out_wire = {t.name: _v2(t.dtype) for t in self.served_outputs}
         self.server_max_batch = served_max if served_max > 0 else 1
         self.precision = "uint8" if np.dtype(np.uint8) in self._wire.values() else str(self.served_inputs[0].dtype)
+        self.described = True
         log.info("%s: %s (max batch %d)", self.label, self.describe(), self.server_max_batch)
+
+    def _start_down(self, why: str) -> None:
+        """A server unreachable at start (refused, or no answer within ``connect_timeout``): the run
+        starts with it down, its faces taking the fallback from the first frame; the prober reads and
+        checks the served model once it answers (:meth:`_ready`), then puts it on trial. Until then
+        the wire is the local description (nothing is sent while down)."""
+        self.served_inputs, self.served_outputs = list(self._expect[0]), list(self._expect[1])
+        self.inputs, self.outputs = list(self._expect[0]), list(self._expect[1])
+        self._wire, self._out_wire = {}, {}
+        self.server_max_batch = 1
+        self.precision = "not yet read"
+        self.last_fault = f"unreachable at start: {why}"
+        self._mark_down(self.last_fault)
 
     def describe(self) -> str:
         state = f" - {self.health()}" if self.down else ""
@@ -326,7 +365,7 @@ class RemoteEngine:
                 continue
             time.sleep(delay)
             try:
-                ok = self.client.is_model_ready(self.name, headers=self._headers, client_timeout=max(self.timeout, 0.5))
+                ok = self._ready()
             except Exception:  # any failure: still down
                 ok = False
             if ok:
@@ -335,6 +374,23 @@ class RemoteEngine:
                         self._state, self._goods = "trial", 0
             else:
                 delay = min(delay * 2, BACKOFF[1])
+
+    def _ready(self) -> bool:
+        """The prober's question: is the model ready? A server first reached after the start has its
+        model read and checked first; one that does not fit stays down (one error line)."""
+        wait = max(self.timeout, 0.5)
+        if not self.described:
+            try:
+                self._describe_served(*self._expect, wait)
+            except _Unreachable:
+                return False
+            except (ModelError, EngineUnavailable) as exc:
+                if str(exc) != self._mismatch:
+                    self._mismatch = str(exc)
+                    log.error("%s (its faces still %s)", exc, self.on_fault_text)
+                return False
+            return True
+        return bool(self.client.is_model_ready(self.name, headers=self._headers, client_timeout=wait))
 
     # -- calls ------------------------------------------------------------------------------------
     def input_buffers(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> dict[str, Any]:

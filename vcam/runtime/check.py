@@ -333,15 +333,17 @@ def check_remote(cfg: Config) -> list[CheckItem]:
     from vcam.engines import TensorInfo
     from vcam.engines.remote import RemoteEngine
     from vcam.models import registry
+    from vcam.stages.swap_neural import fault_text
 
     try:
         spec = registry.get(cfg.swap.swapper)
-        opts.pop("on_fault")
+        on_fault = opts.pop("on_fault")
         engine = RemoteEngine(
             expect=[TensorInfo(t.name, t.shape, "float32") for t in spec.inputs],
             expect_outputs=[TensorInfo(t.name, t.shape, "float32") for t in spec.outputs],
             label="swapper",
             connect_timeout=3.0,
+            on_fault_text=fault_text(on_fault),
             **opts,
         )
     except VcamError as exc:
@@ -351,6 +353,11 @@ def check_remote(cfg: Config) -> list[CheckItem]:
             detail = exc.message
         return [CheckItem("swapper", "fail", detail, exc.hint or "")]
     try:
+        if not engine.described:  # unreachable: a run starts all the same, its faces on the fallback
+            since = time.strftime("%H:%M:%S")
+            hint = "start the server (vcam serve) or fix [engines.swapper] url; until then `vcam run` "
+            hint += {"local": "swaps locally", "pixelate": "pixelates faces"}.get(on_fault, "shows the real face")
+            return [CheckItem("swapper", "fail", f"swapper: remote {address} down since {since}: {engine.last_fault}", hint)]
         return [CheckItem("swapper", "ok", f"{engine.describe()}, max batch {engine.server_max_batch}")]
     finally:
         engine.close()

@@ -118,7 +118,7 @@ class NeuralSwapper(SwapperBase):
         if on_fault == "local" and fallback is None:
             raise ModelError(f"{self.spec.name}: on_fault = 'local' needs a local swapper", hint="pass fallback=")
         if hasattr(engine, "on_fault_text"):
-            engine.on_fault_text = {"local": "are swapped locally", "pixelate": "are pixelated"}.get(on_fault, "go out unswapped")
+            engine.on_fault_text = fault_text(on_fault)
         # A remote engine's call is sent by swap_submit and taken by swap_wait, so the daemon overlaps
         # its round trip with the next frames' capture and detection. On the CPU only: on CUDA the
         # frame's detection of a predicted frame is ordered around the swap (it runs in one call).
@@ -351,11 +351,7 @@ def create_swapper(
         from vcam.engines.remote import RemoteEngine
 
         opts = dict(remote)
-        on_fault = opts.pop("on_fault", "local")
-        if on_fault not in ON_FAULT:
-            raise ModelError(
-                f"on_fault = {on_fault!r}: expected one of {', '.join(ON_FAULT)}", hint="fix [engines.swapper] on_fault"
-            )
+        on_fault = _checked_fault(opts.pop("on_fault", "local"))
         engine: Any = RemoteEngine(
             expect=[TensorInfo(t.name, t.shape, np.float32) for t in spec.inputs],
             expect_outputs=[TensorInfo(t.name, t.shape, np.float32) for t in spec.outputs],
@@ -364,6 +360,7 @@ def create_swapper(
             pixel_shift=tuple(255.0 * m for m in spec.mean),
             label="swapper",
             device=device,
+            on_fault_text=fault_text(on_fault),
             **{"model": name, **opts},
         )
     else:
@@ -405,6 +402,17 @@ def create_swapper(
 
 #: What a remote swapper's faces without a good answer get ([engines.swapper] on_fault).
 ON_FAULT = ("local", "pixelate", "pass")
+
+
+def _checked_fault(on_fault: str) -> str:
+    if on_fault not in ON_FAULT:
+        raise ModelError(f"on_fault = {on_fault!r}: expected one of {', '.join(ON_FAULT)}", hint="fix [engines.swapper] on_fault")
+    return on_fault
+
+
+def fault_text(on_fault: str) -> str:
+    """What the faces of a remote fault get under ``on_fault``, in the engine's episode line."""
+    return {"local": "are swapped locally", "pixelate": "are pixelated"}.get(on_fault, "go out unswapped")
 
 
 def _local_fallback(spec: ModelSpec, path: Path, *, ops: Any, max_faces: int, device: str, emap: Any, converter: Any) -> Any:
