@@ -16,7 +16,7 @@ keeps each stream's run summary; per stream:
                 its early frames' latency: its pipeline frames only)
     late        frames out over the budget (counted as late: the picture kept moving) / over it not counted
     first s     the first frame out, after the process start
-    GPU s       the first frame swapped on the GPU (the switch from the CPU, else the first through the pipeline)
+    swapped s   the first frame swapped by the pipeline's device (on the GPU: the switch from the CPU swap, else the first through the pipeline)
     CPU s to 1st swapped  the process's CPU seconds (every thread) when the first frame went out through the
                 pipeline: on a machine others load, the cost of the start less the waiting for a core
 
@@ -211,7 +211,7 @@ def _table(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, budg
         "p99 ms",
         "late / over uncounted",
         "first s",
-        "GPU s",
+        "swapped s",
         "CPU frames",
         "CPU s to 1st swapped",
     )
