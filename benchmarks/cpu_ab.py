@@ -5,7 +5,8 @@
 
 OLD_TREE: an exported older checkout (``git archive <commit> | tar -x -C DIR``); the new tree is this
 one. Each round runs ``benchmarks.demo``'s flat-out mode (the daemon on the 720p demo clip, classic
-swap, publishing to null) once per tree, in a fresh process, old first. Prints fps per round and the
+swap, publishing to null) once per tree, in a fresh process, old first in even rounds and new
+first in odd ones (ABBA). Prints fps per round and the
 median new/old ratio; writes the numbers as JSON. The share of frames with a full scan tells where the
 rolling search ran (``[track] search``: a worker beside the frame leaves only the first frame's).
 """
@@ -70,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"old": Path(args.old).resolve(), "new": Path(__file__).resolve().parents[1]}
     runs: dict[str, list[dict]] = {"old": [], "new": []}
     for r in range(args.rounds):
-        for name, tree in trees.items():
+        # Odd rounds new first (old, new, new, old, ...): a machine whose speed drifts over the run
+        # favours neither tree.
+        for name, tree in sorted(trees.items(), reverse=r % 2 == 0):  # "old" > "new"
             res = _one(tree, w, h, args.frames, args.search if name == "new" else "")
             runs[name].append(res)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in res["stage_ms"].items())
