@@ -16,7 +16,8 @@ keeps each stream's run summary; per stream:
                 its early frames' latency: its pipeline frames only)
     late        frames out over the budget (counted as late: the picture kept moving) / over it not counted
     first s     the first frame out, after the process start
-    swapped s   the first frame swapped by the pipeline's device (on the GPU: the switch from the CPU swap, else the first through the pipeline)
+    swapped s   the first frame swapped by the pipeline's device (on the GPU: the switch from the CPU
+                swap, else the first through the pipeline)
     CPU s to 1st swapped  the process's CPU seconds (every thread) when the first frame went out through the
                 pipeline: on a machine others load, the cost of the start less the waiting for a core
 
