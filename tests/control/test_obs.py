@@ -1111,12 +1111,11 @@ def test_audio_sync_follows_the_video_delay_and_restores_the_offsets(obs_server,
     assert offset_of(client, "Mic/Aux") == 7
 
 
-def test_audio_sync_command_is_refused_where_the_run_does_not_offer_it(controller, obs_server):
+def test_audio_sync_command_is_refused_where_the_run_does_not_offer_it(controller, obs_server, client):
     """No [obs] audio_sync: the command is answered with what turns it on."""
-    ctl, state = controller
     rec = EventRecorder(obs_cfg(obs_server))
     try:
-        ctl._req.broadcast_custom_event({"eventData": {"vcam": {"audio_sync": "on"}}})
+        client.broadcast_custom_event({"eventData": {"vcam": {"audio_sync": "on"}}})
         said = wait_for(lambda: any("audio sync is not available" in r.get("error", "") for r in rec.replies()), 2)
         assert said is not None, rec.replies()
     finally:
@@ -1184,7 +1183,7 @@ def offer_every_setting(state: RuntimeState) -> RuntimeState:
     return state
 
 
-def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene):
+def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene, client):
     """Each recipe line of docs/obs.md, broadcast through a real OBS, is answered ok, and its reply
     (face, swap, pause, the settings) is what the same command over `vcam ctl`'s path gives a twin
     state; so every desk setting works as an OBS custom event. The controller serves stream 'side'
@@ -1204,7 +1203,8 @@ def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene):
         assert ctl.connected.wait(10), ctl.last_error
         for data in recipes:
             n = len(rec.replies())
-            ctl._req.broadcast_custom_event(data)
+            client.broadcast_custom_event(data)  # a connection of its own, as a Stream Deck has (the
+            # controller's is its thread's: a request from here could interleave with its replies)
             assert wait_for(lambda n=n: len(rec.replies()) > n, 2) is not None, data
             got = rec.replies()[n]
             cmd = {k: v for k, v in data["eventData"]["vcam"].items() if k != "stream"}

@@ -109,15 +109,43 @@ def prepare_onnx(model: Any, spec: registry.ModelSpec, *, fp16: bool = False, ui
     return model
 
 
+#: tritonclient's config messages, a protobuf module that imports nothing of gRPC.
+CONFIG_MODULE = "tritonclient.grpc.model_config_pb2"
+
+
 def config_messages() -> Any:
-    """tritonclient's ``model_config_pb2`` (Triton's config messages), or EngineUnavailable naming the extra."""
+    """tritonclient's ``model_config_pb2`` (Triton's config messages), or EngineUnavailable naming
+    the extra. Loaded from its file, not through ``tritonclient.grpc``, whose package imports gRPC:
+    gRPC's fork handlers in a process that then starts the server (``vcam serve``) once left its
+    poller on a closed descriptor ("epoll_wait error: Bad file descriptor") and the command ended at
+    start. Kept under its own name, so a later ``import tritonclient.grpc`` reuses it."""
+    import importlib.util
+    import sys
+
+    if CONFIG_MODULE in sys.modules:
+        return sys.modules[CONFIG_MODULE]
     try:
-        from tritonclient.grpc import model_config_pb2
+        package = importlib.util.find_spec("tritonclient")
+        import google.protobuf  # noqa: F401
     except ImportError as exc:
+        package, why = None, str(exc)
+    else:
+        why = "No module named 'tritonclient'"
+    path = Path(package.submodule_search_locations[0]) / "grpc" / "model_config_pb2.py" if package else None
+    if path is None or not path.is_file():
         from vcam.engines.remote import INSTALL
 
-        raise EngineUnavailable(f"writing a Triton model repository needs tritonclient ({exc})", hint=INSTALL) from None
-    return model_config_pb2
+        raise EngineUnavailable(f"writing a Triton model repository needs tritonclient ({why})", hint=INSTALL)
+    spec = importlib.util.spec_from_file_location(CONFIG_MODULE, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[CONFIG_MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[CONFIG_MODULE]
+        raise
+    return module
 
 
 def model_config(
