@@ -1219,3 +1219,30 @@ def test_the_recipes_of_docs_obs_work_through_obs(obs_server, scene, client):
     finally:
         rec.close()
         ctl.stop()
+
+
+def test_setup_starts_again_when_its_scene_vanishes_under_it(monkeypatch):
+    """A scene the user removed a moment before is still listed and read while OBS tears it down,
+    then goes in the middle of the setup (a busy run once failed so): the setup starts again and
+    creates it; any other refusal is raised as it was."""
+    from obsws_python.error import OBSSDKRequestError
+
+    from vcam.control import obs_scene
+
+    calls = []
+
+    def setup(client, faces, *, scene, **options):
+        calls.append(scene)
+        if len(calls) == 1:
+            raise OBSSDKRequestError("GetSceneItemId", 600, f"No source was found by the name of `{scene}`.")
+        return obs_scene.SetupReport(scene=scene)
+
+    monkeypatch.setattr(obs_scene, "_setup_scene", setup)
+    assert obs_scene.setup_scene(None, {}, scene="S").scene == "S" and calls == ["S", "S"]
+
+    def refused(client, faces, *, scene, **options):
+        raise OBSSDKRequestError("CreateInput", 601, "a resource already exists")
+
+    monkeypatch.setattr(obs_scene, "_setup_scene", refused)
+    with pytest.raises(OBSSDKRequestError):
+        obs_scene.setup_scene(None, {}, scene="S")

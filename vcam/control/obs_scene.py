@@ -338,7 +338,21 @@ def _ensure_input(
     (report.updated if changed else report.kept).append(name)
 
 
-def setup_scene(
+def setup_scene(client, faces: dict[str, str | os.PathLike], *, scene: str = "FastSwap Faces", **options: Any) -> SetupReport:
+    """:func:`_setup_scene` (see there), again from the start should ``scene`` vanish under it: a
+    scene the user just removed can still be listed and read while OBS tears it down, and go in the
+    middle of the setup ("No source was found by the name of ..."). The setup is idempotent."""
+    for _ in range(2):
+        try:
+            return _setup_scene(client, faces, scene=scene, **options)
+        except Exception as exc:
+            if not request_failed(exc) or f"name of `{scene}`" not in str(exc):
+                raise
+            time.sleep(0.1)
+    return _setup_scene(client, faces, scene=scene, **options)
+
+
+def _setup_scene(
     client,
     faces: dict[str, str | os.PathLike],
     *,
