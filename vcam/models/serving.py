@@ -124,26 +124,22 @@ def config_messages() -> Any:
 
     if CONFIG_MODULE in sys.modules:
         return sys.modules[CONFIG_MODULE]
-    try:
-        package = importlib.util.find_spec("tritonclient")
-        import google.protobuf  # noqa: F401
-    except ImportError as exc:
-        package, why = None, str(exc)
-    else:
-        why = "No module named 'tritonclient'"
-    path = Path(package.submodule_search_locations[0]) / "grpc" / "model_config_pb2.py" if package else None
-    if path is None or not path.is_file():
-        from vcam.engines.remote import INSTALL
+    from vcam.engines.remote import INSTALL
 
-        raise EngineUnavailable(f"writing a Triton model repository needs tritonclient ({why})", hint=INSTALL)
+    package = importlib.util.find_spec("tritonclient")
+    path = Path(package.origin or "").parent / "grpc" / "model_config_pb2.py" if package else None
+    if path is None or not path.is_file():
+        raise EngineUnavailable("writing a Triton model repository needs tritonclient (not installed)", hint=INSTALL)
     spec = importlib.util.spec_from_file_location(CONFIG_MODULE, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[CONFIG_MODULE] = module
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as exc:
         del sys.modules[CONFIG_MODULE]
+        if isinstance(exc, ImportError):  # protobuf missing (tritonclient without its grpc extra)
+            raise EngineUnavailable(f"writing a Triton model repository needs tritonclient ({exc})", hint=INSTALL) from None
         raise
     return module
 
