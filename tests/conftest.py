@@ -205,14 +205,27 @@ def need_torch():
     return torch
 
 
-def terminal_signals() -> None:
-    """``preexec_fn`` for a child that a test stops with a signal: the stop signals at their
-    defaults, as in a terminal session. A runner started in the background has SIGINT ignored (and
-    under nohup SIGHUP), which the child inherits and vcam rightly keeps ignoring."""
-    import signal
+#: Runs ``argv[2:]`` with the stop signals at their defaults (``argv[1]`` "nohup": SIGHUP ignored),
+#: which ``exec`` keeps: no Python code runs in the child between fork and exec (a ``preexec_fn``
+#: does, and there gRPC's fork handlers, loaded by an earlier test of the session, restart a poller
+#: whose descriptor the child's close_fds then closes: "epoll_wait error: Bad file descriptor", abort).
+_AT_TERMINAL = (
+    "import os, signal, sys\n"
+    "for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+    "    nohup = sig == signal.SIGHUP and sys.argv[1] == 'nohup'\n"
+    "    signal.signal(sig, signal.SIG_IGN if nohup else signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+
+def at_terminal(cmd: list[str], *, nohup: bool = False) -> list[str]:
+    """``cmd`` for a child that a test stops with a signal: the stop signals at their defaults, as
+    in a terminal session (``nohup``: SIGHUP ignored, as under nohup). A runner started in the
+    background has SIGINT ignored (and under nohup SIGHUP), which the child would inherit and vcam
+    rightly keeps ignoring. Windows: ``cmd`` as it is (its console events are not inherited so)."""
+    if sys.platform == "win32":
+        return list(cmd)
+    return [sys.executable, "-c", _AT_TERMINAL, "nohup" if nohup else "terminal", *cmd]
 
 
 # --- Windows (issue 38, tools/windows-tests) -------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import POSIX_SIGNALS, WINDOWS, terminal_signals, windows_lacks
+from conftest import POSIX_SIGNALS, at_terminal, windows_lacks
 
 from vcam.stages import demo
 from vcam.stages.recording import FileOutput
@@ -38,8 +38,7 @@ def talk(tmp_path_factory) -> Path:
 
 def vcam(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "vcam", "run", "--device", "cpu", *args],
-        preexec_fn=None if WINDOWS else terminal_signals,
+        at_terminal([sys.executable, "-m", "vcam", "run", "--device", "cpu", *args]),
         env=dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200"),
         **kw,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TRITON_SERVER, require, terminal_signals, vcam_cli, windows_lacks
+from conftest import TRITON_SERVER, at_terminal, require, vcam_cli, windows_lacks
 
 from vcam.errors import EngineUnavailable
 from vcam.models import registry, serving, standin
@@ -237,11 +237,10 @@ def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     grpc, http, metrics = free_ports(3)
     args = ["serve", "--repo", str(repo), "--port", str(grpc), "--http-port", str(http), "--metrics-port", str(metrics)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vcam", *args],
+        at_terminal([sys.executable, "-m", "vcam", *args]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=terminal_signals,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)

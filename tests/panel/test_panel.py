@@ -298,7 +298,7 @@ def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: os.setuid(65534),  # nobody
+        user=65534,  # nobody
     )
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == "held"
@@ -320,7 +320,7 @@ def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp
             capture_output=True,
             text=True,
             timeout=60,
-            preexec_fn=lambda: os.setuid(65534),
+            user=65534,
         )
         assert steal.returncode == 0 and steal.stdout.split() == ["403", "403", "403"], steal.stdout + steal.stderr
         assert call(srv, "/api/state", headers={"X-Vcam-Token": srv.token})[0] == 200  # the owner's: answered

@@ -27,7 +27,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import require, terminal_signals
+from conftest import at_terminal, require
 
 pytestmark = pytest.mark.slow
 
@@ -184,10 +184,9 @@ port = 0
     log = tmp / "vcam.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "vcam", "run", "--config", str(cfg)],
+            at_terminal([sys.executable, "-m", "vcam", "run", "--config", str(cfg)]),
             stdout=fh,
             stderr=subprocess.STDOUT,
-            preexec_fn=terminal_signals,
         )
     url = wait_for(lambda: next((ln.split("panel: ", 1)[1] for ln in log.read_text().splitlines() if "panel: " in ln), None), 120)
     assert url, log.read_text()

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import terminal_signals
+from conftest import at_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,12 +54,11 @@ def real_env():
 def live_daemon(real_env):
     """A live daemon of this user in the real runtime folder, or the one already running there."""
     p = subprocess.Popen(
-        [sys.executable, "-c", LIVE],
+        at_terminal([sys.executable, "-c", LIVE]),
         env=real_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=terminal_signals,
     )
     lines: list[str] = []
     deadline = time.monotonic() + 120

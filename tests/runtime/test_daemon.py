@@ -12,7 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import POSIX_SIGNALS, demo_run, need_torch, terminal_signals, vcam_cli, windows_lacks
+from conftest import POSIX_SIGNALS, at_terminal, demo_run, need_torch, vcam_cli, windows_lacks
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
@@ -208,6 +208,25 @@ def test_stop_signals_held_while_an_output_opens_are_handled_on_the_way_out():
     assert d.should_exit and not d.force_exit  # one signal: a clean stop, asked for after
 
 
+def test_the_second_signal_leaves_the_recording_playable_before_the_exit_unwinds(tmp_path):
+    """The forced exit keeps the file outputs where the second signal lands, before its SystemExit
+    unwinds whatever code it interrupted (an output being closed, a capture thread joined): no
+    path out of the process can then leave the hidden temporary file."""
+    from vcam.stages.recording import FileOutput
+
+    d = Daemon(Config(), control=False)
+    out = FileOutput(tmp_path / "live.mp4", 64, 48, 30.0)
+    for f in np.random.default_rng(0).integers(0, 255, (12, 48, 64, 3), dtype=np.uint8):
+        out.send(f)
+    d.streams[0].output = out
+    d.handle_exit(signal.SIGINT, None)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # still being written
+    with pytest.raises(SystemExit) as exc:
+        d.handle_exit(signal.SIGINT, None)
+    assert exc.value.code == 130 and d.force_exit
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["live.partial.mp4"] and out.kept == out.partial_path
+
+
 def test_after_a_run_stopped_by_a_signal_further_stop_signals_are_ignored(monkeypatch, tmp_path):
     """`vcam run` stopped by Ctrl-C: once the daemon has finished, only the summary is left, and a
     second signal then is ignored (it used to reach the early handler of vcam.__main__, whose
@@ -380,17 +399,8 @@ def test_fp16_on_cpu_warns_once_and_runs(tmp_path):
 @pytest.mark.slow
 @windows_lacks("SIGHUP and nohup")
 def test_a_hangup_is_ignored_under_nohup(tmp_path):
-    def nohup() -> None:
-        terminal_signals()
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
-    p = subprocess.Popen(
-        [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", "null", "--device", "cpu", "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=nohup,
-    )
+    cmd = [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", "null", "--device", "cpu", "--quiet"]
+    p = subprocess.Popen(at_terminal(cmd, nohup=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(2.0)
         p.send_signal(signal.SIGHUP)
@@ -413,29 +423,10 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
     # `after` 0 lands the signal in the load, whose native threads must end before the process does.
     target = tmp_path / "live.mp4"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vcam",
-            "run",
-            "--input",
-            "demo",
-            "--realtime",  # a live recording: the demo loops until the signal
-            "--output",
-            f"file:{target}",
-            "--device",
-            "cpu",
-            "--quiet",
-            "--max-latency",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        preexec_fn=terminal_signals,
-    )
+    # --realtime: a live recording, the demo loops until the signal
+    cmd = [sys.executable, "-m", "vcam", "run", "--input", "demo", "--realtime", "--output", f"file:{target}"]
+    cmd += ["--device", "cpu", "--quiet", "--max-latency", "0"]
+    p = subprocess.Popen(at_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         deadline = time.time() + 60
         while time.time() < deadline and not list(tmp_path.glob("*.partial*")) and not target.exists():
@@ -460,15 +451,9 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
 def _live_recording(target, *extra: str, verbose: bool = False) -> subprocess.Popen:
     """A real `vcam run` of the live demo recorded to ``target``, returned once its (hidden) partial
     file exists: frames are being written. ``verbose``: its INFO lines too (`vcam -v`)."""
-    p = subprocess.Popen(
-        [sys.executable, "-m", "vcam", *(["-v"] if verbose else []), "run", "--input", "demo", "--realtime"]
-        + ["--output", f"file:{target}"]
-        + ["--device", "cpu", "--max-latency", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=terminal_signals,
-    )
+    cmd = [sys.executable, "-m", "vcam", *(["-v"] if verbose else []), "run", "--input", "demo", "--realtime"]
+    cmd += ["--output", f"file:{target}", "--device", "cpu", "--max-latency", "0", *extra]
+    p = subprocess.Popen(at_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 60
     while time.time() < deadline and not list(target.parent.glob(".*partial*")):
         time.sleep(0.05)

@@ -379,6 +379,26 @@ def test_salvage_after_a_forced_exit_leaves_no_hidden_file(tmp_path, where):
     assert out.salvage() == kept  # idempotent
 
 
+def test_salvage_that_cannot_check_the_file_still_leaves_no_hidden_file(tmp_path, monkeypatch):
+    """A salvage whose own checks fail (the trim or the probe raising) keeps what was written as
+    NAME.partial.mp4 as it is: never the hidden temporary file, never nothing."""
+    from vcam.stages import recording
+
+    path = tmp_path / "rec.mp4"
+    out = FileOutput(path, 64, 48, 30.0, timing="frames")
+    for f in frames_bgr(40, 64, 48):
+        out.send(f)
+
+    def broken(*a, **k):
+        raise OSError("probe failed")
+
+    monkeypatch.setattr(recording, "_trim_to_whole_fragments", broken)
+    kept = out.salvage()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.partial.mp4"] and kept == out.partial_path
+    monkeypatch.undo()
+    assert len(decode(kept)) >= 1  # what reached the disk plays
+
+
 def test_a_stop_signal_while_the_file_is_opened_leaves_no_hidden_file(tmp_path, monkeypatch):
     """A forced exit (SystemExit from the second Ctrl-C) that lands while the encoder is set up
     removes the hidden temporary file already made and goes on as a SystemExit."""

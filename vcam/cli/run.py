@@ -219,10 +219,8 @@ def run(
             break
         except SystemExit:
             if daemon.force_exit:  # a second Ctrl-C: leave now, so no native thread still loading
-                # a model can abort the exit; a file output, perhaps cut off while it was being
-                # finished, is left playable first
+                # a model can abort the exit (the second signal left the file outputs playable)
                 _ignore_stop_signals()
-                daemon.salvage_outputs()
                 _leave(130)
             raise
         except ModelError as err:

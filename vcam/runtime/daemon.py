@@ -236,6 +236,9 @@ class Daemon:
         if self.should_exit:
             self.force_exit = True
             log.warning("forced exit")
+            # The files are left playable here, at the second signal, whatever the code it lands in
+            # (an output being closed, a capture thread joined) does with the exit on its way out.
+            self.salvage_outputs()
             raise SystemExit(130)
         self.should_exit = True
         self.wake.set()

@@ -319,8 +319,13 @@ class FileOutput(OutputBase):
                 except Exception:  # a write failure, or the file closed meanwhile: keep what is there
                     pass
             self.kept = self._place()
-        except Exception as exc:  # a forced exit leaves whatever it can
-            log.warning("could not keep %s: %s", self.path, exc)
+        except Exception as exc:  # a forced exit leaves whatever it can, never the hidden file
+            log.warning("could not finish %s (%s): what was written is kept as it is", self.path, exc)
+            try:
+                os.replace(self._tmp, self.partial_path)
+                self.kept = self.partial_path
+            except OSError:
+                self._tmp.unlink(missing_ok=True)
         return self.kept
 
     def _discard(self) -> None:
