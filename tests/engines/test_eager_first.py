@@ -116,13 +116,13 @@ def test_without_eager_first_the_start_up_captures_the_first_size(tiny, monkeypa
     e.close()
 
 
-def test_eager_first_is_off_by_default_and_on_for_the_networks_that_autotune_when_asked(tiny, monkeypatch):
+def test_eager_first_is_on_for_the_networks_that_autotune_unless_turned_off(tiny, monkeypatch):
     need_torch()
     from vcam.engines.torch import EAGER_FIRST_ENV, TorchEngine
 
+    monkeypatch.setenv(EAGER_FIRST_ENV, "0")
+    assert not TorchEngine(tiny, device="cpu", warmup=False, autotune=True).eager_first
     monkeypatch.delenv(EAGER_FIRST_ENV, raising=False)
-    assert not TorchEngine(tiny, device="cpu", warmup=False, autotune=True).eager_first  # until the GPU A/B
-    monkeypatch.setenv(EAGER_FIRST_ENV, "1")
     small = TorchEngine(tiny, device="cpu", warmup=False)
     assert not small.autotune and not small.eager_first
     big = TorchEngine(tiny, device="cpu", warmup=False, autotune=True)
