@@ -5,6 +5,7 @@ section). :func:`~vcam.stages.publish.open_output` picks it for ``file:PATH``.""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from fractions import Fraction
@@ -322,10 +323,11 @@ class FileOutput(OutputBase):
         except Exception as exc:  # a forced exit leaves whatever it can, never the hidden file
             log.warning("could not finish %s (%s): what was written is kept as it is", self.path, exc)
             try:
-                os.replace(self._tmp, self.partial_path)
+                self._move(self.partial_path)  # closes the file first where an open one cannot move (Windows)
                 self.kept = self.partial_path
-            except OSError:
-                self._tmp.unlink(missing_ok=True)
+            except Exception:  # as _place does when the move fails
+                with contextlib.suppress(Exception):
+                    self._discard()
         return self.kept
 
     def _discard(self) -> None:
