@@ -272,7 +272,10 @@ for path, body, headers in (("/api/once", json.dumps({"code": code}).encode(), {
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="another local user's process: needs root to start one")
+@pytest.mark.skipif(
+    not hasattr(os, "getuid") or os.getuid() != 0,
+    reason="another local user's process: needs root to start one (and uids: not on Windows)",
+)
 def test_another_local_users_connections_fill_their_own_share_not_the_owners(tmp_path, caplog):
     """On loopback (Linux) the connection cap counts per address and user: another user holding
     every connection it may still leaves the owner's page loading, and is named in one line. That

@@ -115,7 +115,9 @@ def test_another_users_control_file_is_never_followed(tmp_path):
     assert info.value.uid == 4321
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the peer's uid of a TCP connection: Linux only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the peer's uid of a TCP connection: Linux only, not on Windows or macOS"
+)
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
 def test_a_loopback_peers_uid_is_asked_of_the_kernel_and_agrees_with_proc(host, monkeypatch):
     """One kernel lookup for the one socket (sock_diag), the same answer as /proc/net/tcp's table;
