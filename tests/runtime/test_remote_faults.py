@@ -181,9 +181,9 @@ def _answers(server) -> bool:
 
     if server.proc.poll() is not None:
         return False
+    client = tc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     try:
-        client = tc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-        meta = client.get_model_metadata("inswapper_128", as_json=True)
+        meta = client.get_model_metadata("inswapper_128", as_json=True, client_timeout=5.0)
         inputs = []
         for spec in meta["inputs"]:
             shape = [1 if int(d) < 0 else int(d) for d in spec["shape"]]
@@ -191,11 +191,12 @@ def _answers(server) -> bool:
             inp.set_data_from_numpy(np.zeros(shape, dtype=tc.triton_to_np_dtype(spec["datatype"])))
             inputs.append(inp)
         client.infer("inswapper_128", inputs, client_timeout=5.0)
-        client.close()
         return True
     except Exception as exc:
         print(f"the server does not answer a call of the test's own: {exc}")
         return False
+    finally:
+        client.close()
 
 
 def _pause(server) -> None:

@@ -342,14 +342,14 @@ def setup_scene(client, faces: dict[str, str | os.PathLike], *, scene: str = "Fa
     """:func:`_setup_scene` (see there), again from the start should ``scene`` vanish under it: a
     scene the user just removed can still be listed and read while OBS tears it down, and go in the
     middle of the setup ("No source was found by the name of ..."). The setup is idempotent."""
-    for _ in range(2):
+    for attempt in range(3):
         try:
             return _setup_scene(client, faces, scene=scene, **options)
         except Exception as exc:
-            if not request_failed(exc) or f"name of `{scene}`" not in str(exc):
+            if attempt == 2 or not request_failed(exc) or f"name of `{scene}`" not in str(exc):
                 raise
             time.sleep(0.1)
-    return _setup_scene(client, faces, scene=scene, **options)
+    raise AssertionError("unreachable")
 
 
 def _setup_scene(

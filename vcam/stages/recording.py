@@ -321,7 +321,7 @@ class FileOutput(OutputBase):
                     pass
             self.kept = self._place()
         except Exception as exc:  # a forced exit leaves whatever it can, never the hidden file
-            log.warning("could not finish %s (%s): what was written is kept as it is", self.path, exc)
+            log.warning("could not finish %s (%s): what was written goes to %s as it is", self.path, exc, self.partial_path.name)
             try:
                 self._move(self.partial_path)  # closes the file first where an open one cannot move (Windows)
                 self.kept = self.partial_path
