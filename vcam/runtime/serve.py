@@ -195,15 +195,18 @@ class TritonServer:
             args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **process.own_group()
         )
         self._ready = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._log_lock = threading.Lock()  # the pump writes the log, stop closes it
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip())
-            if self._log is not None:
-                self._log.write(line)
-                self._log.flush()
+            with self._log_lock:
+                if self._log is not None:
+                    self._log.write(line)
+                    self._log.flush()
             # PyTriton's worker says READY once its models are bound (its Triton starts before that)
             if line.startswith("READY") or (self.kind != "pytriton" and "Started GRPCInferenceService" in line):
                 self._ready.set()
@@ -255,9 +258,11 @@ class TritonServer:
                 self.kill()
         else:  # the worker is gone: make sure its server is too
             process.stop_group(self.proc, kill=True)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._pump_thread.join(5)  # the server's last lines into the log (a child still holding the pipe: no longer)
+        with self._log_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
         if self._served is not None:
             shutil.rmtree(self._served, ignore_errors=True)
             self._served = None
