@@ -208,7 +208,7 @@ class TrackConfig:
     confirm_hits: int = _opt(
         2,
         "A new face is swapped (and counted) once confirmed: this many detections whose landmarks make a face "
-        "within its first confirm_within frames (1: at once).",
+        "within its first confirm_within frames, one more where none scores confirm_score (1: at once).",
         min=1,
         max=10,
     )
