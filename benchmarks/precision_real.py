@@ -2,7 +2,7 @@
 real photographs, where :mod:`benchmarks.precision`'s are drawn shapes.
 
     python -m benchmarks.precision_real [--device cpu|cuda] [--frames 240] [--sizes 1080p,4K]
-                                        [--modes after,worker] [--steady 150] [--json DIR] [--save DIR]
+                                        [--modes after,worker (CPU; after on a GPU)] [--steady 150] [--json DIR] [--save DIR]
 
 The scenes (made here, each ``--frames`` long, at 1080p and 4K): scikit-image's bundled photographs
 (coins, a clock, a coffee cup, Chelsea the cat, the moon, a rocket, a horse, a motorcycle, a retina,
@@ -362,11 +362,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--frames", type=int, default=240, help="frames per scene")
     ap.add_argument("--sizes", default="1080p,4K")
-    ap.add_argument("--modes", default="after,worker")
+    ap.add_argument("--modes", default=None, help="default: after,worker on the CPU, after on a GPU")
     ap.add_argument("--json", type=Path, default=None, help="folder for precision_real.json")
     ap.add_argument("--save", type=Path, default=None, help="folder: frames 0 and 100 of each scene as PNG")
     ap.add_argument("--steady", type=int, default=150, help="frames of the steadiness scene per size (0: none)")
     a = ap.parse_args(argv)
+    modes = (a.modes or ("after,worker" if a.device == "cpu" else "after")).split(",")
+    if a.device != "cpu" and "worker" in modes:  # assemble.search_worker: a GPU daemon searches in the frame
+        ap.error("mode worker is the CPU's search beside the frame; on a GPU the daemon searches in the frame (mode after)")
     sizes = [s for s in a.sizes.split(",") if s]
     if a.save is not None:
         a.save.mkdir(parents=True, exist_ok=True)
@@ -374,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict:
             for i, (frame, *_) in enumerate(scene(size, 101)):
                 if i in (0, 100):
                     cv2.imwrite(str(a.save / f"precision_real_{size}_{i}.png"), frame)
-    rows = [run(a.device, mode, size, a.frames) for size in sizes for mode in a.modes.split(",")]
+    rows = [run(a.device, mode, size, a.frames) for size in sizes for mode in modes]
     print(f"{'scene':6} {'mode':7} {'frames':>6} {'swapped':>8} {'false':>6} {'frames':>6} {'recall':>7} {'faces ok':>8}  on")
     for r in rows:
         on = ", ".join(f"{k} {v}" for k, v in r["on"].items())

@@ -108,7 +108,7 @@ def _one(args: argparse.Namespace, streams: int, device: str, url: str = "") -> 
     d.startup()
     d.wait_compiled(300)
     try:
-        rows = S._measure(d, args.seconds)
+        rows = S._measure(d, args.settle + args.seconds, args.settle)
         over, passed = _over(d), _passed(d)
     finally:
         d.shutdown()
@@ -120,7 +120,7 @@ def _clients(args: argparse.Namespace, n: int, url: str) -> dict:
     pipelines on ``--client-device``, or (``url`` empty) each on its own local engines."""
     device = args.client_device if url else args.local_device
     cmd = [sys.executable, "-m", "benchmarks.remote", str(args.out), "--worker", "--url", url, "--of", str(n)]
-    cmd += ["--size", args.size, "--seconds", str(args.seconds), "--client-device", device]
+    cmd += ["--size", args.size, "--seconds", str(args.seconds), "--settle", str(args.settle), "--client-device", device]
     cmd += ["--epoch", repr(time.perf_counter() + 2.0), "--model-dir", str(args.models)]
     procs = [
         subprocess.Popen(cmd + ["--index", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)
@@ -135,7 +135,7 @@ def _clients(args: argparse.Namespace, n: int, url: str) -> dict:
             p.stdin.flush()
         rows, over, passed = {}, 0, 0
         for i, p in enumerate(procs):
-            out, _ = p.communicate(timeout=args.seconds + 180)
+            out, _ = p.communicate(timeout=args.settle + args.seconds + 180)
             row = json.loads(out.strip().splitlines()[-1])
             over += row.pop("over_budget")
             passed += row.pop("passed_through")
@@ -155,7 +155,7 @@ def _worker(args: argparse.Namespace) -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     try:
-        rows = S._measure(d, args.seconds)
+        rows = S._measure(d, args.settle + args.seconds, args.settle)
         over, passed = _over(d), _passed(d)
     finally:
         d.shutdown()
@@ -251,14 +251,15 @@ def _rounds(args: argparse.Namespace, servers: dict) -> dict:
         out.setdefault("local 1", []).append(local)
         for kind in order:
             remote = _one(args, 1, args.device, servers[kind].url)
-            over = {
-                "adds_p50_ms": remote["worst_p50_ms"] - local["worst_p50_ms"],
-                "adds_p99_ms": remote["worst_p99_ms"] - local["worst_p99_ms"],
+            over = {  # the frames after the daemon's first second (its warm-up), as the streams benchmark's steady_
+                "adds_p50_ms": remote["worst_steady_p50_ms"] - local["worst_steady_p50_ms"],
+                "adds_p99_ms": remote["worst_steady_p99_ms"] - local["worst_steady_p99_ms"],
             }
             out.setdefault(f"remote 1 {kind}", []).append({**remote, **over})
         for name, rows in out.items():
             last = rows[-1]
-            keys = ("p50_ms", "p99_ms", "worst_p50_ms", "worst_p99_ms", "adds_p50_ms", "adds_p99_ms")
+            keys = ("p50_ms", "p99_ms", "worst_p50_ms", "worst_p99_ms", "worst_steady_p50_ms", "worst_steady_p99_ms")
+            keys += ("adds_p50_ms", "adds_p99_ms")
             print(f"round {r + 1} {name:<24} " + "  ".join(f"{k} {last[k]:.2f}" for k in keys if k in last), flush=True)
     return out
 
@@ -272,13 +273,34 @@ def _many(args: argparse.Namespace, servers: dict) -> dict:
         rows[f"local {n}"] = _clients(args, n, "")
         for kind, server in servers.items():
             probe = RemoteEngine(server.url, "inswapper_128", label="probe")
-            before = probe.statistics()
+            before, t0 = probe.statistics(), _server_ns(probe)
             row = _clients(args, n, server.url)
-            after = probe.statistics()
+            after, t1 = probe.statistics(), _server_ns(probe)
             probe.close()
             req, ex = after["requests"] - before["requests"], after["executions"] - before["executions"]
-            rows[f"remote {n} {kind}"] = {**row, "requests": req, "executions": ex, "exec_per_request": ex / max(req, 1)}
+            # the server's own time per request (Triton's "success": from arrival to answer sent, the
+            # queue and the batch's compute included), against what the clients see
+            ms = {k: (t1[k] - t0[k]) / 1e6 / max(t1["count"] - t0["count"], 1) for k in ("success", "queue", "compute")}
+            rows[f"remote {n} {kind}"] = {
+                **row, "requests": req, "executions": ex, "exec_per_request": ex / max(req, 1),
+                "server_ms_per_request": ms["success"], "server_queue_ms": ms["queue"], "server_compute_ms": ms["compute"],
+            }  # fmt: skip
     return rows
+
+
+def _server_ns(engine: Any) -> dict[str, int]:
+    """The server's cumulative nanoseconds for the swap model: ``success`` (requests answered),
+    ``queue`` and ``compute`` (input, inference, output), and ``count`` (requests answered)."""
+    stats = engine.client.get_inference_statistics(engine.name, as_json=True)["model_stats"][0]["inference_stats"]
+
+    def ns(key: str) -> int:
+        return int(stats.get(key, {}).get("ns", 0))
+
+    return {
+        "success": ns("success"), "queue": ns("queue"),
+        "compute": ns("compute_input") + ns("compute_infer") + ns("compute_output"),
+        "count": int(stats.get("success", {}).get("count", 0)),
+    }  # fmt: skip
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -286,7 +308,7 @@ def _median(rows: list[dict], key: str) -> float:
 
 
 def _print(rounds: dict, many: dict) -> None:
-    print(f"{'median of rounds':<26} {'p50 ms':>8} {'p99 ms':>8} {'adds p50':>9} {'adds p99':>9}")
+    print(f"{'median of rounds (steady)':<26} {'p50 ms':>8} {'p99 ms':>8} {'adds p50':>9} {'adds p99':>9}")
     for name, rows in rounds.items():
         if name.startswith("floor"):
             print(f"{name:<26} {_median(rows, 'p50_ms'):>8.2f} {_median(rows, 'p99_ms'):>8.2f}")
@@ -294,19 +316,21 @@ def _print(rounds: dict, many: dict) -> None:
             adds = ""
             if "adds_p50_ms" in rows[0]:
                 adds = f"{_median(rows, 'adds_p50_ms'):>+9.2f} {_median(rows, 'adds_p99_ms'):>+9.2f}"
-            print(f"{name:<26} {_median(rows, 'worst_p50_ms'):>8.2f} {_median(rows, 'worst_p99_ms'):>8.2f} {adds}")
+            print(f"{name:<26} {_median(rows, 'worst_steady_p50_ms'):>8.2f} {_median(rows, 'worst_steady_p99_ms'):>8.2f} {adds}")
     if not many:
         return
-    print(f"{'clients':<26} {'faces/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'>33ms':>6} {'unswapped':>9} {'exec/req':>9}")
+    head = f"{'clients (steady)':<26} {'faces/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'>33ms':>6}"
+    print(head + f" {'unswapped':>9} {'exec/req':>9} {'server ms':>9}")
     for name, r in many.items():
         per = r["streams"].values()
-        p50 = max(c["p50_ms"] for c in per)
-        p99 = max(c["p99_ms"] for c in per)
+        p50 = max(c["steady_p50_ms"] for c in per)
+        p99 = max(c["steady_p99_ms"] for c in per)
         epr = f"{r['exec_per_request']:.2f}" if "exec_per_request" in r else ""
-        print(
-            f"{name:<26} {r['total_fps']:>8.1f} {p50:>8.2f} {p99:>8.2f} {r['over_budget']:>6} {r['passed_through']:>9} {epr:>9}"
-        )
-        print("    per client p50/p99: " + ", ".join(f"{c['p50_ms']:.1f}/{c['p99_ms']:.1f}" for c in per))
+        srv = f"{r['server_ms_per_request']:.2f}" if "server_ms_per_request" in r else ""
+        row = f"{name:<26} {r['total_steady_fps']:>8.1f} {p50:>8.2f} {p99:>8.2f} {r['over_budget']:>6}"
+        print(row + f" {r['passed_through']:>9} {epr:>9} {srv:>9}")
+        each = (f"{c['steady_p50_ms']:.1f}/{c['steady_p99_ms']:.1f} {c['steady_fps']:.1f}" for c in per)
+        print("    per client p50/p99 ms, fps: " + ", ".join(each))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -317,7 +341,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--floor-calls", type=int, default=300)
     ap.add_argument("--clients", default="8", help="client counts (comma-separated; empty: none)")
-    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds of each daemon, after --settle")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds each daemon runs first, not counted (its warm-up)")
     ap.add_argument("--size", default="1080p")
     ap.add_argument("--device", default="cuda", help="the one-face rows' daemon device")
     ap.add_argument("--local-device", default="", help="the local N clients' device (default --device)")

@@ -192,16 +192,18 @@ def make_daemon(
 SETTLE_S = 1.0
 
 
-def _measure(daemon: Daemon, seconds: float) -> dict:
+def _measure(daemon: Daemon, seconds: float, settle: float = SETTLE_S) -> dict:
     """Run the frame loop for ``seconds``; per stream the frames, fps and capture-to-publish p50/p99,
-    over all frames and (``steady_``) over the frames published after the first :data:`SETTLE_S`,
-    and the first five frames' latencies. Frames captured before the run are not timed."""
+    over all frames and (``steady_``: p50, p99 and fps) over the frames published after the first
+    ``settle`` seconds, and the first five frames' latencies. Frames captured before the run are not timed."""
     marks: dict[str, int] = {}
     t_start: list[float] = []
+    t_mark: list[float] = []
 
-    def hook(m: Mark) -> None:  # the frames published before SETTLE_S into the run are left out of steady_
-        if m.phase == "published" and not marks and m.t - t_start[0] >= SETTLE_S:
+    def hook(m: Mark) -> None:  # the frames published before ``settle`` into the run are left out of steady_
+        if m.phase == "published" and not marks and m.t - t_start[0] >= settle:
             marks.update({name: len(s.latencies_ms) for name, s in daemon.summaries.items()})
+            t_mark.append(time.perf_counter())
 
     for st in daemon.streams:  # a frame captured before the run (while start-up was awaited) is not timed
         if st.cap is not None:
@@ -212,6 +214,7 @@ def _measure(daemon: Daemon, seconds: float) -> dict:
         daemon.main_loop(None, seconds)
     finally:
         daemon.rounds.hook = None
+    steady_s = time.perf_counter() - t_mark[0] if t_mark else 0.0
     rows = {}
     for name, s in daemon.summaries.items():
         steady = np.fromiter(s.latencies_ms, float)[marks.get(name, 0) :]
@@ -223,6 +226,7 @@ def _measure(daemon: Daemon, seconds: float) -> dict:
             "p99_ms": s.percentile(99),
             "steady_p50_ms": float(np.percentile(steady, 50)) if steady.size else 0.0,
             "steady_p99_ms": float(np.percentile(steady, 99)) if steady.size else 0.0,
+            "steady_fps": steady.size / steady_s if marks and steady_s > 0 else 0.0,
             "first_ms": [round(float(x), 2) for x in list(s.latencies_ms)[:5]],
         }
     return rows
@@ -247,8 +251,10 @@ def _total(rows: dict) -> dict:
     return {
         "streams": rows,
         "total_fps": sum(r["fps"] for r in rows.values()),
+        "total_steady_fps": sum(r.get("steady_fps", 0.0) for r in rows.values()),
         "worst_p50_ms": worst("p50_ms"),
         "worst_p99_ms": worst("p99_ms"),
+        "worst_steady_p50_ms": worst("steady_p50_ms"),
         "worst_steady_p99_ms": worst("steady_p99_ms"),
     }
 
