@@ -36,6 +36,8 @@ def test_install_takes_every_stop_signal_not_ignored_and_restore_gives_them_back
 
     first, *others = signals.STOP_SIGNALS
     signal.signal(first, signal.SIG_IGN)  # as nohup leaves SIGHUP
+    for sig in others:  # whatever this process started with (under nohup: SIGHUP ignored)
+        signal.signal(sig, signal.SIG_DFL)
     before = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
     restore = signals.install(handler)
     assert signal.getsignal(first) is signal.SIG_IGN, "a signal started ignored must stay ignored"
