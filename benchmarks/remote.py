@@ -263,7 +263,7 @@ def _rounds(args: argparse.Namespace, servers: dict) -> dict:
         out.setdefault("local 1", []).append(local)
         for kind in order:
             remote = _one(args, 1, args.device, servers[kind].url)
-            over = {  # the frames after the daemon's first second (its warm-up), as the streams benchmark's steady_
+            over = {  # the frames after --settle (each daemon's warm-up): the streams benchmark's steady_ figures
                 "adds_p50_ms": remote["worst_steady_p50_ms"] - local["worst_steady_p50_ms"],
                 "adds_p99_ms": remote["worst_steady_p99_ms"] - local["worst_steady_p99_ms"],
             }
