@@ -362,7 +362,7 @@ for step in $steps; do
       PIP_NO_INDEX=1 PIP_FIND_LINKS="${WHEELS:-/tmp/w} $PWD/.whl" timeout 300 python3 -m vcam serve setup 2>&1 \
         | tail -n 3 | tee "$OUT/serve_setup.txt" || rc=1
       timeout ${REMOTE_TIMEOUT:-480} python3 -m benchmarks.remote /tmp/vcam-remote --fp16-wire --size 1080p --device cuda \
-        --client-device cpu --clients ${REMOTE_CLIENTS:-8} --rounds ${REMOTE_ROUNDS:-3} --seconds ${REMOTE_SECONDS:-6} \
+        --client-device cpu --clients "${REMOTE_CLIENTS-8}" --rounds ${REMOTE_ROUNDS:-3} --seconds ${REMOTE_SECONDS:-6} \
         ${REMOTE_ARGS:-} 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/remote.txt" | tail -n 40 || rc=1
       cp /tmp/vcam-remote/remote.json /tmp/vcam-remote/server-*.log "$OUT/" 2>/dev/null || true ;;
     telemetry)
