@@ -285,34 +285,20 @@ def _many(args: argparse.Namespace, servers: dict) -> dict:
         rows[f"local {n}"] = _clients(args, n, "")
         for kind, server in servers.items():
             probe = RemoteEngine(server.url, "inswapper_128", label="probe")
-            before, t0 = probe.statistics(), _server_ns(probe)
+            before = probe.statistics()
             row = _clients(args, n, server.url)
-            after, t1 = probe.statistics(), _server_ns(probe)
+            after = probe.statistics()
             probe.close()
-            req, ex = after["requests"] - before["requests"], after["executions"] - before["executions"]
+            d = {k: after[k] - before[k] for k in after}
+            req, ex = d["requests"], d["executions"]
             # the server's own time per request (Triton's "success": from arrival to answer sent, the
             # queue and the batch's compute included), against what the clients see
-            ms = {k: (t1[k] - t0[k]) / 1e6 / max(t1["count"] - t0["count"], 1) for k in ("success", "queue", "compute")}
+            ms = {k: d[f"{k}_ns"] / 1e6 / max(d["answered"], 1) for k in ("success", "queue", "compute")}
             rows[f"remote {n} {kind}"] = {
                 **row, "requests": req, "executions": ex, "exec_per_request": ex / max(req, 1),
                 "server_ms_per_request": ms["success"], "server_queue_ms": ms["queue"], "server_compute_ms": ms["compute"],
             }  # fmt: skip
     return rows
-
-
-def _server_ns(engine: Any) -> dict[str, int]:
-    """The server's cumulative nanoseconds for the swap model: ``success`` (requests answered),
-    ``queue`` and ``compute`` (input, inference, output), and ``count`` (requests answered)."""
-    stats = engine.client.get_inference_statistics(engine.name, as_json=True)["model_stats"][0]["inference_stats"]
-
-    def ns(key: str) -> int:
-        return int(stats.get(key, {}).get("ns", 0))
-
-    return {
-        "success": ns("success"), "queue": ns("queue"),
-        "compute": ns("compute_input") + ns("compute_infer") + ns("compute_output"),
-        "count": int(stats.get("success", {}).get("count", 0)),
-    }  # fmt: skip
 
 
 def _median(rows: list[dict], key: str) -> float:
