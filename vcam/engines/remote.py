@@ -540,25 +540,9 @@ class RemoteEngine:
         return self.run(feeds)
 
     def statistics(self) -> dict[str, int]:
-        """The server's cumulative counts for this model: ``requests`` (inference count) and
-        ``executions``; ``answered`` requests and their nanoseconds on the server: ``success_ns``
-        (arrival to answer, queue and batch included), ``queue_ns`` and ``compute_ns`` (input,
-        inference, output)."""
+        """The server's cumulative counts for this model (:func:`_model_counts`)."""
         stats = self.client.get_inference_statistics(self.name, headers=self._headers, as_json=True)
-        row = stats["model_stats"][0]
-        times = row.get("inference_stats", {})
-
-        def ns(*keys: str) -> int:
-            return sum(int(times.get(k, {}).get("ns", 0)) for k in keys)
-
-        return {
-            "requests": int(row.get("inference_count", 0)),
-            "executions": int(row.get("execution_count", 0)),
-            "answered": int(times.get("success", {}).get("count", 0)),
-            "success_ns": ns("success"),
-            "queue_ns": ns("queue"),
-            "compute_ns": ns("compute_input", "compute_infer", "compute_output"),
-        }
+        return _model_counts(stats["model_stats"][0])
 
     def close(self) -> None:
         self._closed = True
@@ -570,6 +554,25 @@ class RemoteEngine:
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.name!r}, {self.describe()})"
+
+
+def _model_counts(row: dict[str, Any]) -> dict[str, int]:
+    """One model's row of Triton's statistics: ``requests`` (inference count) and ``executions``;
+    ``answered`` requests and their nanoseconds on the server: ``success_ns`` (arrival to answer,
+    queue and batch included), ``queue_ns`` and ``compute_ns`` (input, inference, output)."""
+    times = row.get("inference_stats", {})
+
+    def ns(*keys: str) -> int:
+        return sum(int(times.get(k, {}).get("ns", 0)) for k in keys)
+
+    return {
+        "requests": int(row.get("inference_count", 0)),
+        "executions": int(row.get("execution_count", 0)),
+        "answered": int(times.get("success", {}).get("count", 0)),
+        "success_ns": ns("success"),
+        "queue_ns": ns("queue"),
+        "compute_ns": ns("compute_input", "compute_infer", "compute_output"),
+    }
 
 
 def _channel_args(grpcclient: Any) -> list[tuple[str, int]]:
