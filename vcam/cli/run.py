@@ -315,6 +315,7 @@ class _StatusLine:
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
         self._last_plain = 0.0
+        self._text = ""  # the status text last shown under the bar
 
     def __enter__(self):
         if self.enabled:
@@ -326,12 +327,16 @@ class _StatusLine:
 
     def __exit__(self, *exc):
         if self._live is not None:
-            if self._progress is not None:  # the bar ends where the run did
-                summaries = self.summaries()
-                for name, task in self._tasks.items():
-                    s = summaries.get(name) if name else next(iter(summaries.values()), None)
-                    if s is not None:
-                        self._progress.update(task, completed=s.frames_out)
+            # The bar ends where the run did; a conversion over before the first status update
+            # still shows its bar, at the run's own rate.
+            summaries = self.summaries() or {}
+            for name in list(self._tasks) or ([""] if len(summaries) == 1 else list(summaries)):
+                s = summaries.get(name) if name else next(iter(summaries.values()), None)
+                if s is not None and s.frames_total is not None:
+                    fps = s.frames_out / s.seconds if s.seconds > 0 else 0.0
+                    self._bar(name, s.frames_total, s.frames_out, fps)
+            if self._progress is not None:
+                self._show(self._text)
             self._live.__exit__(*exc)
 
     def update(self, status, active: str | None, swap: bool) -> None:
@@ -355,21 +360,7 @@ class _StatusLine:
             return
         done = status.frames_out
         if self.enabled:
-            if self._progress is None:
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-                self._progress = Progress(
-                    TextColumn("{task.description}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TextColumn("frames {task.fields[fps]:.1f} fps  ETA"),
-                    TimeRemainingColumn(),
-                    console=console,
-                    auto_refresh=False,
-                )
-            if name not in self._tasks:
-                self._tasks[name] = self._progress.add_task(name or "converting", total=total, fps=0.0)
-            self._progress.update(self._tasks[name], completed=done, total=total, fps=status.fps_out)
+            self._bar(name, total, done, status.fps_out)
             return
         import time
 
@@ -388,8 +379,27 @@ class _StatusLine:
             soft_wrap=True,
         )
 
+    def _bar(self, name: str, total: int, done: int, fps: float) -> None:
+        """The terminal's progress bar: one task a converted stream."""
+        if self._progress is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("frames {task.fields[fps]:.1f} fps  ETA"),
+                TimeRemainingColumn(),
+                console=console,
+                auto_refresh=False,
+            )
+        if name not in self._tasks:
+            self._tasks[name] = self._progress.add_task(name or "converting", total=total, fps=0.0)
+        self._progress.update(self._tasks[name], completed=done, total=total, fps=fps)
+
     def _show(self, text: str, line: str | None = None) -> None:
         if self._live is not None:
+            self._text = text
             if self._progress is not None:
                 from rich.console import Group
 
