@@ -34,7 +34,7 @@ cfg = base.replace(
     output=replace(base.output, target="null"),
     pipeline=replace(base.pipeline, device="cpu", max_latency=0.0),
 )
-if search:  # the new tree's [track] search
+if search:  # [track] search, both trees
     cfg = cfg.replace(track=replace(cfg.track, search=search))
 r = _run(cfg, frames, False)
 print("RESULT " + json.dumps({"fps": r["fps_out"], "stage_ms": r["stage_ms"], "full_scan_pct": r["full_scan_pct"]}))
@@ -65,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--size", default="1280x720")
     ap.add_argument("--json", default="cpu_ab.json")
-    ap.add_argument("--search", default="", help="the new tree's [track] search (auto, worker, frame); default: its config's")
+    ap.add_argument(
+        "--search",
+        default="",
+        help="[track] search of both trees (auto, worker, frame; the old tree must have it: eefa218 or later); default: "
+        "each config's ('auto' picks by the machine's load at start, which these runs raise)",
+    )
     args = ap.parse_args(argv)
     w, h = (int(v) for v in args.size.lower().split("x"))
     trees = {"old": Path(args.old).resolve(), "new": Path(__file__).resolve().parents[1]}
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         # Odd rounds new first (old, new, new, old, ...): a machine whose speed drifts over the run
         # favours neither tree.
         for name, tree in sorted(trees.items(), reverse=r % 2 == 0):  # "old" > "new"
-            res = _one(tree, w, h, args.frames, args.search if name == "new" else "")
+            res = _one(tree, w, h, args.frames, args.search)
             runs[name].append(res)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in res["stage_ms"].items())
             scans = f", full scans {res['full_scan_pct']:.1f} %" if "full_scan_pct" in res else ""

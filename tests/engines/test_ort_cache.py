@@ -112,3 +112,36 @@ def test_a_short_lived_engine_neither_reads_nor_writes_the_cache_and_computes_th
     for eng in (quick, again):
         got = eng.run(feeds())
         assert len(got) == len(want) and all(np.allclose(a, b, atol=1e-4) for a, b in zip(got, want))
+
+
+def test_small_calls_run_on_one_thread_and_compute_the_same(tiny, tmp_path, monkeypatch):
+    """``lean_below`` (the detector's one tracked region): calls of fewer input elements run on a
+    second session of one thread, larger ones on onnxruntime's own threads; the same outputs. A
+    thread count of the caller's, or one core, keeps one session."""
+    import vcam.engines.ort as ort_mod
+
+    monkeypatch.setattr(ort_mod.os, "cpu_count", lambda: 2)
+    one = feeds()["target"][:1].size  # the first input's elements in a one-item call
+    eng = OrtEngine(tiny, cache_dir=tmp_path / "cache", lean_below=one + 1)
+    assert eng._lean is not None and eng._lean.get_session_options().intra_op_num_threads == 1
+    ran: list[str] = []
+    for name in ("session", "_lean"):
+        real = getattr(eng, name)
+
+        class Recorded:
+            def __init__(self, real, name):
+                self.real, self.name = real, name
+
+            def run(self, *a, **k):
+                ran.append(self.name)
+                return self.real.run(*a, **k)
+
+        setattr(eng, name, Recorded(real, name))
+    both = feeds()
+    small = eng.run({k: v[:1] for k, v in both.items()})
+    whole = eng.run(both)
+    assert ran == ["_lean", "session"]
+    assert all(np.allclose(a, b[:1], atol=1e-4) for a, b in zip(small, whole))
+    assert OrtEngine(tiny, cache_dir=tmp_path / "cache", lean_below=one + 1, threads=2)._lean is None
+    monkeypatch.setattr(ort_mod.os, "cpu_count", lambda: 1)
+    assert OrtEngine(tiny, cache_dir=tmp_path / "cache", lean_below=one + 1)._lean is None

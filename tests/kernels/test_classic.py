@@ -216,6 +216,19 @@ def test_ops_classic_paste(ops, per_face):
     assert np.array_equal(got[~inside], frame[~inside])
 
 
+@pytest.mark.parametrize("offsets", [False, True])
+def test_classic_paste_of_float32_sources_is_the_paste_of_their_bytes(offsets):
+    """The CPU swapper keeps its sources in float32 (nothing converted per frame, the paste reads
+    them where they are): the same frame to the bit as the uint8 sources give."""
+    frame, sources, grids, origins, affine, masks, mats = _scene(2)
+    off = np.random.default_rng(4).uniform(-20, 20, (2, 12, 12, 3)).astype(np.float32) if offsets else None
+    want = classic.classic_paste_ref(frame.copy(), sources, grids, origins, affine, masks, mats, 2, off)
+    floats = [s.astype(np.float32) for s in sources]
+    got = classic.classic_paste_ref(frame.copy(), floats, grids, origins, affine, masks, mats, 2, off)
+    assert np.any(want != frame)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_classic_paste_draws_the_source_through_the_warp():
     """A frame made by warping a source image with a known affine; the render of that source with a
     grid of the same affine (crop = frame here), mask 1, weight 1, identity colour: the frame back."""

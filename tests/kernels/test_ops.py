@@ -17,6 +17,7 @@ from vcam import align
 from vcam.align import PlanarAffine
 from vcam.kernels import convert, detect, warp
 from vcam.kernels import paste as blend
+from vcam.ops import make_ops
 from vcam.types import PixelFormat
 
 # The 1080p cases take seconds each on a busy CPU: slow (run by .ci/run, not by tools/check).
@@ -276,6 +277,25 @@ def test_warp_crops(ops, w, h, n):
     # Golden: the identity and a whole-pixel shift copy the frame exactly.
     eye = np.array([[[1.0, 0, 0], [0, 1.0, 0]], [[1.0, 0, -7.0], [0, 1.0, -3.0]]])
     got = host(ops, warp.warp_crops(ops, _dev(ops, frame), eye, 64))
+    np.testing.assert_array_equal(got[0], frame[:64, :64])
+    np.testing.assert_array_equal(got[1], frame[3:67, 7:71])
+
+
+def test_the_cpu_warp_for_estimates_is_within_a_level_of_the_reference():
+    """``exact=False`` on the CPU (the local colour match's and the colour statistics' crops):
+    OpenCV's uint8 warp, within :data:`~vcam.kernels.warp.CV_LEVELS` of the reference on noise
+    (the worst case), crops far smaller than the region they reach included; the golden shifts exact."""
+    rng = np.random.default_rng(11)
+    frame = rng.integers(0, 256, (359, 641, 3), dtype=np.uint8)
+    cpu = make_ops("cpu")
+    for size in (16, 32, 64, 111):
+        m = _random_mats(rng, 6, 641, 359, size)
+        ref = warp.warp_crops_ref(frame, m, size)
+        got = warp.warp_crops(cpu, frame, m, size, out=np.full(ref.shape, 7, np.uint8), exact=False)
+        assert np.abs(got.astype(np.int16) - ref).max() <= warp.CV_LEVELS
+        assert (got != ref).mean() < 0.5  # the same samples, not merely close ones
+    eye = np.array([[[1.0, 0, 0], [0, 1.0, 0]], [[1.0, 0, -7.0], [0, 1.0, -3.0]]])
+    got = warp.warp_crops(cpu, frame, eye, 64, exact=False)
     np.testing.assert_array_equal(got[0], frame[:64, :64])
     np.testing.assert_array_equal(got[1], frame[3:67, 7:71])
 

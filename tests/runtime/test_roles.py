@@ -53,3 +53,25 @@ def test_the_search_runs_beside_the_frame_on_a_cpu_with_two_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert search_worker(cfg, "cpu") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="worker")), "cpu") is not None
+
+
+@pytest.mark.parametrize("cores, threads", [(2, 1), (1, 1), (8, None)])
+def test_a_cpu_pipeline_on_two_cores_calls_opencv_on_its_own_thread(monkeypatch, cores, threads):
+    """OpenCV's pool costs a 2-core machine more than it gives (the 720p demo: +7 % frames with the
+    pool off beside the search worker): a CPU assembly there sets OpenCV to one thread; a larger
+    machine keeps OpenCV's own choice."""
+    import os
+
+    import cv2
+
+    from vcam.runtime import assemble
+
+    before = cv2.getNumThreads()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    try:
+        cv2.setNumThreads(3)
+        assemble.build(Config().replace(pipeline=dataclasses.replace(Config().pipeline, device="cpu")))
+        assert cv2.getNumThreads() == (threads or 3)
+    finally:
+        cv2.setNumThreads(before)

@@ -72,6 +72,20 @@ def _three_face_frame():
     return compose((1280, 720), items, background=(60, 90, 120))
 
 
+def test_a_cpu_detector_runs_one_tracked_region_on_one_thread(monkeypatch):
+    """The embedded detector on the CPU (2 cores or more, its thread count onnxruntime's): a call of
+    one 160-pixel region on a one-thread session (1.36 against 1.62 ms on 2 cores), two regions and
+    full scans on onnxruntime's own threads."""
+    import vcam.engines.ort as ort_mod
+    from vcam.stages.detect import lean_elements
+
+    monkeypatch.setattr(ort_mod.os, "cpu_count", lambda: 2)
+    eng = RetinaFaceDetector(DetectParams(), roi_size=160).engine
+    assert eng._lean is not None and eng.lean_below == lean_elements(160)
+    assert 3 * 160 * 160 < eng.lean_below <= 2 * 3 * 160 * 160
+    assert RetinaFaceDetector(DetectParams(), roi_size=160, threads=1).engine._lean is None
+
+
 def test_regions_in_one_batched_call_agree_with_the_full_scan(counting):
     # The reference scan sees the frame unresampled; the 640 scan's boxes wobble by a few pixels
     # with the sampling phase (IoU 0.87-0.94 against regions), which is the detector, not the mapping.

@@ -380,6 +380,7 @@ def _try(
     compile: bool | str,
     threads: int = 0,
     short_lived: bool = False,
+    lean_below: int = 0,
 ) -> tuple[Engine | None, bool, str]:
     """Try one backend. Returns (engine or None, ok, reason)."""
     try:
@@ -403,6 +404,8 @@ def _try(
         extra["threads"] = int(threads)
     if short_lived and onnxruntime:
         extra["short_lived"] = True
+    if lean_below and name == "onnxruntime":
+        extra["lean_below"] = int(lean_below)
     try:
         engine = make(
             model, name=label, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, epilogue=epilogue, **extra
@@ -460,12 +463,14 @@ def create_engine(
     compile: bool | str = False,
     threads: int = 0,
     short_lived: bool = False,
+    lean_below: int = 0,
 ) -> Any:
     """Load ``model`` (a path, or ONNX bytes named ``name``) with ``backend`` (or the first that works
     for ``auto``) on ``device``. ``threads``: the CPU threads of one call on onnxruntime (0: its
     default, one per core; other backends ignore it). ``short_lived``: an engine used for seconds
     (an early swap's CPU frames), opened as quickly as it can be (onnxruntime: see
-    :class:`~vcam.engines.ort.OrtEngine`).
+    :class:`~vcam.engines.ort.OrtEngine`). ``lean_below``: onnxruntime on the CPU with its own
+    thread count runs calls of fewer input elements on one thread (a second session).
 
     The engine's ``skipped`` lists the backends tried before it and why. Raises
     :class:`EngineUnavailable` listing every backend tried and why it was skipped, with the fix.
@@ -486,6 +491,7 @@ def create_engine(
             compile=compile,
             threads=threads,
             short_lived=short_lived,
+            lean_below=lean_below,
         )
         if ok and engine is not None:
             engine.skipped = list(reasons)

@@ -253,19 +253,15 @@ def color_fit_crops_ref(
     if not match or n <= 0:
         return color_fit_ref(samples, src_mean, src_std, src_mean, src_std, n, False, out)
     src = np.asarray(crops)[:n]
-    lab = lab_from_bgr_ref(src, n, np.empty(src.shape, np.float32))
-    w = np.asarray(weight, np.float32)[None, :, :, None]
-    tmp = lab * w
-    mean = tmp.sum(axis=(1, 2), keepdims=True)
-    mean /= wsum
-    np.subtract(lab, mean, out=tmp)
-    tmp *= tmp
-    tmp *= w
-    std = tmp.sum(axis=(1, 2), keepdims=True)
-    std /= wsum
-    np.sqrt(std, out=std)
-    std += 1e-3
-    return color_fit_ref(samples, src_mean, src_std, mean.reshape(n, 3), std.reshape(n, 3), n, True, out)
+    lab = lab_from_bgr_ref(src, n, np.empty(src.shape, np.float32)).reshape(n, -1, 3)
+    w = np.asarray(weight, np.float32).reshape(-1)
+    # the weighted sums as products with the weights (float32 BLAS: a pass each, not NumPy's
+    # reduction over the crop's two axes)
+    mean = (w @ lab) / np.float32(wsum)  # (n, 3)
+    dev = lab - mean[:, None, :]
+    dev *= dev
+    std = np.sqrt((w @ dev) / np.float32(wsum)) + np.float32(1e-3)
+    return color_fit_ref(samples, src_mean, src_std, mean, std, n, True, out)
 
 
 #: The NumPy reference refines the warp grid this many times (exactly: the refined grid's bilinear
@@ -290,12 +286,18 @@ _REFINE_W = _refine(GRID)
 
 
 def _sample(img: np.ndarray, pts: np.ndarray) -> np.ndarray:
-    """``img`` (h, w, C) uint8 at the float32 points ``pts`` (..., 2), bilinear with the edges
-    replicated, as float32 (OpenCV's remap of the region the points reach, in float: no rounding to
-    uint8; its weights are in 1/32 pixels, a position within 1/64 pixel of the kernel's)."""
+    """``img`` (h, w, C) uint8 or float32 at the float32 points ``pts`` (..., 2), bilinear with the
+    edges replicated, as float32 (OpenCV's remap in float: no rounding to uint8; its weights are in
+    1/32 pixels, a position within 1/64 pixel of the kernel's). A uint8 image: the region the points
+    reach, converted; a float32 one (the CPU swapper keeps its sources so): read where it is, the
+    same samples (a point's offset from the region's whole-pixel corner is exact in float32)."""
     import cv2
 
     h, w = img.shape[:2]
+    if img.dtype == np.float32:
+        mx = np.clip(pts[..., 0], np.float32(0), np.float32(w - 1))
+        my = np.clip(pts[..., 1], np.float32(0), np.float32(h - 1))
+        return cv2.remap(img, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     x0 = int(np.clip(np.floor(pts[..., 0].min()), 0, w - 1))
     y0 = int(np.clip(np.floor(pts[..., 1].min()), 0, h - 1))
     x1 = int(np.clip(np.ceil(pts[..., 0].max()) + 2, x0 + 1, w))
@@ -337,7 +339,8 @@ def classic_paste_ref(
 ) -> np.ndarray:
     """Render ``count`` faces into ``frame`` (H, W, 3) uint8 in place and return it.
 
-    ``sources``: one (h, w, 4) uint8 image per face (B, G, R, face weight 0..255); ``grids`` (F,
+    ``sources``: one (h, w, 4) uint8 image per face (B, G, R, face weight 0..255), or float32 of
+    those values (the same result, nothing converted per frame); ``grids`` (F,
     GRID, GRID, 2) float32 source points of the warp grid; ``origins`` (F, 3): the grid's origin x,
     y in crop pixels and its nodes per crop pixel; ``affine`` (F, 12) float32 colour maps
     (:func:`color_fit_ref`); ``mask`` (S, S) or (F, S, S) float32 paste masks in crop space;
@@ -380,7 +383,8 @@ def classic_paste_ref(
         g = m * (inv * REFINE)  # refined grid from ROI
         g[:, 2] -= (ox * inv * REFINE, oy * inv * REFINE)
         pts = cv2.warpAffine(fine, g, (bw, bh), flags=lin, borderMode=cv2.BORDER_REPLICATE)
-        s = _sample(np.asarray(sources[f], np.uint8), pts)
+        src = sources[f]
+        s = _sample(src if src.dtype == np.float32 else np.asarray(src, np.uint8), pts)
         a *= s[..., 3] * np.float32(1.0 / 255.0)
         colour = np.zeros((3, 5), np.float32)  # the B, G, R map; the weight channel takes no part
         colour[:, :3], colour[:, 4] = np.asarray(affine[f], np.float32).reshape(3, 4)[:, :3], np.asarray(affine[f])[3::4]

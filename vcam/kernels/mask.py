@@ -171,6 +171,7 @@ def polygon_masks_ref(
     grid = np.arange(size, dtype=np.float32)
     x, y = grid[None, :], grid[:, None]
     base = np.asarray(base, np.float32)
+    edge = np.empty((size, size), np.float32)  # one edge's distances, reused (the same sums in place)
     for f in range(int(count)):
         m = (base[f] if base.ndim == 3 else base).copy()
         for k, keep in ((0, True), (1, False)):
@@ -181,7 +182,9 @@ def polygon_masks_ref(
             for nx, ny, c in pl:
                 if c <= np.float32(-1e29):
                     continue
-                np.maximum(d, (nx * x + ny * y) + c, out=d)
+                np.add(nx * x, ny * y, out=edge)
+                edge += c
+                np.maximum(d, edge, out=d)
             w = np.float32(feathers[f, k])
             if w > 0:
                 cov = np.clip(-d / w, np.float32(0), np.float32(1))

@@ -104,6 +104,28 @@ def warp_crops_ref(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, ou
     return out
 
 
+def warp_crops_cv(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`warp_crops_ref` through OpenCV's uint8 warp, for the CPU's estimates (the local colour
+    match's small crops). It reads the frame where it is instead of converting the region a crop
+    reaches to float32: a 32-pixel crop of a 250-pixel face in 0.013 ms, not 0.07-0.2. The same
+    1/32-pixel positions as the float warp; its weights in fixed point and its rounding leave a pixel
+    within :data:`CV_LEVELS` of the reference (2,000 random warps of noise, 0.05-4x, any angle)."""
+    import cv2
+
+    mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)
+    if out is None:
+        out = np.empty((mats.shape[0], size, size, frame.shape[2]), dtype=np.uint8)
+    inv = invert(mats)
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    for f in range(mats.shape[0]):
+        out[f] = cv2.warpAffine(frame, inv[f], (size, size), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+    return out
+
+
+#: :func:`warp_crops_cv` against :func:`warp_crops_ref`, in levels (the weights' fixed point).
+CV_LEVELS = 1
+
+
 def warp_crops_normalized_ref(
     frame: np.ndarray,
     crop_from_frame: np.ndarray,
@@ -200,9 +222,12 @@ def _launch_per_face_batch(
         launch(ops, "warp", kernel, (_grid(size * size), m.shape[0]), args)
 
 
-def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None) -> Any:
-    """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops (:func:`warp_crops_ref`)."""
+def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None, exact: bool = True) -> Any:
+    """(H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops (:func:`warp_crops_ref`); ``exact``
+    False lets the CPU take :func:`warp_crops_cv` (within :data:`CV_LEVELS`; a device is exact)."""
     if not on_device(ops):
+        if not exact:
+            return warp_crops_cv(np.ascontiguousarray(frame), crop_from_frame, size, out=out)
         return warp_crops_ref(frame, crop_from_frame, size, out=out)
     # (H, W, 3) uint8 BGR -> (F, size, size, 3) uint8 crops; one launch per 32 faces.
     mats = np.asarray(crop_from_frame, dtype=np.float64).reshape(-1, 2, 3)

@@ -373,7 +373,10 @@ class RetinaFaceDetector(FaceDetector):
         from vcam.models import registry
 
         if engine is None:
-            engine = embedded_engine(model, backend=backend, device=device, fp16=fp16, max_batch=max_regions, threads=threads)
+            engine = embedded_engine(
+                model, backend=backend, device=device, fp16=fp16, max_batch=max_regions, threads=threads,
+                lean_below=lean_elements(roi_size),
+            )  # fmt: skip
         super().__init__(engine, registry.get(EMBEDDED_DETECTOR), cfg or DetectParams(), roi_size, ops=ops)
 
     def _priors_for(self, h: int, w: int) -> np.ndarray:
@@ -403,6 +406,12 @@ class RetinaFaceDetector(FaceDetector):
         return decode(pri[idx], c[:, 1:5], c[:, 5:15], c[:, 0], h, w, to_frame, self.cfg)
 
 
+def lean_elements(roi_size: int) -> int:
+    """The detector's calls that run on one CPU thread: those of fewer input elements than two
+    regions (one tracked face's region; two ran as fast on one thread as on two of a 2-core host)."""
+    return 2 * 3 * int(roi_size) * int(roi_size)
+
+
 def embedded_engine(
     model: bytes | str | Any = None,
     *,
@@ -411,9 +420,11 @@ def embedded_engine(
     fp16: bool = False,
     max_batch: int = 8,
     threads: int = 0,
+    lean_below: int = 0,
 ) -> Any:
-    """An engine for the embedded RetinaFace (or a file of its layout) with :class:`TopCandidates`.
-    Failures name the fix: the package's weights, or the file given."""
+    """An engine for the embedded RetinaFace (or a file of its layout) with :class:`TopCandidates`
+    (``lean_below``: :func:`~vcam.engines.create_engine`'s). Failures name the fix: the package's
+    weights, or the file given."""
     from vcam.engines import create_engine
 
     if model is None:
@@ -445,6 +456,7 @@ def embedded_engine(
             max_batch=max_batch,
             epilogue=TopCandidates(),
             threads=threads,
+            lean_below=lean_below,
         )
     except ModelError as exc:
         raise ModelError(f"cannot load the RetinaFace detector from {origin}: {exc.message}", hint=hint) from None
@@ -563,8 +575,13 @@ def make_detector(
     if store is None:
         raise ModelError(f"the detector {name} needs a model store", hint="pass store=ModelStore(models_dir)")
     path = store.ensure([name])[name]
+    lean = lean_elements(roi_size)
     if family == "retinaface":
-        engine = embedded_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions, threads=threads)
+        engine = embedded_engine(
+            path, backend=backend, device=device, fp16=fp16, max_batch=regions, threads=threads, lean_below=lean
+        )
     else:
-        engine = create_engine(path, backend=backend, device=device, fp16=fp16, max_batch=regions, threads=threads)
+        engine = create_engine(
+            path, backend=backend, device=device, fp16=fp16, max_batch=regions, threads=threads, lean_below=lean
+        )
     return DETECTOR_CLASSES[family](engine, spec, params, roi_size=roi_size, ops=ops)
