@@ -108,13 +108,15 @@ def test_a_failed_background_build_is_one_warning_uncompiled_swapping_and_no_ret
     with caplog.at_level(logging.INFO, logger="vcam.engines"):
         engine = torch_engine(model, device="cpu", max_batch=1, compile="background", cache_dir=cache)
         assert engine.loader._builder is not None and engine.compile_progress.startswith("compiling engines: 0/1")
-        assert np.abs(engine.run(f)[0] - want).max() == 0  # swapping at once, uncompiled
+        # swapping at once, uncompiled (within float32 reordering: on a loaded machine two calls of
+        # the same network once differed by 2.5e-5, a product split differently between threads)
+        assert np.abs(engine.run(f)[0] - want).max() < 1e-4
         assert engine.wait_compiled(timeout=300)
         out = engine.run(f)[0]
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "compiling for batch 1 failed" in warnings[0], warnings
     assert "vcam engines build --batch 1" in warnings[0]
-    assert engine.compiled_batches == () and engine.compile_progress == "" and np.abs(out - want).max() == 0
+    assert engine.compiled_batches == () and engine.compile_progress == "" and np.abs(out - want).max() < 1e-4
     path = engine.loader.target(1, {"target": (3, 128, 128), "source": (512,)})[1]
     assert artifacts.failure(path) is not None and not path.exists()
     engine.close()

@@ -271,7 +271,6 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     CPU one): its swap network opens as quickly as it can (:func:`vcam.engines.create_engine`)."""
     from vcam.kernels import paste as blend
     from vcam.models import registry
-    from vcam.ops import make_ops
     from vcam.pipeline.parts import select_all, select_largest
     from vcam.stages.detect import RetinaFaceDetector
     from vcam.stages.detections import EMBEDDED_DETECTOR, DetectParams
@@ -283,10 +282,7 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     names = model_names(cfg)
     store = _ensure_files(cfg, names)
     phase("model files checked")
-    ops = make_ops(device)  # CuPy and its CUDA context, while PyTorch may still be importing ahead
-    phase("ops (CuPy, its CUDA context)" if device == "cuda" else "ops")
-    if device == "cpu":
-        _opencv_threads()
+    ops = _ops(device, phase)
     if device == "cuda" and cfg.pipeline.backend in ("auto", "torch"):
         torch_ready(phase)
     if device == "cuda":  # the kernel modules build (NVRTC on a fresh machine: seconds) while the models load
@@ -405,15 +401,21 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _opencv_threads() -> None:
-    """A CPU pipeline on two cores or fewer calls OpenCV on its own thread: waking OpenCV's pool for
-    the frame's operations costs more than the second core gives back, which the search worker or
-    onnxruntime wants anyway (the 720p demo on 2 cores: 7 % more frames beside the search worker,
-    2.5 % with the search in the frame). OpenCV's thread count is the process's: a daemon's."""
-    if _cores() <= 2:
+def _ops(device: str, phase: Phases) -> Any:
+    """The ops of ``device`` (on a GPU: CuPy and its CUDA context, while PyTorch may still be
+    importing ahead). A CPU pipeline on two cores or fewer calls OpenCV on its own thread: waking
+    OpenCV's pool for the frame's operations costs more than the second core gives back, which the
+    search worker or onnxruntime wants anyway (the 720p demo on 2 cores: 7 % more frames beside the
+    search worker, 2.5 % with the search in the frame). OpenCV's thread count is the process's."""
+    from vcam.ops import make_ops
+
+    ops = make_ops(device)
+    phase("ops (CuPy, its CUDA context)" if device == "cuda" else "ops")
+    if device == "cpu" and _cores() <= 2:
         import cv2
 
         cv2.setNumThreads(1)
+    return ops
 
 
 def _busy() -> bool:
