@@ -105,9 +105,10 @@ def warp_crops_ref(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, ou
 
 
 def warp_crops_cv(frame: np.ndarray, crop_from_frame: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
-    """:func:`warp_crops_ref` through OpenCV's uint8 warp, for the CPU's estimates (the local colour
-    match's small crops). It reads the frame where it is instead of converting the region a crop
-    reaches to float32: a 32-pixel crop of a 250-pixel face in 0.013 ms, not 0.07-0.2. The same
+    """:func:`warp_crops_ref` through OpenCV's uint8 warp, for the CPU's estimates (the crops of the
+    colour statistics and of the local colour match, 64 and 32 pixels). It reads the frame where it is
+    instead of converting the region a crop reaches to float32: a 32-pixel crop of a 250-pixel face
+    in 0.013 ms, not 0.07-0.2. The same
     1/32-pixel positions as the float warp; its weights in fixed point and its rounding leave a pixel
     within :data:`CV_LEVELS` of the reference (2,000 random warps of noise, 0.05-4x, any angle)."""
     import cv2
