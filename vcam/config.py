@@ -213,7 +213,17 @@ class TrackConfig:
         max=10,
     )
     confirm_score: float = _opt(
-        0.9, "Or at once when its first detection scores at least this and its landmarks make a face.", min=0.0, max=1.0
+        0.9,
+        "A new face none of whose detections scored at least this needs one hit more; a hit scores within 0.1 of it.",
+        min=0.0,
+        max=1.0,
+    )
+    confirm_at_once: float = _opt(
+        0.95,
+        "Or it is swapped at once when its first detection scores at least this and its landmarks make a face "
+        "(objects among real photographs were first found at up to 0.92).",
+        min=0.0,
+        max=1.0,
     )
     confirm_within: int = _opt(5, "Frames a new face has to be confirmed in, else it is dropped.", min=1, max=60)
 
