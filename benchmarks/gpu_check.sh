@@ -286,13 +286,15 @@ for step in $steps; do
       timeout ${PRECISION_TIMEOUT:-500} python3 -m benchmarks.precision --device cuda --frames ${PRECISION_FRAMES:-500} --modes ${PRECISION_MODES:-before,after} \
         --json "$OUT" 2>&1 | tee "$OUT/precision.txt" | tail -n 6 || rc=1 ;;
     precision_real)
-      # Issue 40's done-when on the GPU detector: the real-photo scenes, 1,000 frames at 1080p and 1,000 at
+      # Issue 40's done-when on the GPU detector: the real-photo scenes, 2,000 frames at 1080p and 2,000 at
       # 4K, the search in the frame (a GPU daemon's only mode: the search worker is the CPU's), one process
-      # per size side by side, then the steadiness scene at both sizes. The done-when's 2,000 a size takes
-      # a call per size: PRECISION_FRAMES=2000 PRECISION_SIZES=1080p PRECISION_TIMEOUT=540, then 4K.
+      # per size side by side, each with PRECISION_JOBS processes composing its frames ahead (a 4K frame
+      # takes ~70 ms of one core to compose; 1,000 frames a size took most of a call before), then the
+      # steadiness scene at both sizes. The JSON's wall_s and track_ms_mean say where a row's time went;
+      # PRECISION_SIZES=1080p (then 4K) splits the step over two calls.
       for size in ${PRECISION_SIZES:-1080p 4K}; do
-        ( timeout ${PRECISION_TIMEOUT:-420} python3 -m benchmarks.precision_real --device cuda --frames ${PRECISION_FRAMES:-1000} \
-            --sizes $size --modes after --steady 0 --json /tmp/pr/$size > /tmp/pr-$size.txt 2>&1
+        ( timeout ${PRECISION_TIMEOUT:-480} python3 -m benchmarks.precision_real --device cuda --frames ${PRECISION_FRAMES:-2000} \
+            --sizes $size --modes after --steady 0 --jobs ${PRECISION_JOBS:-6} --json /tmp/pr/$size > /tmp/pr-$size.txt 2>&1
           cp /tmp/pr/$size/precision_real.json "$OUT/precision_real_$size.json" 2>/dev/null ) &
       done
       wait

@@ -1,6 +1,6 @@
 """The direct OBS source in a browser, as OBS's Browser Source shows it (issue 42).
 
-    python -m benchmarks.obs_source [--size 1920x1080] [--seconds 10] [--rounds 3] [--swap on|off]
+    python -m benchmarks.obs_source [--size 1920x1080] [--seconds 10] [--rounds 3] [--swap on|off] [--search auto|worker|frame]
         [--json bench_obs_source.json]
 
 The real daemon on the demo clip (CPU, classic swap, paced like a 30 fps camera) with ``--output
@@ -293,10 +293,14 @@ def summarize(rows: list[dict]) -> dict:
     return res
 
 
-def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, log=print, swap: bool = True) -> dict:
+def measure(
+    width: int, height: int, seconds: float, rounds: int, folder: Path, log=print, swap: bool = True, search: str = "auto"
+) -> dict:
     """The run the module docstring describes; its segments and their medians. ``swap=False``:
     the swap switched off (`vcam ctl swap off`: detection and tracking still run), for a machine
-    too busy to swap at the size asked."""
+    too busy to swap at the size asked. ``search``: ``[track] search`` (``auto`` picks a worker
+    beside the frame when the machine's load at the start leaves a core idle, else the frame: the
+    result's ``search`` says which ran)."""
     from vcam.config_file import build
     from vcam.runtime.daemon import Daemon
     from vcam.stages.publish import open_output
@@ -306,6 +310,7 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
             "capture": {"input": "demo", "width": width, "height": height, "pacing": "realtime"},
             "pipeline": {"device": "cpu", "max_latency": 0},
             "degrade": {"enabled": False},  # the swap stays on in every segment: the modes compare
+            "track": {"search": search},
             "output": {"target": "obs-source"},
             "control": {"socket": str(folder / "vcam.sock")},
             "panel": {"port": 0},
@@ -354,6 +359,7 @@ def measure(width: int, height: int, seconds: float, rounds: int, folder: Path, 
     return {
         "size": f"{width}x{height}",
         "swap": swap,
+        "search": "worker" if d.assembly is not None and d.assembly.tracker.search is not None else "frame",
         "seconds": seconds,
         "rounds": rounds,
         "segments": rows,
@@ -376,14 +382,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default="bench_obs_source.json")
     ap.add_argument("--swap", default="on", choices=("on", "off"), help="off: `vcam ctl swap off` (a busy machine)")
+    ap.add_argument("--search", default="auto", choices=("auto", "worker", "frame"), help="[track] search")
     args = ap.parse_args(argv)
     w, _, h = args.size.lower().partition("x")
     with tempfile.TemporaryDirectory(prefix="vcam-bench-obs-source-") as tmp:
         folder = Path(tmp) / "run"
         folder.mkdir(mode=0o700)
-        res = measure(int(w), int(h), args.seconds, args.rounds, folder, swap=args.swap == "on")
+        res = measure(int(w), int(h), args.seconds, args.rounds, folder, swap=args.swap == "on", search=args.search)
     what = "classic swap" if res["swap"] else "swap off"
-    print(f"\n{args.size}, CPU demo ({what}, 30 fps camera), {args.rounds} x {args.seconds:g} s per mode, alternated")
+    print(
+        f"\n{args.size}, CPU demo ({what}, search {res['search']} ({args.search}), 30 fps camera), "
+        f"{args.rounds} x {args.seconds:g} s per mode, alternated"
+    )
     print(f"{'':34}{'off':>9}{'reader':>9}{'browser':>9}")
     for label, key, form in (
         ("daemon fps", "fps", "{:9.1f}"),

@@ -45,8 +45,13 @@ from vcam.runtime.rounds import Mark
 from vcam.stages.publish import open_output
 
 READER = r"""
-import sys, threading, time, urllib.request
-base, token = sys.argv[1], sys.argv[2]
+import json, sys, threading, time, urllib.request
+base, code = sys.argv[1], sys.argv[2]
+# the printed link's one-time code traded for the token, as the page does
+ask = urllib.request.Request(base + "/api/once", data=json.dumps({"code": code}).encode(),
+                             headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(ask, timeout=30) as res:
+    token = json.load(res)["token"]
 counts = {"events": 0, "preview": 0}
 def read(path, key, marker):
     req = urllib.request.Request(base + path, headers={"X-Vcam-Token": token})
@@ -116,8 +121,10 @@ def segment(args: argparse.Namespace, mode: str, folder: Path) -> dict:
     d: Daemon
 
     def announce(line: str) -> None:
-        url = line.split("panel: ", 1)[1]
-        base, token = url.split("/#token=")
+        url = line.split("panel: ", 1)[-1]
+        if not line.startswith("panel: ") or "/#once=" not in url:  # the link's second line, the OBS source
+            return
+        base, code = url.split("/#once=")
         tap = d.rounds.tap
         assert tap is not None
 
@@ -138,9 +145,7 @@ def segment(args: argparse.Namespace, mode: str, folder: Path) -> dict:
 
             d.rounds.before = kept
         reader.append(
-            subprocess.Popen(
-                [sys.executable, "-c", READER, base, token], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-            )
+            subprocess.Popen([sys.executable, "-c", READER, base, code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         )
 
     cfg = config(args, sock)

@@ -324,3 +324,25 @@ def test_a_frames_look_is_the_same_from_a_tensor():
     look = _patch(frame, box)
     np.testing.assert_array_equal(_patch(torch.from_numpy(frame), box).numpy(), look)
     assert _alike(look, look) > 0.999 and _alike(look, _patch(frame, box + 30)) < 0.5
+
+
+@pytest.mark.slow
+def test_the_real_photo_scene_made_by_several_processes_is_the_scene_made_by_one():
+    """The real-photo scene's frames composed ahead by a pool (``--jobs``, the GPU host's way to keep
+    up with its tracker) come in order and equal to the pixel, with the same ground truth."""
+    from conftest import require
+
+    try:
+        import skimage.data  # noqa: F401
+    except ImportError:
+        require("scikit-image", "the real-photo scenes are made of skimage.data's photographs: pip install scikit-image")
+    from benchmarks.precision_real import scene
+
+    one = list(scene("1080p", 5, jobs=1))
+    pooled = list(scene("1080p", 5, jobs=2))
+    assert len(one) == len(pooled) == 5
+    for a, b in zip(one, pooled):
+        assert np.array_equal(a[0], b[0])
+        assert all(np.array_equal(p, q) for p, q in zip(a[1], b[1])) and a[2] == b[2]
+        assert [(n, p.tolist()) for n, p in a[3]] == [(n, p.tolist()) for n, p in b[3]]
+    assert not np.array_equal(one[0][0], one[4][0])  # the scene moves
