@@ -745,3 +745,17 @@ def test_before_after_keeps_input_frames_only_shortly_before_a_preview_frame_is_
     tap._next["s1"] = 0.0
     tap.offer("s1", frame, PixelFormat.BGR, seq=-1)  # a card (no input frame): taken alone at once
     assert tap._job is not None and tap._job[5] is None
+
+
+@pytest.mark.slow
+def test_the_panel_benchmark_reads_the_preview_and_the_state_through_the_printed_link(tmp_path):
+    """`python -m benchmarks.panel` (the panel's cost, issue 31/42) trades the daemon's printed
+    one-time link for the token, as a page does, and its reader gets preview frames and pushed
+    states (it broke silently once when the printed link stopped carrying the token)."""
+    from benchmarks import panel as bench
+
+    res = bench.main(["--seconds", "2", "--rounds", "1", "--json", str(tmp_path / "panel.json")])
+    summary = res["summary"]
+    assert summary["on"]["preview_frames"] > 0 and summary["on"]["pushed_states"] > 0, summary["on"]
+    assert summary["off"]["preview_frames"] == summary["off"]["pushed_states"] == 0
+    assert summary["on"]["fps"] > 0 and (tmp_path / "panel.json").is_file()
