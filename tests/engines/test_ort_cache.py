@@ -120,7 +120,7 @@ def test_small_calls_run_on_one_thread_and_compute_the_same(tiny, tmp_path, monk
     thread count of the caller's, or one core, keeps one session."""
     import vcam.engines.ort as ort_mod
 
-    monkeypatch.setattr(ort_mod.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ort_mod, "usable_cores", lambda: 2)
     one = feeds()["target"][:1].size  # the first input's elements in a one-item call
     eng = OrtEngine(tiny, cache_dir=tmp_path / "cache", lean_below=one + 1)
     assert eng._lean is not None and eng._lean.get_session_options().intra_op_num_threads == 1
@@ -143,5 +143,5 @@ def test_small_calls_run_on_one_thread_and_compute_the_same(tiny, tmp_path, monk
     assert ran == ["_lean", "session"]
     assert all(np.allclose(a, b[:1], atol=1e-4) for a, b in zip(small, whole))
     assert OrtEngine(tiny, cache_dir=tmp_path / "cache", lean_below=one + 1, threads=2)._lean is None
-    monkeypatch.setattr(ort_mod.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(ort_mod, "usable_cores", lambda: 1)
     assert OrtEngine(tiny, cache_dir=tmp_path / "cache", lean_below=one + 1)._lean is None

@@ -75,11 +75,8 @@ def test_before_after_shows_the_input_beside_the_swap_in_the_preview_only(tmp_pa
         n = d.summary.frames_out
         assert wait_for(lambda: d.summary.frames_out > n + 20, 10)
         assert send_command(cfg.socket_path, {"before_after": "off"})["settings"]["before_after"] is False
-        # Frames begun before the switch (their input kept) are still published in pairs; once they
-        # are out (a ring of frames at most), and past the job the encoder may hold from before, the
-        # published picture alone, and it stays so.
-        n = d.summary.frames_out
-        assert wait_for(lambda: d.summary.frames_out > n + 8, 10)
+        # Frames begun before the switch (their input kept) and published after it are shown alone:
+        # past the one job the encoder may hold from before, the published picture alone, at once.
         version, shown = next_preview(tap, version)
         for _ in range(3):
             version, shown = next_preview(tap, version)
@@ -110,3 +107,40 @@ def test_a_daemon_without_the_panel_does_not_offer_before_after(tmp_path):
         assert d.rounds.before is None
     finally:
         d.stop()
+
+
+def test_a_frame_kept_before_the_switch_goes_off_is_published_alone():
+    """A frame begun with before/after on (its input kept) and published after the switch went off
+    is offered to the preview without its frame number, so the encoder shows it alone: no pair
+    after "off", however many frames were in flight."""
+    from types import SimpleNamespace
+
+    from vcam.runtime.panel import _wire_frames
+    from vcam.types import PixelFormat
+
+    offered, kept = [], []
+    tap = SimpleNamespace(
+        offer=lambda name, data, fmt, counter, slack, seq=-1: offered.append(seq),
+        wants_before=lambda name: True,
+        keep_before=lambda name, seq, data, fmt, mirrored=False: kept.append(seq),
+    )
+    server = SimpleNamespace(tap=tap, source=None)
+    state = RuntimeState(solid_faces(("alice",)), active="alice")
+    st = SimpleNamespace(
+        name="main",
+        state=state,
+        summary=SimpleNamespace(frames_in=0),
+        pipeline=SimpleNamespace(ring=3),
+        output=SimpleNamespace(fmt=PixelFormat.BGR),
+        shown_seq=-1,
+    )
+    d = SimpleNamespace(rounds=SimpleNamespace(tap=None, before=None), assembly=None, streams=[st])
+    _wire_frames(d, server)
+    frame = SimpleNamespace(seq=7, data=np.zeros((4, 4, 3), np.uint8), fmt=PixelFormat.BGR)
+    state.set_setting("before_after", True)
+    d.rounds.before(st, frame)  # begun with the switch on: its input kept
+    st.shown_seq = 7
+    d.rounds.tap(st, frame.data)  # published while on: paired
+    state.set_setting("before_after", False)
+    d.rounds.tap(st, frame.data)  # a frame of the same number published after "off": alone
+    assert kept == [7] and offered == [7, -1]

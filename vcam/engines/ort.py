@@ -26,6 +26,7 @@ import numpy as np
 from vcam.engines import ACCELERATORS, Accelerator, Epilogue, TensorInfo, check_feeds, reused_inputs
 from vcam.engines.onnx_graph import ModelSource, source_name
 from vcam.errors import EngineUnavailable, ModelError
+from vcam.platform.cpu import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class OrtEngine:
         # more than it saves on a tracked face's 160-pixel region (1.36 against 1.62 ms on 2 cores,
         # 1.31 against 1.57 beside the search worker), while larger inputs gain from it (a 640x384
         # scan 11.6 against 7.9 ms). Only where the thread count is onnxruntime's own choice.
-        self.lean_below = int(lean_below) if device == "cpu" and not threads and (os.cpu_count() or 1) > 1 else 0
+        self.lean_below = int(lean_below) if device == "cpu" and not threads and usable_cores() > 1 else 0
         self._lean = None
         if self.lean_below and self.accelerator is None:
             self._lean = self._cached_session(ort, optimized, providers, 1) if optimized is not None else None

@@ -395,10 +395,9 @@ def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
 
 def _cores() -> int:
     """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    from vcam.platform.cpu import usable_cores
+
+    return usable_cores()
 
 
 def _ops(device: str, phase: Phases) -> Any:

@@ -179,11 +179,15 @@ def _wire_frames(d: Any, server: Any) -> None:
     # A published frame stays valid until `ring` more frames are begun; one more may already be
     # begun when it is published where rounds overlap (the GPU). Asked at each frame: an early
     # swap (vcam.runtime.early_swap) changes the pipelines and the ops between two frames.
+    pairs: dict[str, bool] = {}  # stream -> before/after on (set by the setting's change, before it holds)
+
     def tap(st: Any, data: Any) -> None:
         summary = st.summary
         overlap = bool(getattr(getattr(d.assembly, "ops", None), "concurrent", False))
         slack = max(0, int(getattr(st.pipeline, "ring", 1)) - (2 if overlap else 1))
-        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack, st.shown_seq)
+        # a frame begun while before/after was on and published after it went off is shown alone
+        seq = st.shown_seq if pairs.get(st.name) else -1
+        offer(st.name, data, st.output.fmt, lambda: summary.frames_in, slack, seq)
         if feed is not None:
             feed(st.name, data, st.output.fmt, lambda: summary.frames_in, slack)
 
@@ -198,7 +202,7 @@ def _wire_frames(d: Any, server: Any) -> None:
 
     d.rounds.before = before
     for st in d.streams:
-        st.state.offer("before_after", False)
+        st.state.offer("before_after", False, apply=lambda on, name=st.name: pairs.__setitem__(name, bool(on)))
 
 
 def start_panel(d: Any, up: Any) -> Any:
