@@ -230,9 +230,18 @@ def scene(
             yield made.frame(i)
         return
     import multiprocessing
+    from collections import deque
 
+    # At most two frames a process ahead of the reader: a 4K frame is 25 MB, and a reader slower than
+    # the pool must not find the whole scene waiting in memory.
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        yield from pool.imap(_frame_of, [(size, i) for i in range(n)], chunksize=2)
+        ahead: deque = deque()
+        for i in range(n):
+            ahead.append(pool.apply_async(_frame_of, ((size, i),)))
+            if len(ahead) >= 2 * jobs:
+                yield ahead.popleft().get()
+        while ahead:
+            yield ahead.popleft().get()
 
 
 def steady_scene(size: str, n: int) -> Iterator[tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]]:
