@@ -112,3 +112,18 @@ def test_cpu_swaps_in_time_go_out_swapped_the_others_pixelated(monkeypatch):
     assert s.cpu_frames > 0 and s.switched_s is not None, s.line()
     assert _share(d) >= 0.9, (_share(d), s.line())
     _within_budget(s, 250.0)
+
+
+@pytest.mark.slow
+def test_the_gil_benchmark_runs_the_real_command_with_either_interval(tmp_path):
+    """`python -m benchmarks.gil_early` (the early frames beside a load running Python, the
+    interval vcam sets against Python's default) runs the real `vcam run` in both settings and
+    counts each stream's frames."""
+    from benchmarks import gil_early
+
+    args = ["--streams", "1", "--rounds", "1", "--load", "1", "--hog", "python", "--seconds", "4"]
+    res = gil_early.main([*args, "--json", str(tmp_path / "g.json")])
+    rows = {r["setting"]: r for r in res["table"]}
+    assert set(rows) == {"default", "short"}, rows
+    assert all(0 < r["shares"][0] <= 1.01 and r["work"] for r in rows.values()), rows
+    assert (tmp_path / "g.json").is_file()

@@ -68,3 +68,64 @@ def test_waiting_for_the_compiled_engines_before_the_first_frame_lets_the_backgr
         assert BACKGROUND.is_open
     finally:
         d.shutdown()
+
+
+def test_short_switches_shorten_the_interval_until_closed_and_never_lengthen_it():
+    import sys
+
+    from vcam.runtime.startup import LOADING_SWITCH_S, ShortSwitches
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        short = ShortSwitches()
+        assert sys.getswitchinterval() == pytest.approx(LOADING_SWITCH_S, rel=0.05)
+        short.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+        short.close()  # once
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+        sys.setswitchinterval(0.0001)  # already shorter: left as it is, and as it was after
+        short = ShortSwitches()
+        assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+        short.close()
+        assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+    finally:
+        sys.setswitchinterval(before)
+
+
+@pytest.mark.parametrize("early_swap", [False, True], ids=["pixelated", "early swap"])
+def test_the_early_frames_get_short_thread_switches_while_the_models_load_and_the_default_after(early_swap):
+    """While the models load in a thread beside the early frames (pixelated, or swapped on the CPU
+    until the switch), the interpreter hands the GIL over every 0.5 ms, not every 5 ms: a load
+    running Python held four early streams to a quarter of their frames (startup.LOADING_SWITCH_S);
+    once the models in use are the run's own, the interval is what it was."""
+    import sys
+    import threading
+
+    from vcam.runtime.startup import LOADING_SWITCH_S
+
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.02):
+            seen.append(sys.getswitchinterval())
+
+    d = Daemon(demo_cfg(pacing="realtime"), output=Capturing(640, 360), control=False, early_swap=early_swap, load_delay=1.0)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        s = d.run(duration=3.0)
+    finally:
+        stop.set()
+        watcher.join()
+    assert s.early_frames > 0 and s.frames_out > 0, s.line()
+    if early_swap:
+        assert s.cpu_frames > 0 and s.switched_s is not None, s.line()
+    short = [k for k, v in enumerate(seen) if v == pytest.approx(LOADING_SWITCH_S, rel=0.05)]
+    assert short, "never short while loading"
+    assert seen[short[-1] + 1 :] and all(v == pytest.approx(before) for v in seen[short[-1] + 1 :]), (
+        "not put back at the end of the load"
+    )
+    assert sys.getswitchinterval() == before

@@ -240,6 +240,7 @@ class EarlySwap:
         d, up = self.d, self.up
         if self._done.is_set() and (self.failure is not None or self.cpu is None or self.full is not None):
             up.early = None
+            up.models_final()
             if self.failure is not None:
                 raise self.failure
             loaded = self.full or self.cpu
@@ -264,6 +265,7 @@ class EarlySwap:
 
         d, up = self.d, self.up
         up.early = None
+        up.models_final()
         if self.failure is not None:
             raise self.failure
         n = sum(st.summary.frames_out for st in d.streams)

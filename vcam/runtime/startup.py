@@ -15,6 +15,7 @@ stream) and :func:`adopt` (put in use).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -98,6 +99,13 @@ class Started:
     streams: list[Stream] = field(default_factory=list)
     panel: Any = None  # the daemon's side of the panel (vcam.runtime.panel), when it serves one
     obs: list[Any] = field(default_factory=list)  # the OBS controllers, one per stream
+    switches: ShortSwitches | None = None  # while the models load beside the early frames
+
+    def models_final(self) -> None:
+        """The models in use are the run's own (the load ended, or an early swap switched): the
+        interpreter's thread switch interval back to what it was (:class:`ShortSwitches`)."""
+        if self.switches is not None:
+            self.switches.close()
 
     @property
     def assembly(self) -> Assembly | None:
@@ -258,6 +266,34 @@ def take_instance_lock(d: Daemon) -> LockSet:
         locks.close()
         raise
     return locks  # released last, once every output is finished
+
+
+#: The interpreter's thread switch interval while the models load in a thread beside the early frames
+#: (Python's default: 5 ms). A thread that wants the GIL waits up to the interval for a running one
+#: to drop it, and an early frame takes the GIL several times (capture, gather, publish), so a load
+#: running Python (imports, model building) held four 720p streams to 22-30 % of their frames in a
+#: CPU model of the GPU start (a thread running Python for 6 s beside four early streams) against
+#: 79-87 % at 0.5 ms; that thread did 9 % less meanwhile, and a real `import torch` beside them took
+#: 1.02-1.06 s against 1.10-1.27 s (the frames 80-88 % against 75-85 %).
+LOADING_SWITCH_S = 0.0005
+
+
+class ShortSwitches:
+    """The interpreter's thread switch interval shortened to :data:`LOADING_SWITCH_S` (never
+    lengthened) from now until :meth:`close`, which puts the old one back (once; closing again does
+    nothing). Held by :class:`Started` from the start of a load beside the early frames until the
+    models in use are the run's own (:meth:`Started.models_final`), and in its exit stack, so a stop
+    puts it back too. The interval is the interpreter's, one per process: vcam's daemon owns its
+    process while it starts."""
+
+    def __init__(self, interval: float | None = None) -> None:
+        self.saved: float | None = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.saved, LOADING_SWITCH_S if interval is None else interval))
+
+    def close(self) -> None:
+        if self.saved is not None:
+            sys.setswitchinterval(self.saved)
+            self.saved = None
 
 
 @dataclass
@@ -503,6 +539,7 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
         return ho.first_ready() if ho is not None else not loader.is_alive()
 
     t0 = time.perf_counter()
+    up.switches = up.opened.add(ShortSwitches())  # the early frames get the GIL soon after asking
     loader.start()
     if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
         threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()
@@ -521,7 +558,8 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
         return False
     passed = sum(st.summary.early_frames for st in d.streams)
     if ho is not None:
-        return ho.adopt_first()
+        return ho.adopt_first()  # the interval stays short until the switch to the full models
+    up.models_final()
     loader.join()
     if failure:
         raise failure[0]
