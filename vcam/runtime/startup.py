@@ -83,6 +83,9 @@ class Started:
     4. ``telemetry`` and ``degrader``; the control socket and OBS controllers (``obs``); the
        panel (``panel``).
 
+    ``switches``: the interpreter's thread switch interval, short while the models load beside the
+    early frames (:class:`ShortSwitches`), back to what it was once they are the run's own.
+
     ``opened`` closes them in reverse (:class:`vcam.runtime.opened.Opened`); the capture threads
     are stopped first (:meth:`stop_capture`: no frame is read while the rest closes). ``loading``:
     a load left running by a stop before the models were in use (the process ends with
