@@ -70,7 +70,7 @@ def test_waiting_for_the_compiled_engines_before_the_first_frame_lets_the_backgr
         d.shutdown()
 
 
-def test_short_switches_shorten_the_interval_until_closed_and_never_lengthen_it():
+def test_short_switches_shorten_the_interval_until_closed_never_lengthen_it_and_two_at_once_end_as_before():
     import sys
 
     from vcam.runtime.startup import LOADING_SWITCH_S, ShortSwitches
@@ -83,6 +83,17 @@ def test_short_switches_shorten_the_interval_until_closed_and_never_lengthen_it(
         short.close()
         assert sys.getswitchinterval() == pytest.approx(0.005)
         short.close()  # once
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+        a = ShortSwitches()  # two daemons of one process loading at once, ending in any order
+        b = ShortSwitches()
+        a.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)  # a's old one (b's load keeps going without)
+        b.close()
+        assert sys.getswitchinterval() == pytest.approx(0.005), "b put a's short interval back for good"
+        a, b = ShortSwitches(), ShortSwitches()
+        b.close()
+        assert sys.getswitchinterval() == pytest.approx(LOADING_SWITCH_S, rel=0.05)  # a still loading
+        a.close()
         assert sys.getswitchinterval() == pytest.approx(0.005)
         sys.setswitchinterval(0.0001)  # already shorter: left as it is, and as it was after
         short = ShortSwitches()

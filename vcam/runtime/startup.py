@@ -292,11 +292,14 @@ class ShortSwitches:
     def __init__(self, interval: float | None = None) -> None:
         self.saved: float | None = sys.getswitchinterval()
         sys.setswitchinterval(min(self.saved, LOADING_SWITCH_S if interval is None else interval))
+        self.set_to = sys.getswitchinterval()
 
     def close(self) -> None:
-        if self.saved is not None:
+        """The old interval back, unless it was changed since (another daemon of this process that
+        started loading meanwhile and ended first: its old value is this one's short one)."""
+        if self.saved is not None and abs(sys.getswitchinterval() - self.set_to) < 1e-7:
             sys.setswitchinterval(self.saved)
-            self.saved = None
+        self.saved = None
 
 
 @dataclass
