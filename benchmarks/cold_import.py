@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import glob
 import importlib.util
 import json
@@ -44,16 +45,23 @@ def library_files() -> list[Path]:
     return sorted({p for p in found if p.is_file()})
 
 
-def resident(path: Path) -> tuple[int, int]:
-    """(bytes of ``path``, bytes of it in the page cache), by ``mincore`` on a read-only mapping."""
-    size = path.stat().st_size
-    if size == 0:
-        return 0, 0
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    """The C library with the prototypes :func:`resident` calls (set once)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
     libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
     libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+    return libc
+
+
+def resident(path: Path) -> tuple[int, int]:
+    """(bytes of ``path``, bytes of it in the page cache), by ``mincore`` on a read-only mapping."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0, 0
+    libc = _libc()
     page = mmap.PAGESIZE
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -39,8 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-CHILD = r"""
-import vcam.__main__  # the start-up clock first (vcam.platform.process)
+#: The start of a child running the real command: the start-up clock first (vcam.platform.process),
+#: then every null output's sends timed from the child's start (``sent``: id of the output -> seconds);
+#: ``OUT`` is its first argument. Made here and sent as text, so a baseline tree needs nothing new.
+TIMED_OUTPUTS = r"""
+import vcam.__main__
 import json, sys, time
 t0, OUT = time.perf_counter(), sys.argv[1]
 from vcam.stages import outputs
@@ -50,6 +53,11 @@ def timed(self, data):
     sent.setdefault(id(self), []).append(time.perf_counter() - t0)
     return send(self, data)
 outputs.NullOutput.send = timed
+"""
+
+CHILD = (
+    TIMED_OUTPUTS
+    + r"""
 from vcam import status as vs
 first_cpu = {}
 published = vs.LiveStats.published
@@ -82,6 +90,7 @@ from vcam.__main__ import main
 sys.argv = ["vcam", *sys.argv[2:]]
 main()
 """
+)
 
 
 def _worktree(ref: str) -> Path:

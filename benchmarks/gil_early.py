@@ -28,20 +28,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHILD = r"""
-import vcam.__main__  # the start-up clock first
-import json, os, sys, threading, time
-t0, OUT = time.perf_counter(), sys.argv[1]
+from benchmarks.first_seconds import TIMED_OUTPUTS
+
+CHILD = (
+    TIMED_OUTPUTS
+    + r"""
+import os, threading
 from vcam.runtime import startup
 if os.environ["GIL_EARLY_INTERVAL"] == "default":
     startup.LOADING_SWITCH_S = sys.getswitchinterval()  # as before: the interval left as it was
-from vcam.stages import outputs
-sent = {}
-send = outputs.NullOutput.send
-def timed(self, data):
-    sent.setdefault(id(self), []).append(time.perf_counter() - t0)
-    return send(self, data)
-outputs.NullOutput.send = timed
 from vcam.runtime import daemon as vd
 init = vd.Daemon.__init__
 def slower(self, *a, **k):
@@ -75,6 +70,7 @@ from vcam.__main__ import main
 sys.argv = ["vcam", *sys.argv[2:]]
 main()
 """
+)
 
 SETTINGS = ("default", "short")  # Python's 5 ms kept; vcam's LOADING_SWITCH_S
 

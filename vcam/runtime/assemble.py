@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
+from vcam.platform.cpu import usable_cores
 from vcam.runtime import roles as _roles
 from vcam.runtime.device import PIXELS, accelerator, resolve_device
 from vcam.runtime.roles import stage_params
@@ -386,18 +387,11 @@ def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
     mode = cfg.track.search
     if mode == "frame" or device != "cpu" or cfg.track.rolling <= 0:
         return None
-    if mode == "auto" and (_cores() < 2 or _busy()):
+    if mode == "auto" and (usable_cores() < 2 or _busy()):
         return None
     from vcam.stages.search import SearchWorker
 
     return SearchWorker(_roles.build("detector", cfg, store=store, device="cpu", threads=1))
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    from vcam.platform.cpu import usable_cores
-
-    return usable_cores()
 
 
 def _ops(device: str, phase: Phases) -> Any:
@@ -410,7 +404,7 @@ def _ops(device: str, phase: Phases) -> Any:
 
     ops = make_ops(device)
     phase("ops (CuPy, its CUDA context)" if device == "cuda" else "ops")
-    if device == "cpu" and _cores() <= 2:
+    if device == "cpu" and usable_cores() <= 2:
         import cv2
 
         cv2.setNumThreads(1)
