@@ -180,8 +180,9 @@ class TrackConfig:
         "Where the rolling search runs. 'worker': a thread beside the frame with its own detector (one CPU thread); "
         "each slice's faces are taken two frames after it, the cycle is two frames shorter (new faces come as soon) "
         "and tracked frames need no scheduled full scan (CPU only); 'frame': in the frame's own detector call; "
-        "'auto': a worker on the CPU with two cores or more when the machine's load at start leaves one idle (the "
-        "frame's own work keeps one core busy), else the frame; the frame on a GPU.",
+        "'auto': a worker on the CPU with two cores or more when other programs leave one idle during the start "
+        "(their CPU time and running threads since vcam started; the frame's own work keeps one core busy), else the "
+        "frame; the frame on a GPU.",
     )
     roi_scale: float = _opt(2.0, "ROI side as a multiple of the tracked box's longer side.", min=1.0, max=6.0)
     roi_size: int = _opt(160, "Side the ROI crop is resized to for detection.", min=64, max=1024)

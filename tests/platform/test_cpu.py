@@ -33,3 +33,58 @@ def test_the_usable_cores_follow_the_affinity_mask_where_there_is_one(monkeypatc
     assert cpu.usable_cores() == 1
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     assert cpu.usable_cores() == 16
+
+
+def test_other_programs_busy_cores_are_the_system_s_busy_time_less_this_process_s_over_the_window():
+    since = cpu.Sample(at=5.0, busy=40.0, own=2.0, cores=2)
+    assert cpu.others_busy(since, cpu.Sample(at=5.5, busy=40.9, own=2.4, cores=2)) == pytest.approx(1.0)
+    assert cpu.others_busy(since, cpu.Sample(at=5.5, busy=40.3, own=2.4, cores=2)) == 0.0  # ticks: never below 0
+    assert cpu.others_busy(since, cpu.Sample(at=5.05, busy=40.1, own=2.0, cores=2)) is None  # too short to say
+    assert cpu.others_busy(since, cpu.Sample(at=5.5, busy=41.0, own=2.0, cores=3)) is None  # the cores changed
+    assert cpu.others_busy(None, since) is None and cpu.others_busy(since, None) is None
+
+
+def test_other_programs_runnable_at_both_ends_count_where_they_shared_the_cores_with_this_start():
+    """Two programs spinning on a 2-core machine beside a start-up that itself takes a core show as
+    only ~1.1 cores of busy time: the threads they had runnable at both samples (the fewer) say 2."""
+    since = cpu.Sample(at=5.0, busy=40.0, own=2.0, cores=2, running=2)
+    now = cpu.Sample(at=5.5, busy=40.95, own=2.4, cores=2, running=3)
+    assert cpu.others_busy(since, now) == 2.0
+    assert cpu.others_busy(since, cpu.Sample(at=5.5, busy=40.95, own=2.4, cores=2, running=0)) == pytest.approx(1.1)
+    assert cpu.others_busy(cpu.Sample(at=5.0, busy=40.0, own=2.0, cores=2), now) == pytest.approx(1.1)  # unknown
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS gives no system-wide CPU times without a library")
+def test_a_program_spinning_beside_counts_and_this_process_s_own_work_does_not():
+    """The real times: a child spinning for the whole window shows as about a core of other programs'
+    work; the same spin in this process's own thread is counted as its own."""
+    import subprocess
+    import threading
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.3)  # the child's interpreter up and spinning
+        since = cpu.sample()
+        time.sleep(0.6)
+        now = cpu.sample()
+    finally:
+        child.kill()
+        child.wait()
+    assert since is not None and now is not None
+    others = cpu.others_busy(since, now)
+    assert others is not None and others >= 0.6, others
+
+    stop = time.monotonic() + 0.6
+
+    def spin() -> None:
+        while time.monotonic() < stop:
+            pass
+
+    since = cpu.sample()
+    worker = threading.Thread(target=spin)
+    worker.start()
+    worker.join()
+    now = cpu.sample()
+    assert now is not None and since is not None
+    assert now.own - since.own >= 0.3  # the spin is this process's own time

@@ -35,24 +35,56 @@ def test_the_search_runs_beside_the_frame_on_a_cpu_with_two_cores(monkeypatch):
     on a CPU with two cores or more, one of them idle at start; never on a GPU, nor with the search off or asked in the frame."""
     import os
 
+    from vcam.platform import cpu, process
     from vcam.runtime.assemble import search_worker
 
     cfg = Config()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # raising=False: Windows has neither
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5), raising=False)
+    monkeypatch.setattr(process, "age", lambda: 0.5)
+    monkeypatch.setattr(cpu, "sample", lambda: cpu.Sample(at=0.0, busy=0.0, own=0.0, cores=2))
+    monkeypatch.setattr(cpu, "others_busy", lambda since, now: 0.3)  # other programs left a core and more idle
     worker = search_worker(cfg, "cpu")
     assert worker is not None and worker.max_lag == 2
     assert worker.detector.engine.session.get_session_options().intra_op_num_threads == 1
     assert search_worker(cfg, "cuda") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="frame")), "cpu") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, rolling=0)), "cpu") is None
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 2.0, 1.0), raising=False)  # other programs hold both cores
+    monkeypatch.setattr(cpu, "others_busy", lambda since, now: 1.7)  # other programs hold both cores
     assert search_worker(cfg, "cpu") is None
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5), raising=False)
+    monkeypatch.setattr(cpu, "others_busy", lambda since, now: 0.3)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert search_worker(cfg, "cpu") is None
     assert search_worker(cfg.replace(track=dataclasses.replace(cfg.track, search="worker")), "cpu") is not None
+
+
+def test_the_search_judges_other_programs_by_the_cpu_since_the_start_not_by_a_lagging_load(monkeypatch):
+    """Right after a heavy program ends the 1-minute load average still says "busy" while every core
+    is idle: ``auto`` goes by what other programs did since vcam started (the system's CPU times less
+    this process's own), and by the load average only where those cannot say (no such times, or a
+    start over a minute ago)."""
+    import os
+
+    from vcam.platform import cpu, process
+    from vcam.runtime.assemble import BUSY_WINDOW_MAX_S, search_worker
+
+    cfg = Config()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 2.0, 1.0), raising=False)  # the heavy program just ended
+    monkeypatch.setattr(process, "age", lambda: 0.8)
+    monkeypatch.setattr(process, "cpu_at_start", lambda: cpu.Sample(at=10.0, busy=100.0, own=0.5, cores=2))
+    monkeypatch.setattr(cpu, "sample", lambda: cpu.Sample(at=10.8, busy=100.9, own=1.2, cores=2))  # 0.2 s of others
+    assert search_worker(cfg, "cpu") is not None
+    monkeypatch.setattr(cpu, "sample", lambda: cpu.Sample(at=10.8, busy=102.2, own=1.2, cores=2))  # 1.9 cores of others
+    assert search_worker(cfg, "cpu") is None
+    monkeypatch.setattr(cpu, "sample", lambda: None)  # unreadable: the load average decides
+    assert search_worker(cfg, "cpu") is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.5, 0.5), raising=False)
+    assert search_worker(cfg, "cpu") is not None
+    monkeypatch.setattr(cpu, "sample", lambda: cpu.Sample(at=10.8, busy=102.2, own=1.2, cores=2))
+    monkeypatch.setattr(process, "age", lambda: BUSY_WINDOW_MAX_S + 1)  # a stale start: the load average again
+    assert search_worker(cfg, "cpu") is not None
 
 
 @pytest.mark.parametrize("cores, threads", [(2, 1), (1, 1), (8, None)])

@@ -15,17 +15,25 @@ import sys
 import time
 from typing import Any
 
-from vcam.platform import WINDOWS
+from vcam.platform import WINDOWS, cpu
 
-#: When vcam started, on the monotonic clock: this module's import, moved back by :func:`mark_start`.
-#: The one process-wide fact of this package (written once, by the ``vcam`` command).
+#: When vcam started, on the monotonic clock: this module's import, moved back by :func:`mark_start`;
+#: with the CPU's times then (what other programs did since is judged from them). The one
+#: process-wide fact of this package (written once, by the ``vcam`` command).
 _started = time.monotonic()
+_cpu_started = cpu.sample()
 
 
 def mark_start(at: float) -> None:
     """The ``vcam`` command started at ``at`` (``time.monotonic()`` taken at its first instruction)."""
-    global _started
+    global _started, _cpu_started
     _started = at
+    _cpu_started = cpu.sample()
+
+
+def cpu_at_start() -> cpu.Sample | None:
+    """The CPU's times when vcam started (:func:`vcam.platform.cpu.sample`; None where unreadable)."""
+    return _cpu_started
 
 
 def started() -> float:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
+from vcam.platform import cpu
 from vcam.platform.cpu import usable_cores
 from vcam.runtime import roles as _roles
 from vcam.runtime.device import PIXELS, accelerator, resolve_device
@@ -412,13 +413,35 @@ def _ops(device: str, phase: Phases) -> Any:
 
 
 def _busy() -> bool:
-    """No core to spare at start: the machine's load (1 minute) above all its cores but one (other
-    programs hold them; a worker beside the frame would only take the frame's own share)."""
+    """No core to spare at start: other programs kept all the cores this process may use but half
+    of one busy since vcam started (the system's CPU times against this process's own, over the
+    start-up's first second or so: :func:`vcam.platform.cpu.others_busy`), or, where that window
+    cannot say (no such times; a library whose start was over a minute ago), the 1-minute load
+    average above all cores but one. The load average lags: right after a heavy program ends it
+    still says busy for a minute, when every core is idle."""
+    from vcam.platform import process
+
+    now = cpu.sample()
+    others = cpu.others_busy(process.cpu_at_start(), now) if process.age() <= BUSY_WINDOW_MAX_S else None
+    if others is not None and now is not None:
+        busy = others > now.cores - 0.5
+        said = "other programs kept %.1f of the %d cores busy since the start"
+        log.info(f"the face search runs %s: {said}", _WHERE[busy], others, now.cores)
+        return busy
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # not Unix
         return False
-    return load > (os.cpu_count() or 1) - 1
+    busy = load > (os.cpu_count() or 1) - 1
+    log.info("the face search runs %s: the load average is %.1f", _WHERE[busy], load)
+    return busy
+
+
+_WHERE = {True: "in the frame", False: "beside the frame"}
+
+
+#: Beyond this age (a library's daemon made long after its import) the start's CPU times are stale.
+BUSY_WINDOW_MAX_S = 60.0
 
 
 def _device(cfg: Config, phase: Phases) -> str:
