@@ -39,6 +39,7 @@ from typing import Any
 
 from vcam.engines.cache import resolve_cache_dir
 from vcam.platform import process
+from vcam.platform.cpu import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def default_jobs(device: str, sizes: int) -> int:
     the cores the frames need)."""
     if device != "cuda":
         return 1
-    jobs = max(1, min(sizes, (os.cpu_count() or 1) // 4))
+    jobs = max(1, min(sizes, usable_cores() // 4))
     try:
         import torch
 
@@ -194,7 +195,7 @@ class BackgroundBuild:
         self.name, self.precision = name, precision
         self._procs: list[subprocess.Popen] = []
         self._paths: list[Path] = []
-        threads = max(1, (os.cpu_count() or 1) // len(self.jobs)) if len(self.jobs) > 1 else None
+        threads = max(1, usable_cores() // len(self.jobs)) if len(self.jobs) > 1 else None
         guess = self.guess_s = guess_s or FIRST_GUESS_S.get(device, 90.0)
         with open(self.log_path, "ab") as logf:
             for part in self.jobs:

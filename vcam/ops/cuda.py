@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -44,6 +43,7 @@ from vcam.errors import DeviceError, InputError
 from vcam.kernels.build import Kernels
 from vcam.kernels.convert import band_bytes, frame_shape
 from vcam.ops.base import Clock, HostClock, Transfers
+from vcam.platform.cpu import usable_cores
 from vcam.types import Frame, PixelFormat
 
 
@@ -77,7 +77,7 @@ class Staging:
     while it copies)."""
 
     #: Parts a large frame is copied in, by a pool of that many threads (1: the capture thread alone).
-    COPY_PARTS = max(1, min(4, (os.cpu_count() or 1) // 2))
+    COPY_PARTS = max(1, min(4, usable_cores() // 2))
     #: Frames smaller than this are copied by the capture thread alone.
     PARALLEL_BYTES = 1 << 20
 

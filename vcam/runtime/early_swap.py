@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from vcam.config import Config
 from vcam.errors import ConfigError, FaceError
 from vcam.platform import process
+from vcam.platform.cpu import usable_cores
 from vcam.runtime.rounds import Passed
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def cpu_threads(cfg: Config) -> int:
     own = os.environ.get(THREADS_ENV, "").strip()
     if own.isdigit():
         return int(own)
-    return max(1, (os.cpu_count() or 1) // 2) if cfg.swap.swapper not in BUILT_IN else 0
+    return max(1, usable_cores() // 2) if cfg.swap.swapper not in BUILT_IN else 0
 
 
 #: Seconds a swap network takes a face on onnxruntime's CPU engine at best (the inswapper on half
