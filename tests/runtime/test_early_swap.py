@@ -3,7 +3,6 @@ assembly loads, then the switch between two frames. Here both assemblies run on 
 daemon's ``early_swap=True``), the second one slowed by the daemon's ``load_delay``."""
 
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from test_daemon import Capturing, demo_cfg
 
 from vcam import config_file as vconfig
 from vcam.config import Duration
+from vcam.platform.cpu import usable_cores
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.early_swap import cpu_config, cpu_threads, qualifies
 from vcam.types import PixelFormat
@@ -46,7 +46,7 @@ def test_the_cpu_start_applies_to_a_gpu_run_whose_models_all_run_on_onnxruntime(
     unbudgeted = neural.replace(pipeline=replace(neural.pipeline, max_latency=Duration(0)))
     for cfg in (unbudgeted, gpu.replace(swap=replace(gpu.swap, map=["a=b"]))):
         assert qualifies(cfg) and cpu_config(Daemon(cfg, control=False)) is not None
-    assert cpu_threads(neural) == max(1, (os.cpu_count() or 1) // 2)
+    assert cpu_threads(neural) == max(1, usable_cores() // 2)  # the cores this process may use
     # anything that needs another model, or a role on a backend other than onnxruntime, keeps the early frames pixelated
     others = [
         gpu.replace(swap=replace(gpu.swap, enhancer="gfpgan_1.4")),

@@ -79,7 +79,7 @@ def test_a_cpu_detector_runs_one_tracked_region_on_one_thread(monkeypatch):
     import vcam.engines.ort as ort_mod
     from vcam.stages.detect import lean_elements
 
-    monkeypatch.setattr(ort_mod.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ort_mod, "usable_cores", lambda: 2)
     eng = RetinaFaceDetector(DetectParams(), roi_size=160).engine
     assert eng._lean is not None and eng.lean_below == lean_elements(160)
     assert 3 * 160 * 160 < eng.lean_below <= 2 * 3 * 160 * 160
