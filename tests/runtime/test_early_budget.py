@@ -5,6 +5,8 @@ times but generous bounds (a busy 2-core machine)."""
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from dataclasses import replace
 
@@ -127,3 +129,26 @@ def test_the_gil_benchmark_runs_the_real_command_with_either_interval(tmp_path):
     assert set(rows) == {"default", "short"}, rows
     assert all(0 < r["shares"][0] <= 1.01 and r["work"] for r in rows.values()), rows
     assert (tmp_path / "g.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-cache eviction and mincore: Linux only, not Windows")
+def test_the_cold_start_benchmark_evicts_and_compares_each_way_of_reading_ahead(tmp_path):
+    """`python -m benchmarks.cold_import --evict` (issue 39's fresh target, for a device call): a warm
+    start, an evicted reference start whose touched pages become the plan, then every way of reading
+    ahead in a fresh process, each start evicted first; the plan names only pages of the files."""
+    pytest.importorskip("torch", reason="the benchmark times `import torch`")
+    from benchmarks import cold_import
+
+    res = cold_import.main(["--evict", "--rounds", "1", "--json", str(tmp_path / "c.json")])
+    kinds = [(r["kind"], r["variant"]) for r in res["rows"]]
+    assert kinds[:2] == [("warm", "none"), ("reference", "none")], kinds
+    assert sorted(v for k, v in kinds[2:]) == sorted(cold_import.VARIANTS) and {k for k, _ in kinds[2:]} == {"evicted"}
+    for row in res["rows"]:
+        assert row["steps"][0][0] == "import torch" and row["steps"][0][1] > 0 and row["process_s"] > row["steps"][0][1]
+    plan = json.loads((tmp_path / "cold_plan.json").read_text())
+    files = set(plan["files"])
+    assert plan["ranges"] and all(name in files and length > 0 and offset >= 0 for name, offset, length in plan["ranges"])
+    assert any(name.endswith(".so") or ".so." in name for name in files)  # torch's libraries among what a start touches
+    assert 0 < res["touched_mb"] <= res["touched_whole_mb"] <= res["total_mb"]
+    assert json.loads((tmp_path / "c.json").read_text())["median_s"].keys() == set(cold_import.VARIANTS)
