@@ -209,11 +209,14 @@ def need_torch():
 #: which ``exec`` keeps: no Python code runs in the child between fork and exec (a ``preexec_fn``
 #: does, and there gRPC's fork handlers, loaded by an earlier test of the session, restart a poller
 #: whose descriptor the child's close_fds then closes: "epoll_wait error: Bad file descriptor", abort).
+#: Python's fault handler is on in the child, so :func:`ended` can ask a child that does not stop
+#: for its threads' stacks.
 _AT_TERMINAL = (
     "import os, signal, sys\n"
     "for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
     "    nohup = sig == signal.SIGHUP and sys.argv[1] == 'nohup'\n"
     "    signal.signal(sig, signal.SIG_IGN if nohup else signal.SIG_DFL)\n"
+    "os.environ['PYTHONFAULTHANDLER'] = '1'\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 
@@ -226,6 +229,27 @@ def at_terminal(cmd: list[str], *, nohup: bool = False) -> list[str]:
     if sys.platform == "win32":
         return list(cmd)
     return [sys.executable, "-c", _AT_TERMINAL, "nohup" if nohup else "terminal", *cmd]
+
+
+def ended(p: subprocess.Popen, timeout: float) -> str:
+    """The rest of ``p``'s output once it has ended (its stdout a text pipe, stderr with it), which
+    it must within ``timeout``: a child told to stop that is still running then fails the test with
+    every thread's stack (a child of :func:`at_terminal` has Python's fault handler on, and SIGABRT
+    makes it print them), so a stop that hangs once in a while says where."""
+    try:
+        return p.communicate(timeout=timeout)[0] or ""
+    except subprocess.TimeoutExpired:
+        pass
+    if sys.platform != "win32":
+        import signal
+
+        p.send_signal(signal.SIGABRT)
+    try:
+        rest = p.communicate(timeout=30)[0] or ""
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rest = p.communicate()[0] or ""
+    pytest.fail(f"still running {timeout:.0f} s after it was told to stop; its output and threads then:\n{rest[-15000:]}")
 
 
 # --- Windows (issue 38, tools/windows-tests) -------------------------------------------------------

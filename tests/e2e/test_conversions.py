@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import POSIX_SIGNALS, at_terminal, windows_lacks
+from conftest import POSIX_SIGNALS, at_terminal, ended, windows_lacks
 
 from vcam.stages import demo
 from vcam.stages.recording import FileOutput
@@ -134,7 +134,7 @@ def test_an_interrupted_conversion_exits_130_and_keeps_only_a_playable_partial(t
             if line.startswith("converting:"):
                 break
         p.send_signal(sig)
-        rest, _ = p.communicate(timeout=120)
+        rest = ended(p, 120)
     finally:
         if p.poll() is None:
             p.kill()

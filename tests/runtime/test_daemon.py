@@ -13,7 +13,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import POSIX_SIGNALS, at_terminal, demo_run, need_torch, vcam_cli, windows_lacks
+from conftest import POSIX_SIGNALS, at_terminal, demo_run, ended, need_torch, vcam_cli, windows_lacks
 from typer.testing import CliRunner
 
 from vcam.cli import app, format_status
@@ -428,7 +428,7 @@ def test_a_hangup_is_ignored_under_nohup(tmp_path):
         time.sleep(1.0)
         assert p.poll() is None, "a hangup stopped a run started under nohup"
         p.send_signal(signal.SIGTERM)
-        outp, _ = p.communicate(timeout=60)
+        outp = ended(p, 60)
     finally:
         if p.poll() is None:
             p.kill()
@@ -454,7 +454,7 @@ def test_signal_stops_daemon_cleanly(tmp_path, sig, after):
             time.sleep(0.2)
         time.sleep(after)
         p.send_signal(sig)
-        outp, _ = p.communicate(timeout=60)
+        outp = ended(p, 60)
     finally:
         if p.poll() is None:
             p.kill()
@@ -496,7 +496,7 @@ def test_a_double_ctrl_c_still_leaves_a_playable_recording(tmp_path, after, gap)
         p.send_signal(signal.SIGINT)
         time.sleep(gap)  # the second lands in the stop the first began (closing the file, say)
         p.send_signal(signal.SIGINT)
-        outp, _ = p.communicate(timeout=60)
+        outp = ended(p, 60)
     finally:
         if p.poll() is None:
             p.kill()
@@ -522,7 +522,7 @@ def test_a_live_recording_stopped_by_ctrl_c_keeps_its_name_and_exits_0(tmp_path)
     try:
         time.sleep(2.0)
         p.send_signal(signal.SIGINT)
-        outp, _ = p.communicate(timeout=60)
+        outp = ended(p, 60)
     finally:
         if p.poll() is None:
             p.kill()
@@ -842,3 +842,18 @@ def test_av_delay_is_the_recent_median_plus_the_frame_time():
     assert st.av_delay_ms == pytest.approx(80.0 + 1000 / 30)
     assert st.latency_p50_ms == pytest.approx(20.0)  # the whole window's p50 has not moved yet
     assert live.status(0, {}).av_delay_ms == pytest.approx(80.0)  # no frame time known: the delay alone
+
+
+@windows_lacks(POSIX_SIGNALS)
+def test_a_child_that_does_not_stop_fails_its_test_with_every_thread_s_stack():
+    """The tests' stop helper (``conftest.ended``): a child of ``at_terminal`` still running at the
+    timeout is asked for its threads' stacks (the fault handler, SIGABRT), and the failure shows them."""
+    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\nprint('up', flush=True)\n"
+    p = subprocess.Popen(at_terminal([sys.executable, "-c", code]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.stdout is not None and p.stdout.readline() == "up\n"
+    with pytest.raises(pytest.fail.Exception) as failed:
+        ended(p, 0.5)
+    assert p.poll() is not None
+    text = str(failed.value)
+    assert "after it was told to stop" in text, text
+    assert "Fatal Python error: Aborted" in text and "most recent call first" in text, text
