@@ -412,6 +412,11 @@ def _ops(device: str, phase: Phases) -> Any:
     return ops
 
 
+#: Beyond this age (a library's daemon made long after its import) the start's CPU times are stale.
+BUSY_WINDOW_MAX_S = 60.0
+_WHERE = {True: "in the frame", False: "beside the frame"}
+
+
 def _busy() -> bool:
     """No core to spare at start: other programs kept all the cores this process may use but half
     of one busy since vcam started (the system's CPU times against this process's own, over the
@@ -425,8 +430,8 @@ def _busy() -> bool:
     others = cpu.others_busy(process.cpu_at_start(), now) if process.age() <= BUSY_WINDOW_MAX_S else None
     if others is not None and now is not None:
         busy = others > now.cores - 0.5
-        said = "other programs kept %.1f of the %d cores busy since the start"
-        log.info(f"the face search runs %s: {said}", _WHERE[busy], others, now.cores)
+        what = "other programs kept %.1f of the %d cores busy since the start"
+        log.info("the face search runs %s: " + what, _WHERE[busy], others, now.cores)
         return busy
     try:
         load = os.getloadavg()[0]
@@ -435,13 +440,6 @@ def _busy() -> bool:
     busy = load > (os.cpu_count() or 1) - 1
     log.info("the face search runs %s: the load average is %.1f", _WHERE[busy], load)
     return busy
-
-
-_WHERE = {True: "in the frame", False: "beside the frame"}
-
-
-#: Beyond this age (a library's daemon made long after its import) the start's CPU times are stale.
-BUSY_WINDOW_MAX_S = 60.0
 
 
 def _device(cfg: Config, phase: Phases) -> str:
