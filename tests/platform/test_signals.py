@@ -83,3 +83,60 @@ def test_a_console_close_asks_the_main_thread_for_the_stop_then_waits(saved_hand
 def test_a_console_close_once_the_stop_is_under_way_only_waits(saved_handlers):
     signal.signal(STAND_IN, signal.SIG_IGN)
     assert signals.ConsoleStop(STAND_IN, grace=0.05)(6) is True  # CTRL_SHUTDOWN_EVENT
+
+
+def test_the_wake_event_behaves_as_an_event():
+    w = signals.Wake()
+    assert isinstance(w, threading.Event) and not w.is_set() and w.wait(0.01) is False
+    threading.Timer(0.05, w.set).start()
+    assert w.wait(5.0) is True and w.is_set()
+    w.clear()
+    assert not w.is_set() and w.wait(0) is False
+
+
+def test_the_wake_event_can_be_set_by_a_handler_that_interrupted_its_own_wait():
+    """A stop signal's handler runs in the main thread between two bytecodes, possibly inside the
+    event's own ``wait()`` with its lock held: setting it there returns (a plain ``threading.Event``
+    waits forever for a lock its own thread holds)."""
+    w = signals.Wake()
+    done = threading.Event()
+
+    def interrupted() -> None:
+        with w._guard:  # what the main thread holds inside wait() or clear()
+            w.set()  # what the handler does there
+        done.set()
+
+    threading.Thread(target=interrupted, daemon=True).start()
+    assert done.wait(5.0), "set() waited for the lock its own thread held"
+    assert w.is_set()
+
+
+STORM = """
+import os, signal, subprocess, sys, time
+from vcam.platform.signals import Wake
+wake, count = Wake(), [0]
+def handler(sig, frame):
+    count[0] += 1
+    wake.set()
+signal.signal(signal.SIGUSR1, handler)
+sender = [sys.executable, "-c", "import os, signal, sys, time\\nend = time.time() + 1.5\\n"
+          "while time.time() < end:\\n    os.kill(int(sys.argv[1]), signal.SIGUSR1)\\n    time.sleep(0.0002)", str(os.getpid())]
+p = subprocess.Popen(sender)
+while p.poll() is None:  # the frame loop's way: clear, then short waits
+    wake.clear()
+    wake.wait(0.0005)
+print("handled", count[0])
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="signals sent by another process (SIGUSR1): POSIX only, not on Windows")
+def test_a_loop_waiting_on_the_wake_event_survives_a_storm_of_signals_that_set_it():
+    """Thousands of signals from another process land at every point of the loop's ``clear()`` and
+    ``wait()``; the handler sets the event each time. With ``threading.Event`` this loop blocks (or
+    overflows the stack with nested handlers) within about a second."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", STORM], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split()[-1]) > 100, out.stdout

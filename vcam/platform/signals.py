@@ -77,6 +77,39 @@ def held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
+class Wake(threading.Event):
+    """An event a stop signal's handler may set. A handler runs in the main thread between two of
+    its bytecodes, so it can interrupt that thread inside ``wait()`` or ``clear()`` of the very
+    event it sets: ``threading.Event`` guards its flag with a plain lock, and ``set()`` from the
+    handler then waits forever for the lock its own thread holds (a run that ignored its stop
+    signal, seen once in a busy test run). Here the lock is re-entrant: the handler sets the flag
+    and returns. A ``wait()`` interrupted between reading the flag and sleeping sleeps out its
+    own timeout at worst (the frame loop's waits are at most half a second)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._guard = threading.Condition(threading.RLock())
+        self._on = False
+
+    def is_set(self) -> bool:
+        return self._on
+
+    def set(self) -> None:
+        with self._guard:
+            self._on = True
+            self._guard.notify_all()
+
+    def clear(self) -> None:
+        with self._guard:
+            self._on = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._guard:
+            if not self._on:
+                self._guard.wait(timeout)
+            return self._on
+
+
 class ConsoleStop:
     """What a console close, logoff or shutdown does: the stop a Ctrl-Break asks for (``signum``'s
     Python handler, run by the main thread as for a real signal; nothing when it is ignored), then a

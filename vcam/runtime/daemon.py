@@ -132,7 +132,7 @@ class Daemon:
         self.load_delay = float(load_delay)
         #: What start-up opened and loaded (:class:`vcam.runtime.startup.Started`; empty until then).
         self.up = _startup.Started(control=control, streams=self.streams)
-        self.wake = threading.Event()
+        self.wake: threading.Event = signals.Wake()  # set by the stop signals' handler too
         self.rounds = Rounds(
             self.streams,
             swapper=None,  # the assembly's, once loaded
