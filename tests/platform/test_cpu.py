@@ -87,4 +87,4 @@ def test_a_program_spinning_beside_counts_and_this_process_s_own_work_does_not()
     worker.join()
     now, used = cpu.sample(), time.process_time() - cpu0
     assert now is not None and since is not None
-    assert used >= 0.3 and now.own - since.own >= used - 0.05, (used, now.own - since.own)  # the spin is this process's own
+    assert used >= 0.25 and now.own - since.own >= used - 0.05, (used, now.own - since.own)  # Windows: 15.6 ms ticks
