@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
 from vcam.errors import ConfigError, DeviceError, VcamError
-from vcam.platform import cpu
+from vcam.platform import cpu, process
 from vcam.platform.cpu import usable_cores
 from vcam.runtime import roles as _roles
 from vcam.runtime.device import PIXELS, accelerator, resolve_device
@@ -424,8 +424,6 @@ def _busy() -> bool:
     cannot say (no such times; a library whose start was over a minute ago), the 1-minute load
     average above all cores but one. The load average lags: right after a heavy program ends it
     still says busy for a minute, when every core is idle."""
-    from vcam.platform import process
-
     now = cpu.sample()
     others = cpu.others_busy(process.cpu_at_start(), now) if process.age() <= BUSY_WINDOW_MAX_S else None
     if others is not None and now is not None:
@@ -489,8 +487,6 @@ class Phases:
         self.t = time.perf_counter()
 
     def __call__(self, what: str) -> None:
-        from vcam.platform import process
-
         now = time.perf_counter()
         log.info("load phase on %s: %s %.2f s (%.2f s after the start)", self.device, what, now - self.t, process.age())
         self.t = now

@@ -289,9 +289,9 @@ class ShortSwitches:
     puts it back too. The interval is the interpreter's, one per process: vcam's daemon owns its
     process while it starts."""
 
-    def __init__(self, interval: float | None = None) -> None:
+    def __init__(self) -> None:
         self.saved: float | None = sys.getswitchinterval()
-        sys.setswitchinterval(min(self.saved, LOADING_SWITCH_S if interval is None else interval))
+        sys.setswitchinterval(min(self.saved, LOADING_SWITCH_S))
         self.set_to = sys.getswitchinterval()
 
     def close(self) -> None:
