@@ -3,7 +3,7 @@ the start, within the budget, and when does the GPU swap?
 
     python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
         [--input demo|CLIP] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
-        [--baseline REF] [--json OUT]
+        [--baseline REF] [--evict] [--phases] [--stalls] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --output null
 --duration ... --max-latency ...``, one stream or ``--streams N`` of the same input), with the
@@ -23,7 +23,12 @@ keeps each stream's run summary; per stream:
 
 ``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
 temporary worktree), alternated run by run with this tree (the same machine load). The table gives
-the median of the runs per tree; ``--json`` has every run.
+the median of the runs per tree; ``--json`` has every run, with each stream's longest pauses
+between two frames out (``gaps``: when, how long). ``--evict``: every start cold (the GPU's library
+files dropped from the page cache first: a fresh machine's disk). ``--phases``: the child runs
+``vcam -v``; its load phases (what the load did, and when) are kept with the run. ``--stalls``: a
+thread in the child asks for the GIL every 2 ms and keeps each wait over 25 ms with where the other
+threads stood (:data:`STALLS`): which calls of the load hold the GIL that the early frames need.
 """
 
 from __future__ import annotations
@@ -55,8 +60,42 @@ def timed(self, data):
 outputs.NullOutput.send = timed
 """
 
+#: With ``--stalls``: a thread that asks for the GIL every 2 ms and, after each wait over 25 ms, keeps
+#: when it was and where each other thread stood (its innermost frames of vcam, torch, cupy or the
+#: importer): the thread that held the GIL just let go there, after a long C call or at a blocking one.
+STALLS = r"""
+import os, threading
+stalls = []
+def _stall_watch():
+    import sys as _s
+    last = time.perf_counter()
+    while True:
+        time.sleep(0.002)
+        now = time.perf_counter()
+        if now - last > 0.025 and len(stalls) < 400:
+            where = {}
+            for tid, frame in _s._current_frames().items():
+                if tid == threading.get_ident():
+                    continue
+                name = next((t.name for t in threading.enumerate() if t.ident == tid), str(tid))
+                picked, f = [], frame
+                while f is not None and len(picked) < 3:
+                    code = f.f_code
+                    if code.co_name == "_find_and_load":  # the module being imported
+                        picked.append(f"import {f.f_locals.get('name')}")
+                    elif any(k in code.co_filename for k in ("vcam", "torch", "cupy", "ctypes")):
+                        picked.append(f"{os.path.basename(code.co_filename)}:{f.f_lineno} {code.co_name}")
+                    f = f.f_back
+                where[name] = picked
+            stalls.append({"at_s": round(last - t0, 3), "ms": round((now - last) * 1000, 1), "where": where})
+        last = now
+if os.environ.get("FIRST_STALLS"):
+    threading.Thread(target=_stall_watch, name="stall-watch", daemon=True).start()
+"""
+
 CHILD = (
     TIMED_OUTPUTS
+    + STALLS
     + r"""
 from vcam import status as vs
 first_cpu = {}
@@ -83,6 +122,7 @@ def reported(self, *a, **k):
                 "first_processed_s": s.first_processed_s, "first_frame_s": s.first_frame_s, "device": s.device,
                 "first_cpu_s": first_cpu.get(id(st.live)),
             }
+        rows["_stalls"] = stalls
         with open(OUT, "w") as f:
             json.dump(rows, f)
 vd.Daemon.run = reported
@@ -104,10 +144,14 @@ def _worktree(ref: str) -> Path:
     return path
 
 
-def _one(tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
+def _one(tree: Path, args: list[str], timeout: float, *, stalls: bool = False) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))}
+    env = {
+        **os.environ,
+        "FIRST_STALLS": "1" if stalls else "",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")])),
+    }
     cmd = [sys.executable, "-c", CHILD, str(out), *args]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, timeout=timeout)
     try:
@@ -115,7 +159,24 @@ def _one(tree: Path, args: list[str], timeout: float) -> dict[str, Any]:
     except json.JSONDecodeError:
         rows = {}
     out.unlink(missing_ok=True)
-    return {"rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:]}
+    stalls = rows.pop("_stalls", [])
+    return {"rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:], "log": r.stderr, "stalls": stalls}
+
+
+def _evict() -> float:
+    """The GPU start's files (PyTorch's, CuPy's and the NVIDIA wheels' libraries and .pyc) dropped
+    from the page cache (:func:`benchmarks.cold_import.evict`): the next start reads them from disk
+    as a fresh machine's does. The MB still resident after."""
+    from benchmarks.cold_import import evict, library_files, python_files
+
+    return evict(library_files() + python_files()) / 1e6
+
+
+def gaps(sent: list[float], *, fps: float, top: int = 8) -> list[tuple[float, float]]:
+    """The ``top`` longest pauses between two frames out, as (seconds after the start at which the
+    pause began, its length in ms), longest first; only pauses over two of the camera's frames."""
+    pauses = [(a, (b - a) * 1000.0) for a, b in zip(sent, sent[1:]) if b - a > 2.0 / fps]
+    return sorted(pauses, key=lambda p: -p[1])[:top]
 
 
 def measure(stream: dict[str, Any], *, fps: float, window: float, budget_ms: float) -> dict[str, Any]:
@@ -138,6 +199,7 @@ def measure(stream: dict[str, Any], *, fps: float, window: float, budget_ms: flo
         "frames": len(sent),
         "cpu_frames": stream.get("cpu_frames", 0),
         "first_cpu_s": stream.get("first_cpu_s"),
+        "gaps": gaps(sent, fps=fps),
     }
 
 
@@ -156,6 +218,13 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline", default="", help="a git ref to alternate with (e.g. main)")
     ap.add_argument("--extra", default="", help="more `vcam run` arguments, space-separated")
+    ap.add_argument(
+        "--evict", action="store_true", help="every start cold: the GPU libraries dropped from the page cache first (Linux)"
+    )
+    ap.add_argument(
+        "--stalls", action="store_true", help="a thread keeps each wait over 25 ms for the GIL, and where the others stood"
+    )
+    ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     from benchmarks.startup import _models
@@ -175,7 +244,17 @@ def main() -> int:
         models = f"[models]\ndir = '{_models(folders.cache_dir() / 'bench' / 'startup' / 'models')}'\n"
     cfg.write_text(models + size)
     face = here / "vcam" / "assets" / "grace_hopper.jpg"
-    cmd = ["run", "-c", str(cfg), "--device", args.device, "--realtime", "--quiet", "--panel", "off"]
+    cmd = (["-v"] if args.phases else []) + [
+        "run",
+        "-c",
+        str(cfg),
+        "--device",
+        args.device,
+        "--realtime",
+        "--quiet",
+        "--panel",
+        "off",
+    ]
     cmd += ["--duration", f"{args.duration}s", "--max-latency", args.max_latency, "--face", str(face)]
     if args.model != "classic":
         cmd += ["--model", args.model]
@@ -192,11 +271,31 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for i in range(args.runs):
         for name, tree in trees.items():
-            got = _one(tree, cmd, timeout=args.duration + 300)
+            left_mb = _evict() if args.evict else None
+            got = _one(tree, cmd, timeout=args.duration + 300, stalls=args.stalls)
             rows = [measure(s, fps=args.fps, window=args.window, budget_ms=budget_ms) for s in got["streams"].values()]
-            runs[name].append({"rc": got["rc"], "rows": rows, "tail": got["tail"] if got["rc"] or not rows else ""})
+            run = {
+                "rc": got["rc"],
+                "rows": rows,
+                "tail": got["tail"] if got["rc"] or not rows else "",
+                "evicted_left_mb": left_mb,
+            }
+            if args.stalls:
+                run["stalls"] = got["stalls"]
+                for st in got["stalls"][:: max(1, len(got["stalls"]) // 12)][:12]:
+                    load = {k: v for k, v in st["where"].items() if v and k != "MainThread"}
+                    print(f"  GIL wait {st['ms']:.0f} ms at {st['at_s']:.2f} s: {load}", flush=True)
+            if args.phases:
+                run["phases"] = [
+                    ln for ln in got["log"].splitlines() if "load phase" in ln or "start-up:" in ln or "switch" in ln
+                ]
+            runs[name].append(run)
             brief = (
-                ", ".join(f"{r['published']:.0%} p99 {r['p99_ms'] or 0:.0f} ms GPU {r['gpu_s'] or 0:.1f} s" for r in rows)
+                ", ".join(
+                    f"{r['published']:.0%} p99 {r['p99_ms'] or 0:.0f} ms GPU {r['gpu_s'] or 0:.1f} s"
+                    + (f" (longest pause {r['gaps'][0][1]:.0f} ms at {r['gaps'][0][0]:.1f} s)" if r["gaps"] else "")
+                    for r in rows
+                )
                 or got["tail"][-300:]
             )
             print(f"run {i + 1} {name}: rc {got['rc']}: {brief}", flush=True)

@@ -349,13 +349,14 @@ for step in $steps; do
       # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four
       # (FIRST_STREAMS, default "1 4"); FIRST_BASELINE=REF or an exported checkout folder (the device copy has
       # no .git: `git archive main | tar -x -C .base`, carried) alternates that tree's vcam run by run;
-      # FIRST_INPUT=CLIP for a clip (default demo). Then where the seconds go: benchmarks/first_phases.sh
+      # FIRST_INPUT=CLIP for a clip (default demo); FIRST_FLAGS more flags of benchmarks.first_seconds (--evict: every
+      # start cold; --stalls: the GIL waits and where; --phases: the load's phase lines), FIRST_TAG a suffix for the files. Then where the seconds go: benchmarks/first_phases.sh
       # (`vcam -v run` stamped, each early-frames mode; FIRST_PHASES=0 leaves it out).
       for n in ${FIRST_STREAMS:-1 4}; do
         timeout ${FIRST_TIMEOUT:-900} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
           --input "${FIRST_INPUT:-demo}" --streams $n --duration ${FIRST_DURATION:-20} --runs ${FIRST_RUNS:-3} \
-          ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} --json "$OUT/bench_first_seconds_$n.json" \
-          2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_first_seconds_$n.txt" | tail -n 12 || rc=1
+          ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} ${FIRST_FLAGS:-} --json "$OUT/bench_first_seconds_$n${FIRST_TAG:-}.json" \
+          2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_first_seconds_$n${FIRST_TAG:-}.txt" | tail -n 12 || rc=1
       done
       if [ "${FIRST_PHASES:-1}" != 0 ]; then
         OUT=$OUT timeout 300 bash benchmarks/first_phases.sh > "$OUT/first_phases.txt" 2>&1 || rc=1

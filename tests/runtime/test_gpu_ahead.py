@@ -1,0 +1,172 @@
+"""A GPU start's libraries ahead of its imports (vcam.runtime.gpu_ahead): which files, in which
+order, only where a GPU start may follow; on a GPU, PyTorch imported after them holds the GIL for
+less than it does alone (the early frames' stalls)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import WINDOWS, require
+
+from vcam.platform import native
+from vcam.runtime import gpu_ahead
+
+NVIDIA = ("cu13/lib/libcublasLt.so.13", "cu13/lib/libcudart.so.13", "cu13/lib/libnvrtc.alt.so.13", "cu13/lib/libnvperf_host.so")
+CUDNN = (
+    "libcudnn.so.9",
+    "libcudnn_adv.so.9",
+    "libcudnn_heuristic.so.9",
+    "libcudnn_graph.so.9",
+    "libcudnn_engines_precompiled.so.9",
+)
+
+
+def _site(tmp_path: Path, *, cuda: bool = True, make=None) -> Path:
+    """A site-packages folder laid out as PyTorch's CUDA wheels are (empty files unless ``make``)."""
+    site = tmp_path / "site"
+    lib = site / "torch" / "lib"
+    lib.mkdir(parents=True)
+    stems = [s for s in gpu_ahead.TORCH_LIBRARIES if cuda or s not in ("torch_cuda", "c10_cuda")]
+    for stem in [*stems, "torch_python", "shm"]:
+        (make or Path.touch)(lib / f"lib{stem}.so")
+    for rel in NVIDIA:
+        (site / "nvidia" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (make or Path.touch)(site / "nvidia" / rel)
+    (site / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    for name in CUDNN:
+        (make or Path.touch)(site / "nvidia" / "cudnn" / "lib" / name)
+    return site
+
+
+def _names(paths: list[Path]) -> list[str]:
+    return [p.name for p in paths]
+
+
+def test_pytorch_s_libraries_come_in_load_order_and_only_from_a_cuda_build(tmp_path):
+    site = _site(tmp_path)
+    assert _names(gpu_ahead.torch_libraries(site)) == [f"lib{s}.so" for s in gpu_ahead.TORCH_LIBRARIES]
+    cpu_build = _site(tmp_path / "cpu", cuda=False)
+    assert gpu_ahead.torch_libraries(cpu_build) == []
+    assert gpu_ahead.read_list(cpu_build) == []
+
+
+def test_cudnn_s_convolution_parts_are_loaded_in_order_and_its_other_parts_are_not(tmp_path):
+    site = _site(tmp_path)
+    assert _names(gpu_ahead.cudnn_libraries(site)) == [
+        "libcudnn_graph.so.9",
+        "libcudnn_engines_precompiled.so.9",
+        "libcudnn_heuristic.so.9",
+    ]  # engines_runtime_compiled is not in this layout: left out, not an error
+
+
+def test_the_read_list_starts_with_what_is_loaded_then_the_wheels_libraries_less_the_unread(tmp_path):
+    site = _site(tmp_path)
+    names = _names(gpu_ahead.read_list(site))
+    loaded = _names(gpu_ahead.torch_libraries(site))
+    assert names[: len(loaded)] == loaded
+    assert names[len(loaded)] == "libtorch_python.so"  # read, though the import loads it
+    assert names[len(loaded) + 1 : len(loaded) + 4] == _names(gpu_ahead.cudnn_libraries(site))
+    rest = names[len(loaded) + 4 :]
+    assert set(rest) == {"libcublasLt.so.13", "libcudart.so.13", "libcudnn.so.9"}  # not .alt., nvperf, cudnn_adv
+    assert len(names) == len(set(names))
+
+
+def test_only_a_start_that_may_run_on_a_gpu_reads_or_loads_anything(tmp_path, monkeypatch):
+    site = _site(tmp_path)
+    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
+    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
+    assert gpu_ahead.wanted("cpu") is None
+    assert gpu_ahead.wanted(None) == site and gpu_ahead.wanted("cuda") == site
+    monkeypatch.setattr(native, "nvidia_driver", lambda: False)
+    assert gpu_ahead.wanted("cuda") is None
+    assert gpu_ahead.load("cuda") == gpu_ahead.Loaded()  # nothing done, nothing said
+
+
+def test_read_ahead_asks_the_disk_for_the_read_list_from_a_thread(tmp_path, monkeypatch):
+    site = _site(tmp_path)
+    asked: list[list[Path]] = []
+    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
+    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
+    monkeypatch.setattr(native, "read_ahead", lambda files: asked.append(list(files)) or 0)
+    gpu_ahead.read_ahead("cpu").join(10)
+    assert asked == []
+    gpu_ahead.read_ahead(None).join(10)
+    assert asked == [gpu_ahead.read_list(site)]
+
+
+def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(tmp_path, monkeypatch):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or WINDOWS:
+        pytest.skip("a C compiler (cc) to build stand-in libraries: none here" if not WINDOWS else "cc: not on Windows")
+    src = tmp_path / "empty.c"
+    src.write_text("int stand_in(void) { return 1; }\n")
+    built = tmp_path / "libstandin.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(built), str(src)], check=True, capture_output=True)
+    site = _site(tmp_path, make=lambda p: shutil.copy(built, p))
+    (site / "nvidia" / "cudnn" / "lib" / "libcudnn_heuristic.so.9").write_text("not a library")
+    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
+    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
+    monkeypatch.setattr(native, "cuda_primary_context", lambda index: False)
+    monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
+    got = gpu_ahead.load("cuda")
+    assert got.loaded == (
+        *(f"lib{s}.so" for s in gpu_ahead.TORCH_LIBRARIES),
+        "libcudnn_graph.so.9",
+        "libcudnn_engines_precompiled.so.9",
+    )
+    assert got.failed == ("libcudnn_heuristic.so.9",) and got.context is False
+    assert "left to the import" in got.describe() and "8 GPU libraries loaded" in got.describe()
+
+    assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"  # what PyTorch sets before CUDA starts
+
+
+#: A fresh process's GPU start (PyTorch imported, CUDA's context, a first cuDNN convolution, as a
+#: GPU load begins) while a thread asks for the GIL every 2 ms: the longest it waited, in seconds.
+GPU_START = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    longest, stop = [0.0], threading.Event()
+    def tick():
+        last = time.perf_counter()
+        while not stop.is_set():
+            time.sleep(0.002)
+            now = time.perf_counter()
+            longest[0], last = max(longest[0], now - last), now
+    threading.Thread(target=tick, daemon=True).start()
+    time.sleep(0.05)
+    ahead = None
+    if sys.argv[1] == "ahead":
+        from vcam.runtime import gpu_ahead
+        ahead = gpu_ahead.load("cuda")
+    import torch
+    x = torch.randn(1, 3, 64, 64, device="cuda", dtype=torch.float16)
+    w = torch.randn(8, 3, 3, 3, device="cuda", dtype=torch.float16)
+    torch.nn.functional.conv2d(x, w).sum().item()
+    stop.set()
+    done = {"loaded": list(ahead.loaded) if ahead else [], "context": bool(ahead and ahead.context)}
+    print(json.dumps({"longest": longest[0], **done}))
+    """
+)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_libraries_loaded_ahead_cut_the_longest_gil_wait_of_a_start():
+    if not native.nvidia_driver() or gpu_ahead.wanted("cuda") is None:
+        require("gpu", "no NVIDIA driver or no CUDA build of PyTorch here")
+    runs = {}
+    for mode in ("plain", "ahead", "plain", "ahead"):  # alternated: the disk cache warm for both
+        r = subprocess.run([sys.executable, "-c", GPU_START, mode], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs.setdefault(mode, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+    ahead = runs["ahead"][-1]
+    assert "libtorch_cuda.so" in ahead["loaded"] and ahead["context"]
+    plain_wait = min(r["longest"] for r in runs["plain"])
+    ahead_wait = max(r["longest"] for r in runs["ahead"])
+    assert ahead_wait < 0.6 * plain_wait, (runs, "the GIL waits with the libraries loaded ahead are not shorter")
