@@ -1,4 +1,4 @@
-"""Native libraries read ahead and loaded without the GIL (vcam.platform.native): a real shared
+"""Native libraries loaded without the GIL (vcam.platform.native): a real shared
 library with a slow static initialiser, loaded while another thread keeps asking for the GIL, against
 the same load by the import system (an extension module's library: CPython holds the GIL throughout,
 which is what `import torch` does to the early frames)."""
@@ -118,15 +118,6 @@ def test_windows_loads_a_system_library_by_its_path_and_reports_a_missing_one(tm
     system = Path(os.environ.get("SystemRoot", r"C:\Windows"), "System32")
     assert native.load_library(system / "version.dll")
     assert native.load_library(tmp_path / "absent.dll") is False
-
-
-def test_read_ahead_asks_for_every_readable_file_and_skips_the_rest(tmp_path):
-    files = [tmp_path / "a.bin", tmp_path / "b.bin"]
-    files[0].write_bytes(b"x" * 10_000)
-    files[1].write_bytes(b"y" * 5_000)
-    asked = native.read_ahead([*files, tmp_path / "missing.bin"])
-    assert asked == (0 if WINDOWS else 15_000)
-    assert native.read_ahead(files, windows=True) == 0  # Windows has no such call: nothing asked
 
 
 def test_without_an_nvidia_driver_no_context_is_made():

@@ -1,5 +1,5 @@
-"""A GPU start's libraries ahead of its imports (vcam.runtime.gpu_ahead): which files, in which
-order, only where a GPU start may follow; on a GPU, PyTorch imported after them holds the GIL for
+"""A GPU start's libraries ahead of its imports (vcam.runtime.gpu_ahead): which, in which order,
+only where a GPU start may follow; on a GPU, PyTorch imported after them holds the GIL for
 less than it does alone (the early frames' stalls)."""
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ def test_pytorch_s_libraries_come_in_load_order_and_only_from_a_cuda_build(tmp_p
     assert _names(gpu_ahead.torch_libraries(site)) == [f"lib{s}.so" for s in gpu_ahead.TORCH_LIBRARIES]
     cpu_build = _site(tmp_path / "cpu", cuda=False)
     assert gpu_ahead.torch_libraries(cpu_build) == []
-    assert gpu_ahead.read_list(cpu_build) == []
 
 
 def test_cudnn_s_convolution_parts_are_loaded_in_order_and_its_other_parts_are_not(tmp_path):
@@ -66,18 +65,6 @@ def test_cudnn_s_convolution_parts_are_loaded_in_order_and_its_other_parts_are_n
     ]  # engines_runtime_compiled is not in this layout: left out, not an error
 
 
-def test_the_read_list_starts_with_what_is_loaded_then_the_wheels_libraries_less_the_unread(tmp_path):
-    site = _site(tmp_path)
-    names = _names(gpu_ahead.read_list(site))
-    loaded = _names(gpu_ahead.torch_libraries(site))
-    assert names[: len(loaded)] == loaded
-    assert names[len(loaded)] == "libtorch_python.so"  # read, though the import loads it
-    assert names[len(loaded) + 1 : len(loaded) + 4] == _names(gpu_ahead.cudnn_libraries(site))
-    rest = names[len(loaded) + 4 :]
-    assert set(rest) == {"libcublasLt.so.13", "libcudart.so.13", "libcudnn.so.9"}  # not .alt., nvperf, cudnn_adv
-    assert len(names) == len(set(names))
-
-
 def test_only_a_start_that_may_run_on_a_gpu_reads_or_loads_anything(tmp_path, monkeypatch):
     site = _site(tmp_path)
     monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
@@ -87,18 +74,6 @@ def test_only_a_start_that_may_run_on_a_gpu_reads_or_loads_anything(tmp_path, mo
     monkeypatch.setattr(native, "nvidia_driver", lambda: False)
     assert gpu_ahead.wanted("cuda") is None
     assert gpu_ahead.load("cuda") == gpu_ahead.Loaded()  # nothing done, nothing said
-
-
-def test_read_ahead_asks_the_disk_for_the_read_list_from_a_thread(tmp_path, monkeypatch):
-    site = _site(tmp_path)
-    asked: list[list[Path]] = []
-    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
-    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
-    monkeypatch.setattr(native, "read_ahead", lambda files: asked.append(list(files)) or 0)
-    gpu_ahead.read_ahead("cpu").join(10)
-    assert asked == []
-    gpu_ahead.read_ahead(None).join(10)
-    assert asked == [gpu_ahead.read_list(site)]
 
 
 def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(tmp_path, monkeypatch):

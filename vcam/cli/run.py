@@ -138,7 +138,7 @@ def run(
     """Run the face-swap daemon: capture, swap, publish. Ctrl-C stops cleanly (twice: force)."""
     from vcam.runtime.startup import import_ahead
 
-    import_ahead(device=device)  # the load's libraries, from the start on
+    import_ahead()  # the load's libraries, from the start on
     from vcam.config import Duration
     from vcam.runtime.daemon import Daemon
 

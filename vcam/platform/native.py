@@ -1,20 +1,19 @@
 """Native libraries and the GPU driver, touched ahead of their use without holding the interpreter
-lock: the disk asked to read files ahead (:func:`read_ahead`), a shared library loaded and its
-static initialisers run (:func:`load_library`), the NVIDIA driver started and a GPU's primary context
-made (:func:`cuda_primary_context`).
+lock: a shared library loaded and its static initialisers run (:func:`load_library`), the NVIDIA
+driver started and a GPU's primary context made (:func:`cuda_primary_context`).
 
 Why: CPython loads an extension module's library (``dlopen``, its relocations and static
-initialisers: hundreds of milliseconds for PyTorch's CUDA libraries) while holding the GIL, so every
-other thread (the early frames a video call sees while the models load) stops meanwhile. The same
-calls made here go through ctypes, which releases the GIL around a foreign call; the import that
-follows finds the libraries loaded and only counts a reference. A library loaded here is loaded
+initialisers: hundreds of milliseconds for PyTorch's CUDA libraries) while holding the GIL, as does
+``ctypes.CDLL``, so every other thread (the early frames a video call sees while the models load)
+stops meanwhile. Here the loader itself is called as a ctypes foreign function, which runs without
+the GIL; the import that follows finds the libraries loaded and only counts a reference. A library loaded here is loaded
 local (its symbols are not offered to later libraries); a later load that asks for them global
 (``RTLD_GLOBAL``) still gets that, as it would have.
 
-Linux: ``posix_fadvise(WILLNEED)``, ``dlopen(RTLD_NOW | RTLD_LOCAL)``, ``libcuda.so.1``. Windows:
-no read-ahead (0 bytes), ``LoadLibraryExW`` searching the library's own folder and the process's
-DLL folders (as PyTorch loads its DLLs), ``nvcuda.dll``. Every call returns what it managed and
-never raises for a missing file, library or driver: what it could not do is left to the import.
+Linux: ``dlopen(RTLD_NOW | RTLD_LOCAL)``, ``libcuda.so.1``. Windows: ``LoadLibraryExW`` searching
+the library's own folder and the process's DLL folders (as PyTorch loads its DLLs), ``nvcuda.dll``.
+Every call returns what it managed and never raises for a missing file, library or driver: what it
+could not do is left to the import.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,28 +28,6 @@ from vcam.platform import WINDOWS
 
 #: LoadLibraryExW's LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | LOAD_LIBRARY_SEARCH_DEFAULT_DIRS.
 _WINDOWS_SEARCH = 0x00000100 | 0x00001000
-
-
-def read_ahead(paths: Iterable[Path], *, windows: bool = WINDOWS) -> int:
-    """Ask the disk to read each file of ``paths`` into the page cache (``posix_fadvise(WILLNEED)``:
-    the kernel reads in the background, the call does not wait for the data). The bytes asked for;
-    0 on Windows (no such call) and for files that cannot be opened."""
-    if windows or not hasattr(os, "posix_fadvise"):
-        return 0
-    asked = 0
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            asked += os.fstat(fd).st_size
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return asked
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,12 +81,13 @@ def _driver(windows: bool) -> ctypes.CDLL | None:
 
 
 def nvidia_driver(*, windows: bool = WINDOWS) -> bool:
-    """An NVIDIA driver is installed (its CUDA library can be found), without loading it on Linux
-    (``/proc/driver/nvidia``) and by looking in the system folder on Windows."""
+    """An NVIDIA driver is installed, found without loading it: Linux, its kernel module's
+    ``/proc/driver/nvidia`` or its control device (what a container is given); Windows, its CUDA
+    library in the system folder."""
     if windows:
         root = os.environ.get("SystemRoot", r"C:\Windows")
         return Path(root, "System32", "nvcuda.dll").is_file()
-    return Path("/proc/driver/nvidia/version").is_file()
+    return Path("/proc/driver/nvidia/version").is_file() or Path("/dev/nvidiactl").exists()
 
 
 def cuda_primary_context(index: int = 0, *, windows: bool = WINDOWS) -> bool:
@@ -131,4 +108,4 @@ def cuda_primary_context(index: int = 0, *, windows: bool = WINDOWS) -> bool:
         return False
 
 
-__all__ = ["cuda_primary_context", "load_library", "nvidia_driver", "read_ahead"]
+__all__ = ["cuda_primary_context", "load_library", "nvidia_driver"]

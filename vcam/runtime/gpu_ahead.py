@@ -1,15 +1,16 @@
-"""A GPU start's native side ahead of its imports (issue 39: the first seconds): PyTorch's and
-CUDA's libraries read from disk from the command's start (:func:`read_ahead`), then, in the load,
-loaded and the GPU's context made without the interpreter lock (:func:`load`), so the early frames
-published meanwhile keep their rate and budget.
+"""A GPU start's native side ahead of its imports (issue 39: the first seconds): PyTorch's CUDA
+libraries and cuDNN's convolution parts loaded and the GPU's context made without the interpreter
+lock (:func:`load`), so the early frames published meanwhile keep their rate and budget.
 
-Measured before this (H200): ``import torch`` holds the GIL for most of its 1.2 s warm (4.9 s on a
-fresh machine's disk), mostly in the dynamic loader (libtorch_cpu, libtorch_cuda and the CUDA
-libraries they link: relocations, static initialisers); the first cuDNN convolution loads cuDNN's
-engine libraries the same way. :mod:`vcam.platform.native` does both through ctypes, which lets go
-of the GIL; the import then finds the libraries loaded. The files come from the installed
-packages' own folders (``torch/lib``, the ``nvidia`` wheels), never from a list recorded earlier,
-so a machine's first start gets the same as its hundredth.
+Measured on the H200 (``benchmarks.first_seconds --stalls``, a cold start): without this, the load
+thread held the GIL 680 ms in one piece importing ``torch._C`` (the dynamic loader: libtorch_cpu,
+libtorch_cuda and the CUDA libraries they link, relocations and static initialisers, all under the
+import's lock) and 260 ms more in PyTorch's own preloading of the CUDA libraries; with it, 60-80 ms.
+:mod:`vcam.platform.native` loads them through ctypes, which lets go of the GIL; the import then
+finds them loaded. The files come from the installed packages' own folders (``torch/lib``, the
+``nvidia`` wheels). Reading the libraries ahead from the command's start (``posix_fadvise(WILLNEED)``
+on 3.3 GB of them) was tried and left out: on a cold disk it queued the start's own reads (the
+CLI, the model file) behind it, and the GPU took over at 12.8 s against 7.2 s without.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +34,6 @@ TORCH_LIBRARIES = ("torch_global_deps", "c10", "torch_cpu", "c10_cuda", "torch_c
 #: The parts of cuDNN 9 its first convolution loads (it loads them on first use, by name; one
 #: loaded before is found): Linux ``libcudnn_{part}.so.9``, Windows ``cudnn_{part}64_9.dll``.
 CUDNN_PARTS = ("graph", "engines_precompiled", "engines_runtime_compiled", "heuristic")
-
-#: Library files of the NVIDIA wheels a start never opens (profilers, alternate builds,
-#: multi-GPU solvers, transports, RNN/attention kernels): not read ahead.
-UNREAD = (".alt.", "nvperf", "cusolverMg", "nvshmem_transport", "cudnn_adv", "checkpoint")
 
 
 def site_packages() -> Path | None:
@@ -72,21 +68,6 @@ def cudnn_libraries(site: Path) -> list[Path]:
     return out
 
 
-def read_list(site: Path) -> list[Path]:
-    """What :func:`read_ahead` reads: the libraries :func:`load` loads, in its order, then the rest
-    of the NVIDIA wheels' libraries (those they link), less :data:`UNREAD`; [] without a CUDA PyTorch."""
-    first = torch_libraries(site)
-    if not first:
-        return []
-    python = _first(site / "torch" / "lib", "libtorch_python.so", "torch_python.dll")
-    first += ([python] if python is not None else []) + cudnn_libraries(site)
-    rest = sorted(p for pat in ("nvidia/*/lib/*.so*", "nvidia/*/bin/*.dll") for p in site.glob(pat))
-    seen = set(first)
-    out = list(first)
-    out += [p for p in rest if p not in seen and p.is_file() and not any(u in p.name for u in UNREAD)]
-    return out
-
-
 def wanted(device: str | None) -> Path | None:
     """Where PyTorch is (the folder its libraries are found from) when a start may run on the GPU:
     ``device`` (the ``--device`` asked, None: not said) is not ``cpu``, an NVIDIA driver is
@@ -95,28 +76,6 @@ def wanted(device: str | None) -> Path | None:
         return None
     site = site_packages()
     return site if site is not None and torch_libraries(site) else None
-
-
-def read_ahead(device: str | None) -> threading.Thread:
-    """From the command's start, in a thread (returned, started): when :func:`wanted`, the disk asked
-    to read :func:`read_list` (the kernel reads in the background; nothing waits for it). Measured on
-    a fresh H200 (evicted starts, median of 2): import torch + CUDA + the first convolution + import
-    cupy 5.64 s without, 4.92 s with the files read ahead whole."""
-
-    def advise() -> None:
-        t0 = time.perf_counter()
-        site = wanted(device)
-        if site is None:
-            return
-        files = read_list(site)
-        asked = native.read_ahead(files)
-        log.debug(
-            "GPU libraries read ahead: %d files, %.0f MB asked in %.2f s", len(files), asked / 1e6, time.perf_counter() - t0
-        )
-
-    thread = threading.Thread(target=advise, name="vcam-read-ahead", daemon=True)
-    thread.start()
-    return thread
 
 
 @dataclass(frozen=True)
@@ -153,4 +112,4 @@ def load(device: str | None = None, *, index: int = 0) -> Loaded:
     return Loaded(tuple(loaded), tuple(failed), context, time.perf_counter() - t0)
 
 
-__all__ = ["CUDNN_PARTS", "TORCH_LIBRARIES", "Loaded", "load", "read_ahead", "read_list", "torch_libraries", "wanted"]
+__all__ = ["CUDNN_PARTS", "TORCH_LIBRARIES", "Loaded", "cudnn_libraries", "load", "torch_libraries", "wanted"]

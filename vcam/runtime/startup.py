@@ -581,16 +581,11 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
 LOAD_MODULES = ("numpy", "cv2", "onnxruntime")
 
 
-def import_ahead(modules: tuple[str, ...] = LOAD_MODULES, *, device: str | None = None) -> None:
+def import_ahead(modules: tuple[str, ...] = LOAD_MODULES) -> None:
     """``modules`` (:data:`LOAD_MODULES`) imported in a thread from the command's start, beside the
     config, the sources and the outputs: the load that follows finds them imported. Not a daemon
     thread: a command that ends at once (a bad flag) waits for the imports, as an interpreter
-    killing a thread inside onnxruntime's import aborts ("terminate called without an active exception").
-    Unless ``device`` (``--device``, None: not given) is ``cpu``, the GPU's libraries are read from
-    disk meanwhile where a GPU start may follow (:func:`vcam.runtime.gpu_ahead.read_ahead`)."""
-    from vcam.runtime import gpu_ahead
-
-    gpu_ahead.read_ahead(device)
+    killing a thread inside onnxruntime's import aborts ("terminate called without an active exception")."""
     if not modules:
         return
     threading.Thread(target=preimport, args=(modules,), name="vcam-imports").start()
