@@ -3,7 +3,7 @@ the start, within the budget, and when does the GPU swap?
 
     python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
         [--input demo|CLIP] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
-        [--baseline REF] [--evict] [--phases] [--stalls] [--json OUT]
+        [--baseline REF] [--also-env KEY=VALUE] [--evict] [--phases] [--stalls] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --output null
 --duration ... --max-latency ...``, one stream or ``--streams N`` of the same input), with the
@@ -22,7 +22,8 @@ keeps each stream's run summary; per stream:
                 pipeline: on a machine others load, the cost of the start less the waiting for a core
 
 ``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
-temporary worktree), alternated run by run with this tree (the same machine load). The table gives
+temporary worktree), alternated run by run with this tree (the same machine load); ``--also-env
+KEY=VALUE`` (repeatable): this tree again with that environment variable set, alternated too. The table gives
 the median of the runs per tree; ``--json`` has every run, with each stream's longest pauses
 between two frames out (``gaps``: when, how long). ``--evict``: every start cold (the GPU's library
 files dropped from the page cache first: a fresh machine's disk). ``--phases``: the child runs
@@ -144,11 +145,14 @@ def _worktree(ref: str) -> Path:
     return path
 
 
-def _one(tree: Path, args: list[str], timeout: float, *, stalls: bool = False) -> dict[str, Any]:
+def _one(
+    tree: Path, args: list[str], timeout: float, *, stalls: bool = False, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
     env = {
         **os.environ,
+        **(extra_env or {}),
         "FIRST_STALLS": "1" if stalls else "",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")])),
     }
@@ -224,6 +228,7 @@ def main() -> int:
     ap.add_argument(
         "--stalls", action="store_true", help="a thread keeps each wait over 25 ms for the GIL, and where the others stood"
     )
+    ap.add_argument("--also-env", action="append", default=[], help="KEY=VALUE: this tree again with it set, alternated")
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -265,14 +270,17 @@ def main() -> int:
         cmd += [x for i in range(args.streams) for x in ("--stream", f"{args.input}=null,name=s{i}")]
     cmd += args.extra.split()
     budget_ms = float(Duration.parse(args.max_latency)) * 1000.0
-    trees = {"this": here}
+    trees: dict[str, tuple[Path, dict[str, str]]] = {"this": (here, {})}
     if args.baseline:
-        trees[args.baseline] = _worktree(args.baseline)
+        trees[args.baseline] = (_worktree(args.baseline), {})
+    for pair in args.also_env:
+        key, _, value = pair.partition("=")
+        trees[f"this {pair}"] = (here, {key: value})
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for i in range(args.runs):
-        for name, tree in trees.items():
+        for name, (tree, extra_env) in trees.items():
             left_mb = _evict() if args.evict else None
-            got = _one(tree, cmd, timeout=args.duration + 300, stalls=args.stalls)
+            got = _one(tree, cmd, timeout=args.duration + 300, stalls=args.stalls, extra_env=extra_env)
             rows = [measure(s, fps=args.fps, window=args.window, budget_ms=budget_ms) for s in got["streams"].values()]
             run = {
                 "rc": got["rc"],

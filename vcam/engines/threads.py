@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -71,6 +72,20 @@ class QuickSwitches:
 
 QUICK_SWITCHES = QuickSwitches(0.0005)
 
+#: ``"0"``: the captures of :class:`CaptureQueue` (beside the frames) run with cuDNN's heuristic
+#: algorithms instead of autotuning them (measurements; see :func:`tuning_allowed`).
+TUNE_BACKGROUND_ENV = "VCAM_TUNE_BACKGROUND"
+
+#: Whether the calling thread is a :class:`CaptureQueue`'s (set by its thread only).
+_queue_thread = threading.local()
+
+
+def tuning_allowed() -> bool:
+    """Whether cuDNN may autotune a call made by this thread: not in a background capture thread
+    when ``$VCAM_TUNE_BACKGROUND`` is ``0`` (autotuning a shape holds the GIL for up to half a
+    second inside one PyTorch call: the frames published meanwhile stop)."""
+    return not (getattr(_queue_thread, "on", False) and os.environ.get(TUNE_BACKGROUND_ENV, "1") == "0")
+
 
 @contextlib.contextmanager
 def private_stream(device: Any) -> Iterator[None]:
@@ -115,6 +130,7 @@ class CaptureQueue:
                     atexit.register(_close_at_exit, weakref.ref(self))
 
     def _run(self) -> None:
+        _queue_thread.on = True
         t0 = time.perf_counter()
         done: list[int] = []
         on_device = (

@@ -39,7 +39,7 @@ import numpy as np
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
-from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream
+from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream, tuning_allowed
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -258,7 +258,8 @@ class TorchEngine:
         """The cuDNN settings every call of the module runs under (nothing on the CPU)."""
         if self.device != "cuda":
             return contextlib.nullcontext()
-        return _torch.backends.cudnn.flags(enabled=True, benchmark=self.autotune, deterministic=False, allow_tf32=self.tf32)
+        tune = self.autotune and tuning_allowed()
+        return _torch.backends.cudnn.flags(enabled=True, benchmark=tune, deterministic=False, allow_tf32=self.tf32)
 
     def describe(self) -> str:
         how = f"native {self.architecture}" if self.architecture else "generic graph"
