@@ -72,8 +72,8 @@ class QuickSwitches:
 
 QUICK_SWITCHES = QuickSwitches(0.0005)
 
-#: ``"0"``: the captures of :class:`CaptureQueue` (beside the frames) run with cuDNN's heuristic
-#: algorithms instead of autotuning them (measurements; see :func:`tuning_allowed`).
+#: ``"1"``: the captures of :class:`CaptureQueue` (beside the frames) autotune cuDNN's algorithms as
+#: every other call does; by default they take cuDNN's heuristic choice (see :func:`tuning_allowed`).
 TUNE_BACKGROUND_ENV = "VCAM_TUNE_BACKGROUND"
 
 #: Whether the calling thread is a :class:`CaptureQueue`'s (set by its thread only).
@@ -82,9 +82,13 @@ _queue_thread = threading.local()
 
 def tuning_allowed() -> bool:
     """Whether cuDNN may autotune a call made by this thread: not in a background capture thread
-    when ``$VCAM_TUNE_BACKGROUND`` is ``0`` (autotuning a shape holds the GIL for up to half a
-    second inside one PyTorch call: the frames published meanwhile stop)."""
-    return not (getattr(_queue_thread, "on", False) and os.environ.get(TUNE_BACKGROUND_ENV, "1") == "0")
+    unless ``$VCAM_TUNE_BACKGROUND`` is ``1``. Autotuning a new shape runs every candidate algorithm
+    on the GPU while the frames wait for it: on the H200 (inswapper FP16 stand-in, 20 s live runs,
+    4 streams) each background size paused the camera 300-550 ms and the first 10 s published 76-80 %
+    of the frames (p99 72-115 ms) against 93-96 % (p99 24-28 ms) on the heuristics, whose calls
+    measured 1.932 / 3.433 / 4.995 / 10.107 ms at batch 1 / 2 / 4 / 8 against 1.888 / 2.857 / 4.946 /
+    9.193 ms autotuned (``benchmarks.autotune``). A size a frame captures itself is still autotuned."""
+    return not (getattr(_queue_thread, "on", False) and os.environ.get(TUNE_BACKGROUND_ENV, "0") != "1")
 
 
 @contextlib.contextmanager

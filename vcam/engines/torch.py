@@ -112,7 +112,9 @@ class TorchEngine:
     scan and region sizes times its batch sizes took ~17 s of every GPU start). ``saved_build``: take
     a native module from its saved build in the engine cache (:mod:`vcam.engines.native.saved`),
     without reading the ONNX file, and save one after a build. ``background_capture``: the warm-up
-    captures the first batch size and leaves the others to a background thread (see :meth:`warmup`).
+    captures the first batch size and leaves the others to a background thread (see :meth:`warmup`),
+    whose captures take cuDNN's heuristic algorithms rather than autotuning them beside the frames
+    (:func:`vcam.engines.threads.tuning_allowed`).
     ``eager_first``: with ``background_capture``, the first size goes to that thread too, and the
     calls made before their size is captured run eagerly (cuDNN's heuristic algorithms, no
     autotuning): the start-up captures nothing, and the first frames on the GPU do not wait for a
