@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 CHILD = r"""
-import json, sys, threading, time
+import json, sys, time
 import numpy as np
 mode, model, cache, batches = sys.argv[1], sys.argv[2], sys.argv[3], [int(b) for b in sys.argv[4].split(",")]
 import torch
@@ -33,14 +33,8 @@ if mode == "limit1":
 from vcam.engines.torch import TorchEngine
 e = TorchEngine(model, device="cuda", fp16=True, max_batch=max(batches), cache_dir=cache, warmup=False,
                 background_capture=False, autotune=mode != "off")
-stop, longest = threading.Event(), [0.0]
-def tick():
-    last = time.perf_counter()
-    while not stop.is_set():
-        time.sleep(0.002)
-        now = time.perf_counter()
-        longest[0], last = max(longest[0], now - last), now
-threading.Thread(target=tick, daemon=True).start()
+from benchmarks.gil_wait import LongestWait
+waits = LongestWait().__enter__()
 rows = []
 for b in batches:
     feeds = {}
@@ -48,12 +42,12 @@ for b in batches:
         shape = [b] + [int(d) if isinstance(d, int) and d > 0 else 1 for d in info.shape[1:]]
         feeds[info.name] = torch.as_tensor(np.random.rand(*shape).astype(info.dtype), device="cuda")
     time.sleep(0.05)
-    longest[0] = 0.0
+    waits.reset()
     t0 = time.perf_counter()
     e.run_device(feeds)
     torch.cuda.synchronize()
     first = time.perf_counter() - t0
-    wait = longest[0]
+    wait = waits.seconds
     for _ in range(20):
         e.run_device(feeds)
     times = []
@@ -63,7 +57,7 @@ for b in batches:
         times.append(a.elapsed_time(z))
     times.sort()
     rows.append({"batch": b, "first_s": first, "longest_gil_wait_s": wait, "call_ms": times[len(times) // 2]})
-stop.set()
+waits.__exit__(None, None, None)
 print(json.dumps({"mode": mode, "rows": rows}))
 """
 
@@ -86,13 +80,9 @@ def main() -> int:
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    if args.model:
-        model = Path(args.model)
-    else:
-        from benchmarks.startup import _models
-        from vcam.platform import folders
+    from benchmarks.startup import standin_swapper
 
-        model = _models(folders.cache_dir() / "bench" / "startup" / "models") / "inswapper_128.onnx"
+    model = Path(args.model) if args.model else standin_swapper()
     cache = Path(tempfile.mkdtemp(prefix="autotune-"))
     results = [_child(m, model, cache, args.batches) for m in args.modes.split(",")]
     print(f"{'mode':8} {'batch':>5} {'first call s':>12} {'longest GIL wait ms':>20} {'call ms (median)':>17}")

@@ -73,13 +73,9 @@ def main() -> int:
     ap.add_argument("--model", default="")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    if args.model:
-        model = Path(args.model)
-    else:
-        from benchmarks.startup import _models
-        from vcam.platform import folders
+    from benchmarks.startup import standin_swapper
 
-        model = _models(folders.cache_dir() / "bench" / "startup" / "models") / "inswapper_128.onnx"
+    model = Path(args.model) if args.model else standin_swapper()
     kinds = ["torch parse", "torch saved"] + (["ort optimise", "ort cached"] if args.device == "cpu" else [])
     with tempfile.TemporaryDirectory(prefix="vcam-engine-load-") as tmp:
         kept = Path(tmp) / "kept"  # the saved build and the optimised graph, made once before the timed runs

@@ -51,6 +51,13 @@ def _models(root: Path) -> Path:
     return root
 
 
+def standin_swapper() -> Path:
+    """The full-size inswapper stand-in the benchmarks share (in the cache dir, built once)."""
+    from vcam.platform import folders
+
+    return _models(folders.cache_dir() / "bench" / "startup" / "models") / "inswapper_128.onnx"
+
+
 PHASE_WORDS = (
     "start-up:", "models loaded in", "in the background", "native build", "first frame", "compiled engine",
     "swapping on the CPU", "switched to",

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,29 +49,13 @@ def _build(tmp_path: Path, name: str) -> Path:
 def _longest_gil_wait(load) -> tuple[float, float]:
     """(the longest a thread asking for the GIL every 2 ms waited, the load's seconds) while ``load``
     runs in this thread."""
-    stop = threading.Event()
-    ticking = threading.Event()
-    longest = [0.0]
+    from benchmarks.gil_wait import LongestWait
 
-    def tick() -> None:
-        last = time.perf_counter()
-        ticking.set()
-        while not stop.is_set():
-            time.sleep(0.002)
-            now = time.perf_counter()
-            longest[0], last = max(longest[0], now - last), now
-
-    ticker = threading.Thread(target=tick)
-    ticker.start()
-    ticking.wait()
-    time.sleep(0.02)
-    t0 = time.perf_counter()
-    load()
-    took = time.perf_counter() - t0
-    time.sleep(0.02)
-    stop.set()
-    ticker.join()
-    return longest[0], took
+    with LongestWait() as waits:
+        t0 = time.perf_counter()
+        load()
+        took = time.perf_counter() - t0
+    return waits.seconds, took
 
 
 def _import_load(path: Path) -> None:

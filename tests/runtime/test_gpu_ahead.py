@@ -106,16 +106,9 @@ def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(
 #: GPU load begins) while a thread asks for the GIL every 2 ms: the longest it waited, in seconds.
 GPU_START = textwrap.dedent(
     """
-    import json, sys, threading, time
-    longest, stop = [0.0], threading.Event()
-    def tick():
-        last = time.perf_counter()
-        while not stop.is_set():
-            time.sleep(0.002)
-            now = time.perf_counter()
-            longest[0], last = max(longest[0], now - last), now
-    threading.Thread(target=tick, daemon=True).start()
-    time.sleep(0.05)
+    import json, sys
+    from benchmarks.gil_wait import LongestWait
+    waits = LongestWait().__enter__()
     ahead = None
     if sys.argv[1] == "ahead":
         from vcam.runtime import gpu_ahead
@@ -124,9 +117,9 @@ GPU_START = textwrap.dedent(
     x = torch.randn(1, 3, 64, 64, device="cuda", dtype=torch.float16)
     w = torch.randn(8, 3, 3, 3, device="cuda", dtype=torch.float16)
     torch.nn.functional.conv2d(x, w).sum().item()
-    stop.set()
+    waits.__exit__(None, None, None)
     done = {"loaded": list(ahead.loaded) if ahead else [], "context": bool(ahead and ahead.context)}
-    print(json.dumps({"longest": longest[0], **done}))
+    print(json.dumps({"longest": waits.seconds, **done}))
     """
 )
 
@@ -137,7 +130,8 @@ def test_on_a_gpu_the_libraries_loaded_ahead_cut_the_longest_gil_wait_of_a_start
         require("gpu", "no NVIDIA driver or no CUDA build of PyTorch here")
     runs = {}
     for mode in ("plain", "ahead", "plain", "ahead"):  # alternated: the disk cache warm for both
-        r = subprocess.run([sys.executable, "-c", GPU_START, mode], capture_output=True, text=True, timeout=300)
+        root = Path(__file__).resolve().parents[2]  # benchmarks.gil_wait importable
+        r = subprocess.run([sys.executable, "-c", GPU_START, mode], capture_output=True, text=True, timeout=300, cwd=root)
         assert r.returncode == 0, r.stderr[-2000:]
         runs.setdefault(mode, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
     ahead = runs["ahead"][-1]
