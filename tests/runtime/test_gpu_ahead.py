@@ -28,20 +28,34 @@ CUDNN = (
 )
 
 
+def _lib(stem: str) -> str:
+    """PyTorch's file name for library ``stem`` on this OS (its wheels' layout)."""
+    return f"{stem}.dll" if WINDOWS else f"lib{stem}.so"
+
+
+def _cudnn(name: str) -> str:
+    """``libcudnn_graph.so.9`` as this OS names it (Windows: ``bin/cudnn_graph64_9.dll``), from the lib folder."""
+    if not WINDOWS:
+        return name
+    stem = name.removeprefix("lib").split(".so")[0]
+    return "../bin/" + stem + "64_9.dll"
+
+
 def _site(tmp_path: Path, *, cuda: bool = True, make=None) -> Path:
-    """A site-packages folder laid out as PyTorch's CUDA wheels are (empty files unless ``make``)."""
+    """A site-packages folder laid out as PyTorch's CUDA wheels are on this OS (empty files unless ``make``)."""
     site = tmp_path / "site"
     lib = site / "torch" / "lib"
     lib.mkdir(parents=True)
     stems = [s for s in gpu_ahead.TORCH_LIBRARIES if cuda or s not in ("torch_cuda", "c10_cuda")]
     for stem in [*stems, "torch_python", "shm"]:
-        (make or Path.touch)(lib / f"lib{stem}.so")
+        (make or Path.touch)(lib / _lib(stem))
     for rel in NVIDIA:
         (site / "nvidia" / rel).parent.mkdir(parents=True, exist_ok=True)
         (make or Path.touch)(site / "nvidia" / rel)
-    (site / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    for folder in ("lib", "bin"):
+        (site / "nvidia" / "cudnn" / folder).mkdir(parents=True)
     for name in CUDNN:
-        (make or Path.touch)(site / "nvidia" / "cudnn" / "lib" / name)
+        (make or Path.touch)((site / "nvidia" / "cudnn" / "lib" / _cudnn(name)).resolve())
     return site
 
 
@@ -51,18 +65,16 @@ def _names(paths: list[Path]) -> list[str]:
 
 def test_pytorch_s_libraries_come_in_load_order_and_only_from_a_cuda_build(tmp_path):
     site = _site(tmp_path)
-    assert _names(gpu_ahead.torch_libraries(site)) == [f"lib{s}.so" for s in gpu_ahead.TORCH_LIBRARIES]
+    assert _names(gpu_ahead.torch_libraries(site)) == [_lib(s) for s in gpu_ahead.TORCH_LIBRARIES]
     cpu_build = _site(tmp_path / "cpu", cuda=False)
     assert gpu_ahead.torch_libraries(cpu_build) == []
 
 
 def test_cudnn_s_convolution_parts_are_loaded_in_order_and_its_other_parts_are_not(tmp_path):
     site = _site(tmp_path)
-    assert _names(gpu_ahead.cudnn_libraries(site)) == [
-        "libcudnn_graph.so.9",
-        "libcudnn_engines_precompiled.so.9",
-        "libcudnn_heuristic.so.9",
-    ]  # engines_runtime_compiled is not in this layout: left out, not an error
+    parts = ["libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9", "libcudnn_heuristic.so.9"]
+    assert _names(gpu_ahead.cudnn_libraries(site)) == [Path(_cudnn(n)).name for n in parts]
+    # engines_runtime_compiled is not in this layout: left out, not an error
 
 
 def test_only_a_start_that_may_run_on_a_gpu_reads_or_loads_anything(tmp_path, monkeypatch):
@@ -76,29 +88,35 @@ def test_only_a_start_that_may_run_on_a_gpu_reads_or_loads_anything(tmp_path, mo
     assert gpu_ahead.load("cuda") == gpu_ahead.Loaded()  # nothing done, nothing said
 
 
-def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(tmp_path, monkeypatch):
+def _stand_in_library(tmp_path: Path) -> Path:
+    """A real shared library to copy under PyTorch's names: built with cc on POSIX, a copy of a
+    system DLL on Windows."""
+    if WINDOWS:
+        return Path(os.environ.get("SystemRoot", r"C:\Windows"), "System32", "version.dll")
     cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or WINDOWS:
-        pytest.skip("a C compiler (cc) to build stand-in libraries: none here" if not WINDOWS else "cc: not on Windows")
+    if cc is None:
+        pytest.skip("a C compiler (cc) to build stand-in libraries: none here")
     src = tmp_path / "empty.c"
     src.write_text("int stand_in(void) { return 1; }\n")
     built = tmp_path / "libstandin.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(built), str(src)], check=True, capture_output=True)
+    return built
+
+
+def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(tmp_path, monkeypatch):
+    built = _stand_in_library(tmp_path)
     site = _site(tmp_path, make=lambda p: shutil.copy(built, p))
-    (site / "nvidia" / "cudnn" / "lib" / "libcudnn_heuristic.so.9").write_text("not a library")
+    broken = (site / "nvidia" / "cudnn" / "lib" / _cudnn("libcudnn_heuristic.so.9")).resolve()
+    broken.write_text("not a library")
     monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
     monkeypatch.setattr(native, "nvidia_driver", lambda: True)
     monkeypatch.setattr(native, "cuda_primary_context", lambda index: False)
     monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
     got = gpu_ahead.load("cuda")
-    assert got.loaded == (
-        *(f"lib{s}.so" for s in gpu_ahead.TORCH_LIBRARIES),
-        "libcudnn_graph.so.9",
-        "libcudnn_engines_precompiled.so.9",
-    )
-    assert got.failed == ("libcudnn_heuristic.so.9",) and got.context is False
+    cudnn = [Path(_cudnn(n)).name for n in ("libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9")]
+    assert got.loaded == (*(_lib(s) for s in gpu_ahead.TORCH_LIBRARIES), *cudnn)
+    assert got.failed == (broken.name,) and got.context is False
     assert "left to the import" in got.describe() and "8 GPU libraries loaded" in got.describe()
-
     assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"  # what PyTorch sets before CUDA starts
 
 
