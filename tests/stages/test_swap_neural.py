@@ -391,3 +391,54 @@ def test_emap_is_read_once_then_cached(tmp_path, monkeypatch):
     assert np.array_equal(swap.read_emap(p), first) and len(parses) == 2
     standin.write("inswapper_128", p, tiny=True, seed=5)  # another file under the same name
     assert not np.array_equal(swap.read_emap(p), first) and len(parses) == 3
+
+
+class _Counting:
+    """An engine wrapper that counts the device calls and the batch sizes asked for."""
+
+    def __init__(self, engine):
+        self.engine, self.calls, self.sizes = engine, 0, []
+
+    def input_buffers(self, n, shapes=None):
+        self.sizes.append(n)
+        return self.engine.input_buffers(n, shapes)
+
+    def run_device(self, feeds, stream=None):
+        self.calls += 1
+        return self.engine.run_device(feeds, stream)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_only_when_told(models_dir, monkeypatch):
+    """NeuralSwapper.warm: one call at batch 1 on the engine's own buffers (the kernels' first use in
+    the load, not the first frame); the assembly's warm-up makes it only with $VCAM_WARM_SWAP=1."""
+    from vcam.runtime import assemble
+
+    engine = _Counting(create_engine(models_dir / "inswapper_128.onnx", backend="onnxruntime"))
+    swapper = NeuralSwapper("inswapper_128", engine, emap=read_emap(models_dir / "inswapper_128.onnx"))
+    swapper.warm()
+    assert (engine.calls, engine.sizes) == (1, [1])
+    engine.submit = lambda feeds: None  # as a remote engine: no round trip of zeros
+    swapper.warm()
+    assert engine.calls == 1
+    del engine.submit
+
+    class Stub:
+        """The parts of an Assembly its warm-up touches."""
+
+        device, _warm, upscaler = "cpu", set(), None
+        ops = swapper.ops
+        detector = RetinaFaceDetector()
+        warmup = assemble.Assembly.warmup
+
+    monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)
+    stub = Stub()
+    stub.swapper = swapper
+    stub.warmup(64, 48)
+    assert engine.calls == 1
+    monkeypatch.setenv(assemble.WARM_SWAP_ENV, "1")
+    stub._warm = set()
+    stub.warmup(64, 48)
+    assert engine.calls == 2

@@ -92,6 +92,14 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
     return device, why, out
 
 
+#: ``"1"``: the pipeline's warm-up also calls the swap network once (:meth:`NeuralSwapper.warm
+#: <vcam.stages.swap_neural.NeuralSwapper.warm>`), so the first frame through the pipeline does not
+#: pay its kernels' first use. An experiment for issue 39: on the H200 the first pipeline frame took
+#: 300-440 ms (the camera's one pause left), which this moves into the load (early frames go on)
+#: at the cost of a later takeover; off until measured (`first_seconds --also-env VCAM_WARM_SWAP=1`).
+WARM_SWAP_ENV = "VCAM_WARM_SWAP"
+
+
 @dataclass
 class Assembly:
     """Everything one run needs, built from one config (see :func:`build`)."""
@@ -262,8 +270,11 @@ class Assembly:
         self.detector.warmup(height, width)
         if self.upscaler is not None:
             self.upscaler.warmup(width, height)
+        warm = getattr(self.swapper, "warm", None) if os.environ.get(WARM_SWAP_ENV) == "1" else None
+        if callable(warm):
+            warm()
         self.ops.synchronize()
-        phase(f"pipeline warm-up for {width}x{height} (the detector's first graph)")
+        phase(f"pipeline warm-up for {width}x{height} (the detector's first graph{', the swapper' if callable(warm) else ''})")
 
 
 def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool = False) -> Assembly:

@@ -206,6 +206,16 @@ class NeuralSwapper(SwapperBase):
                 buf[i] = self.ops.asarray(np.ascontiguousarray(row, dtype=buf.dtype))
         self._commit(faces, rows)
 
+    def warm(self) -> None:
+        """One call of the network on its static input buffers for one face, on the pipeline's
+        stream: the first use of its kernels (their modules loaded, cuDNN's choice made, memory
+        taken) happens now, in the load, not in the first frame through the pipeline. Nothing for
+        a remote engine (one that submits its calls: a round trip of zeros warms nothing here)."""
+        if callable(getattr(self.engine, "submit", None)):
+            return
+        feeds = self.engine.input_buffers(1)
+        self.engine.run_device(feeds, stream=self.ops.stream)
+
     # -- frame side -------------------------------------------------------------------------------
     def _feeds(self, parts: list[tuple[Any, np.ndarray]], faces: Sources) -> tuple[int, Any]:
         """The engine's inputs for ``parts`` (the target crops warped, the source rows set)."""
