@@ -82,12 +82,13 @@ _queue_thread = threading.local()
 
 def tuning_allowed() -> bool:
     """Whether cuDNN may autotune a call made by this thread: not in a background capture thread
-    unless ``$VCAM_TUNE_BACKGROUND`` is ``1``. Autotuning a new shape runs every candidate algorithm
-    on the GPU while the frames wait for it: on the H200 (inswapper FP16 stand-in, 20 s live runs,
-    4 streams) each background size paused the camera 300-550 ms and the first 10 s published 76-80 %
-    of the frames (p99 72-115 ms) against 93-96 % (p99 24-28 ms) on the heuristics, whose calls
-    measured 1.932 / 3.433 / 4.995 / 10.107 ms at batch 1 / 2 / 4 / 8 against 1.888 / 2.857 / 4.946 /
-    9.193 ms autotuned (``benchmarks.autotune``). A size a frame captures itself is still autotuned."""
+    unless ``$VCAM_TUNE_BACKGROUND`` is ``1``. Autotuning a new shape is a pass of timed runs on the
+    GPU (0.3 s a size, 2 s for the first) that the frames wait for, the GIL free meanwhile: on the
+    H200 (inswapper FP16 stand-in, 20 s live runs, 4 streams) each background size paused the camera
+    300-550 ms and the first 10 s published 76-80 % of the frames (p99 72-115 ms) against 93-96 %
+    (p99 24-28 ms) on the heuristics, whose calls measured 1.932 / 3.433 / 4.995 / 10.107 ms at batch
+    1 / 2 / 4 / 8 against 1.888 / 2.857 / 4.946 / 9.193 ms autotuned (``benchmarks.autotune``). A
+    size a frame captures itself is still autotuned."""
     return not (getattr(_queue_thread, "on", False) and os.environ.get(TUNE_BACKGROUND_ENV, "0") != "1")
 
 

@@ -6,9 +6,9 @@ Why: CPython loads an extension module's library (``dlopen``, its relocations an
 initialisers: hundreds of milliseconds for PyTorch's CUDA libraries) while holding the GIL, as does
 ``ctypes.CDLL``, so every other thread (the early frames a video call sees while the models load)
 stops meanwhile. Here the loader itself is called as a ctypes foreign function, which runs without
-the GIL; the import that follows finds the libraries loaded and only counts a reference. A library loaded here is loaded
-local (its symbols are not offered to later libraries); a later load that asks for them global
-(``RTLD_GLOBAL``) still gets that, as it would have.
+the GIL; the import that follows finds the libraries loaded and only counts a reference. A library
+loaded here is loaded local (its symbols are not offered to later libraries); a later load that
+asks for them global (``RTLD_GLOBAL``) still gets that, as it would have.
 
 Linux: ``dlopen(RTLD_NOW | RTLD_LOCAL)``, ``libcuda.so.1``. Windows: ``LoadLibraryExW`` searching
 the library's own folder and the process's DLL folders (as PyTorch loads its DLLs), ``nvcuda.dll``.
