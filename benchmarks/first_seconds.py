@@ -232,7 +232,7 @@ def main() -> int:
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    from benchmarks.startup import _models
+    from benchmarks.startup import standin_swapper
     from vcam.config import Duration
     from vcam.platform import folders
 
@@ -246,20 +246,11 @@ def main() -> int:
         size = f"[capture]\nwidth = {int(w)}\nheight = {int(h)}\n"
     models = ""  # benchmarks.startup's stand-ins, shared (a swap network's: 554 MB, written once)
     if args.model != "classic":
-        models = f"[models]\ndir = '{_models(folders.cache_dir() / 'bench' / 'startup' / 'models')}'\n"
+        models = f"[models]\ndir = '{standin_swapper().parent}'\n"
     cfg.write_text(models + size)
     face = here / "vcam" / "assets" / "grace_hopper.jpg"
-    cmd = (["-v"] if args.phases else []) + [
-        "run",
-        "-c",
-        str(cfg),
-        "--device",
-        args.device,
-        "--realtime",
-        "--quiet",
-        "--panel",
-        "off",
-    ]
+    cmd = ["-v"] if args.phases else []  # the load's phase lines
+    cmd += ["run", "-c", str(cfg), "--device", args.device, "--realtime", "--quiet", "--panel", "off"]
     cmd += ["--duration", f"{args.duration}s", "--max-latency", args.max_latency, "--face", str(face)]
     if args.model != "classic":
         cmd += ["--model", args.model]

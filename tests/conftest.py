@@ -6,6 +6,7 @@ can never hide a missing install step.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -275,6 +276,19 @@ def skip_on_windows(facility: str) -> None:
     """The same skip from inside a test (a facility found missing at run time)."""
     if WINDOWS:
         pytest.skip(f"{facility}: not on Windows")
+
+
+def c_library(tmp_path, source: str, name: str):
+    """A shared library built from C ``source`` with the system's cc as ``tmp_path / name``; a skip
+    where there is no cc (and on Windows, which has none here)."""
+    cc = None if WINDOWS else shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("cc: not on Windows" if WINDOWS else "a C compiler (cc) to build a test library: none here")
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    out = tmp_path / name
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(src)], check=True, capture_output=True)
+    return out
 
 
 def can_symlink(where) -> bool:

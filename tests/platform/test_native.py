@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import WINDOWS, require
+from conftest import WINDOWS, c_library, require
 
 from vcam.platform import native
 
@@ -36,14 +36,7 @@ void *PyInit_slowmod(void) { return 0; }  /* importable: the import loads it, th
 
 
 def _build(tmp_path: Path, name: str) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or WINDOWS:
-        pytest.skip("a C compiler (cc) to build the test library: none here" if not WINDOWS else "cc: not on Windows")
-    src = tmp_path / "slow.c"
-    src.write_text(SLOW_INIT)
-    out = tmp_path / name
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(src)], check=True, capture_output=True)
-    return out
+    return c_library(tmp_path, SLOW_INIT, name)
 
 
 def _longest_gil_wait(load) -> tuple[float, float]:

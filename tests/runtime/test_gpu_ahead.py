@@ -13,19 +13,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import WINDOWS, require
+from conftest import WINDOWS, c_library, require
 
 from vcam.platform import native
 from vcam.runtime import gpu_ahead
 
-NVIDIA = ("cu13/lib/libcublasLt.so.13", "cu13/lib/libcudart.so.13", "cu13/lib/libnvrtc.alt.so.13", "cu13/lib/libnvperf_host.so")
-CUDNN = (
-    "libcudnn.so.9",
-    "libcudnn_adv.so.9",
-    "libcudnn_heuristic.so.9",
-    "libcudnn_graph.so.9",
-    "libcudnn_engines_precompiled.so.9",
-)
+#: The cuDNN wheel's parts laid out (the first is its front library); not engines_runtime_compiled.
+CUDNN = ("", "adv", "heuristic", "graph", "engines_precompiled")
 
 
 def _lib(stem: str) -> str:
@@ -33,12 +27,12 @@ def _lib(stem: str) -> str:
     return f"{stem}.dll" if WINDOWS else f"lib{stem}.so"
 
 
-def _cudnn(name: str) -> str:
-    """``libcudnn_graph.so.9`` as this OS names it (Windows: ``bin/cudnn_graph64_9.dll``), from the lib folder."""
-    if not WINDOWS:
-        return name
-    stem = name.removeprefix("lib").split(".so")[0]
-    return "../bin/" + stem + "64_9.dll"
+def _cudnn(site: Path, part: str) -> Path:
+    """cuDNN's ``part`` where its wheel puts it on this OS (Linux ``lib/libcudnn_graph.so.9``,
+    Windows ``bin/cudnn_graph64_9.dll``)."""
+    name = f"cudnn{'_' if part else ''}{part}"
+    folder = site / "nvidia" / "cudnn"
+    return folder / "bin" / f"{name}64_9.dll" if WINDOWS else folder / "lib" / f"lib{name}.so.9"
 
 
 def _site(tmp_path: Path, *, cuda: bool = True, make=None) -> Path:
@@ -49,13 +43,9 @@ def _site(tmp_path: Path, *, cuda: bool = True, make=None) -> Path:
     stems = [s for s in gpu_ahead.TORCH_LIBRARIES if cuda or s not in ("torch_cuda", "c10_cuda")]
     for stem in [*stems, "torch_python", "shm"]:
         (make or Path.touch)(lib / _lib(stem))
-    for rel in NVIDIA:
-        (site / "nvidia" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (make or Path.touch)(site / "nvidia" / rel)
-    for folder in ("lib", "bin"):
-        (site / "nvidia" / "cudnn" / folder).mkdir(parents=True)
-    for name in CUDNN:
-        (make or Path.touch)((site / "nvidia" / "cudnn" / "lib" / _cudnn(name)).resolve())
+    _cudnn(site, "").parent.mkdir(parents=True)
+    for part in CUDNN:
+        (make or Path.touch)(_cudnn(site, part))
     return site
 
 
@@ -72,8 +62,8 @@ def test_pytorch_s_libraries_come_in_load_order_and_only_from_a_cuda_build(tmp_p
 
 def test_cudnn_s_convolution_parts_are_loaded_in_order_and_its_other_parts_are_not(tmp_path):
     site = _site(tmp_path)
-    parts = ["libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9", "libcudnn_heuristic.so.9"]
-    assert _names(gpu_ahead.cudnn_libraries(site)) == [Path(_cudnn(n)).name for n in parts]
+    parts = ["graph", "engines_precompiled", "heuristic"]
+    assert gpu_ahead.cudnn_libraries(site) == [_cudnn(site, p) for p in parts]
     # engines_runtime_compiled is not in this layout: left out, not an error
 
 
@@ -93,27 +83,20 @@ def _stand_in_library(tmp_path: Path) -> Path:
     system DLL on Windows."""
     if WINDOWS:
         return Path(os.environ.get("SystemRoot", r"C:\Windows"), "System32", "version.dll")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("a C compiler (cc) to build stand-in libraries: none here")
-    src = tmp_path / "empty.c"
-    src.write_text("int stand_in(void) { return 1; }\n")
-    built = tmp_path / "libstandin.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(built), str(src)], check=True, capture_output=True)
-    return built
+    return c_library(tmp_path, "int stand_in(void) { return 1; }\n", "libstandin.so")
 
 
 def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(tmp_path, monkeypatch):
     built = _stand_in_library(tmp_path)
     site = _site(tmp_path, make=lambda p: shutil.copy(built, p))
-    broken = (site / "nvidia" / "cudnn" / "lib" / _cudnn("libcudnn_heuristic.so.9")).resolve()
+    broken = _cudnn(site, "heuristic")
     broken.write_text("not a library")
     monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
     monkeypatch.setattr(native, "nvidia_driver", lambda: True)
     monkeypatch.setattr(native, "cuda_primary_context", lambda index: False)
     monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
     got = gpu_ahead.load("cuda")
-    cudnn = [Path(_cudnn(n)).name for n in ("libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9")]
+    cudnn = [_cudnn(site, p).name for p in ("graph", "engines_precompiled")]
     assert got.loaded == (*(_lib(s) for s in gpu_ahead.TORCH_LIBRARIES), *cudnn)
     assert got.failed == (broken.name,) and got.context is False
     assert "left to the import" in got.describe() and "8 GPU libraries loaded" in got.describe()

@@ -456,10 +456,9 @@ def _device(cfg: Config, phase: Phases) -> str:
     """The pipeline's device (:func:`resolve_device`), said where ``auto`` falls back to the CPU or
     FP16 cannot be had; a load phase (on a GPU it imports CuPy and PyTorch, or waits for the import
     begun ahead)."""
-    if cfg.pipeline.device != "cpu":  # PyTorch's CUDA libraries and the context, without the GIL
-        ahead = gpu_ahead.load(cfg.pipeline.device)
-        if ahead.loaded or ahead.context:
-            phase(ahead.describe())
+    ahead = gpu_ahead.load(cfg.pipeline.device)  # PyTorch's CUDA libraries and the context, without the GIL
+    if ahead.loaded or ahead.context:
+        phase(ahead.describe())
     device, why = resolve_device(cfg)
     phase.device = device
     phase("device resolved (on a GPU: CuPy and PyTorch imported, or waited for)")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,13 +79,12 @@ def wanted(device: str | None) -> Path | None:
 
 @dataclass(frozen=True)
 class Loaded:
-    """What :func:`load` did: the libraries loaded and not, whether the GPU's context is made, the
-    seconds it took (all of it without the GIL)."""
+    """What :func:`load` did (all of it without the GIL): the libraries loaded and not, whether the
+    GPU's context is made."""
 
     loaded: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     context: bool = False
-    seconds: float = 0.0
 
     def describe(self) -> str:
         what = f"{len(self.loaded)} GPU libraries loaded, the context {'made' if self.context else 'left to CUDA'}"
@@ -101,7 +99,6 @@ def load(device: str | None = None, *, index: int = 0) -> Loaded:
     site = wanted(device)
     if site is None:
         return Loaded()
-    t0 = time.perf_counter()
     loaded: list[str] = []
     failed: list[str] = []
     for path in torch_libraries(site) + cudnn_libraries(site):
@@ -109,7 +106,7 @@ def load(device: str | None = None, *, index: int = 0) -> Loaded:
     # The driver reads this at its start; PyTorch sets it (if unset) before its own: the same here.
     os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
     context = native.cuda_primary_context(index)
-    return Loaded(tuple(loaded), tuple(failed), context, time.perf_counter() - t0)
+    return Loaded(tuple(loaded), tuple(failed), context)
 
 
 __all__ = ["CUDNN_PARTS", "TORCH_LIBRARIES", "Loaded", "cudnn_libraries", "load", "torch_libraries", "wanted"]
