@@ -28,8 +28,8 @@ from vcam.runtime.bench_rig import (  # noqa: F401 - the rigs, re-exported for t
     GpuRig,
     _inswapper_file,
     _pct,
-    _Snap,
     bench_config,
+    bench_snapshot,
     gpu_rig,
     synthetic_faces,
     synthetic_frame,
@@ -188,7 +188,7 @@ def bench_cpu(
     face = sw.prepare(SourceFace(name="bench", image=synthetic_frame(128, 128, PixelFormat.BGR, seed=3)))
     pipe = asm.make_pipeline(out_fmt, tracker=tracker, predict=False)
     raw = synthetic_frame(width, height, in_fmt)
-    snap = _Snap(face)
+    snap = bench_snapshot(face)
     lat, stages = [], {}
     for i in range(frames + 3):
         f = Frame(data=raw, width=width, height=height, fmt=in_fmt, t_capture=0.0, seq=i)

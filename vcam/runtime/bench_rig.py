@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from vcam.state import Snapshot
 from vcam.types import Frame, PixelFormat, Track
 
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
@@ -91,12 +92,10 @@ class FixedTracker:
         return self.tracks
 
 
-@dataclass
-class _Snap:
-    face: Any
-    swap_enabled: bool = True
-    version: int = 0
-    mapping: tuple = ()
+def bench_snapshot(face: Any) -> Snapshot:
+    """What every bench frame uses: ``face`` swapped in, no mapping, no desk setting (the state's
+    own :class:`~vcam.state.Snapshot`, so a field the pipeline starts reading is there)."""
+    return Snapshot(face=face, swap_enabled=True, version=0)
 
 
 def _pct(v: list[float], q: float) -> float:
@@ -243,7 +242,7 @@ def gpu_rig(
         image=np.zeros((128, 128, 3), np.uint8),
         latents={sw.name: np.random.default_rng(1).standard_normal(512).astype(np.float32)},
     )
-    snap = _Snap(face)
+    snap = bench_snapshot(face)
     raw = synthetic_frame(width, height, in_fmt)
 
     def frame(seq: int) -> Frame:
@@ -259,4 +258,4 @@ def gpu_rig(
     )  # fmt: skip
 
 
-__all__ = ["SIZES", "synthetic_faces", "synthetic_frame", "FixedTracker", "GpuRig", "bench_config", "gpu_rig"]
+__all__ = ["SIZES", "bench_snapshot", "synthetic_faces", "synthetic_frame", "FixedTracker", "GpuRig", "bench_config", "gpu_rig"]
