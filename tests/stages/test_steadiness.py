@@ -173,3 +173,81 @@ def test_the_paste_is_steady_on_a_still_head_and_keeps_up_with_a_moving_one(size
     assert r["still"]["median_px"] <= 0.3, r
     assert r["still"]["max_px_head_under_2px"] <= 2.0 and r["moving"]["max_px_head_under_2px"] <= 2.0, r
     assert abs(r["moving"]["lag_frames"]) <= 1.0, r
+
+
+class _ArrayHeadFilter:
+    """The head filter written over NumPy arrays, as it was before its Python-float form: the
+    oracle of :func:`test_the_float_filter_is_the_array_filter`."""
+
+    def __init__(self, min_cutoff: float, beta: float, shape_cutoff: float = 3.0, bias_cutoff: float = 0.3) -> None:
+        self.min_cutoff, self.beta, self.shape_cutoff, self.bias_cutoff = min_cutoff, beta, shape_cutoff, bias_cutoff
+        self._tpl = TEMPLATES["arcface_112_v2"]
+        self._eyes = float(np.linalg.norm(self._tpl[1] - self._tpl[0]))
+        self._pose = None
+
+    @staticmethod
+    def _alpha(dt: float, cutoff: float) -> float:
+        return 1.0 / (1.0 + 1.0 / (2.0 * np.pi * cutoff * dt))
+
+    def _split(self, landmarks, box):
+        from vcam.align import apply, invert, umeyama
+
+        pts = np.concatenate([np.asarray(landmarks, np.float64).reshape(5, 2), np.asarray(box, np.float64).reshape(2, 2)])
+        m = umeyama(self._tpl, pts[:5])
+        return apply(m, self._tpl), apply(invert(m), pts)
+
+    def _join(self):
+        from vcam.align import apply, umeyama
+
+        pts = apply(umeyama(self._tpl, self._pose), self._shape)
+        return pts[:5], np.concatenate([pts[5:].min(axis=0), pts[5:].max(axis=0)])
+
+    def reset(self, landmarks, box, t):
+        self._pose, self._shape = self._split(landmarks, box)
+        self._vel, self._n, self._bias, self._t = np.zeros((5, 2)), 1, np.zeros(2), float(t)
+        return self._join()
+
+    def __call__(self, landmarks, box, t):
+        if self._pose is None:
+            return self.reset(landmarks, box, t)
+        pose, shape = self._split(landmarks, box)
+        dt = max(float(t) - self._t, 1e-3)
+        self._t = float(t)
+        guess = self._pose + self._vel * dt
+        error = pose - guess
+        self._bias += self._alpha(dt, self.bias_cutoff) * (error.mean(axis=0) - self._bias)
+        side = max(float(np.linalg.norm(self._pose[1] - self._pose[0])) / self._eyes, 1.0)
+        speed = (float(np.mean(np.linalg.norm(self._vel, axis=1))) + float(np.linalg.norm(self._bias)) / dt) / side
+        a = self._alpha(dt, self.min_cutoff + self.beta * speed)
+        b = a * a / (2.0 - a)
+        self._n += 1
+        n = self._n
+        a, b = max(a, 2.0 * (2 * n - 1) / (n * (n + 1))), max(b, 6.0 / (n * (n + 1)))
+        self._pose = guess + a * error
+        self._vel = self._vel + b * error / dt
+        self._shape = self._shape + self._alpha(dt, self.shape_cutoff) * (shape - self._shape)
+        return self._join()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_float_filter_is_the_array_filter(seed):
+    """The head filter keeps its points in Python floats (a third of the time a face on NumPy's
+    small arrays); it is the array filter to rounding, through a still start, a steady pan, a jump,
+    a turn and a reset."""
+    rng = np.random.default_rng(seed)
+    new, old = HeadFilter(0.2, 2.0), _ArrayHeadFilter(0.2, 2.0)
+    t = 0.0
+    for i in range(240):
+        shift = np.array([3.0 * max(0, i - 40), 0.0]) + (120.0 if i >= 150 else 0.0)
+        turn = 0.2 * np.sin(i / 20)
+        rot = np.array([[np.cos(turn), -np.sin(turn)], [np.sin(turn), np.cos(turn)]])
+        lm = (_FACE - _FACE.mean(0)) @ rot.T + _FACE.mean(0) + shift + rng.normal(0, 1.5, (5, 2))
+        box = _BOX + np.tile(shift, 2) + rng.normal(0, 2.0, 4)
+        t += 1 / 30 if i % 17 else 1 / 15  # a dropped frame now and then
+        if i == 200:
+            got, want = new.reset(lm, box, t), old.reset(lm, box, t)
+        else:
+            got, want = new(lm, box, t), old(lm, box, t)
+        np.testing.assert_allclose(got[0], want[0], atol=1e-9, rtol=0)
+        np.testing.assert_allclose(got[1], want[1], atol=1e-9, rtol=0)
+        assert got[0].shape == (5, 2) and got[1].shape == (4,) and got[0].dtype == np.float64

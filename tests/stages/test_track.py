@@ -528,3 +528,26 @@ def test_predict_bench_runs_and_reports(tmp_path, capsys):
     for row in modes.values():
         assert row["faces_compared"] >= 25 and 0.8 <= row["iou_mean"] <= 1.0 and row["p50_ms"] > 0
     assert "predict" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("reach", [0.0, 1.5])
+def test_one_track_and_one_detection_match_as_in_the_general_pass(reach):
+    """One face found again (every frame's common case) is matched in Python floats: the same answer
+    as the general pass (forced here by a second, far track) over 3,000 random pairs near and far,
+    of equal and different sizes."""
+    from vcam.stages.association import associate
+
+    rng = np.random.default_rng(int(reach * 10))
+    far = [1e6, 1e6, 1e6 + 10, 1e6 + 10]
+    kinds = set()
+    for _ in range(3000):
+        c, s = rng.uniform(0, 200, 2), rng.uniform(5, 80)
+        t = np.array([*c, *(c + [s, s * rng.uniform(0.7, 1.4)])])
+        c2, s2 = c + rng.normal(0, s * 0.6, 2), s * rng.uniform(0.5, 2.0)
+        d = np.array([*c2, *(c2 + [s2, s2 * rng.uniform(0.7, 1.4)])])
+        one = associate(t[None], d[None], reach)
+        general = associate(np.stack([t, far]), d[None], reach)
+        assert (one[0] == [(0, 0)]) == ((0, 0) in general[0])
+        assert one[1] == ([] if one[0] else [0]) and one[2] == ([] if one[0] else [0])
+        kinds.add(bool(one[0]))
+    assert kinds == {True, False}  # both answers were exercised

@@ -3,6 +3,8 @@ the tracks predict (:class:`vcam.stages.track.Tracker`'s association passes)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from vcam.stages.detections import box_iou
@@ -30,6 +32,8 @@ def associate(
         return [], list(range(nt)), list(range(nd))
     tb = np.asarray(track_boxes, dtype=np.float64).reshape(-1, 4)
     db = np.asarray(det_boxes, dtype=np.float64).reshape(-1, 4)
+    if nt == 1 and nd == 1:  # one face, found again: every frame of the common case, in floats
+        return ([(0, 0)], [], []) if _pair(tb[0].tolist(), db[0].tolist(), reach) else ([], [0], [0])
     iou = box_iou(tb, db)
     tc = (tb[:, :2] + tb[:, 2:]) / 2
     dc = (db[:, :2] + db[:, 2:]) / 2
@@ -48,6 +52,25 @@ def associate(
         ti, di = np.nonzero(near)
         _take_pairs(ti, di, np.argsort(dist[ti, di], kind="stable"), used_t, used_d, matches)
     return matches, [t for t in range(nt) if t not in used_t], [d for d in range(nd) if d not in used_d]
+
+
+def _pair(t: list[float], d: list[float], reach: float) -> bool:
+    """:func:`associate` of one track box ``t`` and one detected box ``d`` (x1, y1, x2, y2): the
+    same tests and thresholds, in Python floats."""
+    w = max(min(t[2], d[2]) - max(t[0], d[0]), 0.0)
+    h = max(min(t[3], d[3]) - max(t[1], d[1]), 0.0)
+    inter = w * h
+    union = max(t[2] - t[0], 0.0) * max(t[3] - t[1], 0.0) + max(d[2] - d[0], 0.0) * max(d[3] - d[1], 0.0) - inter
+    iou = inter / max(union, 1e-12) if union > 0 else 0.0
+    side = max(t[2] - t[0], t[3] - t[1], 1.0)
+    dx, dy = (t[0] + t[2]) / 2 - (d[0] + d[2]) / 2, (t[1] + t[3]) / 2 - (d[1] + d[3]) / 2
+    dist = math.sqrt(dx * dx + dy * dy) / side
+    if iou >= _MATCH_IOU or dist < _MATCH_DIST:
+        return True
+    if reach <= _MATCH_DIST:
+        return False
+    ratio = max(d[2] - d[0], d[3] - d[1], 1.0) / side
+    return dist < reach and 1.0 / _MATCH_SIZE <= ratio <= _MATCH_SIZE
 
 
 def _take_pairs(

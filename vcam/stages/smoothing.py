@@ -79,36 +79,44 @@ class HeadFilter:
 
         self.min_cutoff, self.beta, self.shape_cutoff = float(min_cutoff), float(beta), float(shape_cutoff)
         self.bias_cutoff = float(bias_cutoff)
-        self._tpl = TEMPLATES["arcface_112_v2"]
-        self._eyes = float(np.linalg.norm(self._tpl[1] - self._tpl[0]))  # the eyes apart on a crop of side 1
-        self._pose: np.ndarray | None = None  # the template's points in the frame (5, 2)
-        self._vel = np.zeros((5, 2))  # their velocity, px/s
+        # Every point is an (x, y) pair of Python floats: a handful of points a face, every frame,
+        # where NumPy's cost per call was most of the filter's time.
+        self._tpl: list[Point] = [(float(x), float(y)) for x, y in TEMPLATES["arcface_112_v2"]]
+        (x0, y0), (x1, y1) = self._tpl[0], self._tpl[1]
+        self._eyes = math.hypot(x1 - x0, y1 - y0)  # the eyes apart on a crop of side 1
+        self._pose: list[Point] | None = None  # the template's points in the frame (5)
+        self._vel: list[Point] = [(0.0, 0.0)] * 5  # their velocity, px/s
         self._n = 0  # detections since reset
-        self._bias = np.zeros(2)  # the prediction's error, low-passed: the filter falling behind
-        self._shape = np.zeros((7, 2))  # landmarks and box corners in template coordinates
+        self._bias: Point = (0.0, 0.0)  # the prediction's error, low-passed: the filter falling behind
+        self._shape: list[Point] = [(0.0, 0.0)] * 7  # landmarks and box corners in template coordinates
         self._t = 0.0
 
-    def _split(self, landmarks: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from vcam.align import apply, invert, umeyama
+    def _split(self, landmarks: np.ndarray, box: np.ndarray) -> tuple[list[Point], list[Point]]:
+        from vcam.align import similarity
 
-        pts = np.concatenate([np.asarray(landmarks, np.float64).reshape(5, 2), np.asarray(box, np.float64).reshape(2, 2)])
-        m = umeyama(self._tpl, pts[:5])
-        return apply(m, self._tpl), apply(invert(m), pts)
+        pts = np.asarray(landmarks, np.float64).reshape(5, 2).tolist() + np.asarray(box, np.float64).reshape(2, 2).tolist()
+        a, b, tx, ty = similarity(self._tpl, pts[:5])
+        d = a * a + b * b  # the inverse of [[a, -b], [b, a]] is [[a, b], [-b, a]] / d
+        pose = [(a * x - b * y + tx, b * x + a * y + ty) for x, y in self._tpl]
+        shape = [((a * (x - tx) + b * (y - ty)) / d, (a * (y - ty) - b * (x - tx)) / d) for x, y in pts]
+        return pose, shape
 
     def _join(self) -> tuple[np.ndarray, np.ndarray]:
-        from vcam.align import apply, umeyama
+        from vcam.align import similarity
 
         assert self._pose is not None
-        pts = apply(umeyama(self._tpl, self._pose), self._shape)
-        corners = pts[5:]
-        return pts[:5], np.concatenate([corners.min(axis=0), corners.max(axis=0)])
+        a, b, tx, ty = similarity(self._tpl, self._pose)
+        pts = [(a * x - b * y + tx, b * x + a * y + ty) for x, y in self._shape]
+        (cx0, cy0), (cx1, cy1) = pts[5], pts[6]
+        box = [min(cx0, cx1), min(cy0, cy1), max(cx0, cx1), max(cy0, cy1)]
+        return np.array(pts[:5], dtype=np.float64), np.array(box, dtype=np.float64)
 
     def reset(self, landmarks: np.ndarray, box: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Start over at this detection: (landmarks (5, 2), box (4,)) as given."""
         self._pose, self._shape = self._split(landmarks, box)
-        self._vel = np.zeros((5, 2))
+        self._vel = [(0.0, 0.0)] * 5
         self._n = 1
-        self._bias = np.zeros(2)
+        self._bias = (0.0, 0.0)
         self._t = float(t)
         return self._join()
 
@@ -119,14 +127,17 @@ class HeadFilter:
         pose, shape = self._split(landmarks, box)
         dt = max(float(t) - self._t, 1e-3)
         self._t = float(t)
-        guess = self._pose + self._vel * dt
-        error = pose - guess
-        self._bias += _alpha(dt, self.bias_cutoff) * (error.mean(axis=0) - self._bias)
+        guess = [(x + vx * dt, y + vy * dt) for (x, y), (vx, vy) in zip(self._pose, self._vel)]
+        error = [(px - gx, py - gy) for (px, py), (gx, gy) in zip(pose, guess)]
+        k = _alpha(dt, self.bias_cutoff)
+        bx, by = self._bias
+        self._bias = (bx + k * (sum(e[0] for e in error) / 5 - bx), by + k * (sum(e[1] for e in error) / 5 - by))
         # the speed in face sizes per second: the pose's own velocity (the detector's noise barely
         # moves it; a raw difference of detections would, and let that noise through) plus the
         # prediction's low-passed error (nonzero while the filter falls behind a head that speeds up)
-        side = max(float(np.linalg.norm(self._pose[1] - self._pose[0])) / self._eyes, 1.0)
-        speed = (float(np.mean(np.linalg.norm(self._vel, axis=1))) + float(np.linalg.norm(self._bias)) / dt) / side
+        (x0, y0), (x1, y1) = self._pose[0], self._pose[1]
+        side = max(math.hypot(x1 - x0, y1 - y0) / self._eyes, 1.0)
+        speed = (sum(math.hypot(vx, vy) for vx, vy in self._vel) / 5 + math.hypot(*self._bias) / dt) / side
         a = _alpha(dt, self.min_cutoff + self.beta * speed)
         b = a * a / (2.0 - a)
         # The first detections since reset: the gains of a least-squares line through them (the
@@ -135,10 +146,15 @@ class HeadFilter:
         self._n += 1
         n = self._n
         a, b = max(a, 2.0 * (2 * n - 1) / (n * (n + 1))), max(b, 6.0 / (n * (n + 1)))
-        self._pose = guess + a * error
-        self._vel += b * error / dt
-        self._shape += _alpha(dt, self.shape_cutoff) * (shape - self._shape)
+        self._pose = [(gx + a * ex, gy + a * ey) for (gx, gy), (ex, ey) in zip(guess, error)]
+        self._vel = [(vx + b * ex / dt, vy + b * ey / dt) for (vx, vy), (ex, ey) in zip(self._vel, error)]
+        k = _alpha(dt, self.shape_cutoff)
+        self._shape = [(sx + k * (nx - sx), sy + k * (ny - sy)) for (sx, sy), (nx, ny) in zip(self._shape, shape)]
         return self._join()
+
+
+#: A 2-D point as the head filter keeps it: (x, y) in Python floats.
+Point = tuple[float, float]
 
 
 __all__ = ["HeadFilter", "OneEuroFilter"]

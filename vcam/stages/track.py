@@ -35,6 +35,7 @@ still face stops jittering while a moving one is followed without lag.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -569,7 +570,7 @@ class Tracker:
         """Has a confirmed track's score history fallen below a face's (see :data:`_HISTORY`)?"""
         if self.cfg.confirm_hits <= 1 or len(state.scores) < 3:
             return False
-        return float(np.median(state.scores)) < self._hit_score
+        return statistics.median(state.scores) < self._hit_score  # a few floats: no NumPy call
 
     def _new_state(self, det: Detection, seq: int, t: float, frame: Any = None) -> _State:
         flt = HeadFilter(self.cfg.min_cutoff, self.cfg.beta)
