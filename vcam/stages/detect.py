@@ -38,6 +38,7 @@ from vcam.stages.detections import (
     TopCandidates,
     checked_small_faces,
     decode,
+    decode_images,
     decode_scrfd,
     decode_yoloface,
     decode_yunet,
@@ -284,6 +285,9 @@ class FaceDetector:
     def _region_decoder(self, part: np.ndarray, size: int) -> Any:
         def decode_part(outs: list[np.ndarray]) -> list[list[Detection]]:
             n = part.shape[0]
+            together = self._decode_images(outs, n, size, np.column_stack([part[:, 0], part[:, 1], part[:, 2] / size]))
+            if together is not None:
+                return together
             hits = self._candidates(outs, n)
             return [
                 self._decode_image(self._image(outs, r, n), size, size, (part[r, 0], part[r, 1], part[r, 2] / size))
@@ -337,6 +341,12 @@ class FaceDetector:
 
     def _decode_image(self, outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float]) -> list[Detection]:
         raise NotImplementedError
+
+    def _decode_images(self, outs: list[np.ndarray], n: int, size: int, to_frames: np.ndarray) -> list[list[Detection]] | None:
+        """The detections of all ``n`` images of a batch of ``size`` regions (``to_frames`` (n, 3):
+        each one's ``(x0, y0, scale)``) decoded in one pass, or None where the family decodes image
+        by image (:meth:`_decode_image`)."""
+        return None
 
     def _candidates(self, outs: list[np.ndarray], n: int) -> np.ndarray | None:
         """Which of the ``n`` images of a batch have any candidate above the score threshold (the
@@ -396,6 +406,24 @@ class RetinaFaceDetector(FaceDetector):
         c = cand[cand[:, 0] >= self.cfg.score]
         if not len(c):
             return []
+        pri = self._anchors(c, h, w)
+        return decode(pri, c[:, 1:5], c[:, 5:15], c[:, 0], h, w, to_frame, self.cfg)
+
+    def _decode_images(self, outs, n, size, to_frames):
+        (cand,) = outs
+        if n < 2 or cand.ndim != 3 or cand.shape[0] != n:
+            return None
+        img, row = np.nonzero(cand[:, :, 0] >= self.cfg.score)
+        if not img.size:
+            return [[] for _ in range(n)]
+        if img[0] == img[-1]:  # one image with candidates: decoded alone, its pass is the cheaper
+            return None
+        c = cand[img, row]
+        pri = self._anchors(c, size, size)
+        return decode_images(pri, c[:, 1:5], c[:, 5:15], c[:, 0], img, n, size, size, to_frames, self.cfg)
+
+    def _anchors(self, c: np.ndarray, h: int, w: int) -> np.ndarray:
+        """The priors of candidate rows ``c`` (their anchor index in column 15) of an ``h`` x ``w`` input."""
         pri = self._priors_for(h, w)
         idx = c[:, 15].astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= pri.shape[0]):
@@ -403,7 +431,7 @@ class RetinaFaceDetector(FaceDetector):
                 f"{self.spec.name}: anchor index outside the {pri.shape[0]} priors of a {w}x{h} input",
                 hint="the model is not a RetinaFace (biubug6 layout); use the embedded one",
             )
-        return decode(pri[idx], c[:, 1:5], c[:, 5:15], c[:, 0], h, w, to_frame, self.cfg)
+        return pri[idx]
 
 
 def lean_elements(roi_size: int) -> int:
