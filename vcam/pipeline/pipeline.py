@@ -332,13 +332,14 @@ class Pipeline:
         one crop pixel wider on each side (a mask model's larger crop reaches half a pixel past it),
         mapped into the frame, two rows more each way for the bilinear taps, rounded out to even rows
         (4:2:0 chroma rows cover two). None when that is most of the frame."""
-        size = self.swapper.crop_size
-        corners = np.array([[-1.0, -1.0], [size, -1.0], [-1.0, size], [size, size]])
+        size = float(self.swapper.crop_size)
         lo, hi = float(height), 0.0
         self._aligned.clear()
         for tr in tracks:
-            ys = align.apply(align.invert(self._crop_from_frame(tr)), corners)[:, 1]
-            lo, hi = min(lo, float(ys.min())), max(hi, float(ys.max()))
+            # the corners' rows in the frame (align.apply of the inverse, written out in floats)
+            _, (c, d, ty) = align.invert(self._crop_from_frame(tr)).tolist()
+            ys = [u * c + v * d + ty for u, v in ((-1.0, -1.0), (size, -1.0), (-1.0, size), (size, size))]
+            lo, hi = min(lo, min(ys)), max(hi, max(ys))
         y0 = max(0, int(np.floor(lo)) - 2)
         y1 = min(int(height), int(np.ceil(hi)) + 3)
         y0 -= y0 % 2
