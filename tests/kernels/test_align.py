@@ -59,3 +59,21 @@ def test_invert_round_trips_and_refuses_a_singular_matrix():
         np.testing.assert_allclose(align.invert(m), i)
     with pytest.raises(np.linalg.LinAlgError):
         align.invert(np.array([[1.0, 2.0, 0.0], [2.0, 4.0, 1.0]]))
+
+
+@pytest.mark.parametrize("count", [0, 1, align.FEW, align.FEW + 1, 40])
+def test_invert_in_floats_is_numpy_s_inverse(count):
+    """One matrix and small batches are inverted in Python floats, larger batches by NumPy: each
+    within rounding of NumPy's inverse, in the batch's shape; a singular one in a batch refuses."""
+    rng = np.random.default_rng(count)
+    mats = rng.normal(0, 2, (count, 2, 3))
+    got = align.invert(mats)
+    assert got.shape == mats.shape and got.dtype == np.float64
+    if count:
+        a = np.linalg.inv(mats[:, :, :2])
+        want = np.concatenate([a, -a @ mats[:, :, 2:]], axis=-1)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(align.invert(mats[0]), want[0], rtol=1e-12, atol=1e-12)
+        mats[-1, :, :2] = [[1.0, 2.0], [2.0, 4.0]]
+        with pytest.raises(np.linalg.LinAlgError):
+            align.invert(mats)
