@@ -411,15 +411,18 @@ class RetinaFaceDetector(FaceDetector):
 
     def _decode_images(self, outs, n, size, to_frames):
         (cand,) = outs
-        if n < 2 or cand.ndim != 3 or cand.shape[0] != n:
+        if cand.ndim != 3 or cand.shape[0] != n:
             return None
         img, row = np.nonzero(cand[:, :, 0] >= self.cfg.score)
+        out: list[list[Detection]] = [[] for _ in range(n)]
         if not img.size:
-            return [[] for _ in range(n)]
-        if img[0] == img[-1]:  # one image with candidates: decoded alone, its pass is the cheaper
-            return None
+            return out
         c = cand[img, row]
         pri = self._anchors(c, size, size)
+        if img[0] == img[-1]:  # one image with candidates (a face's region): its own pass is the cheaper
+            i = int(img[0])
+            out[i] = decode(pri, c[:, 1:5], c[:, 5:15], c[:, 0], size, size, tuple(to_frames[i].tolist()), self.cfg)
+            return out
         return decode_images(pri, c[:, 1:5], c[:, 5:15], c[:, 0], img, n, size, size, to_frames, self.cfg)
 
     def _anchors(self, c: np.ndarray, h: int, w: int) -> np.ndarray:
