@@ -128,3 +128,48 @@ def test_eager_first_is_on_for_the_networks_that_autotune_unless_turned_off(tiny
     big = TorchEngine(tiny, device="cpu", warmup=False, autotune=True)
     assert big.eager_first
     assert not TorchEngine(tiny, device="cpu", warmup=False, autotune=True, background_capture=False).eager_first
+    monkeypatch.setenv(EAGER_FIRST_ENV, "all")  # the experiment: the small networks (the detector) too
+    assert TorchEngine(tiny, device="cpu", warmup=False).eager_first
+    assert not TorchEngine(tiny, device="cpu", warmup=False, background_capture=False).eager_first
+
+
+@pytest.mark.gpu
+def test_with_the_experiment_on_the_detector_captures_nothing_at_start_up_and_finds_the_same_faces(monkeypatch):
+    """``$VCAM_EAGER_FIRST=all`` (issue 39's experiment): the embedded RetinaFace on the torch engine
+    takes no CUDA graph at its warm-up; its first scan and regions run eagerly, and once the
+    background captures have run (the first frame opened the gate) the replays find the same faces."""
+    torch = need_torch()
+    if not torch.cuda.is_available():
+        from conftest import require
+
+        require("cuda", "no CUDA device")
+    from vcam.engines import threads
+    from vcam.engines.gate import BackgroundGate
+    from vcam.engines.torch import EAGER_FIRST_ENV
+    from vcam.ops import make_ops
+    from vcam.stages.demo import group_frame
+    from vcam.stages.detect import RetinaFaceDetector, embedded_engine
+    from vcam.stages.detections import DetectParams
+
+    gate = BackgroundGate(patience=60, settle=0.0, rest=0.0)
+    monkeypatch.setattr(threads, "BACKGROUND", gate)
+    monkeypatch.setenv(EAGER_FIRST_ENV, "all")
+    ops = make_ops("cuda")
+    engine = embedded_engine(backend="torch", device="cuda", max_batch=2)
+    assert engine.eager_first
+    det = RetinaFaceDetector(DetectParams(), 160, engine=engine, ops=ops)
+    frame = ops.asarray(group_frame(640, 360, 2, 0, 60))
+    first_frame = gate.hold()
+    det.warmup(360, 640)
+    assert not engine._graphs  # nothing captured at start-up
+    faces = det.detect(frame)
+    assert len(faces) == 2 and not engine._graphs  # found eagerly
+    rects = np.array([[d.box[0] - 40, d.box[1] - 40, max(d.box[2] - d.box[0], d.box[3] - d.box[1]) + 80] for d in faces])
+    eager = det.detect_regions(frame, rects)
+    first_frame()
+    assert engine.wait_graphs(120) and engine._graphs
+    replayed = det.detect_regions(frame, rects)
+    for a, b in zip(eager, replayed):
+        assert len(a) == len(b) == 1
+        np.testing.assert_allclose(a[0].box, b[0].box, atol=0.5)
+    engine.close()
