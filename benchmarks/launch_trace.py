@@ -365,19 +365,24 @@ def _detector_input(args: tuple) -> None:
 # -- the rig: `vcam bench`'s GPU pipeline, on the trace ---------------------------------------------
 @dataclass
 class Rig:
-    pipe: Any
+    pipe: Any  # the first stream's pipeline
     frame: Any  # seq -> Frame
     snap: Any
     log: TraceLog
     ops: TraceOps
+    #: Every stream's pipeline (one daemon's streams: the models and the ops shared, a tracker each).
+    pipes: list[Any] = field(default_factory=list)
 
 
-def build_rig(faces: int = 1, size: tuple[int, int] = (1920, 1080), tracker: str = "real", band: bool = True) -> Rig:
+def build_rig(
+    faces: int = 1, size: tuple[int, int] = (1920, 1080), tracker: str = "real", band: bool = True, streams: int = 1
+) -> Rig:
     """The pipeline ``vcam run`` builds on CUDA (RetinaFace on the trace, the inswapper's inputs and
     outputs on a :class:`StaticEngine`, box and face masks, NV12 in, I420 out, predicted frames in
     bands) over a still of ``faces`` real portraits; ``tracker``: ``real`` (the tracker ``vcam run``
     uses, its detector's answers the CPU engine's) or ``fixed`` (the bench's: the same tracks, one
-    region call per face)."""
+    region call per face). ``streams``: that many pipelines of one daemon (each its own tracker and
+    buffers, the models shared), run round by round as :mod:`vcam.runtime.rounds` does."""
     from vcam.kernels import paste as blend
     from vcam.kernels.convert import from_bgr_ref
     from vcam.ops.numpy import NumpyOps
@@ -415,28 +420,30 @@ def build_rig(faces: int = 1, size: tuple[int, int] = (1920, 1080), tracker: str
         "inswapper_128", TraceEngine(swap_engine, log, ops, "swapper"), ops=ops, mask=mask, max_faces=8, emap=emap
     )
     masker = create_masker(("box", "face"), swapper.crop_size, ops=ops, max_faces=8)
+    landmarks: list[np.ndarray] = []
     if tracker == "fixed":
         found = Tracker(cpu, TrackParams(), max_faces=8)
         for seq in range(3):
-            tracks = found.update(bgr, seq)
-        trk: Any = FixedTracker(det, [t.landmarks for t in tracks])
-    else:
-        trk = Tracker(det, TrackParams(), max_faces=8)
-    pipe = Pipeline(
-        ops=ops, tracker=trk, swapper=swapper, masker=masker, out_fmt=PixelFormat.I420, predict=True, band=band, max_faces=8
-    )
+            landmarks = [t.landmarks for t in found.update(bgr, seq)]
+    pipes = []
+    for _ in range(max(1, int(streams))):
+        trk: Any = FixedTracker(det, landmarks) if tracker == "fixed" else Tracker(det, TrackParams(), max_faces=8)
+        pipe = Pipeline(
+            ops=ops, tracker=trk, swapper=swapper, masker=masker, out_fmt=PixelFormat.I420, predict=True, band=band, max_faces=8
+        )
+        pipe.configure(width, height, PixelFormat.NV12)
+        for img in pipe._bgr:  # what the conversion kernels (recorded, not run) would have written
+            img[...] = bgr
+        pipes.append(pipe)
     face = SourceFace(
         name="trace", image=np.zeros((crop, crop, 3), np.uint8), embeddings={str(swapper.recogniser): np.ones(512, np.float32)}
     )
     face = swapper.prepare(face)
-    pipe.configure(width, height, PixelFormat.NV12)
-    for img in pipe._bgr:  # what the conversion kernels (recorded, not run) would have written
-        img[...] = bgr
 
     def frame(seq: int) -> Frame:
         return Frame(data=raw, width=width, height=height, fmt=PixelFormat.NV12, t_capture=time.perf_counter(), seq=seq)
 
-    return Rig(pipe=pipe, frame=frame, snap=bench_snapshot(face), log=log, ops=ops)
+    return Rig(pipe=pipes[0], frame=frame, snap=bench_snapshot(face), log=log, ops=ops, pipes=pipes)
 
 
 #: The round's steps, in the order the daemon takes them (:func:`run`).
@@ -455,9 +462,13 @@ class Trace:
 
 
 def run(rig: Rig, frames: int) -> Trace:
-    """``frames`` frames through the rig as the daemon's round takes them (settle while waiting,
-    begin, the swap, finish, collect, the deferred detection launched after the publish)."""
-    pipe, log = rig.pipe, rig.log
+    """``frames`` rounds through the rig as the daemon takes them (:mod:`vcam.runtime.rounds`): every
+    stream settled while waiting, begun, all their faces swapped in one call, each finished and
+    collected, then each stream's deferred detection launched after the publish. One entry list,
+    host time and face count per round."""
+    from vcam.runtime.rounds import _row_sources
+
+    pipes, log = rig.pipes or [rig.pipe], rig.log
     host: list[float] = []
     faces: list[int] = []
     steps: dict[str, list[float]] = {k: [] for k in STEPS}
@@ -469,22 +480,31 @@ def run(rig: Rig, frames: int) -> Trace:
         steps[name].append(time.perf_counter() - t0 - (log.device_s - d0))
 
     def swap() -> Any:
-        w = state["begin"]
-        return pipe.swapper.swap_batch([(w.img, w.mats)], w.sources) if w.n else (None, None)
+        faced = [w for w in state["begin"] if w.n]
+        return rig.pipe.swapper.swap_batch([(w.img, w.mats) for w in faced], _row_sources(faced)) if faced else (None, None)
+
+    def finish() -> list[int]:
+        crops, mask = state["swap"]
+        slots, lo = [], 0
+        for p, w in zip(pipes, state["begin"]):
+            rows = mask[lo : lo + w.n] if getattr(mask, "ndim", 2) == 3 else mask
+            slots.append(p.finish(w, crops[lo : lo + w.n] if w.n else None, rows, detect_now=False))
+            lo += w.n
+        return slots
 
     for seq in range(frames):
         # The trace's own records grow with every frame: kept out of the collector's way, so its
         # passes over them are not charged to the pipeline's steps.
         gc.freeze()
         log.next_frame()
-        step("settle", pipe.settle)
-        step("begin", lambda seq=seq: pipe.begin(rig.frame(seq), rig.snap))
+        step("settle", lambda: [p.settle() for p in pipes])
+        step("begin", lambda seq=seq: [p.begin(rig.frame(seq), rig.snap) for p in pipes])
         step("swap", swap)
-        step("finish", lambda: pipe.finish(state["begin"], *state["swap"], detect_now=False))
-        step("collect", lambda: pipe.collect(state["finish"]))
-        step("detection", pipe.launch_detection)
+        step("finish", finish)
+        step("collect", lambda: [p.collect(slot) for p, slot in zip(pipes, state["finish"])])
+        step("detection", lambda: [p.launch_detection() for p in pipes])
         host.append(sum(steps[k][-1] for k in STEPS))
-        faces.append(int(state["collect"][1].swapped))
+        faces.append(sum(int(stats.swapped) for _, stats in state["collect"]))
     return Trace(frames=log.frames[1:], host_s=host, faces=faces, steps_s=steps)
 
 
@@ -542,23 +562,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--tracker", choices=("real", "fixed"), default="real")
     ap.add_argument("--no-band", action="store_true")
+    ap.add_argument("--streams", type=int, default=1, help="pipelines of one daemon, run round by round")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    rig = build_rig(a.faces, _size(a.size), a.tracker, band=not a.no_band)
+    rig = build_rig(a.faces, _size(a.size), a.tracker, band=not a.no_band, streams=a.streams)
     s = summary(run(rig, a.frames), ring=rig.pipe.ring)
-    print(f"{a.size}, {a.faces} face(s) in the still, tracker {a.tracker}, {s['frames']} frames traced, {s['faces']:.0f} swapped")
-    print(f"{'per frame (median)':<34} {'count':>8}")
+    unit = "frame" if a.streams == 1 else f"round of {a.streams} streams"
+    print(
+        f"{a.size}, {a.faces} face(s) in the still, {a.streams} stream(s), tracker {a.tracker}, {s['frames']} rounds traced,"
+        f" {s['faces']:.0f} faces swapped a round"
+    )
+    print(f"{'per ' + unit + ' (median)':<34} {'count':>8}")
     print(f"{'launches (kernels, engines, xp, copies)':<34} {s['launches per frame']:>8.0f}")
     for k, v in s["per frame"].items():
         print(f"  {k:<32} {v:>8.0f}")
-    print("launches by name, per frame:")
+    print(f"launches by name, per {unit}:")
     for k, v in s["by name per frame"].items():
         print(f"  {k:<40} {v:>6.2f}")
-    print("allocations per frame:", s["allocations per frame"] or "none")
+    print(f"allocations per {unit}:", s["allocations per frame"] or "none")
     print("graph blockers (launches whose arguments change between two frames of the same faces):")
     for k, v in s["graph blockers (share of frame pairs)"].items():
         print(f"  {k:<40} {v:>6.0%} of frame pairs")
-    print(f"host time of the pipeline's Python a frame: p50 {s['host ms p50']:.3f} ms, p90 {s['host ms p90']:.3f} ms")
+    print(f"host time of the pipelines' Python a {unit}: p50 {s['host ms p50']:.3f} ms, p90 {s['host ms p90']:.3f} ms")
     for stat in ("p50", "mean"):
         print(f"  by step, {stat} ms: " + ", ".join(f"{k} {v:.3f}" for k, v in s[f"host ms {stat} by step"].items()))
     if a.json:

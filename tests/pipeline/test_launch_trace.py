@@ -98,3 +98,17 @@ def test_the_command_prints_a_table_and_writes_json(tmp_path, capsys):
     s = json.loads(out.read_text())["summary"]
     assert s["launches per frame"] >= 10 and s["host ms p50"] > 0
     assert set(s["host ms p50 by step"]) == set(lt.STEPS)
+
+
+def test_four_streams_of_one_daemon_share_one_swapper_call_a_round():
+    """Four streams run round by round as the daemon does: each begun, their faces swapped in one
+    call, each finished and collected; each stream's own detection still runs (four)."""
+    rig = lt.build_rig(1, SIZE, "real", streams=4)
+    trace = lt.run(rig, 8)
+    assert trace.faces[2:] == [4] * 6
+    for frame in trace.frames[2:]:
+        names = [e.name for e in frame]
+        assert names.count("swapper") == 1
+        assert [e.name for e in frame if e.kind == "host_wait"] == ["download"] * 4
+        assert sum(1 for e in frame if e.name == "detector") >= 4
+    assert len({id(p.tracker) for p in rig.pipes}) == 4 and len({id(p.swapper) for p in rig.pipes}) == 1
