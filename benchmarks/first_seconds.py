@@ -29,7 +29,9 @@ between two frames out (``gaps``: when, how long). ``--evict``: every start cold
 files dropped from the page cache first: a fresh machine's disk). ``--phases``: the child runs
 ``vcam -v``; its load phases (what the load did, and when) are kept with the run. ``--stalls``: a
 thread in the child asks for the GIL every 2 ms and keeps each wait over 25 ms with where the other
-threads stood (:data:`STALLS`): which calls of the load hold the GIL that the early frames need.
+threads stood (:data:`STALLS`): which calls of the load hold the GIL that the early frames need;
+and the garbage collector's passes of its oldest generation (and any over 5 ms), when and in which
+thread (a pass holds the GIL throughout).
 """
 
 from __future__ import annotations
@@ -90,8 +92,20 @@ def _stall_watch():
                 where[name] = picked
             stalls.append({"at_s": round(last - t0, 3), "ms": round((now - last) * 1000, 1), "where": where})
         last = now
+collections = []
+def _gc_watch(phase, info, _t=[0.0]):
+    # every collection of the oldest generation (or any over 5 ms): when, how long, in which thread
+    if phase == "start":
+        _t[0] = time.perf_counter()
+        return
+    ms = (time.perf_counter() - _t[0]) * 1000
+    if (info["generation"] == 2 or ms > 5) and len(collections) < 400:
+        collections.append({"at_s": round(_t[0] - t0, 3), "ms": round(ms, 1), "generation": info["generation"],
+                            "thread": threading.current_thread().name})
 if os.environ.get("FIRST_STALLS"):
     threading.Thread(target=_stall_watch, name="stall-watch", daemon=True).start()
+    import gc
+    gc.callbacks.append(_gc_watch)
 """
 
 CHILD = (
@@ -124,6 +138,7 @@ def reported(self, *a, **k):
                 "first_cpu_s": first_cpu.get(id(st.live)),
             }
         rows["_stalls"] = stalls
+        rows["_gc"] = collections
         with open(OUT, "w") as f:
             json.dump(rows, f)
 vd.Daemon.run = reported
@@ -164,7 +179,11 @@ def _one(
         rows = {}
     out.unlink(missing_ok=True)
     stalls = rows.pop("_stalls", [])
-    return {"rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:], "log": r.stderr, "stalls": stalls}
+    collections = rows.pop("_gc", [])
+    return {
+        "rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:], "log": r.stderr, "stalls": stalls,
+        "gc": collections,
+    }  # fmt: skip
 
 
 def _evict() -> float:
@@ -207,7 +226,7 @@ def measure(stream: dict[str, Any], *, fps: float, window: float, budget_ms: flo
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--model", default="inswapper_128", help="a swap network (stand-in weights), or classic")
@@ -231,7 +250,7 @@ def main() -> int:
     ap.add_argument("--also-env", action="append", default=[], help="KEY=VALUE: this tree again with it set, alternated")
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from benchmarks.startup import standin_swapper
     from vcam.config import Duration
     from vcam.platform import folders
@@ -280,7 +299,9 @@ def main() -> int:
                 "evicted_left_mb": left_mb,
             }
             if args.stalls:
-                run["stalls"] = got["stalls"]
+                run["stalls"], run["gc"] = got["stalls"], got["gc"]
+                for c in got["gc"]:  # the garbage collector's full passes hold the GIL from start to end
+                    print(f"  gc: generation {c['generation']} {c['ms']:.0f} ms at {c['at_s']:.2f} s ({c['thread']})", flush=True)
                 for st in got["stalls"][:: max(1, len(got["stalls"]) // 12)][:12]:
                     load = {k: v for k, v in st["where"].items() if v and k != "MainThread"}
                     print(f"  GIL wait {st['ms']:.0f} ms at {st['at_s']:.2f} s: {load}", flush=True)

@@ -1,0 +1,22 @@
+"""`benchmarks/first_seconds.py`, issue 39's instrument, on the CPU: the real `vcam run` in a child,
+its frames, and with ``--stalls`` the GIL waits and the garbage collector's passes reported."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import first_seconds
+
+
+def test_a_short_cpu_start_is_measured_with_its_stalls_and_collections(tmp_path, capsys):
+    out = tmp_path / "fs.json"
+    args = ["--device", "cpu", "--model", "classic", "--duration", "4", "--window", "3", "--runs", "1", "--stalls"]
+    first_seconds.main([*args, "--json", str(out)])
+    (run,) = json.loads(out.read_text())["runs"]["this"]
+    assert run["rc"] == 0, run["tail"]
+    (row,) = run["rows"]
+    assert row["frames"] > 30 and row["published"] > 0.5 and row["first_s"] is not None
+    assert isinstance(run["stalls"], list) and isinstance(run["gc"], list)
+    for c in run["gc"]:
+        assert c["generation"] in (0, 1, 2) and c["ms"] >= 0 and c["thread"]
+    assert "first seconds" in capsys.readouterr().out
