@@ -299,6 +299,12 @@ def decode(
     """RetinaFace decoding of candidates that passed the score threshold (docs/models.md), then
     min-face filter and NMS. ``pri`` (K, 4) priors, ``loc`` (K, 4), ``lmk`` (K, 10), ``scores`` (K,);
     ``h``, ``w``: the model input size; ``to_frame`` = (x0, y0, scale): frame = x0 + (p + .5) * scale - .5."""
+    boxes, pts = _from_priors(pri, loc, lmk, h, w)
+    return _to_detections(boxes, pts, scores, to_frame, cfg)
+
+
+def _from_priors(pri: np.ndarray, loc: np.ndarray, lmk: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes (K, 4) and landmarks (K, 5, 2) in model-input pixels from the priors and their offsets."""
     pri = np.asarray(pri, dtype=np.float64)
     d = np.asarray(loc, dtype=np.float64)
     v0, v1 = _VARIANCE
@@ -307,7 +313,7 @@ def decode(
     size = pri[:, 2:] * np.exp(d[:, 2:] * v1) * wh_scale
     boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1)
     pts = (pri[:, None, :2] + np.asarray(lmk, dtype=np.float64).reshape(-1, 5, 2) * v0 * pri[:, None, 2:]) * wh_scale
-    return _to_detections(boxes, pts, scores, to_frame, cfg)
+    return boxes, pts
 
 
 def decode_images(
@@ -326,14 +332,7 @@ def decode_images(
     says whose each candidate row is, ``to_frames`` (n, 3) each image's ``(x0, y0, scale)``. Every
     row goes through the same arithmetic as in :func:`decode` (the same detections, to the bit), in
     one pass of array calls instead of one pass per image; the NMS stays per image."""
-    pri = np.asarray(pri, dtype=np.float64)
-    d = np.asarray(loc, dtype=np.float64)
-    v0, v1 = _VARIANCE
-    wh_scale = np.array([w, h], dtype=np.float64)
-    centre = (pri[:, :2] + d[:, :2] * v0 * pri[:, 2:]) * wh_scale
-    size = pri[:, 2:] * np.exp(d[:, 2:] * v1) * wh_scale
-    boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1)
-    pts = (pri[:, None, :2] + np.asarray(lmk, dtype=np.float64).reshape(-1, 5, 2) * v0 * pri[:, None, 2:]) * wh_scale
+    boxes, pts = _from_priors(pri, loc, lmk, h, w)
     tf = np.asarray(to_frames, dtype=np.float64).reshape(-1, 3)[image]
     scale = tf[:, 2:3]
     offset = tf[:, :2] + 0.5 * scale - 0.5
