@@ -348,14 +348,7 @@ def decode_images(
     order = np.argsort(image, kind="stable")
     cuts = np.flatnonzero(np.diff(image[order])) + 1
     for rows in np.split(order, cuts):
-        b, p, c = boxes[rows], pts[rows], sc[rows]
-        if c.size > MAX_CANDIDATES:  # a broken or untrained model can pass every anchor: bound the work
-            top = np.argpartition(-c, MAX_CANDIDATES)[:MAX_CANDIDATES]
-            b, p, c = b[top], p[top], c[top]
-        keep = nms(b, c, cfg.nms_iou)[:MAX_FACES_PER_IMAGE]
-        out[int(image[rows[0]])] = [
-            Detection(box=b[k].astype(np.float32), landmarks=p[k].astype(np.float32), score=float(c[k])) for k in keep
-        ]
+        out[int(image[rows[0]])] = _kept(boxes[rows], pts[rows], sc[rows], cfg)
     return out
 
 
@@ -377,7 +370,12 @@ def _to_detections(
     ok = side >= cfg.min_face
     if not ok.any():
         return []
-    boxes, pts, sc = boxes[ok], pts[ok], sc[ok]
+    return _kept(boxes[ok], pts[ok], sc[ok], cfg)
+
+
+def _kept(boxes: np.ndarray, pts: np.ndarray, sc: np.ndarray, cfg: DetectParams) -> list[Detection]:
+    """One image's candidates in frame pixels (past the size filter) -> its Detections, best first:
+    at most MAX_CANDIDATES into NMS, MAX_FACES_PER_IMAGE out."""
     if sc.size > MAX_CANDIDATES:  # a broken or untrained model can pass every anchor: bound the work
         top = np.argpartition(-sc, MAX_CANDIDATES)[:MAX_CANDIDATES]
         boxes, pts, sc = boxes[top], pts[top], sc[top]
