@@ -285,7 +285,7 @@ class FaceDetector:
     def _region_decoder(self, part: np.ndarray, size: int) -> Any:
         def decode_part(outs: list[np.ndarray]) -> list[list[Detection]]:
             n = part.shape[0]
-            together = self._decode_images(outs, n, size, np.column_stack([part[:, 0], part[:, 1], part[:, 2] / size]))
+            together = self._decode_images(outs, part, size)
             if together is not None:
                 return together
             hits = self._candidates(outs, n)
@@ -342,10 +342,10 @@ class FaceDetector:
     def _decode_image(self, outs: list[np.ndarray], h: int, w: int, to_frame: tuple[float, float, float]) -> list[Detection]:
         raise NotImplementedError
 
-    def _decode_images(self, outs: list[np.ndarray], n: int, size: int, to_frames: np.ndarray) -> list[list[Detection]] | None:
-        """The detections of all ``n`` images of a batch of ``size`` regions (``to_frames`` (n, 3):
-        each one's ``(x0, y0, scale)``) decoded in one pass, or None where the family decodes image
-        by image (:meth:`_decode_image`)."""
+    def _decode_images(self, outs: list[np.ndarray], part: np.ndarray, size: int) -> list[list[Detection]] | None:
+        """The detections of every region of ``part`` (R, 3) ``[x0, y0, side]``, one image of
+        ``size`` each, decoded in one pass, or None where the family decodes image by image
+        (:meth:`_decode_image`)."""
         return None
 
     def _candidates(self, outs: list[np.ndarray], n: int) -> np.ndarray | None:
@@ -409,8 +409,9 @@ class RetinaFaceDetector(FaceDetector):
         pri = self._anchors(c, h, w)
         return decode(pri, c[:, 1:5], c[:, 5:15], c[:, 0], h, w, to_frame, self.cfg)
 
-    def _decode_images(self, outs, n, size, to_frames):
+    def _decode_images(self, outs, part, size):
         (cand,) = outs
+        n = part.shape[0]
         if cand.ndim != 3 or cand.shape[0] != n:
             return None
         img, row = np.nonzero(cand[:, :, 0] >= self.cfg.score)
@@ -421,8 +422,10 @@ class RetinaFaceDetector(FaceDetector):
         pri = self._anchors(c, size, size)
         if img[0] == img[-1]:  # one image with candidates (a face's region): its own pass is the cheaper
             i = int(img[0])
-            out[i] = decode(pri, c[:, 1:5], c[:, 5:15], c[:, 0], size, size, tuple(to_frames[i].tolist()), self.cfg)
+            to_frame = (float(part[i, 0]), float(part[i, 1]), float(part[i, 2] / size))
+            out[i] = decode(pri, c[:, 1:5], c[:, 5:15], c[:, 0], size, size, to_frame, self.cfg)
             return out
+        to_frames = np.column_stack([part[:, 0], part[:, 1], part[:, 2] / size])
         return decode_images(pri, c[:, 1:5], c[:, 5:15], c[:, 0], img, n, size, size, to_frames, self.cfg)
 
     def _anchors(self, c: np.ndarray, h: int, w: int) -> np.ndarray:
