@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  GIL wait {st['ms']:.0f} ms at {st['at_s']:.2f} s: {load}", flush=True)
             if args.phases:
                 run["phases"] = [
-                    ln for ln in got["log"].splitlines() if "load phase" in ln or "start-up:" in ln or "switch" in ln
+                    ln for ln in got["log"].splitlines() if "load phase" in ln or "start-up:" in ln or "switch" in ln or "ahead" in ln
                 ]
             runs[name].append(run)
             brief = (
