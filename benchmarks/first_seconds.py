@@ -23,7 +23,8 @@ keeps each stream's run summary; per stream:
 
 ``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
 temporary worktree), alternated run by run with this tree (the same machine load); ``--also-env
-KEY=VALUE`` (repeatable): this tree again with that environment variable set, alternated too. The table gives
+KEY=VALUE`` (repeatable; several space-separated pairs set together): this tree again with those
+environment variables set, alternated too. The table gives
 the median of the runs per tree; ``--json`` has every run, with each stream's longest pauses
 between two frames out (``gaps``: when, how long). ``--evict``: every start cold (the GPU's library
 files dropped from the page cache first: a fresh machine's disk). ``--phases``: the child runs
@@ -186,6 +187,17 @@ def _one(
     }  # fmt: skip
 
 
+def env_pairs(text: str) -> dict[str, str]:
+    """``--also-env``'s value as variables: ``K=V`` pairs separated by spaces (a value may hold commas)."""
+    out = {}
+    for pair in text.split():
+        key, eq, value = pair.partition("=")
+        if not key or not eq:
+            raise SystemExit(f"--also-env: expected KEY=VALUE pairs, got {pair!r}")
+        out[key] = value
+    return out
+
+
 def _evict() -> float:
     """The GPU start's files (PyTorch's, CuPy's and the NVIDIA wheels' libraries and .pyc) dropped
     from the page cache (:func:`benchmarks.cold_import.evict`): the next start reads them from disk
@@ -247,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--stalls", action="store_true", help="a thread keeps each wait over 25 ms for the GIL, and where the others stood"
     )
-    ap.add_argument("--also-env", action="append", default=[], help="KEY=VALUE: this tree again with it set, alternated")
+    ap.add_argument("--also-env", action="append", default=[], help="KEY=VALUE (or several, space-separated): this tree again with them set, alternated")
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
@@ -283,9 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     trees: dict[str, tuple[Path, dict[str, str]]] = {"this": (here, {})}
     if args.baseline:
         trees[args.baseline] = (_worktree(args.baseline), {})
-    for pair in args.also_env:
-        key, _, value = pair.partition("=")
-        trees[f"this {pair}"] = (here, {key: value})
+    for pairs in args.also_env:  # "K=V" or "K1=V1 K2=V2": one more tree, its variables set together
+        trees[f"this {pairs}"] = (here, env_pairs(pairs))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for i in range(args.runs):
         for name, (tree, extra_env) in trees.items():

@@ -20,3 +20,15 @@ def test_a_short_cpu_start_is_measured_with_its_stalls_and_collections(tmp_path,
     for c in run["gc"]:
         assert c["generation"] in (0, 1, 2) and c["ms"] >= 0 and c["thread"]
     assert "first seconds" in capsys.readouterr().out
+
+
+def test_also_env_takes_one_pair_or_several_set_together():
+    assert first_seconds.env_pairs("VCAM_EAGER_FIRST=all") == {"VCAM_EAGER_FIRST": "all"}
+    got = first_seconds.env_pairs("VCAM_GPU_AHEAD=start  VCAM_BACKGROUND_PACE=2,1 EMPTY=")
+    assert got == {"VCAM_GPU_AHEAD": "start", "VCAM_BACKGROUND_PACE": "2,1", "EMPTY": ""}
+    try:
+        first_seconds.env_pairs("VCAM_GPU_AHEAD")
+    except SystemExit as exc:
+        assert "KEY=VALUE" in str(exc)
+    else:
+        raise AssertionError("a pair without '=' was taken")
