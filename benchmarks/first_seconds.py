@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  GIL wait {st['ms']:.0f} ms at {st['at_s']:.2f} s: {load}", flush=True)
             if args.phases:
                 run["phases"] = [
-                    ln for ln in got["log"].splitlines() if "load phase" in ln or "start-up:" in ln or "switch" in ln or "ahead" in ln
+                    ln for ln in got["log"].splitlines() if any(w in ln for w in ("load phase", "start-up:", "switch", "ahead", "in the background"))
                 ]
             runs[name].append(run)
             brief = (

@@ -36,6 +36,9 @@ def test_queue_captures_in_order_and_survives_a_failure(caplog):
     assert seen == [(2, "a"), (8, "a"), (16, "b")]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "batch 4" in warned[0] and "boom" in warned[0]
+    each = [r.getMessage() for r in caplog.records if "captured in the background," in r.getMessage()]
+    assert [m.split(": batch ")[1].split(" ")[0] for m in each] == ["2", "8", "16"]  # one line a size, with when
+    assert all(" ms from " in m and " s after the start" in m for m in each)
     q.put([32], "c")  # a new thread after the first ended
     assert q.wait(10) and seen[-1] == (32, "c")
 

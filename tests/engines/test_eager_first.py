@@ -81,12 +81,14 @@ def test_the_first_calls_run_eagerly_and_the_captures_wait_for_the_first_frame(t
         assert events == [] and not e._graphs  # nothing captured at start-up
         for i in range(2):
             f = _feeds(1, i)
-            np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-5)
+            # FP32 on the CPU: two engines' convolutions may sum in another order (1.9e-5 seen once in
+            # about ten runs); a wrong path would be off by tenths.
+            np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-4, atol=1e-4)
         assert events == [("eager", 1), ("eager", 1)]
         first_frame()
         assert e.wait_graphs(120)
         f = _feeds(1, 7)
-        np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-4, atol=1e-4)
     assert events == [("eager", 1), ("eager", 1), ("capture", 1), ("capture", 2), ("capture", 3), ("capture", 4), ("replay", 1)]
     lines = [r.getMessage() for r in caplog.records]
     assert not any("captured at start-up" in ln for ln in lines)

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - exercised where torch is absent
     _torch = None  # type: ignore[assignment]
 
 from vcam.engines.gate import BACKGROUND
+from vcam.platform import process
 
 log = logging.getLogger("vcam.engines.torch")
 
@@ -146,6 +147,9 @@ class CaptureQueue:
                 with self._lock:
                     if not self._todo or self._closing.is_set():
                         self._todo.clear()
+                        if done:  # said before the queue reads as idle: a waiter returns after this line
+                            what = "%s: batch %s captured in the background in %.2f s"
+                            log.info(what, self.name, ",".join(map(str, done)), time.perf_counter() - t0)
                         self._thread = None
                         break
                     sizes, items = self._todo.pop(0)
@@ -158,16 +162,22 @@ class CaptureQueue:
                                 break
                             if not done:
                                 t0 = time.perf_counter()  # from the first capture on, not from the wait
+                            began = time.perf_counter()
                             self._capture(b, items)
                         done.append(b)
+                        # One line each, with when: a pause of the camera can be laid beside it
+                        # (benchmarks.first_seconds --phases keeps these lines).
+                        log.info(
+                            "%s: batch %d captured in the background, %.0f ms from %.2f s after the start",
+                            self.name,
+                            b,
+                            (time.perf_counter() - began) * 1e3,
+                            process.age() - (time.perf_counter() - began),
+                        )
                     except Exception as exc:  # never take the daemon down: captured on first use instead
                         log.warning(
                             "%s: capturing batch %d in the background failed (%s: %s)", self.name, b, type(exc).__name__, exc
                         )
-        if done:
-            log.info(
-                "%s: batch %s captured in the background in %.2f s", self.name, ",".join(map(str, done)), time.perf_counter() - t0
-            )
 
     @property
     def running(self) -> bool:
