@@ -75,19 +75,14 @@ class _Captured:
 
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
-#: "0": no eager_first (the start-up captures the first size); "all": the small networks too (the
-#: detector's first graphs, 0.45 s of a GPU start on the H200, left to the background captures: an
-#: experiment of issue 39, off until measured).
-EAGER_FIRST_ENV = "VCAM_EAGER_FIRST"
+EAGER_FIRST_ENV = "VCAM_EAGER_FIRST"  # "0": no eager_first (the start-up captures the first size)
 
 
 def _eager_first(asked: bool | None, autotune: bool, background_capture: bool) -> bool:
     """``TorchEngine(eager_first=)`` resolved: None is on where cuDNN autotunes unless
-    ``$VCAM_EAGER_FIRST=0``, everywhere with ``$VCAM_EAGER_FIRST=all``; never without background
-    captures."""
+    ``$VCAM_EAGER_FIRST=0``; never without background captures."""
     if asked is None:
-        env = os.environ.get(EAGER_FIRST_ENV, "")
-        asked = env == "all" or (autotune and env != "0")
+        asked = autotune and os.environ.get(EAGER_FIRST_ENV, "") != "0"
     return bool(asked) and background_capture
 
 
