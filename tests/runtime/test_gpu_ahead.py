@@ -103,28 +103,6 @@ def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(
     assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"  # what PyTorch sets before CUDA starts
 
 
-def test_begin_runs_the_load_then_the_gpu_imports_in_a_thread_only_when_asked(tmp_path, monkeypatch):
-    site = _site(tmp_path)
-    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
-    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
-    done: list[str] = []
-    monkeypatch.setattr(gpu_ahead, "load", lambda device: done.append(f"load {device}") or gpu_ahead.Loaded())
-    module = tmp_path / "mods"
-    module.mkdir()
-    (module / "ahead_one.py").write_text("import sys\nsys.modules[__name__].stamp = 1\n")
-    monkeypatch.syspath_prepend(str(module))
-    monkeypatch.delenv(gpu_ahead.AHEAD_ENV, raising=False)
-    assert gpu_ahead.begin("cuda", ("ahead_one",)) is None and done == []  # not asked: the load does it all
-    monkeypatch.setenv(gpu_ahead.AHEAD_ENV, "start")
-    assert gpu_ahead.begin("cpu", ("ahead_one",)) is None and done == []  # a CPU start: nothing of the GPU's
-    thread = gpu_ahead.begin("cuda", ("ahead_one", "no_such_module_here", "json"))
-    assert thread is not None and not thread.daemon
-    thread.join(10)
-    assert done == ["load cuda"]
-    assert sys.modules["ahead_one"].stamp == 1  # imported in that thread, in order, up to a failure
-    monkeypatch.delitem(sys.modules, "ahead_one")
-
-
 #: A fresh process's GPU start (PyTorch imported, CUDA's context, a first cuDNN convolution, as a
 #: GPU load begins) while a thread asks for the GIL every 2 ms: the longest it waited, in seconds.
 GPU_START = textwrap.dedent(

@@ -15,17 +15,13 @@ CLI, the model file) behind it, and the GPU took over at 12.8 s against 7.2 s wi
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import os
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from vcam.platform import native
-from vcam.platform import process
 
 log = logging.getLogger(__name__)
 
@@ -113,58 +109,4 @@ def load(device: str | None = None, *, index: int = 0) -> Loaded:
     return Loaded(tuple(loaded), tuple(failed), context)
 
 
-#: ``start``: :func:`begin` from the command's start (an experiment of issue 39, off until measured:
-#: ``first_seconds --also-env VCAM_GPU_AHEAD=start``); else the load does it all in its own thread.
-AHEAD_ENV = "VCAM_GPU_AHEAD"
-
-#: What :func:`begin` imports after the native load: the GPU path's two large imports (1.3-1.5 s of
-#: Python on the H200's host), both leaves of vcam's import graph (neither imports vcam), so a thread
-#: importing them beside the command's own imports cannot deadlock with it.
-GPU_MODULES = ("cupy", "torch")
-
-
-def begin(device: str | None, modules: tuple[str, ...] = GPU_MODULES) -> threading.Thread | None:
-    """:func:`load`, then ``modules`` imported, in a thread begun now (call it from the command's
-    start, once the device asked is known), when :envvar:`VCAM_GPU_AHEAD` is ``start`` and
-    :func:`wanted`; else nothing (None). The load's own :func:`load` and imports that follow find
-    the work done or wait for it: a library being loaded by this thread is waited for inside
-    ``dlopen``, without the GIL; a module being imported, on its import lock. Not a daemon thread,
-    as :func:`vcam.runtime.startup.import_ahead`: a command that ends at once waits for it rather
-    than kill it inside an import. Failures are left to the load, which meets them again."""
-    if os.environ.get(AHEAD_ENV) != "start" or wanted(device) is None:
-        return None
-    thread = threading.Thread(target=_ahead, args=(device, modules), name="vcam-gpu-ahead")
-    thread.start()
-    return thread
-
-
-def _ahead(device: str | None, modules: tuple[str, ...]) -> None:
-    t0 = time.perf_counter()
-    loaded = load(device)
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # the load imports it again and reports
-            log.debug("importing %s ahead failed: %s", name, exc)
-            return
-    log.info(
-        "GPU start begun ahead: %s, %s imported in %.2f s (%.2f s after the start)",
-        loaded.describe(),
-        " and ".join(modules),
-        time.perf_counter() - t0,
-        process.age(),
-    )
-
-
-__all__ = [
-    "AHEAD_ENV",
-    "CUDNN_PARTS",
-    "GPU_MODULES",
-    "TORCH_LIBRARIES",
-    "Loaded",
-    "begin",
-    "cudnn_libraries",
-    "load",
-    "torch_libraries",
-    "wanted",
-]
+__all__ = ["CUDNN_PARTS", "TORCH_LIBRARIES", "Loaded", "cudnn_libraries", "load", "torch_libraries", "wanted"]
