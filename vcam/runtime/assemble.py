@@ -92,11 +92,13 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
     return device, why, out
 
 
-#: ``"1"``: the pipeline's warm-up also calls the swap network once (:meth:`NeuralSwapper.warm
+#: The pipeline's warm-up also calls the swap network once (:meth:`NeuralSwapper.warm
 #: <vcam.stages.swap_neural.NeuralSwapper.warm>`), so the first frame through the pipeline does not
-#: pay its kernels' first use. An experiment for issue 39: on the H200 the first pipeline frame took
-#: 300-440 ms (the camera's one pause left), which this moves into the load (early frames go on)
-#: at the cost of a later takeover; off until measured (`first_seconds --also-env VCAM_WARM_SWAP=1`).
+#: pay its kernels' first use; ``"0"`` leaves it to that frame. Issue 39: that first frame was the
+#: camera's one long pause left at the takeover (300-440 ms on the H200, 445-491 ms on the H100). On
+#: the H100 (warm, one stream, 2 runs alternated) the warm-up grew by 0.3 s and the takeover's pause
+#: went: longest pause 167-177 ms against 445-491 ms, 91-97 % of the frames published in the first
+#: 10 s against 82-95 %.
 WARM_SWAP_ENV = "VCAM_WARM_SWAP"
 
 
@@ -270,7 +272,7 @@ class Assembly:
         self.detector.warmup(height, width)
         if self.upscaler is not None:
             self.upscaler.warmup(width, height)
-        warm = getattr(self.swapper, "warm", None) if os.environ.get(WARM_SWAP_ENV) == "1" else None
+        warm = getattr(self.swapper, "warm", None) if os.environ.get(WARM_SWAP_ENV) != "0" else None
         if callable(warm):
             warm()
         self.ops.synchronize()
