@@ -23,11 +23,11 @@ def test_a_short_cpu_start_is_measured_with_its_stalls_and_collections(tmp_path,
 
 
 def test_also_env_takes_one_pair_or_several_set_together():
-    assert first_seconds.env_pairs("VCAM_EAGER_FIRST=all") == {"VCAM_EAGER_FIRST": "all"}
-    got = first_seconds.env_pairs("VCAM_GPU_AHEAD=start  VCAM_BACKGROUND_PACE=2,1 EMPTY=")
-    assert got == {"VCAM_GPU_AHEAD": "start", "VCAM_BACKGROUND_PACE": "2,1", "EMPTY": ""}
+    assert first_seconds.env_pairs("VCAM_WARM_SWAP=0") == {"VCAM_WARM_SWAP": "0"}
+    got = first_seconds.env_pairs("VCAM_TUNE_BACKGROUND=1  VCAM_BACKGROUND_PACE=2,1 EMPTY=")
+    assert got == {"VCAM_TUNE_BACKGROUND": "1", "VCAM_BACKGROUND_PACE": "2,1", "EMPTY": ""}
     try:
-        first_seconds.env_pairs("VCAM_GPU_AHEAD")
+        first_seconds.env_pairs("VCAM_TUNE_BACKGROUND")
     except SystemExit as exc:
         assert "KEY=VALUE" in str(exc)
     else:
