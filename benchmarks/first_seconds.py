@@ -3,7 +3,7 @@ the start, within the budget, and when does the GPU swap?
 
     python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
         [--input demo|CLIP] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
-        [--baseline REF] [--also-env KEY=VALUE] [--evict] [--phases] [--stalls] [--json OUT]
+        [--baseline REF] [--also-env KEY=VALUE] [--prime] [--evict] [--phases] [--stalls] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --output null
 --duration ... --max-latency ...``, one stream or ``--streams N`` of the same input), with the
@@ -24,7 +24,9 @@ keeps each stream's run summary; per stream:
 ``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
 temporary worktree), alternated run by run with this tree (the same machine load); ``--also-env
 KEY=VALUE`` (repeatable; several space-separated pairs set together): this tree again with those
-environment variables set, alternated too. The table gives
+environment variables set, alternated too (in the reverse order every second run: ABBA). ``--prime``: one
+unmeasured 4 s start of each tree before the runs, so a fresh machine's first-start costs (bytecode
+written, files first read) fall on no tree. The table gives
 the median of the runs per tree; ``--json`` has every run, with each stream's longest pauses
 between two frames out (``gaps``: when, how long). ``--evict``: every start cold (the GPU's library
 files dropped from the page cache first: a fresh machine's disk). ``--phases``: the child runs
@@ -260,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         "--stalls", action="store_true", help="a thread keeps each wait over 25 ms for the GIL, and where the others stood"
     )
     ap.add_argument("--also-env", action="append", default=[], help="KEY=VALUE (or several, space-separated): this tree again with them set, alternated")
+    ap.add_argument(
+        "--prime", action="store_true", help="one unmeasured 4 s start of each tree first (a fresh machine's first-start costs)"
+    )
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
@@ -298,12 +303,20 @@ def main(argv: list[str] | None = None) -> int:
     for pairs in args.also_env:  # "K=V" or "K1=V1 K2=V2": one more tree, its variables set together
         trees[f"this {pairs}"] = (here, env_pairs(pairs))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-    for i in range(args.runs):
+    if args.prime:  # a fresh machine's first starts pay what no later one does: none of it on one tree
         for name, (tree, extra_env) in trees.items():
+            primed = list(cmd)
+            primed[primed.index("--duration") + 1] = "4s"
+            got = _one(tree, primed, timeout=300, extra_env=extra_env)
+            print(f"primed {name}: rc {got['rc']}", flush=True)
+    for i in range(args.runs):
+        order = list(trees.items())
+        for name, (tree, extra_env) in order if i % 2 == 0 else order[::-1]:  # ABBA: no tree always first
             left_mb = _evict() if args.evict else None
             got = _one(tree, cmd, timeout=args.duration + 300, stalls=args.stalls, extra_env=extra_env)
             rows = [measure(s, fps=args.fps, window=args.window, budget_ms=budget_ms) for s in got["streams"].values()]
             run = {
+                "seq": sum(map(len, runs.values())),  # the order the starts ran in
                 "rc": got["rc"],
                 "rows": rows,
                 "tail": got["tail"] if got["rc"] or not rows else "",

@@ -32,3 +32,14 @@ def test_also_env_takes_one_pair_or_several_set_together():
         assert "KEY=VALUE" in str(exc)
     else:
         raise AssertionError("a pair without '=' was taken")
+
+
+def test_trees_alternate_abba_after_an_unmeasured_start_of_each(tmp_path, capsys):
+    out = tmp_path / "fs.json"
+    args = ["--device", "cpu", "--model", "classic", "--duration", "2", "--window", "1", "--runs", "2", "--prime"]
+    first_seconds.main([*args, "--also-env", "VCAM_WARM_SWAP=0", "--json", str(out)])
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["seq"] for r in runs["this"]] == [0, 3] and [r["seq"] for r in runs["this VCAM_WARM_SWAP=0"]] == [1, 2]
+    assert all(r["rc"] == 0 for rs in runs.values() for r in rs)
+    printed = capsys.readouterr().out
+    assert "primed this: rc 0" in printed and "primed this VCAM_WARM_SWAP=0: rc 0" in printed
