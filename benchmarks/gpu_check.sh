@@ -361,13 +361,17 @@ for step in $steps; do
     issue39)
       # Issue 39's done-when rows in one call (about 9 min warm): the first seconds, this tree against
       # FIRST_BASELINE (the issue's d642ccd exported into .base and carried) and against this tree with
-      # the background captures on demand (VCAM_CAPTURE_ON_DEMAND=1, the experiment), one stream and four,
-      # ABBA after a primed start of each; ISSUE39_RUNS runs each (default 2), ISSUE39_FLAGS more flags
-      # (--evict for the fresh rows, --stalls). The phases and each background capture's line are kept.
+      # each of ISSUE39_ENVS set ('|'-separated, each "K=V [K=V]"; default the two experiments: the
+      # background captures on demand, the GPU's libraries loaded from the command's start), one stream
+      # and four, ABBA after a primed start of each; ISSUE39_RUNS runs each (default 2), ISSUE39_FLAGS
+      # more flags (--evict for the fresh rows, --stalls). The phases and each background capture's line are kept.
+      also=()
+      IFS='|' read -ra envs <<< "${ISSUE39_ENVS-VCAM_CAPTURE_ON_DEMAND=1|VCAM_GPU_AHEAD=native}"
+      for e in "${envs[@]}"; do [ -n "$e" ] && also+=(--also-env "$e"); done
       for n in ${FIRST_STREAMS:-1 4}; do
-        timeout ${FIRST_TIMEOUT:-270} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
+        timeout ${FIRST_TIMEOUT:-280} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
           --input "${FIRST_INPUT:-demo}" --streams $n --duration 20 --runs ${ISSUE39_RUNS:-2} --prime --phases \
-          ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} --also-env VCAM_CAPTURE_ON_DEMAND=1 ${ISSUE39_FLAGS:-} \
+          ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} "${also[@]}" ${ISSUE39_FLAGS:-} \
           --json "$OUT/issue39_$n${FIRST_TAG:-}.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/issue39_$n${FIRST_TAG:-}.txt" | tail -n 8 || rc=1
       done ;;
     firstseconds)
