@@ -411,9 +411,10 @@ class _Counting:
         return getattr(self.engine, name)
 
 
-def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_unless_told_not_to(models_dir, monkeypatch):
+def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_on_a_gpu_unless_told_not_to(models_dir, monkeypatch):
     """NeuralSwapper.warm: one call at batch 1 on the engine's own buffers (the kernels' first use in
-    the load, not the first frame); the assembly's warm-up makes it unless $VCAM_WARM_SWAP=0."""
+    the load, not the first frame); the assembly's warm-up makes it on a GPU unless $VCAM_WARM_SWAP=0,
+    on the CPU only with $VCAM_WARM_SWAP=1."""
     from vcam.runtime import assemble
 
     engine = _Counting(create_engine(models_dir / "inswapper_128.onnx", backend="onnxruntime"))
@@ -433,14 +434,22 @@ def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_unless_t
         detector = RetinaFaceDetector()
         warmup = assemble.Assembly.warmup
 
-    monkeypatch.setenv(assemble.WARM_SWAP_ENV, "0")
+    monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)
     stub = Stub()
     stub.swapper = swapper
     stub.warmup(64, 48)
-    assert engine.calls == 1
-    monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)  # the default
+    assert engine.calls == 1  # the default on the CPU: no call (a first call costs what any call does)
+    monkeypatch.setenv(assemble.WARM_SWAP_ENV, "1")
     stub._warm = set()
     stub.warmup(64, 48)
     assert engine.calls == 2
     stub.warmup(64, 48)  # once per frame size
     assert engine.calls == 2
+    monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)
+    stub.device, stub._warm = "cuda", set()  # the default on a GPU: the call (the ops are the CPU's here)
+    stub.warmup(64, 48)
+    assert engine.calls == 3
+    monkeypatch.setenv(assemble.WARM_SWAP_ENV, "0")
+    stub._warm = set()
+    stub.warmup(64, 48)
+    assert engine.calls == 3

@@ -92,9 +92,11 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
     return device, why, out
 
 
-#: The pipeline's warm-up also calls the swap network once (:meth:`NeuralSwapper.warm
+#: On a GPU the pipeline's warm-up also calls the swap network once (:meth:`NeuralSwapper.warm
 #: <vcam.stages.swap_neural.NeuralSwapper.warm>`), so the first frame through the pipeline does not
-#: pay its kernels' first use; ``"0"`` leaves it to that frame. Issue 39: that first frame was the
+#: pay its kernels' first use; ``"0"`` leaves it to that frame, ``"1"`` makes the call on the CPU too
+#: (where a first call costs about what any call does, so the call would only delay the takeover by
+#: one inference). Issue 39: that first frame was the
 #: camera's one long pause left at the takeover (300-440 ms on the H200, 445-491 ms on the H100). On
 #: the H100 (warm, one stream, 2 runs alternated) the warm-up grew by 0.3 s and the takeover's pause
 #: went: longest pause 167-177 ms against 445-491 ms, 91-97 % of the frames published in the first
@@ -272,7 +274,9 @@ class Assembly:
         self.detector.warmup(height, width)
         if self.upscaler is not None:
             self.upscaler.warmup(width, height)
-        warm = getattr(self.swapper, "warm", None) if os.environ.get(WARM_SWAP_ENV) != "0" else None
+        asked = os.environ.get(WARM_SWAP_ENV, "")
+        wanted = asked == "1" or (asked != "0" and self.device == "cuda")
+        warm = getattr(self.swapper, "warm", None) if wanted else None
         if callable(warm):
             warm()
         self.ops.synchronize()
