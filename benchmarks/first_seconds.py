@@ -261,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--stalls", action="store_true", help="a thread keeps each wait over 25 ms for the GIL, and where the others stood"
     )
-    ap.add_argument("--also-env", action="append", default=[], help="KEY=VALUE (or several, space-separated): this tree again with them set, alternated")
+    ap.add_argument(
+        "--also-env",
+        action="append",
+        default=[],
+        help="KEY=VALUE (or several, space-separated): this tree again with them set, alternated",
+    )
     ap.add_argument(
         "--prime", action="store_true", help="one unmeasured 4 s start of each tree first (a fresh machine's first-start costs)"
     )
@@ -331,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  GIL wait {st['ms']:.0f} ms at {st['at_s']:.2f} s: {load}", flush=True)
             if args.phases:
                 run["phases"] = [
-                    ln for ln in got["log"].splitlines() if any(w in ln for w in ("load phase", "start-up:", "switch", "ahead", "in the background"))
+                    ln
+                    for ln in got["log"].splitlines()
+                    if any(w in ln for w in ("load phase", "start-up:", "switch", "ahead", "in the background"))
                 ]
             runs[name].append(run)
             brief = (

@@ -142,7 +142,7 @@ def test_on_demand_only_the_sizes_called_are_captured(tiny, monkeypatch):
     monkeypatch.setenv(ON_DEMAND_ENV, "1")
     ref = TorchEngine(tiny, device="cuda", max_batch=8, cuda_graphs=False)
     e = TorchEngine(tiny, device="cuda", max_batch=8, eager_first=True)
-    assert e.on_demand
+    assert e._later.on_demand
     for n in (1, 3):
         np.testing.assert_allclose(e.run(feeds(n))[0], ref.run(feeds(n))[0], rtol=1e-3, atol=1e-3)
         assert e.wait_graphs(120)

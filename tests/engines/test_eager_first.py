@@ -131,9 +131,9 @@ def test_on_demand_the_background_captures_only_the_sizes_the_calls_use(tiny, mo
     monkeypatch.setattr(threads, "BACKGROUND", gate)
     monkeypatch.setenv(ON_DEMAND_ENV, "1")
     ref = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, background_capture=False)
-    assert not ref.on_demand  # nothing in the background, nothing on demand
+    assert not ref._later.on_demand  # nothing in the background, nothing on demand
     e = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=True)
-    assert e.on_demand
+    assert e._later.on_demand
     events: list[tuple[str, int]] = []
     _graph_path(e, events, monkeypatch)
     first_frame = gate.hold()

@@ -84,6 +84,11 @@ EAGER_FIRST_ENV = "VCAM_EAGER_FIRST"  # "0": no eager_first (the start-up captur
 ON_DEMAND_ENV = "VCAM_CAPTURE_ON_DEMAND"
 
 
+def _on_demand(background_capture: bool) -> bool:
+    """Whether the background captures wait for a size's first call (:data:`ON_DEMAND_ENV`)."""
+    return background_capture and os.environ.get(ON_DEMAND_ENV) == "1"
+
+
 def _eager_first(asked: bool | None, autotune: bool, background_capture: bool) -> bool:
     """``TorchEngine(eager_first=)`` resolved: None is on where cuDNN autotunes unless
     ``$VCAM_EAGER_FIRST=0``; never without background captures."""
@@ -248,9 +253,7 @@ class TorchEngine:
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         self.background_capture = bool(background_capture)
         self.eager_first = _eager_first(eager_first, self.autotune, self.background_capture)
-        self.on_demand = self.background_capture and os.environ.get(ON_DEMAND_ENV) == "1"
-        self._asked: set[tuple] = set()  # graph keys queued for the background captures
-        self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
+        self._later = CaptureQueue(self._captured_for, self._dev, self.name, on_demand=_on_demand(self.background_capture))
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()
@@ -379,12 +382,8 @@ class TorchEngine:
             later = self.background_capture if background is None else background
             now = [] if later and self.eager_first else sizes[:1] if later else sizes
             _capture_now(self._captured_for, now, items, self.name)
-            rest = sizes[len(now) :]
-            if later and self.on_demand:  # eager_first's first size (the first frames use it); others when used
-                rest = rest[:1] if not now else []
-            if later and rest:
-                self._asked.update(self._graph_key(b, items) for b in rest)
-                self._later.put(rest, items)
+            if later:
+                _queue_later(self, sizes[len(now) :], items, captured_now=bool(now))
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(compile_sizes, items)
 
@@ -642,14 +641,24 @@ def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | Non
     while ``eager_first`` leaves it to the background captures still under way; with ``on_demand``
     a missing size is queued for them at its first call (None until captured; captured here if the
     queue has stopped without it)."""
-    key = engine._graph_key(b, items)
+    key, later = engine._graph_key(b, items), engine._later
     if key not in engine._graphs:
-        if engine.on_demand and key not in engine._asked:
-            engine._asked.add(key)
-            engine._later.put([b], items)
-        if (engine.eager_first or engine.on_demand) and engine._later.running:
+        if later.on_demand:
+            later.ask(key, b, items)
+        if (engine.eager_first or later.on_demand) and later.running:
             return None
     return engine._captured_for(b, items)
+
+
+def _queue_later(engine: TorchEngine, sizes: list[int], items: Items, *, captured_now: bool) -> None:
+    """The sizes the start-up left to the background captures, queued: all of them, or on demand
+    only eager_first's first (the first frames use it; another at its first call: :func:`_graph_or_none`)."""
+    later = engine._later
+    if not later.on_demand:
+        if sizes:
+            later.put(sizes, items)
+    elif sizes and not captured_now:
+        later.ask(engine._graph_key(sizes[0], items), sizes[0], items)
 
 
 def _replay_or_eager(engine: TorchEngine, static: list[Any], b: int, items: Items) -> list[Any]:

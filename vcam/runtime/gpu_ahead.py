@@ -135,7 +135,22 @@ def begin(device: str | None) -> threading.Thread | None:
 def _ahead(device: str | None) -> None:
     t0 = time.perf_counter()
     loaded = load(device)
-    log.info("GPU libraries loaded ahead: %s in %.2f s (%.2f s after the start)", loaded.describe(), time.perf_counter() - t0, process.age())
+    log.info(
+        "GPU libraries loaded ahead: %s in %.2f s (%.2f s after the start)",
+        loaded.describe(),
+        time.perf_counter() - t0,
+        process.age(),
+    )
 
 
-__all__ = ["AHEAD_ENV", "CUDNN_PARTS", "TORCH_LIBRARIES", "Loaded", "begin", "cudnn_libraries", "load", "torch_libraries", "wanted"]
+__all__ = [
+    "AHEAD_ENV",
+    "CUDNN_PARTS",
+    "TORCH_LIBRARIES",
+    "Loaded",
+    "begin",
+    "cudnn_libraries",
+    "load",
+    "torch_libraries",
+    "wanted",
+]
