@@ -176,13 +176,9 @@ class CaptureQueue:
                         done.append(b)
                         # One line each, with when: a pause of the camera can be laid beside it
                         # (benchmarks.first_seconds --phases keeps these lines).
-                        log.info(
-                            "%s: batch %d captured in the background, %.0f ms from %.2f s after the start",
-                            self.name,
-                            b,
-                            (time.perf_counter() - began) * 1e3,
-                            process.age() - (time.perf_counter() - began),
-                        )
+                        took = time.perf_counter() - began
+                        what = "%s: batch %d captured in the background, %.0f ms from %.2f s after the start"
+                        log.info(what, self.name, b, took * 1e3, process.age() - took)
                     except Exception as exc:  # never take the daemon down: captured on first use instead
                         log.warning(
                             "%s: capturing batch %d in the background failed (%s: %s)", self.name, b, type(exc).__name__, exc

@@ -641,12 +641,14 @@ def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | Non
     while ``eager_first`` leaves it to the background captures still under way; with ``on_demand``
     a missing size is queued for them at its first call (None until captured; captured here if the
     queue has stopped without it)."""
-    key, later = engine._graph_key(b, items), engine._later
-    if key not in engine._graphs:
-        if later.on_demand:
-            later.ask(key, b, items)
-        if (engine.eager_first or later.on_demand) and later.running:
-            return None
+    later = engine._later
+    if engine.eager_first or later.on_demand:
+        key = engine._graph_key(b, items)
+        if key not in engine._graphs:
+            if later.on_demand:
+                later.ask(key, b, items)
+            if later.running:
+                return None
     return engine._captured_for(b, items)
 
 

@@ -96,11 +96,10 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
 #: <vcam.stages.swap_neural.NeuralSwapper.warm>`), so the first frame through the pipeline does not
 #: pay its kernels' first use; ``"0"`` leaves it to that frame, ``"1"`` makes the call on the CPU too
 #: (where a first call costs about what any call does, so the call would only delay the takeover by
-#: one inference). Issue 39: that first frame was the
-#: camera's one long pause left at the takeover (300-440 ms on the H200, 445-491 ms on the H100). On
-#: the H100 (warm, one stream, 2 runs alternated) the warm-up grew by 0.3 s and the takeover's pause
-#: went: longest pause 167-177 ms against 445-491 ms, 91-97 % of the frames published in the first
-#: 10 s against 82-95 %.
+#: one inference). Issue 39: that first frame was the camera's one long pause left at the takeover
+#: (300-440 ms on the H200, 445-491 ms on the H100). On the H100 (warm, one stream, 2 runs
+#: alternated) the warm-up grew by 0.3 s and the takeover's pause went: longest pause 167-177 ms
+#: against 445-491 ms, 91-97 % of the frames published in the first 10 s against 82-95 %.
 WARM_SWAP_ENV = "VCAM_WARM_SWAP"
 
 
