@@ -21,7 +21,7 @@ Two things come out per frame:
   own cost per launch is not in it (count the launches).
 
     python -m benchmarks.launch_trace [--faces 1] [--size 1080p] [--frames 60] [--tracker real|fixed]
-        [--no-band] [--json OUT.json]
+        [--no-band] [--records] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -226,8 +226,21 @@ class TraceOps:
         self.transfers = Transfers()
         self.stream = "compute"
 
+        #: The parameter record launches read their structs from now (see vcam.kernels.records).
+        self.params: Any = None
+
     def activate(self) -> contextlib.nullcontext:
         return contextlib.nullcontext()
+
+    def param_record(self) -> Any:
+        from vcam.kernels.records import RECORD_BYTES, ParamRecord
+
+        return ParamRecord(np.zeros(RECORD_BYTES, np.uint8), np.zeros(RECORD_BYTES, np.uint8))
+
+    def put_params(self, device: np.ndarray, host: np.ndarray) -> None:
+        with self.log.device_work():
+            np.copyto(device, host)
+        self.log.add("h2d", "params", self.stream, (_address(device), host.nbytes))
 
     @contextlib.contextmanager
     def _on(self, name: str) -> Iterator[str]:
@@ -375,14 +388,20 @@ class Rig:
 
 
 def build_rig(
-    faces: int = 1, size: tuple[int, int] = (1920, 1080), tracker: str = "real", band: bool = True, streams: int = 1
+    faces: int = 1,
+    size: tuple[int, int] = (1920, 1080),
+    tracker: str = "real",
+    band: bool = True,
+    streams: int = 1,
+    records: bool = False,
 ) -> Rig:
     """The pipeline ``vcam run`` builds on CUDA (RetinaFace on the trace, the inswapper's inputs and
     outputs on a :class:`StaticEngine`, box and face masks, NV12 in, I420 out, predicted frames in
     bands) over a still of ``faces`` real portraits; ``tracker``: ``real`` (the tracker ``vcam run``
     uses, its detector's answers the CPU engine's) or ``fixed`` (the bench's: the same tracks, one
     region call per face). ``streams``: that many pipelines of one daemon (each its own tracker and
-    buffers, the models shared), run round by round as :mod:`vcam.runtime.rounds` does."""
+    buffers, the models shared), run round by round as :mod:`vcam.runtime.rounds` does. ``records``:
+    the warps', masks' and paste-back's structs from parameter records (:mod:`vcam.kernels.records`)."""
     from vcam.kernels import paste as blend
     from vcam.kernels.convert import from_bgr_ref
     from vcam.ops.numpy import NumpyOps
@@ -417,7 +436,13 @@ def build_rig(
     mask = ops.asarray(blend.box_mask(crop, 0.3))
     emap = np.eye(512, dtype=np.float32)
     swapper = NeuralSwapper(
-        "inswapper_128", TraceEngine(swap_engine, log, ops, "swapper"), ops=ops, mask=mask, max_faces=8, emap=emap
+        "inswapper_128",
+        TraceEngine(swap_engine, log, ops, "swapper"),
+        ops=ops,
+        mask=mask,
+        max_faces=8,
+        emap=emap,
+        param_records=records,
     )
     masker = create_masker(("box", "face"), swapper.crop_size, ops=ops, max_faces=8)
     landmarks: list[np.ndarray] = []
@@ -429,7 +454,15 @@ def build_rig(
     for _ in range(max(1, int(streams))):
         trk: Any = FixedTracker(det, landmarks) if tracker == "fixed" else Tracker(det, TrackParams(), max_faces=8)
         pipe = Pipeline(
-            ops=ops, tracker=trk, swapper=swapper, masker=masker, out_fmt=PixelFormat.I420, predict=True, band=band, max_faces=8
+            ops=ops,
+            tracker=trk,
+            swapper=swapper,
+            masker=masker,
+            out_fmt=PixelFormat.I420,
+            predict=True,
+            band=band,
+            max_faces=8,
+            param_records=records,
         )
         pipe.configure(width, height, PixelFormat.NV12)
         for img in pipe._bgr:  # what the conversion kernels (recorded, not run) would have written
@@ -562,10 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--tracker", choices=("real", "fixed"), default="real")
     ap.add_argument("--no-band", action="store_true")
+    ap.add_argument("--records", action="store_true", help="the per-frame structs from parameter records (vcam.kernels.records)")
     ap.add_argument("--streams", type=int, default=1, help="pipelines of one daemon, run round by round")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    rig = build_rig(a.faces, _size(a.size), a.tracker, band=not a.no_band, streams=a.streams)
+    rig = build_rig(a.faces, _size(a.size), a.tracker, band=not a.no_band, streams=a.streams, records=a.records)
     s = summary(run(rig, a.frames), ring=rig.pipe.ring)
     unit = "frame" if a.streams == 1 else f"round of {a.streams} streams"
     print(

@@ -73,8 +73,8 @@ __device__ void mapped_plane(const float* l, float cx, float cy, float a, float 
     out[2] = cw / norm;
 }
 
-extern "C" __global__ void landmark_masks(const float* __restrict__ base, int base_stride, int size, const Landmarks p,
-                                          float* __restrict__ out) {
+__device__ void landmark_masks_impl(const float* __restrict__ base, int base_stride, int size, const Landmarks& p,
+                                    float* __restrict__ out) {
     __shared__ float planes[SHAPES][MAX_EDGES][3];
     __shared__ float feathers[SHAPES];
     int f = blockIdx.y;
@@ -119,6 +119,17 @@ extern "C" __global__ void landmark_masks(const float* __restrict__ base, int ba
         m *= (k == 0) ? cov : (1.0f - cov);
     }
     out[(size_t)f * size * size + i] = m;
+}
+
+extern "C" __global__ void landmark_masks(const float* __restrict__ base, int base_stride, int size, const Landmarks p,
+                                          float* __restrict__ out) {
+    landmark_masks_impl(base, base_stride, size, p, out);
+}
+
+// The same, the landmarks read from a device parameter record (vcam/kernels/records.py).
+extern "C" __global__ void landmark_masks_rec(const float* __restrict__ base, int base_stride, int size,
+                                              const Landmarks* __restrict__ p, float* __restrict__ out) {
+    landmark_masks_impl(base, base_stride, size, *p, out);
 }
 
 __device__ __forceinline__ float load(const float* p, size_t i) { return p[i]; }

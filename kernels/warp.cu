@@ -7,7 +7,8 @@
 
 #define MAX_FACES 32
 
-// Per-launch face parameters, passed by value: no host-to-device copy per frame.
+// Per-launch face parameters, passed by value (no host-to-device copy per frame) or, in the _rec
+// kernels, read from a parameter record on the device.
 struct Faces {
     double frame_from_crop[MAX_FACES][6];  // row-major (2, 3): crop pixel centre -> frame point
     float mean[3];                         // output channel order
@@ -88,6 +89,20 @@ extern "C" __global__ void warp_crops_norm_f32(const unsigned char* __restrict__
 extern "C" __global__ void warp_crops_norm_f16(const unsigned char* __restrict__ frame, int width, int height,
                                                const Faces faces, int size, int rgb, __half* __restrict__ out) {
     warp_norm_impl<__half>(frame, width, height, faces, size, rgb, out);
+}
+
+// The same, the faces read from a device parameter record (vcam/kernels/records.py) instead of passed
+// by value: a captured CUDA graph replays these with the record's address, whose contents change.
+extern "C" __global__ void warp_crops_norm_f32_rec(const unsigned char* __restrict__ frame, int width, int height,
+                                                   const Faces* __restrict__ faces, int size, int rgb,
+                                                   float* __restrict__ out) {
+    warp_norm_impl<float>(frame, width, height, *faces, size, rgb, out);
+}
+
+extern "C" __global__ void warp_crops_norm_f16_rec(const unsigned char* __restrict__ frame, int width, int height,
+                                                   const Faces* __restrict__ faces, int size, int rgb,
+                                                   __half* __restrict__ out) {
+    warp_norm_impl<__half>(frame, width, height, *faces, size, rgb, out);
 }
 
 // Model output per channel -> pixel: value01 = output * out_scale + out_shift (then clipped to [0, 1]);

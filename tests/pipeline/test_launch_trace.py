@@ -76,6 +76,28 @@ def test_moving_faces_change_the_face_kernels_parameters(real):
     assert {"paste.paste_back", "warp.warp_crops_norm_f16"} <= set(blockers)
 
 
+def test_with_parameter_records_the_moving_faces_change_no_launch_of_the_swap_s_part():
+    """The real tracker's moving faces with the warp's, masks' and paste-back's structs in parameter
+    records (vcam/kernels/records.py): from the warp to the paste-back a frame repeats the launches
+    of the frame through its ring slot before it (their structs are copies from fixed places, the
+    paste-back's grid fixed); what still changes is outside a per-frame graph by design: the
+    detection (its regions follow the faces) and the band's copies and conversions (its rows)."""
+    rig = lt.build_rig(1, SIZE, "real", records=True)
+    trace = lt.run(rig, 24)
+    assert trace.faces == [1] * 24 and rig.pipe.predicted >= 22
+    s = lt.summary(trace, skip=4, ring=rig.pipe.ring)
+    blockers = set(s["graph blockers (share of frame pairs)"])
+    swap_part = {"warp.warp_crops_norm_f16_rec", "swapper", "warp.crops_from_planar_f16_f16", "mask.landmark_masks_rec"}
+    assert swap_part | {"paste.paste_back_rec"} <= set(s["by name per frame"])
+    assert not blockers & (swap_part | {"paste.paste_back_rec", "params"}), blockers
+    assert blockers <= {"convert.detector_input_f32", "detector", "upload", "upload_rest", "download", "convert.bgr_from_420",
+                        "convert.bgr_to_420", "the launch sequence itself"}  # fmt: skip
+    for frame in trace.frames[2:]:
+        params = [e for e in frame if e.name == "params"]
+        assert len(params) == 3 and {e.stream for e in params} == {"compute"}  # warp, masks, paste: one copy each
+        assert not [e for e in frame if e.kind == "alloc"]
+
+
 def test_host_time_is_counted_per_step_and_leaves_the_device_s_work_out(monkeypatch):
     """Every engine call made 30 ms slower, as device work: the host's steps do not see it, and host
     and device time make up the run."""

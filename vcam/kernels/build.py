@@ -100,8 +100,18 @@ def on_device(ops: Any) -> bool:
     return getattr(ops, "device", "cpu") == "cuda"
 
 
-def launch(ops: Any, module: str, kernel: str, blocks: tuple, args: tuple, block: tuple = (BLOCK,)) -> None:
-    """Queue ``kernel`` of ``kernels/<module>.cu`` on the ops' current stream."""
+def launch(
+    ops: Any, module: str, kernel: str, blocks: tuple, args: tuple, block: tuple = (BLOCK,), *, fixed: tuple | None = None
+) -> None:
+    """Queue ``kernel`` of ``kernels/<module>.cu`` on the ops' current stream. ``fixed``: the kernel
+    has a ``_rec`` twin that reads its parameter struct through a pointer; under a parameter record
+    (:func:`vcam.kernels.records.recording`) that twin is launched on the grid ``fixed`` instead."""
+    record = getattr(ops, "params", None) if fixed is not None else None
+    if record is not None:
+        from vcam.kernels.records import by_reference
+
+        kernel, blocks = kernel + "_rec", fixed
+        args = by_reference(ops, record, module, kernel, blocks, args)
     ops.kernels.launch(module, kernel, blocks, block, args, ops.stream)
 
 

@@ -398,13 +398,9 @@ def landmark_masks(
         k = min(LM_FACES, n - s)
         p["lm"][0, :k] = lms[s : s + k]
         p["count"][0] = k
-        launch(
-            ops,
-            "mask",
-            "landmark_masks",
-            (_grid(size * size), k),
-            (base[s:] if per_face else base, np.int32(size * size if per_face else 0), np.int32(size), p, out[s:]),
-        )
+        grid = (_grid(size * size), k)
+        args = (base[s:] if per_face else base, np.int32(size * size if per_face else 0), np.int32(size), p, out[s:])
+        launch(ops, "mask", "landmark_masks", grid, args, fixed=grid)
     return out
 
 

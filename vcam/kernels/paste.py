@@ -25,6 +25,10 @@ PASTE = np.dtype(
     },
     align=True,
 )
+#: Blocks a face of the paste-back's ``_rec`` twin (a parameter record, :mod:`vcam.kernels.records`),
+#: whose grid cannot follow the boxes: 32,768 threads striding over the largest box (a 1080p face's
+#: box of 400 x 400 pixels takes five passes; the by-value launch gives every pixel its thread).
+PASTE_BLOCKS = 128
 
 
 def box_mask(size: int, blur: float = 0.3, padding: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> np.ndarray:
@@ -167,5 +171,6 @@ def paste_back(ops: Any, frame: Any, crops: Any, crop_from_frame: np.ndarray, ma
                 np.int32(size * size if per_face else 0),
                 p,
             ),
+            fixed=(PASTE_BLOCKS, m.shape[0]),
         )
     return frame

@@ -190,6 +190,11 @@ def crops_from_planar_ref(
 
 
 # -- CUDA launches ---------------------------------------------------------------------------------
+#: The warps with a ``_rec`` twin (a parameter record's pointer, :mod:`vcam.kernels.records`): the
+#: swap network's input, which a per-frame graph replays.
+RECORDED = frozenset({"warp_crops_norm_f32", "warp_crops_norm_f16"})
+
+
 def _faces(mats: np.ndarray, mean: Any = (0.0, 0.0, 0.0), std: Any = (1.0, 1.0, 1.0)) -> np.ndarray:
     p = np.zeros(1, dtype=FACES)
     if mats.shape[0]:
@@ -220,7 +225,8 @@ def _launch_per_face_batch(
     for s in range(0, mats.shape[0], MAX_FACES):
         m = mats[s : s + MAX_FACES]
         args = (frame, np.int32(w), np.int32(h), _faces(m, mean, std), np.int32(size), *extra, out[s : s + m.shape[0]])
-        launch(ops, "warp", kernel, (_grid(size * size), m.shape[0]), args)
+        grid = (_grid(size * size), m.shape[0])
+        launch(ops, "warp", kernel, grid, args, fixed=grid if kernel in RECORDED else None)
 
 
 def warp_crops(ops: Any, frame: Any, crop_from_frame: np.ndarray, size: int, out: Any = None, exact: bool = True) -> Any:

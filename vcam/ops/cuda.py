@@ -20,7 +20,9 @@ on a core (the frame thread spun 3.7 ms a frame on a six-face swap's download on
 spinning events, for the A/B measurement only.
 
 Per-frame parameters (matrices, regions, paste boxes) travel by value in kernel parameter blocks,
-so no kernel needs a host-to-device copy. Buffers are allocated at start (frame ring, engine
+so no kernel needs a host-to-device copy; under a parameter record (:mod:`vcam.kernels.records`, the
+groundwork of a per-frame CUDA graph, off by default) the face kernels' structs are copied from a
+pinned block instead, one small async copy before each kernel. Buffers are allocated at start (frame ring, engine
 inputs, crops); a kernel never allocates. Every host<->device copy is counted in ``transfers``.
 
     host pinned slot --(upload stream, H2D)--> raw device slot --event--> front stream:
@@ -42,6 +44,7 @@ import numpy as np
 from vcam.errors import DeviceError, InputError
 from vcam.kernels.build import Kernels
 from vcam.kernels.convert import band_bytes, frame_shape
+from vcam.kernels.records import RECORD_BYTES, ParamRecord
 from vcam.ops.base import Clock, HostClock, Transfers
 from vcam.platform.cpu import usable_cores
 from vcam.types import Frame, PixelFormat
@@ -448,6 +451,9 @@ class CudaOps:
         self._read_done = self.host_event()
         self._pool: dict[tuple, list[np.ndarray]] = {}  # pinned buffers of released readbacks
         self._events: list[Any] = []
+        #: The parameter record launches read their structs from now (None: by value; see
+        #: :func:`vcam.kernels.records.recording`).
+        self.params: ParamRecord | None = None
 
     def activate(self) -> Any:
         return self.stream
@@ -501,6 +507,19 @@ class CudaOps:
             s.synchronize()
 
     # -- memory ---------------------------------------------------------------------------------
+    def param_record(self) -> ParamRecord:
+        """A parameter record (:mod:`vcam.kernels.records`): a pinned host block, its device twin
+        and the host event that says the device has read it."""
+        with self.stream:
+            device = self.xp.zeros(RECORD_BYTES, dtype=self.xp.uint8)
+        return ParamRecord(pinned((RECORD_BYTES,)), device, self.host_event())
+
+    def put_params(self, device: Any, host: np.ndarray) -> None:
+        """Queue a parameter struct's copy (pinned host bytes to their device place) on the current
+        stream, before the kernel that reads it; captured into a graph, it copies at each replay."""
+        self.transfers.h2d_bytes += host.nbytes
+        device.set(host, stream=self.stream)
+
     def empty(self, shape: tuple, dtype: Any = np.uint8) -> Any:
         with self.stream:
             return self.xp.zeros(shape, dtype=dtype)

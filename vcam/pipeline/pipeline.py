@@ -39,6 +39,7 @@ from vcam import align
 from vcam.errors import InputError
 from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
+from vcam.kernels.records import recording
 from vcam.pipeline.parts import FaceFilter, output_size, select_all
 from vcam.pipeline.planner import Band, DetectionPlanner
 from vcam.stages.swap import paste_faces
@@ -125,6 +126,7 @@ class Pipeline:
         band: bool = True,
         degradable: bool = True,
         upscale_budget: float = 0.0,
+        param_records: bool = False,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -144,6 +146,9 @@ class Pipeline:
         self.upscale_budget = float(upscale_budget)
         self._upscale_cost: float | None = None  # EMA of the enhancer's own time (s)
         self._base_latency: float | None = None  # EMA of a frame's latency without it (s)
+        #: The masks' and paste-back's per-frame structs from one parameter record per ring slot
+        #: (:mod:`vcam.kernels.records`; a per-frame CUDA graph's groundwork, off: by value).
+        self.param_records = bool(param_records)
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -215,6 +220,7 @@ class Pipeline:
         self._free = [ops.event() for _ in range(self.ring)]
         self._even = ops.empty((oh, ow, 3), np.uint8) if (ow, oh) != self.frame_size(width, height) else None
         self._clocks = ops.clocks(STAGES, self.ring, self.timing)
+        self._records = [ops.param_record() for _ in range(self.ring)] if self.param_records and ops.concurrent else None
         # The enhancer's own time is always measured (CUDA events: read at collect, no extra wait).
         self._up_clocks: Any = ops.clocks(("upscale",), self.ring, True) if self.upscaler is not None else None
         self._geometry = (int(width), int(height), PixelFormat(in_fmt))
@@ -451,11 +457,17 @@ class Pipeline:
                 lms, boxes = work.landmarks, work.boxes
                 assert lms is not None and boxes is not None  # set by begin() whenever there are faces
                 clock.mark("swap")
-                if self.masker is not None:
-                    mask = self.masker.masks(img, work.mats, lms, boxes, n, mask, models=on)
-                clock.mark("mask")
-                dense = getattr(self.masker, "last_landmarks", None)  # 68 points, when the masks found them
-                paste_faces(ops, self.swapper, img, crops, work.mats, mask, n, work.sources, lms, dense)
+                record = self._records[slot] if self._records is not None else None
+                if record is not None:
+                    record.clear()
+                with recording(ops, record):
+                    if self.masker is not None:
+                        mask = self.masker.masks(img, work.mats, lms, boxes, n, mask, models=on)
+                    clock.mark("mask")
+                    dense = getattr(self.masker, "last_landmarks", None)  # 68 points, when the masks found them
+                    paste_faces(ops, self.swapper, img, crops, work.mats, mask, n, work.sources, lms, dense)
+                if record is not None:
+                    record.close(ops)
                 if self.enhancer is not None and on.get("enhancer", True):  # the swapped faces only
                     self.enhancer.enhance(img, lms, amount=work.settings.get("enhancer_amount"))
                 clock.mark("blend")

@@ -15,6 +15,7 @@ import numpy as np
 from vcam.align import PlanarAffine
 from vcam.errors import FaceError, ModelError
 from vcam.kernels import warp
+from vcam.kernels.records import recording
 from vcam.models import registry
 from vcam.models.registry import ModelSpec
 from vcam.stages.recognize import normalize
@@ -98,6 +99,7 @@ class NeuralSwapper(SwapperBase):
         converter: Any = None,
         on_fault: str = "pass",
         fallback: Any = None,
+        param_records: bool = False,
     ) -> None:
         self.spec = registry.get(spec) if isinstance(spec, str) else spec
         if self.spec.kind != "swapper":
@@ -115,6 +117,12 @@ class NeuralSwapper(SwapperBase):
         self.fallback = fallback
         self.swapped_locally = 0
         self.fallback_failed = 0  # faces the fallback failed on (pasted blank)
+        #: The warps' faces from parameter records (:mod:`vcam.kernels.records`, a per-frame CUDA
+        #: graph's groundwork; off: by value): a few records used in turn, one per call.
+        self._records: list[Any] = []
+        if param_records and getattr(self.ops, "concurrent", False):
+            self._records = [self.ops.param_record() for _ in range(RECORDS)]
+        self._record_turn = 0
         if on_fault == "local" and fallback is None:
             raise ModelError(f"{self.spec.name}: on_fault = 'local' needs a local swapper", hint="pass fallback=")
         if hasattr(engine, "on_fault_text"):
@@ -224,11 +232,24 @@ class NeuralSwapper(SwapperBase):
         if n == 0:
             return 0, None
         feeds = self.engine.input_buffers(n)
-        for frame, mats, lo, hi in self._rows(parts):
-            warp.warp_crops_normalized(
-                self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=feeds["target"][lo:hi]
-            )
+        record = self._next_record()
+        with recording(self.ops, record):
+            for frame, mats, lo, hi in self._rows(parts):
+                warp.warp_crops_normalized(
+                    self.ops, frame, mats, self.crop_size, self._mean255, self._std255, self.spec.rgb, out=feeds["target"][lo:hi]
+                )
+        if record is not None:
+            record.close(self.ops)
         return n, feeds
+
+    def _next_record(self) -> Any:
+        """The parameter record of this call (cleared), or None when the warps take theirs by value."""
+        if not self._records:
+            return None
+        record = self._records[self._record_turn]
+        self._record_turn = (self._record_turn + 1) % len(self._records)
+        record.clear()
+        return record
 
     def _none(self) -> tuple[Any, Any]:
         return self._crops[:0], self.mask if self._masks is None else self._masks[:0]
@@ -412,6 +433,10 @@ def create_swapper(
 
 #: What a remote swapper's faces without a good answer get ([engines.swapper] on_fault).
 ON_FAULT = ("local", "pixelate", "pass")
+#: Parameter records a swapper uses in turn, one per call: the pipeline's ring (two frames in flight),
+#: so with one call a frame, frame N's warp reads record N mod 2 as the frame uses ring slot N mod 2
+#: (a graph per slot captures one address). A record is written again only once the device has read it.
+RECORDS = 2
 
 
 def _checked_fault(on_fault: str) -> str:
