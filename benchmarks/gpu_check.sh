@@ -361,10 +361,10 @@ for step in $steps; do
     issue39)
       # Issue 39's done-when rows in one call (about 9 min warm): the first seconds, this tree against
       # FIRST_BASELINE (the issue's d642ccd exported into .base and carried) and against this tree with
-      # each of ISSUE39_ENVS set ('|'-separated, each "K=V [K=V]"; default the two experiments: the
-      # background captures on demand, the GPU's libraries loaded from the command's start), one stream
-      # and four, ABBA after a primed start of each; ISSUE39_RUNS runs each (default 2), ISSUE39_FLAGS
-      # more flags (--evict for the fresh rows, --stalls). The phases and each background capture's line are kept.
+      # each of ISSUE39_ENVS set ('|'-separated, each "K=V [K=V]"; default none: the two experiments it
+      # alternated, measured on the H100 on 2026-12-05, were taken out), one stream and four, ABBA after
+      # a primed start of each; ISSUE39_RUNS runs each (default 2), ISSUE39_FLAGS more flags (--evict for
+      # the fresh rows, --stalls). The phases and each background capture's line are kept.
       # ISSUE39_COMPILED=1: "with compiled engines": the stand-in's dynamic artifact built first (about
       # 110 s) into a cache of its own, which every tree's runs then load (files tagged _compiled).
       tag=${FIRST_TAG:-}
@@ -376,7 +376,7 @@ for step in $steps; do
         tag=${FIRST_TAG:-_compiled}
       fi
       also=()
-      IFS='|' read -ra envs <<< "${ISSUE39_ENVS-VCAM_CAPTURE_ON_DEMAND=1|VCAM_GPU_AHEAD=native}"
+      IFS='|' read -ra envs <<< "${ISSUE39_ENVS-}"
       for e in "${envs[@]}"; do [ -n "$e" ] && also+=(--also-env "$e"); done
       for n in ${FIRST_STREAMS:-1 4}; do
         timeout ${FIRST_TIMEOUT:-280} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \

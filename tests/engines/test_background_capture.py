@@ -133,26 +133,6 @@ def test_first_size_now_the_others_in_the_background(tiny):
 
 
 @pytest.mark.gpu
-def test_on_demand_only_the_sizes_called_are_captured(tiny, monkeypatch):
-    """``$VCAM_CAPTURE_ON_DEMAND=1`` on CUDA (issue 39's experiment): the real captures, in the
-    background, of the sizes the calls used and of no other; eager and replayed calls match."""
-    need_cuda()
-    from vcam.engines.torch import ON_DEMAND_ENV, TorchEngine
-
-    monkeypatch.setenv(ON_DEMAND_ENV, "1")
-    ref = TorchEngine(tiny, device="cuda", max_batch=8, cuda_graphs=False)
-    e = TorchEngine(tiny, device="cuda", max_batch=8, eager_first=True)
-    assert e._later.on_demand
-    for n in (1, 3):
-        np.testing.assert_allclose(e.run(feeds(n))[0], ref.run(feeds(n))[0], rtol=1e-3, atol=1e-3)
-        assert e.wait_graphs(120)
-        np.testing.assert_allclose(e.run(feeds(n, 1))[0], ref.run(feeds(n, 1))[0], rtol=1e-3, atol=1e-3)
-    assert keys(e) == {1, 3}
-    e.close()
-    ref.close()
-
-
-@pytest.mark.gpu
 def test_calls_run_while_the_background_captures(tiny):
     """Batch-1 calls replay their graph while the thread captures the rest; a call of 5 faces
     before its size is there captures it itself; every result matches the eager module."""

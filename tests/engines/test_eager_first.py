@@ -118,63 +118,6 @@ def test_without_eager_first_the_start_up_captures_the_first_size(tiny, monkeypa
     e.close()
 
 
-def test_on_demand_the_background_captures_only_the_sizes_the_calls_use(tiny, monkeypatch):
-    """``$VCAM_CAPTURE_ON_DEMAND=1`` (issue 39's experiment): eager_first queues its first size only,
-    a start-up capture queues nothing; a size is queued at its first call (that call and those until
-    its capture run eagerly); a size never called is never captured."""
-    need_torch()
-    from vcam.engines import threads
-    from vcam.engines.gate import BackgroundGate
-    from vcam.engines.torch import ON_DEMAND_ENV, TorchEngine
-
-    gate = BackgroundGate(patience=60, settle=0.0, rest=0.0)
-    monkeypatch.setattr(threads, "BACKGROUND", gate)
-    monkeypatch.setenv(ON_DEMAND_ENV, "1")
-    ref = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, background_capture=False)
-    assert not ref._later.on_demand  # nothing in the background, nothing on demand
-    e = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=True)
-    assert e._later.on_demand
-    events: list[tuple[str, int]] = []
-    _graph_path(e, events, monkeypatch)
-    first_frame = gate.hold()
-    e.warmup()
-    f1 = _feeds(1, 0)
-    np.testing.assert_allclose(e.run(f1)[0], ref.run(f1)[0], rtol=1e-4, atol=1e-4)
-    first_frame()
-    assert e.wait_graphs(120)
-    assert events == [("eager", 1), ("capture", 1)]  # the first size only: 2, 3 and 4 not asked for
-    f3 = _feeds(3, 1)
-    np.testing.assert_allclose(e.run(f3)[0], ref.run(f3)[0], rtol=1e-4, atol=1e-4)  # eager, and queued
-    assert e.wait_graphs(120)
-    e.run(f3)
-    e.run(f1)
-    assert events == [("eager", 1), ("capture", 1), ("eager", 3), ("capture", 3), ("replay", 3), ("replay", 1)]
-    assert sorted(k[0] for k in e._graphs) == [1, 3]
-    e.close()
-    ref.close()
-
-
-def test_on_demand_without_eager_first_the_start_up_captures_the_first_size_and_queues_none(tiny, monkeypatch):
-    need_torch()
-    from vcam.engines import threads
-    from vcam.engines.gate import BackgroundGate
-    from vcam.engines.torch import ON_DEMAND_ENV, TorchEngine
-
-    monkeypatch.setattr(threads, "BACKGROUND", BackgroundGate(patience=60, settle=0.0, rest=0.0))
-    monkeypatch.setenv(ON_DEMAND_ENV, "1")
-    plain = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=False)
-    events: list[tuple[str, int]] = []
-    _graph_path(plain, events, monkeypatch)
-    plain.warmup()
-    assert events == [("capture", 1)] and not plain._later.running  # the start-up's size; none queued
-    plain.run(_feeds(2, 2))
-    assert plain.wait_graphs(120)
-    plain.run(_feeds(2, 3))
-    assert events == [("capture", 1), ("eager", 2), ("capture", 2), ("replay", 2)]
-    assert sorted(k[0] for k in plain._graphs) == [1, 2]
-    plain.close()
-
-
 def test_eager_first_is_on_for_the_networks_that_autotune_unless_turned_off(tiny, monkeypatch):
     need_torch()
     from vcam.engines.torch import EAGER_FIRST_ENV, TorchEngine

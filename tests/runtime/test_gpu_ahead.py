@@ -5,7 +5,6 @@ less than it does alone (the early frames' stalls)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -102,24 +101,6 @@ def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(
     assert got.failed == (broken.name,) and got.context is False
     assert "left to the import" in got.describe() and "8 GPU libraries loaded" in got.describe()
     assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"  # what PyTorch sets before CUDA starts
-
-
-def test_begin_loads_ahead_in_a_thread_only_when_asked_and_for_a_gpu_start(tmp_path, monkeypatch, caplog):
-    site = _site(tmp_path)
-    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
-    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
-    done: list[str] = []
-    monkeypatch.setattr(gpu_ahead, "load", lambda device: done.append(f"load {device}") or gpu_ahead.Loaded(("a",), (), True))
-    monkeypatch.delenv(gpu_ahead.AHEAD_ENV, raising=False)
-    assert gpu_ahead.begin("cuda") is None and done == []  # not asked: the load does it
-    monkeypatch.setenv(gpu_ahead.AHEAD_ENV, "native")
-    assert gpu_ahead.begin("cpu") is None and done == []  # a CPU start: nothing of the GPU's
-    with caplog.at_level(logging.INFO, logger=gpu_ahead.__name__):
-        thread = gpu_ahead.begin("cuda")
-        assert thread is not None and not thread.daemon
-        thread.join(10)
-    assert done == ["load cuda"]
-    assert any("GPU libraries loaded ahead: 1 GPU libraries loaded, the context made" in r.getMessage() for r in caplog.records)
 
 
 #: A fresh process's GPU start (PyTorch imported, CUDA's context, a first cuDNN convolution, as a

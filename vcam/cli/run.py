@@ -192,9 +192,6 @@ def run(
             cfg = cfg.replace(streams=parse_streams(parse_stream_flags(stream), "--stream"))
         except VcamError as err:
             fail(err)
-    from vcam.runtime import gpu_ahead
-
-    gpu_ahead.begin(cfg.pipeline.device)  # with $VCAM_GPU_AHEAD=native: the GPU's libraries from here on
     try:
         dur = float(Duration.parse(duration)) if duration else None
     except ValueError:

@@ -110,24 +110,15 @@ class CaptureQueue:
     """Batch sizes of one engine captured by a background thread (``capture(b, items)``, the
     engine's capture-if-missing, which takes :data:`CAPTURE_LOCK` itself), one at a time, while the
     frames run; a failure leaves that size to be captured when a call needs it, with one log line.
-    :meth:`close` stops it between two sizes. ``on_demand``: the engine queues a size at its first
-    call (:meth:`ask`), not every size at its warm-up."""
+    :meth:`close` stops it between two sizes."""
 
-    def __init__(self, capture: Any, device: Any, name: str, *, on_demand: bool = False) -> None:
+    def __init__(self, capture: Any, device: Any, name: str) -> None:
         self._capture, self._device, self.name = capture, device, name
-        self.on_demand = on_demand
-        self._asked: set[Any] = set()  # the graph keys queued through ask()
         self._todo: list[tuple[list[int], Any]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._exit_hooked = False  # the at-exit stop is registered once per queue
-
-    def ask(self, key: Any, b: int, items: Any) -> None:
-        """Queue size ``b`` for ``items`` (graph ``key``) unless it was asked for before."""
-        if key not in self._asked:
-            self._asked.add(key)
-            self.put([b], items)
 
     def put(self, sizes: Any, items: Any) -> None:
         """Queue ``sizes`` for ``items`` (the thread starts when none runs)."""

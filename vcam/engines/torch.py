@@ -76,17 +76,6 @@ class _Captured:
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
 AUTOTUNE_WEIGHTS = 5_000_000
 EAGER_FIRST_ENV = "VCAM_EAGER_FIRST"  # "0": no eager_first (the start-up captures the first size)
-#: "1": the background captures take only the sizes the calls use (an experiment of issue 39, off
-#: until measured: ``first_seconds --also-env VCAM_CAPTURE_ON_DEMAND=1``). On the H100 every
-#: background capture paused the camera 120-230 ms (4-8 of them in a run's first seconds, each size of
-#: each network, most never used by a one-face stream); with this a size is captured once a call
-#: needed it (that call and those before its capture run eagerly, as ``eager_first``'s do).
-ON_DEMAND_ENV = "VCAM_CAPTURE_ON_DEMAND"
-
-
-def _on_demand(background_capture: bool) -> bool:
-    """Whether the background captures wait for a size's first call (:data:`ON_DEMAND_ENV`)."""
-    return background_capture and os.environ.get(ON_DEMAND_ENV) == "1"
 
 
 def _eager_first(asked: bool | None, autotune: bool, background_capture: bool) -> bool:
@@ -253,7 +242,7 @@ class TorchEngine:
         self._streams = StreamMap(self._dev)  # CuPy/raw streams as torch streams, and replay contexts
         self.background_capture = bool(background_capture)
         self.eager_first = _eager_first(eager_first, self.autotune, self.background_capture)
-        self._later = CaptureQueue(self._captured_for, self._dev, self.name, on_demand=_on_demand(self.background_capture))
+        self._later = CaptureQueue(self._captured_for, self._dev, self.name)  # sizes captured in the background
         fixed = all(all(isinstance(d, int) for d in i.shape[1:]) for i in self.inputs)
         if warmup and fixed and (self.cuda_graphs or self.compile_mode != "off"):
             self.warmup()
@@ -382,8 +371,8 @@ class TorchEngine:
             later = self.background_capture if background is None else background
             now = [] if later and self.eager_first else sizes[:1] if later else sizes
             _capture_now(self._captured_for, now, items, self.name)
-            if later:
-                _queue_later(self, sizes[len(now) :], items, captured_now=bool(now))
+            if later and len(sizes) > len(now):
+                self._later.put(sizes[len(now) :], items)
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(compile_sizes, items)
 
@@ -638,29 +627,10 @@ class TorchEngine:
 
 def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
     """The graph of batch ``b`` (captured now when missing: ``TorchEngine._captured_for``), or None
-    while ``eager_first`` leaves it to the background captures still under way; with ``on_demand``
-    a missing size is queued for them at its first call (None until captured; captured here if the
-    queue has stopped without it)."""
-    later = engine._later
-    if engine.eager_first or later.on_demand:
-        key = engine._graph_key(b, items)
-        if key not in engine._graphs:
-            if later.on_demand:
-                later.ask(key, b, items)
-            if later.running:
-                return None
+    while ``eager_first`` leaves it to the background captures still under way."""
+    if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
+        return None
     return engine._captured_for(b, items)
-
-
-def _queue_later(engine: TorchEngine, sizes: list[int], items: Items, *, captured_now: bool) -> None:
-    """The sizes the start-up left to the background captures, queued: all of them, or on demand
-    only eager_first's first (the first frames use it; another at its first call: :func:`_graph_or_none`)."""
-    later = engine._later
-    if not later.on_demand:
-        if sizes:
-            later.put(sizes, items)
-    elif sizes and not captured_now:
-        later.ask(engine._graph_key(sizes[0], items), sizes[0], items)
 
 
 def _replay_or_eager(engine: TorchEngine, static: list[Any], b: int, items: Items) -> list[Any]:

@@ -18,12 +18,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vcam.platform import native, process
+from vcam.platform import native
 
 log = logging.getLogger(__name__)
 
@@ -111,46 +109,4 @@ def load(device: str | None = None, *, index: int = 0) -> Loaded:
     return Loaded(tuple(loaded), tuple(failed), context)
 
 
-#: ``native``: :func:`begin` from the command's start (an experiment of issue 39, off until measured:
-#: ``first_seconds --also-env VCAM_GPU_AHEAD=native``); else the load does it in its own thread.
-AHEAD_ENV = "VCAM_GPU_AHEAD"
-
-
-def begin(device: str | None) -> threading.Thread | None:
-    """:func:`load` in a thread begun now (the command's start, once the device asked is known), when
-    :envvar:`VCAM_GPU_AHEAD` is ``native`` and :func:`wanted`; else nothing (None). Only the native
-    part, which runs without the GIL (0.6-0.8 s of a warm start, done by the load from 0.3-0.4 s
-    after the start on): a thread that also imported cupy and torch from the start was measured and
-    taken out (their Python shared the GIL with the command's own start and ended no earlier). The
-    load's own :func:`load` then finds the libraries loaded, or waits inside ``dlopen`` (without the
-    GIL) for the one this thread is loading. Not a daemon thread: a command that ends at once waits
-    for it rather than end the process inside a library's initialisers."""
-    if os.environ.get(AHEAD_ENV) != "native" or wanted(device) is None:
-        return None
-    thread = threading.Thread(target=_ahead, args=(device,), name="vcam-gpu-ahead")
-    thread.start()
-    return thread
-
-
-def _ahead(device: str | None) -> None:
-    t0 = time.perf_counter()
-    loaded = load(device)
-    log.info(
-        "GPU libraries loaded ahead: %s in %.2f s (%.2f s after the start)",
-        loaded.describe(),
-        time.perf_counter() - t0,
-        process.age(),
-    )
-
-
-__all__ = [
-    "AHEAD_ENV",
-    "CUDNN_PARTS",
-    "TORCH_LIBRARIES",
-    "Loaded",
-    "begin",
-    "cudnn_libraries",
-    "load",
-    "torch_libraries",
-    "wanted",
-]
+__all__ = ["CUDNN_PARTS", "TORCH_LIBRARIES", "Loaded", "cudnn_libraries", "load", "torch_libraries", "wanted"]
