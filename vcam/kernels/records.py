@@ -88,6 +88,36 @@ class ParamRecord:
             self._pending = True
 
 
+class _NoLaunch:
+    """``ops.kernels`` of :class:`PackOnly`: launches do nothing; the kernel families' per-device
+    objects (``cache``) are the real ops' own."""
+
+    def __init__(self, kernels: Any) -> None:
+        self.cache = kernels.cache
+
+    def launch(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class PackOnly:
+    """The ops as the fronts see them while a frame is only packed for a graph's replay: every
+    attribute is the real ops' (``xp``, ``stream``, ...), but kernels launch nothing and parameter
+    copies are not queued (the replay's captured copies move the bytes). Run the frame's fronts
+    against it under :func:`recording`: each struct lands at the offset the captured frame's did
+    (compare :attr:`ParamRecord.signature`), then replay the graph."""
+
+    def __init__(self, ops: Any) -> None:
+        self._ops = ops
+        self.kernels = _NoLaunch(ops.kernels)
+        self.params: ParamRecord | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ops, name)
+
+    def put_params(self, device: Any, host: np.ndarray) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def recording(ops: Any, record: ParamRecord | None) -> Iterator[ParamRecord | None]:
     """Inside: launches that opted in (``fixed=``) read their structs from ``record``; None: by value."""
@@ -113,4 +143,4 @@ def by_reference(ops: Any, record: ParamRecord, module: str, kernel: str, grid: 
     return tuple(out)
 
 
-__all__ = ["ALIGN", "RECORD_BYTES", "ParamRecord", "RecordFull", "by_reference", "recording"]
+__all__ = ["ALIGN", "RECORD_BYTES", "PackOnly", "ParamRecord", "RecordFull", "by_reference", "recording"]
