@@ -397,7 +397,6 @@ for step in $steps; do
     floor)
       # Issue 39's floor: a fresh process that only imports torch, opens the stand-in swap network's
       # saved build and runs its first FP16 forward on the GPU, timed from the spawn (benchmarks/gpu_floor.py).
-      python3 -c "from benchmarks.startup import standin_swapper; standin_swapper()" >/dev/null 2>&1
       timeout ${FLOOR_TIMEOUT:-200} python3 -m benchmarks.gpu_floor --runs ${FLOOR_RUNS:-3} --json "$OUT/floor.json" \
         2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/floor.txt" | tail -n 10 || rc=1 ;;
     firstseconds)

@@ -39,7 +39,7 @@ def child(model: str, spawned: float, device: str = "cuda") -> None:
     stamps["cuda context"] = time.time()
     from vcam.engines.native.saved import open_native
 
-    build, graph = open_native(model)
+    build, _ = open_native(model)
     if build is None:
         raise SystemExit(f"{model}: no native module for this graph")
     module = build.module.eval()
@@ -48,11 +48,8 @@ def child(model: str, spawned: float, device: str = "cuda") -> None:
     sync()
     stamps["weights on the GPU"] = time.time()
     torch.backends.cudnn.benchmark = False
-    feeds = [
-        torch.randn(*(1 if d is None or isinstance(d, str) else int(d) for d in shape), device=device, dtype=dtype)
-        for _name, shape, _dtype in build.inputs
-    ]
-    feeds = [feeds[build.inputs.index(next(i for i in build.inputs if i[0] == n))] for n in build.call_order]
+    shapes = {name: tuple(1 if d is None or isinstance(d, str) else int(d) for d in shape) for name, shape, _ in build.inputs}
+    feeds = [torch.randn(*shapes[name], device=device, dtype=dtype) for name in build.call_order]
     with torch.inference_mode():
         module(*feeds)
         sync()

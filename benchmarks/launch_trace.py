@@ -233,9 +233,9 @@ class TraceOps:
         return contextlib.nullcontext()
 
     def param_record(self) -> Any:
-        from vcam.kernels.records import RECORD_BYTES, ParamRecord
+        from vcam.kernels.records import ParamRecord
 
-        return ParamRecord(np.zeros(RECORD_BYTES, np.uint8), np.zeros(RECORD_BYTES, np.uint8))
+        return ParamRecord.in_host_memory()
 
     def put_params(self, device: np.ndarray, host: np.ndarray) -> None:
         with self.log.device_work():

@@ -5,8 +5,8 @@
 // the NumPy loop: the thread of face f at pixel p writes p only if f is the LAST face whose box holds
 // p, and then applies every face g <= f whose box holds p, in order, rounding after each as NumPy
 // does. Each pixel is therefore written by exactly one thread and the result does not depend on the
-// order blocks run in. Grid: (tiles of the largest box, faces), or fewer tiles striding over it. `mask_stride`: 0 when every face
-// shares one (size, size) mask, size*size for one mask per face.
+// order blocks run in. Grid: (tiles of the largest box, faces), or fewer tiles striding over it.
+// `mask_stride`: 0 when every face shares one (size, size) mask, size*size for one mask per face.
 
 #define MAX_FACES 32
 

@@ -18,7 +18,7 @@ from vcam.kernels.build import launch
 
 
 def _record(nbytes=records.RECORD_BYTES):
-    return records.ParamRecord(np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8))
+    return records.ParamRecord.in_host_memory(nbytes)
 
 
 def test_structs_land_aligned_in_order_and_a_cleared_record_starts_again():

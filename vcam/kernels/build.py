@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vcam.errors import DeviceError
+from vcam.kernels.records import by_reference
 
 OPTIONS = ("--std=c++17", "--fmad=false")
 
@@ -108,8 +109,6 @@ def launch(
     (:func:`vcam.kernels.records.recording`) that twin is launched on the grid ``fixed`` instead."""
     record = getattr(ops, "params", None) if fixed is not None else None
     if record is not None:
-        from vcam.kernels.records import by_reference
-
         kernel, blocks = kernel + "_rec", fixed
         args = by_reference(ops, record, module, kernel, blocks, args)
     ops.kernels.launch(module, kernel, blocks, block, args, ops.stream)

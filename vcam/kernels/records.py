@@ -57,6 +57,11 @@ class ParamRecord:
         self.signature: list[tuple] = []
         self._pending = False
 
+    @classmethod
+    def in_host_memory(cls, nbytes: int = RECORD_BYTES) -> ParamRecord:
+        """A record whose "device" twin is host memory too (the CPU's ops, a trace, tests)."""
+        return cls(np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8))
+
     def clear(self) -> None:
         """Start a frame: wait for the device to have read the last frame's bytes (a ring slot comes
         back after ``ring`` frames, so this rarely waits), then write from offset 0."""
@@ -118,9 +123,19 @@ class PackOnly:
         pass
 
 
-@contextlib.contextmanager
-def recording(ops: Any, record: ParamRecord | None) -> Iterator[ParamRecord | None]:
+#: What :func:`recording` gives when there is nothing to set (records off: the frame's default path).
+_NOTHING = contextlib.nullcontext()
+
+
+def recording(ops: Any, record: ParamRecord | None) -> contextlib.AbstractContextManager[Any]:
     """Inside: launches that opted in (``fixed=``) read their structs from ``record``; None: by value."""
+    if record is None and getattr(ops, "params", None) is None:
+        return _NOTHING
+    return _recording(ops, record)
+
+
+@contextlib.contextmanager
+def _recording(ops: Any, record: ParamRecord | None) -> Iterator[ParamRecord | None]:
     before = getattr(ops, "params", None)
     ops.params = record
     try:

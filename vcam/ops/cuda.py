@@ -22,8 +22,8 @@ spinning events, for the A/B measurement only.
 Per-frame parameters (matrices, regions, paste boxes) travel by value in kernel parameter blocks,
 so no kernel needs a host-to-device copy; under a parameter record (:mod:`vcam.kernels.records`, the
 groundwork of a per-frame CUDA graph, off by default) the face kernels' structs are copied from a
-pinned block instead, one small async copy before each kernel. Buffers are allocated at start (frame ring, engine
-inputs, crops); a kernel never allocates. Every host<->device copy is counted in ``transfers``.
+pinned block instead, one small async copy before each kernel. Buffers are allocated at start
+(frame ring, engine inputs, crops); a kernel never allocates. Every host<->device copy is counted in ``transfers``.
 
     host pinned slot --(upload stream, H2D)--> raw device slot --event--> front stream:
     to_bgr -> detector input -> detector (engine) -> [readback of a few KB] -> host track/align

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from vcam.kernels.records import RECORD_BYTES, ParamRecord
+from vcam.kernels.records import ParamRecord
 from vcam.ops.base import Clock, HostClock, Transfers
 from vcam.types import Frame, PixelFormat
 
@@ -101,7 +101,7 @@ class NumpyOps:
     def param_record(self) -> ParamRecord:
         """A record in host memory (the CPU's kernels are the NumPy references: nothing reads it
         through a pointer; a record here only keeps the ops interchangeable)."""
-        return ParamRecord(np.zeros(RECORD_BYTES, np.uint8), np.zeros(RECORD_BYTES, np.uint8))
+        return ParamRecord.in_host_memory()
 
     def put_params(self, device: np.ndarray, host: np.ndarray) -> None:
         np.copyto(device, host)
