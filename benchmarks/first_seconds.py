@@ -2,7 +2,7 @@
 the start, within the budget, and when does the GPU swap?
 
     python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
-        [--input demo|CLIP] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
+        [--input demo|CLIP|faces:N] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
         [--baseline REF] [--also-env KEY=VALUE] [--prime] [--evict] [--phases] [--stalls] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --output null
@@ -163,6 +163,19 @@ def _worktree(ref: str) -> Path:
     return path
 
 
+def _faces_clip(work: Path, faces: int, frames: int = 150) -> Path:
+    """A 1920x1080 clip of ``faces`` of the bundled portraits (photographs) drifting on a grid, one
+    period of ``frames`` (5 s at 30 fps, seamless where the run loops it), written once into ``work``."""
+    from benchmarks.gpu_e2e import make_clip
+
+    path = work / f"faces{faces}_1080p_{frames}.mp4"
+    if not path.exists():
+        part = path.with_suffix(".part.mp4")
+        make_clip(part, frames, faces)
+        part.replace(path)
+    return path
+
+
 def _one(
     tree: Path, args: list[str], timeout: float, *, stalls: bool = False, extra_env: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -246,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="inswapper_128", help="a swap network (stand-in weights), or classic")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--max-latency", default="33ms")
-    ap.add_argument("--input", default="demo", help="demo or a clip (played at its rate, looped)")
+    ap.add_argument(
+        "--input",
+        default="demo",
+        help="demo, a clip (played at its rate, looped), or faces:N (a 1080p clip of N real portraits drifting, made once)",
+    )
     ap.add_argument("--fps", type=float, default=30.0, help="the input's frame rate (the camera's frames)")
     ap.add_argument("--size", default="", help="the demo's size, WxH (default: [capture]'s, 1280x720)")
     ap.add_argument("--streams", type=int, default=1)
@@ -290,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         models = f"[models]\ndir = '{standin_swapper().parent}'\n"
     cfg.write_text(models + size)
     face = here / "vcam" / "assets" / "grace_hopper.jpg"
+    if args.input.startswith("faces:"):
+        args.input = str(_faces_clip(work, int(args.input.split(":", 1)[1])))
     cmd = ["-v"] if args.phases else []  # the load's phase lines
     cmd += ["run", "-c", str(cfg), "--device", args.device, "--realtime", "--quiet", "--panel", "off"]
     cmd += ["--duration", f"{args.duration}s", "--max-latency", args.max_latency, "--face", str(face)]

@@ -364,7 +364,9 @@ for step in $steps; do
       # each of ISSUE39_ENVS set ('|'-separated, each "K=V [K=V]"; default none: the two experiments it
       # alternated, measured on the H100 on 2026-12-05, were taken out), one stream and four, ABBA after
       # a primed start of each; ISSUE39_RUNS runs each (default 2), ISSUE39_FLAGS more flags (--evict for
-      # the fresh rows, --stalls). The phases and each background capture's line are kept.
+      # the fresh rows, --stalls). The phases and each background capture's line are kept. FIRST_INPUT: the
+      # input (default demo, 1280x720); faces:1 / faces:6 the issue's 1080p clips of one and six moving
+      # portraits (photographs), made once by benchmarks.first_seconds.
       # ISSUE39_COMPILED=1: "with compiled engines": the stand-in's dynamic artifact built first (about
       # 110 s) into a cache of its own, which every tree's runs then load (files tagged _compiled).
       tag=${FIRST_TAG:-}

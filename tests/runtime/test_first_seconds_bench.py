@@ -45,3 +45,19 @@ def test_trees_alternate_abba_after_an_unmeasured_start_of_each(tmp_path, capsys
     assert all(r["rc"] == 0 for rs in runs.values() for r in rs)
     printed = capsys.readouterr().out
     assert "primed this: rc 0" in printed and "primed this VCAM_WARM_SWAP=0: rc 0" in printed
+
+
+def test_the_faces_input_is_a_looping_1080p_clip_of_that_many_detectable_portraits(tmp_path):
+    import av
+
+    from vcam.stages.detect import RetinaFaceDetector
+
+    clip = first_seconds._faces_clip(tmp_path, 6, frames=30)
+    assert first_seconds._faces_clip(tmp_path, 6, frames=30) == clip  # made once
+    with av.open(str(clip)) as c:
+        frames = [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+    assert len(frames) == 30 and frames[0].shape == (1080, 1920, 3)
+    det = RetinaFaceDetector()
+    assert len(det.detect(frames[0])) == 6 and len(det.detect(frames[15])) == 6
+    assert float(abs(frames[15].astype(int) - frames[0]).mean()) > 1.0  # the portraits move
+    assert not list(tmp_path.glob("*.part.mp4"))
