@@ -307,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         models = f"[models]\ndir = '{standin_swapper().parent}'\n"
     cfg.write_text(models + size)
     face = here / "vcam" / "assets" / "grace_hopper.jpg"
-    if args.input.startswith("faces:"):
-        args.input = str(_faces_clip(work, int(args.input.split(":", 1)[1])))
+    source = args.input
+    if source.startswith("faces:"):  # the table names the input as given
+        source = str(_faces_clip(work, int(source.split(":", 1)[1])))
     cmd = ["-v"] if args.phases else []  # the load's phase lines
     cmd += ["run", "-c", str(cfg), "--device", args.device, "--realtime", "--quiet", "--panel", "off"]
     cmd += ["--duration", f"{args.duration}s", "--max-latency", args.max_latency, "--face", str(face)]
@@ -316,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--model", args.model]
     cmd += ["--fp16"] if args.fp16 else []
     if args.streams == 1:
-        cmd += ["--input", args.input, "--output", "null"]
+        cmd += ["--input", source, "--output", "null"]
     else:
-        cmd += [x for i in range(args.streams) for x in ("--stream", f"{args.input}=null,name=s{i}")]
+        cmd += [x for i in range(args.streams) for x in ("--stream", f"{source}=null,name=s{i}")]
     cmd += args.extra.split()
     budget_ms = float(Duration.parse(args.max_latency)) * 1000.0
     trees: dict[str, tuple[Path, dict[str, str]]] = {"this": (here, {})}
