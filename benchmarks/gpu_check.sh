@@ -367,6 +367,8 @@ for step in $steps; do
       # the fresh rows, --stalls). The phases and each background capture's line are kept. FIRST_INPUT: the
       # input (default demo, 1280x720); faces:1 / faces:6 the issue's 1080p clips of one and six moving
       # portraits (photographs), made once by benchmarks.first_seconds.
+      # ISSUE39_PRIME=0: no primed start, so a fresh machine's first call measures its true first start
+      # (this tree's, one stream: the first run).
       # ISSUE39_COMPILED=1: "with compiled engines": the stand-in's dynamic artifact built first (about
       # 110 s) into a cache of its own, which every tree's runs then load (files tagged _compiled).
       tag=${FIRST_TAG:-}
@@ -382,7 +384,7 @@ for step in $steps; do
       for e in "${envs[@]}"; do [ -n "$e" ] && also+=(--also-env "$e"); done
       for n in ${FIRST_STREAMS:-1 4}; do
         timeout ${FIRST_TIMEOUT:-280} python3 -m benchmarks.first_seconds --device cuda --fp16 --model inswapper_128 \
-          --input "${FIRST_INPUT:-demo}" --streams $n --duration 20 --runs ${ISSUE39_RUNS:-2} --prime --phases \
+          --input "${FIRST_INPUT:-demo}" --streams $n --duration 20 --runs ${ISSUE39_RUNS:-2} $([ "${ISSUE39_PRIME:-1}" = 0 ] || echo --prime) --phases \
           ${FIRST_BASELINE:+--baseline "$FIRST_BASELINE"} "${also[@]}" ${ISSUE39_FLAGS:-} \
           --json "$OUT/issue39_$n$tag.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/issue39_$n$tag.txt" | tail -n 8 || rc=1
       done

@@ -101,6 +101,10 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
 #: alternated) the warm-up grew by 0.3 s and the takeover's pause went: longest pause 167-177 ms
 #: against 445-491 ms, 91-97 % of the frames published in the first 10 s against 82-95 %.
 WARM_SWAP_ENV = "VCAM_WARM_SWAP"
+#: Issue 39's experiment (off unless ``"1"``): the swap network's warm call in a thread of its own,
+#: beside the detector's first graph capture (a thread-local capture: other threads' work is
+#: allowed) instead of after it; the two were 0.57-0.65 s in sequence on the H100.
+WARM_OVERLAP_ENV = "VCAM_WARM_OVERLAP"
 
 
 @dataclass
@@ -270,16 +274,39 @@ class Assembly:
         phase = Phases(self.device)
         self.ops.warmup()
         phase("kernels built")
-        self.detector.warmup(height, width)
-        if self.upscaler is not None:
-            self.upscaler.warmup(width, height)
         asked = os.environ.get(WARM_SWAP_ENV, "")
         wanted = asked == "1" or (asked != "0" and self.device == "cuda")
         warm = getattr(self.swapper, "warm", None) if wanted else None
-        if callable(warm):
+        beside = _Beside(warm) if callable(warm) and os.environ.get(WARM_OVERLAP_ENV) == "1" else None
+        self.detector.warmup(height, width)
+        if self.upscaler is not None:
+            self.upscaler.warmup(width, height)
+        if beside is not None:
+            beside.join()
+        elif callable(warm):
             warm()
         self.ops.synchronize()
         phase(f"pipeline warm-up for {width}x{height} (the detector's first graph{', the swapper' if callable(warm) else ''})")
+
+
+class _Beside:
+    """``fn()`` started now in a thread of its own; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, fn: Any) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name="vcam-warm-swap", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # raised again by join(), in the starting thread
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool = False) -> Assembly:
