@@ -267,3 +267,31 @@ def test_a_closing_queue_is_not_kept_waiting_by_the_pace():
     with g.turn(stop):
         assert stop.is_set()
     assert time.perf_counter() - t0 < 15.0
+
+
+def test_no_collection_while_any_capture_runs_then_the_collector_as_it_was():
+    """NO_COLLECTION (around each CUDA graph capture): the collector is off while one or more
+    holders run, back on after the last; a collector the user had off stays off."""
+    import gc
+
+    from vcam.engines.threads import NoCollection
+
+    guard = NoCollection()
+    assert gc.isenabled()
+    try:
+        with guard.held():
+            assert not gc.isenabled()
+            with guard.held():  # nested (or another thread's capture)
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError):
+            with guard.held():
+                raise RuntimeError("capture failed")
+        assert gc.isenabled()
+        gc.disable()
+        with guard.held():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

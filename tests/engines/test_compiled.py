@@ -206,7 +206,7 @@ def test_a_dynamic_build_that_fails_falls_back_to_one_artifact_per_size_with_one
     again = engine.loader.build([1], items, lambda e, lb, d: events.append((e, lb)), retry_failed=False)
     assert [state for _, state, _ in again] == ["cached"]
     assert events == [("cached", "1")]
-    assert [b for b, _, _ in engine.loader.load_now([1], items)] == [1]
+    assert [b for b, _, _, _ in engine.loader.load_now([1], items)] == [1]
     engine.close()
     f = feeds(1, seed=2)
     want = TorchEngine(models[0], device="cpu", max_batch=MAX).run(f)[0]
@@ -395,6 +395,44 @@ def test_cli_build_and_list(cache, models, monkeypatch):
     assert r.returncode == 0 and "unreadable" in r.stdout and r.stdout.count("usable here") == 0
     r = vcam_cli("engines", "build", "--model", "no_such_model", "--device", "cpu")
     assert r.returncode != 0 and r.stderr.count("\n") <= 2 and "error:" in r.stderr
+
+
+def test_a_graph_the_loader_captured_goes_into_use_at_a_call_without_a_capture(models, monkeypatch):
+    """Issue 39: taking a loaded artifact at a call swaps two references when the loader's thread
+    captured its graph (on a GPU, :meth:`TorchEngine.first_call`); the frame thread captures nothing
+    (it stood still for up to 980 ms when it captured every size there); without one it captures."""
+    from vcam.engines.torch import TorchEngine
+
+    engine = TorchEngine(models[0], device="cpu", max_batch=MAX)
+    items = {i.name: tuple(i.shape[1:]) for i in engine.inputs}
+    fn, graph = (lambda *args: None), object()
+
+    class Finished:
+        """A loader whose background load finished: two sizes, one with its graph captured there."""
+
+        has_ready = started = True
+
+        def take_ready(self):
+            yield (2, items, fn, graph)
+            yield (4, items, fn, None)
+
+        def note_uncompiled_call(self):
+            pass
+
+        def close(self):
+            pass
+
+    captured = []
+    monkeypatch.setattr(engine, "_capture", lambda b, its, f=None: captured.append(b) or f"captured {b}")
+    monkeypatch.setattr(engine, "cuda_graphs", True)
+    monkeypatch.setattr(engine, "loader", Finished())
+    for b in (2, 4):
+        engine._graphs[engine._graph_key(b, items)] = f"uncompiled {b}"
+    engine._adopt(wait=False)
+    assert engine._graphs[engine._graph_key(2, items)] is graph
+    assert engine._graphs[engine._graph_key(4, items)] == "captured 4" and captured == [4]
+    assert engine._compiled_fns[engine._graph_key(2, items)] is fn
+    engine.close()
 
 
 @pytest.mark.slow

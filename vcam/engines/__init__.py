@@ -201,8 +201,9 @@ class Backend(Protocol):
 
 #: Each input's shape without the batch axis, by input name.
 Items = dict[str, tuple[int, ...]]
-#: One compiled artifact, loaded and called once: (batch, item shapes, the callable).
-Loaded = tuple[int, Items, Callable[..., Any]]
+#: One compiled artifact, loaded and called once: (batch, item shapes, the callable, what the host
+#: prepared for it in the loading thread: its CUDA graph, or None).
+Loaded = tuple[int, Items, Callable[..., Any], Any]
 
 
 class CompileHost(Protocol):
@@ -227,8 +228,9 @@ class CompileHost(Protocol):
         """The backend settings (cuDNN) every call of the module runs under."""
         ...
 
-    def first_call(self, fn: Callable[..., Any], b: int, items: Items) -> None:
-        """Call a freshly loaded artifact once, where it cannot disturb a graph capture."""
+    def first_call(self, fn: Callable[..., Any], b: int, items: Items) -> Any:
+        """Call a freshly loaded artifact once, where it cannot disturb a graph capture; returns what
+        putting it into use needs (its CUDA graph, captured in the calling thread) or None."""
         ...
 
 

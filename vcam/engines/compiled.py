@@ -27,6 +27,7 @@ before the first call.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -369,7 +370,7 @@ class CompiledLoader:
         for b in self.served(sizes, dyn if shared is not None else None):
             fn = shared or self.load_unit(self.unit(b, items), items, rebuild=True)
             if fn is not None:
-                out.append((b, items, fn))
+                out.append((b, items, fn, None))
         return out
 
     def served(self, sizes: Sequence[int], dyn: Unit | None) -> list[int]:
@@ -502,13 +503,16 @@ class CompiledLoader:
                 fn = shared or self.load_unit(self.unit(b, items), items, rebuild=False)
                 if fn is None:
                     continue
-                host.first_call(fn, b, items)
+                # On a GPU, paced like the engines' background captures: a first call and a capture
+                # are one unit of background work beside the frames.
+                with BACKGROUND.turn(self._closing) if host.device == "cuda" else contextlib.nullcontext():
+                    prepared = host.first_call(fn, b, items)
             except Exception as exc:  # never take the daemon down: that size stays uncompiled
                 self._log.warning(
                     "%s: the compiled engine for batch %d is not used (%s: %s)", host.name, b, type(exc).__name__, exc
                 )
                 continue
-            self._ready.append((b, items, fn))
+            self._ready.append((b, items, fn, prepared))
             self._log.info(
                 "%s: compiled engine for batch %d %s in %.1f s",
                 host.name,

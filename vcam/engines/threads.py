@@ -4,6 +4,7 @@
   exclude each other, across threads and engines (a first call may synchronise the device, which
   is illegal while any stream captures and would void that capture).
 - :data:`QUICK_SWITCHES`: the interpreter's switch interval, shortened while a background load runs.
+- :data:`NO_COLLECTION`: the garbage collector off while a CUDA graph capture runs.
 - :class:`CaptureQueue`: an engine's batch sizes captured by a background thread, after the
   start-up's own captures (:data:`vcam.engines.gate.BACKGROUND`).
 - :func:`private_stream`: a side stream of the calling thread's own for one piece of device work.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -72,6 +74,39 @@ class QuickSwitches:
 
 
 QUICK_SWITCHES = QuickSwitches(0.0005)
+
+
+class NoCollection:
+    """Python's cyclic garbage collector off while any CUDA graph capture runs. A collection inside a
+    capture may free an engine nobody holds any more and, with it, its graphs: destroying a graph is
+    illegal while the thread captures ("operation not permitted when stream is capturing (function
+    reset)"), and the capture is void ("operation failed due to a previous error during capture": a
+    GPU test creating an engine failed so on the H100, 2026-12-06). Counted, like
+    :class:`QuickSwitches`; the collector is the process's, so there is one instance per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._was_on = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._was_on = gc.isenabled()
+                gc.disable()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._was_on:
+                    gc.enable()
+
+
+#: See :class:`NoCollection`.
+NO_COLLECTION = NoCollection()
 
 #: ``"1"``: the captures of :class:`CaptureQueue` (beside the frames) autotune cuDNN's algorithms as
 #: every other call does; by default they take cuDNN's heuristic choice (see :func:`tuning_allowed`).
@@ -272,4 +307,14 @@ class StreamMap:
         self._contexts.clear()
 
 
-__all__ = ["CAPTURE_LOCK", "QUICK_SWITCHES", "CaptureQueue", "OnStream", "QuickSwitches", "StreamMap", "private_stream"]
+__all__ = [
+    "CAPTURE_LOCK",
+    "NO_COLLECTION",
+    "QUICK_SWITCHES",
+    "CaptureQueue",
+    "NoCollection",
+    "OnStream",
+    "QuickSwitches",
+    "StreamMap",
+    "private_stream",
+]

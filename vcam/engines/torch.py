@@ -39,7 +39,7 @@ import numpy as np
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
-from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream, tuning_allowed
+from vcam.engines.threads import CAPTURE_LOCK, NO_COLLECTION, CaptureQueue, StreamMap, private_stream, tuning_allowed
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -365,7 +365,7 @@ class TorchEngine:
         compile_sizes = list(dict.fromkeys(self._compile_size(b) for b in sizes))
         if self.compile_mode == "build" and self.loader is not None:
             self.build_compiled(compile_sizes, shapes)
-            for b, its, fn in self.loader.load_now(compile_sizes, items):
+            for b, its, fn, _ in self.loader.load_now(compile_sizes, items):
                 self._compiled_fns[self._graph_key(b, its)] = fn
         if self.cuda_graphs:
             later = self.background_capture if background is None else background
@@ -410,12 +410,17 @@ class TorchEngine:
     def _compile_size(self, n: int) -> int:  # the artifact a batch of n uses (compile_sizes: powers of two)
         return next((b for b in self.compile_sizes if b >= n), self.compile_sizes[-1])
 
-    def first_call(self, fn: Callable[..., Any], b: int, items: Items) -> None:
+    def first_call(self, fn: Callable[..., Any], b: int, items: Items) -> _Captured | None:
         """The first call of an artifact the loader's thread loaded: it tunes cuDNN's convolutions
         and may synchronise the device, so it runs on a stream of that thread's own, while no graph
-        is being captured."""
-        with CAPTURE_LOCK, _torch.inference_mode(), self.backend_flags(), private_stream(self._dev):
-            fn(*self.call_args(b, items))
+        is being captured. With CUDA graphs, batch ``b``'s graph through ``fn`` is then captured
+        here too (returned): putting the artifact into use at a call (:meth:`_adopt`) costs the
+        frame loop no capture. Issue 39: the frame thread captured each size's graph when it took
+        the artifacts, and the camera stood still for up to 980 ms (H100, one stream, 2026-12-06)."""
+        with CAPTURE_LOCK, _torch.inference_mode(), self.backend_flags():
+            with private_stream(self._dev):
+                fn(*self.call_args(b, items))
+            return self._capture(b, items, fn) if self.cuda_graphs else None
 
     def _take_loaded(self, wait: bool) -> None:
         """At a call: put what the loader finished into use (see :meth:`_adopt`), or start a load
@@ -433,14 +438,17 @@ class TorchEngine:
     def _adopt(self, wait: bool = True) -> None:
         """Put the artifacts the background thread loaded into use (the calling thread captures their
         graphs: the frame loop, between two calls). Without ``wait`` nothing happens while the loader
-        holds the capture lock (the next call tries again)."""
+        holds the capture lock (the next call tries again). A size whose graph the loader captured
+        (:meth:`first_call`) is a swap of two references; one without is captured here."""
         if self.loader is None or (self.cuda_graphs and not CAPTURE_LOCK.acquire(blocking=wait)):
             return
         try:
-            for b, items, fn in self.loader.take_ready():
+            for b, items, fn, graph in self.loader.take_ready():
                 key = self._graph_key(b, items)
                 self._compiled_fns[key] = fn
-                if self.cuda_graphs and key in self._graphs:
+                if graph is not None:
+                    self._graphs[key] = graph
+                elif self.cuda_graphs and key in self._graphs:
                     self._graphs[key] = self._capture(b, items)
             self._fast.clear()
         finally:
@@ -467,15 +475,16 @@ class TorchEngine:
         outs = [res[i].to(dtype=dt).contiguous() for i, dt in zip(self._out_index, self._out_dtypes)]
         return self.epilogue.torch(outs) if self.epilogue is not None else outs
 
-    def _capture(self, b: int, items: Items) -> _Captured:
-        """Warm up and capture batch ``b`` on a side stream of its own. Nothing here waits for, or
+    def _capture(self, b: int, items: Items, fn: Callable[..., Any] | None = None) -> _Captured:
+        """Warm up and capture batch ``b`` (through ``fn``, default the compiled artifact in use for
+        it, else the module) on a side stream of its own. Nothing here waits for, or
         frees memory under, the other threads' streams (``torch.cuda.graph`` would synchronise the
         device and empty the allocator's cache first), so a capture in the background thread does
         not stall the frames meanwhile."""
         torch = _torch
         with CAPTURE_LOCK, torch.inference_mode(), self.backend_flags():
             static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
-            fn = self._compiled_fns.get(self._graph_key(b, items))
+            fn = fn if fn is not None else self._compiled_fns.get(self._graph_key(b, items))
             side = torch.cuda.Stream(self._dev)
             side.wait_stream(torch.cuda.current_stream(self._dev))  # the static buffers' zeroing
             graph = torch.cuda.CUDAGraph()
@@ -484,11 +493,12 @@ class TorchEngine:
                     self._forward(static, fn)
                 # thread_local: other threads (the frames, the capture thread's nvJPEG) may call the
                 # driver meanwhile; only this thread's calls would break the capture.
-                graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
-                try:
-                    outputs = self._forward(static, fn)
-                finally:
-                    graph.capture_end()
+                with NO_COLLECTION.held():  # no engine's graph freed by a collection in the capture
+                    graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+                    try:
+                        outputs = self._forward(static, fn)
+                    finally:
+                        graph.capture_end()
             side.synchronize()
         return _Captured(graph, outputs)
 
