@@ -57,7 +57,7 @@ def _net(torch: Any) -> Any:
     net = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 3, 3, padding=1)
     )
-    return net.cuda().half().eval().to(memory_format=torch.channels_last)
+    return net.cuda().half().eval().requires_grad_(False).to(memory_format=torch.channels_last)
 
 
 class Part:

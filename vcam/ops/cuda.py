@@ -516,9 +516,15 @@ class CudaOps:
 
     def put_params(self, device: Any, host: np.ndarray) -> None:
         """Queue a parameter struct's copy (pinned host bytes to their device place) on the current
-        stream, before the kernel that reads it; captured into a graph, it copies at each replay."""
+        stream, before the kernel that reads it; captured into a graph, it copies at each replay.
+        A raw async copy: CuPy's ``set`` refuses while the stream is capturing ("H2D transfers are
+        disallowed", the graph probe on the H100); CUDA captures this one (its source pinned) as a
+        copy node of the same bytes."""
+        import cupy
+
         self.transfers.h2d_bytes += host.nbytes
-        device.set(host, stream=self.stream)
+        kind = cupy.cuda.runtime.memcpyHostToDevice
+        cupy.cuda.runtime.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes, kind, self.stream.ptr)
 
     def empty(self, shape: tuple, dtype: Any = np.uint8) -> Any:
         with self.stream:
