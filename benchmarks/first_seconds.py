@@ -25,7 +25,7 @@ keeps each stream's run summary; per stream:
 temporary worktree), alternated run by run with this tree (the same machine load); ``--also-env
 KEY=VALUE`` (repeatable; several space-separated pairs set together): this tree again with those
 environment variables set, alternated too (in the reverse order every second run: ABBA). ``--prime``: one
-unmeasured 4 s start of each tree before the runs, so a fresh machine's first-start costs (bytecode
+unmeasured 8 s start of each tree before the runs, so a fresh machine's first-start costs (bytecode
 written, files first read) fall on no tree. The table gives
 the median of the runs per tree; ``--json`` has every run, with each stream's longest pauses
 between two frames out (``gaps``: when, how long). ``--evict``: every start cold (the GPU's library
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         help="KEY=VALUE (or several, space-separated): this tree again with them set, alternated",
     )
     ap.add_argument(
-        "--prime", action="store_true", help="one unmeasured 4 s start of each tree first (a fresh machine's first-start costs)"
+        "--prime", action="store_true", help="one unmeasured 8 s start of each tree first (a fresh machine's first-start costs)"
     )
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
@@ -331,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.prime:  # a fresh machine's first starts pay what no later one does: none of it on one tree
         for name, (tree, extra_env) in trees.items():
             primed = list(cmd)
-            primed[primed.index("--duration") + 1] = "4s"
+            # long enough for a first start's load to end (4 s stopped some inside it, and the
+            # swap network's saved build was never written: each measured start parsed the graph)
+            primed[primed.index("--duration") + 1] = "8s"
             got = _one(tree, primed, timeout=300, extra_env=extra_env)
             print(f"primed {name}: rc {got['rc']}", flush=True)
     for i in range(args.runs):

@@ -453,23 +453,3 @@ def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_on_a_gpu
     stub._warm = set()
     stub.warmup(64, 48)
     assert engine.calls == 3
-    # $VCAM_WARM_OVERLAP=1 (issue 39's experiment): the same one call, made in a thread of its own
-    # beside the detector's warm-up, joined before the warm-up ends; its failure reaches the caller
-    import threading
-
-    monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)
-    monkeypatch.setenv(assemble.WARM_OVERLAP_ENV, "1")
-    threads = []
-    real = swapper.warm
-    swapper.warm = lambda: (threads.append(threading.current_thread().name), real())
-    stub._warm = set()
-    stub.warmup(64, 48)
-    assert engine.calls == 4 and threads == ["vcam-warm-swap"]
-
-    def broken():
-        raise RuntimeError("warm call failed")
-
-    swapper.warm = broken
-    stub._warm = set()
-    with pytest.raises(RuntimeError, match="warm call failed"):
-        stub.warmup(64, 48)

@@ -99,12 +99,10 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
 #: one inference). Issue 39: that first frame was the camera's one long pause left at the takeover
 #: (300-440 ms on the H200, 445-491 ms on the H100). On the H100 (warm, one stream, 2 runs
 #: alternated) the warm-up grew by 0.3 s and the takeover's pause went: longest pause 167-177 ms
-#: against 445-491 ms, 91-97 % of the frames published in the first 10 s against 82-95 %.
+#: against 445-491 ms, 91-97 % of the frames published in the first 10 s against 82-95 %. The call
+#: in a thread beside the detector's first capture was measured and taken out (H100, 1080p clip,
+#: 2026-12-06): first GPU frame 2.87 / 2.82 s one stream, 3.28 / 3.26 s four: no gain.
 WARM_SWAP_ENV = "VCAM_WARM_SWAP"
-#: Issue 39's experiment (off unless ``"1"``): the swap network's warm call in a thread of its own,
-#: beside the detector's first graph capture (a thread-local capture: other threads' work is
-#: allowed) instead of after it; the two were 0.57-0.65 s in sequence on the H100.
-WARM_OVERLAP_ENV = "VCAM_WARM_OVERLAP"
 
 
 @dataclass
@@ -274,39 +272,16 @@ class Assembly:
         phase = Phases(self.device)
         self.ops.warmup()
         phase("kernels built")
-        asked = os.environ.get(WARM_SWAP_ENV, "")
-        wanted = asked == "1" or (asked != "0" and self.device == "cuda")
-        warm = getattr(self.swapper, "warm", None) if wanted else None
-        beside = _Beside(warm) if callable(warm) and os.environ.get(WARM_OVERLAP_ENV) == "1" else None
         self.detector.warmup(height, width)
         if self.upscaler is not None:
             self.upscaler.warmup(width, height)
-        if beside is not None:
-            beside.join()
-        elif callable(warm):
+        asked = os.environ.get(WARM_SWAP_ENV, "")
+        wanted = asked == "1" or (asked != "0" and self.device == "cuda")
+        warm = getattr(self.swapper, "warm", None) if wanted else None
+        if callable(warm):
             warm()
         self.ops.synchronize()
         phase(f"pipeline warm-up for {width}x{height} (the detector's first graph{', the swapper' if callable(warm) else ''})")
-
-
-class _Beside:
-    """``fn()`` started now in a thread of its own; :meth:`join` waits for it and raises what it raised."""
-
-    def __init__(self, fn: Any) -> None:
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), name="vcam-warm-swap", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Any) -> None:
-        try:
-            fn()
-        except BaseException as exc:  # raised again by join(), in the starting thread
-            self._error = exc
-
-    def join(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool = False) -> Assembly:
@@ -356,7 +331,11 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     swapper = _roles.build(
         "swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads, short_lived=short_lived
     )
-    phase(f"swapper {cfg.swap.swapper} built")
+    saved = getattr(getattr(swapper, "engine", None), "from_saved", None)  # a torch engine's native module
+    phase(
+        f"swapper {cfg.swap.swapper} built"
+        + ("" if saved is None else " (its saved build)" if saved else " (from the ONNX graph)")
+    )
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None
