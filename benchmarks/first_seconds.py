@@ -398,7 +398,7 @@ def _table(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, budg
         "CPU s to 1st swapped",
     )
     for col in cols:
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col == "tree")  # a tree's name on one line
     for name, rs in runs.items():
         rows = [r for run in rs for r in run["rows"]]
         if not rows:
