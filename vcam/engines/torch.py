@@ -491,14 +491,7 @@ class TorchEngine:
             with torch.cuda.stream(side):
                 for _ in range(2):  # cuDNN autotune, lazy init, a compiled artifact's kernels loaded
                     self._forward(static, fn)
-                # thread_local: other threads (the frames, the capture thread's nvJPEG) may call the
-                # driver meanwhile; only this thread's calls would break the capture.
-                with NO_COLLECTION.held():  # no engine's graph freed by a collection in the capture
-                    graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
-                    try:
-                        outputs = self._forward(static, fn)
-                    finally:
-                        graph.capture_end()
+                outputs = _captured(graph, self._pool, lambda: self._forward(static, fn))
             side.synchronize()
         return _Captured(graph, outputs)
 
@@ -641,6 +634,19 @@ def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | Non
     if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
         return None
     return engine._captured_for(b, items)
+
+
+def _captured(graph: Any, pool: Any, run: Callable[[], Any]) -> Any:
+    """``run()`` captured into ``graph`` (its memory from ``pool``); returns what it returned. Thread-local
+    mode: other threads (the frames, the capture thread's nvJPEG) may call the driver meanwhile, only
+    this thread's calls would break the capture; and no garbage collection runs meanwhile
+    (:data:`~vcam.engines.threads.NO_COLLECTION`: a collected engine's graph destroyed in it voids it)."""
+    with NO_COLLECTION.held():
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            return run()
+        finally:
+            graph.capture_end()
 
 
 def _replay_or_eager(engine: TorchEngine, static: list[Any], b: int, items: Items) -> list[Any]:

@@ -284,6 +284,13 @@ class Assembly:
         phase(f"pipeline warm-up for {width}x{height} (the detector's first graph{', the swapper' if callable(warm) else ''})")
 
 
+def _module_source(swapper: Any) -> str:
+    """Where a torch engine's native module came from, for the load's phase line (issue 39: a start
+    that parses the graph again pays about a second for it); '' for other engines."""
+    saved = getattr(getattr(swapper, "engine", None), "from_saved", None)
+    return "" if saved is None else " (its saved build)" if saved else " (from the ONNX graph)"
+
+
 def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool = False) -> Assembly:
     """Build ops, models and tracker for ``cfg`` (device resolved; every model file verified and,
     when allowed, downloaded in one go). :meth:`Assembly.make_pipeline` then builds the pipeline.
@@ -331,11 +338,7 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     swapper = _roles.build(
         "swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads, short_lived=short_lived
     )
-    saved = getattr(getattr(swapper, "engine", None), "from_saved", None)  # a torch engine's native module
-    phase(
-        f"swapper {cfg.swap.swapper} built"
-        + ("" if saved is None else " (its saved build)" if saved else " (from the ONNX graph)")
-    )
+    phase(f"swapper {cfg.swap.swapper} built{_module_source(swapper)}")
     enhancer = _roles.build("enhancer", cfg, store=store, ops=ops, device=device) if "enhancer" in names else None
     upscaler = _roles.build("upscaler", cfg, store=store, ops=ops, device=device) if "upscaler" in names else None
     masker = None
