@@ -43,66 +43,77 @@ log = logging.getLogger("vcam.engines.torch")
 CAPTURE_LOCK = threading.RLock()
 
 
-class QuickSwitches:
-    """The interpreter's switch interval, shortened while any background load runs (Inductor's
-    imports, an artifact's load: seconds of Python). A thread that gave up the interpreter's lock for
-    a CUDA call (the frame loop, the warm-ups) may wait a whole interval before it gets it back from
-    a thread busy in Python: 0.5 ms here rather than the default 5 ms. Holders are counted, because
-    loads overlap; the interval belongs to the process, so there is one instance per process."""
+class _HeldSetting:
+    """A setting of the whole process, changed while any holder holds it and put back after the
+    last one (:meth:`held`; counted, because holders overlap): one instance per process."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
-        self._before = 0.0
+
+    def _change(self) -> None:
+        raise NotImplementedError
+
+    def _restore(self) -> None:
+        raise NotImplementedError
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         with self._lock:
             if self._users == 0:
-                self._before = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._before, self.seconds))
+                self._change()
             self._users += 1
         try:
             yield
         finally:
             with self._lock:
                 self._users -= 1
-                # Put the old value back unless somebody else changed it meanwhile.
-                if self._users == 0 and sys.getswitchinterval() == min(self._before, self.seconds):
-                    sys.setswitchinterval(self._before)
+                if self._users == 0:
+                    self._restore()
+
+
+class QuickSwitches(_HeldSetting):
+    """The interpreter's switch interval, shortened while any background load runs (Inductor's
+    imports, an artifact's load: seconds of Python). A thread that gave up the interpreter's lock for
+    a CUDA call (the frame loop, the warm-ups) may wait a whole interval before it gets it back from
+    a thread busy in Python: 0.5 ms here rather than the default 5 ms."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self._before = 0.0
+
+    def _change(self) -> None:
+        self._before = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._before, self.seconds))
+
+    def _restore(self) -> None:
+        if sys.getswitchinterval() == min(self._before, self.seconds):  # unless somebody else changed it meanwhile
+            sys.setswitchinterval(self._before)
 
 
 QUICK_SWITCHES = QuickSwitches(0.0005)
 
 
-class NoCollection:
+class NoCollection(_HeldSetting):
     """Python's cyclic garbage collector off while any CUDA graph capture runs. A collection inside a
     capture may free an engine nobody holds any more and, with it, its graphs: destroying a graph is
     illegal while the thread captures ("operation not permitted when stream is capturing (function
     reset)"), and the capture is void ("operation failed due to a previous error during capture": a
-    GPU test creating an engine failed so on the H100, 2026-12-06). Counted, like
-    :class:`QuickSwitches`; the collector is the process's, so there is one instance per process."""
+    GPU test creating an engine failed so on the H100, 2026-12-06). A collector the user turned off
+    stays off."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
+        super().__init__()
         self._was_on = False
 
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        with self._lock:
-            if self._users == 0:
-                self._was_on = gc.isenabled()
-                gc.disable()
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0 and self._was_on:
-                    gc.enable()
+    def _change(self) -> None:
+        self._was_on = gc.isenabled()
+        gc.disable()
+
+    def _restore(self) -> None:
+        if self._was_on:
+            gc.enable()
 
 
 #: See :class:`NoCollection`.
