@@ -3,7 +3,7 @@ the start, within the budget, and when does the GPU swap?
 
     python -m benchmarks.first_seconds [--device cuda] [--model inswapper_128] [--fp16] [--max-latency 33ms]
         [--input demo|CLIP|faces:N] [--size WxH] [--streams 1] [--duration 20] [--runs 3] [--fps 30] [--window 10]
-        [--baseline REF] [--also-env KEY=VALUE] [--prime] [--evict] [--phases] [--stalls] [--json OUT]
+        [--baseline REF] [--also-env KEY=VALUE] [--prime [--prime-seconds 8]] [--evict] [--phases] [--stalls] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --output null
 --duration ... --max-latency ...``, one stream or ``--streams N`` of the same input), with the
@@ -24,9 +24,10 @@ keeps each stream's run summary; per stream:
 ``--baseline REF``: the same runs with another git ref of this repository (checked out once into a
 temporary worktree), alternated run by run with this tree (the same machine load); ``--also-env
 KEY=VALUE`` (repeatable; several space-separated pairs set together): this tree again with those
-environment variables set, alternated too (in the reverse order every second run: ABBA). ``--prime``: one
-unmeasured 8 s start of each tree before the runs, so a fresh machine's first-start costs (bytecode
-written, files first read) fall on no tree. The table gives
+environment variables set, alternated too (in the reverse order every second run: ABBA). ``--prime``:
+one unmeasured start (``--prime-seconds``, default 8: long enough for a load to end) of each tree before
+the runs, so a fresh machine's first-start costs (bytecode written, files first read) fall on no tree.
+The table gives
 the median of the runs per tree; ``--json`` has every run, with each stream's longest pauses
 between two frames out (``gaps``: when, how long). ``--evict``: every start cold (the GPU's library
 files dropped from the page cache first: a fresh machine's disk). ``--phases``: the child runs
@@ -285,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         help="KEY=VALUE (or several, space-separated): this tree again with them set, alternated",
     )
     ap.add_argument(
-        "--prime", action="store_true", help="one unmeasured 8 s start of each tree first (a fresh machine's first-start costs)"
+        "--prime", action="store_true", help="one unmeasured start of each tree first (a fresh machine's first-start costs)"
     )
+    ap.add_argument("--prime-seconds", type=float, default=8.0, help="how long a primed start runs (its load must end)")
     ap.add_argument("--phases", action="store_true", help="run `vcam -v` and keep the load's phase lines in the JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
@@ -331,9 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.prime:  # a fresh machine's first starts pay what no later one does: none of it on one tree
         for name, (tree, extra_env) in trees.items():
             primed = list(cmd)
-            # long enough for a first start's load to end (4 s stopped some inside it, and the
-            # swap network's saved build was never written: each measured start parsed the graph)
-            primed[primed.index("--duration") + 1] = "8s"
+            # long enough for a first start's load to end (4 s may stop one inside it, and the swap
+            # network's saved build is never written: each measured start parses the graph again)
+            primed[primed.index("--duration") + 1] = f"{args.prime_seconds:g}s"
             got = _one(tree, primed, timeout=300, extra_env=extra_env)
             print(f"primed {name}: rc {got['rc']}", flush=True)
     for i in range(args.runs):

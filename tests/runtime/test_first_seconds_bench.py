@@ -38,7 +38,8 @@ def test_also_env_takes_one_pair_or_several_set_together():
 
 def test_trees_alternate_abba_after_an_unmeasured_start_of_each(tmp_path, capsys):
     out = tmp_path / "fs.json"
-    args = ["--device", "cpu", "--model", "classic", "--duration", "2", "--window", "1", "--runs", "2", "--prime"]
+    args = ["--device", "cpu", "--model", "classic", "--duration", "2", "--window", "1", "--runs", "2"]
+    args += ["--prime", "--prime-seconds", "3"]
     first_seconds.main([*args, "--also-env", "VCAM_WARM_SWAP=0", "--json", str(out)])
     runs = json.loads(out.read_text())["runs"]
     assert [r["seq"] for r in runs["this"]] == [0, 3] and [r["seq"] for r in runs["this VCAM_WARM_SWAP=0"]] == [1, 2]
