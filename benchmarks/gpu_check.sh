@@ -297,9 +297,9 @@ for step in $steps; do
       # 2026-12-06), which a pip install writes. Compiled here into PYTHONPYCACHEPREFIX without importing
       # them (nothing else read): put it first in the first call, before `ISSUE39_PRIME=0 ISSUE39_FLAGS=--evict issue39`.
       dirs=$(python3 -c "import importlib.util as u; print(' '.join(u.find_spec(m).submodule_search_locations[0] for m in ('torch', 'cupy', 'numpy', 'cv2', 'onnx', 'vcam') if u.find_spec(m)))")
-      t0=$(date +%s.%N)
+      t0=$SECONDS
       python3 -m compileall -q -j 0 $dirs > /dev/null 2>&1
-      echo "bytecode compiled for $(echo $dirs | wc -w) packages in $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee "$OUT/bytecode.txt" ;;
+      echo "bytecode compiled for $(echo $dirs | wc -w) packages in $((SECONDS - t0)) s" | tee "$OUT/bytecode.txt" ;;
     coldevict)
       # Issue 39's fresh target, after coldimport: every start made cold again by eviction (the libraries and .pyc of
       # torch, CuPy and the NVIDIA wheels dropped from the page cache), reading ahead compared: none / the touched files

@@ -417,10 +417,9 @@ class TorchEngine:
         here too (returned): putting the artifact into use at a call (:meth:`_adopt`) costs the
         frame loop no capture. Issue 39: the frame thread captured each size's graph when it took
         the artifacts, and the camera stood still for up to 980 ms (H100, one stream, 2026-12-06)."""
-        with CAPTURE_LOCK, _torch.inference_mode(), self.backend_flags():
-            with private_stream(self._dev):
-                fn(*self.call_args(b, items))
-            return self._capture(b, items, fn) if self.cuda_graphs else None
+        with CAPTURE_LOCK, _torch.inference_mode(), self.backend_flags(), private_stream(self._dev):
+            fn(*self.call_args(b, items))
+        return self._capture(b, items, fn) if self.cuda_graphs else None
 
     def _take_loaded(self, wait: bool) -> None:
         """At a call: put what the loader finished into use (see :meth:`_adopt`), or start a load
@@ -436,10 +435,10 @@ class TorchEngine:
             loader.note_uncompiled_call()
 
     def _adopt(self, wait: bool = True) -> None:
-        """Put the artifacts the background thread loaded into use (the calling thread captures their
-        graphs: the frame loop, between two calls). Without ``wait`` nothing happens while the loader
-        holds the capture lock (the next call tries again). A size whose graph the loader captured
-        (:meth:`first_call`) is a swap of two references; one without is captured here."""
+        """Put the artifacts the background thread loaded into use (the frame loop, between two
+        calls): a size whose graph the loader captured (:meth:`first_call`) is a swap of two
+        references; one without a graph is captured here. Without ``wait`` nothing happens while the
+        loader holds the capture lock (the next call tries again)."""
         if self.loader is None or (self.cuda_graphs and not CAPTURE_LOCK.acquire(blocking=wait)):
             return
         try:

@@ -520,11 +520,9 @@ class CudaOps:
         A raw async copy: CuPy's ``set`` refuses while the stream is capturing ("H2D transfers are
         disallowed", the graph probe on the H100); CUDA captures this one (its source pinned) as a
         copy node of the same bytes."""
-        import cupy
-
         self.transfers.h2d_bytes += host.nbytes
-        kind = cupy.cuda.runtime.memcpyHostToDevice
-        cupy.cuda.runtime.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes, kind, self.stream.ptr)
+        rt = self.xp.cuda.runtime
+        rt.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes, rt.memcpyHostToDevice, self.stream.ptr)
 
     def empty(self, shape: tuple, dtype: Any = np.uint8) -> Any:
         with self.stream:
