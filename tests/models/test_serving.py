@@ -246,20 +246,16 @@ def test_vcam_serve_runs_triton_with_health_and_metrics(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
     try:
+        # `vcam serve` says "serving" once every endpoint answers: the user's cue, so the test's.
+        said = f"serving {repo} on"
         end = time.monotonic() + 180
-        ready = False
-        while time.monotonic() < end and proc.poll() is None and not ready:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/inswapper_128/ready", timeout=2) as r:
-                    ready = r.status == 200
-            except OSError:
-                time.sleep(0.5)
-        assert ready, proc.stderr.read() if proc.poll() is not None else "not ready"
+        while time.monotonic() < end and proc.poll() is None and not any(said in ln for ln in lines):
+            time.sleep(0.1)
+        assert any(said in ln for ln in lines), proc.stderr.read() if proc.poll() is not None else "not serving"
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/inswapper_128/ready", timeout=5) as r:
+            assert r.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
             assert 'nv_inference_count{model="inswapper_128"' in r.read().decode()
-        # Triton answers before `vcam serve` has said so: wait for its line before stopping it.
-        while time.monotonic() < end and proc.poll() is None and not any("serving " in ln for ln in lines):
-            time.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)

@@ -220,22 +220,25 @@ class TritonServer:
         return f"grpc://{self.address}:{self.grpc_port}"
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Until the models are bound and ``/v2/health/ready`` answers; one-line error otherwise."""
+        """Until the models are bound and both ``/v2/health/ready`` and ``/metrics`` answer (Triton
+        opens its metrics port after the model endpoints); one-line error otherwise."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 tail = [ln for ln in self.lines if ln.strip()][-1:] or ["(no output)"]
                 raise EngineUnavailable(f"the Triton server exited ({self.proc.returncode}): {tail[0][:200]}")
-            if self._ready.is_set() and self.ready():
+            if self._ready.is_set() and self.ready() and self._answers(self.metrics_port, "/metrics"):
                 return
             time.sleep(0.1)
         self.stop()
         raise EngineUnavailable(f"the Triton server was not ready after {timeout:.0f} s", hint="see its log (--log)")
 
     def ready(self) -> bool:
+        return self._answers(self.http_port, "/v2/health/ready")
+
+    def _answers(self, port: int, path: str) -> bool:
         try:
-            url = f"http://{self.address}:{self.http_port}/v2/health/ready"
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            with urllib.request.urlopen(f"http://{self.address}:{port}{path}", timeout=2) as resp:
                 return resp.status == 200
         except OSError:
             return False
