@@ -34,8 +34,10 @@ files dropped from the page cache first: a fresh machine's disk). ``--phases``: 
 ``vcam -v``; its load phases (what the load did, and when) are kept with the run. ``--stalls``: a
 thread in the child asks for the GIL every 2 ms and keeps each wait over 25 ms with where the other
 threads stood (:data:`STALLS`): which calls of the load hold the GIL that the early frames need;
-and the garbage collector's passes of its oldest generation (and any over 5 ms), when and in which
-thread (a pass holds the GIL throughout).
+the garbage collector's passes of its oldest generation (and any over 5 ms), when and in which
+thread (a pass holds the GIL throughout); and each time the frame loop (the main thread) stood at one
+line over 40 ms with the GIL free (a lock, a device wait: what a GIL wait does not show), with where
+every thread stood then.
 """
 
 from __future__ import annotations
@@ -73,29 +75,44 @@ outputs.NullOutput.send = timed
 STALLS = r"""
 import os, threading
 stalls = []
+#: The main thread (the frame loop) standing at one line over 40 ms while the GIL was free: a blocking
+#: call (a lock, a device wait), which a GIL wait does not show; with where every thread stood then.
+blocks = []
+def _picked(frame, own=0):
+    picked, f = [], frame
+    while f is not None and len(picked) < 3 + own:
+        code = f.f_code
+        if code.co_name == "_find_and_load":  # the module being imported
+            picked.append(f"import {f.f_locals.get('name')}")
+        elif len(picked) < own or any(k in code.co_filename for k in ("vcam", "torch", "cupy", "ctypes")):
+            picked.append(f"{os.path.basename(code.co_filename)}:{f.f_lineno} {code.co_name}")
+        f = f.f_back
+    return picked
+def _where(frames, own=0):
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return {names.get(tid, str(tid)): _picked(frame, own if tid == threading.main_thread().ident else 0)
+            for tid, frame in frames.items() if tid != threading.get_ident()}
 def _stall_watch():
     import sys as _s
+    main = threading.main_thread().ident
     last = time.perf_counter()
+    spot, since, block = None, last, None
     while True:
         time.sleep(0.002)
         now = time.perf_counter()
+        frames = _s._current_frames()
         if now - last > 0.025 and len(stalls) < 400:
-            where = {}
-            for tid, frame in _s._current_frames().items():
-                if tid == threading.get_ident():
-                    continue
-                name = next((t.name for t in threading.enumerate() if t.ident == tid), str(tid))
-                picked, f = [], frame
-                while f is not None and len(picked) < 3:
-                    code = f.f_code
-                    if code.co_name == "_find_and_load":  # the module being imported
-                        picked.append(f"import {f.f_locals.get('name')}")
-                    elif any(k in code.co_filename for k in ("vcam", "torch", "cupy", "ctypes")):
-                        picked.append(f"{os.path.basename(code.co_filename)}:{f.f_lineno} {code.co_name}")
-                    f = f.f_back
-                where[name] = picked
-            stalls.append({"at_s": round(last - t0, 3), "ms": round((now - last) * 1000, 1), "where": where})
+            stalls.append({"at_s": round(last - t0, 3), "ms": round((now - last) * 1000, 1), "where": _where(frames)})
         last = now
+        f = frames.get(main)
+        here = None if f is None else (f.f_code, f.f_lineno, id(f))
+        if here != spot:
+            if block is not None:
+                block["ms"] = round((now - since) * 1000, 1)
+            spot, since, block = here, now, None
+        elif block is None and now - since > 0.040 and len(blocks) < 400:
+            block = {"at_s": round(since - t0, 3), "ms": None, "where": _where(frames, own=2)}
+            blocks.append(block)
 collections = []
 def _gc_watch(phase, info, _t=[0.0]):
     # every collection of the oldest generation (or any over 5 ms): when, how long, in which thread
@@ -142,6 +159,7 @@ def reported(self, *a, **k):
                 "first_cpu_s": first_cpu.get(id(st.live)),
             }
         rows["_stalls"] = stalls
+        rows["_blocks"] = blocks
         rows["_gc"] = collections
         with open(OUT, "w") as f:
             json.dump(rows, f)
@@ -196,10 +214,11 @@ def _one(
         rows = {}
     out.unlink(missing_ok=True)
     stalls = rows.pop("_stalls", [])
+    blocks = rows.pop("_blocks", [])
     collections = rows.pop("_gc", [])
     return {
         "rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:], "log": r.stderr, "stalls": stalls,
-        "gc": collections,
+        "gc": collections, "blocks": blocks,
     }  # fmt: skip
 
 
@@ -277,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         "--evict", action="store_true", help="every start cold: the GPU libraries dropped from the page cache first (Linux)"
     )
     ap.add_argument(
-        "--stalls", action="store_true", help="a thread keeps each wait over 25 ms for the GIL, and where the others stood"
+        "--stalls",
+        action="store_true",
+        help="a thread keeps each GIL wait over 25 ms, each stop of the frame loop over 40 ms, and where the others stood",
     )
     ap.add_argument(
         "--also-env",
@@ -352,12 +373,17 @@ def main(argv: list[str] | None = None) -> int:
                 "evicted_left_mb": left_mb,
             }
             if args.stalls:
-                run["stalls"], run["gc"] = got["stalls"], got["gc"]
+                run["stalls"], run["gc"], run["blocks"] = got["stalls"], got["gc"], got["blocks"]
                 for c in got["gc"]:  # the garbage collector's full passes hold the GIL from start to end
                     print(f"  gc: generation {c['generation']} {c['ms']:.0f} ms at {c['at_s']:.2f} s ({c['thread']})", flush=True)
                 for st in got["stalls"][:: max(1, len(got["stalls"]) // 12)][:12]:
                     load = {k: v for k, v in st["where"].items() if v and k != "MainThread"}
                     print(f"  GIL wait {st['ms']:.0f} ms at {st['at_s']:.2f} s: {load}", flush=True)
+                for b in sorted(got["blocks"], key=lambda b: -(b["ms"] or 0))[:12]:
+                    print(
+                        f"  frame loop blocked {b['ms'] or 0:.0f} ms at {b['at_s']:.2f} s: {b['where'].get('MainThread')}",
+                        flush=True,
+                    )
             if args.phases:
                 run["phases"] = [
                     ln
