@@ -274,7 +274,7 @@ def test_no_collection_while_any_capture_runs_then_the_collector_as_it_was():
     holders run, back on after the last; a collector the user had off stays off."""
     import gc
 
-    from vcam.engines.threads import NoCollection
+    from vcam.engines.held import NoCollection
 
     guard = NoCollection()
     assert gc.isenabled()
@@ -294,4 +294,38 @@ def test_no_collection_while_any_capture_runs_then_the_collector_as_it_was():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:
+        gc.enable()
+
+
+def test_a_quiet_load_holds_the_collector_off_and_the_switches_short_then_freezes_what_it_left():
+    """quiet_load (Inductor's imports, a compiled artifact's load beside the frames): the collector
+    off and the switch interval short while it runs, nested with a capture's hold (counted: off until
+    both ended); at its end what it left alive is out of the collector's reach (gc.freeze), even when
+    it failed, and the interval and the collector are as they were."""
+    import gc
+    import sys
+
+    from vcam.engines.held import NO_COLLECTION, QUICK_SWITCHES, quiet_load
+
+    before_interval = sys.getswitchinterval()
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        with quiet_load():
+            kept = [[] for _ in range(1000)]  # what a load leaves alive
+            assert not gc.isenabled()
+            assert sys.getswitchinterval() == pytest.approx(min(before_interval, QUICK_SWITCHES.seconds))
+            with NO_COLLECTION.held():  # a capture inside the load
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert sys.getswitchinterval() == pytest.approx(before_interval)
+        assert gc.get_freeze_count() >= frozen + len(kept)
+        with pytest.raises(RuntimeError):
+            with quiet_load():
+                raise RuntimeError("the artifact is corrupt")
+        assert gc.isenabled()
+        assert sys.getswitchinterval() == pytest.approx(before_interval)
+    finally:
+        gc.unfreeze()  # the test process's collector as it was
         gc.enable()

@@ -104,12 +104,47 @@ def test_short_switches_shorten_the_interval_until_closed_never_lengthen_it_and_
         sys.setswitchinterval(before)
 
 
+def test_the_held_collector_is_off_until_closed_then_freezes_the_load_and_counts_with_a_capture():
+    """HeldCollector (the start-up's load beside the early frames): the collector off until it is
+    closed, once; then what the load left alive is frozen; a capture's hold (NO_COLLECTION) under way
+    keeps it off until that one ends too; a collector the user turned off stays off."""
+    import gc
+
+    from vcam.engines.held import NO_COLLECTION
+    from vcam.runtime.startup import HeldCollector
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        held = HeldCollector()
+        kept = [{} for _ in range(500)]
+        assert not gc.isenabled()
+        held.close()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+        held.close()  # once
+        assert gc.isenabled()
+        held = HeldCollector()
+        with NO_COLLECTION.held():  # a background capture that began while the load ran
+            held.close()
+            assert not gc.isenabled(), "the collector ran again inside a capture"
+        assert gc.isenabled()
+        gc.disable()
+        held = HeldCollector()
+        held.close()
+        assert not gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
 @pytest.mark.parametrize("early_swap", [False, True], ids=["pixelated", "early swap"])
 def test_the_early_frames_get_short_thread_switches_while_the_models_load_and_the_default_after(early_swap):
     """While the models load in a thread beside the early frames (pixelated, or swapped on the CPU
     until the switch), the interpreter hands the GIL over every 0.5 ms, not every 5 ms: a load
     running Python held four early streams to a quarter of their frames (startup.LOADING_SWITCH_S);
-    once the models in use are the run's own, the interval is what it was."""
+    once the models in use are the run's own, the interval is what it was. Python's collector is off
+    meanwhile too, and on again after, with what the load left alive frozen (startup.HeldCollector)."""
+    import gc
     import sys
     import threading
 
@@ -117,11 +152,14 @@ def test_the_early_frames_get_short_thread_switches_while_the_models_load_and_th
 
     before = sys.getswitchinterval()
     seen: list[float] = []
+    collecting: list[bool] = []
     stop = threading.Event()
+    frozen = gc.get_freeze_count()
 
     def watch():
         while not stop.wait(0.02):
             seen.append(sys.getswitchinterval())
+            collecting.append(gc.isenabled())
 
     d = Daemon(demo_cfg(pacing="realtime"), output=Capturing(640, 360), control=False, early_swap=early_swap, load_delay=1.0)
     watcher = threading.Thread(target=watch)
@@ -131,6 +169,8 @@ def test_the_early_frames_get_short_thread_switches_while_the_models_load_and_th
     finally:
         stop.set()
         watcher.join()
+        after = gc.get_freeze_count()
+        gc.unfreeze()  # the test process's collector as it was
     assert s.early_frames > 0 and s.frames_out > 0, s.line()
     if early_swap:
         assert s.cpu_frames > 0 and s.switched_s is not None, s.line()
@@ -140,3 +180,5 @@ def test_the_early_frames_get_short_thread_switches_while_the_models_load_and_th
         "not put back at the end of the load"
     )
     assert sys.getswitchinterval() == before
+    assert not all(collecting[: short[-1]]), "the collector ran throughout the load"
+    assert gc.isenabled() and after > frozen, "the load's objects not frozen, or the collector left off"

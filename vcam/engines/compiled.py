@@ -61,7 +61,7 @@ from vcam.engines.artifacts import (
 )
 from vcam.engines.cache import EngineKey
 from vcam.engines.gate import BACKGROUND
-from vcam.engines.threads import QUICK_SWITCHES
+from vcam.engines.held import quiet_load
 
 if TYPE_CHECKING:  # types only; the engine's module is imported where the factory runs
     from vcam.engines.onnx_graph import ModelSource
@@ -180,7 +180,7 @@ class CompiledLoader:
         host = self.host
         BACKGROUND.wait()  # never beside the load of the first frame: after it (the GIL, the cores)
         try:
-            with QUICK_SWITCHES.held():
+            with quiet_load():  # Inductor's imports: seconds of Python, a million objects
                 seconds = prepare_load()
         except Exception as exc:  # the load itself will say what is wrong
             self._log.debug("%s: preparing the compiled engines' load failed (%s: %s)", host.name, type(exc).__name__, exc)
@@ -428,7 +428,7 @@ class CompiledLoader:
         if self._thread is not None:
             self._thread.join()
         self._started = time.perf_counter()
-        with QUICK_SWITCHES.held():
+        with quiet_load():
             self._load_sizes(sizes, items)
 
     @property
@@ -474,7 +474,7 @@ class CompiledLoader:
         # frame went out uncompiled (the daemon holds the gate until then: after an early swap, the
         # first GPU frame); the sizes are then put in use between two calls (:meth:`take_ready`).
         BACKGROUND.wait()
-        with QUICK_SWITCHES.held():  # a second of Python, beside the warm-ups or the first frames
+        with quiet_load():  # a second of Python, beside the warm-ups or the first frames
             self._load_sizes(sizes, items)
 
     def _load_sizes(self, sizes: Sequence[int], items: Items) -> None:

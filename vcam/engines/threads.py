@@ -3,8 +3,6 @@
 - :data:`CAPTURE_LOCK`: CUDA graph captures and the first calls of loaded compiled artifacts
   exclude each other, across threads and engines (a first call may synchronise the device, which
   is illegal while any stream captures and would void that capture).
-- :data:`QUICK_SWITCHES`: the interpreter's switch interval, shortened while a background load runs.
-- :data:`NO_COLLECTION`: the garbage collector off while a CUDA graph capture runs.
 - :class:`CaptureQueue`: an engine's batch sizes captured by a background thread, after the
   start-up's own captures (:data:`vcam.engines.gate.BACKGROUND`).
 - :func:`private_stream`: a side stream of the calling thread's own for one piece of device work.
@@ -18,10 +16,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -35,6 +31,7 @@ except ImportError:  # pragma: no cover - exercised where torch is absent
     _torch = None  # type: ignore[assignment]
 
 from vcam.engines.gate import BACKGROUND
+from vcam.engines.held import QUICK_SWITCHES
 from vcam.platform import process
 
 log = logging.getLogger("vcam.engines.torch")
@@ -42,82 +39,6 @@ log = logging.getLogger("vcam.engines.torch")
 #: See the module docstring. Re-entrant: a capture may run inside an adoption that holds it.
 CAPTURE_LOCK = threading.RLock()
 
-
-class _HeldSetting:
-    """A setting of the whole process, changed while any holder holds it and put back after the
-    last one (:meth:`held`; counted, because holders overlap): one instance per process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-
-    def _change(self) -> None:
-        raise NotImplementedError
-
-    def _restore(self) -> None:
-        raise NotImplementedError
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        with self._lock:
-            if self._users == 0:
-                self._change()
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    self._restore()
-
-
-class QuickSwitches(_HeldSetting):
-    """The interpreter's switch interval, shortened while any background load runs (Inductor's
-    imports, an artifact's load: seconds of Python). A thread that gave up the interpreter's lock for
-    a CUDA call (the frame loop, the warm-ups) may wait a whole interval before it gets it back from
-    a thread busy in Python: 0.5 ms here rather than the default 5 ms."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-        self._before = 0.0
-
-    def _change(self) -> None:
-        self._before = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._before, self.seconds))
-
-    def _restore(self) -> None:
-        if sys.getswitchinterval() == min(self._before, self.seconds):  # unless somebody else changed it meanwhile
-            sys.setswitchinterval(self._before)
-
-
-QUICK_SWITCHES = QuickSwitches(0.0005)
-
-
-class NoCollection(_HeldSetting):
-    """Python's cyclic garbage collector off while any CUDA graph capture runs. A collection inside a
-    capture may free an engine nobody holds any more and, with it, its graphs: destroying a graph is
-    illegal while the thread captures ("operation not permitted when stream is capturing (function
-    reset)"), and the capture is void ("operation failed due to a previous error during capture": a
-    GPU test creating an engine failed so on the H100, 2026-12-06). A collector the user turned off
-    stays off."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._was_on = False
-
-    def _change(self) -> None:
-        self._was_on = gc.isenabled()
-        gc.disable()
-
-    def _restore(self) -> None:
-        if self._was_on:
-            gc.enable()
-
-
-#: See :class:`NoCollection`.
-NO_COLLECTION = NoCollection()
 
 #: ``"1"``: the captures of :class:`CaptureQueue` (beside the frames) autotune cuDNN's algorithms as
 #: every other call does; by default they take cuDNN's heuristic choice (see :func:`tuning_allowed`).
@@ -318,14 +239,4 @@ class StreamMap:
         self._contexts.clear()
 
 
-__all__ = [
-    "CAPTURE_LOCK",
-    "NO_COLLECTION",
-    "QUICK_SWITCHES",
-    "CaptureQueue",
-    "NoCollection",
-    "OnStream",
-    "QuickSwitches",
-    "StreamMap",
-    "private_stream",
-]
+__all__ = ["CAPTURE_LOCK", "CaptureQueue", "OnStream", "StreamMap", "private_stream"]

@@ -38,8 +38,9 @@ import numpy as np
 
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
+from vcam.engines.held import NO_COLLECTION
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
-from vcam.engines.threads import CAPTURE_LOCK, NO_COLLECTION, CaptureQueue, StreamMap, private_stream, tuning_allowed
+from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream, tuning_allowed
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -639,7 +640,7 @@ def _captured(graph: Any, pool: Any, run: Callable[[], Any]) -> Any:
     """``run()`` captured into ``graph`` (its memory from ``pool``); returns what it returned. Thread-local
     mode: other threads (the frames, the capture thread's nvJPEG) may call the driver meanwhile, only
     this thread's calls would break the capture; and no garbage collection runs meanwhile
-    (:data:`~vcam.engines.threads.NO_COLLECTION`: a collected engine's graph destroyed in it voids it)."""
+    (:data:`~vcam.engines.held.NO_COLLECTION`: a collected engine's graph destroyed in it voids it)."""
     with NO_COLLECTION.held():
         graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:

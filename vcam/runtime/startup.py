@@ -14,12 +14,13 @@ stream) and :func:`adopt` (put in use).
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,7 +85,8 @@ class Started:
        panel (``panel``).
 
     ``switches``: the interpreter's thread switch interval, short while the models load beside the
-    early frames (:class:`ShortSwitches`), back to what it was once they are the run's own.
+    early frames (:class:`ShortSwitches`), back to what it was once they are the run's own;
+    ``collector``: Python's garbage collector off meanwhile (:class:`HeldCollector`).
 
     ``opened`` closes them in reverse (:class:`vcam.runtime.opened.Opened`); the capture threads
     are stopped first (:meth:`stop_capture`: no frame is read while the rest closes). ``loading``:
@@ -103,12 +105,16 @@ class Started:
     panel: Any = None  # the daemon's side of the panel (vcam.runtime.panel), when it serves one
     obs: list[Any] = field(default_factory=list)  # the OBS controllers, one per stream
     switches: ShortSwitches | None = None  # while the models load beside the early frames
+    collector: HeldCollector | None = None  # likewise
 
     def models_final(self) -> None:
         """The models in use are the run's own (the load ended, or an early swap switched): the
-        interpreter's thread switch interval back to what it was (:class:`ShortSwitches`)."""
+        interpreter's thread switch interval back to what it was (:class:`ShortSwitches`), the
+        load's objects frozen and the collector back (:class:`HeldCollector`)."""
         if self.switches is not None:
             self.switches.close()
+        if self.collector is not None:
+            self.collector.close()
 
     @property
     def assembly(self) -> Assembly | None:
@@ -300,6 +306,30 @@ class ShortSwitches:
         if self.saved is not None and abs(sys.getswitchinterval() - self.set_to) < 1e-7:
             sys.setswitchinterval(self.saved)
         self.saved = None
+
+
+class HeldCollector:
+    """Python's cyclic garbage collector off (:data:`vcam.engines.held.NO_COLLECTION`, counted with
+    the CUDA graph captures' holds) from the start of a load beside the early frames until
+    :meth:`close`, which freezes what the load left alive (:func:`gc.freeze`: no later full
+    collection scans it) and lets the collector run again (once; closing again does nothing). Held
+    by :class:`Started` as :class:`ShortSwitches` is. Issue 39 (H100, four 1080p streams, 2026-12-06,
+    ``benchmarks.first_seconds --stalls``): three full collections in the loading thread while
+    ``import torch`` ran held the GIL 28, 68 and 99 ms, on the way to the first GPU frame, and every
+    stream stood still meanwhile (pauses of 155-232 ms then)."""
+
+    def __init__(self) -> None:
+        from vcam.engines.held import NO_COLLECTION
+
+        self._held: ExitStack | None = ExitStack()
+        self._held.enter_context(NO_COLLECTION.held())
+
+    def close(self) -> None:
+        if self._held is None:
+            return
+        gc.freeze()
+        self._held.close()
+        self._held = None
 
 
 @dataclass
@@ -546,6 +576,7 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
 
     t0 = time.perf_counter()
     up.switches = up.opened.add(ShortSwitches())  # the early frames get the GIL soon after asking
+    up.collector = up.opened.add(HeldCollector())  # and no full collection holds it meanwhile
     loader.start()
     if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
         threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()

@@ -1,0 +1,113 @@
+"""Settings of the whole interpreter held while some work runs beside the frames, put back after
+the last holder (no PyTorch here: the start-up holds them before its imports).
+
+- :data:`QUICK_SWITCHES`: the thread switch interval, shortened while a background load runs.
+- :data:`NO_COLLECTION`: Python's cyclic garbage collector off while a CUDA graph capture or a load
+  runs.
+- :func:`quiet_load`: both, for a load of much Python (imports, an artifact's load), and what it
+  left alive frozen at its end (:func:`gc.freeze`), so no later full collection scans it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+import threading
+from collections.abc import Iterator
+
+
+class _HeldSetting:
+    """A setting of the whole process, changed while any holder holds it and put back after the
+    last one (:meth:`held`; counted, because holders overlap): one instance per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+
+    def _change(self) -> None:
+        raise NotImplementedError
+
+    def _restore(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._change()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    self._restore()
+
+
+class QuickSwitches(_HeldSetting):
+    """The interpreter's switch interval, shortened while any background load runs (Inductor's
+    imports, an artifact's load: seconds of Python). A thread that gave up the interpreter's lock for
+    a CUDA call (the frame loop, the warm-ups) may wait a whole interval before it gets it back from
+    a thread busy in Python: 0.5 ms here rather than the default 5 ms."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self._before = 0.0
+
+    def _change(self) -> None:
+        self._before = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._before, self.seconds))
+
+    def _restore(self) -> None:
+        if sys.getswitchinterval() == min(self._before, self.seconds):  # unless somebody else changed it meanwhile
+            sys.setswitchinterval(self._before)
+
+
+QUICK_SWITCHES = QuickSwitches(0.0005)
+
+
+class NoCollection(_HeldSetting):
+    """Python's cyclic garbage collector off while any holder runs: a CUDA graph capture, a load
+    (:func:`quiet_load`, the start-up's). A collection inside a capture may free an engine nobody
+    holds any more and, with it, its graphs: destroying a graph is illegal while the thread
+    captures ("operation not permitted when stream is capturing (function reset)"), and the capture
+    is void ("operation failed due to a previous error during capture": a GPU test creating an
+    engine failed so on the H100, 2026-12-06). A collector the user turned off stays off; the
+    holders are counted, so a capture inside a load keeps it off until both ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._was_on = False
+
+    def _change(self) -> None:
+        self._was_on = gc.isenabled()
+        gc.disable()
+
+    def _restore(self) -> None:
+        if self._was_on:
+            gc.enable()
+
+
+#: See :class:`NoCollection`.
+NO_COLLECTION = NoCollection()
+
+
+@contextlib.contextmanager
+def quiet_load() -> Iterator[None]:
+    """A load of much Python beside the frames: the switch interval short (:data:`QUICK_SWITCHES`),
+    the collector off (:data:`NO_COLLECTION`), and at the end every object alive moved out of the
+    collector's reach (:func:`gc.freeze`). Issue 39 (H100, 2026-12-06, ``benchmarks.first_seconds
+    --stalls``): the collector's full passes over what ``import torch`` and Inductor's imports leave
+    alive (a million objects) held the GIL 25-220 ms each, in the loading thread, and every stream
+    stood still meanwhile; frozen, those objects are never scanned again."""
+    with QUICK_SWITCHES.held(), NO_COLLECTION.held():
+        try:
+            yield
+        finally:
+            gc.freeze()
+
+
+__all__ = ["NO_COLLECTION", "QUICK_SWITCHES", "NoCollection", "QuickSwitches", "quiet_load"]
