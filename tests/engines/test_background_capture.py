@@ -43,6 +43,42 @@ def test_queue_captures_in_order_and_survives_a_failure(caplog):
     assert q.wait(10) and seen[-1] == (32, "c")
 
 
+def test_a_size_a_call_runs_without_its_graph_is_captured_next():
+    """CaptureQueue.want: a size the frames run eagerly (its graph not there yet) moves to the front
+    of the queue; a size not queued (being captured, or of other items) changes nothing. Issue 39:
+    four streams ran batch 4 eagerly while the queue captured 2 and 3 first, each eager call waiting
+    out a capture."""
+    need_torch()
+    from types import SimpleNamespace
+
+    from vcam.engines.threads import CaptureQueue
+    from vcam.engines.torch import _graph_or_none
+
+    seen: list[tuple[int, str]] = []
+    first = threading.Event()
+    go = threading.Event()
+
+    def capture(b, items):
+        seen.append((b, items))
+        if len(seen) == 1:
+            first.set()
+            assert go.wait(10)
+
+    q = CaptureQueue(capture, "cpu", "model")
+    q.put([2, 3, 4, 5], "a")
+    assert first.wait(10)  # 2 is being captured
+    q.want(5, "a")
+    q.want(2, "a")  # being captured now: nothing
+    q.want(9, "a")  # never queued: nothing
+    q.want(4, "b")  # other items: nothing
+    # the engine's side: a call of batch 4 without its graph runs eagerly and asks for it first
+    engine = SimpleNamespace(eager_first=True, _graph_key=lambda b, items: (b, items), _graphs={}, _later=q)
+    assert _graph_or_none(engine, 4, "a") is None
+    go.set()
+    assert q.wait(10)
+    assert seen == [(2, "a"), (4, "a"), (5, "a"), (3, "a")]
+
+
 def test_background_captures_take_cudnn_s_heuristics_unless_asked_and_other_threads_autotune(monkeypatch):
     """By default a capture in the queue's thread runs cuDNN's heuristic choice (autotuning beside the
     frames paused them 300-550 ms a size on the H200); $VCAM_TUNE_BACKGROUND=1 lets it autotune;

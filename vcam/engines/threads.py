@@ -81,7 +81,7 @@ class CaptureQueue:
 
     def __init__(self, capture: Any, device: Any, name: str) -> None:
         self._capture, self._device, self.name = capture, device, name
-        self._todo: list[tuple[list[int], Any]] = []
+        self._todo: list[tuple[int, Any]] = []  # (size, items), in the order they are captured
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
@@ -92,7 +92,7 @@ class CaptureQueue:
         with self._lock:
             if self._closing.is_set():
                 return
-            self._todo.append((list(sizes), items))
+            self._todo.extend((b, items) for b in sizes)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=f"{self.name}-graphs", daemon=True)
                 self._thread.start()
@@ -119,28 +119,42 @@ class CaptureQueue:
                             log.info(what, self.name, ",".join(map(str, done)), time.perf_counter() - t0)
                         self._thread = None
                         break
-                    sizes, items = self._todo.pop(0)
-                for b in sizes:
-                    try:
-                        # After the start-up's own captures, one at a time, paced beside the frames; its
-                        # Python beside the frame loop hands the GIL back soon (QUICK_SWITCHES).
-                        with BACKGROUND.turn(self._closing), QUICK_SWITCHES.held():
-                            if self._closing.is_set():
-                                break
-                            if not done:
-                                t0 = time.perf_counter()  # from the first capture on, not from the wait
-                            began = time.perf_counter()
-                            self._capture(b, items)
-                        done.append(b)
-                        # One line each, with when: a pause of the camera can be laid beside it
-                        # (benchmarks.first_seconds --phases keeps these lines).
-                        took = time.perf_counter() - began
-                        what = "%s: batch %d captured in the background, %.0f ms from %.2f s after the start"
-                        log.info(what, self.name, b, took * 1e3, process.age() - took)
-                    except Exception as exc:  # never take the daemon down: captured on first use instead
-                        log.warning(
-                            "%s: capturing batch %d in the background failed (%s: %s)", self.name, b, type(exc).__name__, exc
-                        )
+                b = 0  # for the warning, should the pace itself fail
+                try:
+                    # After the start-up's own captures, one at a time, paced beside the frames; its
+                    # Python beside the frame loop hands the GIL back soon (QUICK_SWITCHES).
+                    with BACKGROUND.turn(self._closing), QUICK_SWITCHES.held():
+                        with self._lock:  # taken after the pace's wait: a size a call wanted meanwhile goes first
+                            if not self._todo or self._closing.is_set():
+                                continue
+                            b, items = self._todo.pop(0)
+                        if not done:
+                            t0 = time.perf_counter()  # from the first capture on, not from the wait
+                        began = time.perf_counter()
+                        self._capture(b, items)
+                    done.append(b)
+                    # One line each, with when: a pause of the camera can be laid beside it
+                    # (benchmarks.first_seconds --phases keeps these lines).
+                    took = time.perf_counter() - began
+                    what = "%s: batch %d captured in the background, %.0f ms from %.2f s after the start"
+                    log.info(what, self.name, b, took * 1e3, process.age() - took)
+                except Exception as exc:  # never take the daemon down: captured on first use instead
+                    log.warning("%s: capturing batch %d in the background failed (%s: %s)", self.name, b, type(exc).__name__, exc)
+
+    def want(self, b: int, items: Any) -> None:
+        """A call runs batch ``b`` for ``items`` without its graph, which this queue has not reached
+        yet: capture it next. Issue 39 (H100, four streams, 2026-12-06): the frames ran batch 4
+        eagerly while the queue captured 2 and 3 first, and each eager call waited out a capture
+        (the capture lock), 60-125 ms a time. A size being captured now, or not queued, is left."""
+        with self._lock:
+            pair = (b, items)
+            if self._closing.is_set() or not self._todo or self._todo[0] == pair:
+                return
+            try:
+                self._todo.remove(pair)
+            except ValueError:
+                return
+            self._todo.insert(0, pair)
 
     @property
     def running(self) -> bool:

@@ -630,8 +630,10 @@ class TorchEngine:
 
 def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
     """The graph of batch ``b`` (captured now when missing: ``TorchEngine._captured_for``), or None
-    while ``eager_first`` leaves it to the background captures still under way."""
+    while ``eager_first`` leaves it to the background captures still under way (asked to take this
+    size next: :meth:`CaptureQueue.want`)."""
     if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
+        engine._later.want(b, items)  # the background thread captures this size next
         return None
     return engine._captured_for(b, items)
 
