@@ -316,7 +316,8 @@ class HeldCollector:
     by :class:`Started` as :class:`ShortSwitches` is. Issue 39 (H100, four 1080p streams, 2026-12-06,
     ``benchmarks.first_seconds --stalls``): three full collections in the loading thread while
     ``import torch`` ran held the GIL 28, 68 and 99 ms, on the way to the first GPU frame, and every
-    stream stood still meanwhile (pauses of 155-232 ms then)."""
+    stream stood still meanwhile (pauses of 155-232 ms then). The freeze's price is
+    :func:`vcam.engines.held.quiet_load`'s."""
 
     def __init__(self) -> None:
         from vcam.engines.held import NO_COLLECTION
