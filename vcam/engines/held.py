@@ -105,7 +105,7 @@ def quiet_load() -> Iterator[None]:
     stood still meanwhile; frozen, those objects are never scanned again. The price: cycles that
     were garbage at the freeze are never collected either; after the inswapper's native build from
     its ONNX graph (the heaviest load) they were 7,000 objects holding no resident memory (a full
-    collection then freed none), against 171 ms of GIL for that collection."""
+    collection then gave none back), against 171 ms of GIL for that collection."""
     with QUICK_SWITCHES.held(), NO_COLLECTION.held():
         try:
             yield
