@@ -4,8 +4,9 @@ the last holder (no PyTorch here: the start-up holds them before its imports).
 - :data:`QUICK_SWITCHES`: the thread switch interval, shortened while a background load runs.
 - :data:`NO_COLLECTION`: Python's cyclic garbage collector off while a CUDA graph capture or a load
   runs.
-- :func:`quiet_load`: both, for a load of much Python (imports, an artifact's load), and what it
-  left alive frozen at its end (:func:`gc.freeze`), so no later full collection scans it again.
+- :func:`collector_off`: the collector off while a load runs, and what it left alive frozen at its
+  end (:func:`gc.freeze`), so no later full collection scans it again.
+- :func:`quiet_load`: both settings, for a load of much Python beside the frames.
 """
 
 from __future__ import annotations
@@ -96,21 +97,29 @@ NO_COLLECTION = NoCollection()
 
 
 @contextlib.contextmanager
-def quiet_load() -> Iterator[None]:
-    """A load of much Python beside the frames: the switch interval short (:data:`QUICK_SWITCHES`),
-    the collector off (:data:`NO_COLLECTION`), and at the end every object alive moved out of the
-    collector's reach (:func:`gc.freeze`). Issue 39 (H100, 2026-12-06, ``benchmarks.first_seconds
-    --stalls``): the collector's full passes over what ``import torch`` and Inductor's imports leave
-    alive (a million objects) held the GIL 25-220 ms each, in the loading thread, and every stream
-    stood still meanwhile; frozen, those objects are never scanned again. The price: cycles that
-    were garbage at the freeze are never collected either; after the inswapper's native build from
-    its ONNX graph (the heaviest load) they were 7,000 objects holding no resident memory (a full
-    collection then gave none back), against 171 ms of GIL for that collection."""
-    with QUICK_SWITCHES.held(), NO_COLLECTION.held():
+def collector_off() -> Iterator[None]:
+    """The collector off while it runs (:data:`NO_COLLECTION`), and at the end every object alive
+    moved out of the collector's reach (:func:`gc.freeze`): what a load built is never scanned again.
+    Issue 39 (H100, 2026-12-06, ``benchmarks.first_seconds --stalls``): the collector's full passes
+    over what ``import torch`` and Inductor's imports leave alive (a million objects) held the GIL
+    25-220 ms each, in the loading thread, and every stream stood still meanwhile. The price: cycles
+    that were garbage at the freeze are never collected either; after the inswapper's native build
+    from its ONNX graph (the heaviest load) they were 7,000 objects holding no resident memory (a
+    full collection then gave none back), against 171 ms of GIL for that collection."""
+    with NO_COLLECTION.held():
         try:
             yield
         finally:
             gc.freeze()
 
 
-__all__ = ["NO_COLLECTION", "QUICK_SWITCHES", "NoCollection", "QuickSwitches", "quiet_load"]
+@contextlib.contextmanager
+def quiet_load() -> Iterator[None]:
+    """A load of much Python beside the frames (Inductor's imports, a compiled artifact's load): the
+    switch interval short (:data:`QUICK_SWITCHES`) and the collector off, what it left frozen at its
+    end (:func:`collector_off`)."""
+    with QUICK_SWITCHES.held(), collector_off():
+        yield
+
+
+__all__ = ["NO_COLLECTION", "QUICK_SWITCHES", "NoCollection", "QuickSwitches", "collector_off", "quiet_load"]

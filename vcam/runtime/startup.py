@@ -14,7 +14,6 @@ stream) and :func:`adopt` (put in use).
 
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 import threading
@@ -309,28 +308,22 @@ class ShortSwitches:
 
 
 class HeldCollector:
-    """Python's cyclic garbage collector off (:data:`vcam.engines.held.NO_COLLECTION`, counted with
-    the CUDA graph captures' holds) from the start of a load beside the early frames until
-    :meth:`close`, which freezes what the load left alive (:func:`gc.freeze`: no later full
-    collection scans it) and lets the collector run again (once; closing again does nothing). Held
-    by :class:`Started` as :class:`ShortSwitches` is. Issue 39 (H100, four 1080p streams, 2026-12-06,
-    ``benchmarks.first_seconds --stalls``): three full collections in the loading thread while
-    ``import torch`` ran held the GIL 28, 68 and 99 ms, on the way to the first GPU frame, and every
-    stream stood still meanwhile (pauses of 155-232 ms then). The freeze's price is
-    :func:`vcam.engines.held.quiet_load`'s."""
+    """Python's cyclic garbage collector off from the start of a load beside the early frames until
+    :meth:`close`, which freezes what the load left alive and lets the collector run again
+    (:func:`vcam.engines.held.collector_off`, counted with the CUDA graph captures' holds; closing
+    again does nothing). Held by :class:`Started` as :class:`ShortSwitches` is. Issue 39 (H100, four
+    1080p streams, 2026-12-06, ``benchmarks.first_seconds --stalls``): three full collections in the
+    loading thread while ``import torch`` ran held the GIL 28, 68 and 99 ms, on the way to the first
+    GPU frame, and every stream stood still meanwhile (pauses of 155-232 ms then)."""
 
     def __init__(self) -> None:
-        from vcam.engines.held import NO_COLLECTION
+        from vcam.engines.held import collector_off
 
-        self._held: ExitStack | None = ExitStack()
-        self._held.enter_context(NO_COLLECTION.held())
+        self._held = ExitStack()
+        self._held.enter_context(collector_off())
 
     def close(self) -> None:
-        if self._held is None:
-            return
-        gc.freeze()
-        self._held.close()
-        self._held = None
+        self._held.close()  # once: an ExitStack closed again has nothing left to close
 
 
 @dataclass
