@@ -77,6 +77,34 @@ def test_video_loop_restarts_and_keeps_counting(tmp_path):
         assert np.abs(f.data.astype(int) - written[i % 5].astype(int)).mean() < 6
 
 
+def test_a_looped_video_opens_its_next_pass_ahead_in_a_thread(tmp_path, monkeypatch):
+    """The last second of a pass opens the next one and decodes its first frame in a thread: the
+    wrap's read opens nothing (the frames lost no time to the loop); the frames go on in order, and
+    a close with a pass opened ahead closes that one too."""
+    import threading
+
+    path = tmp_path / "clip.mp4"
+    written = write_clip(path, 40, fps=25)
+    opened: list[str] = []
+    real_open = VideoSource._open_container
+
+    def counted(self):
+        opened.append(threading.current_thread().name)
+        return real_open(self)
+
+    monkeypatch.setattr(VideoSource, "_open_container", counted)
+    src = VideoSource(path, loop=True, realtime=False)
+    frames = [src.read() for _ in range(40)]  # the first pass: the second one opened during its last second
+    assert opened == ["MainThread", "vcam-video-next"] and src._next is not None
+    frames += [src.read() for _ in range(40)]  # the wrap opens nothing; the third pass is opened ahead in turn
+    assert opened == ["MainThread", "vcam-video-next", "vcam-video-next"] and src._next is not None
+    for i, f in enumerate(frames):
+        assert f.seq == i and np.abs(f.data.astype(int) - written[i % 40].astype(int)).mean() < 6, i
+    ahead = src._next
+    src.close()
+    assert src._next is None and not ahead._thread.is_alive() and ahead._got is None
+
+
 def test_video_realtime_pacing_follows_timestamps(tmp_path):
     path = tmp_path / "clip.mp4"
     write_clip(path, 6, fps=25)

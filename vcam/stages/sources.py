@@ -297,7 +297,9 @@ class WebcamSource(_SourceBase):
 class VideoSource(_SourceBase):
     """A video file decoded with PyAV; BGR frames, or GRAY ones for a grayscale video.
 
-    ``loop``: start again at the end (the container is reopened, which works for every format).
+    ``loop``: start again at the end (the container is reopened, which works for every format; the
+    next pass is opened and its first frame decoded ahead, in a thread, during the last second of
+    a pass, so the loop costs the frames no pause: :class:`_NextPass`).
     ``realtime``: deliver at the file's timestamps; otherwise as fast as it decodes.
     ``compressed``: a Motion-JPEG video (``.mjpeg``, or MJPG in ``.avi``/``.mkv``/``.mov``) is
     delivered as a camera sends MJPG, one JPEG per frame (``MJPEG`` frames, not decoded here: the
@@ -323,29 +325,40 @@ class VideoSource(_SourceBase):
         self._timing = (realtime, clock, sleep)
         self._fallback_fps = fallback_fps
         self._container = None
+        self._next: _NextPass | None = None
         self._open()
         self._pass_frames = 0
         self._first_pts = 0.0
         self._t_offset = 0.0  # media time of the start of the current pass
         self._last_t = 0.0
 
-    def _open(self) -> None:
+    def _open_container(self) -> Any:
         import av
 
         try:
-            container = av.open(str(self.path))
+            return av.open(str(self.path))
         except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
             raise InputError(
                 f"cannot read video {self.path}: {_av_reason(exc)}",
                 hint="the file is corrupt or not a video; re-export it as H.264 .mp4",
             ) from None
+
+    def _frames_of(self, container: Any) -> tuple[Any, Any]:
+        """``(stream, iterator)``: the decoded frames (or a Motion-JPEG's packets) of ``container``'s picture."""
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        if self.compressed:
+            return stream, (p for p in container.demux(stream) if p.size)
+        return stream, container.decode(stream)
+
+    def _open(self) -> None:
+        container = self._open_container()
         if not container.streams.video:
             container.close()
             raise InputError(
                 f"{self.path} has no video stream", hint="pass a video file with a picture track, an image, or --input demo"
             )
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
         cc = stream.codec_context
         if not cc.width or not cc.height:
             container.close()
@@ -354,14 +367,12 @@ class VideoSource(_SourceBase):
                 hint="the file is corrupt; re-export it as H.264 .mp4",
             )
         self._container = container
-        self._stream = stream
         self.width, self.height = int(cc.width), int(cc.height)
         self.compressed = self._want_compressed and cc.name in ("mjpeg", "mjpegb")
+        self._stream, self._frames = self._frames_of(container)
         if self.compressed:
-            self._frames = (p for p in container.demux(stream) if p.size)
             self.fmt = PixelFormat.MJPEG
         else:
-            self._frames = container.decode(stream)
             pix = (cc.format.name if cc.format is not None else "") or ""
             self.fmt = PixelFormat.GRAY if pix.startswith("gray") or pix in ("ya8", "monow", "monob") else PixelFormat.BGR
         rate = stream.average_rate or stream.guessed_rate or stream.base_rate
@@ -376,18 +387,32 @@ class VideoSource(_SourceBase):
     def frame_count(self) -> int | None:
         return None if self.loop else self._count
 
-    def _next_decoded(self):
+    def _next_decoded(self, frames: Any = None, at: int | None = None):
+        """The next frame of ``frames`` (default: the pass being played), None at its end."""
         import av
 
         try:
-            return next(self._frames)
+            return next(frames if frames is not None else self._frames)
         except StopIteration:
             return None
         except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
             raise InputError(
-                f"video {self.path} is corrupt near frame {self._pass_frames}: {_av_reason(exc)}",
+                f"video {self.path} is corrupt near frame {self._pass_frames if at is None else at}: {_av_reason(exc)}",
                 hint="re-export the video, or use another file",
             ) from None
+
+    def _next_pass(self) -> Any:
+        """The next pass of a looped file in use (opened ahead where :meth:`read` began it); its first frame."""
+        ahead, self._next = self._next, None
+        self._container.close()
+        if ahead is not None:
+            container, stream, frames, vf = ahead.take()
+        else:
+            container = self._open_container()
+            stream, frames = self._frames_of(container)
+            vf = None
+        self._container, self._stream, self._frames = container, stream, frames
+        return vf if vf is not None else self._next_decoded()
 
     def read(self) -> Frame | None:
         if self._closed:
@@ -398,13 +423,13 @@ class VideoSource(_SourceBase):
                 return None
             if self._pass_frames == 0:
                 raise InputError(f"video {self.path} has no decodable frames", hint="re-export the video, or use another file")
-            self._container.close()
             self._t_offset = self._last_t + 1.0 / self.fps
-            self._open()
+            vf = self._next_pass()
             self._pass_frames = 0
-            vf = self._next_decoded()
             if vf is None:
                 raise InputError(f"video {self.path} has no decodable frames", hint="re-export the video, or use another file")
+        elif self.loop and self._next is None and self._count and self._pass_frames >= self._count - max(1.0, self.fps):
+            self._next = _NextPass(self)  # the last second of a pass: the next one opens meanwhile
         if vf.pts is not None and self._time_base:
             pts_s = vf.pts * self._time_base
             if self._pass_frames == 0:
@@ -436,9 +461,56 @@ class VideoSource(_SourceBase):
         return self._numbered_on(new)
 
     def close(self) -> None:
-        if not self._closed and self._container is not None:
-            self._container.close()
+        if not self._closed:
+            if self._next is not None:
+                self._next.discard()
+                self._next = None
+            if self._container is not None:
+                self._container.close()
         super().close()
+
+
+class _NextPass:
+    """A looped file's next pass, opened and its first frame decoded in a thread while the current
+    pass plays its last second. Reopening at the end took the frames a pause each loop: the 1080p
+    clip of ``benchmarks.first_seconds`` (5 s, four streams on an H100) lost 70-125 ms of frames
+    every 5 s, the container's open and the decoder's threads filling before the first frame."""
+
+    def __init__(self, source: VideoSource) -> None:
+        import threading
+
+        self._source = source
+        self._got: tuple[Any, Any, Any, Any] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="vcam-video-next", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            container = self._source._open_container()
+            stream, frames = self._source._frames_of(container)
+            try:
+                first = self._source._next_decoded(frames, at=0)
+            except BaseException:
+                container.close()
+                raise
+            self._got = (container, stream, frames, first)
+        except BaseException as exc:  # raised in the reader's thread, at the loop (take)
+            self._error = exc
+
+    def take(self) -> tuple[Any, Any, Any, Any]:
+        """``(container, stream, frames, first frame or None)``; what opening it raised is raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._got is not None
+        return self._got
+
+    def discard(self) -> None:
+        self._thread.join()
+        if self._got is not None:
+            self._got[0].close()
+            self._got = None
 
 
 def _av_reason(exc: BaseException) -> str:
