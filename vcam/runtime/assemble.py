@@ -275,13 +275,15 @@ class Assembly:
         self.detector.warmup(height, width)
         if self.upscaler is not None:
             self.upscaler.warmup(width, height)
+        self.ops.synchronize()
+        phase(f"pipeline warm-up for {width}x{height}: the detector's first graphs")
         asked = os.environ.get(WARM_SWAP_ENV, "")
         wanted = asked == "1" or (asked != "0" and self.device == "cuda")
         warm = getattr(self.swapper, "warm", None) if wanted else None
         if callable(warm):
             warm()
-        self.ops.synchronize()
-        phase(f"pipeline warm-up for {width}x{height} (the detector's first graph{', the swapper' if callable(warm) else ''})")
+            self.ops.synchronize()
+            phase("pipeline warm-up: the swapper's first call")
 
 
 def _module_source(swapper: Any) -> str:

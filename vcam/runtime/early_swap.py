@@ -204,6 +204,8 @@ class EarlySwap:
                     log.info("running on the CPU: %s", why)
                     return
             self.full = startup.prepare(d, cfg, faces=self.cpu is None)
+            if self.full is not None:
+                startup.rehearse(d, self.full)  # the switch's first round pays no first uses
         except BaseException as exc:
             self.failure = self.failure or exc
         finally:

@@ -83,6 +83,8 @@ class Stream:
     paused: bool = False
     shown: Any = None  # the data of the last frame it published (the pause card is made from it)
     shown_seq: int = -1  # its frame number (-1: a frame of no input frame's, a card; the panel's before/after)
+    #: The newest frame gathered (a load rehearses the first round on it: :func:`vcam.runtime.startup.rehearse`).
+    newest: Frame | None = field(default=None, repr=False)
 
     @property
     def budget(self) -> float:
@@ -139,6 +141,9 @@ class Round:
     slots: list[tuple[Stream, int | Passed]] = field(default_factory=list)
     #: Chunks whose swap was sent, not yet taken (a deferred swapper): ``(chunk, ticket)``.
     pending: list[tuple[list[tuple[Stream, Work]], Any]] = field(default_factory=list)
+    #: The first round on an assembly (see :meth:`Rounds.adopt`): when the frame out before it went
+    #: out (0: none), when its submit began and ended.
+    timed: tuple[float, float, float] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.slots or self.pending)
@@ -170,11 +175,14 @@ class Rounds:
     #: Called with (stream, frame) for each frame gathered, before the pipeline touches it (the
     #: panel's before/after view keeps a small copy); keep it short.
     before: Callable[[Stream, Frame], None] | None = None
+    #: The next round is the first on an adopted assembly: its times make one ``-v`` line.
+    first_on_adopted: bool = field(default=False, repr=False)
 
     def adopt(self, swapper: Any, stages_on: dict[str, bool]) -> None:
         """Run on a loaded assembly's swapper and optional stages (at the start, and at an early
         swap's switch, between two rounds)."""
         self.swapper, self.stages_on = swapper, stages_on
+        self.first_on_adopted = True
 
     def _mark(self, phase: Phase, st: Stream, seq: int, t_capture: float = 0.0, stats: FrameStats | None = None) -> None:
         if self.hook is not None:
@@ -218,6 +226,7 @@ class Rounds:
                     st.done = True
                     continue
                 if frame is not None:
+                    st.newest = frame
                     ready.append((st, frame))
                     taken.add(st.name)
                     self._mark("gathered", st, frame.seq, frame.t_capture)
@@ -250,6 +259,7 @@ class Rounds:
         per stream. The returned round goes to :meth:`collect`."""
         works: list[tuple[Stream, Work]] = []
         out = Round()
+        began = time.perf_counter()
         shed = not self.stages_on.get(SHED_SWAP, True)
         before = self.before
         for st, frame in ready:
@@ -278,6 +288,9 @@ class Rounds:
             if faced:
                 crops, mask = swapper.swap_batch([(w.img, w.mats) for w in faced], _row_sources(faced))
             self._finish(chunk, crops, mask, out)
+        if self.first_on_adopted and works:
+            self.first_on_adopted = False
+            out.timed = (max((st.last_pub for st in self.streams), default=0.0), began, time.perf_counter())
         return out
 
     def _finish(self, chunk: list[tuple[Stream, Work]], crops: Any, mask: Any, out: Round) -> None:
@@ -314,6 +327,9 @@ class Rounds:
             self.publish(st, data, stats)
             pipe.launch_detection()
         rnd.slots.clear()
+        if rnd.timed is not None:
+            _first_round_line(rnd.timed)
+            rnd.timed = None
 
     def run(self, ready: list[tuple[Stream, Frame]]) -> None:
         """One round without overlap: :meth:`submit` then :meth:`collect`."""
@@ -409,6 +425,19 @@ class Rounds:
             self.stages_on[change.stage] = change.on
 
 
+def _first_round_line(timed: tuple[float, float, float]) -> None:
+    """The ``-v`` line of an assembly's first round (issue 39: the camera paused for 150-250 ms
+    between the load's end and the GPU's first frame): when it began after the frames before it
+    went out, and where its time went."""
+    before, began, submitted = timed
+    now = time.perf_counter()
+    what = (
+        "start-up: first round on the loaded models began %.0f ms after the frame out before it, "
+        "submit %.0f ms, collect %.0f ms (%.2f s after the start)"
+    )
+    log.info(what, (began - before) * 1e3 if before else -1.0, (submitted - began) * 1e3, (now - submitted) * 1e3, process.age())
+
+
 def early_frame(st: Stream, frame: Frame, *, pixelated: bool) -> Any:
     """``frame`` converted on the CPU to the stream's output format without the pipeline: in coarse
     blocks (``pixelated``: no face can be recognised) or as it came. The early frames while the models
@@ -425,15 +454,24 @@ def early_frame(st: Stream, frame: Frame, *, pixelated: bool) -> Any:
     return from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt)
 
 
+#: Samples per block side that :func:`pixelate` averages (a block of a 1080p frame is 80 pixels).
+PIXELATE_SAMPLES = 8
+
+
 def pixelate(bgr: Any, blocks: int = 24) -> Any:
     """``bgr`` in ``blocks`` coarse blocks across (square blocks): the scene's colours and movement,
-    no recognisable face (the early frames' default)."""
+    no recognisable face (the early frames' default). Each block is the mean of an evenly spaced
+    grid of at least :data:`PIXELATE_SAMPLES` x :data:`PIXELATE_SAMPLES` of its pixels, not of all
+    of them: OpenCV's area mean over a whole 1080p frame took 5.3 of the 5.9 ms an early frame's
+    pixelation took (2-core CPU), and four streams at 30 fps publish 120 early frames a second
+    from one thread while the models load; from the grid it takes 0.75 ms."""
     import cv2
 
     h, w = bgr.shape[:2]
     bw = max(1, min(blocks, w))
     bh = max(1, min(h, round(bw * h / w)))
-    small = cv2.resize(bgr, (bw, bh), interpolation=cv2.INTER_AREA)
+    step = max(1, min(h // (bh * PIXELATE_SAMPLES), w // (bw * PIXELATE_SAMPLES)))
+    small = cv2.resize(bgr[::step, ::step] if step > 1 else bgr, (bw, bh), interpolation=cv2.INTER_AREA)
     return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST)
 
 

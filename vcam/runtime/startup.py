@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -391,6 +391,7 @@ def load(d: Daemon, up: Started) -> None:
         time.sleep(d.load_delay)
     loaded = prepare(d, d.cfg)
     if loaded is not None:
+        rehearse(d, loaded)
         adopt(d, up, loaded)
 
 
@@ -451,6 +452,40 @@ def adopt(d: Daemon, up: Started, loaded: Loaded) -> None:
         if loaded.release is not None:  # the background work begins when its first frame is out (an early swap's switch too)
             st.live.on_first = loaded.release
     log.info("models: %s", d.summary.models)
+
+
+#: The devices whose loads rehearse the first frame (:func:`rehearse`): on the CPU a first frame costs
+#: what any frame does, and the rehearsal would only delay the takeover by one.
+REHEARSED_ON = frozenset({"cuda"})
+
+
+def rehearse(d: Daemon, loaded: Loaded) -> None:
+    """On a GPU, each stream's pipeline runs once on a copy of the newest camera frame the early
+    frames gathered (its output dropped), in the load's thread before :func:`adopt`: the first
+    round's own first uses (the frame's buffers, the kernels of the convert, align, paste and mask
+    stages, the detection's readback) are paid here while the early frames still go out, not by the
+    frame loop at the takeover. Issue 39 (H100, 1080p, warm, 2026-12-06): that first round took
+    129-208 ms, the camera's longest pause of the start. A stream without a frame yet, a stop, or a
+    failure (one line) leaves it to the first round."""
+    if loaded.assembly.device not in REHEARSED_ON:
+        return
+    import numpy as np
+
+    t0 = time.perf_counter()
+    done = 0
+    for st in d.streams:
+        frame, pipe = st.newest, loaded.pipelines.get(st.name)
+        if frame is None or pipe is None or d.should_exit or PixelFormat(frame.fmt) is PixelFormat.MJPEG:
+            continue
+        try:
+            copy = replace(frame, data=np.array(frame.data, copy=True)) if isinstance(frame.data, np.ndarray) else frame
+            pipe.process(copy, st.state.snapshot())
+            done += 1
+        except Exception as exc:  # the first round meets it again and reports it where it counts
+            log.warning("rehearsing the first frame of stream %s failed (%s: %s)", st.name, type(exc).__name__, exc)
+            return
+    if done:
+        log.info("start-up: first frame rehearsed on %d stream(s) in %.2f s", done, time.perf_counter() - t0)
 
 
 def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False) -> Loaded | None:
