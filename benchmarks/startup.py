@@ -42,13 +42,29 @@ def _models(root: Path) -> Path:
     from vcam.models.download import crc32_text
 
     root.mkdir(parents=True, exist_ok=True)
+    written = False
     for name in ("inswapper_128", "arcface_w600k_r50"):
         spec = registry.get(name)
         path = root / spec.file
         if not path.is_file():
             standin.write(name, path)
             (root / spec.hash_file).write_text(crc32_text(path.read_bytes()))
+            written = True
+    if written:
+        _pull(root)
     return root
+
+
+def _pull(root: Path) -> None:
+    """What a user's ``vcam models pull inswapper_128`` leaves beside the files (each verified and
+    locked; on a GPU machine the swap network's build for PyTorch written), through the real command,
+    once after the stand-ins are written: a fresh machine's first start is a user's after a pull."""
+    cfg = root / "pull.toml"
+    cfg.write_text(f"[models]\ndir = '{root.as_posix()}'\n")
+    cmd = [sys.executable, "-m", "vcam", "models", "pull", "inswapper_128", "--no-progress"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "VCAM_CONFIG": str(cfg)}, timeout=600)
+    if r.returncode:
+        print(f"warning: `vcam models pull` of the stand-ins failed (rc {r.returncode}): {r.stdout[-300:]}{r.stderr[-300:]}")
 
 
 def standin_swapper() -> Path:

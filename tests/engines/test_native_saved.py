@@ -208,3 +208,66 @@ def test_saved_build_on_cuda_fp16_has_the_same_weights_and_outputs(tiny, tmp_pat
         assert a.dtype == b.dtype == torch.float16 and a.is_cuda and torch.equal(a, b), n
     for g, w in zip(again.run(feeds()), fresh.run(feeds())):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3)
+
+
+def test_prepare_writes_the_build_a_first_start_would_and_that_start_reads_no_onnx(tiny, tmp_path, monkeypatch):
+    """`vcam models pull` writes the swap network's saved build (saved.prepare): an engine made after
+    it takes the save without parsing the ONNX file; a second prepare keeps it; a damaged one is
+    written again; a graph of no native architecture gets none."""
+    need_torch()
+    from vcam.engines.native import saved
+
+    cache = tmp_path / "cache"
+    path, written = saved.prepare(tiny, cache)
+    assert written and saves(cache) == [path] and path == saved.saved_path(tiny, cache)
+    assert saved.prepare(tiny, cache) == (path, False)
+    stamp = path.stat().st_mtime_ns
+
+    def no_parse(*a, **k):
+        raise AssertionError("the ONNX file was read although pull wrote the saved build")
+
+    with monkeypatch.context() as m:
+        m.setattr(saved.OnnxGraph, "load", no_parse)
+        e = engine(tiny, cache)
+    assert e.from_saved and e.architecture == "inswapper" and path.stat().st_mtime_ns == stamp
+    del e
+    if not WINDOWS:  # a live engine's mapping kept Windows from rewriting it (MAPPED)
+        path.write_bytes(b"not a torch archive")
+        assert saved.prepare(tiny, cache) == (path, True) and saved.load(path).architecture == "inswapper"
+    other = standin.write("arcface_w600k_r50", tmp_path / "arcface_w600k_r50.onnx", tiny=True)
+    assert saved.prepare(other, cache) is None and len(saves(cache)) == 1
+
+
+def test_models_pull_writes_the_gpu_build_of_a_swap_network_beside_a_driver(tiny, tmp_path, monkeypatch):
+    """The CLI: `vcam models pull inswapper_128` on a file placed by hand verifies and locks it and,
+    where an NVIDIA driver is installed, writes its GPU build (one `ok` line); without a driver it
+    writes none."""
+    need_torch()
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vcam.cli.models import app
+    from vcam.platform import native
+
+    models = tmp_path / "m"
+    models.mkdir()
+    shutil.copy(tiny, models / "inswapper_128.onnx")
+    standin.write("arcface_w600k_r50", models / "arcface_w600k_r50.onnx", tiny=True)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[models]\ndir = '{models.as_posix()}'\n")
+    monkeypatch.setenv("VCAM_CONFIG", str(cfg))
+    cache = tmp_path / "engines"
+    monkeypatch.setenv("VCAM_ENGINE_CACHE", str(cache))
+    runner = CliRunner()
+    monkeypatch.setattr(native, "nvidia_driver", lambda **k: False)
+    r = runner.invoke(app, ["pull", "inswapper_128", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "GPU build" not in r.output and not saves(cache)
+    monkeypatch.setattr(native, "nvidia_driver", lambda **k: True)
+    r = runner.invoke(app, ["pull", "inswapper_128", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    [save] = saves(cache)
+    assert f"ok {save} (its GPU build)" in r.output.replace("\n", ""), r.output
+    r = runner.invoke(app, ["pull", "inswapper_128", "--no-progress"])
+    assert "(its GPU build, already there)" in r.output.replace("\n", ""), r.output

@@ -76,11 +76,39 @@ def pull(
             spec = registry.get(n)
             if "NON-COMMERCIAL" in spec.licence.upper():
                 Console(stderr=True).print(f"[bold yellow]note:[/] {spec.name}: {spec.licence}")
-        paths = _store(ctx, mirror, progress=not no_progress).pull(wanted, force=force)
+        store = _store(ctx, mirror, progress=not no_progress)
+        paths = store.pull(wanted, force=force)
     except VcamError as err:
         _fail(err)
     for p in paths:
         out.print(f"ok {p}")
+    for n in wanted:
+        if registry.get(n).kind == "swapper" and store.path(n) in paths:
+            _prepare_native(n, store.path(n))
+
+
+def _prepare_native(name: str, path: Path) -> None:
+    """The swap network's build for PyTorch written now (:func:`vcam.engines.native.saved.prepare`)
+    on a machine with an NVIDIA driver and PyTorch: the first GPU run then reads no ONNX. A failure
+    costs only that run's build: one note."""
+    import importlib.util
+
+    from vcam.platform import native
+
+    if not native.nvidia_driver() or importlib.util.find_spec("torch") is None:
+        return
+    from vcam.engines.native import saved
+
+    try:
+        done = saved.prepare(path)
+    except Exception as exc:
+        Console(stderr=True).print(
+            f"[bold yellow]note:[/] {name}: its GPU build was not written ({type(exc).__name__}: {exc}); "
+            "the first GPU run builds it"
+        )
+        return
+    if done is not None:
+        out.print(f"ok {done[0]} (its GPU build{'' if done[1] else ', already there'})")
 
 
 @app.command("verify")

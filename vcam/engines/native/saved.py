@@ -291,6 +291,26 @@ def open_native(
     return build, graph
 
 
+def prepare(model: ModelSource, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Path, bool] | None:
+    """The saved build of the model file ``model`` in the engine cache, as the first GPU start of
+    a run would leave it: ``(its path, whether it was written now)``; None for a graph without a
+    native module. ``vcam models pull`` calls it, so that start reads no ONNX (issue 39: a fresh
+    machine's first process spent 3.0 s building the inswapper from its graph, H100). A good save is
+    kept; a damaged one is written again. Raises what reading the model or writing the save raises."""
+    path = saved_path(model, cache_dir)
+    if path.is_file():
+        try:
+            load(path)
+            return path, False
+        except SavedBuildError:
+            path.unlink(missing_ok=True)
+    build = build_from_graph(OnnxGraph.load(model))
+    if build is None:
+        return None
+    save(path, build)
+    return path, True
+
+
 __all__ = [
     "FORMAT",
     "NativeBuild",
@@ -301,6 +321,7 @@ __all__ = [
     "load",
     "model_identity",
     "open_native",
+    "prepare",
     "save",
     "save_later",
     "saved_path",
