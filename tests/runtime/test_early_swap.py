@@ -361,3 +361,85 @@ def test_the_full_assemblys_held_work_begins_at_its_first_frame_after_the_switch
     first_full = min(t for t, p in published if p == full)
     assert released, "the held work was never let go"
     assert last_cpu < released[0] <= first_full, (last_cpu, released[0], first_full)
+
+
+@pytest.mark.slow
+def test_nothing_keeps_the_cpu_assembly_after_the_switch(tiny_models):
+    """After the switch the CPU assembly (here a swap network's onnxruntime sessions) is freed at
+    once, without a garbage collection (the start-up froze what its load left): the faces' loaders
+    moved to the full assembly (assemble.rebind_faces). Before, the bank watcher's loader kept it,
+    and its sessions, for the whole run."""
+    import threading
+    import weakref
+
+    from vcam.runtime import early_swap
+
+    cfg = _cfg()
+    cfg = cfg.replace(models=replace(cfg.models, dir=str(tiny_models.parent)), swap=replace(cfg.swap, swapper="inswapper_128"))
+    kept: dict = {}
+    switched = threading.Event()
+    real = early_swap.EarlySwap.switch
+
+    def switch(self):
+        kept["cpu"] = weakref.ref(self.cpu.assembly)
+        kept["swapper"] = weakref.ref(self.cpu.assembly.swapper)
+        kept["full"] = self.full.assembly
+        done = real(self)
+        switched.set()
+        return done
+
+    seen: list[bool] = []
+
+    def watch():
+        if switched.wait(30):
+            time.sleep(0.5)  # the run goes on, no collection asked for
+            seen.append(kept["cpu"]() is None and kept["swapper"]() is None)
+
+    daemon = Daemon(cfg, output=Capturing(640, 360), control=False, early_swap=True, load_delay=1.0)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(early_swap.EarlySwap, "switch", switch)
+        s = daemon.run(duration=3.0)
+    watcher.join()
+    assert s.cpu_frames > 0 and s.switched_s is not None, s.line()
+    assert seen == [True], "the CPU assembly was still alive half a second after the switch"
+
+
+def test_rebinding_the_faces_moves_the_bank_and_target_loaders_to_the_new_models(monkeypatch, tmp_path):
+    """assemble.rebind_faces: the bank watcher loads with the new assembly's recogniser and swapper,
+    and with ``[swap] map`` each state's target loader uses its recogniser and photo detector."""
+    from types import SimpleNamespace
+
+    from vcam.runtime import assemble
+    from vcam.stages import mapping
+    from vcam.stages.faces import BankWatcher
+    from vcam.state import RuntimeState
+
+    calls: list[tuple] = []
+
+    class Bank:
+        def load(self, name, *, recogniser, swappers):
+            calls.append(("bank", name, recogniser, tuple(swappers)))
+            return name
+
+        def stamp(self, name):
+            return None
+
+    monkeypatch.setattr(mapping, "load_target", lambda arg, **kw: calls.append(("target", arg, kw["detector"], kw["recogniser"])))
+    old = SimpleNamespace(recogniser="old rec", swapper="old swap", photo_detector="old det")
+    watcher = BankWatcher(Bank(), RuntimeState(), assemble.bank_loader(Bank(), old))
+    new_cfg = SimpleNamespace(swap=SimpleNamespace(map=[{"target": "a", "source": "b"}]), faces_dir=str(tmp_path))
+    new = SimpleNamespace(cfg=new_cfg, recogniser="new rec", swapper="new swap", photo_detector="new det")
+    states = [RuntimeState(), RuntimeState()]
+    assemble.rebind_faces(new, watcher, states)
+    watcher.load("grace")
+    for st in states:
+        st._target_loader("photo.jpg")
+    assert calls == [("bank", "grace", "new rec", ("new swap",))] + [("target", "photo.jpg", "new det", "new rec")] * 2
+    calls.clear()
+    assemble.rebind_faces(
+        SimpleNamespace(cfg=SimpleNamespace(swap=SimpleNamespace(map=[])), recogniser="r", swapper="s"), None, states
+    )
+    states[0]._target_loader("photo.jpg")  # no map: the target loader stays as it was
+    assert calls == [("target", "photo.jpg", "new det", "new rec")]

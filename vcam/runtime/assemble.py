@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -629,11 +630,7 @@ def load_faces(
     bank = FaceBank(cfg.faces_dir)
     streams = [(state, cfg.swap.source if source is None else source, demo_input), *others]
     states = [st for st, _, _ in streams]
-    watcher = BankWatcher(
-        bank,
-        state if len(states) == 1 else _States(states),
-        lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper]),
-    )
+    watcher = BankWatcher(bank, state if len(states) == 1 else _States(states), bank_loader(bank, asm))
     loaded: dict[str, Any] = {}  # what each active-face argument gave, loaded once
     for st, src, demo in streams:
         if src and src in bank and not Path(src).expanduser().is_file():
@@ -674,6 +671,27 @@ def load_faces(
     return watcher
 
 
+def bank_loader(bank: Any, asm: Assembly) -> Callable[[str], Any]:
+    """How a face of ``bank`` loads for ``asm``: with its recogniser's embedding, prepared for its swapper."""
+    return lambda name: bank.load(name, recogniser=asm.recogniser, swappers=[asm.swapper])
+
+
+def rebind_faces(asm: Assembly, watcher: Any, states: list[RuntimeState]) -> None:
+    """The faces' loaders moved to ``asm``'s models (an early swap's switch to its full assembly):
+    the bank ``watcher``'s (the states' loader of faces added later) and, with ``[swap] map``, the
+    states' target loader. Nothing then keeps the replaced assembly alive: the CPU one of an early
+    swap stayed for the whole run, its sessions (a swap network's weights) included. The faces
+    loaded stay as they are."""
+    from vcam.stages.mapping import targets_loader
+
+    if watcher is not None:
+        watcher.rebind(bank_loader(watcher.bank, asm))
+    if asm.cfg.swap.map and asm.recogniser is not None:
+        load = targets_loader(asm.cfg.faces_dir, detector=asm.photo_detector, recogniser=asm.recogniser)
+        for st in states:
+            st.set_target_loader(load)
+
+
 def share_faces(state: RuntimeState, others: list[RuntimeState]) -> None:
     """Give ``others`` every face of ``state`` (same objects), the same active face and loader."""
     if not others:
@@ -690,8 +708,10 @@ __all__ = [
     "Placement",
     "ROLES",
     "build",
+    "bank_loader",
     "load_faces",
     "model_names",
     "plan",
+    "rebind_faces",
     "share_faces",
 ]

@@ -264,7 +264,7 @@ class EarlySwap:
         """Between two rounds (none in flight): the full assembly in use for every stream, the
         degrader and GPU telemetry started; its failure raised. False when there was nothing to
         switch to (no GPU after all: the CPU assembly stays)."""
-        from vcam.runtime import startup
+        from vcam.runtime import assemble, startup
 
         d, up = self.d, self.up
         up.early = None
@@ -277,7 +277,9 @@ class EarlySwap:
         if self.full is None:
             return False
         startup.adopt(d, up, self.full)
-        self.cpu = None  # its engines go (a swap network's CPU session holds its weights)
+        cpu, self.cpu = self.cpu, None  # its engines go (a swap network's CPU session holds its weights)
+        if cpu is not None:  # and nothing keeps them: the faces load with the full models from now on
+            assemble.rebind_faces(self.full.assembly, cpu.watcher, [st.state for st in d.streams])
         for st in d.streams:
             assert st.cap is not None
             st.cap.stage, st.cap.target = st.stage, st.target

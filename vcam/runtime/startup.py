@@ -377,6 +377,7 @@ class Loaded:
     stages: dict[str, tuple[Any, Any, Any]] = field(default_factory=dict)
     release: Callable[[], None] | None = None
     opened: Opened = field(default_factory=Opened)
+    watcher: Any = None  # the faces' BankWatcher this load started (None: the states had faces)
 
 
 def load(d: Daemon, up: Started) -> None:
@@ -504,7 +505,7 @@ def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_liv
     if watcher is not None:
         loaded_opened.add(watcher)
     t2 = time.perf_counter()
-    loaded = Loaded(asm, opened=loaded_opened)
+    loaded = Loaded(asm, opened=loaded_opened, watcher=watcher)
     for st in d.streams:
         src = st.source
         assert src is not None and st.delivery is not None

@@ -468,9 +468,17 @@ class BankWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def rebind(self, load: Any) -> None:
+        """Load faces with ``load`` from now on (an early swap's switch: the full assembly's models,
+        so the replaced one is not kept alive); the faces loaded and their stamps stay."""
+        with self._lock:
+            self._load = load
+
     def load(self, name: str) -> SourceFace:
         stamp = self.bank.stamp(name)
-        face = self._load(name)
+        with self._lock:
+            load = self._load
+        face = load(name)
         if stamp is not None:
             with self._lock:
                 self._stamps[name] = stamp

@@ -109,6 +109,17 @@ def _no_recogniser() -> ConfigError:
     )
 
 
+def targets_loader(faces_dir: Path | str, *, detector: Any, recogniser: Any) -> Callable[[str], SourceFace]:
+    """How a target reference face loads at runtime (``vcam ctl map``): a bank name or a photo at
+    ``faces_dir``, its face found by ``detector``, with ``recogniser``'s embedding."""
+    folder = Path(faces_dir)
+
+    def load(arg: str) -> SourceFace:
+        return load_target(arg, faces_dir=folder, detector=detector, recogniser=recogniser)
+
+    return load
+
+
 def load_mappings(
     entries: Any, faces_dir: Path | str, state: RuntimeState, *, detector: Any, recogniser: Any, swapper: Any
 ) -> None:
@@ -131,10 +142,7 @@ def load_mappings(
             raise _no_recogniser()
         return
     faces_dir = Path(faces_dir)
-
-    def target_loader(arg: str) -> SourceFace:
-        return load_target(arg, faces_dir=faces_dir, detector=detector, recogniser=recogniser)
-
+    target_loader = targets_loader(faces_dir, detector=detector, recogniser=recogniser)
     state.set_target_loader(target_loader)
     seen: dict[str, str] = {}
     for entry in entries:
@@ -253,4 +261,4 @@ class Assigner:
         return self._embeddings.get(track_id)
 
 
-__all__ = ["Assigner", "face_name", "is_photo_arg", "load_mappings", "load_target"]
+__all__ = ["Assigner", "face_name", "is_photo_arg", "load_mappings", "load_target", "targets_loader"]
