@@ -259,7 +259,7 @@ class Rounds:
         per stream. The returned round goes to :meth:`collect`."""
         works: list[tuple[Stream, Work]] = []
         out = Round()
-        began = time.perf_counter()
+        began = time.perf_counter() if self.first_on_adopted else 0.0  # only the first round is timed
         shed = not self.stages_on.get(SHED_SWAP, True)
         before = self.before
         for st, frame in ready:

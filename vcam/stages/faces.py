@@ -470,15 +470,13 @@ class BankWatcher:
 
     def rebind(self, load: Any) -> None:
         """Load faces with ``load`` from now on (an early swap's switch: the full assembly's models,
-        so the replaced one is not kept alive); the faces loaded and their stamps stay."""
-        with self._lock:
-            self._load = load
+        so the replaced one is not kept alive); the faces loaded and their stamps stay. One reference
+        replaced: a load under way finishes with the models it began with."""
+        self._load = load
 
     def load(self, name: str) -> SourceFace:
         stamp = self.bank.stamp(name)
-        with self._lock:
-            load = self._load
-        face = load(name)
+        face = self._load(name)
         if stamp is not None:
             with self._lock:
                 self._stamps[name] = stamp

@@ -296,18 +296,17 @@ def prepare(model: ModelSource, cache_dir: str | os.PathLike[str] | None = None)
     a run would leave it: ``(its path, whether it was written now)``; None for a graph without a
     native module. ``vcam models pull`` calls it, so that start reads no ONNX (issue 39: a fresh
     machine's first process spent 3.0 s building the inswapper from its graph, H100). A good save is
-    kept; a damaged one is written again. Raises what reading the model or writing the save raises."""
-    path = saved_path(model, cache_dir)
-    if path.is_file():
-        try:
-            load(path)
-            return path, False
-        except SavedBuildError:
-            path.unlink(missing_ok=True)
-    build = build_from_graph(OnnxGraph.load(model))
+    kept; a damaged one is written again (:func:`open_native`, with its save waited for). Raises what
+    reading the model raises, and :class:`SavedBuildError` when the save could not be written."""
+    build, graph = open_native(model, cache_dir=cache_dir)
     if build is None:
         return None
-    save(path, build)
+    path = saved_path(model, cache_dir)
+    if graph is None:  # the save was there, and good
+        return path, False
+    wait_saves()
+    if not path.is_file():  # the save said why in its log line
+        raise SavedBuildError(f"{path} was not written")
     return path, True
 
 
