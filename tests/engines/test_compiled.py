@@ -533,3 +533,27 @@ def test_a_torch_that_traces_the_batch_from_2_still_builds_one_artifact_checked_
         assert artifacts.rows_differ(full[:1], full, 1) == ""
         assert "off by" in artifacts.rows_differ(full[1:2], full, 1)
         assert "shape" in artifacts.rows_differ(full[:2], full, 1)
+
+
+def test_the_artifacts_key_reads_triton_s_version_from_its_metadata_without_importing_it(monkeypatch):
+    import importlib.metadata
+    import sys
+    import types
+
+    from vcam.engines import artifacts
+
+    found = {"triton": "3.5.1"}
+
+    def version(dist):
+        if dist not in found:
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return found[dist]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setitem(sys.modules, "triton", None)  # an import of it would raise ImportError
+    assert artifacts._triton_version() == "3.5.1"
+    found = {"pytorch-triton": "3.6.0+git1234"}
+    assert artifacts._triton_version() == "3.6.0+git1234"
+    found = {}  # no metadata: Triton's own word
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__="3.4.0"))
+    assert artifacts._triton_version() == "3.4.0"

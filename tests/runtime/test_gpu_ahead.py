@@ -1,6 +1,6 @@
 """A GPU start's libraries ahead of its imports (vcam.runtime.gpu_ahead): which, in which order,
 only where a GPU start may follow; on a GPU, PyTorch imported after them holds the GIL for
-less than it does alone (the early frames' stalls)."""
+less than it does alone (the early frames' stalls), and before CuPy (assemble.device_for_load)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,70 @@ def test_on_a_gpu_the_libraries_loaded_ahead_cut_the_longest_gil_wait_of_a_start
     plain_wait = statistics.median(r["longest"] for r in runs["plain"])
     ahead_wait = statistics.median(r["longest"] for r in runs["ahead"])
     assert ahead_wait < 0.85 * plain_wait, (runs, "the GIL waits with the libraries loaded ahead are not shorter")
+
+
+def _recorded_start(monkeypatch, loaded: tuple[str, ...]) -> list[str]:
+    """``assemble.device_for_load``'s steps, in order, with ``gpu_ahead.load`` reporting ``loaded``."""
+    from vcam.runtime import assemble
+
+    steps: list[str] = []
+    monkeypatch.setattr(assemble.gpu_ahead, "load", lambda device: steps.append("ahead") or gpu_ahead.Loaded(loaded, (), True))
+    monkeypatch.setattr(assemble, "_torch_before_cupy", lambda: steps.append("torch"))
+    monkeypatch.setattr(assemble, "resolve_device", lambda cfg: steps.append("resolve (CuPy)") or ("cuda", "test"))
+    return steps
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_a_gpu_start_on_pytorch_imports_it_after_its_libraries_and_before_cupy(monkeypatch, backend):
+    from vcam.config import Config
+    from vcam.runtime import assemble
+
+    steps = _recorded_start(monkeypatch, ("libtorch_cuda.so",))
+    said: list[str] = []
+    cfg = Config()
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, device="cuda", backend=backend))
+    assert assemble.device_for_load(cfg, said.append) == ("cuda", "test")
+    assert steps == ["ahead", "torch", "resolve (CuPy)"]
+    assert said[-1] == "import torch (before CuPy)" and "libraries loaded" in said[0]
+
+
+def test_a_start_without_pytorch_s_gpu_libraries_or_on_another_backend_imports_no_pytorch(monkeypatch):
+    from vcam.config import Config
+    from vcam.runtime import assemble
+
+    steps = _recorded_start(monkeypatch, ())  # the CPU, no driver, or a CPU build of PyTorch
+    assemble.device_for_load(Config())
+    assert steps == ["ahead", "resolve (CuPy)"]
+    steps = _recorded_start(monkeypatch, ("libtorch_cuda.so",))
+    cfg = Config()
+    assemble.device_for_load(cfg.replace(pipeline=replace(cfg.pipeline, backend="tensorrt")))
+    assert steps == ["ahead", "resolve (CuPy)"]
+
+
+#: A fresh process's device resolution as a GPU load does it; which of CuPy's lazily loaded parts
+#: (and their SciPy and pytest) came in with PyTorch's import (``cupy.testing`` itself is CuPy's own).
+LAZY_PARTS = textwrap.dedent(
+    """
+    import json, sys
+    from vcam.config import Config
+    from vcam.runtime import assemble
+    from dataclasses import replace
+    cfg = Config()
+    cfg = cfg.replace(pipeline=replace(cfg.pipeline, device="cuda"))
+    device, why = assemble.device_for_load(cfg)
+    lazy = sorted(m for m in sys.modules if m.startswith(("cupyx.linalg", "cupyx.profiler", "cupy.testing.", "scipy", "pytest")))
+    print(json.dumps({"device": device, "torch": "torch" in sys.modules, "cupy": "cupy" in sys.modules, "lazy": lazy}))
+    """
+)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_start_s_imports_leave_cupy_s_lazy_parts_alone():
+    if not native.nvidia_driver() or gpu_ahead.wanted("cuda") is None:
+        require("gpu", "no NVIDIA driver or no CUDA build of PyTorch here")
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", LAZY_PARTS], capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["device"] == "cuda" and got["torch"] and got["cupy"], got
+    assert got["lazy"] == [], got  # CuPy first: 92 modules, 0.2-0.35 s of every GPU start (H100)

@@ -100,14 +100,28 @@ def build_options(device: str) -> dict[str, Any]:
     return {}
 
 
+def _triton_version() -> str:
+    """Triton's version from its installed metadata, without importing it: the key of every
+    artifact names it, and a start that finds no artifact never needs Triton (its import is 73 ms
+    of Python in the load, H100). Triton's own ``__version__`` where the metadata is missing."""
+    import importlib.metadata
+
+    for dist in ("triton", "pytorch-triton"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    import triton
+
+    return str(triton.__version__)
+
+
 def library_of(device: str, channels_last: bool) -> str:
     import torch
 
     parts = [f"torch {torch.__version__}"]
     if device == "cuda":
-        import triton
-
-        parts.append(f"triton {triton.__version__}")
+        parts.append(f"triton {_triton_version()}")
         driver = getattr(torch._C, "_cuda_getDriverVersion", None)
         if driver is not None:  # the CUDA version the driver supports (12080: 12.8), which loads the kernels
             v = int(driver())

@@ -197,9 +197,9 @@ class EarlySwap:
                 return
             cfg = d.cfg
             if cfg.pipeline.device == "auto":
-                from vcam.runtime.device import resolve_device
+                from vcam.runtime.assemble import device_for_load
 
-                device, why = resolve_device(cfg)
+                device, why = device_for_load(cfg)
                 if device == "cpu" and self.cpu is not None:  # no GPU after all: the CPU assembly stays
                     log.info("running on the CPU: %s", why)
                     return
