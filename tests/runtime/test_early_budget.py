@@ -192,3 +192,36 @@ def test_pixelate_averages_a_grid_of_each_block_and_costs_a_fraction_of_a_whole_
     )
     grid = best(lambda: pixelate(frame))
     assert grid < 0.5 * whole, f"the grid's mean took {grid * 1e3:.2f} ms, the whole frame's {whole * 1e3:.2f} ms"
+
+
+#: A fresh process: OpenCV's threads (the process's tasks) before and after
+#: ``rounds.start_pixel_threads``, then after a first early frame's upscale.
+PIXEL_THREADS = """
+import json, os
+import cv2
+import numpy as np
+cv2.setNumThreads(4)  # workers on any machine (the default: one per core)
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+before = tasks()
+from vcam.runtime.rounds import pixelate, start_pixel_threads
+start_pixel_threads()
+started = tasks()
+pixelate(np.zeros((1080, 1920, 3), np.uint8))
+print(json.dumps({"before": before, "started": started, "after_frame": tasks()}))
+"""
+
+
+def test_the_early_frames_opencv_workers_start_before_the_load_not_at_the_first_frame():
+    """OpenCV starts its workers at its first parallel call. Beside a GPU load that maps PyTorch's
+    CUDA libraries, a thread start waits for the mapping (271 ms against 1.1 ms, H100): the start-up
+    starts them before its load (``start_pixel_threads``), so the first early frame starts none."""
+    import subprocess
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("counts the process's threads in /proc/self/task (Linux)")
+    r = subprocess.run([sys.executable, "-c", PIXEL_THREADS], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["started"] > got["before"], got  # the workers run after the call
+    assert got["after_frame"] == got["started"], got  # the first early frame started no thread

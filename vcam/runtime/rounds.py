@@ -454,6 +454,20 @@ def early_frame(st: Stream, frame: Frame, *, pixelated: bool) -> Any:
     return from_bgr_cv(pixelate(bgr) if pixelated else bgr, st.output.fmt)
 
 
+def start_pixel_threads() -> None:
+    """Start OpenCV's worker threads now, in the thread that publishes the early frames, before a
+    load maps the GPU libraries (:mod:`vcam.runtime.gpu_ahead`). OpenCV starts its workers at its
+    first parallel call: the first early frame's upscale. A thread started while the dynamic loader
+    maps PyTorch's CUDA libraries waits until the mapping ends (the loader's lock). Measured on the
+    H100 (2026-12-06, fresh processes): that first call took 271 ms beside the libraries' load
+    (1,458 ms on a cold disk) against 1.1-1.2 ms with the workers started before; in ``vcam run``
+    the frame loop stood 260-374 ms at its first early frame. Costs one upscale of a tiny image."""
+    import cv2
+    import numpy as np
+
+    cv2.resize(np.zeros((2, 2, 3), np.uint8), (1920, 1080), interpolation=cv2.INTER_NEAREST)
+
+
 #: Samples per block side that :func:`pixelate` averages (a block of a 1080p frame is 80 pixels).
 PIXELATE_SAMPLES = 8
 
@@ -514,4 +528,17 @@ def _row_sources(works: list[Work]) -> Any:
     return rows[0] if rows and all(f is rows[0] for f in rows) else rows
 
 
-__all__ = ["SHED_SWAP", "Mark", "PHASES", "Passed", "Phase", "Round", "RoundHook", "Rounds", "Stream", "early_frame", "pixelate"]
+__all__ = [
+    "PHASES",
+    "SHED_SWAP",
+    "Mark",
+    "Passed",
+    "Phase",
+    "Round",
+    "RoundHook",
+    "Rounds",
+    "Stream",
+    "early_frame",
+    "pixelate",
+    "start_pixel_threads",
+]

@@ -28,7 +28,7 @@ from vcam.config import Config
 from vcam.errors import VcamError
 from vcam.platform import process
 from vcam.runtime.opened import Opened
-from vcam.runtime.rounds import SHED_SWAP
+from vcam.runtime.rounds import SHED_SWAP, start_pixel_threads
 from vcam.status import LiveStats
 from vcam.types import Frame, PixelFormat
 
@@ -607,6 +607,7 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
     t0 = time.perf_counter()
     up.switches = up.opened.add(ShortSwitches())  # the early frames get the GIL soon after asking
     up.collector = up.opened.add(HeldCollector())  # and no full collection holds it meanwhile
+    start_pixel_threads()  # OpenCV's workers, before the load maps the GPU libraries
     loader.start()
     if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
         threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()
