@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks import write_report
+
 CHILD = r"""
 import json, statistics, sys, threading, time
 import torch
@@ -96,9 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
         cells = [f"{row[k]:>7.1f}" for k in ("alone_ms", "p50_ms", "p90_ms")]
         print(f"{iv:>6g} ms {' '.join(cells)} {row['max_ms']:>8.0f} {row['load_s']:>7.2f}")
     payload = {"args": vars(args) | {"json": str(args.json)}, "runs": runs, "table": table}
-    if args.json is not None:
-        args.json.write_text(json.dumps(payload, indent=1))
-    return payload
+    return write_report(str(args.json), payload) if args.json is not None else payload
 
 
 if __name__ == "__main__":
