@@ -225,3 +225,28 @@ def test_the_early_frames_opencv_workers_start_before_the_load_not_at_the_first_
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["started"] > got["before"], got  # the workers run after the call
     assert got["after_frame"] == got["started"], got  # the first early frame started no thread
+
+
+@pytest.mark.slow
+def test_every_frame_gathered_while_the_models_load_goes_out_or_is_counted(monkeypatch):
+    """The load wakes the rounds and then its thread still has to end (on a GPU: its locals, the
+    CUDA objects it let go of). A frame gathered meanwhile went nowhere and was counted nowhere:
+    every frame the rounds gathered is an early frame, an early one dropped, or one into the pipeline."""
+    from vcam.runtime import startup
+
+    load = startup.load
+
+    def lingering(d, up):  # the loader's thread ends a while after the rounds were woken
+        load(d, up)
+        d.wake.set()
+        time.sleep(0.25)
+
+    monkeypatch.setattr(startup, "load", lingering)
+    cfg = _live(0.3)
+    cfg = cfg.replace(capture=replace(cfg.capture, fps=24.0))  # a frame within each gather's 50 ms wait
+    for _ in range(3):
+        gathered: list[int] = []
+        d = Daemon(cfg, output=Timed(W, H), control=False, hook=lambda m: m.phase != "gathered" or gathered.append(m.seq))
+        s = d.run(duration=2.0)
+        assert s.early_frames > 0 and s.frames_in > 0, s.line()
+        assert len(gathered) == s.early_frames + s.early_dropped + s.frames_in, (len(gathered), s.line())

@@ -615,10 +615,11 @@ def load_while_passing_through(d: Daemon, up: Started) -> bool:
     if d.panel_on and d.cfg.panel.enabled:  # the panel starts after the load: its imports meanwhile
         threading.Thread(target=preimport, args=(PANEL_MODULES,), name="vcam-imports", daemon=True).start()
     while not loaded() and not d.should_exit:
+        # Under the stream's budget, as every frame. A frame gathered as the load ends (the loader
+        # wakes the rounds just before its thread ends) goes out early too: the pipeline's first round
+        # takes the camera's next frame anyway, and this one was dropped uncounted before.
         for st, frame in d.rounds.gather(None, timeout=0.05):
-            if loaded():  # loaded meanwhile: the frame is dropped, the pipeline takes the next
-                break
-            d.rounds.publish_early(st, frame)  # under the stream's budget, as every frame
+            d.rounds.publish_early(st, frame)
     if not loaded():
         # A stop while loading does not wait for the models: the load goes on in the background. It
         # may be inside a native library (onnxruntime, torch) whose threads must not be torn down
