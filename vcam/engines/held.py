@@ -62,13 +62,15 @@ class QuickSwitches(_HeldSetting):
         super().__init__()
         self.seconds = seconds
         self._before = 0.0
+        self._set_to = 0.0
 
     def _change(self) -> None:
         self._before = sys.getswitchinterval()
         sys.setswitchinterval(min(self._before, self.seconds))
+        self._set_to = sys.getswitchinterval()  # as the interpreter keeps it (whole microseconds)
 
     def _restore(self) -> None:
-        if sys.getswitchinterval() == min(self._before, self.seconds):  # unless somebody else changed it meanwhile
+        if abs(sys.getswitchinterval() - self._set_to) < 1e-7:  # unless somebody else changed it meanwhile
             sys.setswitchinterval(self._before)
 
 
