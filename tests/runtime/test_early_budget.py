@@ -194,15 +194,35 @@ def test_pixelate_averages_a_grid_of_each_block_and_costs_a_fraction_of_a_whole_
     assert grid < 0.5 * whole, f"the grid's mean took {grid * 1e3:.2f} ms, the whole frame's {whole * 1e3:.2f} ms"
 
 
-#: A fresh process: OpenCV's threads (the process's tasks) before and after
-#: ``rounds.start_pixel_threads``, then after a first early frame's upscale.
+#: A fresh process: its native threads (OpenCV's workers among them) before and after
+#: ``rounds.start_pixel_threads``, then after a first early frame's upscale. Counted in
+#: /proc/self/task on Linux, through Toolhelp snapshots on Windows.
 PIXEL_THREADS = """
 import json, os
 import cv2
 import numpy as np
 cv2.setNumThreads(4)  # workers on any machine (the default: one per core)
 def tasks():
-    return len(os.listdir("/proc/self/task"))
+    if os.name != "nt":
+        return len(os.listdir("/proc/self/task"))
+    import ctypes
+    from ctypes import wintypes
+    class Entry(ctypes.Structure):
+        _fields_ = [("dwSize", wintypes.DWORD), ("cntUsage", wintypes.DWORD), ("th32ThreadID", wintypes.DWORD),
+                    ("th32OwnerProcessID", wintypes.DWORD), ("tpBasePri", wintypes.LONG), ("tpDeltaPri", wintypes.LONG),
+                    ("dwFlags", wintypes.DWORD)]
+    k = ctypes.WinDLL("kernel32")
+    k.CreateToolhelp32Snapshot.restype = wintypes.HANDLE
+    snap = k.CreateToolhelp32Snapshot(0x4, 0)  # TH32CS_SNAPTHREAD: every thread of the system
+    e = Entry()
+    e.dwSize = ctypes.sizeof(e)
+    pid, n = k.GetCurrentProcessId(), 0
+    ok = k.Thread32First(snap, ctypes.byref(e))
+    while ok:
+        n += e.th32OwnerProcessID == pid
+        ok = k.Thread32Next(snap, ctypes.byref(e))
+    k.CloseHandle(snap)
+    return n
 before = tasks()
 from vcam.runtime.rounds import pixelate, start_pixel_threads
 start_pixel_threads()
@@ -218,8 +238,8 @@ def test_the_early_frames_opencv_workers_start_before_the_load_not_at_the_first_
     starts them before its load (``start_pixel_threads``), so the first early frame starts none."""
     import subprocess
 
-    if not sys.platform.startswith("linux"):
-        pytest.skip("counts the process's threads in /proc/self/task (Linux)")
+    if sys.platform not in ("linux", "win32"):
+        pytest.skip("counts the process's threads through /proc (Linux) or Toolhelp (Windows)")
     r = subprocess.run([sys.executable, "-c", PIXEL_THREADS], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
