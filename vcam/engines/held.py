@@ -61,17 +61,28 @@ class QuickSwitches(_HeldSetting):
     def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
-        self._before = 0.0
-        self._set_to = 0.0
+        self._was = (0.0, 0.0)
 
     def _change(self) -> None:
-        self._before = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._before, self.seconds))
-        self._set_to = sys.getswitchinterval()  # as the interpreter keeps it (whole microseconds)
+        self._was = shorten_switches(self.seconds)
 
     def _restore(self) -> None:
-        if abs(sys.getswitchinterval() - self._set_to) < 1e-7:  # unless somebody else changed it meanwhile
-            sys.setswitchinterval(self._before)
+        restore_switches(*self._was)
+
+
+def shorten_switches(seconds: float) -> tuple[float, float]:
+    """The interpreter's switch interval set to ``seconds`` unless it is shorter already; returns
+    ``(the interval before, the interval as set)`` for :func:`restore_switches`. The interval is
+    read back: the interpreter keeps whole microseconds (0.00002 reads 1.9999999999999998e-05)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, seconds))
+    return before, sys.getswitchinterval()
+
+
+def restore_switches(before: float, set_to: float) -> None:
+    """The interval ``before`` back, unless somebody changed it since it was set to ``set_to``."""
+    if abs(sys.getswitchinterval() - set_to) < 1e-7:
+        sys.setswitchinterval(before)
 
 
 QUICK_SWITCHES = QuickSwitches(0.00002)
@@ -129,4 +140,13 @@ def quiet_load() -> Iterator[None]:
         yield
 
 
-__all__ = ["NO_COLLECTION", "QUICK_SWITCHES", "NoCollection", "QuickSwitches", "collector_off", "quiet_load"]
+__all__ = [
+    "NO_COLLECTION",
+    "QUICK_SWITCHES",
+    "NoCollection",
+    "QuickSwitches",
+    "collector_off",
+    "quiet_load",
+    "restore_switches",
+    "shorten_switches",
+]

@@ -15,7 +15,6 @@ stream) and :func:`adopt` (put in use).
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vcam.config import Config
+from vcam.engines.held import restore_switches, shorten_switches
 from vcam.errors import VcamError
 from vcam.platform import process
 from vcam.runtime.opened import Opened
@@ -298,15 +298,14 @@ class ShortSwitches:
     process while it starts."""
 
     def __init__(self) -> None:
-        self.saved: float | None = sys.getswitchinterval()
-        sys.setswitchinterval(min(self.saved, LOADING_SWITCH_S))
-        self.set_to = sys.getswitchinterval()
+        self.saved: float | None
+        self.saved, self.set_to = shorten_switches(LOADING_SWITCH_S)
 
     def close(self) -> None:
         """The old interval back, unless it was changed since (another daemon of this process that
         started loading meanwhile and ended first: its old value is this one's short one)."""
-        if self.saved is not None and abs(sys.getswitchinterval() - self.set_to) < 1e-7:
-            sys.setswitchinterval(self.saved)
+        if self.saved is not None:
+            restore_switches(self.saved, self.set_to)
         self.saved = None
 
 
