@@ -244,7 +244,10 @@ def test_the_early_frames_opencv_workers_start_before_the_load_not_at_the_first_
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["started"] > got["before"], got  # the workers run after the call
-    assert got["after_frame"] == got["started"], got  # the first early frame started no thread
+    if sys.platform == "linux":  # OpenCV's pthreads pool starts every worker at its first call
+        assert got["after_frame"] == got["started"], got  # the first early frame started no thread
+    # Windows (under Wine, two busy cores): OpenCV's pool there grows as work comes (4, 7, then 8
+    # threads in one run, 4, 8, 8 in another), so only the call's start of workers is asserted.
 
 
 @pytest.mark.slow
