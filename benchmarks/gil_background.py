@@ -2,15 +2,17 @@
 with a compiled cache, one stream published 85 % of its frames in the first 10 s, and the camera
 paused 133-184 ms eight times while Inductor loaded in the background, H100).
 
-    python -m benchmarks.gil_background [--intervals 0.5,0.02] [--runs 3] [--ops 250]
+    python -m benchmarks.gil_background [--intervals 0.5,0.02,0.02+aside] [--runs 3] [--ops 250]
         [--device cpu|cuda] [--json OUT]
 
 Each run is a fresh process. A round is ``--ops`` small PyTorch calls on ``--device``, each of which
 lets go of the interpreter's lock as a round's CUDA launches and copies do, 30 rounds a second. Beside
 them a thread runs what the compiled loader runs first, :func:`vcam.engines.artifacts.prepare_load`
 (Inductor's imports, torch's source hash), with the switch interval set to one of ``--intervals``
-(milliseconds), alternated run by run. A thread that gave the lock up for a call waits up to the
-interval to get it back from a thread running Python: a round of many calls pays that wait each time.
+(milliseconds), alternated run by run; ``INTERVAL+aside`` runs the loader inside
+:meth:`vcam.engines.gate.RoundTurns.stepping_aside` and marks each round, as the daemon does. A thread
+that gave the lock up for a call waits up to the interval to get it back from a thread running Python:
+a round of many calls pays that wait each time.
 Prints the medians of each interval (round p50, p90 and longest while the load runs, the round alone,
 the load's seconds) and writes JSON with every run.
 """
@@ -29,7 +31,7 @@ from benchmarks import write_report
 CHILD = r"""
 import json, statistics, sys, threading, time
 import torch
-interval_ms, ops, device = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+interval_ms, ops, device, aside = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 x = torch.zeros(16, device=device)
 def one_round():
     t = time.perf_counter()
@@ -41,32 +43,37 @@ def one_round():
     return time.perf_counter() - t
 alone = [one_round() for _ in range(30)]
 from vcam.engines import artifacts
+from vcam.engines.gate import RoundTurns
+turns = RoundTurns(on=aside)
 took = {}
 def load():
     t = time.perf_counter()
-    artifacts.prepare_load()
+    with turns.stepping_aside():
+        artifacts.prepare_load()
     took["s"] = time.perf_counter() - t
 sys.setswitchinterval(interval_ms / 1e3)
 thread = threading.Thread(target=load)
 thread.start()
 beside = []
 while thread.is_alive():
-    r = one_round()
+    with turns.round():
+        r = one_round()
     beside.append(r)
     time.sleep(max(0.0, 1 / 30 - r))
 beside.sort()
-print(json.dumps({"interval_ms": interval_ms, "alone_ms": statistics.median(alone) * 1e3,
+print(json.dumps({"interval_ms": interval_ms, "aside": aside, "parked": turns.parked, "alone_ms": statistics.median(alone) * 1e3,
     "p50_ms": statistics.median(beside) * 1e3, "p90_ms": beside[int(0.9 * len(beside))] * 1e3,
     "max_ms": beside[-1] * 1e3, "rounds": len(beside), "load_s": took.get("s")}))
 """
 
 
-def one(interval_ms: float, ops: int, device: str) -> dict:
-    """One fresh process (see the module docstring)."""
+def one(setting: str, ops: int, device: str) -> dict:
+    """One fresh process (see the module docstring); ``setting`` is an interval in ms, ``+aside``
+    after it for the loader stepping aside while a round runs."""
     tree = str(Path(__file__).resolve().parents[1])  # this checkout's vcam
-    r = subprocess.run(
-        [sys.executable, "-c", CHILD, str(interval_ms), str(ops), device], capture_output=True, text=True, cwd=tree, timeout=300
-    )
+    interval, _, aside = setting.partition("+")
+    argv = [sys.executable, "-c", CHILD, interval, str(ops), device, "1" if aside == "aside" else "0"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tree, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"the run failed ({r.returncode}): {r.stderr[-600:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -74,29 +81,32 @@ def one(interval_ms: float, ops: int, device: str) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--intervals", default="0.5,0.02", help="switch intervals in ms, alternated")
+    ap.add_argument("--intervals", default="0.5,0.02", help="intervals in ms, alternated; INTERVAL+aside: the loader steps aside")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ops", type=int, default=250, help="calls in a round")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    intervals = [float(x) for x in args.intervals.split(",")]
+    intervals = [x.strip() for x in args.intervals.split(",")]
+    for x in intervals:
+        float(x.partition("+")[0])  # a bad interval fails here, not in a child
     runs = []
     for r in range(args.runs):
         for iv in intervals if r % 2 == 0 else intervals[::-1]:
             row = one(iv, args.ops, args.device)
             runs.append(row)
             got = f"round p50 {row['p50_ms']:.1f} ms, p90 {row['p90_ms']:.1f}, longest {row['max_ms']:.0f}"
-            print(f"  run {r + 1}, {iv:g} ms: {got}")
+            row["setting"] = iv
+            print(f"  run {r + 1}, {iv} ms: {got}")
     print(f"\nrounds of {args.ops} calls on {args.device} beside the compiled loader's imports, medians of {args.runs} runs")
-    print(f"{'interval':>9} {'alone':>7} {'p50':>7} {'p90':>7} {'longest':>8} {'load s':>7}")
+    print(f"{'interval':>15} {'alone':>7} {'p50':>7} {'p90':>7} {'longest':>8} {'load s':>7}")
     table = []
     for iv in intervals:
-        mine = [x for x in runs if x["interval_ms"] == iv]
+        mine = [x for x in runs if x["setting"] == iv]
         row = {k: statistics.median(x[k] for x in mine) for k in ("alone_ms", "p50_ms", "p90_ms", "max_ms", "load_s")}
-        table.append({"interval_ms": iv, **row})
+        table.append({"setting": iv, **row})
         cells = [f"{row[k]:>7.1f}" for k in ("alone_ms", "p50_ms", "p90_ms")]
-        print(f"{iv:>6g} ms {' '.join(cells)} {row['max_ms']:>8.0f} {row['load_s']:>7.2f}")
+        print(f"{iv + ' ms':>15} {' '.join(cells)} {row['max_ms']:>8.0f} {row['load_s']:>7.2f}")
     payload = {"args": vars(args) | {"json": str(args.json)}, "runs": runs, "table": table}
     return write_report(str(args.json), payload) if args.json is not None else payload
 

@@ -273,3 +273,31 @@ def test_every_frame_gathered_while_the_models_load_goes_out_or_is_counted(monke
         s = d.run(duration=2.0)
         assert s.early_frames > 0 and s.frames_in > 0, s.line()
         assert len(gathered) == s.early_frames + s.early_dropped + s.frames_in, (len(gathered), s.line())
+
+
+def test_the_frame_loop_marks_its_rounds_and_background_python_steps_aside_in_them():
+    """The daemon's rounds are marked (``vcam.engines.gate.ROUND_TURNS``): a background thread
+    running Python inside ``stepping_aside`` (as the compiled loader does) parks while one runs."""
+    import threading
+
+    from vcam.engines.gate import ROUND_TURNS
+
+    stop, laps = threading.Event(), [0]
+
+    def python_beside():
+        with ROUND_TURNS.stepping_aside():
+            while not stop.is_set():
+                laps[0] += 1
+
+    rounds, parked = ROUND_TURNS._rounds, ROUND_TURNS.parked
+    t = threading.Thread(target=python_beside, daemon=True)
+    t.start()
+    try:
+        s = Daemon(demo_cfg(width=160, height=120), output=Capturing(160, 120), control=False).run(max_frames=20)
+    finally:
+        stop.set()
+        t.join(5)
+    assert s.frames_out >= 20, s.line()
+    assert ROUND_TURNS._rounds - rounds >= 20 and laps[0] > 0
+    assert ROUND_TURNS.parked > parked, "the background thread never stepped aside for a round"
+    assert not ROUND_TURNS.running

@@ -17,6 +17,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from vcam.engines.gate import ROUND_TURNS
+
 
 class _HeldSetting:
     """A setting of the whole process, changed while any holder holds it and put back after the
@@ -134,9 +136,10 @@ def collector_off() -> Iterator[None]:
 @contextlib.contextmanager
 def quiet_load() -> Iterator[None]:
     """A load of much Python beside the frames (Inductor's imports, a compiled artifact's load): the
-    switch interval short (:data:`QUICK_SWITCHES`) and the collector off, what it left frozen at its
-    end (:func:`collector_off`)."""
-    with QUICK_SWITCHES.held(), collector_off():
+    switch interval short (:data:`QUICK_SWITCHES`), the collector off, what it left frozen at its
+    end (:func:`collector_off`), and its Python parked while the frame loop runs a round
+    (:data:`~vcam.engines.gate.ROUND_TURNS`)."""
+    with QUICK_SWITCHES.held(), collector_off(), ROUND_TURNS.stepping_aside():
         yield
 
 

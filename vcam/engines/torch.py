@@ -38,6 +38,7 @@ import numpy as np
 
 from vcam.engines import CompiledArtifacts, Epilogue, Items, TensorInfo, check_feeds, item_shapes
 from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
+from vcam.engines.gate import ROUND_TURNS
 from vcam.engines.held import NO_COLLECTION
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
 from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream, tuning_allowed
@@ -418,7 +419,7 @@ class TorchEngine:
         here too (returned): putting the artifact into use at a call (:meth:`_adopt`) costs the
         frame loop no capture. Issue 39: the frame thread captured each size's graph when it took
         the artifacts, and the camera stood still for up to 980 ms (H100, one stream, 2026-12-06)."""
-        with CAPTURE_LOCK, _torch.inference_mode(), self.backend_flags(), private_stream(self._dev):
+        with CAPTURE_LOCK, ROUND_TURNS.staying(), _torch.inference_mode(), self.backend_flags(), private_stream(self._dev):
             fn(*self.call_args(b, items))
         return self._capture(b, items, fn) if self.cuda_graphs else None
 
@@ -482,7 +483,7 @@ class TorchEngine:
         device and empty the allocator's cache first), so a capture in the background thread does
         not stall the frames meanwhile."""
         torch = _torch
-        with CAPTURE_LOCK, torch.inference_mode(), self.backend_flags():
+        with CAPTURE_LOCK, ROUND_TURNS.staying(), torch.inference_mode(), self.backend_flags():
             static = [self._storage_for(info, items[info.name])[:b] for info in self.inputs]
             fn = fn if fn is not None else self._compiled_fns.get(self._graph_key(b, items))
             side = torch.cuda.Stream(self._dev)

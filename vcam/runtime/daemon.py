@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vcam.config import Config
+from vcam.engines.gate import ROUND_TURNS
 from vcam.errors import VcamError
 from vcam.platform import signals
 from vcam.runtime import startup as _startup
@@ -387,15 +388,17 @@ class Daemon:
         rounds = self.rounds
         if loop.race is not None:
             ready = rounds.gather(loop.max_frames, timeout=self.pauses.timeout(0.5))
-            loop.race.run(ready)
+            with ROUND_TURNS.round():  # background Python steps aside (vcam.engines.gate.RoundTurns)
+                loop.race.run(ready)
             submitted = Round()
         else:
             ready = rounds.gather(loop.max_frames, timeout=0.0 if loop.inflight else self.pauses.timeout(0.5), settle=True)
-            submitted = rounds.submit(ready) if ready else Round()
-            rounds.collect(loop.inflight)
+            with ROUND_TURNS.round():
+                submitted = rounds.submit(ready) if ready else Round()
+                rounds.collect(loop.inflight)
+                if not loop.overlap:
+                    rounds.collect(submitted)
         loop.inflight = submitted
-        if not loop.overlap:
-            rounds.collect(loop.inflight)
         if not ready and not loop.inflight and all(st.done for st in self.streams):
             return False
         now = time.perf_counter()

@@ -1,0 +1,153 @@
+"""Background Python steps aside while the frame loop runs a round (``vcam.engines.gate.RoundTurns``):
+issue 39's compiled rows, where the compiled loader's imports beside the frames cost the camera
+frames (the rounds and the loader handing the interpreter back and forth at every call)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from vcam.engines.gate import RoundTurns
+from vcam.engines.held import quiet_load
+
+
+class Busy:
+    """A thread running Python inside ``turns.stepping_aside()``, counting its laps."""
+
+    def __init__(self, turns: RoundTurns, *, staying: bool = False) -> None:
+        self.turns, self.staying = turns, staying
+        self.laps = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        while self.laps == 0:  # running, its hook installed
+            time.sleep(0.001)
+
+    def _step(self) -> None:
+        self.laps += 1
+
+    def _run(self) -> None:
+        with self.turns.stepping_aside():
+            if self.staying:
+                with self.turns.staying():
+                    while not self.stop.is_set():
+                        self._step()
+            else:
+                while not self.stop.is_set():
+                    self._step()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def _laps_during(busy: Busy, turns: RoundTurns, seconds: float, *, parks: bool = True) -> tuple[int, int]:
+    """The laps the thread ran until it parked (or a tenth of the round where it does not) and by
+    the round's end, ``seconds`` later."""
+    parked = turns.parked
+    with turns.round():
+        end = time.perf_counter() + 5.0  # a busy machine may not run the thread at once
+        while parks and turns.parked == parked and time.perf_counter() < end:
+            time.sleep(0.002)
+        if not parks:
+            time.sleep(seconds / 10)
+        time.sleep(0.01)  # the count comes just before the wait
+        a = busy.laps
+        time.sleep(seconds)
+        b = busy.laps
+    return a, b
+
+
+def test_a_background_thread_parks_while_a_round_runs_and_goes_on_after_it():
+    turns = RoundTurns(longest=5.0)
+    busy = Busy(turns)
+    try:
+        a, b = _laps_during(busy, turns, 0.3)
+        assert b == a, f"the thread ran {b - a} laps during the round"
+        assert turns.parked == 1
+        end = time.perf_counter() + 5.0
+        while busy.laps == b and time.perf_counter() < end:
+            time.sleep(0.01)
+        assert busy.laps > b, "the thread did not go on after the round"
+    finally:
+        busy.close()
+
+
+def test_it_parks_at_most_longest_and_once_a_round():
+    turns = RoundTurns(longest=0.05)
+    busy = Busy(turns)
+    try:
+        a, b = _laps_during(busy, turns, 0.4)
+        assert b > a, "a round longer than `longest` stopped the thread for good"
+        assert turns.parked == 1, turns.parked
+        assert 0.04 <= turns.parked_s < 0.4, turns.parked_s
+        _laps_during(busy, turns, 0.1)
+        assert turns.parked == 2  # the next round: once more
+    finally:
+        busy.close()
+
+
+def test_it_never_parks_while_staying_off_or_in_the_rounds_own_thread():
+    for turns, staying in ((RoundTurns(longest=5.0), True), (RoundTurns(longest=5.0, on=False), False)):
+        busy = Busy(turns, staying=staying)
+        try:
+            a, b = _laps_during(busy, turns, 0.2, parks=False)
+            assert b > a and turns.parked == 0, (staying, turns.on, a, b)
+        finally:
+            busy.close()
+    turns = RoundTurns(longest=5.0)
+    with turns.stepping_aside(), turns.round():
+        t0 = time.perf_counter()
+        for _ in range(100):
+            len("x")
+        assert time.perf_counter() - t0 < 1.0 and turns.parked == 0
+
+
+def test_it_keeps_a_profiler_already_there_and_takes_its_hook_away_after():
+    turns = RoundTurns()
+
+    def mine(frame, event, arg):
+        return None
+
+    assert sys.getprofile() is None
+    with turns.stepping_aside():
+        assert sys.getprofile() is not None
+    assert sys.getprofile() is None
+    sys.setprofile(mine)
+    try:
+        with turns.stepping_aside():
+            assert sys.getprofile() is mine
+        assert sys.getprofile() is mine
+    finally:
+        sys.setprofile(None)
+
+
+def test_a_quiet_load_steps_aside_for_the_process_rounds():
+    """What the compiled loader runs in the background (Inductor's imports, an artifact's load)
+    parks while the daemon's frame loop runs a round."""
+    seen = []
+    with quiet_load():
+        seen.append(sys.getprofile())
+    assert seen[0] is not None and sys.getprofile() is None
+
+
+@pytest.mark.slow
+def test_the_background_gil_benchmark_compares_stepping_aside_in_fresh_processes(tmp_path):
+    """`python -m benchmarks.gil_background` on the CPU, plain against stepping aside: rounds of
+    small PyTorch calls beside the compiled loader's real imports. Each setting's rounds are timed
+    in the same run; stepping aside makes them shorter (CPU, 2026-12-06: p50 4.8 against 0.7 ms)."""
+    from conftest import need_torch
+
+    need_torch()
+    from benchmarks import gil_background
+
+    res = gil_background.main(["--intervals", "0.02,0.02+aside", "--runs", "1", "--json", str(tmp_path / "g.json")])
+    rows = {r["setting"]: r for r in res["table"]}
+    assert set(rows) == {"0.02", "0.02+aside"}, rows
+    assert all(r["load_s"] and r["alone_ms"] > 0 for r in rows.values()), rows
+    assert rows["0.02+aside"]["p90_ms"] < rows["0.02"]["p90_ms"], rows
+    assert any(r["parked"] > 0 for r in res["runs"] if r["aside"]), res["runs"]
+    assert (tmp_path / "g.json").is_file()
