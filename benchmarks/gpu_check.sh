@@ -409,7 +409,7 @@ for step in $steps; do
       done ;;
     gilbg)
       # The frames' rounds (small CUDA calls) beside the compiled loader's imports at two switch
-      # intervals (issue 39's compiled rows; benchmarks/gil_background.py): GILBG_INTERVALS, default 0.5,0.02 ms.
+      # intervals (issue 39's compiled rows; benchmarks/gil_background.py): GILBG_INTERVALS, default 0.02,0.02+aside (+aside: the loader steps aside for the rounds).
       timeout 300 python3 -m benchmarks.gil_background --device cuda --intervals ${GILBG_INTERVALS:-0.02,0.02+aside} --runs 4 \
         --json "$OUT/gil_background.json" 2>&1 | tee "$OUT/gil_background.txt" | tail -n 6 || rc=1 ;;
     floor)
