@@ -4,6 +4,7 @@ recogniser; a damaged entry is computed again; another photo is another key."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -120,8 +121,11 @@ def test_deferred_recogniser_raises_its_build_error_at_use():
 def test_deferred_recogniser_waits_for_its_gate_unless_used_first(recogniser):
     built: list[str] = []
 
+    profiled: list[bool] = []
+
     def build():
         built.append(threading.current_thread().name)
+        profiled.append(sys.getprofile() is not None)
         return recogniser
 
     gate = threading.Event()
@@ -130,6 +134,7 @@ def test_deferred_recogniser_waits_for_its_gate_unless_used_first(recogniser):
     gate.set()
     d._thread.join(10)  # the thread builds it once the gate opens
     assert d.ready and d.get() is recogniser and built == ["vcam-recogniser"]
+    assert profiled == [True]  # its Python steps aside for the frame loop's rounds (engines.gate.ROUND_TURNS)
 
     held = threading.Event()
     e = DeferredRecogniser(recogniser.name, build).start(held.wait)
@@ -137,3 +142,4 @@ def test_deferred_recogniser_waits_for_its_gate_unless_used_first(recogniser):
     held.set()
     e._thread.join(5)
     assert len(built) == 2  # the thread found it built: never twice
+    assert profiled == [True, False]  # built in the caller's thread: nothing installed there

@@ -17,6 +17,7 @@ import numpy as np
 
 from vcam.align import estimate
 from vcam.engines import Engine, create_engine
+from vcam.engines.gate import ROUND_TURNS
 from vcam.errors import EngineUnavailable, ModelError
 from vcam.kernels.warp import warp_crops_normalized_ref, warp_crops_ref
 from vcam.models import registry
@@ -137,7 +138,8 @@ class DeferredRecogniser:
         if wait is not None:
             wait()
         if self._claim():
-            self._build_now()
+            with ROUND_TURNS.stepping_aside():  # seconds of Python beside the frames: it parks in their rounds
+                self._build_now()
 
     def _build_now(self) -> None:
         try:
