@@ -97,6 +97,21 @@ def test_background_captures_take_cudnn_s_heuristics_unless_asked_and_other_thre
     assert q.wait(10) and seen == [False, True]
 
 
+def test_the_compiled_loader_autotunes_unless_told_not_to(monkeypatch):
+    """The compiled loader's thread (its first calls and graphs, inside ``gate.compiled_loading``)
+    autotunes by default; ``$VCAM_TUNE_COMPILED=0`` gives it cuDNN's heuristics (issue 39's
+    experiment); outside the mark nothing changes."""
+    need_torch()
+    from vcam.engines import gate, threads
+
+    monkeypatch.delenv(threads.TUNE_COMPILED_ENV, raising=False)
+    with gate.compiled_loading():
+        assert threads.tuning_allowed() and gate.in_compiled_loading()
+        monkeypatch.setenv(threads.TUNE_COMPILED_ENV, "0")
+        assert not threads.tuning_allowed()
+    assert threads.tuning_allowed() and not gate.in_compiled_loading()
+
+
 def test_queue_close_stops_between_sizes():
     need_torch()
     from vcam.engines.threads import CaptureQueue
