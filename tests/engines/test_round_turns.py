@@ -137,8 +137,11 @@ def test_a_quiet_load_steps_aside_for_the_process_rounds():
 @pytest.mark.slow
 def test_the_background_gil_benchmark_compares_stepping_aside_in_fresh_processes(tmp_path):
     """`python -m benchmarks.gil_background` on the CPU, plain against stepping aside: rounds of
-    small PyTorch calls beside the compiled loader's real imports. Each setting's rounds are timed
-    in the same run; stepping aside makes them shorter (CPU, 2026-12-06: p50 4.8 against 0.7 ms)."""
+    small PyTorch calls beside the compiled loader's real imports, each setting in fresh processes,
+    and the loader parks in the rounds where it steps aside. Which is faster is the benchmark's to
+    say, not this test's: on an idle machine stepping aside cut the rounds' p50 from 4.8 to 0.7 ms
+    (CPU, 2026-12-06), but with both cores busy the plain rounds were as short (the threads seldom
+    ran side by side); the parking itself is checked in the tests above."""
     from conftest import need_torch
 
     need_torch()
@@ -148,6 +151,5 @@ def test_the_background_gil_benchmark_compares_stepping_aside_in_fresh_processes
     rows = {r["setting"]: r for r in res["table"]}
     assert set(rows) == {"0.02", "0.02+aside"}, rows
     assert all(r["load_s"] and r["alone_ms"] > 0 for r in rows.values()), rows
-    assert rows["0.02+aside"]["p90_ms"] < rows["0.02"]["p90_ms"], rows
     assert any(r["parked"] > 0 for r in res["runs"] if r["aside"]), res["runs"]
     assert (tmp_path / "g.json").is_file()
