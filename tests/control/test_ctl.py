@@ -873,9 +873,9 @@ def test_an_idle_connection_is_closed_and_a_talking_one_kept(tmp_path, monkeypat
     monkeypatch.setattr(local, "CLIENT_IDLE_TIMEOUT", 0.5)
     path = tmp_path / "ctl" / "vcam.sock"
     with ControlServer(path, make_state(), transport=kind):
+        t0 = time.monotonic()  # before the idle one connects: the server counts from its accept
         idle, talker = transport.connect(path, 30), transport.connect(path, 30)
         with idle, talker:
-            t0 = time.monotonic()
             idle.setblocking(False)
             closed_after = None
             while time.monotonic() - t0 < 20 and closed_after is None:
