@@ -237,8 +237,12 @@ def run(
         console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
     # A conversion stopped by Ctrl-C before its end: 130, as for any interrupted command (its file
     # is kept as NAME.partial.mp4, never under the name asked for).
-    code = 130 if any(s.interrupted for s in daemon.summaries.values()) else 0
-    if daemon.load_in_flight:  # stopped while the models loaded: leave without unwinding under the load
+    code = 130 if daemon.force_exit or any(s.interrupted for s in daemon.summaries.values()) else 0
+    # Stopped while the models loaded: leave without unwinding under the load. A forced exit whose
+    # SystemExit was swallowed on its way out (raised inside a callback) leaves the same way: once
+    # in a busy full suite such a run went on to the interpreter's end and aborted there
+    # ("terminate called without an active exception": a native thread of the load still running).
+    if daemon.load_in_flight or daemon.force_exit:
         _leave(code)
     if code:
         raise typer.Exit(code)
