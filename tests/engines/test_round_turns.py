@@ -90,6 +90,23 @@ def test_it_parks_at_most_longest_and_once_a_round():
         busy.close()
 
 
+def test_rounds_back_to_back_never_starve_it():
+    """A CPU run flat out: one round right after the other. The thread parks in one, then shares the
+    next (it has not run ``between`` since it went on), so it keeps going."""
+    turns = RoundTurns(longest=0.05, between=0.02)
+    busy = Busy(turns)
+    try:
+        start = busy.laps
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            with turns.round():
+                time.sleep(0.03)
+        assert busy.laps > start, "rounds back to back stopped the thread"
+        assert 0 < turns.parked < 33, turns.parked  # 33 rounds: parked in some, never in all
+    finally:
+        busy.close()
+
+
 def test_it_never_parks_while_staying_off_or_in_the_rounds_own_thread():
     for turns, staying in ((RoundTurns(longest=5.0), True), (RoundTurns(longest=5.0, on=False), False)):
         busy = Busy(turns, staying=staying)

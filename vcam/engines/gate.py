@@ -120,7 +120,9 @@ class RoundTurns:
     Python call or return while a round runs, the thread parks until the round ends, so the round
     has the interpreter to itself. A thread parks at most once a round and at most ``longest``
     seconds, so a round that waits for something the parked thread holds (an import's lock) waits
-    that long at worst, and a round that never ends stops nothing. It never parks inside
+    that long at worst, and a round that never ends stops nothing; and only after it ran
+    ``between`` seconds since it last went on, so rounds back to back (a CPU run flat out) share
+    every other one with it, as without turns, and it never starves. It never parks inside
     :meth:`staying` (a graph capture holding the lock an eager call of the frames waits for), nor
     in the thread that runs the rounds. What runs in C (a large copy, a convolution) is not
     interrupted: the hook sees Python's calls only.
@@ -132,8 +134,9 @@ class RoundTurns:
     the CPU (``benchmarks.gil_background``, 2 runs): round p50 4.8 ms, longest 103 ms, against 0.7
     and 2 ms stepping aside (alone 0.5 ms); the load took 2.1 s against 2.8 s (the hook's calls)."""
 
-    def __init__(self, longest: float = 0.04, on: bool = True) -> None:
+    def __init__(self, longest: float = 0.04, on: bool = True, between: float = 0.005) -> None:
         self.longest = longest
+        self.between = between
         self.on = on
         self._clear = threading.Event()
         self._clear.set()
@@ -190,17 +193,20 @@ class RoundTurns:
         finally:
             local.staying -= 1
 
-    def _park(self, seen: list[int]) -> None:
+    def _park(self, seen: list[float]) -> None:
         seen[0] = self._rounds
         if getattr(self._local, "staying", 0) or threading.get_ident() == self._owner:
             return
-        self.parked += 1
         t0 = time.perf_counter()
+        if t0 - seen[1] < self.between:  # rounds back to back: this one is shared, as without turns
+            return
+        self.parked += 1
         self._clear.wait(self.longest)
-        self.parked_s += time.perf_counter() - t0
+        seen[1] = time.perf_counter()
+        self.parked_s += seen[1] - t0
 
     def _hook(self) -> Callable[[Any, str, Any], None]:
-        seen = [-1]  # the round this thread last stepped aside for
+        seen = [-1.0, -1.0]  # the round this thread last stepped aside for, and when it went on after
 
         def step_aside(frame: Any, event: str, arg: Any) -> None:
             if self._busy and seen[0] != self._rounds:
