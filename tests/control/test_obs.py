@@ -481,6 +481,7 @@ def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
                     ctl.last_error,
                     ctl.connections,
                     state.active,
+                    visible(c),  # what OBS shows instead
                     f"OBS running: {inst.running}",  # a restarted OBS that went away (seen once): why
                     inst.log_path.read_text(errors="replace")[-3000:] if inst.log_path.exists() else "no OBS log",
                 )
