@@ -9,6 +9,7 @@ the same port, password and config (the scene collection saved by the previous r
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -169,6 +170,19 @@ class ObsInstance:
                 self._obs.kill()
                 self._obs.wait()
         self._obs = None
+
+    def wait_saved(self, names: list[str], timeout: float = 20.0) -> bool:
+        """Whether OBS wrote its scene collection with every one of ``names`` within ``timeout``
+        seconds (stretched 4x for a busy 2-core machine). OBS saves a change a moment after it (a
+        deferred save): a test that kills OBS right after building a scene finds on restart only
+        what was saved by then (seen: one face of three)."""
+        scenes = self.config_home / "obs-studio" / "basic" / "scenes"
+
+        def saved() -> bool:
+            text = "".join(p.read_text(errors="replace") for p in scenes.glob("*.json"))
+            return all(json.dumps(n) in text for n in names)
+
+        return wait_for(saved, timeout)
 
     def kill(self) -> None:
         """Crash OBS (SIGKILL): the connection drops without a websocket close."""

@@ -455,8 +455,11 @@ def test_obs_killed_and_restarted(tmp_path, face_images, caplog, monkeypatch):
     try:
         cfg = obs_cfg(inst)
         c = connect(cfg)
-        setup_scene(c, face_images, scene=SCENE)
+        report = setup_scene(c, face_images, scene=SCENE)
         c.disconnect()
+        # The crash comes after OBS saved the scene (else the restart finds only what it saved by
+        # then: one face of three, three times in one day's busy suites).
+        assert inst.wait_saved([n for n in report.created if n.startswith(FACE_PREFIX)], 20), report.created
         state = make_state()
         ctl = ObsController(cfg, state, retry_min=0.2, retry_max=1.0)
         with Frames(state) as frames:
