@@ -140,9 +140,8 @@ class RoundTurns:
         self.on = on
         self._clear = threading.Event()
         self._clear.set()
-        self._lock = threading.Lock()
         self._local = threading.local()
-        self._running = 0
+        self._round = _Round(self)
         self._rounds = 0
         self._owner = -1  # the thread that runs the rounds: never parked
         self._busy = False  # read by the hook at every call: a plain attribute, not the event
@@ -160,28 +159,21 @@ class RoundTurns:
         return self._busy
 
     def begin(self) -> None:
-        with self._lock:
-            self._running += 1
-            self._rounds += 1
-            self._owner = threading.get_ident()
-            self._clear.clear()
-            self._busy = True
+        """A round begins (the frame loop's thread; one frame loop at a time marks its rounds: a
+        second daemon of the process ending its round meanwhile only lets the background run)."""
+        self._rounds += 1
+        self._owner = threading.get_ident()
+        self._busy = True
+        self._clear.clear()
 
     def end(self) -> None:
-        with self._lock:
-            self._running = max(0, self._running - 1)
-            if self._running == 0:
-                self._busy = False
-                self._clear.set()
+        self._busy = False
+        self._clear.set()
 
-    @contextlib.contextmanager
-    def round(self) -> Iterator[None]:
-        """One round of the frame loop: background Python steps aside meanwhile."""
-        self.begin()
-        try:
-            yield
-        finally:
-            self.end()
+    def round(self) -> _Round:
+        """One round of the frame loop, as a context: background Python steps aside meanwhile. Once
+        a frame: one object made at the start, no generator, no lock."""
+        return self._round
 
     @contextlib.contextmanager
     def staying(self) -> Iterator[None]:
@@ -227,6 +219,21 @@ class RoundTurns:
             yield
         finally:
             sys.setprofile(None)
+
+
+class _Round:
+    """:meth:`RoundTurns.round`'s context (begin at the entry, end at the exit)."""
+
+    __slots__ = ("_turns",)
+
+    def __init__(self, turns: RoundTurns) -> None:
+        self._turns = turns
+
+    def __enter__(self) -> None:
+        self._turns.begin()
+
+    def __exit__(self, *exc: object) -> None:
+        self._turns.end()
 
 
 _compiled_loader = threading.local()
