@@ -297,6 +297,55 @@ def test_the_gate_paces_the_background_work_one_unit_at_a_time_after_a_settle():
     assert time.perf_counter() - t0 < 2.5
 
 
+def test_a_size_the_frames_run_without_its_graph_goes_before_the_other_engines_captures(monkeypatch):
+    """The gate's turns: a queue whose next size a call wants (CaptureQueue.want) takes the next
+    turn before the other engines' queues waiting for theirs (three of them here, twice over);
+    without a want the queues take turns as they come. Issue 39 (H100, one stream): the frames ran
+    the swapper's batch 1 eagerly while the detector's batch 2 took the first turn (129 ms), and
+    every eager call waited it out."""
+    need_torch()
+    from vcam.engines import threads
+    from vcam.engines.gate import BackgroundGate
+
+    for _ in range(2):
+        gate = BackgroundGate(patience=30, settle=0.0, rest=0.0)
+        monkeypatch.setattr(threads, "BACKGROUND", gate)
+        order: list[str] = []
+        first = threading.Event()
+        go = threading.Event()
+
+        def capture_as(name, order=order, first=first, go=go):
+            def capture(b, items):
+                order.append(f"{name}{b}")
+                if len(order) == 1:
+                    first.set()
+                    assert go.wait(10)
+
+            return capture
+
+        blocker = threads.CaptureQueue(capture_as("x"), "cpu", "blocker")
+        others = [threads.CaptureQueue(capture_as(n), "cpu", n) for n in ("d", "e", "f")]
+        swapper = threads.CaptureQueue(capture_as("s"), "cpu", "swapper")
+        blocker.put([1], "a")
+        assert first.wait(10)  # a capture holds the turn; the others queue behind it
+        for q in others:
+            q.put([2, 3], "a")
+        swapper.put([2, 1], "a")
+        deadline = time.monotonic() + 20
+        while len(gate._waiting) < 4 and time.monotonic() < deadline:  # every queue waits for its turn
+            time.sleep(0.01)
+        assert len(gate._waiting) == 4
+        assert not any(q.urgent() for q in [*others, swapper])
+        swapper.want(1, "a")  # the frames run the swapper's batch 1 without its graph
+        assert swapper.urgent() and not any(q.urgent() for q in others)
+        go.set()
+        for q in (blocker, *others, swapper):
+            assert q.wait(10)
+        assert order[:2] == ["x1", "s1"], order
+        assert sorted(order[2:]) == ["d2", "d3", "e2", "e3", "f2", "f3", "s2"], order
+        assert not swapper.urgent()
+
+
 def test_the_pacing_can_be_set_from_the_environment(monkeypatch):
     from vcam.engines.gate import PACE_ENV, BackgroundGate
 

@@ -29,7 +29,16 @@ class BackgroundGate:
     captures of batches 2-8 (7 s of work) ran back to back from the GPU's first frame and the
     camera lost 3-12 frames a second for 3 s, p99 250-390 ms a second; paced, the frames get the
     interpreter and the GPU between two captures (the captures take twice as long: a size that a
-    frame needs before is captured by that frame, as before)."""
+    frame needs before is captured by that frame, as before).
+
+    A unit the frames wait for goes first (``turn(urgent=...)``: a size a call runs without its
+    graph): the others wait while one is urgent. Issue 39 (H100, 1080p clip, one stream,
+    2026-12-06): the frames ran the swapper's batch 1 eagerly, and an eager call waits out a capture
+    (:data:`vcam.engines.threads.CAPTURE_LOCK`); the first turn went to the detector's batch 2 (129
+    ms), and the camera's longest pause of the run, 180 ms, was that wait."""
+
+    #: How often a waiting unit looks again whether its turn came (an urgent one may have arrived).
+    POLL_S = 0.02
 
     def __init__(self, patience: float = 20.0, settle: float = 2.0, rest: float = 1.0) -> None:
         self.patience = patience
@@ -37,7 +46,8 @@ class BackgroundGate:
         self._open = threading.Event()
         self._open.set()
         self._lock = threading.Lock()
-        self._turn = threading.Lock()
+        self._busy = False  # a unit runs (under _lock)
+        self._waiting: list[Callable[[], bool]] = []  # each waiting unit's urgency (under _lock)
         self._holders = 0
         self._not_before = 0.0  # perf_counter: when the next unit of background work may begin
 
@@ -86,22 +96,45 @@ class BackgroundGate:
         self._open.wait(self.patience)
 
     @contextlib.contextmanager
-    def turn(self, stop: threading.Event | None = None) -> Iterator[None]:
+    def turn(self, stop: threading.Event | None = None, urgent: Callable[[], bool] | None = None) -> Iterator[None]:
         """One unit of paced background work (a graph capture): the gate open (or ``patience``
-        over), no other unit running, and the pause after the last one over (see the class); the
-        pause ends early when ``stop`` is set (a queue closing: the caller checks it inside)."""
+        over), no other unit running, no other waiting unit ``urgent()`` unless this one is too, and
+        the pause after the last one over (see the class); the pause ends early when ``stop`` is set
+        (a queue closing: the caller checks it inside). Urgency is asked again while waiting."""
         self.wait()
-        with self._turn:
-            delay = min(self._not_before - time.perf_counter(), self.patience)
-            if delay > 0:
-                (stop or threading.Event()).wait(delay)
-            t0 = time.perf_counter()
-            try:
-                yield
-            finally:
-                end = time.perf_counter()
+        stop = stop or threading.Event()
+
+        def mine() -> bool:
+            return urgent is not None and urgent()
+
+        began = time.perf_counter()
+        with self._lock:
+            self._waiting.append(mine)
+        try:
+            while True:
                 with self._lock:
-                    self._not_before = max(self._not_before, end + self.rest * (end - t0))
+                    now = time.perf_counter()
+                    first = mine() or not any(w() for w in self._waiting if w is not mine)
+                    if not self._busy and (first or stop.is_set()):
+                        due = min(self._not_before, began + self.patience)
+                        if now >= due or stop.is_set():
+                            self._busy = True
+                            break
+                        wait = due - now
+                    else:
+                        wait = self.POLL_S
+                stop.wait(min(wait, self.POLL_S))
+        finally:
+            with self._lock:
+                self._waiting.remove(mine)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            with self._lock:
+                self._busy = False
+                self._not_before = max(self._not_before, end + self.rest * (end - t0))
 
 
 #: The process's gate (see :class:`BackgroundGate`); the daemon's load holds it.

@@ -95,6 +95,7 @@ class CaptureQueue:
     def __init__(self, capture: Any, device: Any, name: str) -> None:
         self._capture, self._device, self.name = capture, device, name
         self._todo: list[tuple[int, Any]] = []  # (size, items), in the order they are captured
+        self._wanted: list[tuple[int, Any]] = []  # queued sizes a call ran without their graph (want; items: dicts)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
@@ -127,6 +128,7 @@ class CaptureQueue:
                 with self._lock:
                     if not self._todo or self._closing.is_set():
                         self._todo.clear()
+                        self._wanted.clear()
                         if done:  # said before the queue reads as idle: a waiter returns after this line
                             what = "%s: batch %s captured in the background in %.2f s"
                             log.info(what, self.name, ",".join(map(str, done)), time.perf_counter() - t0)
@@ -136,11 +138,13 @@ class CaptureQueue:
                 try:
                     # After the start-up's own captures, one at a time, paced beside the frames; its
                     # Python beside the frame loop hands the GIL back soon (QUICK_SWITCHES).
-                    with BACKGROUND.turn(self._closing), QUICK_SWITCHES.held():
+                    # A size a call runs without goes before the other engines' sizes (urgent).
+                    with BACKGROUND.turn(self._closing, self.urgent), QUICK_SWITCHES.held():
                         with self._lock:  # taken after the pace's wait: a size a call wanted meanwhile goes first
                             if not self._todo or self._closing.is_set():
                                 continue
                             b, items = self._todo.pop(0)
+                            self._wanted = [w for w in self._wanted if w != (b, items)]
                         if not done:
                             t0 = time.perf_counter()  # from the first capture on, not from the wait
                         began = time.perf_counter()
@@ -158,16 +162,23 @@ class CaptureQueue:
         """A call runs batch ``b`` for ``items`` without its graph, which this queue has not reached
         yet: capture it next. Issue 39 (H100, four streams, 2026-12-06): the frames ran batch 4
         eagerly while the queue captured 2 and 3 first, and each eager call waited out a capture
-        (the capture lock), 60-125 ms a time. A size being captured now, or not queued, is left."""
+        (the capture lock), 60-125 ms a time. It also goes before the other engines' queues
+        (:meth:`urgent`). A size being captured now, or not queued, is left."""
         with self._lock:
             pair = (b, items)
-            if self._closing.is_set() or not self._todo or self._todo[0] == pair:
+            if self._closing.is_set() or pair not in self._todo:
                 return
-            try:
+            if pair not in self._wanted:
+                self._wanted.append(pair)
+            if self._todo[0] != pair:
                 self._todo.remove(pair)
-            except ValueError:
-                return
-            self._todo.insert(0, pair)
+                self._todo.insert(0, pair)
+
+    def urgent(self) -> bool:
+        """Whether the next size is one a call runs without its graph (:meth:`want`): the
+        background gate gives this queue its next turn before the other engines'."""
+        with self._lock:
+            return bool(self._todo) and self._todo[0] in self._wanted
 
     @property
     def running(self) -> bool:
