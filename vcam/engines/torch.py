@@ -69,10 +69,10 @@ def batch_buckets(max_batch: int, every_up_to: int = 8) -> tuple[int, ...]:
 
 
 class _Captured:
-    __slots__ = ("graph", "outputs")
+    __slots__ = ("batch", "graph", "outputs")
 
-    def __init__(self, graph: Any, outputs: list[Any]) -> None:
-        self.graph, self.outputs = graph, outputs
+    def __init__(self, graph: Any, outputs: list[Any], batch: int = 0) -> None:
+        self.graph, self.outputs, self.batch = graph, outputs, batch  # batch: the rows captured (0: not said)
 
 
 #: Weights from which cuDNN autotuning is worth its cost per input shape (see ``TorchEngine(autotune=)``).
@@ -494,7 +494,7 @@ class TorchEngine:
                     self._forward(static, fn)
                 outputs = _captured(graph, self._pool, lambda: self._forward(static, fn))
             side.synchronize()
-        return _Captured(graph, outputs)
+        return _Captured(graph, outputs, b)
 
     def _graph_key(self, b: int, items: Items) -> tuple[Any, ...]:
         return (b,) + tuple(tuple(items[i.name]) for i in self.inputs)
@@ -630,13 +630,28 @@ class TorchEngine:
 
 
 def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
-    """The graph of batch ``b`` (captured now when missing: ``TorchEngine._captured_for``), or None
-    while ``eager_first`` leaves it to the background captures still under way (asked to take this
-    size next: :meth:`CaptureQueue.want`)."""
+    """The graph of batch ``b`` (captured now when missing: ``TorchEngine._captured_for``); while
+    ``eager_first`` leaves it to the background captures still under way (asked to take this size
+    next: :meth:`CaptureQueue.want`), the graph of the smallest larger batch already captured
+    (:func:`_larger_graph`), else None (the call runs eagerly)."""
     if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
         engine._later.want(b, items)  # the background thread captures this size next
-        return None
+        return _larger_graph(engine, b, items)
     return engine._captured_for(b, items)
+
+
+def _larger_graph(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
+    """The captured graph of the smallest batch above ``b`` for these items, or None. Its first
+    ``b`` rows are this call's: every input row is its own item (the rows above ``b`` hold what an
+    earlier call left, as a padded batch's do), and it replays without the capture lock, where an
+    eager call waits out any capture under way. Issue 39 (H100, four streams, compiled cache,
+    2026-12-06): the frames' eager calls waited 105-116 ms five times in one run, while the
+    background captured other sizes and the rounds' face count changed from one round to the next."""
+    for bigger in range(b + 1, engine.max_batch + 1):
+        cap = engine._graphs.get(engine._graph_key(bigger, items))  # lookups only: the capture thread adds entries
+        if cap is not None:
+            return cap
+    return None
 
 
 def _captured(graph: Any, pool: Any, run: Callable[[], Any]) -> Any:
@@ -659,7 +674,7 @@ def _replay_or_eager(engine: TorchEngine, static: list[Any], b: int, items: Item
     if cap is None:
         return _eager(engine, static, b, items)
     cap.graph.replay()
-    return list(cap.outputs)
+    return list(cap.outputs) if cap.batch <= b else [o[:b] for o in cap.outputs]  # a larger batch's graph: its first rows
 
 
 def _eager(engine: TorchEngine, static: list[Any], b: int, items: Items) -> list[Any]:
