@@ -72,7 +72,7 @@ def test_a_size_a_call_runs_without_its_graph_is_captured_next():
     q.want(9, "a")  # never queued: nothing
     q.want(4, "b")  # other items: nothing
     # the engine's side: a call of batch 4 without its graph runs eagerly and asks for it first
-    engine = SimpleNamespace(eager_first=True, _graph_key=lambda b, items: (b, items), _graphs={}, _later=q)
+    engine = SimpleNamespace(eager_first=True, _graph_key=lambda b, items: (b, items), _graphs={}, _later=q, max_batch=8)
     assert _graph_or_none(engine, 4, "a") is None
     go.set()
     assert q.wait(10)
@@ -95,21 +95,6 @@ def test_background_captures_take_cudnn_s_heuristics_unless_asked_and_other_thre
     monkeypatch.setenv(threads.TUNE_BACKGROUND_ENV, "1")
     q.put([2], None)
     assert q.wait(10) and seen == [False, True]
-
-
-def test_the_compiled_loader_autotunes_unless_told_not_to(monkeypatch):
-    """The compiled loader's thread (its first calls and graphs, inside ``gate.compiled_loading``)
-    autotunes by default; ``$VCAM_TUNE_COMPILED=0`` gives it cuDNN's heuristics (issue 39's
-    experiment); outside the mark nothing changes."""
-    need_torch()
-    from vcam.engines import gate, threads
-
-    monkeypatch.delenv(threads.TUNE_COMPILED_ENV, raising=False)
-    with gate.compiled_loading():
-        assert threads.tuning_allowed() and gate.in_compiled_loading()
-        monkeypatch.setenv(threads.TUNE_COMPILED_ENV, "0")
-        assert not threads.tuning_allowed()
-    assert threads.tuning_allowed() and not gate.in_compiled_loading()
 
 
 def test_queue_close_stops_between_sizes():

@@ -60,7 +60,7 @@ from vcam.engines.artifacts import (
     structure_digest,
 )
 from vcam.engines.cache import EngineKey
-from vcam.engines.gate import BACKGROUND, compiled_loading
+from vcam.engines.gate import BACKGROUND
 from vcam.engines.held import quiet_load
 
 if TYPE_CHECKING:  # types only; the engine's module is imported where the factory runs
@@ -428,7 +428,7 @@ class CompiledLoader:
         if self._thread is not None:
             self._thread.join()
         self._started = time.perf_counter()
-        with quiet_load(), compiled_loading():
+        with quiet_load():
             self._load_sizes(sizes, items)
 
     @property
@@ -474,7 +474,7 @@ class CompiledLoader:
         # frame went out uncompiled (the daemon holds the gate until then: after an early swap, the
         # first GPU frame); the sizes are then put in use between two calls (:meth:`take_ready`).
         BACKGROUND.wait()
-        with quiet_load(), compiled_loading():  # a second of Python, beside the warm-ups or the first frames
+        with quiet_load():  # a second of Python, beside the warm-ups or the first frames
             self._load_sizes(sizes, items)
 
     def _load_sizes(self, sizes: Sequence[int], items: Items) -> None:

@@ -269,26 +269,6 @@ class _Round:
         self._turns.end()
 
 
-_compiled_loader = threading.local()
-
-
-@contextlib.contextmanager
-def compiled_loading() -> Iterator[None]:
-    """The calling thread loads compiled artifacts meanwhile (their first calls, their graphs):
-    :func:`vcam.engines.threads.tuning_allowed` asks (``$VCAM_TUNE_COMPILED``)."""
-    was = getattr(_compiled_loader, "on", False)
-    _compiled_loader.on = True
-    try:
-        yield
-    finally:
-        _compiled_loader.on = was
-
-
-def in_compiled_loading() -> bool:
-    """Whether the calling thread is inside :func:`compiled_loading`."""
-    return getattr(_compiled_loader, "on", False)
-
-
 #: The process's turns (see :class:`RoundTurns`); the daemon's frame loop marks its rounds.
 ROUND_TURNS = RoundTurns.from_env()
 
@@ -300,6 +280,4 @@ __all__ = [
     "STEP_ASIDE_ENV",
     "BackgroundGate",
     "RoundTurns",
-    "compiled_loading",
-    "in_compiled_loading",
 ]

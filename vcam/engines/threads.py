@@ -30,7 +30,7 @@ try:  # optional: the package imports everywhere
 except ImportError:  # pragma: no cover - exercised where torch is absent
     _torch = None  # type: ignore[assignment]
 
-from vcam.engines.gate import BACKGROUND, in_compiled_loading
+from vcam.engines.gate import BACKGROUND
 from vcam.engines.held import QUICK_SWITCHES
 from vcam.platform import process
 
@@ -44,14 +44,6 @@ CAPTURE_LOCK = threading.RLock()
 #: every other call does; by default they take cuDNN's heuristic choice (see :func:`tuning_allowed`).
 TUNE_BACKGROUND_ENV = "VCAM_TUNE_BACKGROUND"
 
-#: ``"0"``: the compiled loader's first calls and captures, beside the frames
-#: (:func:`vcam.engines.gate.compiled_loading`), take cuDNN's heuristic choice too; by default they
-#: autotune. An experiment for issue 39: with four streams and a compiled cache every stream paused
-#: 359-369 ms once at 5.7 s (H100, 2026-12-06), the size of the pauses the background captures'
-#: autotuning made before they took the heuristics; to be measured against the default in one call
-#: (``ISSUE39_ENVS=VCAM_TUNE_COMPILED=0``).
-TUNE_COMPILED_ENV = "VCAM_TUNE_COMPILED"
-
 #: Whether the calling thread is a :class:`CaptureQueue`'s (set by its thread only).
 _queue_thread = threading.local()
 
@@ -64,12 +56,12 @@ def tuning_allowed() -> bool:
     300-550 ms and the first 10 s published 76-80 % of the frames (p99 72-115 ms) against 93-96 %
     (p99 24-28 ms) on the heuristics, whose calls measured 1.932 / 3.433 / 4.995 / 10.107 ms at batch
     1 / 2 / 4 / 8 against 1.888 / 2.857 / 4.946 / 9.193 ms autotuned (``benchmarks.autotune``). A
-    size a frame captures itself is still autotuned. The compiled loader's calls autotune unless
-    ``$VCAM_TUNE_COMPILED`` is ``0`` (:data:`TUNE_COMPILED_ENV`)."""
+    size a frame captures itself is still autotuned, and so are the compiled loader's first calls:
+    on their heuristics (an experiment, H100, 2026-12-06, four streams with a compiled cache, 2 runs
+    alternated) the camera published 53-69 % of its frames in the first 10 s against 77-84 %
+    autotuned."""
     if getattr(_queue_thread, "on", False):
         return os.environ.get(TUNE_BACKGROUND_ENV, "0") == "1"
-    if in_compiled_loading():
-        return os.environ.get(TUNE_COMPILED_ENV, "1") != "0"
     return True
 
 
@@ -277,4 +269,4 @@ class StreamMap:
         self._contexts.clear()
 
 
-__all__ = ["CAPTURE_LOCK", "TUNE_COMPILED_ENV", "CaptureQueue", "OnStream", "StreamMap", "private_stream"]
+__all__ = ["CAPTURE_LOCK", "CaptureQueue", "OnStream", "StreamMap", "private_stream"]
