@@ -379,7 +379,9 @@ for step in $steps; do
       # ISSUE39_PRIME=0: no primed start, so a fresh machine's first call measures its true first start
       # (this tree's, one stream: the first run).
       # ISSUE39_COMPILED=1: "with compiled engines": the stand-in's dynamic artifact built first (about
-      # 110 s) into a cache of its own, which every tree's runs then load (files tagged _compiled).
+      # 110 s) into a cache of its own, which every tree's runs then load (files tagged _compiled). Its
+      # range is 1-8: a tree without CompiledLoader.cached_dynamic runs four streams (an engine of 1-32)
+      # uncompiled with it ("no compiled engine for batch 1,2,4,8,16,32"); one with it, compiled at 1-8.
       tag=${FIRST_TAG:-}
       if [ "${ISSUE39_COMPILED:-0}" = 1 ]; then
         model=$(python3 -c "from benchmarks.startup import standin_swapper; print(standin_swapper())")

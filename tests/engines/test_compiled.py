@@ -239,6 +239,32 @@ def test_auto_loads_built_sizes_in_the_background(cache, models):
 
 
 @pytest.mark.slow
+def test_a_dynamic_artifact_for_fewer_sizes_serves_those_of_a_larger_engine(cache, models, caplog):
+    """A cache built for one stream (batch 1-8) and an engine of four (1-32): the artifact serves
+    1-8 compiled, the larger sizes run uncompiled, and one line names them. Issue 39: four streams
+    with a compiled cache ran uncompiled (the artifact's range is part of its key)."""
+    from vcam.engines.compiled import torch_engine
+    from vcam.engines.torch import TorchEngine
+
+    with caplog.at_level(logging.INFO, logger="vcam.engines"):
+        engine = torch_engine(models[0], device="cpu", max_batch=32, compile="auto", cache_dir=cache)
+        assert engine.wait_compiled(timeout=120)
+        engine.run(feeds(1, seed=1))  # the call adopts what the loader finished
+    assert engine.compiled_batches == EVERY
+    eager = TorchEngine(models[0], device="cpu", max_batch=32)
+    for n in (6, 12):
+        f = feeds(n, seed=n)
+        got, want = engine.run(f)[0], eager.run(f)[0]
+        assert got.shape == want.shape == (n, 3, 128, 128) and np.abs(got - want).max() < TOL, n
+        assert np.array_equal(got, want) == (n > MAX), n  # compiled code at 6; the module itself at 12
+    said = [r.getMessage() for r in caplog.records if "no compiled engine for batch" in r.getMessage()]
+    assert len(said) == 1 and "batch 16,32 " in said[0], said
+    assert len(arts(cache)) == 1  # nothing built meanwhile (the CPU's auto only loads)
+    engine.close()
+    eager.close()
+
+
+@pytest.mark.slow
 def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_there(cache, models, tmp_path, caplog):
     """With a built artifact of the architecture in the cache, the engine imports what a load needs
     in a thread of its own from its construction on (the load that starts with the frames then has

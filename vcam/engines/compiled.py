@@ -216,6 +216,24 @@ class CompiledLoader:
         top = int(self.host.max_batch)
         return self.unit((1, top), items) if top >= 3 else None
 
+    def cached_dynamic(self, items: Items) -> Unit | None:
+        """The dynamic artifact to load: :meth:`dynamic_unit` where the cache has it, else the widest
+        one built for fewer sizes (``1..k``, ``k`` one of the engine's sizes, from 3 up), which serves
+        the sizes it covers; None when neither is built. A cache built for one stream (``1..8``)
+        then serves a daemon of four streams (``1..32``) at the sizes most rounds have; the rest run
+        uncompiled (or compiled once built). Issue 39: the four-stream runs "with compiled engines"
+        ran uncompiled (H100, 2026-12-06: "no compiled engine for batch 1,2,4,8,16,32")."""
+        full = self.dynamic_unit(items)
+        if full is None:
+            return None
+        if full.path.is_file():
+            return full
+        for k in sorted((b for b in self.host.batch_sizes if 3 <= b < full.covers[-1]), reverse=True):
+            unit = self.unit((1, k), items)
+            if unit.path.is_file():
+                return unit
+        return None
+
     def units(self, sizes: Sequence[int], items: Items, *, dynamic: bool = True) -> list[Unit]:
         """What serves ``sizes``: the dynamic artifact (when ``dynamic`` and the engine has more than
         one size), else one static artifact per size."""
@@ -393,11 +411,9 @@ class CompiledLoader:
         (:attr:`builds`) and loaded once built; else it runs uncompiled, with one line."""
         host = self.host
         sizes = sorted(set(sizes))
-        dyn = self.dynamic_unit(items)
-        if dyn is not None and dyn.path.is_file():
-            todo = sizes
-        else:
-            todo = [b for b in sizes if self.unit(b, items).path.is_file()]
+        dyn = self.cached_dynamic(items)
+        covered = dyn.covers if dyn is not None else ()
+        todo = [b for b in sizes if b in covered or self.unit(b, items).path.is_file()]
         missing = sorted(set(sizes) - set(todo))
         if missing and self.builds:
             missing = self._build_in_background(missing, items)
@@ -482,8 +498,8 @@ class CompiledLoader:
         if self._prepared is not None:
             self._prepared.join()
         shared = None
-        dyn = self.dynamic_unit(items)
-        if dyn is not None and dyn.path.is_file():
+        dyn = self.cached_dynamic(items)
+        if dyn is not None:
             t0 = time.perf_counter()
             try:
                 shared = self.load_unit(dyn, items, rebuild=False)
@@ -500,7 +516,8 @@ class CompiledLoader:
             try:
                 # Python, file reads and the kernels' modules: nothing on a stream, so no lock (other
                 # threads' captures are thread-local).
-                fn = shared or self.load_unit(self.unit(b, items), items, rebuild=False)
+                ok = shared is not None and dyn is not None and b in dyn.covers
+                fn = shared if ok else self.load_unit(self.unit(b, items), items, rebuild=False)
                 if fn is None:
                     continue
                 # On a GPU, paced like the engines' background captures: a first call and a capture
