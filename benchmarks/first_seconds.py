@@ -371,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": rows,
                 "tail": got["tail"] if got["rc"] or not rows else "",
                 "evicted_left_mb": left_mb,
+                # a run meant to load compiled engines that did not (issue 39: four streams' rows
+                # "with a compiled cache" ran uncompiled for a day): said on the run's line
+                "uncompiled": [ln.split(": ", 2)[-1][:80] for ln in got["log"].splitlines() if "running uncompiled" in ln],
             }
             if args.stalls:
                 run["stalls"], run["gc"], run["blocks"] = got["stalls"], got["gc"], got["blocks"]
@@ -399,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 or got["tail"][-300:]
             )
-            print(f"run {i + 1} {name}: rc {got['rc']}: {brief}", flush=True)
+            unc = " [uncompiled: " + "; ".join(run["uncompiled"]) + "]" if run["uncompiled"] else ""
+            print(f"run {i + 1} {name}: rc {got['rc']}: {brief}{unc}", flush=True)
     _table(runs, args, budget_ms)
     if args.json:
         Path(args.json).write_text(json.dumps({"cmd": cmd, "date": time.strftime("%Y-%m-%d %H:%M"), "runs": runs}, indent=2))
