@@ -63,7 +63,9 @@ def _graph_path(engine, events, monkeypatch):
     monkeypatch.setattr(te, "_eager", recorded)
 
 
-def test_the_first_calls_run_eagerly_and_the_captures_wait_for_the_first_frame(tiny, monkeypatch, caplog):
+def _eager_first_engines(tiny, monkeypatch):
+    """(a paced gate of no pauses in place of the process's, a reference engine, an ``eager_first``
+    engine on the faked graph path, its recorded events)."""
     need_torch()
     from vcam.engines import threads
     from vcam.engines.gate import BackgroundGate
@@ -75,6 +77,11 @@ def test_the_first_calls_run_eagerly_and_the_captures_wait_for_the_first_frame(t
     e = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=True)
     events: list[tuple[str, int]] = []
     _graph_path(e, events, monkeypatch)
+    return gate, ref, e, events
+
+
+def test_the_first_calls_run_eagerly_and_the_captures_wait_for_the_first_frame(tiny, monkeypatch, caplog):
+    gate, ref, e, events = _eager_first_engines(tiny, monkeypatch)
     first_frame = gate.hold()  # the start-up's hold (vcam.runtime.startup.prepare), released at the first frame
     with caplog.at_level(logging.INFO, logger="vcam.engines"):
         e.warmup()
@@ -102,17 +109,7 @@ def test_a_size_not_yet_captured_replays_a_larger_captured_graph_instead_of_wait
     runs it (its first rows are the call's; no capture lock, where an eager call waits out any
     capture under way), and the size is asked for next; once captured, its own graph runs. Issue 39:
     four streams' eager calls waited 105-116 ms five times in one run as the face count changed."""
-    need_torch()
-    from vcam.engines import threads
-    from vcam.engines.gate import BackgroundGate
-    from vcam.engines.torch import TorchEngine
-
-    gate = BackgroundGate(patience=60, settle=0.0, rest=0.0)
-    monkeypatch.setattr(threads, "BACKGROUND", gate)
-    ref = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False)
-    e = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False, eager_first=True)
-    events: list[tuple[str, int]] = []
-    _graph_path(e, events, monkeypatch)
+    gate, ref, e, events = _eager_first_engines(tiny, monkeypatch)
     release = gate.hold()
     e.warmup()  # every size queued, held
     items = {"target": (3, 128, 128), "source": (512,)}
