@@ -72,7 +72,9 @@ def test_a_size_a_call_runs_without_its_graph_is_captured_next():
     q.want(9, "a")  # never queued: nothing
     q.want(4, "b")  # other items: nothing
     # the engine's side: a call of batch 4 without its graph runs eagerly and asks for it first
-    engine = SimpleNamespace(eager_first=True, _graph_key=lambda b, items: (b, items), _graphs={}, _later=q, max_batch=8)
+    engine = SimpleNamespace(
+        eager_first=True, _graph_key=lambda b, items: (b, items), _graphs={}, _later=q, batch_sizes=(1, 2, 3, 4, 5)
+    )
     assert _graph_or_none(engine, 4, "a") is None
     go.set()
     assert q.wait(10)

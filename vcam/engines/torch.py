@@ -647,10 +647,9 @@ def _larger_graph(engine: TorchEngine, b: int, items: Items) -> _Captured | None
     eager call waits out any capture under way. Issue 39 (H100, four streams, compiled cache,
     2026-12-06): the frames' eager calls waited 105-116 ms five times in one run, while the
     background captured other sizes and the rounds' face count changed from one round to the next."""
-    for bigger in range(b + 1, engine.max_batch + 1):
-        cap = engine._graphs.get(engine._graph_key(bigger, items))  # lookups only: the capture thread adds entries
-        if cap is not None:
-            return cap
+    for bigger in engine.batch_sizes:  # the sizes graphs are captured for, ascending
+        if bigger > b and (cap := engine._graphs.get(engine._graph_key(bigger, items))) is not None:
+            return cap  # lookups only: the capture thread adds entries meanwhile
     return None
 
 
