@@ -187,10 +187,10 @@ def test_the_early_frames_get_short_thread_switches_while_the_models_load_and_th
 @pytest.mark.slow
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_load_rehearses_the_first_frame_on_a_copy_of_the_newest_camera_frame_before_the_takeover(monkeypatch, caplog, fail):
-    """A GPU load runs one round on a copy of each stream's newest frame the early frames gathered,
-    in the load's thread, before the pipelines are put in use (startup.rehearse): the first round's
-    first uses are paid while the early frames go on. A rehearsal that fails says so in one line and
-    the run goes on. (Rehearsed here on the CPU, which the product leaves out.)"""
+    """A GPU load runs each stream's pipeline once on a copy of the newest frame the early frames
+    gathered, in the load's thread, before the pipelines are put in use (startup.rehearse): the
+    first round's first uses are paid while the early frames go on. A rehearsal that fails says so in
+    one line and the run goes on. (Rehearsed here on the CPU, which the product leaves out.)"""
     import logging
     import threading
 
@@ -201,9 +201,9 @@ def test_the_load_rehearses_the_first_frame_on_a_copy_of_the_newest_camera_frame
 
     monkeypatch.setattr(startup, "REHEARSED_ON", frozenset({"cpu", "cuda"}))
     calls: list[tuple[str, int, bool, bool]] = []
-    real = Pipeline.begin
+    real = Pipeline.process
 
-    def begin(self, frame, snap):
+    def process(self, frame, snap):
         d = daemon
         st = d.streams[0]
         calls.append(
@@ -214,22 +214,21 @@ def test_the_load_rehearses_the_first_frame_on_a_copy_of_the_newest_camera_frame
                 st.pipeline is self,
             )
         )
-        if fail and threading.current_thread().name == "vcam-load":
+        if fail:
             raise RuntimeError("no such kernel")
         return real(self, frame, snap)
 
-    monkeypatch.setattr(Pipeline, "begin", begin)
+    monkeypatch.setattr(Pipeline, "process", process)
     caplog.set_level(logging.INFO, logger="vcam.runtime.startup")
     daemon = Daemon(demo_cfg(pacing="realtime"), output=Capturing(640, 360), control=False, early_swap=False, load_delay=0.5)
     s = daemon.run(max_frames=5)
     assert s.early_frames > 0 and s.frames_out == 5, s.line()
-    rehearsed = [c for c in calls if c[0] == "vcam-load"]
-    assert len(rehearsed) == 1 and len(calls) == 1 + 5, calls
-    thread, seq, copied, in_use = rehearsed[0]
-    assert seq >= 0 and copied and not in_use, calls  # a copy, before the pipeline was in use
+    assert len(calls) == 1, calls
+    thread, seq, copied, in_use = calls[0]
+    assert thread == "vcam-load" and seq >= 0 and copied and not in_use, calls  # a copy, before the pipeline was in use
     lines = [r.getMessage() for r in caplog.records if "rehears" in r.getMessage()]
     if fail:
         assert len(lines) == 1 and "failed (RuntimeError: no such kernel)" in lines[0], lines
     else:
-        assert len(lines) == 1 and lines[0].startswith("start-up: first round rehearsed on 1 stream(s)"), lines
+        assert len(lines) == 1 and lines[0].startswith("start-up: first frame rehearsed on 1 stream(s)"), lines
     assert isinstance(daemon.streams[0].newest.data, np.ndarray)

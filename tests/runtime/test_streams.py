@@ -181,47 +181,6 @@ def test_two_streams_publish_every_frame_as_each_would_alone(media, monkeypatch,
 
 
 @pytest.mark.slow
-def test_the_load_rehearses_one_round_with_every_streams_faces_in_one_swapper_batch(media, monkeypatch, caplog):
-    """The GPU load's rehearsal (startup.rehearse) runs the first round as the frame loop will: the
-    faces of every stream's newest frame through the swapper in one batch, in the load's thread
-    before the takeover, not one stream at a time (a batch of one, which left the batch of all the
-    streams' first uses to the takeover's round). Rehearsed here on the CPU, which the product
-    leaves out."""
-    import logging
-
-    from vcam.runtime import startup
-
-    photo, _ = media
-    cfg = _cfg(
-        [
-            {"name": "a", "input": "demo", "output": "null", "face": str(photo)},
-            {"name": "b", "input": "demo", "output": "null", "face": str(photo)},
-        ],
-        batch_deadline="100ms",
-        max_latency=0,
-    )
-    cfg = cfg.replace(capture=replace(cfg.capture, pacing="realtime"))
-    monkeypatch.setattr(startup, "REHEARSED_ON", frozenset({"cpu", "cuda"}))
-    calls: list[tuple[str, int]] = []
-    batch = ClassicSwapper.swap_batch
-
-    def counted(self, parts, faces):
-        calls.append((threading.current_thread().name, len(parts)))
-        return batch(self, parts, faces)
-
-    monkeypatch.setattr(ClassicSwapper, "swap_batch", counted)
-    caplog.set_level(logging.INFO, logger="vcam.runtime.startup")
-    recs = {"a": Recorder(), "b": Recorder()}
-    daemon = Daemon(cfg, outputs=recs, control=False, early_swap=False, load_delay=0.5)
-    daemon.run(max_frames=4)
-    assert all(s.early_frames > 0 and s.frames_out == 4 for s in daemon.summaries.values()), daemon.summaries
-    assert calls[0] == ("vcam-load", 2), calls
-    assert [c for c in calls if c[0] == "vcam-load"] == [("vcam-load", 2)], calls
-    lines = [r.getMessage() for r in caplog.records if "rehears" in r.getMessage()]
-    assert len(lines) == 1 and lines[0].startswith("start-up: first round rehearsed on 2 stream(s)"), lines
-
-
-@pytest.mark.slow
 def test_rounds_submitted_ahead_publish_every_frame_in_order(media, monkeypatch):
     """The overlap of the GPU daemon (round k+1 submitted before round k is collected), run on the
     CPU by declaring its ops concurrent: every frame of both streams published once, in order, and

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from vcam.config import Config
 from vcam.errors import VcamError
@@ -504,33 +504,10 @@ def _live(st: Stream) -> LiveStats:
     return st.live
 
 
-def dry_round(frames: list[tuple[Pipeline, Frame, Any]], swapper: Any) -> None:
-    """One round's work on ``frames`` (pipeline, frame, its state's snapshot), published nowhere:
-    per frame :meth:`Pipeline.begin`, the faces of all of them through ``swapper`` in one batch per
-    chunk of its capacity (the batch the rounds will run), per frame ``finish`` (its detection queued at once, as
-    :meth:`Pipeline.process` does) and ``collect``. The
-    GPU load's rehearsal (:func:`vcam.runtime.startup.rehearse`) pays the first round's first uses
-    with it: with several streams that includes the swapper's batch of all their faces, which
-    one pipeline's own frame (batch of one) would leave to the takeover's round."""
-    works = [(pipe, pipe.begin(frame, snap)) for pipe, frame, snap in frames]
-    for chunk in _chunks(works, swapper.max_faces):
-        faced = [w for _, w in chunk if w.n]
-        crops, mask = swapper.swap_batch([(w.img, w.mats) for w in faced], _row_sources(faced)) if faced else (None, None)
-        lo = 0
-        for pipe, w in chunk:
-            hi = lo + w.n
-            rows = mask[lo:hi] if getattr(mask, "ndim", 2) == 3 else mask
-            pipe.collect(pipe.finish(w, crops[lo:hi] if w.n else None, rows))
-            lo = hi
-
-
-_T = TypeVar("_T")
-
-
-def _chunks(works: list[tuple[_T, Work]], capacity: int) -> list[list[tuple[_T, Work]]]:
+def _chunks(works: list[tuple[Stream, Work]], capacity: int) -> list[list[tuple[Stream, Work]]]:
     """Consecutive groups of ``(stream, work)`` whose faces fit ``capacity`` rows (a frame's faces
     are never split)."""
-    out: list[list[tuple[_T, Work]]] = [[]]
+    out: list[list[tuple[Stream, Work]]] = [[]]
     rows = 0
     for item in works:
         n = item[1].n
@@ -561,7 +538,6 @@ __all__ = [
     "RoundHook",
     "Rounds",
     "Stream",
-    "dry_round",
     "early_frame",
     "pixelate",
     "start_pixel_threads",

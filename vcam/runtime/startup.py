@@ -28,7 +28,7 @@ from vcam.engines.held import restore_switches, shorten_switches
 from vcam.errors import VcamError
 from vcam.platform import process
 from vcam.runtime.opened import Opened
-from vcam.runtime.rounds import SHED_SWAP, dry_round, start_pixel_threads
+from vcam.runtime.rounds import SHED_SWAP, start_pixel_threads
 from vcam.status import LiveStats
 from vcam.types import Frame, PixelFormat
 
@@ -463,35 +463,32 @@ REHEARSED_ON = frozenset({"cuda"})
 
 
 def rehearse(d: Daemon, loaded: Loaded) -> None:
-    """On a GPU, one round runs on copies of each stream's newest camera frame the early frames
-    gathered (published nowhere: :func:`~vcam.runtime.rounds.dry_round`), in the load's thread before
-    :func:`adopt`: the first round's own first uses (the frame's buffers, the kernels of the convert,
-    align, paste and mask stages, the detection's readback, the swapper at the batch of all the
-    streams' faces) are paid here while the early frames still go out, not by the frame loop at the
-    takeover. Issue 39 (H100, 1080p, warm, 2026-12-06): that first round took 129-208 ms, the
-    camera's longest pause of the start; with four streams rehearsed one by one (the swapper at a
-    batch of one) the first round of four still took 70-130 ms. A stream without a frame yet, a stop,
-    or a failure (one line) leaves it to the first round."""
+    """On a GPU, each stream's pipeline runs once on a copy of the newest camera frame the early
+    frames gathered (its output dropped), in the load's thread before :func:`adopt`: the first
+    round's own first uses (the frame's buffers, the kernels of the convert, align, paste and mask
+    stages, the detection's readback) are paid here while the early frames still go out, not by the
+    frame loop at the takeover. Issue 39 (H100, 1080p, warm, 2026-12-06): that first round took
+    129-208 ms, the camera's longest pause of the start. A stream without a frame yet, a stop, or a
+    failure (one line) leaves it to the first round."""
     if loaded.assembly.device not in REHEARSED_ON:
         return
     import numpy as np
 
     t0 = time.perf_counter()
-    frames = []
+    done = 0
     for st in d.streams:
         frame, pipe = st.newest, loaded.pipelines.get(st.name)
-        if frame is None or pipe is None or PixelFormat(frame.fmt) is PixelFormat.MJPEG:
+        if frame is None or pipe is None or d.should_exit or PixelFormat(frame.fmt) is PixelFormat.MJPEG:
             continue
-        copy = replace(frame, data=np.array(frame.data, copy=True)) if isinstance(frame.data, np.ndarray) else frame
-        frames.append((pipe, copy, st.state.snapshot()))
-    if not frames or d.should_exit:
-        return
-    try:
-        dry_round(frames, loaded.assembly.swapper)
-    except Exception as exc:  # the first round meets it again and reports it where it counts
-        log.warning("rehearsing the first round failed (%s: %s)", type(exc).__name__, exc)
-        return
-    log.info("start-up: first round rehearsed on %d stream(s) in %.2f s", len(frames), time.perf_counter() - t0)
+        try:
+            copy = replace(frame, data=np.array(frame.data, copy=True)) if isinstance(frame.data, np.ndarray) else frame
+            pipe.process(copy, st.state.snapshot())
+            done += 1
+        except Exception as exc:  # the first round meets it again and reports it where it counts
+            log.warning("rehearsing the first frame of stream %s failed (%s: %s)", st.name, type(exc).__name__, exc)
+            return
+    if done:
+        log.info("start-up: first frame rehearsed on %d stream(s) in %.2f s", done, time.perf_counter() - t0)
 
 
 def _prepare(d: Daemon, cfg: Config, *, faces: bool, threads: int = 0, short_lived: bool = False) -> Loaded | None:
