@@ -284,6 +284,41 @@ def test_the_gate_paces_the_background_work_one_unit_at_a_time_after_a_settle():
     assert time.perf_counter() - t0 < 2.5
 
 
+def test_an_urgent_unit_waits_for_neither_the_settle_nor_the_rest():
+    """A unit the frames wait for (``turn(urgent=...)`` true: a size they run eagerly) begins as
+    soon as the gate opens and no other unit runs: the settle and the rest after the last unit are
+    for the other units only, which still wait for both. Issue 39 (H100, four streams): the
+    swapper's batch 4 ran eagerly for the whole 2 s settle after the takeover."""
+    from vcam.engines.gate import BackgroundGate
+
+    g = BackgroundGate(patience=30, settle=3.0, rest=20.0)
+    release = g.hold()
+    began: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def work(name, urgent, seconds=0.05):
+        with g.turn(urgent=(lambda: True) if urgent else None):
+            with lock:
+                began[name] = time.perf_counter()
+            time.sleep(seconds)
+
+    urgent = [threading.Thread(target=work, args=(f"urgent{i}", True)) for i in range(2)]
+    calm = threading.Thread(target=work, args=("calm", False))
+    for t in (*urgent, calm):
+        t.start()
+    time.sleep(0.05)
+    opened = time.perf_counter()
+    release()
+    for t in urgent:
+        t.join(10)
+    assert len(began) == 2 and "calm" not in began, began
+    first, second = sorted(began[f"urgent{i}"] for i in range(2))
+    assert first - opened < 1.0, "an urgent unit waited for the settle"
+    assert second - first < 1.5, "an urgent unit waited for the rest after the last one (20 times its 50 ms)"
+    calm.join(10)
+    assert began["calm"] - opened >= 3.0 * 0.95, "the other unit did not wait for the settle"
+
+
 def test_a_size_the_frames_run_without_its_graph_goes_before_the_other_engines_captures(monkeypatch):
     """The gate's turns: a queue whose next size a call wants (CaptureQueue.want) takes the next
     turn before the other engines' queues waiting for theirs (three of them here, twice over);

@@ -35,7 +35,11 @@ class BackgroundGate:
     graph): the others wait while one is urgent. Issue 39 (H100, 1080p clip, one stream,
     2026-12-06): the frames ran the swapper's batch 1 eagerly, and an eager call waits out a capture
     (:data:`vcam.engines.threads.CAPTURE_LOCK`); the first turn went to the detector's batch 2 (129
-    ms), and the camera's longest pause of the run, 180 ms, was that wait."""
+    ms), and the camera's longest pause of the run, 180 ms, was that wait. An urgent unit is not
+    paced either (neither the settle nor the rest): four streams ran the swapper's batch 4 eagerly
+    for the whole 2 s settle after the takeover, a round of 65-85 ms where the graph replays in a
+    few (H100, 1080p, compiled cache, 2026-12-06: the capture of batch 4 began 2.0 s after the
+    first GPU frame), and the camera published 72-79 % of its frames over the first 10 s."""
 
     #: How often a waiting unit looks again whether its turn came (an urgent one may have arrived).
     POLL_S = 0.02
@@ -99,7 +103,7 @@ class BackgroundGate:
     def turn(self, stop: threading.Event | None = None, urgent: Callable[[], bool] | None = None) -> Iterator[None]:
         """One unit of paced background work (a graph capture): the gate open (or ``patience``
         over), no other unit running, no other waiting unit ``urgent()`` unless this one is too, and
-        the pause after the last one over (see the class); the pause ends early when ``stop`` is set
+        the pause after the last one over unless this one is urgent (see the class); the pause ends early when ``stop`` is set
         (a queue closing: the caller checks it inside). Urgency is asked again while waiting."""
         self.wait()
         stop = stop or threading.Event()
@@ -116,7 +120,8 @@ class BackgroundGate:
                     now = time.perf_counter()
                     first = mine() or not any(w() for w in self._waiting if w is not mine)
                     if not self._busy and (first or stop.is_set()):
-                        due = min(self._not_before, began + self.patience)
+                        # an urgent unit is not paced: the frames run its size eagerly meanwhile
+                        due = now if mine() else min(self._not_before, began + self.patience)
                         if now >= due or stop.is_set():
                             self._busy = True
                             break
