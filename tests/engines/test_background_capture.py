@@ -243,6 +243,16 @@ def test_gate_hold_release_is_idempotent_and_counted():
     assert g._open.is_set()
 
 
+def _start_then_release(threads: list[threading.Thread], release) -> float:
+    """Start ``threads`` (each waits for a held gate), release the gate; returns when it opened."""
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    opened = time.perf_counter()
+    release()
+    return opened
+
+
 def test_the_gate_paces_the_background_work_one_unit_at_a_time_after_a_settle():
     """Once the start-up's hold is released the background captures wait ``settle``, then run one
     at a time in the process, each starting ``rest`` times its predecessor's duration after it ended
@@ -262,11 +272,7 @@ def test_the_gate_paces_the_background_work_one_unit_at_a_time_after_a_settle():
                 spans.append((t0, time.perf_counter()))
 
     threads = [threading.Thread(target=work, args=(0.1 * (i + 1),)) for i in range(3)]
-    for t in threads:
-        t.start()
-    time.sleep(0.05)
-    opened = time.perf_counter()
-    release()
+    opened = _start_then_release(threads, release)
     for t in threads:
         t.join(20)
     spans.sort()
@@ -304,11 +310,7 @@ def test_an_urgent_unit_waits_for_neither_the_settle_nor_the_rest():
 
     urgent = [threading.Thread(target=work, args=(f"urgent{i}", True)) for i in range(2)]
     calm = threading.Thread(target=work, args=("calm", False))
-    for t in (*urgent, calm):
-        t.start()
-    time.sleep(0.05)
-    opened = time.perf_counter()
-    release()
+    opened = _start_then_release([*urgent, calm], release)
     for t in urgent:
         t.join(10)
     assert len(began) == 2 and "calm" not in began, began
