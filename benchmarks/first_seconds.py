@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -220,6 +221,18 @@ def _one(
         "rc": r.returncode, "streams": rows, "tail": (r.stdout + r.stderr)[-800:], "log": r.stderr, "stalls": stalls,
         "gc": collections, "blocks": blocks,
     }  # fmt: skip
+
+
+#: A load's phase line (``-v``): ``load phase on cuda: import torch 0.86 s (1.83 s after the start)``.
+_PHASE_AT = re.compile(r"load phase on \w+: .* \(([0-9.]+) s after the start\)")
+
+
+def load_done_s(log: str) -> float | None:
+    """When the last load phase ended, seconds after the start (None: no phase line; a run without
+    ``--phases``). Said on each run's line: two trees' runs whose loads end 0.7 s apart (the imports,
+    the detector's first graphs) differ by a slow host before either tree's code could matter."""
+    marks = [float(m.group(1)) for m in _PHASE_AT.finditer(log)]
+    return max(marks) if marks else None
 
 
 def env_pairs(text: str) -> dict[str, str]:
@@ -403,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                 or got["tail"][-300:]
             )
             unc = " [uncompiled: " + "; ".join(run["uncompiled"]) + "]" if run["uncompiled"] else ""
-            print(f"run {i + 1} {name}: rc {got['rc']}: {brief}{unc}", flush=True)
+            run["load_done_s"] = load_done_s(got["log"])
+            done = f" [load done {run['load_done_s']:.2f} s]" if run["load_done_s"] is not None else ""
+            print(f"run {i + 1} {name}: rc {got['rc']}: {brief}{done}{unc}", flush=True)
     _table(runs, args, budget_ms)
     if args.json:
         Path(args.json).write_text(json.dumps({"cmd": cmd, "date": time.strftime("%Y-%m-%d %H:%M"), "runs": runs}, indent=2))

@@ -62,3 +62,18 @@ def test_the_faces_input_is_a_looping_1080p_clip_of_that_many_detectable_portrai
     assert len(det.detect(frames[0])) == 6 and len(det.detect(frames[15])) == 6
     assert float(abs(frames[15].astype(int) - frames[0]).mean()) > 1.0  # the portraits move
     assert not list(tmp_path.glob("*.part.mp4"))
+
+
+def test_each_run_says_when_its_load_ended_from_the_phase_lines():
+    """A slow host shows in the load's phases before any tree's code runs (issue 39, H200: one
+    tree's imports ended 2.5-2.7 s after the start in two runs, 1.9 s in the others)."""
+    log = "\n".join(
+        [
+            "INFO vcam.runtime.assemble: load phase on cuda: import torch (before CuPy) 1.21 s (2.58 s after the start)",
+            "INFO vcam.runtime.rounds: start-up: first round on the loaded models began 6 ms (4.65 s after the start)",
+            "INFO vcam.runtime.assemble: load phase on cuda: pipeline warm-up 0.37 s (4.12 s after the start)",
+            "INFO vcam.runtime.assemble: load phase on cpu: model files checked 0.00 s (0.40 s after the start)",
+        ]
+    )
+    assert first_seconds.load_done_s(log) == 4.12
+    assert first_seconds.load_done_s("stopped: 600 frames published") is None
