@@ -166,3 +166,22 @@ def test_eager_first_is_on_for_the_networks_that_autotune_unless_turned_off(tiny
     big = TorchEngine(tiny, device="cpu", warmup=False, autotune=True)
     assert big.eager_first
     assert not TorchEngine(tiny, device="cpu", warmup=False, autotune=True, background_capture=False).eager_first
+
+
+def test_taking_the_input_buffers_asks_for_no_capture_while_a_call_does(tiny, monkeypatch):
+    """``input_buffers(n)`` is not a call: while the background has not captured n it neither asks
+    for n (the swapper takes the buffers of its largest batch for its source rows; issue 39: batch
+    32, which no round ran, became an urgent capture after the takeover) nor picks a larger graph;
+    the call that follows asks for its size."""
+    gate, ref, e, events = _eager_first_engines(tiny, monkeypatch)
+    release = gate.hold()
+    e.warmup()  # every size queued, held
+    bufs = e.input_buffers(4)
+    assert bufs["target"].shape[0] == 4 and not e._later.urgent() and events == [] and not e._fast
+    f = _feeds(2, 3)
+    np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-4, atol=1e-4)
+    assert e._later.urgent() and events == [("eager", 2)]  # the call asked for its size
+    release()
+    assert e.wait_graphs(120)
+    e.close()
+    ref.close()

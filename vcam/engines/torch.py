@@ -331,7 +331,7 @@ class TorchEngine:
         self._take_loaded(wait=False)
         items = item_shapes(self.inputs, shapes)
         step = min(n, self.item_batch or n)
-        cap = _graph_or_none(self, self._padded(step), items) if self.cuda_graphs else None
+        cap = _exact_graph(self, self._padded(step), items) if self.cuda_graphs else None
         out = {}
         for info in self.inputs:
             key = (info.name, items[info.name], n)
@@ -637,6 +637,19 @@ def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | Non
     if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
         engine._later.want(b, items)  # the background thread captures this size next
         return _larger_graph(engine, b, items)
+    return engine._captured_for(b, items)
+
+
+def _exact_graph(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
+    """For :meth:`TorchEngine.input_buffers`: the graph of batch ``b`` (captured now when missing),
+    or None while ``eager_first`` leaves it to the background captures. A buffer lookup is not a
+    call: it neither asks for the size (the swapper's source rows take the buffers of its largest
+    batch; issue 39, H200, four streams: that made batch 32, which no round ran, an urgent capture
+    of 120-180 ms right after the takeover) nor takes a larger batch's graph, whose outputs the hot
+    path would return unsliced, and keep, once the size's own graph is there. The call that follows
+    (:func:`_replay_or_eager`) does both."""
+    if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
+        return None
     return engine._captured_for(b, items)
 
 
