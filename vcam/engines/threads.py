@@ -150,17 +150,20 @@ class CaptureQueue:
                 except Exception as exc:  # never take the daemon down: captured on first use instead
                     log.warning("%s: capturing batch %d in the background failed (%s: %s)", self.name, b, type(exc).__name__, exc)
 
-    def want(self, b: int, items: Any) -> None:
+    def want(self, b: int, items: Any, *, urgent: bool = True) -> None:
         """A call runs batch ``b`` for ``items`` without its graph, which this queue has not reached
         yet: capture it next. Issue 39 (H100, four streams, 2026-12-06): the frames ran batch 4
         eagerly while the queue captured 2 and 3 first, and each eager call waited out a capture
-        (the capture lock), 60-125 ms a time. It also goes before the other engines' queues
-        (:meth:`urgent`). A size being captured now, or not queued, is left."""
+        (the capture lock), 60-125 ms a time. With ``urgent`` (the call ran eagerly) it also goes
+        before the other engines' queues and is not paced (:meth:`urgent`); without (a larger
+        graph ran it) it only goes first in this queue: on the H200 the sizes of the rounds that
+        replayed batch 4's graph were captured back to back right after the takeover, beside the
+        frames. A size being captured now, or not queued, is left."""
         with self._lock:
             pair = (b, items)
             if self._closing.is_set() or pair not in self._todo:
                 return
-            if pair not in self._wanted:
+            if urgent and pair not in self._wanted:
                 self._wanted.append(pair)
             if self._todo[0] != pair:
                 self._todo.remove(pair)

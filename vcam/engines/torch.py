@@ -632,11 +632,12 @@ class TorchEngine:
 def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
     """The graph of batch ``b`` (captured now when missing: ``TorchEngine._captured_for``); while
     ``eager_first`` leaves it to the background captures still under way (asked to take this size
-    next: :meth:`CaptureQueue.want`), the graph of the smallest larger batch already captured
-    (:func:`_larger_graph`), else None (the call runs eagerly)."""
+    next: :meth:`CaptureQueue.want`, urgently when no larger graph runs the call), the graph of the
+    smallest larger batch already captured (:func:`_larger_graph`), else None (the call runs eagerly)."""
     if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
-        engine._later.want(b, items)  # the background thread captures this size next
-        return _larger_graph(engine, b, items)
+        larger = _larger_graph(engine, b, items)
+        engine._later.want(b, items, urgent=larger is None)  # captured next; at once if the call runs eagerly
+        return larger
     return engine._captured_for(b, items)
 
 
