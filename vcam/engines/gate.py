@@ -103,8 +103,9 @@ class BackgroundGate:
     def turn(self, stop: threading.Event | None = None, urgent: Callable[[], bool] | None = None) -> Iterator[None]:
         """One unit of paced background work (a graph capture): the gate open (or ``patience``
         over), no other unit running, no other waiting unit ``urgent()`` unless this one is too, and
-        the pause after the last one over unless this one is urgent (see the class); the pause ends early when ``stop`` is set
-        (a queue closing: the caller checks it inside). Urgency is asked again while waiting."""
+        the pause after the last one over unless this one is urgent (see the class); the pause ends
+        early when ``stop`` is set (a queue closing: the caller checks it inside). Urgency is asked
+        again while waiting."""
         self.wait()
         stop = stop or threading.Event()
 

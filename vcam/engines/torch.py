@@ -634,7 +634,7 @@ def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | Non
     ``eager_first`` leaves it to the background captures still under way (asked to take this size
     next: :meth:`CaptureQueue.want`, urgently when no larger graph runs the call), the graph of the
     smallest larger batch already captured (:func:`_larger_graph`), else None (the call runs eagerly)."""
-    if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
+    if _left_to_background(engine, b, items):
         larger = _larger_graph(engine, b, items)
         engine._later.want(b, items, urgent=larger is None)  # captured next; at once if the call runs eagerly
         return larger
@@ -649,9 +649,13 @@ def _exact_graph(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
     of 120-180 ms right after the takeover) nor takes a larger batch's graph, whose outputs the hot
     path would return unsliced, and keep, once the size's own graph is there. The call that follows
     (:func:`_replay_or_eager`) does both."""
-    if engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running:
-        return None
-    return engine._captured_for(b, items)
+    return None if _left_to_background(engine, b, items) else engine._captured_for(b, items)
+
+
+def _left_to_background(engine: TorchEngine, b: int, items: Items) -> bool:
+    """Whether batch ``b`` is not captured yet and ``eager_first`` leaves it to the background
+    captures still under way (rather than capturing it now)."""
+    return engine.eager_first and engine._graph_key(b, items) not in engine._graphs and engine._later.running
 
 
 def _larger_graph(engine: TorchEngine, b: int, items: Items) -> _Captured | None:
