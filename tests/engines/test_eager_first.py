@@ -187,3 +187,40 @@ def test_taking_the_input_buffers_asks_for_no_capture_while_a_call_does(tiny, mo
     assert e.wait_graphs(120)
     e.close()
     ref.close()
+
+
+def test_the_load_captures_the_first_frames_batch_on_the_heuristics_and_the_frames_replay_it(tiny, monkeypatch, caplog):
+    """``capture_first(n)``: the load captures the first rounds' batch (one face a stream) while the
+    gate holds the background back, with cuDNN's heuristics as a background capture has (issue 39:
+    four streams ran batch 4 eagerly from the GPU's first frame, then waited out its capture); the
+    first frames replay it, and the background skips it."""
+    from vcam.engines import threads
+
+    gate, ref, e, events = _eager_first_engines(tiny, monkeypatch)
+    tuned: list[bool] = []
+    capture = e._capture
+
+    def seen(b, items):
+        tuned.append(threads.tuning_allowed())
+        return capture(b, items)
+
+    monkeypatch.setattr(e, "_capture", seen)
+    release = gate.hold()
+    e.warmup()  # every size queued, held
+    with caplog.at_level(logging.INFO, logger="vcam.engines"):
+        assert e.capture_first(3) and e.capture_first(9)  # 9: more than the engine's batch, its largest
+    assert events == [("capture", 3), ("capture", 4)] and tuned == [False, False]
+    assert threads.tuning_allowed()  # the load's thread autotunes again afterwards
+    assert any("batch 3 captured for the first frames" in r.getMessage() for r in caplog.records)
+    events.clear()
+    f = _feeds(3, 2)
+    np.testing.assert_allclose(e.run(f)[0], ref.run(f)[0], rtol=1e-4, atol=1e-4)
+    assert events == [("replay", 3)] and not e._later.urgent()  # no eager call, nothing asked for
+    release()
+    assert e.wait_graphs(120)
+    assert sorted(b for kind, b in events if kind == "capture") == [1, 2]  # 3 and 4 were there
+    e.close()
+    ref.close()
+    plain = __import__("vcam.engines.torch", fromlist=["TorchEngine"]).TorchEngine(tiny, device="cpu", max_batch=4, warmup=False)
+    assert not plain.capture_first(1)  # no CUDA graphs here: the caller warms it with a call
+    plain.close()

@@ -413,14 +413,31 @@ class _Counting:
 
 def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_on_a_gpu_unless_told_not_to(models_dir, monkeypatch):
     """NeuralSwapper.warm: one call at batch 1 on the engine's own buffers (the kernels' first use in
-    the load, not the first frame); the assembly's warm-up makes it on a GPU unless $VCAM_WARM_SWAP=0,
-    on the CPU only with $VCAM_WARM_SWAP=1."""
+    the load, not the first frame), or at the first rounds' batch when told (one face a stream; an
+    engine that captures graphs captures that batch instead: capture_first); the assembly's warm-up
+    makes it on a GPU unless $VCAM_WARM_SWAP=0, on the CPU only with $VCAM_WARM_SWAP=1, for one face
+    a stream."""
+    from types import SimpleNamespace
+
     from vcam.runtime import assemble
 
     engine = _Counting(create_engine(models_dir / "inswapper_128.onnx", backend="onnxruntime"))
     swapper = NeuralSwapper("inswapper_128", engine, emap=read_emap(models_dir / "inswapper_128.onnx"))
     swapper.warm()
     assert (engine.calls, engine.sizes) == (1, [1])
+    swapper.warm(3)
+    swapper.warm(99)  # never more than the swapper's faces
+    assert (engine.calls, engine.sizes) == (3, [1, 3, swapper.max_faces])
+    engine.calls, engine.sizes = 1, [1]
+    firsts: list[int] = []
+    engine.capture_first = lambda n: firsts.append(n) or True  # as a torch engine on CUDA: captured, no call
+    swapper.warm(4)
+    assert (firsts, engine.calls) == ([4], 1)
+    engine.capture_first = lambda n: False  # one that captures no graph: the call instead
+    swapper.warm(2)
+    assert (engine.calls, engine.sizes[-1]) == (2, 2)
+    del engine.capture_first
+    engine.calls, engine.sizes = 1, [1]
     engine.submit = lambda feeds: None  # as a remote engine: no round trip of zeros
     swapper.warm()
     assert engine.calls == 1
@@ -430,6 +447,7 @@ def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_on_a_gpu
         """The parts of an Assembly its warm-up touches."""
 
         device, _warm, upscaler = "cpu", set(), None
+        cfg = SimpleNamespace(streams=())
         ops = swapper.ops
         detector = RetinaFaceDetector()
         warmup = assemble.Assembly.warmup
@@ -453,3 +471,7 @@ def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_on_a_gpu
     stub._warm = set()
     stub.warmup(64, 48)
     assert engine.calls == 3
+    monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)
+    stub.cfg, stub._warm = SimpleNamespace(streams=("s1", "s2", "s3")), set()  # three streams: a face each
+    stub.warmup(64, 48)
+    assert (engine.calls, engine.sizes[-1]) == (4, 3)

@@ -5,6 +5,7 @@
   is illegal while any stream captures and would void that capture).
 - :class:`CaptureQueue`: an engine's batch sizes captured by a background thread, after the
   start-up's own captures (:data:`vcam.engines.gate.BACKGROUND`).
+- :func:`heuristics`: a thread's calls on cuDNN's heuristic algorithms, as a background capture's.
 - :func:`private_stream`: a side stream of the calling thread's own for one piece of device work.
 - :class:`OnStream`: a cheap, reusable "this stream is current" context for the replay hot path.
 - :class:`StreamMap`: CuPy streams (or raw handles) as torch streams, and their replay contexts.
@@ -44,8 +45,9 @@ CAPTURE_LOCK = threading.RLock()
 #: every other call does; by default they take cuDNN's heuristic choice (see :func:`tuning_allowed`).
 TUNE_BACKGROUND_ENV = "VCAM_TUNE_BACKGROUND"
 
-#: Whether the calling thread is a :class:`CaptureQueue`'s (set by its thread only).
-_queue_thread = threading.local()
+#: Whether the calling thread's calls take cuDNN's heuristic algorithms: a :class:`CaptureQueue`'s
+#: thread, or one inside :func:`heuristics` (set by that thread only).
+_untuned = threading.local()
 
 
 def tuning_allowed() -> bool:
@@ -60,9 +62,22 @@ def tuning_allowed() -> bool:
     on their heuristics (an experiment, H100, 2026-12-06, one stream with a compiled cache, 2 runs
     alternated) the camera published 98, 98 % of its frames in the first 10 s, p99 23, 26 ms,
     against 99, 99 %, p99 18, 14 ms autotuned: no gain, so no switch."""
-    if getattr(_queue_thread, "on", False):
+    if getattr(_untuned, "on", False):
         return os.environ.get(TUNE_BACKGROUND_ENV, "0") == "1"
     return True
+
+
+@contextlib.contextmanager
+def heuristics() -> Iterator[None]:
+    """The calling thread's calls meanwhile take cuDNN's heuristic algorithms, as a background
+    capture's do (:func:`tuning_allowed`): a capture made in the load rather than beside the frames
+    (:meth:`vcam.engines.torch.TorchEngine.capture_first`) costs what theirs costs."""
+    before = getattr(_untuned, "on", False)
+    _untuned.on = True
+    try:
+        yield
+    finally:
+        _untuned.on = before
 
 
 @contextlib.contextmanager
@@ -109,7 +124,7 @@ class CaptureQueue:
                     atexit.register(_close_at_exit, weakref.ref(self))
 
     def _run(self) -> None:
-        _queue_thread.on = True
+        _untuned.on = True
         t0 = time.perf_counter()
         done: list[int] = []
         on_device = (

@@ -41,7 +41,7 @@ from vcam.engines.arrays import array_kind, from_torch, to_torch, torch_dtype
 from vcam.engines.gate import ROUND_TURNS
 from vcam.engines.held import NO_COLLECTION
 from vcam.engines.onnx_graph import ModelSource, OnnxGraph, source_name
-from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, private_stream, tuning_allowed
+from vcam.engines.threads import CAPTURE_LOCK, CaptureQueue, StreamMap, heuristics, private_stream, tuning_allowed
 from vcam.errors import EngineUnavailable
 
 try:  # absolute import: the top-level PyTorch package, not this module
@@ -378,6 +378,17 @@ class TorchEngine:
         if self.compile_mode == "auto" and self.loader is not None:
             self.loader.plan(compile_sizes, items)
 
+    def capture_first(self, n: int, shapes: dict[str, Sequence[int]] | None = None) -> bool:
+        """The graph of the first frames' batch (``n`` items, padded to a captured size) captured
+        now, in the load, on cuDNN's heuristic algorithms as the background captures are
+        (:func:`~vcam.engines.threads.heuristics`): with ``eager_first`` the frames would run that
+        size eagerly from the GPU's first frame until the background captured it beside them (issue
+        39, H200, four streams, compiled cache: rounds of batch 4 waited out its 41-299 ms capture
+        right after the takeover). The call's warm-up passes do what a first eager call did (the
+        kernels loaded, memory taken). True when the graph is there; False where this engine
+        captures none (no CUDA graphs, a file of a fixed batch), for the caller to warm it otherwise."""
+        return _capture_first(self, n, item_shapes(self.inputs, shapes))
+
     # -- compiled artifacts ---------------------------------------------------------------------
 
     def call_args(self, b: int, items: Items) -> list[Any]:
@@ -426,8 +437,7 @@ class TorchEngine:
     def _take_loaded(self, wait: bool) -> None:
         """At a call: put what the loader finished into use (see :meth:`_adopt`), or start a load
         still planned; counts the calls made uncompiled while a load was under way."""
-        loader = self.loader
-        if loader is None:
+        if (loader := self.loader) is None:
             return
         if loader.has_ready:
             self._adopt(wait=wait)
@@ -639,6 +649,18 @@ def _graph_or_none(engine: TorchEngine, b: int, items: Items) -> _Captured | Non
         engine._later.want(b, items, urgent=larger is None)  # captured next; at once if the call runs eagerly
         return larger
     return engine._captured_for(b, items)
+
+
+def _capture_first(engine: TorchEngine, n: int, items: Items) -> bool:
+    """:meth:`TorchEngine.capture_first`'s work: batch ``n`` (padded) captured on the heuristics."""
+    if not engine.cuda_graphs or engine.item_batch is not None:
+        return False
+    b = engine._padded(max(1, min(int(n), engine.max_batch)))
+    t0 = time.perf_counter()
+    with heuristics():
+        engine._captured_for(b, items)
+    log.info("%s: batch %d captured for the first frames in %.2f s", engine.name, b, time.perf_counter() - t0)
+    return True
 
 
 def _exact_graph(engine: TorchEngine, b: int, items: Items) -> _Captured | None:

@@ -282,7 +282,7 @@ class Assembly:
         wanted = asked == "1" or (asked != "0" and self.device == "cuda")
         warm = getattr(self.swapper, "warm", None) if wanted else None
         if callable(warm):
-            warm()
+            warm(len(self.cfg.streams) or 1)  # the first rounds: one face a stream
             self.ops.synchronize()
             phase("pipeline warm-up: the swapper's first call")
 

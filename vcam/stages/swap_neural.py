@@ -214,14 +214,20 @@ class NeuralSwapper(SwapperBase):
                 buf[i] = self.ops.asarray(np.ascontiguousarray(row, dtype=buf.dtype))
         self._commit(faces, rows)
 
-    def warm(self) -> None:
-        """One call of the network on its static input buffers for one face, on the pipeline's
-        stream: the first use of its kernels (their modules loaded, cuDNN's choice made, memory
-        taken) happens now, in the load, not in the first frame through the pipeline. Nothing for
-        a remote engine (one that submits its calls: a round trip of zeros warms nothing here)."""
+    def warm(self, batch: int = 1) -> None:
+        """The network's first use for the first frames' ``batch`` of faces (one a stream), in the
+        load rather than in the first frame through the pipeline: an engine that captures graphs
+        captures that batch's now (:meth:`~vcam.engines.torch.TorchEngine.capture_first`), any
+        other makes one call on its static input buffers, on the pipeline's stream (its kernels'
+        modules loaded, cuDNN's choice made, memory taken). Nothing for a remote engine (one that
+        submits its calls: a round trip of zeros warms nothing here)."""
         if callable(getattr(self.engine, "submit", None)):
             return
-        feeds = self.engine.input_buffers(1)
+        batch = max(1, min(int(batch), self.max_faces))
+        first = getattr(self.engine, "capture_first", None)
+        if callable(first) and first(batch):
+            return
+        feeds = self.engine.input_buffers(batch)
         self.engine.run_device(feeds, stream=self.ops.stream)
 
     # -- frame side -------------------------------------------------------------------------------
