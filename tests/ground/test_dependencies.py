@@ -70,3 +70,16 @@ def test_an_unused_dependency_fails(project):
     r = deptry(project)
     assert r.returncode != 0
     assert "DEP002 'pyyaml' defined as a dependency but not used in the codebase" in r.stdout
+
+
+def test_a_device_call_stops_first_where_a_declared_dependency_is_missing(tmp_path, capsys):
+    """``benchmarks.device_deps`` (gpu_check.sh's first step): every declared dependency installed
+    here passes; one that is not is named, with the command that fetches its wheel, and fails."""
+    from benchmarks import device_deps
+
+    assert device_deps.main(["--pyproject", str(ROOT / "pyproject.toml")]) == 0
+    text = (ROOT / "pyproject.toml").read_text().replace('"numpy>=1.24",', '"numpy>=1.24", "vcam-no-such-wheel>=1",', 1)
+    (tmp_path / "pyproject.toml").write_text(text)
+    assert device_deps.missing(tmp_path / "pyproject.toml") == ["vcam-no-such-wheel"]
+    assert device_deps.main(["--pyproject", str(tmp_path / "pyproject.toml")]) == 1
+    assert "device-wheels vcam-no-such-wheel" in capsys.readouterr().out
