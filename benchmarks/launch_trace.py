@@ -428,10 +428,11 @@ def build_rig(
     for kernel in ("detector_input_f32", "detector_input_f16"):  # the detector reads real regions
         ops.kernels.emulate[f"convert.{kernel}"] = _detector_input
     crop = 128
+    batch = min(8 * max(1, int(streams)), 32)  # the daemon's swapper: every stream's faces in one call (runtime.roles)
     swap_engine = StaticEngine(
         [("target", (-1, 3, crop, crop), np.float16), ("source", (-1, 512), np.float32)],
         [("output", (-1, 3, crop, crop), np.float16)],
-        max_batch=8,
+        max_batch=batch,
     )
     mask = ops.asarray(blend.box_mask(crop, 0.3))
     emap = np.eye(512, dtype=np.float32)
@@ -440,7 +441,7 @@ def build_rig(
         TraceEngine(swap_engine, log, ops, "swapper"),
         ops=ops,
         mask=mask,
-        max_faces=8,
+        max_faces=batch,
         emap=emap,
         param_records=records,
     )

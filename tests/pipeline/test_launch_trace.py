@@ -144,3 +144,15 @@ def test_four_streams_of_one_daemon_share_one_swapper_call_a_round():
         assert [e.name for e in frame if e.kind == "host_wait"] == ["download"] * 4
         assert sum(1 for e in frame if e.name == "detector") >= 4
     assert len({id(p.tracker) for p in rig.pipes}) == 4 and len({id(p.swapper) for p in rig.pipes}) == 1
+
+
+def test_four_streams_of_six_faces_swap_their_24_faces_in_one_call_a_round():
+    """The daemon's swapper takes every stream's faces in one call (``runtime.roles``: the pipeline's
+    faces times the streams, up to 32): four streams of the six-face still trace as rounds of all
+    their faces, more than the eight a swapper of one pipeline took (it refused the round: the
+    four-stream six-face round of issue 39). At this small size the detector finds three a stream."""
+    rig = lt.build_rig(6, SIZE, "real", streams=4)
+    assert rig.pipe.swapper.max_faces == 32
+    trace = lt.run(rig, 6)
+    assert trace.faces[-1] == 12
+    assert [e.name for e in trace.frames[-1]].count("swapper") == 1
