@@ -384,11 +384,14 @@ for step in $steps; do
       # 110 s) into a cache of its own, which every tree's runs then load (files tagged _compiled). Its
       # range is 1-8: a tree without CompiledLoader.cached_dynamic runs four streams (an engine of 1-32)
       # uncompiled with it ("no compiled engine for batch 1,2,4,8,16,32"); one with it, compiled at 1-8.
+      # ISSUE39_BATCHES=1,2,4,8,16,32: the four-stream daemon's own artifact (its engine is 1-32) instead,
+      # so its rounds of more than 8 faces (four streams of the six-face clip: 24) run compiled too
+      # (raise AC_BUILD_TIMEOUT for its build).
       tag=${FIRST_TAG:-}
       if [ "${ISSUE39_COMPILED:-0}" = 1 ]; then
         model=$(python3 -c "from benchmarks.startup import standin_swapper; print(standin_swapper())")
         timeout ${AC_BUILD_TIMEOUT:-200} python3 -m benchmarks.autocompile "$OUT/i39_build" --model "$model" \
-          --batches 1,2,4,8 --modes dynamic --cache /tmp/vcam-39/engines 2>&1 | tail -n 3 | tee "$OUT/i39_build.txt" || rc=1
+          --batches ${ISSUE39_BATCHES:-1,2,4,8} --modes dynamic --cache /tmp/vcam-39/engines 2>&1 | tail -n 3 | tee "$OUT/i39_build.txt" || rc=1
         export VCAM_ENGINE_CACHE=/tmp/vcam-39/engines
         tag=${FIRST_TAG:-_compiled}
       fi
