@@ -22,19 +22,28 @@ except ImportError:  # Python 3.10
 
 from packaging.requirements import Requirement
 
+#: Distributions that provide the same modules as a declared one (the device image has OpenCV's
+#: headless build: ``import cv2`` works, ``opencv-python`` is not installed by that name).
+SAME_MODULES = {
+    "opencv-python": ("opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
+}
+
+
+def _installed(name: str) -> bool:
+    for dist in (name, *SAME_MODULES.get(name, ())):
+        try:
+            metadata.version(dist)
+            return True
+        except metadata.PackageNotFoundError:
+            continue
+    return False
+
 
 def missing(pyproject: Path) -> list[str]:
-    """The declared dependencies (``[project] dependencies``) not installed here, by their names."""
+    """The declared dependencies (``[project] dependencies``) not installed here (nor a distribution
+    of the same modules, :data:`SAME_MODULES`), by their names."""
     reqs = [Requirement(r) for r in tomllib.loads(pyproject.read_text())["project"]["dependencies"]]
-    out = []
-    for r in reqs:
-        if r.marker is not None and not r.marker.evaluate():
-            continue
-        try:
-            metadata.version(r.name)
-        except metadata.PackageNotFoundError:
-            out.append(r.name)
-    return out
+    return [r.name for r in reqs if (r.marker is None or r.marker.evaluate()) and not _installed(r.name)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,3 +83,23 @@ def test_a_device_call_stops_first_where_a_declared_dependency_is_missing(tmp_pa
     assert device_deps.missing(tmp_path / "pyproject.toml") == ["vcam-no-such-wheel"]
     assert device_deps.main(["--pyproject", str(tmp_path / "pyproject.toml")]) == 1
     assert "device-wheels vcam-no-such-wheel" in capsys.readouterr().out
+
+
+def test_the_device_check_takes_opencv_s_headless_build_for_opencv_python(monkeypatch):
+    """The device image has ``opencv-python-headless`` (the same ``cv2``): the declared
+    ``opencv-python`` is not missing there."""
+    from importlib import metadata
+
+    from benchmarks import device_deps
+
+    real = metadata.version
+
+    def headless_only(name):
+        if name == "opencv-python":
+            raise metadata.PackageNotFoundError(name)
+        return "4.10.0" if name == "opencv-python-headless" else real(name)
+
+    monkeypatch.setattr(device_deps.metadata, "version", headless_only)
+    assert device_deps.missing(ROOT / "pyproject.toml") == []
+    monkeypatch.setattr(device_deps, "SAME_MODULES", {})
+    assert device_deps.missing(ROOT / "pyproject.toml") == ["opencv-python"]
