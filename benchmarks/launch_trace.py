@@ -407,6 +407,7 @@ def build_rig(
     from vcam.ops.numpy import NumpyOps
     from vcam.pipeline.pipeline import Pipeline
     from vcam.runtime.bench_rig import FixedTracker, bench_snapshot
+    from vcam.runtime.roles import MAX_BATCH
     from vcam.stages.demo import gradient, group_frame
     from vcam.stages.detect import RetinaFaceDetector
     from vcam.stages.detections import DetectParams
@@ -428,7 +429,7 @@ def build_rig(
     for kernel in ("detector_input_f32", "detector_input_f16"):  # the detector reads real regions
         ops.kernels.emulate[f"convert.{kernel}"] = _detector_input
     crop = 128
-    batch = min(8 * max(1, int(streams)), 32)  # the daemon's swapper: every stream's faces in one call (runtime.roles)
+    batch = min(8 * max(1, int(streams)), MAX_BATCH)  # the daemon's swapper: every stream's faces in one call
     swap_engine = StaticEngine(
         [("target", (-1, 3, crop, crop), np.float16), ("source", (-1, 512), np.float32)],
         [("output", (-1, 3, crop, crop), np.float16)],

@@ -195,6 +195,7 @@ def test_the_load_captures_the_first_frames_batch_on_the_heuristics_and_the_fram
     four streams ran batch 4 eagerly from the GPU's first frame, then waited out its capture); the
     first frames replay it, and the background skips it."""
     from vcam.engines import threads
+    from vcam.engines.torch import TorchEngine
 
     gate, ref, e, events = _eager_first_engines(tiny, monkeypatch)
     tuned: list[bool] = []
@@ -221,6 +222,6 @@ def test_the_load_captures_the_first_frames_batch_on_the_heuristics_and_the_fram
     assert sorted(b for kind, b in events if kind == "capture") == [1, 2]  # 3 and 4 were there
     e.close()
     ref.close()
-    plain = __import__("vcam.engines.torch", fromlist=["TorchEngine"]).TorchEngine(tiny, device="cpu", max_batch=4, warmup=False)
+    plain = TorchEngine(tiny, device="cpu", max_batch=4, warmup=False)
     assert not plain.capture_first(1)  # no CUDA graphs here: the caller warms it with a call
     plain.close()
