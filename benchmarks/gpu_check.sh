@@ -386,12 +386,13 @@ for step in $steps; do
       # uncompiled with it ("no compiled engine for batch 1,2,4,8,16,32"); one with it, compiled at 1-8.
       # ISSUE39_BATCHES=1,2,4,8,16,32: the four-stream daemon's own artifact (its engine is 1-32) instead,
       # so its rounds of more than 8 faces (four streams of the six-face clip: 24) run compiled too
-      # (raise AC_BUILD_TIMEOUT for its build).
+      # (raise AC_BUILD_TIMEOUT for its build). ISSUE39_CALLS=N: the build also times N calls at each of
+      # those batch sizes, compiled against the uncompiled module (the GPU's share of a round's swap).
       tag=${FIRST_TAG:-}
       if [ "${ISSUE39_COMPILED:-0}" = 1 ]; then
         model=$(python3 -c "from benchmarks.startup import standin_swapper; print(standin_swapper())")
         timeout ${AC_BUILD_TIMEOUT:-200} python3 -m benchmarks.autocompile "$OUT/i39_build" --model "$model" \
-          --batches ${ISSUE39_BATCHES:-1,2,4,8} --modes dynamic --cache /tmp/vcam-39/engines 2>&1 | tail -n 3 | tee "$OUT/i39_build.txt" || rc=1
+          --batches ${ISSUE39_BATCHES:-1,2,4,8} --modes dynamic --calls ${ISSUE39_CALLS:-0} --cache /tmp/vcam-39/engines 2>&1 | tail -n 20 | tee "$OUT/i39_build.txt" || rc=1
         export VCAM_ENGINE_CACHE=/tmp/vcam-39/engines
         tag=${FIRST_TAG:-_compiled}
       fi
