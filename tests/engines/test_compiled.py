@@ -256,7 +256,11 @@ def test_a_dynamic_artifact_for_fewer_sizes_serves_those_of_a_larger_engine(cach
         f = feeds(n, seed=n)
         got, want = engine.run(f)[0], eager.run(f)[0]
         assert got.shape == want.shape == (n, 3, 128, 128) and np.abs(got - want).max() < TOL, n
-        assert np.array_equal(got, want) == (n > MAX), n  # compiled code at 6; the module itself at 12
+        # Compiled code at 6 (not the module's bits); the module itself at 12. Not bit-equality at 12:
+        # two engines' CPU convolutions differ in the last bits on a busy machine (1 busy suite in 6).
+        assert engine.compiled_for(n) == (n <= MAX), n
+        if n <= MAX:
+            assert not np.array_equal(got, want), n
     said = [r.getMessage() for r in caplog.records if "no compiled engine for batch" in r.getMessage()]
     assert len(said) == 1 and "batch 16,32 " in said[0], said
     assert len(arts(cache)) == 1  # nothing built meanwhile (the CPU's auto only loads)
