@@ -217,12 +217,6 @@ def run(
                 if daemon.signalled:
                     _ignore_stop_signals()
             break
-        except SystemExit:
-            if daemon.force_exit:  # a second Ctrl-C: leave now, so no native thread still loading
-                # a model can abort the exit (the second signal left the file outputs playable)
-                _ignore_stop_signals()
-                _leave(130)
-            raise
         except ModelError as err:
             # First use of a neural model: ask before downloading (only on a terminal, only once).
             ask = attempt == 1 and download is None and sys.stdin.isatty() and err.message.startswith("missing model files")
@@ -232,6 +226,15 @@ def run(
             fail(err)
         except VcamError as err:
             fail(err)
+        except BaseException:
+            # A second Ctrl-C: leave now, so no native thread still loading a model can abort the
+            # exit (the second signal left the file outputs playable). Its SystemExit may come out
+            # as another error: raised inside threading's own locking (a thread being started) it
+            # was RuntimeError("release unlocked lock"), a traceback and exit 1 in a busy suite.
+            if daemon.force_exit:
+                _ignore_stop_signals()
+                _leave(130)
+            raise
     _print_summaries(daemon, summary, several)
     if summary.models:
         console.print(f"models: {summary.models}", highlight=False, soft_wrap=True)
