@@ -269,9 +269,9 @@ def inside_larger(
     if not small or len(others) == 0:
         return [False] * len(small)
     ob = np.asarray(others, dtype=np.float64).reshape(-1, 4)
-    if len(small) * len(ob) <= _INSIDE_SMALL:
+    if len(small) * len(ob) <= _INSIDE_SMALL and np.isfinite(ob).all():
         boxes = [[float(v) for v in d.box] for d in small]
-        if np.isfinite(ob).all() and all(math.isfinite(v) for b in boxes for v in b):
+        if all(math.isfinite(v) for b in boxes for v in b):
             return _inside_larger_floats(small, boxes, ob.tolist(), frac, larger, margin)
     o_side = np.maximum(ob[:, 2] - ob[:, 0], ob[:, 3] - ob[:, 1])
     ob = ob + np.outer(o_side * margin, [-1.0, -1.0, 1.0, 1.0])
