@@ -359,6 +359,10 @@ def test_cli_run_to_file_decodes(tmp_path):
         (["--backend", "tensorflow"], 2, "--backend: expected one of"),
         (["--output", "printer"], 4, "use one of"),
         (["--face", "/nonexistent/me.jpg"], 7, "face photo not found"),
+        (["--fast", "--realtime"], 2, "--fast and --realtime contradict each other (pass one of them)"),
+        (["--duration", "soon"], 2, "--duration: expected a duration like '10s', got 'soon' (e.g. --duration 10s"),
+        (["--panel", "70000"], 2, "--panel: expected a port number or 'off', got '70000'"),
+        (["--map", "alice"], 2, "--map: expected TARGET=SOURCE, got 'alice'"),
     ],
 )
 def test_cli_bad_input_one_clear_line(args, code, needle, tmp_path):

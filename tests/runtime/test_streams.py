@@ -113,7 +113,7 @@ def test_stream_flag_errors_are_one_line():
     ):
         r = runner.invoke(app, ["run", "--device", "cpu", "--quiet", *args])
         lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
-        assert r.exit_code != 0 and len(lines) == 1 and words in lines[0], r.output
+        assert r.exit_code == 2 and len(lines) == 1 and words in lines[0], r.output
 
 
 def test_obs_names_per_stream():

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from vcam.cli.common import ConfigOpt, app, console, fail, load_config, out
-from vcam.errors import ModelError, VcamError
+from vcam.errors import ConfigError, ModelError, VcamError
 
 
 def _parse_maps(values: list[str]) -> list[dict]:
@@ -22,7 +22,9 @@ def _parse_maps(values: list[str]) -> list[dict]:
         target, sep, source = v.partition("=")
         if not sep or not target.strip() or not source.strip():
             fail(
-                VcamError(f"--map: expected TARGET=SOURCE, got {v!r}", hint="e.g. --map alice=grace (bank names or photo paths)")
+                ConfigError(
+                    f"--map: expected TARGET=SOURCE, got {v!r}", hint="e.g. --map alice=grace (bank names or photo paths)"
+                )
             )
         out.append({"target": target.strip(), "source": source.strip()})
     return out
@@ -51,7 +53,7 @@ def parse_stream_flags(values: list[str]) -> list[dict]:
         inp, sep, outp = head.partition("=")
         if not sep or not inp.strip() or not outp.strip():
             fail(
-                VcamError(
+                ConfigError(
                     f"--stream: expected {STREAM_FORM}, got {v!r}",
                     hint="e.g. --stream webcam:0=vcam --stream demo=file:out.mp4,name=demo",
                 )
@@ -99,9 +101,7 @@ def run(
         None, "--map", help="TARGET=SOURCE: the person TARGET (bank name or photo) gets face SOURCE; repeatable."
     ),
     stream: Optional[list[str]] = typer.Option(
-        None,
-        "--stream",
-        help=f"Several streams in one daemon, one flag each: {STREAM_FORM} (models shared, faces batched).",
+        None, "--stream", help=f"Several streams in one daemon, one flag each: {STREAM_FORM} (models shared, faces batched)."
     ),
     upscale: Optional[str] = typer.Option(None, "--upscale", help="Frame enhancer model, e.g. real_esrgan_x2 ('' : off)."),
     max_latency: Optional[str] = typer.Option(
@@ -139,9 +139,6 @@ def run(
     from vcam.runtime.startup import import_ahead
 
     import_ahead()  # the load's libraries, from the start on
-    from vcam.config import Duration
-    from vcam.runtime.daemon import Daemon
-
     # Each flag names the config key it overrides; a flag left out keeps the file's value.
     flags = {
         ("capture", "input"): ("--input", input),
@@ -164,27 +161,31 @@ def run(
         ("pipeline", "compile"): ("--compile", compile),
         ("models", "allow_download"): ("--download", download),
         ("output", "chroma"): ("--chroma", chroma),
+        **_panel_flags(panel),
     }
-    if panel is not None:
-        value = panel.strip().lower()
-        if value == "off":
-            flags[("panel", "enabled")] = ("--panel", False)
-        elif value.isdigit() and int(value) <= 65535:
-            flags[("panel", "enabled")] = ("--panel", True)
-            flags[("panel", "port")] = ("--panel", int(value))
-        else:
-            fail(VcamError(f"--panel: expected a port number or 'off', got {panel!r}", hint="e.g. --panel 8765 or --panel off"))
+    _refuse_contradictions(fast=fast, realtime=realtime, streams=bool(stream), pair=input is not None or output is not None)
+    _serve(_config(config, flags, stream), frames, _duration(duration), quiet=quiet, download=download)
+
+
+def _refuse_contradictions(*, fast: bool, realtime: bool, streams: bool, pair: bool) -> None:
+    """One line for flags that contradict each other: ``--fast`` with ``--realtime``, ``--stream``
+    with ``--input``/``--output`` (``pair``)."""
     if fast and realtime:
-        fail(VcamError("--fast and --realtime contradict each other", hint="pass one of them"))
+        fail(ConfigError("--fast and --realtime contradict each other", hint="pass one of them"))
+    if streams and pair:
+        fail(ConfigError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
+
+
+def _config(path: Path | None, flags: dict[tuple[str, str], tuple[str, Any]], stream: list[str] | None) -> Any:
+    """The config file at ``path`` with the flags given (``(table, key) -> (flag, value)``, None:
+    left out) and the ``--stream`` rows over it."""
     overrides: dict[str, dict] = {}
     labels = {}
     for (table, key), (flag, value) in flags.items():
         if value is not None:
             overrides.setdefault(table, {})[key] = value
             labels[(table, key)] = flag
-    if stream and (input is not None or output is not None):
-        fail(VcamError("--stream replaces --input and --output", hint="give every input/output pair as a --stream"))
-    cfg = load_config(config, overrides, labels)
+    cfg = load_config(path, overrides, labels)
     if stream:
         from vcam.config_file import parse_streams
 
@@ -192,10 +193,37 @@ def run(
             cfg = cfg.replace(streams=parse_streams(parse_stream_flags(stream), "--stream"))
         except VcamError as err:
             fail(err)
+    return cfg
+
+
+def _duration(text: str | None) -> float | None:
+    """``--duration`` in seconds (None: no limit)."""
+    from vcam.config import Duration
+
     try:
-        dur = float(Duration.parse(duration)) if duration else None
+        return float(Duration.parse(text)) if text else None
     except ValueError:
-        fail(VcamError(f"--duration: expected a duration like '10s', got {duration!r}"))
+        fail(
+            ConfigError(f"--duration: expected a duration like '10s', got {text!r}", hint="e.g. --duration 10s or --duration 2m")
+        )
+
+
+def _panel_flags(panel: str | None) -> dict[tuple[str, str], tuple[str, Any]]:
+    """``--panel PORT|off`` as the config keys it overrides (none when it is left out)."""
+    if panel is None:
+        return {}
+    value = panel.strip().lower()
+    if value == "off":
+        return {("panel", "enabled"): ("--panel", False)}
+    if value.isdigit() and int(value) <= 65535:
+        return {("panel", "enabled"): ("--panel", True), ("panel", "port"): ("--panel", int(value))}
+    fail(ConfigError(f"--panel: expected a port number or 'off', got {panel!r}", hint="e.g. --panel 8765 or --panel off"))
+
+
+def _serve(cfg: Any, frames: int | None, duration: float | None, *, quiet: bool, download: bool | None) -> None:
+    """The daemon of ``cfg`` run to its end (asking once, on a terminal, before a first download of
+    missing models), its summary printed; the process's exit code from how it ended."""
+    from vcam.runtime.daemon import Daemon
 
     status_line = _StatusLine(enabled=not quiet)
     several = len(cfg.streams) > 1
@@ -210,7 +238,7 @@ def run(
         status_line.summaries = lambda d=daemon: d.summaries
         try:
             with status_line:
-                summary = daemon.run(max_frames=frames, duration=dur)
+                summary = daemon.run(max_frames=frames, duration=duration)
                 # Stopped by a signal and finished: only the summary is left. A second signal now
                 # would land in vcam.__main__'s early handler wherever the code is (inside an
                 # import's callbacks its SystemExit is printed as ignored, with a traceback).
