@@ -109,7 +109,7 @@ def test_realtime_flag_restores_camera_pacing_with_drops(clip, tmp_path, slow_pi
 
 
 def test_fast_and_realtime_together_is_a_flag_error(clip):
-    line = one_error_line(vcam_run("--input", str(clip), "--output", "null", "--fast", "--realtime"), 1)
+    line = one_error_line(vcam_run("--input", str(clip), "--output", "null", "--fast", "--realtime"), 2)
     assert "--fast and --realtime" in line
 
 

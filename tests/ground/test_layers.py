@@ -139,7 +139,6 @@ MAX_CLASS = 350
 OVERSIZE = {
     "vcam.runtime.bench:run": 132,
     "vcam.runtime.assemble:build": 106,
-    "vcam.stages.recording:FileOutput.__init__": 99,
     "vcam.engines.build_job:prebuild": 89,
     "vcam.engines.torch:TorchEngine.__init__": 88,
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,

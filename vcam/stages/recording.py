@@ -94,6 +94,39 @@ class FileOutput(OutputBase):
         self.chroma = chroma
         self._clock = clock or time.perf_counter
         self.fps = float(fps) if fps and fps > 0 else 30.0
+        container_format = self._container_format()
+        parent = self.path.parent
+        self.partial_path = parent / f"{self.path.stem}.partial{self.path.suffix}"
+        codec, pix_fmt = self._pick_codec(codecs or self.CODECS, preset)
+        # The coded size: 4:2:0 needs even sides, so an odd frame is padded with its edge pixels.
+        self.coded_width, self.coded_height = (
+            (self.width, self.height) if pix_fmt == "yuv444p" else even_size(self.width + 1, self.height + 1)
+        )
+        self._pad = (self.coded_height - self.height, self.coded_width - self.width)
+        if any(self._pad):
+            log.warning(
+                "%s: %dx%d is padded to %dx%d with the edge pixels for %s 4:2:0, which every player decodes "
+                "([output] chroma = '444' keeps the exact size, for players that decode 4:4:4)",
+                self.path.name,
+                self.width,
+                self.height,
+                self.coded_width,
+                self.coded_height,
+                "H.264" if codec != "mpeg4" else "MPEG-4",
+            )
+        stream = self._open(container_format, codec, pix_fmt, preset, opener or _open_with_umask)
+        self._stream, self.codec, self.pix_fmt = stream, codec, pix_fmt
+        self._failed: str | None = None
+        self._reported = False
+        self._t0: float | None = None
+        self._last_pts = -1
+        self.cut_short = False  # stopped before the input's end: kept as partial_path, never path
+        self._container_done = False  # the container is closed: the file is complete on disk
+        self.kept: Path | None = None  # where the file went once closed (path, partial_path or nowhere)
+
+    def _container_format(self) -> str:
+        """The container :attr:`path` names, once it is known to be writable as a video: its folder
+        there, not a folder itself, not another file (OutputError otherwise, nothing touched)."""
         suffix = self.path.suffix.lower()
         container_format = self.CONTAINERS.get(suffix)
         if container_format is None:
@@ -113,36 +146,23 @@ class FileOutput(OutputBase):
                 f"{self.path} exists and is not a video; refusing to overwrite it",
                 hint="choose another file name or move that file away",
             )
-        self.partial_path = parent / f"{self.path.stem}.partial{self.path.suffix}"
-        codec, pix_fmt = self._pick_codec(codecs or self.CODECS, preset)
-        # The coded size: 4:2:0 needs even sides, so an odd frame is padded with its edge pixels.
-        self.coded_width, self.coded_height = (
-            (self.width, self.height) if pix_fmt == "yuv444p" else even_size(self.width + 1, self.height + 1)
-        )
-        self._pad = (self.coded_height - self.height, self.coded_width - self.width)
-        if any(self._pad):
-            log.warning(
-                "%s: %dx%d is padded to %dx%d with the edge pixels for %s 4:2:0, which every player decodes "
-                "([output] chroma = '444' keeps the exact size, for players that decode 4:4:4)",
-                self.path.name,
-                self.width,
-                self.height,
-                self.coded_width,
-                self.coded_height,
-                "H.264" if codec != "mpeg4" else "MPEG-4",
-            )
-        self._tmp = parent / f".{self.path.stem}.{os.getpid()}.{os.urandom(3).hex()}.partial{self.path.suffix}"
+        return container_format
+
+    def _open(self, container_format: str, codec: str, pix_fmt: str, preset: str, opener: Any) -> Any:
+        """The encoder's stream on a hidden temporary file beside :attr:`path` (renamed at the close);
+        nothing left behind where it cannot open, a stop signal included."""
+        self._tmp = self.path.parent / f".{self.path.stem}.{os.getpid()}.{os.urandom(3).hex()}.partial{self.path.suffix}"
         try:
-            self._file = (opener or _open_with_umask)(self._tmp)
+            self._file = opener(self._tmp)
         except OSError as exc:
             raise OutputError(
                 f"cannot write {self.path}: {exc.strerror or exc}", hint="check the folder's permissions and free space"
             ) from None
         options = {"movflags": "frag_keyframe+empty_moov+default_base_moof"} if container_format in ("mp4", "mov") else {}
         rate = Fraction(self.fps).limit_denominator(1001)
-        self._frame_tb = self._WALL_TB if timing == "wall" else 1 / rate
+        self._frame_tb = self._WALL_TB if self.timing == "wall" else 1 / rate
         try:
-            self._container = av.open(self._file, mode="w", format=container_format, options=options)
+            self._container = self._av.open(self._file, mode="w", format=container_format, options=options)
             stream = self._container.add_stream(codec, rate=rate)
             stream.width, stream.height, stream.pix_fmt = self.coded_width, self.coded_height, pix_fmt
             stream.codec_context.time_base = self._frame_tb
@@ -155,14 +175,7 @@ class FileOutput(OutputBase):
             if not isinstance(exc, Exception):
                 raise
             raise OutputError(f"cannot write {self.path}: {exc}", hint="check the folder's permissions and free space") from exc
-        self._stream, self.codec, self.pix_fmt = stream, codec, pix_fmt
-        self._failed: str | None = None
-        self._reported = False
-        self._t0: float | None = None
-        self._last_pts = -1
-        self.cut_short = False  # stopped before the input's end: kept as partial_path, never path
-        self._container_done = False  # the container is closed: the file is complete on disk
-        self.kept: Path | None = None  # where the file went once closed (path, partial_path or nowhere)
+        return stream
 
     def _codec_options(self, codec: str, preset: str) -> dict[str, str]:
         keyint = str(max(1, round(self.fps)))  # a keyframe (and an MP4 fragment) every second
