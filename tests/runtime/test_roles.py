@@ -107,3 +107,23 @@ def test_a_cpu_pipeline_on_two_cores_calls_opencv_on_its_own_thread(monkeypatch,
         assert cv2.getNumThreads() == (threads or 3)
     finally:
         cv2.setNumThreads(before)
+
+
+def test_a_model_on_another_device_than_the_pipeline_is_one_error_that_names_it():
+    """The assembly refuses a model whose engine runs elsewhere than the pipeline (an ONNX model
+    falling back to onnxruntime's CPU build beside a CUDA pipeline), naming the role, the model and
+    the fix; models without an engine (the classic swap) and absent ones pass."""
+    from types import SimpleNamespace
+
+    from vcam.errors import DeviceError
+    from vcam.runtime.assemble import _check_devices
+
+    on = {d: SimpleNamespace(engine=SimpleNamespace(device=d)) for d in ("cpu", "cuda")}
+    names = {"detector": "retinaface_mnet025", "swapper": "inswapper_128"}
+    _check_devices([("detector", on["cuda"]), ("swapper", object()), ("enhancer", None)], names, "cuda")
+    with pytest.raises(DeviceError) as info:
+        _check_devices([("detector", on["cuda"]), ("swapper", on["cpu"])], names, "cuda")
+    assert str(info.value) == (
+        "the swapper inswapper_128 runs on cpu, the pipeline on cuda "
+        "(install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu)"
+    )

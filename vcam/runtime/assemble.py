@@ -302,7 +302,6 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     CPU one): its swap network opens as quickly as it can (:func:`vcam.engines.create_engine`)."""
     from vcam.kernels import paste as blend
     from vcam.models import registry
-    from vcam.pipeline.parts import select_all, select_largest
     from vcam.stages.detect import RetinaFaceDetector
     from vcam.stages.detections import EMBEDDED_DETECTOR, DetectParams
     from vcam.stages.swap import BUILT_IN
@@ -329,15 +328,7 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
     if not (device == "cpu" and cfg.detect.model == EMBEDDED_DETECTOR):  # built when a photo is first read
         params = stage_params(DetectParams, cfg.detect)
         photo_detector = OnFirstUse(params, lambda: RetinaFaceDetector(params, cfg.track.roi_size, backend="onnxruntime"))
-    recogniser = None
-    if "recogniser" in names:  # built at its first use or start() (faces seen before need only its name)
-        from vcam.stages.recognize import DeferredRecogniser
-
-        recogniser = DeferredRecogniser(
-            names["recogniser"], lambda: _roles.build("recogniser", cfg, store=store, device=device, threads=threads)
-        )
-        if cfg.swap.map or cfg.swap.faces == "reference":  # the frames call it for each new track: load it now
-            recogniser.start()
+    recogniser = _recogniser(cfg, names.get("recogniser"), store, device, threads)
     swapper = _roles.build(
         "swapper", cfg, mask=mask, store=store, ops=ops, device=device, threads=threads, short_lived=short_lived
     )
@@ -355,14 +346,8 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
         "landmarker": getattr(masker, "landmarker", None),
         "upscaler": upscaler,
     }
-    for role, model in (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), *mask_models.items()):
-        engine = getattr(model, "engine", None)
-        if engine is not None and engine.device != device:
-            raise DeviceError(
-                f"the {role} {names[role]} runs on {engine.device}, the pipeline on {device}",
-                hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
-            )
-
+    roles = (("detector", detector), ("swapper", swapper), ("enhancer", enhancer), *mask_models.items())
+    _check_devices(roles, names, device)
     tracker = Tracker(
         detector,
         stage_params(TrackParams, cfg.track),
@@ -370,26 +355,10 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
         fps=fps,
         search=search_worker(cfg, device, store),
     )
-    if cfg.swap.faces == "reference":
-        face_filter = _reference_filter(cfg, photo_detector, recogniser)
-    else:
-        face_filter = select_largest if cfg.swap.faces == "largest" else select_all
-    assigner = None
-    if cfg.swap.map:
-        from vcam.stages.mapping import Assigner
-
-        assigner = Assigner(recogniser, cfg.swap.map_threshold, cfg.swap.unmatched)
-    placements = []
-    roles = (
-        ("detector", detector),
-        ("swapper", swapper),
-        ("enhancer", enhancer),
-        *mask_models.items(),
-        ("recogniser", recogniser),
-    )
-    for role, model in roles:
-        if model is not None:
-            placements.append(Placement(role, names[role], _where(model, device)))
+    face_filter, assigner = _selection(cfg, photo_detector, recogniser)
+    placements = [
+        Placement(role, names[role], _where(m, device)) for role, m in (*roles, ("recogniser", recogniser)) if m is not None
+    ]
     return Assembly(
         cfg=cfg,
         device=device,
@@ -408,6 +377,48 @@ def build(cfg: Config, *, fps: float = 30.0, threads: int = 0, short_lived: bool
         fps=fps,
         placements=placements,
     )
+
+
+def _recogniser(cfg: Config, name: str | None, store: Any, device: str, threads: int) -> Any:
+    """The recogniser ``name`` (None: none is needed), built at its first use or ``start()``: faces
+    seen before need only its name. A run that maps faces or swaps a reference face calls it for
+    each new track, so it starts loading now."""
+    if name is None:
+        return None
+    from vcam.stages.recognize import DeferredRecogniser
+
+    recogniser = DeferredRecogniser(name, lambda: _roles.build("recogniser", cfg, store=store, device=device, threads=threads))
+    if cfg.swap.map or cfg.swap.faces == "reference":
+        recogniser.start()
+    return recogniser
+
+
+def _selection(cfg: Config, photo_detector: Any, recogniser: Any) -> tuple[Any, Any]:
+    """Which faces of a frame are swapped (``[swap] faces``), and the assigner of ``[[swap.map]]``
+    (None without a map)."""
+    from vcam.pipeline.parts import select_all, select_largest
+
+    if cfg.swap.faces == "reference":
+        face_filter = _reference_filter(cfg, photo_detector, recogniser)
+    else:
+        face_filter = select_largest if cfg.swap.faces == "largest" else select_all
+    if not cfg.swap.map:
+        return face_filter, None
+    from vcam.stages.mapping import Assigner
+
+    return face_filter, Assigner(recogniser, cfg.swap.map_threshold, cfg.swap.unmatched)
+
+
+def _check_devices(roles: Any, names: dict[str, str], device: str) -> None:
+    """DeviceError for a model (``(role, model)`` pairs) whose engine runs on another device than
+    the pipeline's."""
+    for role, model in roles:
+        engine = getattr(model, "engine", None)
+        if engine is not None and engine.device != device:
+            raise DeviceError(
+                f"the {role} {names[role]} runs on {engine.device}, the pipeline on {device}",
+                hint="install onnxruntime-gpu or PyTorch with CUDA, or use --device cpu",
+            )
 
 
 def search_worker(cfg: Config, device: str, store: Any = None) -> Any:
