@@ -138,7 +138,6 @@ MAX_CLASS = 350
 #: Remove an entry once its unit is cut below the limit.
 OVERSIZE = {
     "vcam.runtime.bench:run": 132,
-    "vcam.engines.build_job:prebuild": 89,
     "vcam.engines.torch:TorchEngine.__init__": 88,
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
     "vcam.control.obs:ObsController": 396,

@@ -183,18 +183,8 @@ def prebuild(
     "built" | "cached", seconds)`` per entry that serves them (label ``"1-8"``: the dynamic one); a
     size that failed raises :class:`~vcam.errors.EngineUnavailable` once the others are done."""
     from vcam.engines import item_shapes
-    from vcam.engines.torch import CPU_TORCH, TorchEngine
 
-    reason = TorchEngine.unavailable_reason(device)
-    if reason:  # the build's own fixes (it has no --backend: only PyTorch compiles)
-        fix = (
-            f"install PyTorch: for CUDA the build matching your driver from pytorch.org, for the CPU {CPU_TORCH}"
-            if "not installed" in reason
-            else "install PyTorch with CUDA from pytorch.org, or build for the CPU with --device cpu"
-        )
-        raise EngineUnavailable(
-            f"compiling engines needs PyTorch: {reason}", hint=f"{fix}; `vcam run --backend onnxruntime` needs no compiled engine"
-        )
+    _require_torch(device)
     engine = torch_engine(model, device=device, fp16=fp16, max_batch=max_batch, cache_dir=cache_dir, compile="load", warmup=False)
     builder: BackgroundBuild | None = None
     try:
@@ -228,16 +218,7 @@ def prebuild(
                 retry_failed=True,
                 guess_s=built_seconds(cache_dir, device_name(device)),
             )
-            try:
-                while builder.running:
-                    if progress is not None:
-                        progress(builder.progress())
-                    time.sleep(0.25)
-                state = builder.progress()
-                if progress is not None:
-                    progress(state)
-            finally:
-                builder.stop()
+            state = _follow(builder, progress)
         if dyn is not None and (good(dyn.path) or not todo):
             units = [dyn]
         else:  # static, or the dynamic build fell back to each size's
@@ -260,6 +241,40 @@ def prebuild(
     finally:
         engine.close()
     return engine.describe(), done
+
+
+def _require_torch(device: str) -> None:
+    """EngineUnavailable, with the build's own fixes, where PyTorch cannot compile for ``device``
+    (the build has no --backend: only PyTorch compiles)."""
+    from vcam.engines.torch import CPU_TORCH, TorchEngine
+
+    reason = TorchEngine.unavailable_reason(device)
+    if not reason:
+        return
+    fix = (
+        f"install PyTorch: for CUDA the build matching your driver from pytorch.org, for the CPU {CPU_TORCH}"
+        if "not installed" in reason
+        else "install PyTorch with CUDA from pytorch.org, or build for the CPU with --device cpu"
+    )
+    raise EngineUnavailable(
+        f"compiling engines needs PyTorch: {reason}", hint=f"{fix}; `vcam run --backend onnxruntime` needs no compiled engine"
+    )
+
+
+def _follow(builder: BackgroundBuild, progress: Callable[[BuildProgress], None] | None) -> BuildProgress:
+    """Wait for ``builder``'s jobs, telling ``progress`` about four times a second and once at the
+    end; the builder is stopped however the wait ends (Ctrl-C too). Returns its last state."""
+    try:
+        while builder.running:
+            if progress is not None:
+                progress(builder.progress())
+            time.sleep(0.25)
+        state = builder.progress()
+        if progress is not None:
+            progress(state)
+        return state
+    finally:
+        builder.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
