@@ -138,6 +138,8 @@ def main() -> None:
         total_ms = (m["published"] - m["capture"]) * 1e3
         print(f"  {total_ms:7.2f}: " + " ".join(parts) + f"  {'yes' if m.get('full_scan') else 'no'}")
     rows = done[10:]  # the summary below skips the first frames
+    if not rows:
+        sys.exit(f"no frame published past the first 10 in {args.seconds:g} s (the load took longer?): try a longer --seconds")
     result: dict[str, float] = {}
     prev = "capture"
     print(

@@ -1,6 +1,7 @@
 """The torch engine's batch sizes (issue 28): every size up to 8 is captured, so a batch of six
-faces runs at six, not padded to eight; compiled artifacts stay at powers of two, and a batch whose
-own size runs uncompiled pads up to a compiled size below twice its own. The rule runs on the CPU;
+faces runs at six, not padded to eight, then 16, 24 and 32 (four streams of six faces run at 24);
+compiled artifacts stay at powers of two, and a batch whose own size runs uncompiled pads up to a
+compiled size below twice its own. The rule runs on the CPU;
 the captures and the outputs at every size need CUDA (marked gpu)."""
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from vcam.engines.torch import batch_buckets
 from vcam.models import standin
 
 
-def test_every_size_up_to_eight_then_powers_of_two():
+def test_every_size_up_to_eight_then_multiples_of_eight_then_powers_of_two():
     assert batch_buckets(8) == (1, 2, 3, 4, 5, 6, 7, 8)
     assert batch_buckets(5) == (1, 2, 3, 4, 5)
     assert batch_buckets(1) == (1,)
     assert batch_buckets(16) == (1, 2, 3, 4, 5, 6, 7, 8, 16)
-    assert batch_buckets(40) == (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 40)
+    # four streams of six faces: 24 a round, run at 24, not padded to 32
+    assert batch_buckets(32) == (1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32)
+    assert batch_buckets(20) == (1, 2, 3, 4, 5, 6, 7, 8, 16, 20)
+    assert batch_buckets(40) == (1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 40)
+    assert batch_buckets(100) == (1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 64, 100)
     # powers of two only (the compiled artifacts' sizes), as every size was before
     assert batch_buckets(8, 1) == (1, 2, 4, 8)
     assert batch_buckets(6, 1) == (1, 2, 4, 6)
