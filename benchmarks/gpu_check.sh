@@ -141,12 +141,14 @@ for step in $steps; do
         --json "$OUT/bench_streams_in_step.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/bench_streams_in_step.txt" | tail -n 4 || rc=1 ;;
     streamdiag)
       # Issue 12: where a paced stream's latency goes with several streams in one daemon (against one),
-      # and the same without the batch deadline (DIAG_NODEADLINE=0 leaves it out); DIAG_FACES faces a frame.
+      # and the same without the batch deadline (DIAG_NODEADLINE=0 leaves it out); DIAG_FACES faces a frame;
+      # DIAG_GPU_WINDOW=2: also every GPU operation over 2 s mid-run (is the round GPU- or host-bound).
       standins
       for n in ${DIAG_STREAMS:-4 1}; do
         timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --streams $n --compile ${DIAG_COMPILE:-off} \
           --faces ${DIAG_FACES:-1} --seconds ${DIAG_SECONDS:-4} --first 0 --json "$OUT/latency_streams_${n}x${DIAG_FACES:-1}.json" \
           --profile "$OUT/latency_streams_${n}x${DIAG_FACES:-1}.prof.txt" \
+          ${DIAG_GPU_WINDOW:+--gpu-window $DIAG_GPU_WINDOW --gpu-window-trace "$OUT/gpu_window_${n}x${DIAG_FACES:-1}.json"} \
           2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_streams.txt" | tail -n 22 || rc=1
       done
       [ "${DIAG_NODEADLINE:-1}" = 1 ] && timeout 120 python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \

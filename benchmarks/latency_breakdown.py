@@ -5,6 +5,7 @@ host CPU time per frame, and the device-side stage times (CUDA events). Usage on
 
     python -m benchmarks.latency_breakdown --model-dir DIR [--paced] [--streams 1] [--seconds 4]
         [--faces 6] [--compile auto|off] [--deadline 2ms] [--patient] [--json OUT.json]
+        [--gpu-window 2 [--gpu-window-at 8] [--gpu-window-trace FILE]]
 
 Host CPU comes from the round hook (``Mark.cpu``: the loop thread's ``time.thread_time()``; on a
 tree whose marks lack it, the hook reads the same clock, as it runs on that thread): "per frame" is
@@ -23,6 +24,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +54,18 @@ def main() -> None:
     ap.add_argument("--predict", default=None, choices=("auto", "on", "off"), help="[track] predict (default: the config's)")
     ap.add_argument("--profile", default="", help="also write the frame loop's cProfile (top functions by own time) to this file")
     ap.add_argument("--patient", action="store_true", help="pipelines wait for the previous frame's detection (the old path)")
+    ap.add_argument(
+        "--gpu-window", type=float, default=0.0, metavar="SECONDS",
+        help="also record every GPU operation (torch.profiler) for this long, from --gpu-window-at into the run: "
+        "the GPU's busy share, by stream and operation (benchmarks/gpu_window.py)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--gpu-window-at",
+        type=float,
+        default=None,
+        help="seconds into the run (default: ending 1 s before the run's end, past the start-up)",
+    )
+    ap.add_argument("--gpu-window-trace", default="gpu_window_trace.json", help="where the window's Chrome trace goes")
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -61,7 +75,11 @@ def main() -> None:
     gathered: list[tuple] = []
     last_out: list[float] = []  # the loop's CPU clock at the last frame out (published or dropped)
 
+    window = None  # the GPU window (--gpu-window), ticked by the hook: on the loop's thread
+
     def hook(m: Mark) -> None:
+        if window is not None:
+            window.tick()
         key = (m.stream.name, m.seq)
         cpu = getattr(m, "cpu", 0.0) or time.thread_time()  # the hook runs on the loop's thread
         if key in marks or m.phase == "gathered":
@@ -112,12 +130,27 @@ def main() -> None:
 
         prof = cProfile.Profile()  # this thread's calls only: the frame loop's
         prof.enable()
+    result_gpu = None
+    if args.gpu_window > 0:
+        from benchmarks.gpu_window import Window
+
+        at = args.gpu_window_at if args.gpu_window_at is not None else max(0.0, args.seconds - args.gpu_window - 1.0)
+        window = Window(at, args.gpu_window, Path(args.gpu_window_trace), rounds=lambda: len(rounds))
     try:
         daemon.main_loop(None, args.seconds)
     finally:
         if prof is not None:
             prof.disable()
         daemon.shutdown()
+    if window is not None:
+        from benchmarks.gpu_window import report
+
+        try:
+            gpu = window.result()
+            print(report(gpu))
+            result_gpu = gpu
+        except (TimeoutError, RuntimeError) as e:
+            print(f"GPU window: {e}")
     if prof is not None:
         import io
         import pstats
@@ -140,7 +173,7 @@ def main() -> None:
     rows = done[10:]  # the summary below skips the first frames
     if not rows:
         sys.exit(f"no frame published past the first 10 in {args.seconds:g} s (the load took longer?): try a longer --seconds")
-    result: dict[str, float] = {}
+    result: dict[str, Any] = {}
     prev = "capture"
     print(
         f"{len(rows)} frames of {args.streams} stream(s), {'paced at 30 fps' if args.paced else 'flat out'}, switch interval "
@@ -190,6 +223,8 @@ def main() -> None:
         vals = [x[name] * 1e3 for x in stages[10:] if name in x]
         result[f"device {name}"] = float(np.median(vals))
         print(f"  {name:<14s} {np.median(vals):7.3f}")
+    if result_gpu is not None:
+        result["gpu window"] = result_gpu
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
