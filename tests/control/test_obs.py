@@ -652,8 +652,8 @@ def _away(ctl: ObsController):
     reconnect until the block is done, so what the block changes happens while vcam is away however
     slow the machine."""
     st = ctl.state
-    agreed = wait_for(lambda: ctl._synced == (st.active, st.swap_enabled, st.mappings), 5)
-    assert agreed is not None, (ctl._synced, st.active, st.swap_enabled, st.mappings)
+    agreed = wait_for(lambda: ctl.mirror.synced == (st.active, st.swap_enabled, st.mappings), 5)
+    assert agreed is not None, (ctl.mirror.synced, st.active, st.swap_enabled, st.mappings)
     gate = threading.Event()
     connect = ctl._connect
 

@@ -140,7 +140,6 @@ OVERSIZE = {
     "vcam.runtime.bench:run": 132,
     "vcam.engines.torch:TorchEngine.__init__": 88,
     "vcam.engines.tensorrt:TensorRTEngine.__init__": 86,
-    "vcam.control.obs:ObsController": 396,
     "vcam.engines.torch:TorchEngine": 380,
 }
 

@@ -63,6 +63,7 @@ from vcam.config import ObsConfig
 from vcam.control import short
 from vcam.control.local import apply_control
 from vcam.control.obs_audio import ObsAudio
+from vcam.control.obs_mirror import SceneMirror
 from vcam.control.obs_scene import (
     DEFAULT_CHOICE,
     FACE_PREFIX,
@@ -75,9 +76,7 @@ from vcam.control.obs_scene import (
     connect,
     face_source_name,
     hook_custom_events,
-    input_settings,
     map_choice,
-    map_source_name,
     map_target,
     request_failed,
     scene_names,
@@ -147,14 +146,9 @@ class ObsController:
         self._thread: threading.Thread | None = None
         self._req = None
         self._ev = None
-        # (scene, scene item id) -> source name, in cfg.scene and the map scenes (ids are per scene)
-        self._items: dict[tuple[str, int], str] = {}
-        self._echoes: dict[tuple[str, int], list[bool]] = {}  # visibility changes we made, whose events are ours
-        self._has_status = False
+        self.mirror = SceneMirror(cfg.scene, cfg.status_source)  # OBS's side of the control scenes
         self._last_text: str | None = None
         self._subscribed = False
-        # (face, swap, mappings) both sides last agreed on
-        self._synced: tuple[str | None, bool, dict[str, str]] | None = None
         self._merge_pending = False
         self._obs_frames: int | None = None  # OBS's rendered-frame count when last seen (drops on a restart)
 
@@ -265,7 +259,7 @@ class ObsController:
         self._ev.callback.register(self._callbacks())
         self._refresh()
         if self.face_images and self.cfg.scene in scene_names(self._req):
-            have = {name for (scene, _), name in self._items.items() if scene == self.cfg.scene}
+            have = self.mirror.sources(self.cfg.scene)
             missing = {n: p for n, p in self.face_images.items() if face_source_name(n) not in have}
             if missing:
                 rep = setup_scene(
@@ -275,7 +269,7 @@ class ObsController:
                     log.info("added OBS sources: %s", ", ".join(rep.created + rep.updated))
                 self._refresh()
         self._last_text = None
-        self._echoes.clear()
+        self.mirror.echoes.clear()
         self.audio.reconnected()
         # Merge what changed on either side while we were apart, unless OBS itself restarted: its
         # scene then holds whatever it last saved, not something the user just did.
@@ -343,7 +337,7 @@ class ObsController:
                 last_request = time.monotonic()
             now = time.monotonic()
             self.audio.tick(self._req, self.state, now)
-            if self._has_status and now - last_status >= self.status_interval:
+            if self.mirror.has_status and now - last_status >= self.status_interval:
                 last_status = now
                 self._update_status()
             if now - last_request >= self.ping_interval:
@@ -368,7 +362,7 @@ class ObsController:
         kind = item[0]
         if kind == "item":
             _, scene, item_id, enabled = item
-            if scene == self.cfg.scene or map_target(self.cfg.scene, scene) is not None:
+            if self.mirror.watches(scene):
                 self._on_item(scene, item_id, enabled)
         elif kind == "custom":
             self._on_custom(item[1])
@@ -376,36 +370,18 @@ class ObsController:
             self._refresh()
             self._sync_pending.set()  # the scene changed shape: show vcam's state on it again
 
-    def _scenes(self) -> list[str]:
-        """The control scene (if it exists) and the map scenes."""
-        names = scene_names(self._req)
-        return [n for n in names if n == self.cfg.scene or map_target(self.cfg.scene, n) is not None]
-
     def _refresh(self) -> None:
-        self._items = {}
-        for scene in self._scenes():
-            try:
-                items = self._req.get_scene_item_list(scene).scene_items
-            except Exception as exc:
-                if not request_failed(exc):
-                    raise
-                continue  # listed while OBS removes it (the user deleted it): its events refresh again
-            for it in items:
-                self._items[(scene, int(it["sceneItemId"]))] = it["sourceName"]
-        self._has_status = bool(self.cfg.status_source) and input_settings(self._req, self.cfg.status_source) is not None
+        self.mirror.refresh(self._req)
+
+    def _sync_visibility(self, merge: bool = False, quiet: bool = False) -> None:
+        """Make the scenes show the state (see :meth:`SceneMirror.sync`); ``quiet`` (the periodic
+        check): left to the next round when events are waiting, as they may explain a difference."""
+        self.mirror.sync(self._req, self.state, merge=merge, skip_if=self._queue.qsize if quiet else None)
 
     def _on_item(self, scene: str, item_id: int, enabled: bool) -> None:
-        key = (scene, int(item_id))
-        pending = self._echoes.get(key)
-        if pending and pending[0] == enabled:
-            pending.pop(0)  # the event for our own change: the state already says so
-            return
-        name = self._items.get(key)
+        name = self.mirror.changed(self._req, scene, item_id, enabled)
         if name is None:
-            self._refresh()
-            name = self._items.get(key)
-        if name is None:
-            return
+            return  # our own change's event, or an item no longer there
         target = map_target(self.cfg.scene, scene)
         if target is not None:
             choice = map_choice(target, name)
@@ -460,44 +436,6 @@ class ObsController:
     def _reply(self, ok: bool, *, error: str | None = None) -> None:
         self._req.broadcast_custom_event({"eventData": {REPLY_KEY: reply_body(self.state, ok, error, self.stream)}})
 
-    def _sync_visibility(self, merge: bool = False, quiet: bool = False) -> None:
-        """Make the scenes show the state: only the active face visible, the swap source = swap on,
-        and in each map scene only the target's face (or ``(default)``) visible.
-
-        ``merge`` (after a reconnect): first adopt what OBS changed while we were apart, where the
-        state itself did not change since both last agreed. ``quiet`` (the periodic check): leave it
-        to the next round when events are waiting, as they may explain the difference."""
-        scenes = {scene: self._req.get_scene_item_list(scene).scene_items for scene in self._scenes()}
-        if quiet and not self._queue.empty():
-            return
-        if merge and self._synced is not None:
-            self._adopt_obs_changes(scenes, *self._synced)
-        active, swap, mappings = self.state.active, self.state.swap_enabled, self.state.mappings
-        paused = self.state.paused  # vcam's own, after a reconnect too (never merged from OBS)
-        for scene, items in scenes.items():
-            target = map_target(self.cfg.scene, scene)
-            for it in items:
-                name, shown = it["sourceName"], bool(it["sceneItemEnabled"])
-                key = (scene, int(it["sceneItemId"]))
-                self._items[key] = name
-                if target is not None:
-                    choice = map_choice(target, name)
-                    if choice is None:
-                        continue
-                    want = choice == mappings.get(target, DEFAULT_CHOICE)
-                elif name.startswith(FACE_PREFIX):
-                    want = name[len(FACE_PREFIX) :] == active
-                elif name == SWAP_SOURCE:
-                    want = swap
-                elif name == PAUSE_SOURCE:
-                    want = paused
-                else:
-                    continue
-                if want != shown:
-                    self._echoes.setdefault(key, []).append(want)
-                    self._req.set_scene_item_enabled(scene, it["sceneItemId"], want)
-        self._synced = (active, swap, mappings)
-
     def _rendered_frames(self) -> int | None:
         try:
             return int(self._req.get_stats().render_total_frames)
@@ -505,39 +443,6 @@ class ObsController:
             if not request_failed(exc) and not isinstance(exc, (AttributeError, TypeError, ValueError)):
                 raise
             return None
-
-    def _adopt_obs_changes(self, scenes: dict[str, list], last_face: str | None, last_swap: bool, last_maps: dict) -> None:
-        items = scenes.get(self.cfg.scene, [])
-        faces = [
-            i["sourceName"][len(FACE_PREFIX) :]
-            for i in items
-            if i["sourceName"].startswith(FACE_PREFIX) and i["sceneItemEnabled"]
-        ]
-        swap = [bool(i["sceneItemEnabled"]) for i in items if i["sourceName"] == SWAP_SOURCE]
-        if len(faces) == 1 and faces[0] != last_face and self.state.active == last_face:
-            try:
-                self.state.set_face(faces[0])
-                log.info("OBS showed '%s' while vcam was away; switched to it", faces[0])
-            except Exception as exc:
-                log.warning("OBS shows '%s%s' but it cannot be used: %s", FACE_PREFIX, faces[0], exc)
-        if swap and swap[0] != last_swap and self.state.swap_enabled == last_swap:
-            self.state.set_swap(swap[0])
-            log.info("swap was turned %s in OBS while vcam was away", "on" if swap[0] else "off")
-        for scene, scene_items in scenes.items():
-            target = map_target(self.cfg.scene, scene)
-            if target is None:
-                continue
-            shown = [c for i in scene_items if i["sceneItemEnabled"] and (c := map_choice(target, i["sourceName"])) is not None]
-            last = last_maps.get(target, DEFAULT_CHOICE)
-            if len(shown) == 1 and shown[0] != last and self.state.mappings.get(target, DEFAULT_CHOICE) == last:
-                try:
-                    if shown[0] == DEFAULT_CHOICE:
-                        self.state.remove_mapping(target)
-                    else:
-                        self.state.set_mapping(target, shown[0])
-                    log.info("OBS chose '%s' for '%s' while vcam was away; applied", shown[0], target)
-                except Exception as exc:
-                    log.warning("OBS shows '%s' but it cannot be used: %s", map_source_name(target, shown[0]), exc)
 
     def _update_status(self, text: str | None = None) -> bool:
         text = text or status_text(self.state)
@@ -548,14 +453,14 @@ class ObsController:
         except Exception as exc:
             if not request_failed(exc):
                 raise
-            self._has_status = False  # removed in OBS; looked up again on the next refresh
+            self.mirror.has_status = False  # removed in OBS; looked up again on the next refresh
             return True
         self._last_text = text
         return True
 
     def _say_stopped(self) -> None:
         """On a clean stop: the status source says vcam stopped, and when (best effort)."""
-        if not self._has_status or self._req is None:
+        if not self.mirror.has_status or self._req is None:
             return
         try:
             self._update_status(f"vcam stopped (at {time.strftime('%H:%M:%S')})")
