@@ -56,6 +56,26 @@ def test_a_batch_pads_up_to_a_compiled_size_only_when_that_pays(tiny):
     assert [engine._compile_size(n) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
 
 
+def test_four_streams_of_six_faces_run_at_24_uncompiled_and_at_a_compiled_32(tiny):
+    """A daemon of four streams (the swapper's largest batch 32): 17-24 faces run at 24, not 32;
+    with a static compiled artifact of 32 and none of 24, 24 faces pad up to the compiled 32 (below
+    twice 24: faster a face); a dynamic artifact serves 24 itself (vcam.engines.compiled.served)."""
+    need_torch()
+    from vcam.engines.torch import TorchEngine
+
+    engine = TorchEngine(tiny, device="cpu", max_batch=32, warmup=False)
+    assert engine.batch_sizes == (1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32)
+    assert engine.compile_sizes == (1, 2, 4, 8, 16, 32)
+    engine.compile_mode = "auto"  # as above: the rule, not the CPU's own choice
+    assert [engine._padded(n) for n in (9, 16, 17, 24, 25, 32)] == [16, 16, 24, 24, 32, 32]
+    items = {i.name: tuple(i.shape[1:]) for i in engine.inputs}
+    engine._compiled_fns[engine._graph_key(32, items)] = object()
+    assert [engine._padded(n) for n in (17, 24, 25)] == [32, 32, 32]
+    assert engine._padded(9) == 16  # 32 is not below twice 9: its own uncompiled size
+    engine._compiled_fns[engine._graph_key(24, items)] = object()
+    assert [engine._padded(n) for n in (17, 24, 25)] == [24, 24, 32]
+
+
 def need_cuda():
     torch = need_torch()
     if not torch.cuda.is_available():
