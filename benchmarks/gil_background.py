@@ -2,15 +2,18 @@
 with a compiled cache, one stream published 85 % of its frames in the first 10 s, and the camera
 paused 133-184 ms eight times while Inductor loaded in the background, H100).
 
-    python -m benchmarks.gil_background [--intervals 0.5,0.02,0.02+aside] [--runs 3] [--ops 250]
-        [--device cpu|cuda] [--json OUT]
+    python -m benchmarks.gil_background [--intervals 0.5,0.02,0.02+aside,0.02+aside+waits] [--runs 3]
+        [--ops 250] [--wait MS] [--device cpu|cuda] [--json OUT]
 
 Each run is a fresh process. A round is ``--ops`` small PyTorch calls on ``--device``, each of which
 lets go of the interpreter's lock as a round's CUDA launches and copies do, 30 rounds a second. Beside
 them a thread runs what the compiled loader runs first, :func:`vcam.engines.artifacts.prepare_load`
 (Inductor's imports, torch's source hash), with the switch interval set to one of ``--intervals``
 (milliseconds), alternated run by run; ``INTERVAL+aside`` runs the loader inside
-:meth:`vcam.engines.gate.RoundTurns.stepping_aside` and marks each round, as the daemon does. A thread
+:meth:`vcam.engines.gate.RoundTurns.stepping_aside` and marks each round, as the daemon does.
+``--wait MS``: each round then waits that long in C (a frame's download: the GPU's time), inside
+:meth:`~vcam.engines.gate.RoundTurns.waiting`, which ``+waits`` (``INTERVAL+aside+waits``) makes
+release the round meanwhile (``$VCAM_TURNS_RELEASE_WAITS``). A thread
 that gave the lock up for a call waits up to the interval to get it back from a thread running Python:
 a round of many calls pays that wait each time.
 Prints the medians of each interval (round p50, p90 and longest while the load runs, the round alone,
@@ -32,7 +35,11 @@ CHILD = r"""
 import json, statistics, sys, threading, time
 import torch
 interval_ms, ops, device, aside = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+wait_s, release = float(sys.argv[5]) / 1e3, sys.argv[6] == "1"
 x = torch.zeros(16, device=device)
+from vcam.engines import artifacts
+from vcam.engines.gate import RoundTurns
+turns = RoundTurns(on=aside, release_waits=release)
 def one_round():
     t = time.perf_counter()
     y = x
@@ -40,11 +47,11 @@ def one_round():
         y = torch.add(y, 1.0)
     if device == "cuda":
         torch.cuda.synchronize()
+    if wait_s:
+        with turns.waiting():  # the frame's download: the GPU's time, no interpreter needed
+            time.sleep(wait_s)
     return time.perf_counter() - t
 alone = [one_round() for _ in range(30)]
-from vcam.engines import artifacts
-from vcam.engines.gate import RoundTurns
-turns = RoundTurns(on=aside)
 took = {}
 def load():
     t = time.perf_counter()
@@ -67,12 +74,14 @@ print(json.dumps({"interval_ms": interval_ms, "aside": aside, "parked": turns.pa
 """
 
 
-def one(setting: str, ops: int, device: str) -> dict:
+def one(setting: str, ops: int, device: str, wait_ms: float = 0.0) -> dict:
     """One fresh process (see the module docstring); ``setting`` is an interval in ms, ``+aside``
-    after it for the loader stepping aside while a round runs."""
+    after it for the loader stepping aside while a round runs, ``+waits`` after that for the
+    rounds' waits (``wait_ms`` a round) released to it (:meth:`RoundTurns.waiting`)."""
     tree = str(Path(__file__).resolve().parents[1])  # this checkout's vcam
-    interval, _, aside = setting.partition("+")
-    argv = [sys.executable, "-c", CHILD, interval, str(ops), device, "1" if aside == "aside" else "0"]
+    interval, *flags = setting.split("+")
+    aside, release = "aside" in flags, "waits" in flags
+    argv = [sys.executable, "-c", CHILD, interval, str(ops), device, "1" if aside else "0", str(wait_ms), "1" if release else "0"]
     r = subprocess.run(argv, capture_output=True, text=True, cwd=tree, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"the run failed ({r.returncode}): {r.stderr[-600:]}")
@@ -85,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ops", type=int, default=250, help="calls in a round")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--wait", type=float, default=0.0, help="ms each round then waits in C (a GPU download's wait)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     intervals = [x.strip() for x in args.intervals.split(",")]
@@ -93,12 +103,15 @@ def main(argv: list[str] | None = None) -> dict:
     runs = []
     for r in range(args.runs):
         for iv in intervals if r % 2 == 0 else intervals[::-1]:
-            row = one(iv, args.ops, args.device)
+            row = one(iv, args.ops, args.device, args.wait)
             runs.append(row)
             got = f"round p50 {row['p50_ms']:.1f} ms, p90 {row['p90_ms']:.1f}, longest {row['max_ms']:.0f}"
             row["setting"] = iv
             print(f"  run {r + 1}, {iv} ms: {got}")
-    print(f"\nrounds of {args.ops} calls on {args.device} beside the compiled loader's imports, medians of {args.runs} runs")
+    waits = f", then a {args.wait:g} ms wait," if args.wait else ""
+    print(
+        f"\nrounds of {args.ops} calls on {args.device}{waits} beside the compiled loader's imports, medians of {args.runs} runs"
+    )
     print(f"{'interval':>15} {'alone':>7} {'p50':>7} {'p90':>7} {'longest':>8} {'load s':>7}")
     table = []
     for iv in intervals:

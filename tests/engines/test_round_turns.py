@@ -123,6 +123,47 @@ def test_it_never_parks_while_staying_off_or_in_the_rounds_own_thread():
         assert time.perf_counter() - t0 < 1.0 and turns.parked == 0
 
 
+def test_a_round_waiting_on_the_gpu_lets_the_background_run_only_where_asked():
+    """``RoundTurns.waiting`` (the frame's download inside a round): with ``release_waits`` a thread
+    parked for the round goes on while the loop waits, and parks again for the rest of the round
+    after the wait; off (the default) nothing changes."""
+    for release in (True, False):
+        turns = RoundTurns(longest=5.0, release_waits=release)
+        busy = Busy(turns)
+        try:
+            parked = turns.parked
+            with turns.round():
+                end = time.perf_counter() + 5.0
+                while turns.parked == parked and time.perf_counter() < end:
+                    time.sleep(0.002)
+                assert turns.parked == parked + 1 and turns.running
+                time.sleep(0.01)
+                a = busy.laps
+                with turns.waiting():
+                    assert turns.running is not release
+                    time.sleep(0.2)
+                b = busy.laps
+                assert turns.running  # the round again after the wait
+                if release:
+                    assert b > a, "the thread did not run while the round waited"
+                    end = time.perf_counter() + 5.0
+                    while turns.parked == parked + 1 and time.perf_counter() < end:
+                        time.sleep(0.002)
+                    assert turns.parked == parked + 2, "the thread did not park again after the wait"
+                    time.sleep(0.01)
+                    c = busy.laps
+                    time.sleep(0.1)
+                    assert busy.laps == c, "the thread ran in the rest of the round"
+                else:
+                    assert b == a, f"the thread ran {b - a} laps while the round waited, not released"
+        finally:
+            busy.close()
+    turns = RoundTurns(release_waits=True)
+    with turns.waiting():  # outside a round: nothing to let go
+        assert not turns.running
+    assert not turns.running
+
+
 def test_it_keeps_a_profiler_already_there_and_takes_its_hook_away_after():
     turns = RoundTurns()
 

@@ -148,6 +148,9 @@ BACKGROUND = BackgroundGate.from_env()
 
 #: Turns stepping aside off (measurements): ``VCAM_STEP_ASIDE=0``.
 STEP_ASIDE_ENV = "VCAM_STEP_ASIDE"
+#: ``1``: a round waiting on the GPU (:meth:`RoundTurns.waiting`) lets background Python run meanwhile
+#: (an experiment, off by default: not yet measured on a GPU).
+WAITS_ENV = "VCAM_TURNS_RELEASE_WAITS"
 
 
 class RoundTurns:
@@ -173,14 +176,16 @@ class RoundTurns:
     the CPU (``benchmarks.gil_background``, 2 runs): round p50 4.8 ms, longest 103 ms, against 0.7
     and 2 ms stepping aside (alone 0.5 ms); the load took 2.1 s against 2.8 s (the hook's calls)."""
 
-    def __init__(self, longest: float = 0.04, on: bool = True, between: float = 0.005) -> None:
+    def __init__(self, longest: float = 0.04, on: bool = True, between: float = 0.005, release_waits: bool = False) -> None:
         self.longest = longest
         self.between = between
         self.on = on
+        self.release_waits = release_waits
         self._clear = threading.Event()
         self._clear.set()
         self._local = threading.local()
         self._round = _Round(self)
+        self._waiting = _Waiting(self)
         self._rounds = 0
         self._owner = -1  # the thread that runs the rounds: never parked
         self._busy = False  # read by the hook at every call: a plain attribute, not the event
@@ -189,8 +194,9 @@ class RoundTurns:
 
     @classmethod
     def from_env(cls) -> RoundTurns:
-        """On unless ``$VCAM_STEP_ASIDE`` is ``0``."""
-        return cls(on=os.environ.get(STEP_ASIDE_ENV, "1") != "0")
+        """On unless ``$VCAM_STEP_ASIDE`` is ``0``; waits released where ``$VCAM_TURNS_RELEASE_WAITS``
+        is ``1``."""
+        return cls(on=os.environ.get(STEP_ASIDE_ENV, "1") != "0", release_waits=os.environ.get(WAITS_ENV) == "1")
 
     @property
     def running(self) -> bool:
@@ -213,6 +219,17 @@ class RoundTurns:
         """One round of the frame loop, as a context: background Python steps aside meanwhile. Once
         a frame: one object made at the start, no generator, no lock."""
         return self._round
+
+    def waiting(self) -> _Waiting:
+        """The frame loop's thread waits for the GPU inside a round (a frame's download), as a
+        context. With ``release_waits`` the round counts as not running meanwhile: a background
+        thread does not park for it (nor is a parked one held), as the waiting thread needs no
+        interpreter; after the wait the rest of the round is a round of its own, which a thread
+        parks for again (at most ``longest``). Issue 39 (H100, four streams of six faces, 2026-12-07): the loop waited about
+        60 ms of each 73 ms round on the GPU, and the compiled artifact's load, parked in every
+        round, ended 10 s after the takeover (about 2 s alone). Off: nothing changes (no
+        allocation either way: one object made at the start)."""
+        return self._waiting
 
     @contextlib.contextmanager
     def staying(self) -> Iterator[None]:
@@ -275,6 +292,31 @@ class _Round:
         self._turns.end()
 
 
+class _Waiting:
+    """:meth:`RoundTurns.waiting`'s context: with ``release_waits``, a round in progress is let go
+    at the entry and taken back at the exit."""
+
+    __slots__ = ("_turns", "_released")
+
+    def __init__(self, turns: RoundTurns) -> None:
+        self._turns = turns
+        self._released = False
+
+    def __enter__(self) -> None:
+        turns = self._turns
+        self._released = turns.release_waits and turns._busy
+        if self._released:
+            turns.end()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._released:
+            self._released = False
+            turns = self._turns
+            turns._rounds += 1  # the rest of the round counts as a round of its own: a thread parks for it again
+            turns._busy = True
+            turns._clear.clear()
+
+
 #: The process's turns (see :class:`RoundTurns`); the daemon's frame loop marks its rounds.
 ROUND_TURNS = RoundTurns.from_env()
 
@@ -284,6 +326,7 @@ __all__ = [
     "PACE_ENV",
     "ROUND_TURNS",
     "STEP_ASIDE_ENV",
+    "WAITS_ENV",
     "BackgroundGate",
     "RoundTurns",
 ]

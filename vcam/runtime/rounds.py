@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from vcam.config import Config
+from vcam.engines.gate import ROUND_TURNS
 from vcam.errors import VcamError
 from vcam.platform import process
 from vcam.runtime.degrade import LAST_RESORT
@@ -322,7 +323,8 @@ class Rounds:
                 st.summary.shed_frames += self.publish(st, slot.data, slot.stats)
                 continue
             pipe = _pipe(st)
-            data, stats = pipe.collect(slot)
+            with ROUND_TURNS.waiting():  # the frame's download (background Python may run: RoundTurns.waiting)
+                data, stats = pipe.collect(slot)
             self._mark("collected", st, stats.seq, stats.t_capture, stats)
             self.publish(st, data, stats)
             pipe.launch_detection()
