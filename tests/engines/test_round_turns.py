@@ -199,15 +199,19 @@ def test_the_background_gil_benchmark_compares_stepping_aside_in_fresh_processes
     and the loader parks in the rounds where it steps aside. Which is faster is the benchmark's to
     say, not this test's: on an idle machine stepping aside cut the rounds' p50 from 4.8 to 0.7 ms
     (CPU, 2026-12-06), but with both cores busy the plain rounds were as short (the threads seldom
-    ran side by side); the parking itself is checked in the tests above."""
+    ran side by side); the parking itself is checked in the tests above. ``--wait`` adds the
+    frame's download to each round, and ``+waits`` lets the load run meanwhile (RoundTurns.waiting)."""
     from conftest import need_torch
 
     need_torch()
     from benchmarks import gil_background
 
-    res = gil_background.main(["--intervals", "0.02,0.02+aside", "--runs", "1", "--json", str(tmp_path / "g.json")])
+    res = gil_background.main(
+        ["--intervals", "0.02,0.02+aside,0.02+aside+waits", "--runs", "1", "--wait", "1", "--json", str(tmp_path / "g.json")]
+    )
     rows = {r["setting"]: r for r in res["table"]}
-    assert set(rows) == {"0.02", "0.02+aside"}, rows
+    assert set(rows) == {"0.02", "0.02+aside", "0.02+aside+waits"}, rows
+    assert all(r["alone_ms"] >= 1.0 for r in rows.values()), rows  # each round waited its 1 ms
     assert all(r["load_s"] and r["alone_ms"] > 0 for r in rows.values()), rows
     assert any(r["parked"] > 0 for r in res["runs"] if r["aside"]), res["runs"]
     assert (tmp_path / "g.json").is_file()
