@@ -50,6 +50,7 @@ def summarize(events: Iterable[dict[str, Any]], rounds: int = 0, top: int = 25) 
         streams[sid].append((e["ts"], e["ts"] + e["dur"]))
         ops[(str(e["name"])[:80], sid)].append(e["dur"] / 1e3)
     busy = _union([s for v in streams.values() for s in v]) / 1e3
+    own = {sid: _union(v) / 1e3 for sid, v in streams.items()}  # each stream's busy ms
     per = max(rounds, 1)
     return {
         "ops": len(gpu),
@@ -59,8 +60,8 @@ def summarize(events: Iterable[dict[str, Any]], rounds: int = 0, top: int = 25) 
         "rounds": rounds,
         "busy_ms_per_round": busy / per if rounds else None,
         "streams": {
-            sid: {"busy_ms": _union(v) / 1e3, "busy_share": _union(v) / 1e3 / window, "ops": len(v)}
-            for sid, v in sorted(streams.items(), key=lambda kv: -_union(kv[1]))
+            sid: {"busy_ms": own[sid], "busy_share": own[sid] / window, "ops": len(streams[sid])}
+            for sid in sorted(own, key=lambda k: -own[k])
         },
         "top": [
             {"name": name, "stream": sid, "count": len(d), "total_ms": sum(d), "per_round_ms": sum(d) / per if rounds else None}

@@ -65,7 +65,7 @@ def main() -> None:
         default=None,
         help="seconds into the run (default: ending 1 s before the run's end, past the start-up)",
     )
-    ap.add_argument("--gpu-window-trace", default="gpu_window_trace.json", help="where the window's Chrome trace goes")
+    ap.add_argument("--gpu-window-trace", default="", help="where the window's Chrome trace goes (default: the temp folder)")
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -135,7 +135,10 @@ def main() -> None:
         from benchmarks.gpu_window import Window
 
         at = args.gpu_window_at if args.gpu_window_at is not None else max(0.0, args.seconds - args.gpu_window - 1.0)
-        window = Window(at, args.gpu_window, Path(args.gpu_window_trace), rounds=lambda: len(rounds))
+        import tempfile
+
+        trace = Path(args.gpu_window_trace or Path(tempfile.gettempdir()) / "vcam_gpu_window_trace.json")
+        window = Window(at, args.gpu_window, trace, rounds=lambda: len(rounds))
     try:
         daemon.main_loop(None, args.seconds)
     finally:

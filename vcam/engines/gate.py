@@ -311,10 +311,7 @@ class _Waiting:
     def __exit__(self, *exc: object) -> None:
         if self._released:
             self._released = False
-            turns = self._turns
-            turns._rounds += 1  # the rest of the round counts as a round of its own: a thread parks for it again
-            turns._busy = True
-            turns._clear.clear()
+            self._turns.begin()  # the rest of the round is a round of its own: a thread parks for it again
 
 
 #: The process's turns (see :class:`RoundTurns`); the daemon's frame loop marks its rounds.
