@@ -143,15 +143,17 @@ for step in $steps; do
       # Issue 12: where a paced stream's latency goes with several streams in one daemon (against one),
       # and the same without the batch deadline (DIAG_NODEADLINE=0 leaves it out); DIAG_FACES faces a frame;
       # DIAG_GPU_WINDOW=2: also every GPU operation over 2 s mid-run (is the round GPU- or host-bound);
+      # DIAG_PREDICT=off: [track] predict for the run (auto: the config's);
       # DIAG_PROFILE=1: also the loop's cProfile (it slows the loop's Python: timings with it on compare only
       # with each other, as 2026-12-07's rows do).
       standins
       for n in ${DIAG_STREAMS:-4 1}; do
         timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --streams $n --compile ${DIAG_COMPILE:-off} \
-          --faces ${DIAG_FACES:-1} --seconds ${DIAG_SECONDS:-4} --first 0 --json "$OUT/latency_streams_${n}x${DIAG_FACES:-1}.json" \
+          --faces ${DIAG_FACES:-1} --seconds ${DIAG_SECONDS:-4} --first 0 ${DIAG_PREDICT:+--predict $DIAG_PREDICT} --json "$OUT/latency_streams_${n}x${DIAG_FACES:-1}.json" \
           ${DIAG_PROFILE:+--profile "$OUT/latency_streams_${n}x${DIAG_FACES:-1}.prof.txt"} \
           ${DIAG_GPU_WINDOW:+--gpu-window $DIAG_GPU_WINDOW --gpu-window-trace "$OUT/gpu_window_${n}x${DIAG_FACES:-1}.json"} \
-          2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_streams.txt" | tail -n 22 || rc=1
+          2>&1 | grep -v NON-COMMERCIAL | tee -a "$OUT/latency_streams.txt" | tail -n 40 || rc=1
+        [ -f "$OUT/gpu_window_${n}x${DIAG_FACES:-1}.json" ] && gzip -f "$OUT/gpu_window_${n}x${DIAG_FACES:-1}.json"
       done
       [ "${DIAG_NODEADLINE:-1}" = 1 ] && timeout 120 python3 -m benchmarks.streams --device cuda --streams 4 --size 1080p --seconds ${STREAMS_SECONDS:-4} \
         --swapper inswapper_128 --model-dir $M --fp16 --modes daemon-paced --compile ${DIAG_COMPILE:-off} --deadline 0 \

@@ -32,14 +32,31 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+#: Idle gaps (no GPU op on any stream) at least this long are listed with the op that ended them, in ms.
+GAP_MS = 0.5
+
+
+def _gaps(spans: list[tuple[float, float, str]], least: float) -> list[tuple[float, float, str]]:
+    """The idle stretches between ``spans`` (start, end, name; overlaps merged) of at least
+    ``least``: (start, length, the name of the op that ended it)."""
+    out: list[tuple[float, float, str]] = []
+    end = None
+    for a, b, name in sorted(spans):
+        if end is not None and a - end >= least:
+            out.append((end, a - end, name))
+        end = b if end is None else max(end, b)
+    return out
+
+
 def summarize(events: Iterable[dict[str, Any]], rounds: int = 0, top: int = 25) -> dict[str, Any]:
     """The GPU's work in a trace's complete ("X") events: the window (first op to last op end), the
     share of it the GPU was busy on any stream, each stream's busy time and ops, the operations by
-    total time; per round too where ``rounds`` (the frame loop's rounds in the window) is given.
-    Times in ms."""
+    total time; per round too where ``rounds`` (the frame loop's rounds in the window) is given; the
+    idle gaps of :data:`GAP_MS` or more (their count, total and longest, and the ops that ended the
+    most idle time: what the GPU waited for). Times in ms."""
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS and e.get("dur") is not None]
     if not gpu:
-        return {"ops": 0, "window_ms": 0.0, "busy_share": 0.0, "streams": {}, "top": [], "rounds": rounds}
+        return {"ops": 0, "window_ms": 0.0, "busy_share": 0.0, "streams": {}, "top": [], "rounds": rounds, "gaps": None}
     t0 = min(e["ts"] for e in gpu)
     t1 = max(e["ts"] + e["dur"] for e in gpu)
     window = (t1 - t0) / 1e3
@@ -50,6 +67,10 @@ def summarize(events: Iterable[dict[str, Any]], rounds: int = 0, top: int = 25) 
         streams[sid].append((e["ts"], e["ts"] + e["dur"]))
         ops[(str(e["name"])[:80], sid)].append(e["dur"] / 1e3)
     busy = _union([s for v in streams.values() for s in v]) / 1e3
+    gaps = _gaps([(e["ts"], e["ts"] + e["dur"], str(e["name"])[:80]) for e in gpu], GAP_MS * 1e3)
+    after: dict[str, list[float]] = defaultdict(list)
+    for _, length, name in gaps:
+        after[name].append(length / 1e3)
     own = {sid: _union(v) / 1e3 for sid, v in streams.items()}  # each stream's busy ms
     per = max(rounds, 1)
     return {
@@ -62,6 +83,15 @@ def summarize(events: Iterable[dict[str, Any]], rounds: int = 0, top: int = 25) 
         "streams": {
             sid: {"busy_ms": own[sid], "busy_share": own[sid] / window, "ops": len(streams[sid])}
             for sid in sorted(own, key=lambda k: -own[k])
+        },
+        "gaps": {
+            "count": len(gaps),
+            "total_ms": sum(g[1] for g in gaps) / 1e3,
+            "longest_ms": max((g[1] for g in gaps), default=0.0) / 1e3,
+            "ended_by": [
+                {"name": name, "count": len(d), "total_ms": sum(d)}
+                for name, d in sorted(after.items(), key=lambda kv: -sum(kv[1]))[:8]
+            ],
         },
         "top": [
             {"name": name, "stream": sid, "count": len(d), "total_ms": sum(d), "per_round_ms": sum(d) / per if rounds else None}
@@ -82,6 +112,15 @@ def report(s: dict[str, Any]) -> str:
     ]
     for sid, v in s["streams"].items():
         lines.append(f"  {sid:<8s} {v['busy_share'] * 100:6.1f} {v['ops']:6d}")
+    g = s.get("gaps")
+    if g and g["count"]:
+        lines.append(
+            f"  idle gaps >= {GAP_MS} ms: {g['count']}, {g['total_ms']:.1f} ms in all"
+            + (f" ({g['total_ms'] / r:.2f} ms a round)" if r else "")
+            + f", longest {g['longest_ms']:.2f} ms; the ops that ended them (ms, count, name):"
+        )
+        for o in g["ended_by"]:
+            lines.append(f"  {o['total_ms']:8.3f}  x{o['count']:<5d} {o['name']}")
     lines.append("  operations by total time: ms" + (" a round" if r else "") + ", count, stream, name")
     for o in s["top"]:
         t = o["per_round_ms"] if r else o["total_ms"]

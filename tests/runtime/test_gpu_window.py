@@ -37,6 +37,24 @@ def test_busy_share_counts_overlapping_streams_once_and_ignores_host_events():
     assert "busy 90.0 %" in text and "2 rounds: 0.45 ms busy a round" in text
 
 
+def test_idle_gaps_are_counted_with_the_op_that_ended_them():
+    """The GPU idle on every stream for 0.5 ms or more: each gap once (a stream busy beside another's
+    gap is no gap), summed by the op that came after it (what the GPU waited for)."""
+    events = [
+        ev("swap", 0, 1000, 7),
+        ev("detect", 500, 1000, 13),  # 0..1500 busy
+        ev("upload", 3500, 100, 9, cat="gpu_memcpy"),  # 2.0 ms idle before it
+        ev("swap", 3700, 100, 7),  # 0.1 ms: no gap
+        ev("upload", 4800, 100, 9, cat="gpu_memcpy"),  # 1.0 ms idle before it
+    ]
+    s = summarize(events, rounds=2)
+    g = s["gaps"]
+    assert g["count"] == 2 and g["total_ms"] == pytest.approx(3.0) and g["longest_ms"] == pytest.approx(2.0)
+    assert g["ended_by"] == [{"name": "upload", "count": 2, "total_ms": pytest.approx(3.0)}]
+    assert s["busy_ms"] == pytest.approx(1.8)
+    assert "idle gaps >= 0.5 ms: 2, 3.0 ms in all (1.50 ms a round), longest 2.00 ms" in report(s)
+
+
 def test_no_gpu_work_is_said_not_divided_by_zero():
     s = summarize([{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 0, "dur": 1}])
     assert s["ops"] == 0 and report(s).startswith("GPU window: no GPU operation recorded")
