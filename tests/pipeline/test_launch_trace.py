@@ -156,3 +156,27 @@ def test_four_streams_of_six_faces_swap_their_24_faces_in_one_call_a_round():
     trace = lt.run(rig, 6)
     assert trace.faces[-1] == 12
     assert [e.name for e in trace.frames[-1]].count("swapper") == 1
+
+
+def test_a_detection_kept_apart_reads_a_copy_the_compute_stream_made(real):
+    """``Pipeline(detect_apart=True)`` (issue 39's A/B, ``$VCAM_DETECT_APART``): a predicted frame's
+    copy for its detection is made on the compute stream, in order before its paste-back (which
+    then waits for nothing the back stream does), into one of three buffers made once; the
+    detection itself stays on the back stream, and every frame is swapped as without it."""
+    rig = lt.build_rig(1, SIZE, "real", detect_apart=True)
+    trace = lt.run(rig, 24)
+    _, before = real
+    assert trace.faces == before.faces == [1] * 24
+    assert rig.pipe.predicted >= 22
+    for frame in trace.frames[2:]:
+        copies = [e.stream for e in frame if e.name == "xp.copyto"]
+        assert copies == ["compute"], copies
+        assert {e.stream for e in frame if e.name == "detector"} == {"back"}
+        assert not [e for e in frame if e.kind == "alloc"], "a steady frame allocates nothing"
+        assert [e.name for e in frame if e.kind == "host_wait"] == ["download"]
+        # the back stream records nothing the compute stream waits for: its only waits are its own
+        back = [e.kind for e in frame if e.stream == "back"]
+        assert "wait" in back  # for the copy, before the detection reads it
+    assert len(rig.pipe._det_frames) == 3
+    # without it, the copy is the back stream's
+    assert {e.stream for f in before.frames[2:] for e in f if e.name == "xp.copyto"} == {"back"}

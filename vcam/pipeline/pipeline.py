@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from vcam.stages.track import FaceTracker
     from vcam.stages.upscale import FrameEnhancer
 
+#: ``detect_apart``: the buffers a predicted frame's detection reads its copy from: the pending
+#: detection's, the kept one's, and the one being written.
+DETECT_COPIES = 3
 STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
 
 
@@ -127,6 +130,7 @@ class Pipeline:
         degradable: bool = True,
         upscale_budget: float = 0.0,
         param_records: bool = False,
+        detect_apart: bool = False,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -149,6 +153,13 @@ class Pipeline:
         #: The masks' and paste-back's per-frame structs from one parameter record per ring slot
         #: (:mod:`vcam.kernels.records`; a per-frame CUDA graph's groundwork, off: by value).
         self.param_records = bool(param_records)
+        #: A predicted frame's detection kept apart from the frame's own GPU work (CUDA; issue 39's
+        #: four streams of six faces; off: as before): the copy it reads is made on the compute
+        #: stream into one of :data:`DETECT_COPIES` buffers, so the paste-back never waits for the
+        #: back stream (where the other streams' detections queue at the lowest priority), and a
+        #: detection still pending when the next is due is not waited for (the newer frame's
+        #: detection is queued once it arrived, at :meth:`settle`, or replaced by a newer one).
+        self.detect_apart = bool(detect_apart)
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -161,7 +172,7 @@ class Pipeline:
         self.last_tracks: list[Track] = []
         #: The detection schedule: which frames are swapped with predicted tracks (``[track] predict``)
         #: and when their detections are queued and applied (:mod:`vcam.pipeline.planner`).
-        self.planner = DetectionPlanner(ops, tracker, predict=predict, patient=patient)
+        self.planner = DetectionPlanner(ops, tracker, predict=predict, patient=patient, wait_pending=not detect_apart)
         #: Move a predicted frame in two row bands (see the module docstring).
         self.band = bool(band)
         self.banded = 0  # frames moved in bands
@@ -214,6 +225,8 @@ class Pipeline:
         # with it (reusable).
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
         self._det_frame: Any = None  # see _copy_for_detection
+        self._det_frames: list[Any] = []  # detect_apart: the copies' buffers (made at the first)
+        self._det_copied: list[Any] = []  # and an event each, recorded after its copy (compute stream)
         self._ready = [ops.event() for _ in range(self.ring)]
         self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
         self._seen = [ops.event() for _ in range(self.ring)]
@@ -424,6 +437,8 @@ class Pipeline:
         ops = self.ops
         if not ops.concurrent:
             return work.img
+        if self.detect_apart:
+            return self._copy_apart(work)
         with ops.back_stream():
             ops.wait(self._ready[work.slot])
             if self._det_frame is None:  # once per configure(), at the first predicted frame
@@ -431,6 +446,25 @@ class Pipeline:
             ops.xp.copyto(self._det_frame, work.img)
             ops.record(self._seen[work.slot])
         return self._det_frame
+
+    def _copy_apart(self, work: Work) -> tuple[Any, Any]:
+        """``detect_apart``'s copy: on the compute stream, in order before the paste-back (which then
+        waits for nothing on another stream), into a buffer no detection still reads: neither the
+        pending one's nor the kept one's (:class:`DetectionPlanner`'s ``step`` and ``later``; a
+        detection applied has been read, its readback waited for). Returns the buffer and the event
+        the back stream waits for before the detection reads it."""
+        ops = self.ops
+        if not self._det_frames:  # once per configure(), at the first predicted frame
+            self._det_frames = [ops.empty(work.img.shape, np.uint8) for _ in range(DETECT_COPIES)]
+            self._det_copied = [ops.event() for _ in range(DETECT_COPIES)]
+        busy = self.planner.frames_in_use()
+        i = next(k for k, buf in enumerate(self._det_frames) if not any(buf is b for b in busy))
+        with ops.activate():
+            ops.wait(self._ready[work.slot])  # the whole frame converted (a banded frame's rest too)
+            ops.xp.copyto(self._det_frames[i], work.img)
+            ops.record(self._det_copied[i])
+            ops.record(self._seen[work.slot])  # the same stream: the paste-back's wait costs nothing
+        return self._det_frames[i], self._det_copied[i]
 
     def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
@@ -445,9 +479,11 @@ class Pipeline:
         clock = self._clocks[slot]
         on = desk_stages(self.stages_on if self.degradable else {}, work.settings)
         self._convert_rest(work)  # a banded frame: the rows outside the band, beside the swap
-        detect = None
+        detect = copied = None
         if work.detect_later:
             detect = self._copy_for_detection(work)
+            if isinstance(detect, tuple):  # detect_apart: (the copy, the event after it)
+                detect, copied = detect
             if not ops.concurrent:  # the CPU runs in order: the detection reads the frame before the paste
                 self.planner.queue(work.stats.seq, detect)
                 detect = None
@@ -494,7 +530,7 @@ class Pipeline:
             ops.record(self._free[slot])
             self.io.download(slot, None if work.band is None else [work.band])
         if detect is not None:  # queued after this frame's GPU work, so the host queues that first
-            self.planner.leave(work, detect)
+            self.planner.leave(work, detect, copied)
             if detect_now:
                 self.planner.launch()
         self._pending[slot] = stats
