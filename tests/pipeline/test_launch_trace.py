@@ -177,6 +177,6 @@ def test_a_detection_kept_apart_reads_a_copy_the_compute_stream_made(real):
         # the back stream records nothing the compute stream waits for: its only waits are its own
         back = [e.kind for e in frame if e.stream == "back"]
         assert "wait" in back  # for the copy, before the detection reads it
-    assert len(rig.pipe._det_frames) == 3
+    assert len(rig.pipe._copies.buffers) == 3
     # without it, the copy is the back stream's
     assert {e.stream for f in before.frames[2:] for e in f if e.name == "xp.copyto"} == {"back"}

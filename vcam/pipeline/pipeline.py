@@ -40,6 +40,7 @@ from vcam.errors import InputError
 from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
 from vcam.kernels.records import recording
+from vcam.pipeline.detect_copies import DetectionCopies
 from vcam.pipeline.parts import FaceFilter, output_size, select_all
 from vcam.pipeline.planner import Band, DetectionPlanner
 from vcam.stages.swap import paste_faces
@@ -55,9 +56,6 @@ if TYPE_CHECKING:
     from vcam.stages.track import FaceTracker
     from vcam.stages.upscale import FrameEnhancer
 
-#: ``detect_apart``: the buffers a predicted frame's detection reads its copy from: the pending
-#: detection's, the kept one's, and the one being written.
-DETECT_COPIES = 3
 STAGES = ("convert_in", "detect_track", "swap", "mask", "blend", "upscale", "convert_out")
 
 
@@ -153,13 +151,10 @@ class Pipeline:
         #: The masks' and paste-back's per-frame structs from one parameter record per ring slot
         #: (:mod:`vcam.kernels.records`; a per-frame CUDA graph's groundwork, off: by value).
         self.param_records = bool(param_records)
-        #: A predicted frame's detection kept apart from the frame's own GPU work (CUDA; issue 39's
-        #: four streams of six faces; off: as before): the copy it reads is made on the compute
-        #: stream into one of :data:`DETECT_COPIES` buffers, so the paste-back never waits for the
-        #: back stream (where the other streams' detections queue at the lowest priority), and a
-        #: detection still pending when the next is due is not waited for (the newer frame's
-        #: detection is queued once it arrived, at :meth:`settle`, or replaced by a newer one).
-        self.detect_apart = bool(detect_apart)
+        #: A predicted frame's detection kept apart from the frame's own GPU work (issue 39's A/B;
+        #: :mod:`vcam.pipeline.detect_copies`): its copy on the compute stream, no host wait for a
+        #: pending detection (the planner keeps the next one instead).
+        self._copies = DetectionCopies(ops, apart=detect_apart)
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -224,9 +219,7 @@ class Pipeline:
         # stream's copy of it: the paste-back waits for that); ``_free``, the compute stream is done
         # with it (reusable).
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
-        self._det_frame: Any = None  # see _copy_for_detection
-        self._det_frames: list[Any] = []  # detect_apart: the copies' buffers (made at the first)
-        self._det_copied: list[Any] = []  # and an event each, recorded after its copy (compute stream)
+        self._copies.reset()  # the detections' copies (vcam.pipeline.detect_copies)
         self._ready = [ops.event() for _ in range(self.ring)]
         self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
         self._seen = [ops.event() for _ in range(self.ring)]
@@ -430,41 +423,15 @@ class Pipeline:
             self._plan(self.planner.next_seq)
         return True
 
-    def _copy_for_detection(self, work: Work) -> Any:
-        """The frame a predicted frame's detection reads (:meth:`DetectionPlanner.queue`). On CUDA, a copy
-        made on the back stream once the frame is converted: the paste-back waits for that copy
+    def _copy_for_detection(self, work: Work) -> tuple[Any, Any]:
+        """The frame a predicted frame's detection reads (:meth:`DetectionPlanner.queue`) and the
+        event its stream waits for first (or None). On CUDA, a copy made once the frame is converted
+        (:class:`~vcam.pipeline.detect_copies.DetectionCopies`): the paste-back waits for that copy
         (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself."""
-        ops = self.ops
-        if not ops.concurrent:
-            return work.img
-        if self.detect_apart:
-            return self._copy_apart(work)
-        with ops.back_stream():
-            ops.wait(self._ready[work.slot])
-            if self._det_frame is None:  # once per configure(), at the first predicted frame
-                self._det_frame = ops.empty(work.img.shape, np.uint8)
-            ops.xp.copyto(self._det_frame, work.img)
-            ops.record(self._seen[work.slot])
-        return self._det_frame
-
-    def _copy_apart(self, work: Work) -> tuple[Any, Any]:
-        """``detect_apart``'s copy: on the compute stream, in order before the paste-back (which then
-        waits for nothing on another stream), into a buffer no detection still reads: neither the
-        pending one's nor the kept one's (:class:`DetectionPlanner`'s ``step`` and ``later``; a
-        detection applied has been read, its readback waited for). Returns the buffer and the event
-        the back stream waits for before the detection reads it."""
-        ops = self.ops
-        if not self._det_frames:  # once per configure(), at the first predicted frame
-            self._det_frames = [ops.empty(work.img.shape, np.uint8) for _ in range(DETECT_COPIES)]
-            self._det_copied = [ops.event() for _ in range(DETECT_COPIES)]
-        busy = self.planner.frames_in_use()
-        i = next(k for k, buf in enumerate(self._det_frames) if not any(buf is b for b in busy))
-        with ops.activate():
-            ops.wait(self._ready[work.slot])  # the whole frame converted (a banded frame's rest too)
-            ops.xp.copyto(self._det_frames[i], work.img)
-            ops.record(self._det_copied[i])
-            ops.record(self._seen[work.slot])  # the same stream: the paste-back's wait costs nothing
-        return self._det_frames[i], self._det_copied[i]
+        if not self.ops.concurrent:
+            return work.img, None
+        slot = work.slot
+        return self._copies.make(work.img, self._ready[slot], self._seen[slot], self.planner.frames_in_use())
 
     def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
@@ -481,9 +448,7 @@ class Pipeline:
         self._convert_rest(work)  # a banded frame: the rows outside the band, beside the swap
         detect = copied = None
         if work.detect_later:
-            detect = self._copy_for_detection(work)
-            if isinstance(detect, tuple):  # detect_apart: (the copy, the event after it)
-                detect, copied = detect
+            detect, copied = self._copy_for_detection(work)
             if not ops.concurrent:  # the CPU runs in order: the detection reads the frame before the paste
                 self.planner.queue(work.stats.seq, detect)
                 detect = None

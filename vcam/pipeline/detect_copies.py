@@ -1,0 +1,66 @@
+"""The frames a predicted frame's detection reads on CUDA: a copy of the converted frame, made once
+the frame is converted, so the paste-back may write into the frame while the detection runs on the
+back stream (:class:`~vcam.pipeline.planner.DetectionPlanner`).
+
+Two ways (``apart``):
+
+- default: one buffer, the copy queued on the back stream behind the detections before it; the
+  paste-back waits for the copy (the frame's ``seen`` event recorded after it);
+- ``apart`` (issue 39's A/B for four streams of six faces, ``$VCAM_DETECT_APART=1``): the copy on
+  the compute stream, in order before the paste-back, which then waits for nothing on another
+  stream, into one of :data:`COPIES` buffers, never one a detection still reads (the pending
+  detection's, the kept one's); the back stream waits for the copy's event before the detection
+  reads it. With four streams in one daemon the back stream is shared and of the lowest priority:
+  each paste-back had waited for the other streams' detections queued there before its copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: ``apart``: the buffers: the pending detection's, the kept one's, and the one being written.
+COPIES = 3
+
+
+class DetectionCopies:
+    """The copies of one pipeline on ``ops`` (see the module docstring). :meth:`reset` at each
+    configure: the buffers are made at the first predicted frame after it."""
+
+    def __init__(self, ops: Any, *, apart: bool = False) -> None:
+        self.ops = ops
+        self.apart = bool(apart)
+        self.buffers: list[Any] = []
+        self._copied: list[Any] = []
+
+    def reset(self) -> None:
+        self.buffers, self._copied = [], []
+
+    def make(self, img: Any, ready: Any, seen: Any, in_use: Sequence[Any] = ()) -> tuple[Any, Any]:
+        """Copy ``img`` once the event ``ready`` (the whole frame converted) is reached; record
+        ``seen`` after the copy (the paste-back waits for it). Returns the copy and the event the
+        detection's stream must wait for before it reads it (None: the copy is on that stream).
+        ``in_use``: the frames detections still read (``apart`` writes none of them)."""
+        ops = self.ops
+        if not self.buffers:
+            n = COPIES if self.apart else 1
+            self.buffers = [ops.empty(img.shape, np.uint8) for _ in range(n)]
+            self._copied = [ops.event() for _ in range(n)] if self.apart else []
+        if not self.apart:
+            with ops.back_stream():
+                ops.wait(ready)
+                ops.xp.copyto(self.buffers[0], img)
+                ops.record(seen)
+            return self.buffers[0], None
+        i = next(k for k, buf in enumerate(self.buffers) if not any(buf is b for b in in_use))
+        with ops.activate():
+            ops.wait(ready)
+            ops.xp.copyto(self.buffers[i], img)
+            ops.record(self._copied[i])
+            ops.record(seen)  # the same stream as the paste-back: its wait costs nothing
+        return self.buffers[i], self._copied[i]
+
+
+__all__ = ["COPIES", "DetectionCopies"]
