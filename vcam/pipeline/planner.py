@@ -64,6 +64,8 @@ class DetectionPlanner:
         #: (the frame's work, the frame its detection reads, the event the back stream waits for
         #: before reading it, or None) that :meth:`leave` kept for :meth:`launch`.
         self.later: tuple[Any, Any, Any] | None = None
+        #: The frame the pending detection (:attr:`step`) reads, as :meth:`queue` gave it.
+        self.reading: Any = None
         #: The next frame's plan, worked out while the daemon waits for it: (seq, tracks or None, band).
         #: Dropped whenever the tracker moves on.
         self.planned: tuple[int, list[Track] | None, Band] | None = None
@@ -144,6 +146,7 @@ class DetectionPlanner:
             if ready is not None:
                 self.ops.wait(ready)
             self.step = self.tracker.launch(frame, seq, deferred=True)
+        self.reading = frame
 
     def leave(self, work: Any, frame: Any, ready: Any = None) -> None:
         """Keep a predicted frame's detection for :meth:`launch` (not patient: an older one not
@@ -163,9 +166,9 @@ class DetectionPlanner:
 
     def frames_in_use(self) -> tuple[Any, ...]:
         """The frames a detection still reads or will read: the pending one's and the kept one's."""
-        frame = getattr(self.step, "frame", None) if self.step is not None else None
+        pending = self.reading if self.step is not None else None
         kept = self.later[1] if self.later is not None else None
-        return tuple(f for f in (frame, kept) if f is not None)
+        return tuple(f for f in (pending, kept) if f is not None)
 
     def settle(self) -> bool:
         """Apply the detection of the last predicted frame if it has arrived (never waits). True when
