@@ -44,23 +44,28 @@ class DetectionCopies:
         detection's stream must wait for before it reads it (None: the copy is on that stream).
         ``in_use``: the frames detections still read (``apart`` writes none of them)."""
         ops = self.ops
-        if not self.buffers:
-            n = COPIES if self.apart else 1
-            self.buffers = [ops.empty(img.shape, np.uint8) for _ in range(n)]
-            self._copied = [ops.event() for _ in range(n)] if self.apart else []
         if not self.apart:
             with ops.back_stream():
+                self._make_buffers(img.shape, 1)  # on the stream that copies: its zero fill goes first
                 ops.wait(ready)
                 ops.xp.copyto(self.buffers[0], img)
                 ops.record(seen)
             return self.buffers[0], None
-        i = next(k for k, buf in enumerate(self.buffers) if not any(buf is b for b in in_use))
         with ops.activate():
+            self._make_buffers(img.shape, COPIES)
+            i = next(k for k, buf in enumerate(self.buffers) if not any(buf is b for b in in_use))
             ops.wait(ready)
             ops.xp.copyto(self.buffers[i], img)
             ops.record(self._copied[i])
             ops.record(seen)  # the same stream as the paste-back: its wait costs nothing
         return self.buffers[i], self._copied[i]
+
+    def _make_buffers(self, shape: tuple, n: int) -> None:
+        """The buffers (and ``apart``'s events), once: made on the current stream, which is the one
+        that copies into them (the zero fill of :meth:`Ops.empty` is ordered before the copy)."""
+        if not self.buffers:
+            self.buffers = [self.ops.empty(shape, np.uint8) for _ in range(n)]
+            self._copied = [self.ops.event() for _ in range(n)] if self.apart else []
 
 
 __all__ = ["COPIES", "DetectionCopies"]
