@@ -180,3 +180,17 @@ def test_a_detection_kept_apart_reads_a_copy_the_compute_stream_made(real):
     assert len(rig.pipe._copies.buffers) == 3
     # without it, the copy is the back stream's
     assert {e.stream for f in before.frames[2:] for e in f if e.name == "xp.copyto"} == {"back"}
+
+
+def test_a_detection_copy_buffer_is_made_on_the_stream_that_copies_into_it(real):
+    """The buffers a predicted frame's detection reads are made (zero-filled) on the stream whose
+    copy fills them, so the fill is ordered before the first copy, in both ways (on the GPU the
+    default's fill had once moved to the compute stream, unordered with the back stream's copy)."""
+    _, before = real
+    rig = lt.build_rig(1, SIZE, "real", detect_apart=True)
+    apart = lt.run(rig, 6)
+    for trace, stream in ((before, "back"), (apart, "compute")):
+        first = next(f for f in trace.frames if any(e.name == "xp.copyto" for e in f))
+        at = next(i for i, e in enumerate(first) if e.name == "xp.copyto")
+        made = [e.stream for e in first[:at] if e.kind == "alloc"]
+        assert made and made[-1] == first[at].stream == stream, (made, first[at].stream)
