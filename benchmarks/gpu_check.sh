@@ -163,6 +163,10 @@ for step in $steps; do
       # pipeline / a predicted frame's detection kept apart ($VCAM_DETECT_APART=1) / the back stream's
       # work on the front stream ($VCAM_BACK_STREAM=front), four streams then one (APART_SECONDS each).
       standins
+      # a primed start first (not recorded): the machine's first daemon pays its cold start (on
+      # 2026-12-07 the first run, today's path, published nothing past its first 10 frames in 15 s)
+      timeout 120 python3 -m benchmarks.latency_breakdown --model-dir $M --paced --streams 4 --compile off --faces 6 \
+        --seconds ${APART_PRIME_SECONDS:-8} --first 0 > /dev/null 2>&1 || true
       for v in base:VCAM_NONE=1 apart:VCAM_DETECT_APART=1 front:VCAM_BACK_STREAM=front; do
         for n in ${APART_STREAMS:-4 1}; do
           [ "$n" = 1 ] && [ "${v%%:*}" = front ] && continue
