@@ -16,7 +16,7 @@ Two ways (``apart``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,22 +27,24 @@ COPIES = 3
 
 class DetectionCopies:
     """The copies of one pipeline on ``ops`` (see the module docstring). :meth:`reset` at each
-    configure: the buffers are made at the first predicted frame after it."""
+    configure: the buffers are made at the first predicted frame after it. ``in_use``: the frames
+    detections still read (:meth:`DetectionPlanner.frames_in_use`); asked only ``apart``, which
+    writes none of them."""
 
-    def __init__(self, ops: Any, *, apart: bool = False) -> None:
+    def __init__(self, ops: Any, *, apart: bool = False, in_use: Callable[[], Sequence[Any]] = tuple) -> None:
         self.ops = ops
         self.apart = bool(apart)
+        self.in_use = in_use
         self.buffers: list[Any] = []
         self._copied: list[Any] = []
 
     def reset(self) -> None:
         self.buffers, self._copied = [], []
 
-    def make(self, img: Any, ready: Any, seen: Any, in_use: Sequence[Any] = ()) -> tuple[Any, Any]:
+    def make(self, img: Any, ready: Any, seen: Any) -> tuple[Any, Any]:
         """Copy ``img`` once the event ``ready`` (the whole frame converted) is reached; record
         ``seen`` after the copy (the paste-back waits for it). Returns the copy and the event the
-        detection's stream must wait for before it reads it (None: the copy is on that stream).
-        ``in_use``: the frames detections still read (``apart`` writes none of them)."""
+        detection's stream must wait for before it reads it (None: the copy is on that stream)."""
         ops = self.ops
         if not self.apart:
             with ops.back_stream():
@@ -53,7 +55,8 @@ class DetectionCopies:
             return self.buffers[0], None
         with ops.activate():
             self._make_buffers(img.shape, COPIES)
-            i = next(k for k, buf in enumerate(self.buffers) if not any(buf is b for b in in_use))
+            busy = self.in_use()
+            i = next(k for k, buf in enumerate(self.buffers) if not any(buf is b for b in busy))
             ops.wait(ready)
             ops.xp.copyto(self.buffers[i], img)
             ops.record(self._copied[i])

@@ -151,10 +151,6 @@ class Pipeline:
         #: The masks' and paste-back's per-frame structs from one parameter record per ring slot
         #: (:mod:`vcam.kernels.records`; a per-frame CUDA graph's groundwork, off: by value).
         self.param_records = bool(param_records)
-        #: A predicted frame's detection kept apart from the frame's own GPU work (issue 39's A/B;
-        #: :mod:`vcam.pipeline.detect_copies`): its copy on the compute stream, no host wait for a
-        #: pending detection (the planner keeps the next one instead).
-        self._copies = DetectionCopies(ops, apart=detect_apart)
         self.out_fmt = PixelFormat(out_fmt)
         self.face_filter = face_filter or select_all
         self.max_faces = int(max_faces)
@@ -168,6 +164,10 @@ class Pipeline:
         #: The detection schedule: which frames are swapped with predicted tracks (``[track] predict``)
         #: and when their detections are queued and applied (:mod:`vcam.pipeline.planner`).
         self.planner = DetectionPlanner(ops, tracker, predict=predict, patient=patient, wait_pending=not detect_apart)
+        #: A predicted frame's detection kept apart from the frame's own GPU work (issue 39's A/B;
+        #: :mod:`vcam.pipeline.detect_copies`): its copy on the compute stream, no host wait for a
+        #: pending detection (the planner keeps the next one instead).
+        self._copies = DetectionCopies(ops, apart=detect_apart, in_use=self.planner.frames_in_use)
         #: Move a predicted frame in two row bands (see the module docstring).
         self.band = bool(band)
         self.banded = 0  # frames moved in bands
@@ -431,7 +431,7 @@ class Pipeline:
         if not self.ops.concurrent:
             return work.img, None
         slot = work.slot
-        return self._copies.make(work.img, self._ready[slot], self._seen[slot], self.planner.frames_in_use())
+        return self._copies.make(work.img, self._ready[slot], self._seen[slot])
 
     def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
