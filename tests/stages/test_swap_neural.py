@@ -450,6 +450,7 @@ def test_warm_calls_the_network_once_for_one_face_and_the_assembly_asks_on_a_gpu
         cfg = SimpleNamespace(streams=())
         ops = swapper.ops
         detector = RetinaFaceDetector()
+        tracker = Tracker(detector)
         warmup = assemble.Assembly.warmup
 
     monkeypatch.delenv(assemble.WARM_SWAP_ENV, raising=False)

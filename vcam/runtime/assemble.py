@@ -279,6 +279,7 @@ class Assembly:
         self._warm.add((width, height))
         phase = Phases(self.device)
         self.ops.warmup()
+        self.tracker.warmup(self.ops.empty((height, width, 3)))  # the kernels of a track's look
         phase("kernels built")
         self.detector.warmup(height, width)
         if self.upscaler is not None:

@@ -239,6 +239,17 @@ class Tracker:
         self.last_matched: dict[int, Detection] = {}
         self.last_seq: int | None = None  # the frame the last_* fields describe
 
+    def warmup(self, frame_bgr: Any) -> None:
+        """Run a track's look (:func:`_patches`, :func:`_alike`) once on ``frame_bgr``, a frame of
+        the kind the frames will be (its content does not matter): on CUDA each CuPy kernel they
+        use is built at its first call (NVRTC, or CuPy's disk cache), so the first face a frame
+        misses would pay for it (on the H100, four streams of six faces stood still 0.55 s at the
+        first lost track, seven builds of 70-90 ms; the first detection applied: four more)."""
+        h, w = np.shape(frame_bgr)[:2]
+        for n in (1, 2):  # the looks of one face and of several (a reduction may pick its kernel by size)
+            looks = _patches(frame_bgr, np.tile([0.0, 0.0, w / 2.0, h / 2.0], (n, 1)))
+            _alike(looks[0], looks[-1])
+
     @property
     def tracks(self) -> list[Track]:
         """Live confirmed tracks, by id: what is swapped and counted. A new track is followed (its
