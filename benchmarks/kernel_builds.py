@@ -8,14 +8,15 @@ fresh machine pays the first applied detection's builds (the looks' gather) insi
 seconds. A start's warm-up (:meth:`vcam.runtime.assemble.Assembly.warmup`) builds them before the
 first frame; this measures what is left.
 
-In a fresh process (CuPy remembers the kernels it built): an assembly with the classic swapper (no
-weights), its warm-up as ``vcam run`` does it, then a clip of two real portraits (photographs) that
+In a fresh process (CuPy remembers the kernels it built): an assembly with the swapper asked (the
+classic one, no weights; or the inswapper's tiny stand-in, ``vcam models stand-in``, with the
+recogniser's), its warm-up as ``vcam run`` does it, then a clip of two real portraits (photographs) that
 leave the frame and come back, through a patient pipeline (every frame waits for its detection: a
 face that leaves is a lost track looked for again) and the daemon's (predicting, never waiting).
 Every build is counted with its kernel's name and time, by phase. On the CPU nothing is built: the
 run then shows the clip's scenario (faces lost and looked for again) and the tables' shape.
 
-    python -m benchmarks.kernel_builds [--device cuda] [--size 720p] [--json OUT.json]
+    python -m benchmarks.kernel_builds [--device cuda] [--swapper classic|inswapper_128] [--size 720p] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import contextlib
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,11 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import write_report
 from vcam.config_file import build as build_config
 from vcam.runtime.assemble import build as build_assembly
+from vcam.runtime.assemble import load_faces
 from vcam.stages.demo import compose, placement, portrait
-from vcam.stages.faces import face_from_image
 from vcam.state import RuntimeState
 from vcam.types import Frame, PixelFormat
 
+ASSETS = Path(__file__).resolve().parents[1] / "vcam" / "assets"
 SIZES = {"360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}
 #: The clip: faces in view for ``IN`` frames, gone for ``OUT``, back for ``IN`` (frames per phase).
 IN, OUT = 24, 10
@@ -121,16 +124,22 @@ def run_frames(pipe: Any, frames: list[np.ndarray], snap: Any, *, daemon: bool) 
     return {"frames": len(frames), "faces swapped": swapped, "tracks looked for again": looked}
 
 
-def measure(device: str, size: str) -> dict:
+def measure(device: str, size: str, swapper: str = "classic") -> dict:
     width, height = SIZES[size]
     builds: list[dict] = []
     phases: list[tuple[str, int]] = []
-    with counting_builds(builds) as counts:
-        cfg = build_config({"pipeline": {"device": device}, "swap": {"swapper": "classic"}})
+    with counting_builds(builds) as counts, tempfile.TemporaryDirectory() as models:
+        settings: dict[str, Any] = {"pipeline": {"device": device}, "swap": {"swapper": swapper}}
+        if swapper != "classic":
+            from vcam.models import standin
+
+            for name in (swapper, "arcface_w600k_r50"):
+                standin.write(name, models, tiny=True)
+            settings["models"] = {"dir": models}
+        cfg = build_config(settings)
         asm = build_assembly(cfg)
-        face = face_from_image(portrait("astronaut"), "astronaut", swappers=[asm.swapper], detector=asm.photo_detector)
         state = RuntimeState()
-        state.add_face(face, activate=True)
+        load_faces(asm, state, demo_input=False, source=str(ASSETS / "astronaut.jpg"))  # as `vcam run --face` does
         snap = state.snapshot()
         frames = clip(width, height)
         phases.append(("start (assembly, source face)", len(builds)))
@@ -143,7 +152,14 @@ def measure(device: str, size: str) -> dict:
         phases.append(("frames, patient", len(builds)))
         runs["daemon"] = run_frames(daemon, frames, snap, daemon=True)
         phases.append(("frames, daemon", len(builds)))
-    report: dict[str, Any] = {"device": device, "size": size, "counts builds": counts, "runs": runs, "phases": {}}
+    report: dict[str, Any] = {
+        "device": device,
+        "size": size,
+        "swapper": swapper,
+        "counts builds": counts,
+        "runs": runs,
+        "phases": {},
+    }
     start = 0
     for name, end in phases:
         got = builds[start:end]
@@ -160,10 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     ap.add_argument("--size", default="720p", choices=sorted(SIZES))
+    ap.add_argument("--swapper", default="classic", choices=("classic", "inswapper_128"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    report = measure(args.device, args.size)
-    print(f"CuPy kernel builds by phase, {args.device}, {args.size}" + ("" if report["counts builds"] else " (no CuPy: none)"))
+    report = measure(args.device, args.size, args.swapper)
+    print(
+        f"CuPy kernel builds by phase, {args.device}, {args.swapper}, {args.size}"
+        + ("" if report["counts builds"] else " (no CuPy: none)")
+    )
     print(f"  {'phase':32s} {'builds':>6s} {'ms':>8s}  kernels")
     for name, p in report["phases"].items():
         print(f"  {name:32s} {p['builds']:6d} {p['ms']:8.1f}  {', '.join(p['kernels'][:8])}")

@@ -3,7 +3,9 @@ each CuPy kernel is built at its first call in a process, 70-90 ms of the loop's
 H100 (a four-stream run stood still 0.55 s at the first track a frame missed). benchmarks/
 kernel_builds.py runs a real clip (two photographs that leave and come back) through the patient
 and the daemon's pipelines after ``Assembly.warmup``; on CUDA in a fresh process, so no kernel an
-earlier test built hides one."""
+earlier test built hides one. Both swappers: the network's path and the classic one (its colour
+fit, warp grid and local colour match: 13 builds, 2.75 s of a fresh H100's first face before
+``ClassicSwapper.warm``)."""
 
 from __future__ import annotations
 
@@ -36,10 +38,11 @@ def test_the_clip_has_two_faces_that_leave_and_come_back():
     ]
 
 
-def test_on_the_cpu_the_clip_loses_tracks_and_builds_nothing():
+@pytest.mark.parametrize("swapper", ["inswapper_128", "classic"])
+def test_on_the_cpu_the_clip_loses_tracks_and_builds_nothing(swapper):
     """The scenario the CUDA run counts in: faces swapped, then lost and looked for again (the path
     whose arithmetic built seven kernels at its first call), in both pipelines; no CuPy, no build."""
-    report = measure("cpu", "360p")
+    report = measure("cpu", "360p", swapper)
     assert report["counts builds"] is False
     for name, run in report["runs"].items():
         assert run["faces swapped"] >= 2 * 2 * (IN - 4), (name, run)  # two faces, all but the first frames
@@ -64,7 +67,8 @@ def test_the_counter_sees_a_build_and_restores_cupy():
 
 
 @pytest.mark.gpu
-def test_after_the_warm_up_the_gpu_frames_build_no_kernel(tmp_path):
+@pytest.mark.parametrize("swapper", ["inswapper_128", "classic"])
+def test_after_the_warm_up_the_gpu_frames_build_no_kernel(tmp_path, swapper):
     from vcam.ops import cuda_status
 
     ok, why = cuda_status()
@@ -73,7 +77,8 @@ def test_after_the_warm_up_the_gpu_frames_build_no_kernel(tmp_path):
 
         require("gpu", why)
     out = tmp_path / "builds.json"
-    cmd = [sys.executable, "-m", "benchmarks.kernel_builds", "--device", "cuda", "--size", "720p", "--json", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks.kernel_builds", "--device", "cuda", "--size", "720p", "--swapper", swapper]
+    cmd += ["--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     report = json.loads(out.read_text())

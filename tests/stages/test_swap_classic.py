@@ -117,6 +117,19 @@ def test_nothing_outside_the_face_region_is_pasted(ops, sources, target, mode):
     assert np.all(mask[0] <= host(ops, sw_g.mask) + 1e-6)
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_warmed_swapper_swaps_as_a_fresh_one(ops, sources, target, mode):
+    """``warm`` (the start's warm-up: every kernel built before the first face) swaps a grey face of
+    its own; the first real frame after it comes out exactly as from a swapper never warmed."""
+    frame, lms, mats = target
+    warmed = ClassicSwapper(ops=ops, **MODES[mode])
+    warmed.warm(3)
+    got, _, _ = _swap_and_paste(ops, warmed, frame, mats, sources["hopper"], lms)
+    want, _, _ = _swap_and_paste(ops, ClassicSwapper(ops=ops, **MODES[mode]), frame, mats, sources["hopper"], lms)
+    assert np.any(want != frame), "the face was not swapped"
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("mode", ["matched", "seamless"])
 def test_a_greyscale_target_stays_grey(ops, sources, target, mode):
     frame, lms, mats = target

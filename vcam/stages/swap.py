@@ -363,6 +363,24 @@ class ClassicSwapper(SwapperBase):
             latents[self.name + ".points"] = lms_big.astype(np.float32)
         return dataclasses.replace(face, latents=latents)
 
+    def warm(self, batch: int = 1) -> None:
+        """One swap and paste of ``batch`` faces on a grey frame now (a grey face aligned with the
+        template), in the load rather than in the first frame with a face: on CUDA, CuPy builds each
+        kernel at its first call (the colour fit, the warp grid, the paste, the local colour
+        match's array arithmetic: 13 builds, 2.75 s of the first face's frame on a fresh H100,
+        ``benchmarks/kernel_builds.py``). The rows are left to the face, which the next frame's
+        faces replace as any change of face does."""
+        n = max(1, min(int(batch), self.max_faces))
+        s = self.crop_size
+        grey = np.tile(np.linspace(60, 200, s, dtype=np.float32)[None, :, None], (s, 1, 3)).astype(np.uint8)
+        face = SourceFace("warm-up", grey)
+        frame = self.ops.empty((2 * s, 2 * s, 3), np.uint8)
+        mats = np.tile(np.array([[1.0, 0.0, -s / 2], [0.0, 1.0, -s / 2]]), (n, 1, 1))  # crop from frame
+        landmarks = np.tile(TEMPLATES[self.template] * s + s / 2, (n, 1, 1))  # the template, in the frame
+        crops, mask = self.swap_batch([(frame, mats)], face)
+        self.paste(frame, crops, mats, mask, n, sources=face, landmarks=landmarks)
+        self.ops.synchronize()
+
     def _prepared(self, face: SourceFace) -> SourceFace:
         lat = face.latents
         s = self.crop_size
