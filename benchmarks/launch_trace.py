@@ -394,7 +394,6 @@ def build_rig(
     band: bool = True,
     streams: int = 1,
     records: bool = False,
-    detect_apart: bool = False,
 ) -> Rig:
     """The pipeline ``vcam run`` builds on CUDA (RetinaFace on the trace, the inswapper's inputs and
     outputs on a :class:`StaticEngine`, box and face masks, NV12 in, I420 out, predicted frames in
@@ -466,7 +465,6 @@ def build_rig(
             band=band,
             max_faces=8,
             param_records=records,
-            detect_apart=detect_apart,
         )
         pipe.configure(width, height, PixelFormat.NV12)
         for img in pipe._bgr:  # what the conversion kernels (recorded, not run) would have written
@@ -600,15 +598,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracker", choices=("real", "fixed"), default="real")
     ap.add_argument("--no-band", action="store_true")
     ap.add_argument("--records", action="store_true", help="the per-frame structs from parameter records (vcam.kernels.records)")
-    ap.add_argument(
-        "--detect-apart", action="store_true", help="the predicted frames' detections kept apart (Pipeline(detect_apart=True))"
-    )
     ap.add_argument("--streams", type=int, default=1, help="pipelines of one daemon, run round by round")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    rig = build_rig(
-        a.faces, _size(a.size), a.tracker, band=not a.no_band, streams=a.streams, records=a.records, detect_apart=a.detect_apart
-    )
+    rig = build_rig(a.faces, _size(a.size), a.tracker, band=not a.no_band, streams=a.streams, records=a.records)
     s = summary(run(rig, a.frames), ring=rig.pipe.ring)
     unit = "frame" if a.streams == 1 else f"round of {a.streams} streams"
     print(

@@ -83,16 +83,3 @@ def test_make_ops_spins_only_when_asked(fake_cupy, monkeypatch):
     assert make_ops("cuda").sleep_waits is True
     monkeypatch.setenv("VCAM_SPIN_WAITS", "1")
     assert make_ops("cuda").sleep_waits is False
-
-
-def test_the_back_stream_is_its_own_lowest_priority_stream_unless_asked_onto_the_front(fake_cupy, monkeypatch):
-    """The predicted frames' detections queue on the back stream, its own stream of the lowest
-    priority; ``$VCAM_BACK_STREAM=front`` (issue 39's A/B) puts them on the front stream."""
-    from vcam.ops import make_ops
-
-    monkeypatch.delenv("VCAM_BACK_STREAM", raising=False)
-    ops = make_ops("cuda")
-    assert ops.back is not ops.front and ops.back is not ops.compute
-    monkeypatch.setenv("VCAM_BACK_STREAM", "front")
-    ops = make_ops("cuda")
-    assert ops.back is ops.front and ops.compute is not ops.front

@@ -158,39 +158,12 @@ def test_four_streams_of_six_faces_swap_their_24_faces_in_one_call_a_round():
     assert [e.name for e in trace.frames[-1]].count("swapper") == 1
 
 
-def test_a_detection_kept_apart_reads_a_copy_the_compute_stream_made(real):
-    """``Pipeline(detect_apart=True)`` (issue 39's A/B, ``$VCAM_DETECT_APART``): a predicted frame's
-    copy for its detection is made on the compute stream, in order before its paste-back (which
-    then waits for nothing the back stream does), into one of three buffers made once; the
-    detection itself stays on the back stream, and every frame is swapped as without it."""
-    rig = lt.build_rig(1, SIZE, "real", detect_apart=True)
-    trace = lt.run(rig, 24)
-    _, before = real
-    assert trace.faces == before.faces == [1] * 24
-    assert rig.pipe.predicted >= 22
-    for frame in trace.frames[2:]:
-        copies = [e.stream for e in frame if e.name == "xp.copyto"]
-        assert copies == ["compute"], copies
-        assert {e.stream for e in frame if e.name == "detector"} == {"back"}
-        assert not [e for e in frame if e.kind == "alloc"], "a steady frame allocates nothing"
-        assert [e.name for e in frame if e.kind == "host_wait"] == ["download"]
-        # the back stream records nothing the compute stream waits for: its only waits are its own
-        back = [e.kind for e in frame if e.stream == "back"]
-        assert "wait" in back  # for the copy, before the detection reads it
-    assert len(rig.pipe._copies.buffers) == 3
-    # without it, the copy is the back stream's
-    assert {e.stream for f in before.frames[2:] for e in f if e.name == "xp.copyto"} == {"back"}
-
-
 def test_a_detection_copy_buffer_is_made_on_the_stream_that_copies_into_it(real):
-    """The buffers a predicted frame's detection reads are made (zero-filled) on the stream whose
-    copy fills them, so the fill is ordered before the first copy, in both ways (on the GPU the
-    default's fill had once moved to the compute stream, unordered with the back stream's copy)."""
-    _, before = real
-    rig = lt.build_rig(1, SIZE, "real", detect_apart=True)
-    apart = lt.run(rig, 6)
-    for trace, stream in ((before, "back"), (apart, "compute")):
-        first = next(f for f in trace.frames if any(e.name == "xp.copyto" for e in f))
-        at = next(i for i, e in enumerate(first) if e.name == "xp.copyto")
-        made = [e.stream for e in first[:at] if e.kind == "alloc"]
-        assert made and made[-1] == first[at].stream == stream, (made, first[at].stream)
+    """The buffer a predicted frame's detection reads is made (zero-filled) on the back stream, whose
+    copy fills it, so the fill is ordered before the first copy (on the GPU a refactor once moved the
+    fill to the compute stream, unordered with the back stream's copy)."""
+    _, trace = real
+    first = next(f for f in trace.frames if any(e.name == "xp.copyto" for e in f))
+    at = next(i for i, e in enumerate(first) if e.name == "xp.copyto")
+    made = [e.stream for e in first[:at] if e.kind == "alloc"]
+    assert made and made[-1] == first[at].stream == "back", (made, first[at].stream)

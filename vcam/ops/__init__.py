@@ -65,17 +65,11 @@ def cuda_gpu_found(
 
 def make_ops(device: str) -> Ops:
     """The ops for ``"cpu"`` or ``"cuda"`` (DeviceError when CUDA cannot run here). ``$VCAM_SPIN_WAITS=1``:
-    CUDA host waits spin instead of sleeping (the A/B measurement of issue 43 only);
-    ``$VCAM_BACK_STREAM=front``: the predicted frames' detections queue on the front stream, at its
-    priority, instead of the lowest-priority back stream (an A/B of issue 39's four streams of six
-    faces, where the swaps fill the GPU)."""
+    CUDA host waits spin instead of sleeping (the A/B measurement of issue 43 only)."""
     if device == "cuda":
         from vcam.ops.cuda import CudaOps
 
-        return CudaOps(
-            sleep_waits=os.environ.get("VCAM_SPIN_WAITS", "") != "1",
-            back_on_front=os.environ.get("VCAM_BACK_STREAM", "") == "front",
-        )
+        return CudaOps(sleep_waits=os.environ.get("VCAM_SPIN_WAITS", "") != "1")
     from vcam.ops.numpy import NumpyOps
 
     return NumpyOps()

@@ -415,7 +415,7 @@ class CudaOps:
     #: Calls queue work and return: the host may prepare the next frame while the GPU runs this one.
     concurrent = True
 
-    def __init__(self, *, sleep_waits: bool = True, back_on_front: bool = False) -> None:
+    def __init__(self, *, sleep_waits: bool = True) -> None:
         #: Host waits sleep (blocking-sync events) rather than spin (see the module docstring).
         self.sleep_waits = bool(sleep_waits)
         try:
@@ -440,8 +440,7 @@ class CudaOps:
         middle = max(greatest, least - 1)
         self.stream = self.compute = cupy.cuda.Stream(non_blocking=True, priority=middle)
         self.front = cupy.cuda.Stream(non_blocking=True, priority=greatest)
-        # back_on_front: the back stream's work goes on the front stream (an A/B: make_ops)
-        self.back = self.front if back_on_front else cupy.cuda.Stream(non_blocking=True, priority=least)
+        self.back = cupy.cuda.Stream(non_blocking=True, priority=least)
         self.copy_in = cupy.cuda.Stream(non_blocking=True)
         self.copy = cupy.cuda.Stream(non_blocking=True)  # downloads
         self.transfers = Transfers()

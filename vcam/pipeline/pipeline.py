@@ -40,7 +40,6 @@ from vcam.errors import InputError
 from vcam.kernels import convert
 from vcam.kernels.convert import frame_shape
 from vcam.kernels.records import recording
-from vcam.pipeline.detect_copies import DetectionCopies
 from vcam.pipeline.parts import FaceFilter, output_size, select_all
 from vcam.pipeline.planner import Band, DetectionPlanner
 from vcam.stages.swap import paste_faces
@@ -128,7 +127,6 @@ class Pipeline:
         degradable: bool = True,
         upscale_budget: float = 0.0,
         param_records: bool = False,
-        detect_apart: bool = False,
     ) -> None:
         self.ops = ops
         self.tracker = tracker
@@ -163,11 +161,7 @@ class Pipeline:
         self.last_tracks: list[Track] = []
         #: The detection schedule: which frames are swapped with predicted tracks (``[track] predict``)
         #: and when their detections are queued and applied (:mod:`vcam.pipeline.planner`).
-        self.planner = DetectionPlanner(ops, tracker, predict=predict, patient=patient, wait_pending=not detect_apart)
-        #: A predicted frame's detection kept apart from the frame's own GPU work (issue 39's A/B;
-        #: :mod:`vcam.pipeline.detect_copies`): its copy on the compute stream, no host wait for a
-        #: pending detection (the planner keeps the next one instead).
-        self._copies = DetectionCopies(ops, apart=detect_apart, in_use=self.planner.frames_in_use)
+        self.planner = DetectionPlanner(ops, tracker, predict=predict, patient=patient)
         #: Move a predicted frame in two row bands (see the module docstring).
         self.band = bool(band)
         self.banded = 0  # frames moved in bands
@@ -219,7 +213,7 @@ class Pipeline:
         # stream's copy of it: the paste-back waits for that); ``_free``, the compute stream is done
         # with it (reusable).
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
-        self._copies.reset()  # the detections' copies (vcam.pipeline.detect_copies)
+        self._det_frame: Any = None  # see _copy_for_detection
         self._ready = [ops.event() for _ in range(self.ring)]
         self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
         self._seen = [ops.event() for _ in range(self.ring)]
@@ -423,15 +417,20 @@ class Pipeline:
             self._plan(self.planner.next_seq)
         return True
 
-    def _copy_for_detection(self, work: Work) -> tuple[Any, Any]:
-        """The frame a predicted frame's detection reads (:meth:`DetectionPlanner.queue`) and the
-        event its stream waits for first (or None). On CUDA, a copy made once the frame is converted
-        (:class:`~vcam.pipeline.detect_copies.DetectionCopies`): the paste-back waits for that copy
+    def _copy_for_detection(self, work: Work) -> Any:
+        """The frame a predicted frame's detection reads (:meth:`DetectionPlanner.queue`). On CUDA, a copy
+        made on the back stream once the frame is converted: the paste-back waits for that copy
         (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself."""
-        if not self.ops.concurrent:
-            return work.img, None
-        slot = work.slot
-        return self._copies.make(work.img, self._ready[slot], self._seen[slot])
+        ops = self.ops
+        if not ops.concurrent:
+            return work.img
+        with ops.back_stream():
+            ops.wait(self._ready[work.slot])
+            if self._det_frame is None:  # once per configure(), at the first predicted frame
+                self._det_frame = ops.empty(work.img.shape, np.uint8)
+            ops.xp.copyto(self._det_frame, work.img)
+            ops.record(self._seen[work.slot])
+        return self._det_frame
 
     def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,
@@ -446,9 +445,9 @@ class Pipeline:
         clock = self._clocks[slot]
         on = desk_stages(self.stages_on if self.degradable else {}, work.settings)
         self._convert_rest(work)  # a banded frame: the rows outside the band, beside the swap
-        detect = copied = None
+        detect = None
         if work.detect_later:
-            detect, copied = self._copy_for_detection(work)
+            detect = self._copy_for_detection(work)
             if not ops.concurrent:  # the CPU runs in order: the detection reads the frame before the paste
                 self.planner.queue(work.stats.seq, detect)
                 detect = None
@@ -495,7 +494,7 @@ class Pipeline:
             ops.record(self._free[slot])
             self.io.download(slot, None if work.band is None else [work.band])
         if detect is not None:  # queued after this frame's GPU work, so the host queues that first
-            self.planner.leave(work, detect, copied)
+            self.planner.leave(work, detect)
             if detect_now:
                 self.planner.launch()
         self._pending[slot] = stats

@@ -43,16 +43,9 @@ class DetectionPlanner:
     ``predict`` needs a tracker with ``confident``/``predict``/``launch``/``complete`` (see
     :mod:`vcam.stages.track`); without them it stays off."""
 
-    def __init__(
-        self, ops: Ops, tracker: FaceTracker, *, predict: bool = False, patient: bool = True, wait_pending: bool = True
-    ) -> None:
+    def __init__(self, ops: Ops, tracker: FaceTracker, *, predict: bool = False, patient: bool = True) -> None:
         self.ops = ops
         self.tracker = tracker
-        #: :meth:`launch` waits for a pending detection before it queues the next. Off (not patient
-        #: only: the pipeline's ``detect_apart``): the next is kept instead, and queued by
-        #: :meth:`settle` once the pending one arrived, or replaced by a newer frame's (counted in
-        #: :attr:`skipped`), so the host never waits for a detection the GPU has not got to.
-        self.wait_pending = bool(wait_pending) or bool(patient)
         self.predict = bool(predict) and all(hasattr(tracker, m) for m in ("confident", "predict", "launch", "complete"))
         #: Wait for a pending detection before a frame, and predict only confident frames.
         self.patient = bool(patient)
@@ -61,11 +54,8 @@ class DetectionPlanner:
         self.skipped = 0  # predicted frames whose detection a newer frame's replaced (not patient)
         #: The tracker step of the frame before, applied at the next frame.
         self.step: Any = None
-        #: (the frame's work, the frame its detection reads, the event the back stream waits for
-        #: before reading it, or None) that :meth:`leave` kept for :meth:`launch`.
-        self.later: tuple[Any, Any, Any] | None = None
-        #: The frame the pending detection (:attr:`step`) reads, as :meth:`queue` gave it.
-        self.reading: Any = None
+        #: (the frame's work, the frame its detection reads) that :meth:`leave` kept for :meth:`launch`.
+        self.later: tuple[Any, Any] | None = None
         #: The next frame's plan, worked out while the daemon waits for it: (seq, tracks or None, band).
         #: Dropped whenever the tracker moves on.
         self.planned: tuple[int, list[Track] | None, Band] | None = None
@@ -137,38 +127,26 @@ class DetectionPlanner:
             self.planned = None
             self.tracker.complete(step)
 
-    def queue(self, seq: int, frame: Any, ready: Any = None) -> None:
-        """Queue the detection of predicted frame ``seq`` (reading ``frame``, once the event ``ready``
-        is reached where one is given) on the back stream (lowest priority: it takes what the swap
-        leaves of the GPU); the pending one is applied first (waiting for it)."""
+    def queue(self, seq: int, frame: Any) -> None:
+        """Queue the detection of predicted frame ``seq`` (reading ``frame``) on the back stream
+        (lowest priority: it takes what the swap leaves of the GPU); the pending one is applied
+        first (waiting for it)."""
         self.apply()
         with self.ops.back_stream():
-            if ready is not None:
-                self.ops.wait(ready)
             self.step = self.tracker.launch(frame, seq, deferred=True)
-        self.reading = frame
 
-    def leave(self, work: Any, frame: Any, ready: Any = None) -> None:
+    def leave(self, work: Any, frame: Any) -> None:
         """Keep a predicted frame's detection for :meth:`launch` (not patient: an older one not
-        queued yet is dropped, its frame's copy overwritten); ``ready``: see :meth:`queue`."""
+        queued yet is dropped, its frame's copy overwritten)."""
         if self.later is not None:
             self.skipped += 1
-        self.later = (work, frame, ready)
+        self.later = (work, frame)
 
     def launch(self) -> None:
-        """Queue the detection :meth:`leave` kept; nothing when there is none. Without
-        :attr:`wait_pending`, nothing either while the detection before it is still pending."""
+        """Queue the detection :meth:`leave` kept; nothing when there is none."""
         if self.later is not None:
-            if not self.wait_pending and self.step is not None and not arrived(self.step):
-                return  # settle() queues it once the pending one arrived (or a newer frame replaces it)
-            (work, frame, ready), self.later = self.later, None
-            self.queue(work.stats.seq, frame, ready)
-
-    def frames_in_use(self) -> tuple[Any, ...]:
-        """The frames a detection still reads or will read: the pending one's and the kept one's."""
-        pending = self.reading if self.step is not None else None
-        kept = self.later[1] if self.later is not None else None
-        return tuple(f for f in (pending, kept) if f is not None)
+            (work, frame), self.later = self.later, None
+            self.queue(work.stats.seq, frame)
 
     def settle(self) -> bool:
         """Apply the detection of the last predicted frame if it has arrived (never waits). True when
@@ -180,18 +158,12 @@ class DetectionPlanner:
             self.step, self.planned = None, None
             self.tracker.complete(step)
             self.settled += 1
-        if self.later is not None and not self.wait_pending:
-            self.launch()  # the detection kept while the one before was pending (nothing to wait for)
-            return False
         return True
 
     def restart(self) -> None:
         """Forget the scene (after a pause): the pending detection applied, every track dropped, so
         the next frame is detected afresh."""
-        if self.wait_pending:
-            self.launch()
-        else:
-            self.later = None  # not queued yet: nothing of the old scene to wait for
+        self.launch()
         self.apply()
         self.planned = None
         reset = getattr(self.tracker, "reset", None)  # a fixed tracker (the bench's) has nothing to forget

@@ -104,12 +104,6 @@ def plan(cfg: Config) -> tuple[str, str, list[Placement]]:
 #: in a thread beside the detector's first capture was measured and taken out (H100, 1080p clip,
 #: 2026-12-06): first GPU frame 2.87 / 2.82 s one stream, 3.28 / 3.26 s four: no gain.
 WARM_SWAP_ENV = "VCAM_WARM_SWAP"
-#: ``=1``: the pipelines keep a predicted frame's detection apart from the frames' GPU work
-#: (``Pipeline(detect_apart=True)``: its copy on the compute stream, no host wait for a pending
-#: detection). An A/B of issue 39's four streams of six faces, off until measured on a GPU: there
-#: every frame's paste-back waited for its copy on the shared back stream, queued behind the other
-#: streams' detections at the lowest priority while the swaps filled the GPU.
-DETECT_APART_ENV = "VCAM_DETECT_APART"
 
 
 @dataclass
@@ -243,7 +237,6 @@ class Assembly:
             band=self.cfg.pipeline.band,
             degradable=degradable,
             upscale_budget=upscale_budget,
-            detect_apart=os.environ.get(DETECT_APART_ENV, "") == "1",
         )
         if width and height and in_fmt is not None:
             pipeline.configure(width, height, in_fmt)
