@@ -368,9 +368,16 @@ class ClassicSwapper(SwapperBase):
         template), in the load rather than in the first frame with a face: on CUDA, CuPy builds each
         kernel at its first call (the colour fit, the warp grid, the paste, the local colour
         match's array arithmetic: 13 builds, 2.75 s of the first face's frame on a fresh H100,
-        ``benchmarks/kernel_builds.py``). The rows are left to the face, which the next frame's
-        faces replace as any change of face does."""
-        n = max(1, min(int(batch), self.max_faces))
+        ``benchmarks/kernel_builds.py``). One face and two or more (``batch``), each once: CuPy's
+        element-wise kernels are built per number of dimensions, and one face's arrays have fewer
+        once its size-1 axes are merged (two faces after a one-face warm-up built two more, 184 ms).
+        The rows are left to the face, which the next frame's faces replace as any change of face does."""
+        for n in sorted({1, max(2, min(int(batch), self.max_faces))}):
+            if n <= self.max_faces:
+                self._warm_once(n)
+        self.ops.synchronize()
+
+    def _warm_once(self, n: int) -> None:
         s = self.crop_size
         grey = np.tile(np.linspace(60, 200, s, dtype=np.float32)[None, :, None], (s, 1, 3)).astype(np.uint8)
         face = SourceFace("warm-up", grey)
@@ -379,7 +386,6 @@ class ClassicSwapper(SwapperBase):
         landmarks = np.tile(TEMPLATES[self.template] * s + s / 2, (n, 1, 1))  # the template, in the frame
         crops, mask = self.swap_batch([(frame, mats)], face)
         self.paste(frame, crops, mats, mask, n, sources=face, landmarks=landmarks)
-        self.ops.synchronize()
 
     def _prepared(self, face: SourceFace) -> SourceFace:
         lat = face.latents
