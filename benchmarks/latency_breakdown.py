@@ -214,13 +214,20 @@ def main() -> None:
     print("frames per round: " + ", ".join(f"{k}: {int(c)} rounds" for k, c in enumerate(sizes) if c and k))
     scans = [m for m in rows if m.get("full_scan")]
     print(f"frames whose tracker step was a full scan: {len(scans)} of {len(rows)}")
-    print("the slowest frames, ms per phase (" + ", ".join(PHASES) + "), full scan:")
+    # when each was captured, from the first timed frame's capture (where to put --gpu-window-at: on
+    # 2026-12-07 a 6.8-s stall of four streams of six was outside the window at 12 s)
+    t_first = min(m["capture"] for m in rows)
+    print("the slowest frames, ms per phase (" + ", ".join(PHASES) + "), full scan, captured at (s into the run):")
+    slowest = []
     for i in np.argsort(total)[::-1][:6]:
         m, prev_t, parts = rows[i], rows[i]["capture"], []
         for ph in PHASES:
             parts.append(f"{(m[ph] - prev_t) * 1e3:6.2f}")
             prev_t = m[ph]
-        print(f"  {total[i]:7.2f}: " + " ".join(parts) + f"  {'yes' if m.get('full_scan') else 'no'}")
+        at = m["capture"] - t_first
+        slowest.append({"ms": float(total[i]), "at_s": float(at)})
+        print(f"  {total[i]:7.2f}: " + " ".join(parts) + f"  {'yes' if m.get('full_scan') else 'no':3s}  at {at:6.2f} s")
+    result["slowest frames"] = slowest
     print("device stage times (CUDA events), median ms:")
     for name in stages[-1] if stages else ():
         vals = [x[name] * 1e3 for x in stages[10:] if name in x]

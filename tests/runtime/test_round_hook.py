@@ -62,3 +62,8 @@ def test_latency_breakdown_reports_host_cpu_per_frame(tmp_path):
         for key in ("host CPU ms per frame p50", "host CPU ms per frame p99", "host CPU ms gathered->finished p50"):
             assert got[key] > 0, (key, got)
         assert got["host CPU ms per frame p50"] <= got["host CPU ms per frame p99"]
+        # the slowest frames say when they were captured, within the timed run, slowest first
+        slow = got["slowest frames"]
+        assert slow and all(0.0 <= f["at_s"] <= 5.0 for f in slow), slow  # a 2-s run
+        assert [f["ms"] for f in slow] == sorted((f["ms"] for f in slow), reverse=True)
+        assert "at " in res.stdout.split("the slowest frames")[1]
