@@ -39,7 +39,7 @@ from benchmarks import write_report
 from vcam.config_file import build as build_config
 from vcam.runtime.assemble import build as build_assembly
 from vcam.runtime.assemble import load_faces
-from vcam.stages.demo import compose, placement, portrait
+from vcam.stages.demo import gradient, group_frame
 from vcam.state import RuntimeState
 from vcam.types import Frame, PixelFormat
 
@@ -77,20 +77,12 @@ def counting_builds(builds: list[dict]) -> Iterator[bool]:
 
 
 def clip(width: int, height: int) -> list[np.ndarray]:
-    """Two portraits drifting right, then an empty room, then the two again (BGR uint8 frames)."""
-    faces = [portrait("grace_hopper"), portrait("astronaut")]
-    anchors = [(img.shape[1] / 2, img.shape[0] * 0.45) for img in faces]
-    scales = [0.35 * height / 360, 0.8 * height / 360]  # faces of about the same size (the astronaut's is small in hers)
-    out = []
-    for i in range(2 * IN + OUT):
-        if IN <= i < IN + OUT:
-            out.append(compose((width, height), [], (90, 90, 90)))
-            continue
-        dx = 2.0 * (i % IN)
-        spots = [(0.3 * width + dx, 0.5 * height), (0.7 * width + dx, 0.5 * height)]
-        items = [(img, placement(a, s, k, 0.0)) for img, a, s, k in zip(faces, anchors, spots, scales)]
-        out.append(compose((width, height), items, (90, 90, 90)))
-    return out
+    """The demo's two drifting portraits (:func:`~vcam.stages.demo.group_frame`), then the empty
+    room for ``OUT`` frames, then the two again (BGR uint8 frames)."""
+    room = gradient(width, height)
+    return [
+        room.copy() if IN <= i < IN + OUT else group_frame(width, height, 2, i, IN, background=room) for i in range(2 * IN + OUT)
+    ]
 
 
 def run_frames(pipe: Any, frames: list[np.ndarray], snap: Any, *, daemon: bool) -> dict:
