@@ -167,3 +167,31 @@ def test_a_detection_copy_buffer_is_made_on_the_stream_that_copies_into_it(real)
     at = next(i for i, e in enumerate(first) if e.name == "xp.copyto")
     made = [e.stream for e in first[:at] if e.kind == "alloc"]
     assert made and made[-1] == first[at].stream == "back", (made, first[at].stream)
+
+
+def test_predicted_frames_copy_for_their_detection_into_two_buffers_in_turn(real):
+    """A detection not yet applied when the next predicted frame is copied keeps its own frame: the
+    copies alternate between two buffers, so the tracks' looks it reads are of its frame, not the
+    next one's (a single buffer was overwritten first)."""
+    _, trace = real
+    dest = [e.key[0][1] for f in trace.frames for e in f if e.name == "xp.copyto" and e.stream == "back"]
+    assert len(dest) >= 20 and len(set(dest)) == 2
+    assert all(a != b for a, b in zip(dest, dest[1:]))
+
+
+def test_the_planner_applies_a_detection_on_the_front_stream(real):
+    """The looks a detection's tracks take (a gather from its frame) and the look-alike checks of
+    later frames that read them queue on one stream, the front one; none on the GPU's legacy null
+    stream, which is not ordered with the others."""
+    rig = lt.build_rig(1, SIZE, "real")
+    seen: list[str] = []
+    complete = rig.pipe.tracker.complete
+
+    def spy(step):
+        seen.append(rig.ops.stream)
+        return complete(step)
+
+    rig.pipe.tracker.complete = spy
+    lt.run(rig, 12)
+    assert rig.pipe.predicted >= 10 and len(seen) >= 10
+    assert set(seen) == {"front"}

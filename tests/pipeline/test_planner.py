@@ -20,6 +20,9 @@ class Ops:
         self.log.append("back")
         yield
 
+    def front_stream(self):
+        return contextlib.nullcontext()
+
 
 class Step:
     def __init__(self, frame, seq):
@@ -81,3 +84,37 @@ def test_a_restart_queues_and_applies_the_kept_detection_then_forgets_the_scene(
     plan.restart()
     assert [s.seq for s in tracker.launched] == [1] and tracker.applied == [1] and tracker.resets == 1
     assert plan.step is None and plan.later is None
+
+
+def test_a_detection_is_applied_on_the_front_stream_whoever_asks():
+    """settle(), a restart and the queueing of the next detection all apply on the front stream,
+    where the tracker's looks of the applied tracks are read (see Pipeline._copy_for_detection)."""
+
+    class StreamOps(Ops):
+        def __init__(self):
+            super().__init__()
+            self.stream = "null"
+
+        @contextlib.contextmanager
+        def front_stream(self):
+            before, self.stream = self.stream, "front"
+            try:
+                yield
+            finally:
+                self.stream = before
+
+    ops, tracker = StreamOps(), Tracker()
+    at: list[str] = []
+    complete = tracker.complete
+    tracker.complete = lambda step: (at.append(ops.stream), complete(step))[1]
+    plan = DetectionPlanner(ops, tracker, predict=True, patient=False)
+    plan.leave(work(1), "f1")
+    plan.launch()
+    tracker.launched[-1].arrived = True
+    assert plan.settle()  # applied by settle
+    plan.leave(work(2), "f2")
+    plan.launch()
+    plan.leave(work(3), "f3")
+    plan.launch()  # 2 applied before 3 is queued
+    plan.restart()  # 3 applied
+    assert tracker.applied == [1, 2, 3] and at == ["front"] * 3

@@ -213,7 +213,8 @@ class Pipeline:
         # stream's copy of it: the paste-back waits for that); ``_free``, the compute stream is done
         # with it (reusable).
         self._bgr = [ops.empty((height, width, 3), np.uint8) for _ in range(self.ring)]
-        self._det_frame: Any = None  # see _copy_for_detection
+        self._det_frames: list[Any] = []  # see _copy_for_detection
+        self._det_turn = 0
         self._ready = [ops.event() for _ in range(self.ring)]
         self._band_ready = [ops.event() for _ in range(self.ring)]  # a banded frame's band is converted
         self._seen = [ops.event() for _ in range(self.ring)]
@@ -420,17 +421,24 @@ class Pipeline:
     def _copy_for_detection(self, work: Work) -> Any:
         """The frame a predicted frame's detection reads (:meth:`DetectionPlanner.queue`). On CUDA, a copy
         made on the back stream once the frame is converted: the paste-back waits for that copy
-        (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself."""
+        (``_seen``), not for the detection. On the CPU, which runs in order, the frame itself.
+
+        Two copies, in turn: a detection that has not arrived by the next frame is applied (its
+        tracks' looks read from its copy) after that frame's copy was made, which one buffer would
+        have overwritten. The looks are read on the front stream (the planner applies detections
+        there), and a copy waits for its frame's conversion there (``_ready``), queued after every
+        look read before it."""
         ops = self.ops
         if not ops.concurrent:
             return work.img
         with ops.back_stream():
             ops.wait(self._ready[work.slot])
-            if self._det_frame is None:  # once per configure(), at the first predicted frame
-                self._det_frame = ops.empty(work.img.shape, np.uint8)
-            ops.xp.copyto(self._det_frame, work.img)
+            if not self._det_frames:  # once per configure(), at the first predicted frame
+                self._det_frames = [ops.empty(work.img.shape, np.uint8) for _ in range(2)]
+            turn = self._det_turn = (self._det_turn + 1) % 2
+            ops.xp.copyto(self._det_frames[turn], work.img)
             ops.record(self._seen[work.slot])
-        return self._det_frame
+        return self._det_frames[turn]
 
     def finish(self, work: Work, crops: Any, mask: Any, *, detect_now: bool = True) -> int:
         """The stages after the swap for ``work`` (its ``crops``/``mask`` rows of the swap): masks,

@@ -125,6 +125,13 @@ class DetectionPlanner:
         if self.step is not None:
             step, self.step = self.step, None
             self.planned = None
+            self._complete(step)
+
+    def _complete(self, step: Any) -> None:
+        """Apply ``step`` on the front stream: the tracks' looks it reads from the detection's frame
+        (a copy the back stream made) and the look-alike checks of later frames, which read them,
+        queue in one order there (see :meth:`Pipeline._copy_for_detection`)."""
+        with self.ops.front_stream():
             self.tracker.complete(step)
 
     def queue(self, seq: int, frame: Any) -> None:
@@ -156,7 +163,7 @@ class DetectionPlanner:
             if not arrived(step):
                 return False
             self.step, self.planned = None, None
-            self.tracker.complete(step)
+            self._complete(step)
             self.settled += 1
         return True
 
