@@ -730,3 +730,95 @@ def test_a_predicted_frame_is_published_before_its_detection_is_queued(media, de
             assert order[("published", seq)] < order[("detection", seq)], events
         else:
             assert order[("detection", seq)] < order[("published", seq)], events
+
+
+def _slow_opens(monkeypatch, seconds: float, fail: str | None = None):
+    """``capture.open_source`` made ``seconds`` slower (a camera's or a probe's wait, the GIL let
+    go), recording when each opening began and ended, and raising for the input named ``fail``."""
+    import threading
+
+    from vcam.errors import InputError
+    from vcam.stages import capture
+
+    spans: dict[str, tuple[float, float, str]] = {}
+    real = capture.open_source
+
+    def slow(cfg, **kwargs):
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        if fail is not None and cfg.input.endswith(fail):
+            raise InputError(f"input not found: {cfg.input}", hint="check the path")
+        src = real(cfg, **kwargs)
+        spans[cfg.input] = (t0, time.perf_counter(), threading.current_thread().name)
+        return src
+
+    monkeypatch.setattr(capture, "open_source", slow)
+    return spans
+
+
+def test_the_streams_sources_open_at_once_and_are_closed_in_reverse_with_the_rest(media, monkeypatch):
+    """Issue 39: four sources opened one after another held a four-stream start 0.4 s before its
+    models began to load (the H200's host); they open at once now, each in its own thread, and the
+    run is the same (every frame of each stream out, each source closed at the end)."""
+    photo, clip = media
+    spans = _slow_opens(monkeypatch, 0.3)
+    copies = []
+    for k in range(3):  # three files: no two streams may read one
+        copy = clip.with_name(f"clip{k}.mp4")
+        copy.write_bytes(clip.read_bytes())
+        copies.append(copy)
+    cfg = _cfg([{"name": f"s{k}", "input": str(p), "output": "null", "face": str(photo)} for k, p in enumerate(copies)])
+    closed = _closes(monkeypatch)
+    recs = {f"s{k}": Recorder() for k in range(3)}
+    daemon = Daemon(cfg, outputs=recs, control=False)
+    daemon.run(max_frames=6)
+    assert len(spans) == 3 and len({name for _, _, name in spans.values()}) == 3
+    began, ended = max(s[0] for s in spans.values()), min(s[1] for s in spans.values())
+    assert began < ended, "the openings did not overlap"
+    assert [daemon.summaries[n].frames_out for n in recs] == [6, 6, 6]
+    assert sorted(closed) == sorted(str(p) for p in copies)
+
+
+def _closes(monkeypatch) -> list[str]:
+    from vcam.stages.sources import VideoSource
+
+    closed: list[str] = []
+    close = VideoSource.close
+
+    def record(self):
+        if not self._closed:
+            closed.append(str(self.path))
+        return close(self)
+
+    monkeypatch.setattr(VideoSource, "close", record)
+    return closed
+
+
+def test_a_source_that_cannot_be_opened_stops_the_start_in_one_line_and_the_others_are_closed(media, monkeypatch):
+    photo, clip = media
+    _slow_opens(monkeypatch, 0.05, fail="missing.mp4")
+    closed = _closes(monkeypatch)
+    cfg = _cfg(
+        [
+            {"name": "good", "input": str(clip), "output": "null", "face": str(photo)},
+            {"name": "bad", "input": str(clip.with_name("missing.mp4")), "output": "null", "face": str(photo)},
+        ]
+    )
+    from vcam.errors import InputError
+
+    with pytest.raises(InputError, match="input not found"):
+        Daemon(cfg, outputs={"good": Recorder(), "bad": Recorder()}, control=False).run(max_frames=2)
+    assert closed == [str(clip)]
+
+
+def test_the_open_sources_benchmark_prints_a_table_and_writes_json(media, tmp_path, capsys):
+    import json
+
+    from benchmarks import open_sources
+
+    _, clip = media
+    assert open_sources.main(["--streams", "2", "--rounds", "2", "--clip", str(clip), "--json", str(tmp_path / "o.json")]) == 0
+    out = capsys.readouterr().out
+    assert "one by one" in out and "at once" in out
+    got = json.loads((tmp_path / "o.json").read_text())
+    assert [len(v) for v in got["ms"].values()] == [2, 2] and got["ratio"] > 0

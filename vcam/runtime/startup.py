@@ -174,9 +174,8 @@ def _start(d: Daemon, up: Started, max_frames: int | None) -> None:
         st.delivery = capture.plan_delivery(st.cfg.capture, "" if given_output else st.cfg.output.target, max_frames)
     if early_frames(d):  # a live run: its models build from here, beside the sources and outputs opening
         up.early = d.plan_early_swap(up)
+    open_sources(d, up)
     for st in d.streams:
-        st.source = d.given_sources.get(st.name) or capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
-        up.opened.add_current(partial(getattr, st, "source"))  # a resume may reopen it (vcam.runtime.pause)
         st.summary.frames_total = frames_to_convert(st.source, st.delivery, max_frames)
     if early_frames(d):
         for st in d.streams:
@@ -226,6 +225,49 @@ def standalone(d: Daemon) -> bool:
         if target in ("vcam", "obs-source") or target.startswith("vcam:"):  # what OBS or a call shows
             return False
     return True
+
+
+def open_sources(d: Daemon, up: Started) -> None:
+    """Each stream's source, given or opened from its capture settings, set on the stream and added
+    to ``up.opened`` in stream order (a resume may reopen it: :mod:`vcam.runtime.pause`). Several
+    are opened at once, one thread each: a video's or a camera's opening waits in its library with
+    the GIL let go (PyAV's probe of a 1080p clip: 60-110 ms on the H200's host), and four opened one
+    after another held the start 0.4 s before the models began to load (issue 39, 2026-12-07; on the
+    2-core CPU machine four clips took 240-330 ms one by one, 150-230 ms at once). Where one fails,
+    the others are added all the same (closed with the rest) and the first failure, in stream
+    order, is raised."""
+    from vcam.stages import capture
+
+    def one(st: Stream) -> Any:
+        assert st.delivery is not None
+        return capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
+
+    todo = [st for st in d.streams if st.name not in d.given_sources]
+    results: dict[str, Any] = {}
+    if len(todo) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(todo), thread_name_prefix="vcam-open") as pool:
+            futures = {st.name: pool.submit(one, st) for st in todo}
+        for name, fut in futures.items():
+            exc = fut.exception()
+            results[name] = exc if exc is not None else fut.result()
+    else:
+        for st in todo:
+            try:
+                results[st.name] = one(st)
+            except BaseException as exc:
+                results[st.name] = exc
+    failure: BaseException | None = None
+    for st in d.streams:
+        got = d.given_sources[st.name] if st.name in d.given_sources else results[st.name]
+        if isinstance(got, BaseException):
+            failure = failure or got
+            continue
+        st.source = got
+        up.opened.add_current(partial(getattr, st, "source"))
+    if failure is not None:
+        raise failure
 
 
 def frames_to_convert(source: Any, delivery: Any, max_frames: int | None) -> int | None:
