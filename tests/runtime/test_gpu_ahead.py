@@ -105,6 +105,34 @@ def test_load_loads_each_library_in_order_and_leaves_a_broken_one_to_the_import(
     assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"  # what PyTorch sets before CUDA starts
 
 
+def test_the_context_made_beside_lets_the_caller_go_on_and_is_there_once_waited_for(tmp_path, monkeypatch):
+    """``load(beside=True)``: the libraries loaded in the caller's thread, the context in a thread of
+    its own, so PyTorch's import (which needs the libraries, not the context) runs meanwhile
+    (issue 39: the context was about 0.27 s of the start before the import)."""
+    import threading
+    import time
+
+    site = _site(tmp_path, make=lambda p: shutil.copy(_stand_in_library(tmp_path), p))
+    monkeypatch.setattr(gpu_ahead, "site_packages", lambda: site)
+    monkeypatch.setattr(native, "nvidia_driver", lambda: True)
+    made: list[str] = []
+    go = threading.Event()
+
+    def context(index):
+        go.wait(5)  # made only once the caller has gone on
+        made.append(threading.current_thread().name)
+        return True
+
+    monkeypatch.setattr(native, "cuda_primary_context", context)
+    t0 = time.perf_counter()
+    got = gpu_ahead.load("cuda", beside=True)
+    assert not got.context and not made and time.perf_counter() - t0 < 4  # the caller goes on
+    go.set()
+    done = got.made()
+    assert done.context and made == ["vcam-gpu-context"] and done.loaded == got.loaded
+    assert done.made() is done and "the context made" in done.describe()
+
+
 #: A fresh process's GPU start (PyTorch imported, CUDA's context, a first cuDNN convolution, as a
 #: GPU load begins) while a thread asks for the GIL every 2 ms: the longest it waited, in seconds.
 GPU_START = textwrap.dedent(
@@ -152,7 +180,17 @@ def _recorded_start(monkeypatch, loaded: tuple[str, ...]) -> list[str]:
     from vcam.runtime import assemble
 
     steps: list[str] = []
-    monkeypatch.setattr(assemble.gpu_ahead, "load", lambda device: steps.append("ahead") or gpu_ahead.Loaded(loaded, (), True))
+
+    class Beside:
+        def result(self):
+            steps.append("context waited for")
+            return True
+
+    def load(device, *, beside=False):
+        steps.append("ahead")
+        return gpu_ahead.Loaded(loaded, (), False, Beside()) if beside else gpu_ahead.Loaded(loaded, (), True)
+
+    monkeypatch.setattr(assemble.gpu_ahead, "load", load)
     monkeypatch.setattr(assemble, "_torch_before_cupy", lambda: steps.append("torch"))
     monkeypatch.setattr(assemble, "resolve_device", lambda cfg: steps.append("resolve (CuPy)") or ("cuda", "test"))
     return steps
@@ -168,8 +206,9 @@ def test_a_gpu_start_on_pytorch_imports_it_after_its_libraries_and_before_cupy(m
     cfg = Config()
     cfg = cfg.replace(pipeline=replace(cfg.pipeline, device="cuda", backend=backend))
     assert assemble.device_for_load(cfg, said.append) == ("cuda", "test")
-    assert steps == ["ahead", "torch", "resolve (CuPy)"]
-    assert said[-1] == "import torch (before CuPy)" and "libraries loaded" in said[0]
+    # the context is made beside the import (a thread), waited for before CuPy's import needs it
+    assert steps == ["ahead", "torch", "context waited for", "resolve (CuPy)"]
+    assert said[0] == "1 GPU libraries loaded" and said[1] == "import torch (before CuPy)" and "the context made" in said[2]
 
 
 def test_a_start_without_pytorch_s_gpu_libraries_or_on_another_backend_imports_no_pytorch(monkeypatch):
@@ -178,11 +217,11 @@ def test_a_start_without_pytorch_s_gpu_libraries_or_on_another_backend_imports_n
 
     steps = _recorded_start(monkeypatch, ())  # the CPU, no driver, or a CPU build of PyTorch
     assemble.device_for_load(Config())
-    assert steps == ["ahead", "resolve (CuPy)"]
+    assert steps == ["ahead", "context waited for", "resolve (CuPy)"]
     steps = _recorded_start(monkeypatch, ("libtorch_cuda.so",))
     cfg = Config()
     assemble.device_for_load(cfg.replace(pipeline=replace(cfg.pipeline, backend="tensorrt")))
-    assert steps == ["ahead", "resolve (CuPy)"]
+    assert steps == ["ahead", "context waited for", "resolve (CuPy)"]
 
 
 #: A fresh process's device resolution as a GPU load does it; which of CuPy's lazily loaded parts

@@ -498,14 +498,19 @@ def _device(cfg: Config, phase: Phases) -> str:
 def device_for_load(cfg: Config, phase: Callable[[str], None] | None = None) -> tuple[str, str]:
     """:func:`resolve_device` for a start that loads the models: on a GPU, PyTorch's native side
     first (:func:`gpu_ahead.load`, without the GIL), then PyTorch imported before CuPy where the
-    models may run on it (:func:`_torch_before_cupy`); each a ``phase``."""
-    ahead = gpu_ahead.load(cfg.pipeline.device)  # PyTorch's CUDA libraries and the context, without the GIL
+    models may run on it (:func:`_torch_before_cupy`) while a thread makes the GPU's context, which
+    CuPy's import (:func:`resolve_device`) waits for; each a ``phase``."""
+    # PyTorch's CUDA libraries, without the GIL; the GPU's context made beside the import
+    ahead = gpu_ahead.load(cfg.pipeline.device, beside=True)
     say = phase or (lambda what: None)
-    if ahead.loaded or ahead.context:
-        say(ahead.describe())
+    if ahead.loaded:
+        say(f"{len(ahead.loaded)} GPU libraries loaded")
     if ahead.loaded and cfg.pipeline.backend in ("auto", "torch"):
         _torch_before_cupy()
         say("import torch (before CuPy)")
+    ahead = ahead.made()
+    if ahead.loaded or ahead.context:
+        say(f"{ahead.describe()} (the context beside the import, waited for)")
     return resolve_device(cfg)
 
 

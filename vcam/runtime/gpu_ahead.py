@@ -18,8 +18,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from vcam.platform import native
 
@@ -80,22 +82,50 @@ def wanted(device: str | None) -> Path | None:
 @dataclass(frozen=True)
 class Loaded:
     """What :func:`load` did (all of it without the GIL): the libraries loaded and not, whether the
-    GPU's context is made."""
+    GPU's context is made; ``beside``: the thread still making it (``load(..., beside=True)``) until
+    :meth:`made` waits for it."""
 
     loaded: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     context: bool = False
+    beside: Any = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         what = f"{len(self.loaded)} GPU libraries loaded, the context {'made' if self.context else 'left to CUDA'}"
         return what + (f" ({', '.join(self.failed)} left to the import)" if self.failed else "")
 
+    def made(self) -> Loaded:
+        """This load with its context there: waits for the thread that makes it, if any."""
+        if self.beside is None:
+            return self
+        return replace(self, context=self.beside.result(), beside=None)
 
-def load(device: str | None = None, *, index: int = 0) -> Loaded:
+
+class _ContextBeside:
+    """:func:`vcam.platform.native.cuda_primary_context` in a thread of its own (the driver's calls
+    let go of the GIL): :meth:`result` waits for it."""
+
+    def __init__(self, index: int) -> None:
+        self._made = False
+        self._thread = threading.Thread(target=self._run, args=(index,), name="vcam-gpu-context", daemon=True)
+        self._thread.start()
+
+    def _run(self, index: int) -> None:
+        self._made = native.cuda_primary_context(index)
+
+    def result(self) -> bool:
+        self._thread.join()
+        return self._made
+
+
+def load(device: str | None = None, *, index: int = 0, beside: bool = False) -> Loaded:
     """PyTorch's CUDA libraries and cuDNN's convolution parts loaded, then GPU ``index``'s primary
     context made (:mod:`vcam.platform.native`), all without the GIL, when :func:`wanted`; call it in
-    the load, just before importing PyTorch. A library that cannot be loaded is left to the import
-    (which then says why); nothing raises."""
+    the load, just before importing PyTorch. ``beside``: the context is made in a thread while the
+    caller goes on (to import PyTorch, which needs the libraries but not the context: about 0.27 s
+    of the H200's start, ``benchmarks.gpu_floor``, that came before the import); :meth:`Loaded.made`
+    waits for it. A library that cannot be loaded is left to the import (which then says why);
+    nothing raises."""
     site = wanted(device)
     if site is None:
         return Loaded()
@@ -105,6 +135,8 @@ def load(device: str | None = None, *, index: int = 0) -> Loaded:
         (loaded if native.load_library(path) else failed).append(path.name)
     # The driver reads this at its start; PyTorch sets it (if unset) before its own: the same here.
     os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
+    if beside:
+        return Loaded(tuple(loaded), tuple(failed), False, _ContextBeside(index))
     context = native.cuda_primary_context(index)
     return Loaded(tuple(loaded), tuple(failed), context)
 
