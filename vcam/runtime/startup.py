@@ -233,7 +233,8 @@ def open_sources(d: Daemon, up: Started) -> None:
     are opened at once, one thread each: a video's or a camera's opening waits in its library with
     the GIL let go (PyAV's probe of a 1080p clip: 60-110 ms on the H200's host), and four opened one
     after another held the start 0.4 s before the models began to load (issue 39, 2026-12-07; on the
-    2-core CPU machine four clips took 240-330 ms one by one, 150-230 ms at once). Where one fails,
+    2-core CPU machine four 1080p clips open in 120 ms at once against 208 one by one:
+    ``benchmarks.open_sources``). Where one fails,
     the others are added all the same (closed with the rest) and the first failure, in stream
     order, is raised."""
     from vcam.stages import capture
