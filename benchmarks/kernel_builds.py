@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import write_report
+from benchmarks.streams import _size
 from vcam.config_file import build as build_config
 from vcam.runtime.assemble import build as build_assembly
 from vcam.runtime.assemble import load_faces
@@ -44,7 +45,6 @@ from vcam.state import RuntimeState
 from vcam.types import Frame, PixelFormat
 
 ASSETS = Path(__file__).resolve().parents[1] / "vcam" / "assets"
-SIZES = {"360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}
 #: The clip: faces in view for ``IN`` frames, gone for ``OUT``, back for ``IN`` (frames per phase).
 IN, OUT = 24, 10
 
@@ -117,7 +117,7 @@ def run_frames(pipe: Any, frames: list[np.ndarray], snap: Any, *, daemon: bool) 
 
 
 def measure(device: str, size: str, swapper: str = "classic") -> dict:
-    width, height = SIZES[size]
+    width, height = _size(size)
     builds: list[dict] = []
     phases: list[tuple[str, int]] = []
     with counting_builds(builds) as counts, tempfile.TemporaryDirectory() as models:
@@ -167,7 +167,7 @@ def measure(device: str, size: str, swapper: str = "classic") -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
-    ap.add_argument("--size", default="720p", choices=sorted(SIZES))
+    ap.add_argument("--size", default="720p", help="360p, 720p, 1080p, 4k or WxH")
     ap.add_argument("--swapper", default="classic", choices=("classic", "inswapper_128"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)

@@ -46,11 +46,11 @@ from vcam.runtime.rounds import Mark, RoundHook
 from vcam.stages.outputs import NullOutput
 from vcam.stages.sources import DemoSource
 
-SIZES = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
+SIZES = {"360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
 
 
 def _size(name: str) -> tuple[int, int]:
-    """``720p``/``1080p``/``4k`` or ``WxH``."""
+    """``360p``/``720p``/``1080p``/``4k`` or ``WxH``."""
     if name in SIZES:
         return SIZES[name]
     w, _, h = name.lower().partition("x")

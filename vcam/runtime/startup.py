@@ -234,38 +234,33 @@ def open_sources(d: Daemon, up: Started) -> None:
     the GIL let go (PyAV's probe of a 1080p clip: 60-110 ms on the H200's host), and four opened one
     after another held the start 0.4 s before the models began to load (issue 39, 2026-12-07; on the
     2-core CPU machine four 1080p clips open in 120 ms at once against 208 one by one:
-    ``benchmarks.open_sources``). Where one fails,
-    the others are added all the same (closed with the rest) and the first failure, in stream
-    order, is raised."""
+    ``benchmarks.open_sources``). Where one fails, the others are added all the same (closed with
+    the rest) and the first failure, in stream order, is raised."""
     from vcam.stages import capture
 
-    def one(st: Stream) -> Any:
+    def opened(st: Stream) -> Any:
+        """The stream's new source, or what its opening raised."""
         assert st.delivery is not None
-        return capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
+        try:
+            return capture.open_source(st.cfg.capture, delivery=st.delivery, compressed=True)
+        except BaseException as exc:
+            return exc
 
     todo = [st for st in d.streams if st.name not in d.given_sources]
-    results: dict[str, Any] = {}
     if len(todo) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(len(todo), thread_name_prefix="vcam-open") as pool:
-            futures = {st.name: pool.submit(one, st) for st in todo}
-        for name, fut in futures.items():
-            exc = fut.exception()
-            results[name] = exc if exc is not None else fut.result()
+            got = dict(zip((st.name for st in todo), pool.map(opened, todo)))
     else:
-        for st in todo:
-            try:
-                results[st.name] = one(st)
-            except BaseException as exc:
-                results[st.name] = exc
+        got = {st.name: opened(st) for st in todo}
+    got.update(d.given_sources)
     failure: BaseException | None = None
     for st in d.streams:
-        got = d.given_sources[st.name] if st.name in d.given_sources else results[st.name]
-        if isinstance(got, BaseException):
-            failure = failure or got
+        if isinstance(got[st.name], BaseException):
+            failure = failure or got[st.name]
             continue
-        st.source = got
+        st.source = got[st.name]
         up.opened.add_current(partial(getattr, st, "source"))
     if failure is not None:
         raise failure

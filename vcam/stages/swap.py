@@ -372,9 +372,8 @@ class ClassicSwapper(SwapperBase):
         element-wise kernels are built per number of dimensions, and one face's arrays have fewer
         once its size-1 axes are merged (two faces after a one-face warm-up built two more, 184 ms).
         The rows are left to the face, which the next frame's faces replace as any change of face does."""
-        for n in sorted({1, max(2, min(int(batch), self.max_faces))}):
-            if n <= self.max_faces:
-                self._warm_once(n)
+        for n in sorted({1, min(max(2, int(batch)), self.max_faces)}):
+            self._warm_once(n)
         self.ops.synchronize()
 
     def _warm_once(self, n: int) -> None:
