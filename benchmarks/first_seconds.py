@@ -172,6 +172,18 @@ main()
 )
 
 
+#: The ``vcam -v`` lines ``--phases`` keeps: the load's phases, the start-up's and the switch's
+#: lines, the background captures, when each compiled engine was loaded and put in use, and the
+#: degrader's changes (a compiled four-stream run of six faces published 60 % without saying whether
+#: its artifact was ever in use, or whether the degrader shed a stage).
+PHASE_WORDS = ("load phase", "start-up:", "switch", "ahead", "in the background", "compiled engine", "degrade:")
+
+
+def phase_lines(log: str) -> list[str]:
+    """The lines of a run's ``vcam -v`` log that ``--phases`` keeps (:data:`PHASE_WORDS`)."""
+    return [ln for ln in log.splitlines() if any(w in ln for w in PHASE_WORDS)]
+
+
 def _worktree(ref: str) -> Path:
     """``ref`` of this repository checked out (detached) in a temporary folder; a folder given as ``ref``
     (an exported checkout, e.g. ``git archive REF | tar -x -C DIR`` where the tree has no .git) is used as it is."""
@@ -401,11 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
             if args.phases:
-                run["phases"] = [
-                    ln
-                    for ln in got["log"].splitlines()
-                    if any(w in ln for w in ("load phase", "start-up:", "switch", "ahead", "in the background"))
-                ]
+                run["phases"] = phase_lines(got["log"])
             runs[name].append(run)
             brief = (
                 ", ".join(

@@ -77,3 +77,25 @@ def test_each_run_says_when_its_load_ended_from_the_phase_lines():
     )
     assert first_seconds.load_done_s(log) == 4.12
     assert first_seconds.load_done_s("stopped: 600 frames published") is None
+
+
+def test_the_phase_lines_keep_when_a_compiled_engine_came_into_use_and_what_the_degrader_did():
+    """A compiled four-stream run of six faces published 60 % (H200, 2026-12-07) and its JSON could
+    not say whether the artifact was ever in use or a stage was shed: both kinds of line are kept,
+    in the words the daemon logs them with."""
+    from vcam.runtime.degrade import Change
+
+    shed = Change("swap", False, "frames over the 33 ms budget for 6.0 s").line()
+    log = "\n".join(
+        [
+            "INFO vcam.runtime.assemble: load phase on cuda: import torch (before CuPy) 1.04 s (2.24 s after the start)",
+            "INFO vcam.engines.compiled: inswapper_128.onnx: compiled engine for batch 8 ready in 0.4 s",
+            "INFO vcam.engines.compiled: inswapper_128.onnx: compiled engine for batch 8 in use 7.10 s after its load started; "
+            "210 earlier calls ran uncompiled",
+            f"WARNING vcam.runtime.rounds: {shed}",
+            "INFO vcam.runtime.status: 30.0 fps",
+        ]
+    )
+    kept = first_seconds.phase_lines(log)
+    assert len(kept) == 4 and not any("fps" in ln for ln in kept)
+    assert any("in use" in ln for ln in kept) and any(shed in ln for ln in kept)
