@@ -6,7 +6,8 @@
 
 The multiply-accumulates of one face are counted from the ONNX graph itself (every Conv, Gemm and
 MatMul, its shapes from ONNX's shape inference at batch 1); without ``--model`` the inswapper's
-full-size stand-in (the real architecture) is built in the temp folder. Each ``--ms BATCH:MS`` is a
+full-size stand-in (the real architecture) the benchmarks share is used (built once:
+:func:`benchmarks.startup.standin_swapper`). Each ``--ms BATCH:MS`` is a
 measured time of one swap call of that batch (``vcam bench``, or ``gpu_check.sh issue39``'s
 ``ISSUE39_CALLS``; say where it came from in the row you write): the table gives the throughput it
 means (TFLOPS, ms a face) and, for the load, the share of every second the GPU spends on the swap
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
+import math
 from pathlib import Path
 from typing import Any
+
+from benchmarks.startup import standin_swapper
 
 
 def macs_per_item(model_path: Path) -> dict[str, int]:
@@ -44,14 +47,8 @@ def macs_per_item(model_path: Path) -> dict[str, int]:
             w, y = shapes.get(node.input[1]), shapes.get(node.output[0])
             if not w or not y:
                 raise ValueError(f"{node.name}: no shape for its weight or output")
-            cout, cin_g, *k = w
-            n_out = 1
-            for d in y[1:]:
-                n_out *= d
-            per = cin_g
-            for d in k:
-                per *= d
-            add = n_out * per  # every output element: cin/groups x kernel MACs
+            _, cin_g, *k = w
+            add = math.prod(y[1:]) * cin_g * math.prod(k)  # every output element: cin/groups x kernel MACs
         elif node.op_type in ("Gemm", "MatMul"):
             a, b = shapes.get(node.input[0]), shapes.get(node.input[1])
             if not a or not b:
@@ -59,31 +56,11 @@ def macs_per_item(model_path: Path) -> dict[str, int]:
             trans_b = any(at.name == "transB" and at.i for at in node.attribute)
             k_dim = a[-1]
             n_dim = b[0] if trans_b else b[-1]
-            rows = 1
-            for d in a[:-1]:
-                rows *= d
-            add = rows * k_dim * n_dim
+            add = math.prod(a[:-1]) * k_dim * n_dim
         else:
             continue
         out[node.op_type] = out.get(node.op_type, 0) + int(add)
     return out
-
-
-def _standin() -> Path:
-    """The inswapper's full-size stand-in (the real architecture, random weights), built once in the
-    temp folder."""
-    from vcam.models import registry
-    from vcam.models.standin import build_inswapper
-
-    path = Path(tempfile.gettempdir()) / "vcam-swap-load" / "inswapper_128.onnx"
-    if not path.exists():
-        import onnx
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
-        onnx.save(build_inswapper(registry.get("inswapper_128")), str(tmp))
-        tmp.replace(path)
-    return path
 
 
 def parse_ms(items: list[str]) -> dict[int, float]:
@@ -141,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = parse_ms(a.ms)
     except ValueError as exc:
         ap.error(str(exc))
-    path = a.model or _standin()
+    path = a.model or standin_swapper()
     macs = macs_per_item(path)
     gflop = 2.0 * sum(macs.values()) / 1e9
     print(f"{path.name}: {gflop:.1f} GFLOP a face ({', '.join(f'{k} {2 * v / 1e9:.1f}' for k, v in sorted(macs.items()))})")

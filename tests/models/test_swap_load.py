@@ -23,15 +23,21 @@ def expected_inswapper_macs(div: int) -> int:
     return enc + blocks + dec
 
 
-def test_the_inswapper_stand_ins_convolutions_are_counted_from_its_graph(tmp_path):
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The inswapper's tiny stand-in (every width divided by 16) as a file."""
     import onnx
 
     from vcam.models import registry
     from vcam.models.standin import build_inswapper
 
-    path = tmp_path / "inswapper_tiny.onnx"
+    path = tmp_path_factory.mktemp("swap_load") / "inswapper_tiny.onnx"
     onnx.save(build_inswapper(registry.get("inswapper_128"), tiny=True), str(path))
-    macs = macs_per_item(path)
+    return path
+
+
+def test_the_inswapper_stand_ins_convolutions_are_counted_from_its_graph(tiny):
+    macs = macs_per_item(tiny)
     assert macs["Conv"] == expected_inswapper_macs(16)
     # the AdaIN's twelve Linears (latent 512 -> 2C each) are the Gemms
     assert macs["Gemm"] == 12 * 512 * 2 * (1024 // 16)
@@ -59,18 +65,11 @@ def test_a_malformed_measurement_is_refused_with_the_form_it_wants(bad):
         parse_ms([bad])
 
 
-def test_the_command_prints_the_count_and_writes_json(tmp_path, capsys):
+def test_the_command_prints_the_count_and_writes_json(tiny, tmp_path, capsys):
     import json
 
-    import onnx
-
-    from vcam.models import registry
-    from vcam.models.standin import build_inswapper
-
-    path = tmp_path / "tiny.onnx"
-    onnx.save(build_inswapper(registry.get("inswapper_128"), tiny=True), str(path))
     out = tmp_path / "load.json"
-    assert main(["--model", str(path), "--ms", "8:4.0", "--json", str(out)]) == 0
+    assert main(["--model", str(tiny), "--ms", "8:4.0", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "GFLOP a face" in printed and "720 faces a second" in printed
     data = json.loads(out.read_text())
