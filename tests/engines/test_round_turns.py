@@ -123,6 +123,43 @@ def test_it_never_parks_while_staying_off_or_in_the_rounds_own_thread():
         assert time.perf_counter() - t0 < 1.0 and turns.parked == 0
 
 
+def test_nobody_steps_aside_while_the_frames_are_behind_unless_turned_off():
+    """``RoundTurns.fall_behind`` (the degrader's overload, from the frame loop): the frames are over
+    their budget anyway, so a background thread runs through the rounds (issue 39: the compiled
+    artifact that would end the overload stepped aside in every round); back within the budget it
+    parks again; ``behind_on=False`` (``$VCAM_STEP_ASIDE_BEHIND=0``) keeps parking."""
+    turns = RoundTurns(longest=5.0)
+    busy = Busy(turns)
+    try:
+        turns.fall_behind(True)
+        assert turns.behind
+        a, b = _laps_during(busy, turns, 0.2, parks=False)
+        assert b > a and turns.parked == 0, (a, b)
+        turns.fall_behind(False)
+        a, b = _laps_during(busy, turns, 0.2)
+        assert b == a and turns.parked == 1, (a, b)
+    finally:
+        busy.close()
+    stubborn = RoundTurns(longest=5.0, behind_on=False)
+    busy = Busy(stubborn)
+    try:
+        stubborn.fall_behind(True)
+        assert not stubborn.behind
+        a, b = _laps_during(busy, stubborn, 0.2)
+        assert b == a and stubborn.parked == 1, (a, b)
+    finally:
+        busy.close()
+
+
+def test_the_environment_turns_stepping_aside_while_behind_off(monkeypatch):
+    from vcam.engines.gate import BEHIND_ENV
+
+    monkeypatch.setenv(BEHIND_ENV, "0")
+    assert RoundTurns.from_env().behind_on is False
+    monkeypatch.delenv(BEHIND_ENV)
+    assert RoundTurns.from_env().behind_on is True
+
+
 def test_a_round_waiting_on_the_gpu_lets_the_background_run_only_where_asked():
     """``RoundTurns.waiting`` (the frame's download inside a round): with ``release_waits`` a thread
     parked for the round goes on while the loop waits, and parks again for the rest of the round

@@ -463,6 +463,31 @@ def test_overload_turns_stages_off_in_order_with_the_after_spacing():
     assert more == []  # nothing left to turn off
 
 
+def test_the_frames_are_behind_while_most_are_over_the_budget_whatever_is_left_to_turn_off():
+    """``Degrader.behind`` (the frame loop tells the background work, RoundTurns.fall_behind): more
+    than half the frames of the last ``after`` seconds over the budget or dropped, with no stage
+    left to turn off too; a throttling GPU alone is not behind; frames within it again end it."""
+    deg = make(available=set())
+    t, changes = drive(deg, 0.0, 1.5, 0.050)
+    assert not deg.behind  # not for `after` seconds yet
+    t, changes = drive(deg, t, 1.0, 0.050)
+    assert deg.behind and changes == []
+    t, _ = drive(deg, t, 2.5, 0.010)
+    assert not deg.behind
+    t, _ = drive(deg, t, 2.5, 0.0, dropped=True)
+    assert deg.behind
+    t, _ = drive(deg, t, 1.0, 0.010)
+    assert deg.behind  # 1 s of good frames against 1 s of dropped ones: not more than half within
+    t, _ = drive(deg, t, 1.5, 0.010)
+    assert not deg.behind
+    throttled = make(available=set())
+    drive(throttled, 0.0, 5.0, 0.010, throttled=True)
+    assert not throttled.behind
+    off = make(available={"upscale"}, enabled=False)  # nothing turned off, but the frames are still judged
+    _, changes = drive(off, 0.0, 5.0, 0.050)
+    assert off.behind and changes == [] and off.off == ()
+
+
 def test_headroom_brings_them_back_last_off_first_on():
     deg = make(available={"upscale", "enhancer"})
     t, changes = drive(deg, 0.0, 4.5, 0.050)

@@ -10,6 +10,7 @@ import pytest
 from media import Recorder
 
 from vcam.config_file import build
+from vcam.engines.gate import ROUND_TURNS
 from vcam.runtime.daemon import Daemon
 from vcam.runtime.rounds import Mark
 from vcam.stages.demo import DemoClip
@@ -30,6 +31,7 @@ def test_frames_keep_coming_when_every_frame_is_over_the_budget():
     )
     published: list[float] = []
     rounds: list[float] = []
+    behind: list[bool] = []
 
     def slow_loop(mark: Mark) -> None:
         # An injected slowdown on the frame loop: 60 ms a frame, so every frame misses a 30 ms budget.
@@ -38,6 +40,7 @@ def test_frames_keep_coming_when_every_frame_is_over_the_budget():
             rounds.append(time.perf_counter())
         elif mark.phase == "published":
             published.append(mark.t)
+            behind.append(ROUND_TURNS.behind)
 
     clip = DemoClip(width=W, height=H, fps=FPS, seconds=4.0)
     source = DemoSource(clip, loop=False, realtime=True)
@@ -59,6 +62,10 @@ def test_frames_keep_coming_when_every_frame_is_over_the_budget():
     status = stream.live.status(0, {})
     assert status.overloaded and status.published_late == summary.published_late
     assert "published late" in summary.line()
+    # Behind for the degrader's `after` seconds: the background work stopped stepping aside for the
+    # rounds (vcam.engines.gate.RoundTurns.fall_behind), and the loop's end said so no longer.
+    assert not behind[0] and behind[-1], behind
+    assert not ROUND_TURNS.behind
 
 
 def test_the_status_says_overloaded_and_what_is_shed():

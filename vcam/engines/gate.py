@@ -151,6 +151,9 @@ STEP_ASIDE_ENV = "VCAM_STEP_ASIDE"
 #: ``1``: a round waiting on the GPU (:meth:`RoundTurns.waiting`) lets background Python run meanwhile
 #: (an experiment, off by default: not yet measured on a GPU).
 WAITS_ENV = "VCAM_TURNS_RELEASE_WAITS"
+#: ``0``: background Python steps aside even while the frames are over their budget anyway
+#: (:meth:`RoundTurns.fall_behind`; measurements).
+BEHIND_ENV = "VCAM_STEP_ASIDE_BEHIND"
 
 
 class RoundTurns:
@@ -174,13 +177,31 @@ class RoundTurns:
     the loader handed the interpreter back and forth at every call. With a compiled cache the
     camera published 81-91 % of its frames over the first 10 s (p99 63-127 ms). The same model on
     the CPU (``benchmarks.gil_background``, 2 runs): round p50 4.8 ms, longest 103 ms, against 0.7
-    and 2 ms stepping aside (alone 0.5 ms); the load took 2.1 s against 2.8 s (the hook's calls)."""
+    and 2 ms stepping aside (alone 0.5 ms); the load took 2.1 s against 2.8 s (the hook's calls).
 
-    def __init__(self, longest: float = 0.04, on: bool = True, between: float = 0.005, release_waits: bool = False) -> None:
+    Nobody steps aside while the frame loop says it has fallen behind (:meth:`fall_behind`: most
+    frames over their budget for a while, the degrader's overload): those frames are late or
+    dropped whatever the background does, and the background work may be what ends the overload.
+    Issue 39 (H200, four streams of the six-face clip, compiled cache, 2026-12-07): the swap took
+    most of every round, the camera published 60 % of its frames, and the compiled artifact that
+    would have carried the load (55-57 % of the GPU's time against 87-96 % uncompiled) stepped
+    aside in every round: the load, started at 4.3 s, was still deserialising at 26 s, after the
+    20-s run had ended (about 2 s alone)."""
+
+    def __init__(
+        self,
+        longest: float = 0.04,
+        on: bool = True,
+        between: float = 0.005,
+        release_waits: bool = False,
+        behind_on: bool = True,
+    ) -> None:
         self.longest = longest
         self.between = between
         self.on = on
         self.release_waits = release_waits
+        self.behind_on = behind_on
+        self._behind = False  # read by the hook at every call: a plain attribute
         self._clear = threading.Event()
         self._clear.set()
         self._local = threading.local()
@@ -195,13 +216,25 @@ class RoundTurns:
     @classmethod
     def from_env(cls) -> RoundTurns:
         """On unless ``$VCAM_STEP_ASIDE`` is ``0``; waits released where ``$VCAM_TURNS_RELEASE_WAITS``
-        is ``1``."""
-        return cls(on=os.environ.get(STEP_ASIDE_ENV, "1") != "0", release_waits=os.environ.get(WAITS_ENV) == "1")
+        is ``1``; stepping aside while behind where ``$VCAM_STEP_ASIDE_BEHIND`` is ``0``."""
+        env = os.environ.get
+        return cls(on=env(STEP_ASIDE_ENV, "1") != "0", release_waits=env(WAITS_ENV) == "1", behind_on=env(BEHIND_ENV, "1") != "0")
 
     @property
     def running(self) -> bool:
         """A round runs now."""
         return self._busy
+
+    @property
+    def behind(self) -> bool:
+        """The frame loop has fallen behind: nobody steps aside for its rounds (see the class)."""
+        return self._behind
+
+    def fall_behind(self, behind: bool) -> None:
+        """The frame loop says whether its frames are over their budget anyway (sustained overload);
+        while they are, background Python does not step aside (see the class). Called by the frame
+        loop as often as it likes (a plain write)."""
+        self._behind = behind and self.behind_on
 
     def begin(self) -> None:
         """A round begins (the frame loop's thread; one frame loop at a time marks its rounds: a
@@ -257,7 +290,7 @@ class RoundTurns:
         seen = [-1.0, -1.0]  # the round this thread last stepped aside for, and when it went on after
 
         def step_aside(frame: Any, event: str, arg: Any) -> None:
-            if self._busy and seen[0] != self._rounds:
+            if self._busy and seen[0] != self._rounds and not self._behind:
                 self._park(seen)
 
         return step_aside
@@ -320,6 +353,7 @@ ROUND_TURNS = RoundTurns.from_env()
 
 __all__ = [
     "BACKGROUND",
+    "BEHIND_ENV",
     "PACE_ENV",
     "ROUND_TURNS",
     "STEP_ASIDE_ENV",

@@ -367,6 +367,7 @@ class Daemon:
         finally:
             if loop.race is not None:
                 loop.race.close()
+            ROUND_TURNS.fall_behind(False)  # the process's turns: a later loop starts within its budget
         self.rounds.collect(loop.inflight)  # the last round (a stop request keeps the frames in flight)
         elapsed = time.perf_counter() - loop.t_start
         for st in self.streams:

@@ -30,6 +30,10 @@ The rules (``after``, ``recover``, ``headroom`` from ``[degrade]``):
   and has to go off again within ``recover`` seconds waits twice as long for its next return (up
   to 8 times ``recover``): a stage the load cannot carry does not toggle every few seconds.
 
+- **Behind** (:attr:`Degrader.behind`, kept even when nothing may be turned off): the overload
+  rule's frames alone, whatever is left to shed. The frame loop tells the background work, which
+  then stops stepping aside for its rounds (:meth:`vcam.engines.gate.RoundTurns.fall_behind`).
+
 The budget is ``[pipeline] max_latency``, or the frame interval where that is 0. Frames whose budget
 is 0 or less are not judged by their time (only a drop counts).
 """
@@ -107,6 +111,10 @@ class Degrader:
         self._last_throttle: float | None = None
         self._next_eval = -math.inf
         self._budget = 0.0
+        #: The frames are behind: more than half of those of the last ``after`` seconds over the
+        #: budget or dropped, at the last decision (whatever is on or off; the frame loop tells
+        #: the background work, :meth:`vcam.engines.gate.RoundTurns.fall_behind`).
+        self.behind = False
         self._backoff: dict[str, float] = {}  # stage -> recover multiplier
         self._back_on_at: dict[str, float] = {}  # stage -> when it last came back on
 
@@ -136,9 +144,8 @@ class Degrader:
     def observe(self, now: float, *, frame_time: float, budget: float, dropped: bool, throttled: bool) -> Change | None:
         """One frame: ``now`` (seconds, monotonic), its capture-to-publish ``frame_time`` (seconds),
         the ``budget`` (seconds: the latency budget, or the frame interval when that is 0), whether
-        it was ``dropped`` and whether the GPU is ``throttled``. Returns the change to apply, if any."""
-        if not self.enabled:
-            return None
+        it was ``dropped`` and whether the GPU is ``throttled``. Returns the change to apply, if any
+        (never one when not ``enabled``: then only :attr:`behind` is kept)."""
         if self._start is None:
             self._start = now
         if dropped:
@@ -161,6 +168,9 @@ class Degrader:
         if now < self._next_eval:
             return None
         self._next_eval = now + _EVAL_EVERY
+        self.behind = now - self._start >= self.after and self._late(now, self.after) is not None
+        if not self.enabled:
+            return None
         since = now - (self._last_change if self._last_change is not None else self._start)
         stage = next((s for s in self.order if s in self.available and s not in self._off), None)
         span = self.after * (LAST_RESORT_SPAN if stage == LAST_RESORT else 1.0)
@@ -181,6 +191,10 @@ class Degrader:
     def _overload(self, now: float, span: float) -> str | None:
         if self._throttle_since is not None and now - self._throttle_since >= span:
             return f"GPU throttling for {span:.1f} s"
+        return self._late(now, span)
+
+    def _late(self, now: float, span: float) -> str | None:
+        """More than half the frames of the last ``span`` seconds over the budget or dropped."""
         judged = over = 0
         for t, r in reversed(self._frames):  # newest first: only the last `span` seconds are read
             if t <= now - span:

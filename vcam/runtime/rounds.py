@@ -417,11 +417,12 @@ class Rounds:
     def degrade(self, st: Stream, now: float, frame_time: float, dropped: bool) -> None:
         """Feed one frame to the degrader; apply what it decides to every stream's pipeline."""
         degrader = self.degrader
-        if degrader is None or not degrader.enabled or st.summary.frames_in <= 3:
+        if degrader is None or st.summary.frames_in <= 3:
             return  # the first frames pay for warm-ups: not load
         sample = self.telemetry.latest() if self.telemetry is not None else None
         throttled = bool(sample is not None and sample.forced_slowdown)
         change = degrader.observe(now, frame_time=frame_time, budget=st.frame_budget(), dropped=dropped, throttled=throttled)
+        ROUND_TURNS.fall_behind(degrader.behind)  # behind anyway: the background work does not step aside
         if change is not None:
             log.warning("%s", change.line())
             self.stages_on[change.stage] = change.on
