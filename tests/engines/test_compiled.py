@@ -268,6 +268,34 @@ def test_a_dynamic_artifact_for_fewer_sizes_serves_those_of_a_larger_engine(cach
     eager.close()
 
 
+def test_the_load_puts_the_size_the_frames_run_in_use_first(cache, models, caplog):
+    """The background load takes the sizes in order, each next one the size the engine's calls run
+    now (``TorchEngine.last_batch``) while that one is still to do: four streams of six faces swap
+    24 a round, the tenth of eleven sizes in ascending order (issue 39). Here the calls run 6 before
+    the load begins (the gate held, as a daemon's start holds it): 6 comes first, then the rest in
+    ascending order."""
+    from vcam.engines.compiled import torch_engine
+    from vcam.engines.gate import BACKGROUND
+
+    release = BACKGROUND.hold()
+    try:
+        with caplog.at_level(logging.INFO, logger="vcam.engines"):
+            engine = torch_engine(models[0], device="cpu", max_batch=MAX, compile="auto", cache_dir=cache)
+            engine.run(feeds(6, seed=6))  # uncompiled: the load waits for the gate
+            assert engine.last_batch == 6 and not engine.compiled_for(6)
+            release()
+            assert engine.wait_compiled(timeout=120)
+    finally:
+        release()
+    said = [r.getMessage() for r in caplog.records]
+    ready = [m for m in said if "compiled engine for batch" in m and " ready in " in m]
+    order = [int(m.split("compiled engine for batch ")[1].split()[0]) for m in ready]
+    assert order == [6, 1, 2, 3, 4, 5, 7, 8], ready
+    engine.run(feeds(6, seed=6))
+    assert engine.compiled_for(6)
+    engine.close()
+
+
 @pytest.mark.slow
 def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_there(cache, models, tmp_path, caplog):
     """With a built artifact of the architecture in the cache, the engine imports what a load needs

@@ -219,6 +219,7 @@ class CompileHost(Protocol):
     max_batch: int
     batch_sizes: tuple[int, ...]  # the batch sizes it captures
     model_path: Any  # the ONNX file (a background build makes the module from it), None for bytes
+    last_batch: int  # the (padded) batch size of its last call, 0 before the first
 
     def call_args(self, b: int, items: Items) -> list[Any]:
         """The module's arguments for batch ``b`` from the engine's static buffers."""

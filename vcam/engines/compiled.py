@@ -400,6 +400,20 @@ class CompiledLoader:
             return list(sizes)
         return sorted(set(sizes) | {b for b in self.host.batch_sizes if b in dyn.covers})
 
+    def _frames_first(self, sizes: Sequence[int]) -> Iterator[int]:
+        """``sizes``, each next one the size the engine's calls run now (:attr:`CompileHost.last_batch`)
+        while it is still to do, else the smallest left. Issue 39 (H200, four streams of the six-face
+        clip, compiled cache, 2026-12-07): the rounds swap 24 faces, the tenth of the eleven sizes in
+        ascending order, and each size's first call and capture is a paced unit of background work:
+        the frames would run uncompiled until the nine smaller sizes, which they never call, were
+        ready."""
+        left = list(sizes)
+        while left:
+            now = self.host.last_batch
+            b = now if now in left else left[0]
+            left.remove(b)
+            yield b
+
     # -- loading in the background -----------------------------------------------------------------
 
     def plan(self, sizes: Sequence[int], items: Items) -> None:
@@ -509,7 +523,7 @@ class CompiledLoader:
             if shared is not None:
                 seconds = time.perf_counter() - t0
                 self._log.info("%s: compiled engine for batch %s loaded in %.1f s", host.name, dyn.label, seconds)
-        for b in self.served(sizes, dyn if shared is not None else None):
+        for b in self._frames_first(self.served(sizes, dyn if shared is not None else None)):
             if self._closing.is_set():
                 return
             t0 = time.perf_counter()

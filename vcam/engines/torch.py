@@ -225,6 +225,9 @@ class TorchEngine:
         self.batch_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch)
         self._cap = max(self.batch_sizes + (self.max_batch,))
         self.compile_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch, 1)
+        #: The padded batch size of the last call (0 before the first): a compiled load puts that size
+        #: in use first (:meth:`vcam.engines.compiled.CompiledLoader.served`).
+        self.last_batch = 0
 
         if native is not None:
             module, call_order, out_order = native.module, native.call_order, native.out_order
@@ -541,7 +544,7 @@ class TorchEngine:
     def _run_once(self, tensors: list[Any], n: int) -> list[Any]:
         """One call of at most one padded batch; tensors on the engine's device."""
         items = {info.name: tuple(t.shape[1:]) for info, t in zip(self.inputs, tensors)}
-        b = self._padded(n)
+        b = self.last_batch = self._padded(n)
         static = [self._storage_for(info, items[info.name]) for info in self.inputs]
         for dst, src in zip(static, tensors):
             view = dst[:n]
