@@ -226,7 +226,7 @@ class TorchEngine:
         self._cap = max(self.batch_sizes + (self.max_batch,))
         self.compile_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch, 1)
         #: The padded batch size of the last call (0 before the first): a compiled load puts that size
-        #: in use first (:meth:`vcam.engines.compiled.CompiledLoader.served`).
+        #: in use first (``vcam.engines.compiled.CompiledLoader._frames_first``).
         self.last_batch = 0
 
         if native is not None:
