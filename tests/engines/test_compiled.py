@@ -296,6 +296,29 @@ def test_the_load_puts_the_size_the_frames_run_in_use_first(cache, models, caplo
     engine.close()
 
 
+def test_inductor_s_imports_wait_for_the_first_frame_unless_asked_early(cache, models, monkeypatch):
+    """The import thread waits for the start-up's gate (held until the first GPU frame went out);
+    ``$VCAM_INDUCTOR_EARLY=1`` (an experiment for issue 39's A/B) starts it at once, beside the load."""
+    from vcam.engines.compiled import EARLY_IMPORT_ENV, torch_engine
+    from vcam.engines.gate import BACKGROUND
+
+    for early in (False, True):
+        if early:
+            monkeypatch.setenv(EARLY_IMPORT_ENV, "1")
+        release = BACKGROUND.hold()
+        try:
+            engine = torch_engine(models[0], device="cpu", max_batch=2, compile="auto", cache_dir=cache)
+            thread = engine.loader._prepared
+            assert thread is not None
+            thread.join(1.0 if not early else 60.0)
+            assert thread.is_alive() is not early, early  # waiting for the gate, or done beside it
+        finally:
+            release()
+        thread.join(60)
+        assert engine.wait_compiled(timeout=120)
+        engine.close()
+
+
 @pytest.mark.slow
 def test_auto_imports_inductor_while_the_module_builds_only_when_an_artifact_is_there(cache, models, tmp_path, caplog):
     """With a built artifact of the architecture in the cache, the engine imports what a load needs

@@ -81,6 +81,11 @@ NO_BUILDS_ENV = "VCAM_NO_BACKGROUND_COMPILE"
 #: The batch a dynamic artifact is traced and tuned at (default: its largest), for measurements:
 #: another hint is another key, so another entry.
 HINT_ENV = "VCAM_COMPILE_HINT"
+#: ``1``: Inductor's imports for a compiled load start at the engine's construction, beside the rest
+#: of the start-up's load, instead of after the first GPU frame (an experiment, off by default, for
+#: the A/B: issue 39's four streams of six faces need the compiled artifact in use within about 2 s
+#: of the takeover, and the import alone took 10.8 s beside those frames; H100, 2026-12-07).
+EARLY_IMPORT_ENV = "VCAM_INDUCTOR_EARLY"
 
 
 def size_hint(lo: int, hi: int) -> int:
@@ -178,7 +183,8 @@ class CompiledLoader:
 
     def _prepare(self) -> None:
         host = self.host
-        BACKGROUND.wait()  # never beside the load of the first frame: after it (the GIL, the cores)
+        if os.environ.get(EARLY_IMPORT_ENV) != "1":
+            BACKGROUND.wait()  # never beside the load of the first frame: after it (the GIL, the cores)
         try:
             with quiet_load():  # Inductor's imports: seconds of Python, a million objects
                 seconds = prepare_load()
@@ -636,4 +642,4 @@ def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items:
     }
 
 
-__all__ = ["COMPILE_MODES", "CompiledLoader", "Unit", "compile_mode", "job_spec", "torch_engine"]
+__all__ = ["COMPILE_MODES", "EARLY_IMPORT_ENV", "CompiledLoader", "Unit", "compile_mode", "job_spec", "torch_engine"]
