@@ -498,7 +498,7 @@ def test_a_graph_the_loader_captured_goes_into_use_at_a_call_without_a_capture(m
             yield (2, items, fn, graph)
             yield (4, items, fn, None)
 
-        def note_uncompiled_call(self):
+        def note_call(self, *, compiled):
             pass
 
         def close(self):

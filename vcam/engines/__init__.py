@@ -279,7 +279,9 @@ class CompiledArtifacts(Protocol):
         """Hand over what the background load finished, one at a time."""
         ...
 
-    def note_uncompiled_call(self) -> None: ...
+    def note_call(self, *, compiled: bool) -> None:
+        """A call of the engine: counted when it ran uncompiled while a load was under way."""
+        ...
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the background load; True when none still runs."""

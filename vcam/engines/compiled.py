@@ -88,6 +88,21 @@ HINT_ENV = "VCAM_COMPILE_HINT"
 EARLY_IMPORT_ENV = "VCAM_INDUCTOR_EARLY"
 
 
+def frames_first(sizes: Sequence[int], running: Callable[[], int]) -> Iterator[int]:
+    """``sizes``, each next one the size the engine's calls run now (``running()``, its
+    :attr:`~vcam.engines.CompileHost.last_batch`) while that one is still to do, else the smallest
+    left: the order a compiled load puts sizes in use. Issue 39 (H200, four streams of the six-face
+    clip, compiled cache, 2026-12-07): the rounds swap 24 faces, the tenth of the eleven sizes in
+    ascending order, and each size's first call and capture is a paced unit of background work: the
+    frames would run uncompiled until the nine smaller sizes, which they never call, were ready."""
+    left = list(sizes)
+    while left:
+        now = running()
+        b = now if now in left else left[0]
+        left.remove(b)
+        yield b
+
+
 def size_hint(lo: int, hi: int) -> int:
     """The batch a dynamic artifact of ``lo..hi`` is tuned at: ``$VCAM_COMPILE_HINT`` within the
     range, else ``hi``."""
@@ -406,20 +421,6 @@ class CompiledLoader:
             return list(sizes)
         return sorted(set(sizes) | {b for b in self.host.batch_sizes if b in dyn.covers})
 
-    def _frames_first(self, sizes: Sequence[int]) -> Iterator[int]:
-        """``sizes``, each next one the size the engine's calls run now (:attr:`CompileHost.last_batch`)
-        while it is still to do, else the smallest left. Issue 39 (H200, four streams of the six-face
-        clip, compiled cache, 2026-12-07): the rounds swap 24 faces, the tenth of the eleven sizes in
-        ascending order, and each size's first call and capture is a paced unit of background work:
-        the frames would run uncompiled until the nine smaller sizes, which they never call, were
-        ready."""
-        left = list(sizes)
-        while left:
-            now = self.host.last_batch
-            b = now if now in left else left[0]
-            left.remove(b)
-            yield b
-
     # -- loading in the background -----------------------------------------------------------------
 
     def plan(self, sizes: Sequence[int], items: Items) -> None:
@@ -529,7 +530,7 @@ class CompiledLoader:
             if shared is not None:
                 seconds = time.perf_counter() - t0
                 self._log.info("%s: compiled engine for batch %s loaded in %.1f s", host.name, dyn.label, seconds)
-        for b in self._frames_first(self.served(sizes, dyn if shared is not None else None)):
+        for b in frames_first(self.served(sizes, dyn if shared is not None else None), lambda: host.last_batch):
             if self._closing.is_set():
                 return
             t0 = time.perf_counter()
@@ -579,9 +580,10 @@ class CompiledLoader:
                 self._uncompiled_calls,
             )
 
-    def note_uncompiled_call(self) -> None:
-        """A call ran uncompiled after a load had started (reported with the first size in use)."""
-        self._uncompiled_calls += 1
+    def note_call(self, *, compiled: bool) -> None:
+        """A call of the engine; one that ran uncompiled after a load had started is counted
+        (reported with the first size in use)."""
+        self._uncompiled_calls += int(self.started and not compiled)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Start a planned load, wait for the running one; True when none is still running."""
@@ -642,4 +644,13 @@ def job_spec(host: CompileHost, cache_dir: str | os.PathLike[str] | None, items:
     }
 
 
-__all__ = ["COMPILE_MODES", "EARLY_IMPORT_ENV", "CompiledLoader", "Unit", "compile_mode", "job_spec", "torch_engine"]
+__all__ = [
+    "COMPILE_MODES",
+    "EARLY_IMPORT_ENV",
+    "CompiledLoader",
+    "Unit",
+    "compile_mode",
+    "frames_first",
+    "job_spec",
+    "torch_engine",
+]

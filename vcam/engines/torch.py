@@ -147,6 +147,9 @@ class TorchEngine:
     """
 
     backend = "torch"
+    #: The padded batch size of the last call (0 before the first): a compiled load puts that size
+    #: in use first (:func:`vcam.engines.compiled.frames_first`).
+    last_batch = 0
 
     @staticmethod
     def unavailable_reason(device: str = "cuda") -> str | None:
@@ -225,9 +228,6 @@ class TorchEngine:
         self.batch_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch)
         self._cap = max(self.batch_sizes + (self.max_batch,))
         self.compile_sizes = (self.item_batch,) if self.item_batch else batch_buckets(self.max_batch, 1)
-        #: The padded batch size of the last call (0 before the first): a compiled load puts that size
-        #: in use first (``vcam.engines.compiled.CompiledLoader._frames_first``).
-        self.last_batch = 0
 
         if native is not None:
             module, call_order, out_order = native.module, native.call_order, native.out_order
@@ -447,15 +447,14 @@ class TorchEngine:
 
     def _take_loaded(self, wait: bool) -> None:
         """At a call: put what the loader finished into use (see :meth:`_adopt`), or start a load
-        still planned; counts the calls made uncompiled while a load was under way."""
+        still planned; tells the loader of the call (it counts those made uncompiled during a load)."""
         if (loader := self.loader) is None:
             return
         if loader.has_ready:
             self._adopt(wait=wait)
         else:
             loader.resume()
-        if loader.started and not self._compiled_fns:
-            loader.note_uncompiled_call()
+        loader.note_call(compiled=bool(self._compiled_fns))
 
     def _adopt(self, wait: bool = True) -> None:
         """Put the artifacts the background thread loaded into use (the frame loop, between two
