@@ -70,22 +70,29 @@ class TraceLog:
 
     frames: list[list[Entry]] = field(default_factory=lambda: [[]])
     device_s: float = 0.0
+    _depth: int = 0  # device_work blocks open: only the outermost one counts its time
 
     def add(self, kind: str, name: str, stream: str, key: tuple = ()) -> None:
-        t0 = time.perf_counter()
-        self.frames[-1].append(Entry(kind, name, stream, key))
-        self.device_s += time.perf_counter() - t0
+        with self.device_work():
+            self.frames[-1].append(Entry(kind, name, stream, key))
 
     def next_frame(self) -> None:
         self.frames.append([])
 
     @contextlib.contextmanager
     def device_work(self) -> Iterator[None]:
+        """Time that is device work (or the trace's own bookkeeping), left out of the host time. A
+        block inside another is counted once, by the outer one: an ``add`` inside a kernel's launch
+        had been counted twice, and a busy machine that preempted it there made a frame's host time
+        negative (once in this stop's three busy suites)."""
+        self._depth += 1
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self.device_s += time.perf_counter() - t0
+            self._depth -= 1
+            if self._depth == 0:
+                self.device_s += time.perf_counter() - t0
 
 
 def _address(a: np.ndarray) -> int:

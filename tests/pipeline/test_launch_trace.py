@@ -122,6 +122,22 @@ def test_host_time_is_counted_per_step_and_leaves_the_device_s_work_out(monkeypa
     assert 0.8 * wall <= sum(trace.host_s) + device <= wall
 
 
+def test_device_time_inside_device_time_is_counted_once():
+    """A block of device work (or a record) inside another is the outer block's time: counted
+    twice, a frame's host time came out negative on a busy machine."""
+    log = lt.TraceLog()
+    t0 = time.perf_counter()
+    with log.device_work():
+        time.sleep(0.02)
+        with log.device_work():
+            time.sleep(0.02)
+        log.add("kernel", "k.k", "s")
+    wall = time.perf_counter() - t0
+    assert 0.04 <= log.device_s <= wall
+    log.add("kernel", "k.k", "s")  # alone, a record is counted
+    assert log.device_s > 0.04 and len(log.frames[-1]) == 2
+
+
 def test_the_command_prints_a_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "t.json"
     assert lt.main(["--size", "640x360", "--frames", "14", "--json", str(out)]) == 0
